@@ -1,0 +1,3 @@
+fn main() {
+    println!("moldau-broker {}", env!("CARGO_PKG_VERSION"));
+}

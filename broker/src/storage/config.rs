@@ -1,0 +1,46 @@
+//! Per-partition log settings, named after their Kafka topic configs.
+
+/// Settings of one partition's log. Field names follow Kafka topic configs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogConfig {
+    /// `segment.bytes`: roll the active segment when it would exceed this.
+    pub segment_bytes: u64,
+    /// `segment.ms`: roll the active segment when its first batch is older.
+    pub segment_ms: i64,
+    /// `retention.ms`: delete whole segments whose newest record is older; -1 = forever.
+    pub retention_ms: i64,
+    /// `retention.bytes`: delete oldest segments while the log is larger; -1 = unlimited.
+    pub retention_bytes: i64,
+    /// `max.message.bytes`: largest accepted record batch.
+    pub max_message_bytes: usize,
+    /// `index.interval.bytes`: bytes between two sparse index entries.
+    pub index_interval_bytes: u64,
+    /// `segment.index.bytes`: size the index files are preallocated to.
+    pub segment_index_bytes: u64,
+    /// `flush.messages`: fsync after this many messages; `i64::MAX` = leave it to the OS.
+    pub flush_messages: i64,
+    /// `flush.ms`: fsync when the oldest unflushed data is this old; `i64::MAX` = never.
+    pub flush_ms: i64,
+    /// `message.timestamp.type` is LogAppendTime (true) or CreateTime (false).
+    pub log_append_time: bool,
+    /// `file.delete.delay.ms`: how long a deleted segment lingers (renamed `.deleted`).
+    pub file_delete_delay_ms: i64,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            segment_bytes: 1024 * 1024 * 1024,
+            segment_ms: 7 * 24 * 3600 * 1000,
+            retention_ms: 7 * 24 * 3600 * 1000,
+            retention_bytes: -1,
+            max_message_bytes: 1024 * 1024 + 12,
+            index_interval_bytes: 4096,
+            segment_index_bytes: 10 * 1024 * 1024,
+            flush_messages: i64::MAX,
+            flush_ms: i64::MAX,
+            log_append_time: false,
+            file_delete_delay_ms: 60_000,
+        }
+    }
+}

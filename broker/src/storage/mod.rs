@@ -1,0 +1,54 @@
+//! On-disk log storage: one directory per partition, holding segments of
+//! record batches (format v2) exactly as producers sent them.
+//!
+//! This module owns the bytes on disk and nothing else: it knows nothing of
+//! the Kafka wire protocol, topics' metadata or the network. Callers hand it
+//! validated produce payloads and get back offsets; they ask it for file
+//! regions to send to consumers.
+//!
+//! Layout of a partition directory (`<topic>-<partition>/`):
+//! - `<base offset, 20 digits>.log`: record batches, base offset and leader
+//!   epoch rewritten by the broker (neither is covered by the batch CRC);
+//! - `<base>.index`: sparse, memory-mapped offset → file position;
+//! - `<base>.timeindex`: sparse, memory-mapped timestamp → offset;
+//! - checkpoint files (recovery point, log start offset, high watermark),
+//!   each written atomically (temp file, fsync, rename, fsync directory).
+
+pub mod batch;
+pub mod checkpoint;
+pub mod config;
+pub mod index;
+pub mod log;
+pub mod segment;
+
+pub use config::LogConfig;
+pub use log::{AppendResult, FetchSlice, PartitionLog, RetentionOutcome};
+
+/// Errors of the storage layer. Each maps onto one Kafka error code at the
+/// protocol edge (see `protocol::errors`).
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    #[error("i/o error: {0}")]
+    Io(#[from] std::io::Error),
+    /// A batch failed length/CRC/structure checks (`CORRUPT_MESSAGE`).
+    #[error("corrupt record batch: {0}")]
+    CorruptBatch(String),
+    /// Magic other than 2 (`UNSUPPORTED_FOR_MESSAGE_FORMAT`).
+    #[error("unsupported record batch magic {0}")]
+    UnsupportedMagic(i8),
+    /// A batch larger than `max.message.bytes` (`MESSAGE_TOO_LARGE`).
+    #[error("record batch of {size} bytes exceeds max.message.bytes {max}")]
+    MessageTooLarge { size: usize, max: usize },
+    /// A timestamp outside what the topic accepts (`INVALID_TIMESTAMP`).
+    #[error("invalid timestamp: {0}")]
+    InvalidTimestamp(String),
+    /// Fetch or DeleteRecords outside `[log start, log end]` (`OFFSET_OUT_OF_RANGE`).
+    #[error("offset {requested} out of range [{log_start}, {log_end}]")]
+    OffsetOutOfRange {
+        requested: i64,
+        log_start: i64,
+        log_end: i64,
+    },
+}
+
+pub type Result<T> = std::result::Result<T, StorageError>;
