@@ -1,6 +1,11 @@
 //! Record batch (format v2, "magic 2") header parsing, validation and the
 //! few in-place rewrites the broker is allowed to make.
 //!
+//! This module owns the byte layout of one batch: it never touches files
+//! and never decompresses records. Every function here accepts untrusted
+//! bytes (produce payloads, possibly corrupt log files) and must not panic:
+//! all reads go through bounds-checked helpers.
+//!
 //! Layout of a v2 batch (big endian):
 //! baseOffset i64 | batchLength i32 | partitionLeaderEpoch i32 | magic i8 |
 //! crc u32 | attributes i16 | lastOffsetDelta i32 | baseTimestamp i64 |
@@ -14,6 +19,67 @@ use super::{Result, StorageError};
 pub const BATCH_HEADER_LEN: usize = 61;
 /// Bytes of `baseOffset` + `batchLength`: the part not counted in `batchLength`.
 pub const LOG_OVERHEAD: usize = 12;
+/// Smallest valid `batchLength` (a header without records).
+pub const MIN_BATCH_LENGTH: i32 = (BATCH_HEADER_LEN - LOG_OVERHEAD) as i32;
+/// The only record batch format this broker stores.
+pub const MAGIC_V2: i8 = 2;
+
+// Field positions inside a batch.
+const BASE_OFFSET_POS: usize = 0;
+const LENGTH_POS: usize = 8;
+const LEADER_EPOCH_POS: usize = 12;
+/// Position of the magic byte (the same in message formats v0, v1 and v2).
+pub const MAGIC_POS: usize = 16;
+const CRC_POS: usize = 17;
+/// Start of the region covered by the CRC (`attributes`).
+pub const CRC_START: usize = 21;
+const ATTRIBUTES_POS: usize = 21;
+const LAST_OFFSET_DELTA_POS: usize = 23;
+const BASE_TIMESTAMP_POS: usize = 27;
+const MAX_TIMESTAMP_POS: usize = 35;
+const PRODUCER_ID_POS: usize = 43;
+const PRODUCER_EPOCH_POS: usize = 51;
+const BASE_SEQUENCE_POS: usize = 53;
+const RECORDS_COUNT_POS: usize = 57;
+
+/// Attribute bit marking LogAppendTime timestamps.
+const TIMESTAMP_TYPE_BIT: i16 = 0x08;
+
+fn corrupt(msg: impl Into<String>) -> StorageError {
+    StorageError::CorruptBatch(msg.into())
+}
+
+fn read_array<const N: usize>(buf: &[u8], pos: usize) -> Option<[u8; N]> {
+    let end = pos.checked_add(N)?;
+    buf.get(pos..end)?.try_into().ok()
+}
+
+fn read_i64(buf: &[u8], pos: usize) -> Option<i64> {
+    read_array::<8>(buf, pos).map(i64::from_be_bytes)
+}
+fn read_i32(buf: &[u8], pos: usize) -> Option<i32> {
+    read_array::<4>(buf, pos).map(i32::from_be_bytes)
+}
+fn read_u32(buf: &[u8], pos: usize) -> Option<u32> {
+    read_array::<4>(buf, pos).map(u32::from_be_bytes)
+}
+fn read_i16(buf: &[u8], pos: usize) -> Option<i16> {
+    read_array::<2>(buf, pos).map(i16::from_be_bytes)
+}
+
+fn write_bytes(buf: &mut [u8], pos: usize, bytes: &[u8]) {
+    if let Some(end) = pos.checked_add(bytes.len()) {
+        if let Some(dst) = buf.get_mut(pos..end) {
+            dst.copy_from_slice(bytes);
+        }
+    }
+}
+
+/// Reads `baseOffset` and `batchLength` from the first [`LOG_OVERHEAD`]
+/// bytes of `buf`; `None` if `buf` is shorter.
+pub fn read_offset_and_length(buf: &[u8]) -> Option<(i64, i32)> {
+    Some((read_i64(buf, BASE_OFFSET_POS)?, read_i32(buf, LENGTH_POS)?))
+}
 
 /// The parsed fixed header of one v2 record batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,24 +101,53 @@ pub struct BatchHeader {
 
 impl BatchHeader {
     /// Parses the header at the start of `buf` (which must hold at least
-    /// `BATCH_HEADER_LEN` bytes). Checks only the structure, not the CRC.
+    /// `BATCH_HEADER_LEN` bytes). Checks only the structure, not the CRC:
+    /// the magic must be 2 (else [`StorageError::UnsupportedMagic`]) and
+    /// `batchLength` at least a header's worth (else `CorruptBatch`).
     pub fn parse(buf: &[u8]) -> Result<Self> {
-        let _ = buf;
-        todo!()
+        if let Some(&magic) = buf.get(MAGIC_POS) {
+            let magic = magic as i8;
+            if magic != MAGIC_V2 {
+                return Err(StorageError::UnsupportedMagic(magic));
+            }
+        }
+        let header = buf
+            .get(..BATCH_HEADER_LEN)
+            .ok_or_else(|| corrupt(format!("{} bytes is too short for a batch header", buf.len())))?;
+        let field = || corrupt("truncated batch header");
+        let h = BatchHeader {
+            base_offset: read_i64(header, BASE_OFFSET_POS).ok_or_else(field)?,
+            batch_length: read_i32(header, LENGTH_POS).ok_or_else(field)?,
+            partition_leader_epoch: read_i32(header, LEADER_EPOCH_POS).ok_or_else(field)?,
+            magic: MAGIC_V2,
+            crc: read_u32(header, CRC_POS).ok_or_else(field)?,
+            attributes: read_i16(header, ATTRIBUTES_POS).ok_or_else(field)?,
+            last_offset_delta: read_i32(header, LAST_OFFSET_DELTA_POS).ok_or_else(field)?,
+            base_timestamp: read_i64(header, BASE_TIMESTAMP_POS).ok_or_else(field)?,
+            max_timestamp: read_i64(header, MAX_TIMESTAMP_POS).ok_or_else(field)?,
+            producer_id: read_i64(header, PRODUCER_ID_POS).ok_or_else(field)?,
+            producer_epoch: read_i16(header, PRODUCER_EPOCH_POS).ok_or_else(field)?,
+            base_sequence: read_i32(header, BASE_SEQUENCE_POS).ok_or_else(field)?,
+            records_count: read_i32(header, RECORDS_COUNT_POS).ok_or_else(field)?,
+        };
+        if h.batch_length < MIN_BATCH_LENGTH {
+            return Err(corrupt(format!("batchLength {} is below the minimum {MIN_BATCH_LENGTH}", h.batch_length)));
+        }
+        Ok(h)
     }
     /// Whole size of the batch on disk and on the wire.
     pub fn total_size(&self) -> usize {
-        LOG_OVERHEAD + self.batch_length as usize
+        LOG_OVERHEAD + usize::try_from(self.batch_length).unwrap_or(0)
     }
     pub fn last_offset(&self) -> i64 {
-        self.base_offset + self.last_offset_delta as i64
+        self.base_offset.saturating_add(self.last_offset_delta as i64)
     }
     /// Compression codec id (attributes bits 0-2): 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd.
     pub fn compression(&self) -> u8 {
         (self.attributes & 0x07) as u8
     }
     pub fn is_log_append_time(&self) -> bool {
-        self.attributes & 0x08 != 0
+        self.attributes & TIMESTAMP_TYPE_BIT != 0
     }
     pub fn is_transactional(&self) -> bool {
         self.attributes & 0x10 != 0
@@ -62,32 +157,317 @@ impl BatchHeader {
     }
 }
 
+/// Validates one whole batch held exactly by `batch` (structure, magic,
+/// CRC-32C, counts) and returns its header. Used by produce validation and
+/// by log recovery.
+pub fn validate_one(batch: &[u8]) -> Result<BatchHeader> {
+    let header = BatchHeader::parse(batch)?;
+    if header.total_size() != batch.len() {
+        return Err(corrupt(format!(
+            "batchLength {} does not match the {} bytes given",
+            header.batch_length,
+            batch.len()
+        )));
+    }
+    let crc = compute_crc(batch);
+    if crc != header.crc {
+        return Err(corrupt(format!("CRC-32C mismatch: stored {:#010x}, computed {crc:#010x}", header.crc)));
+    }
+    if header.records_count < 0 {
+        return Err(corrupt(format!("negative records count {}", header.records_count)));
+    }
+    if header.last_offset_delta < 0 {
+        return Err(corrupt(format!("negative lastOffsetDelta {}", header.last_offset_delta)));
+    }
+    Ok(header)
+}
+
 /// Validates a produce payload: a non-empty sequence of whole v2 batches with
 /// consistent lengths, magic 2, a good CRC-32C, a sane `lastOffsetDelta` and
 /// record count, and each batch no larger than `max_batch_bytes`.
 /// Returns the parsed headers in order.
 pub fn validate_batches(buf: &[u8], max_batch_bytes: usize) -> Result<Vec<BatchHeader>> {
-    let _ = (buf, max_batch_bytes);
-    let _ = StorageError::UnsupportedMagic(0);
-    todo!()
+    if buf.is_empty() {
+        return Err(corrupt("empty record set"));
+    }
+    let mut headers = Vec::new();
+    let mut pos = 0usize;
+    while pos < buf.len() {
+        let rest = buf.get(pos..).unwrap_or(&[]);
+        let (_, length) = read_offset_and_length(rest)
+            .ok_or_else(|| corrupt(format!("{} trailing bytes are not a whole batch", rest.len())))?;
+        if let Some(&magic) = rest.get(MAGIC_POS) {
+            if magic as i8 != MAGIC_V2 {
+                return Err(StorageError::UnsupportedMagic(magic as i8));
+            }
+        }
+        if length < MIN_BATCH_LENGTH {
+            return Err(corrupt(format!("batchLength {length} is below the minimum {MIN_BATCH_LENGTH}")));
+        }
+        // `length` is positive and at most i32::MAX: this cannot overflow.
+        let size = LOG_OVERHEAD + length as usize;
+        if size > rest.len() {
+            return Err(corrupt(format!(
+                "batch of {size} bytes runs past the end of the {} remaining bytes",
+                rest.len()
+            )));
+        }
+        if size > max_batch_bytes {
+            return Err(StorageError::MessageTooLarge {
+                size,
+                max: max_batch_bytes,
+            });
+        }
+        let batch = rest.get(..size).unwrap_or(&[]);
+        headers.push(validate_one(batch)?);
+        pos += size;
+    }
+    Ok(headers)
 }
 
 /// CRC-32C of a whole batch as stored in its `crc` field (from `attributes` on).
 pub fn compute_crc(batch: &[u8]) -> u32 {
-    let _ = batch;
-    todo!()
+    crc32c::crc32c(batch.get(CRC_START..).unwrap_or(&[]))
 }
 
 /// Rewrites `baseOffset` and `partitionLeaderEpoch` of the batch at the start
-/// of `batch` (neither is covered by the CRC).
+/// of `batch` (neither is covered by the CRC). Does nothing to a buffer too
+/// short to hold them.
 pub fn set_base_offset_and_epoch(batch: &mut [u8], base_offset: i64, leader_epoch: i32) {
-    let _ = (batch, base_offset, leader_epoch);
-    todo!()
+    write_bytes(batch, BASE_OFFSET_POS, &base_offset.to_be_bytes());
+    write_bytes(batch, LEADER_EPOCH_POS, &leader_epoch.to_be_bytes());
 }
 
 /// Marks the batch as LogAppendTime with `timestamp` as its max timestamp and
-/// recomputes the CRC (attributes and maxTimestamp are covered by it).
+/// recomputes the CRC (attributes and maxTimestamp are covered by it). Does
+/// nothing to a buffer shorter than a batch header.
 pub fn set_log_append_time(batch: &mut [u8], timestamp: i64) {
-    let _ = (batch, timestamp);
-    todo!()
+    if batch.len() < BATCH_HEADER_LEN {
+        return;
+    }
+    let Some(attributes) = read_i16(batch, ATTRIBUTES_POS) else {
+        return;
+    };
+    write_bytes(batch, ATTRIBUTES_POS, &(attributes | TIMESTAMP_TYPE_BIT).to_be_bytes());
+    write_bytes(batch, MAX_TIMESTAMP_POS, &timestamp.to_be_bytes());
+    let crc = compute_crc(batch);
+    write_bytes(batch, CRC_POS, &crc.to_be_bytes());
+}
+
+/// Reads a zig-zag varint (Kafka's `varint`/`varlong`) at `*pos`.
+fn read_varlong(buf: &[u8], pos: &mut usize) -> Option<i64> {
+    let mut value: u64 = 0;
+    for i in 0..10 {
+        let byte = *buf.get(*pos)?;
+        *pos += 1;
+        value |= u64::from(byte & 0x7f) << (7 * i);
+        if byte & 0x80 == 0 {
+            return Some(((value >> 1) as i64) ^ -((value & 1) as i64));
+        }
+    }
+    None
+}
+
+/// For an uncompressed CreateTime batch, finds the first record whose
+/// timestamp is `>= timestamp` and returns its `(offsetDelta, timestamp)`.
+/// `None` when no record qualifies, the batch is compressed or uses
+/// LogAppendTime, or the records cannot be parsed: callers then fall back
+/// to batch granularity.
+pub fn first_record_at_or_after(batch: &[u8], timestamp: i64) -> Option<(i32, i64)> {
+    let header = BatchHeader::parse(batch).ok()?;
+    if header.compression() != 0 || header.is_log_append_time() {
+        return None;
+    }
+    let end = header.total_size().min(batch.len());
+    let records = batch.get(BATCH_HEADER_LEN..end)?;
+    let mut pos = 0usize;
+    for _ in 0..header.records_count.max(0) {
+        let length = usize::try_from(read_varlong(records, &mut pos)?).ok()?;
+        let start = pos;
+        pos = pos.checked_add(length)?;
+        let record = records.get(start..pos)?;
+        let mut p = 1usize; // skip the record attributes byte
+        let ts_delta = read_varlong(record, &mut p)?;
+        let offset_delta = i32::try_from(read_varlong(record, &mut p)?).ok()?;
+        let ts = header.base_timestamp.checked_add(ts_delta)?;
+        if ts >= timestamp {
+            return Some((offset_delta, ts));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::{Bytes, BytesMut};
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
+
+    fn encode(n: usize, ts: i64, compression: Compression) -> Vec<u8> {
+        let records: Vec<Record> = (0..n)
+            .map(|i| Record {
+                transactional: false,
+                control: false,
+                delete_horizon: false,
+                partition_leader_epoch: -1,
+                producer_id: -1,
+                producer_epoch: -1,
+                timestamp_type: TimestampType::Creation,
+                offset: i as i64,
+                // The encoder only groups records whose offset - sequence is constant.
+                sequence: i as i32 - 1,
+                timestamp: ts + i as i64,
+                key: Some(Bytes::from(format!("key-{i}"))),
+                value: Some(Bytes::from(vec![b'v'; 10 + i])),
+                headers: Default::default(),
+            })
+            .collect();
+        let mut buf = BytesMut::new();
+        RecordBatchEncoder::encode(&mut buf, &records, &RecordEncodeOptions { version: 2, compression })
+            .expect("encode");
+        buf.to_vec()
+    }
+
+    #[test]
+    fn parse_matches_kafka_protocol() {
+        let b = encode(5, 1_000, Compression::None);
+        let h = BatchHeader::parse(&b).expect("parse");
+        assert_eq!(h.total_size(), b.len());
+        assert_eq!(h.magic, 2);
+        assert_eq!(h.records_count, 5);
+        assert_eq!(h.last_offset_delta, 4);
+        assert_eq!(h.base_timestamp, 1_000);
+        assert_eq!(h.max_timestamp, 1_004);
+        assert_eq!(h.crc, compute_crc(&b));
+        let info = RecordBatchDecoder::decode_batch_info(&mut Bytes::from(b.clone())).expect("decode");
+        assert_eq!(info.len(), 1);
+        assert_eq!(info[0].record_count, h.records_count);
+        assert_eq!(info[0].min_timestamp, h.base_timestamp);
+        assert_eq!(info[0].producer_id, h.producer_id);
+        assert_eq!(info[0].partition_leader_epoch, h.partition_leader_epoch);
+    }
+
+    #[test]
+    fn validate_accepts_several_batches() {
+        let mut buf = encode(3, 1, Compression::None);
+        buf.extend(encode(2, 5, Compression::None));
+        let hs = validate_batches(&buf, 1 << 20).expect("valid");
+        assert_eq!(hs.len(), 2);
+        assert_eq!(hs[1].records_count, 2);
+    }
+
+    #[test]
+    fn validate_rejects_bad_input() {
+        let good = encode(3, 1, Compression::None);
+        // Empty and short payloads.
+        assert!(matches!(validate_batches(&[], 1 << 20), Err(StorageError::CorruptBatch(_))));
+        for cut in 1..good.len() {
+            let r = validate_batches(&good[..cut], 1 << 20);
+            assert!(matches!(r, Err(StorageError::CorruptBatch(_))), "cut {cut}: {r:?}");
+        }
+        // Trailing garbage after a whole batch.
+        let mut trailing = good.clone();
+        trailing.extend_from_slice(&[0, 1, 2]);
+        assert!(matches!(validate_batches(&trailing, 1 << 20), Err(StorageError::CorruptBatch(_))));
+        // Wrong magic.
+        for magic in [0u8, 1, 3, 0xff] {
+            let mut b = good.clone();
+            b[MAGIC_POS] = magic;
+            assert!(matches!(
+                validate_batches(&b, 1 << 20),
+                Err(StorageError::UnsupportedMagic(m)) if m == magic as i8
+            ));
+        }
+        // batchLength too small, negative, or past the buffer.
+        for len in [0i32, -1, i32::MIN, 10, MIN_BATCH_LENGTH - 1, i32::MAX, good.len() as i32] {
+            let mut b = good.clone();
+            b[8..12].copy_from_slice(&len.to_be_bytes());
+            assert!(
+                matches!(validate_batches(&b, 1 << 20), Err(StorageError::CorruptBatch(_))),
+                "len {len}"
+            );
+        }
+        // Every single-bit flip in the CRC-covered region or the CRC itself.
+        for i in CRC_POS..good.len() {
+            let mut b = good.clone();
+            b[i] ^= 0x01;
+            assert!(matches!(validate_batches(&b, 1 << 20), Err(StorageError::CorruptBatch(_))), "byte {i}");
+        }
+        // Too large.
+        assert!(matches!(
+            validate_batches(&good, good.len() - 1),
+            Err(StorageError::MessageTooLarge { size, .. }) if size == good.len()
+        ));
+        assert!(validate_batches(&good, good.len()).is_ok());
+        // Negative counts with a recomputed (valid) CRC.
+        let mut b = good.clone();
+        b[RECORDS_COUNT_POS..RECORDS_COUNT_POS + 4].copy_from_slice(&(-1i32).to_be_bytes());
+        let crc = compute_crc(&b);
+        b[CRC_POS..CRC_POS + 4].copy_from_slice(&crc.to_be_bytes());
+        assert!(matches!(validate_batches(&b, 1 << 20), Err(StorageError::CorruptBatch(_))));
+        let mut b = good.clone();
+        b[LAST_OFFSET_DELTA_POS..LAST_OFFSET_DELTA_POS + 4].copy_from_slice(&(-5i32).to_be_bytes());
+        let crc = compute_crc(&b);
+        b[CRC_POS..CRC_POS + 4].copy_from_slice(&crc.to_be_bytes());
+        assert!(matches!(validate_batches(&b, 1 << 20), Err(StorageError::CorruptBatch(_))));
+    }
+
+    #[test]
+    fn validate_never_panics_on_garbage() {
+        let mut state = 0x1234_5678_9abc_def0u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let good = encode(2, 7, Compression::None);
+        for _ in 0..5000 {
+            let mut b = if next() % 2 == 0 {
+                good.clone()
+            } else {
+                (0..(next() % 200) as usize).map(|_| next() as u8).collect()
+            };
+            let flips = next() % 4;
+            for _ in 0..flips {
+                if !b.is_empty() {
+                    let i = (next() as usize) % b.len();
+                    b[i] = next() as u8;
+                }
+            }
+            let _ = validate_batches(&b, 1 << 20);
+            let _ = BatchHeader::parse(&b);
+            let _ = first_record_at_or_after(&b, 8);
+            set_base_offset_and_epoch(&mut b, 1, 2);
+            set_log_append_time(&mut b, 3);
+        }
+        set_base_offset_and_epoch(&mut [], 1, 2);
+        set_log_append_time(&mut [0u8; 3], 3);
+    }
+
+    #[test]
+    fn rewrites_keep_crc_valid() {
+        let mut b = encode(4, 100, Compression::None);
+        set_base_offset_and_epoch(&mut b, 12345, 7);
+        let h = validate_one(&b).expect("offset and epoch are outside the CRC");
+        assert_eq!((h.base_offset, h.partition_leader_epoch), (12345, 7));
+        set_log_append_time(&mut b, 999_999);
+        let h = validate_one(&b).expect("CRC recomputed");
+        assert!(h.is_log_append_time());
+        assert_eq!(h.max_timestamp, 999_999);
+        assert_eq!(h.base_timestamp, 100);
+        let sets = RecordBatchDecoder::decode_all(&mut Bytes::from(b)).expect("decodes");
+        assert_eq!(sets[0].records.len(), 4);
+        assert_eq!(sets[0].records[0].timestamp_type, TimestampType::LogAppend);
+    }
+
+    #[test]
+    fn record_level_timestamp_search() {
+        let b = encode(5, 1_000, Compression::None);
+        assert_eq!(first_record_at_or_after(&b, 0), Some((0, 1_000)));
+        assert_eq!(first_record_at_or_after(&b, 1_003), Some((3, 1_003)));
+        assert_eq!(first_record_at_or_after(&b, 1_005), None);
+    }
 }
