@@ -1,0 +1,930 @@
+//! Desired Kubernetes objects of a `KafkaCluster`, as pure functions of the
+//! resource (spec + name/namespace/uid for owner references).
+//!
+//! Owns object names, labels, the broker pod template (env contract with the
+//! broker binary, probes, security context, volumes) and the rendering of
+//! `server.properties`. Must not talk to the API server.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{
+    StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec,
+    StatefulSetUpdateStrategy,
+};
+use k8s_openapi::api::core::v1::{
+    Affinity, Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort,
+    EmptyDirVolumeSource, EnvVar, EnvVarSource, HTTPGetAction, ObjectFieldSelector,
+    PersistentVolumeClaim, PersistentVolumeClaimSpec, PodAffinityTerm, PodAntiAffinity,
+    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SeccompProfile, SecurityContext, Service,
+    ServiceAccount, ServicePort, ServiceSpec, TopologySpreadConstraint, Volume, VolumeMount,
+    VolumeResourceRequirements, WeightedPodAffinityTerm,
+};
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::{Resource, ResourceExt};
+use sha2::{Digest, Sha256};
+
+use crate::crd::KafkaCluster;
+
+/// Port of the broker's HTTP endpoints (`/metrics`, `/healthz`, `/readyz`).
+pub const BROKER_HTTP_PORT: i32 = 9644;
+/// Mount path of each broker's data volume.
+pub const DATA_DIR: &str = "/var/lib/moldau";
+/// Mount path of the broker config ConfigMap.
+pub const CONFIG_DIR: &str = "/etc/moldau";
+/// Key of the broker config in the ConfigMap.
+pub const CONFIG_KEY: &str = "server.properties";
+/// Pod template annotation carrying the checksum of `server.properties`.
+pub const CONFIG_HASH_ANNOTATION: &str = "moldau.io/config-hash";
+/// Label naming the cluster on every child object.
+pub const CLUSTER_LABEL: &str = "moldau.io/cluster";
+/// User id the broker runs as.
+pub const BROKER_UID: i64 = 10001;
+
+/// Why desired objects could not be built.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum BuildError {
+    /// The resource lacks a field the API server always sets.
+    #[error("KafkaCluster has no {0}")]
+    MissingMetadata(&'static str),
+}
+
+/// Names of the child objects of one cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Names {
+    /// The KafkaCluster's name.
+    pub cluster: String,
+    /// Its namespace.
+    pub namespace: String,
+}
+
+impl Names {
+    /// Names for a cluster resource.
+    pub fn of(kc: &KafkaCluster) -> Result<Self, BuildError> {
+        Ok(Names {
+            cluster: kc
+                .metadata
+                .name
+                .clone()
+                .ok_or(BuildError::MissingMetadata("metadata.name"))?,
+            namespace: kc
+                .metadata
+                .namespace
+                .clone()
+                .ok_or(BuildError::MissingMetadata("metadata.namespace"))?,
+        })
+    }
+    /// StatefulSet (and pod name prefix).
+    pub fn stateful_set(&self) -> String {
+        self.cluster.clone()
+    }
+    /// Headless Service giving each broker a stable DNS name.
+    pub fn headless_service(&self) -> String {
+        format!("{}-brokers", self.cluster)
+    }
+    /// Bootstrap Service for clients.
+    pub fn bootstrap_service(&self) -> String {
+        format!("{}-bootstrap", self.cluster)
+    }
+    /// ConfigMap holding `server.properties`.
+    pub fn config_map(&self) -> String {
+        format!("{}-config", self.cluster)
+    }
+    /// ServiceAccount, Role and RoleBinding of the brokers.
+    pub fn broker_identity(&self) -> String {
+        format!("{}-broker", self.cluster)
+    }
+    /// PodDisruptionBudget.
+    pub fn pdb(&self) -> String {
+        self.cluster.clone()
+    }
+    /// Name of the broker pod with `ordinal`.
+    pub fn pod(&self, ordinal: i32) -> String {
+        format!("{}-{}", self.cluster, ordinal)
+    }
+}
+
+/// Labels selecting the broker pods of a cluster.
+pub fn selector_labels(cluster: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (
+            "app.kubernetes.io/name".to_string(),
+            "moldau-broker".to_string(),
+        ),
+        (
+            "app.kubernetes.io/instance".to_string(),
+            cluster.to_string(),
+        ),
+        (CLUSTER_LABEL.to_string(), cluster.to_string()),
+    ])
+}
+
+/// The selector labels as a label-selector string (`status.selector`).
+pub fn selector_string(cluster: &str) -> String {
+    selector_labels(cluster)
+        .into_iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Labels of every child object.
+pub fn common_labels(cluster: &str) -> BTreeMap<String, String> {
+    let mut labels = selector_labels(cluster);
+    labels.insert(
+        "app.kubernetes.io/managed-by".into(),
+        "moldau-operator".into(),
+    );
+    labels.insert("app.kubernetes.io/component".into(), "broker".into());
+    labels
+}
+
+/// All desired children of a cluster.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClusterObjects {
+    /// Identity of the broker pods.
+    pub service_account: ServiceAccount,
+    /// Leases and ConfigMaps for the brokers' coordination.
+    pub role: Role,
+    /// Binds `role` to `service_account`.
+    pub role_binding: RoleBinding,
+    /// Headless Service (per-broker DNS, not-ready addresses published).
+    pub headless_service: Service,
+    /// Bootstrap Service for clients.
+    pub bootstrap_service: Service,
+    /// `server.properties`.
+    pub config_map: ConfigMap,
+    /// The brokers.
+    pub stateful_set: StatefulSet,
+    /// At most one broker voluntarily down.
+    pub pdb: PodDisruptionBudget,
+}
+
+/// Builds every desired child of `kc`.
+pub fn desired_objects(kc: &KafkaCluster) -> Result<ClusterObjects, BuildError> {
+    let names = Names::of(kc)?;
+    let owner = owner_reference(kc)?;
+    let properties = render_properties(&kc.spec.config);
+    let config_hash = config_hash(&properties);
+    Ok(ClusterObjects {
+        service_account: ServiceAccount {
+            metadata: meta(&names, names.broker_identity(), &owner),
+            automount_service_account_token: Some(true),
+            ..Default::default()
+        },
+        role: broker_role(&names, &owner),
+        role_binding: broker_role_binding(&names, &owner),
+        headless_service: headless_service(kc, &names, &owner),
+        bootstrap_service: bootstrap_service(kc, &names, &owner),
+        config_map: ConfigMap {
+            metadata: meta(&names, names.config_map(), &owner),
+            data: Some(BTreeMap::from([(CONFIG_KEY.to_string(), properties)])),
+            ..Default::default()
+        },
+        stateful_set: stateful_set(kc, &names, &owner, &config_hash),
+        pdb: PodDisruptionBudget {
+            metadata: meta(&names, names.pdb(), &owner),
+            spec: Some(PodDisruptionBudgetSpec {
+                max_unavailable: Some(IntOrString::Int(1)),
+                selector: Some(label_selector(&names.cluster)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    })
+}
+
+/// The controller owner reference pointing at `kc`.
+pub fn owner_reference(kc: &KafkaCluster) -> Result<OwnerReference, BuildError> {
+    if kc.metadata.uid.is_none() {
+        return Err(BuildError::MissingMetadata("metadata.uid"));
+    }
+    kc.controller_owner_ref(&())
+        .ok_or(BuildError::MissingMetadata("metadata.name"))
+}
+
+fn meta(names: &Names, name: String, owner: &OwnerReference) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name),
+        namespace: Some(names.namespace.clone()),
+        labels: Some(common_labels(&names.cluster)),
+        owner_references: Some(vec![owner.clone()]),
+        ..Default::default()
+    }
+}
+
+fn label_selector(cluster: &str) -> LabelSelector {
+    LabelSelector {
+        match_labels: Some(selector_labels(cluster)),
+        ..Default::default()
+    }
+}
+
+fn broker_role(names: &Names, owner: &OwnerReference) -> Role {
+    let verbs: Vec<String> = [
+        "get", "list", "watch", "create", "update", "patch", "delete",
+    ]
+    .iter()
+    .map(|v| v.to_string())
+    .collect();
+    Role {
+        metadata: meta(names, names.broker_identity(), owner),
+        rules: Some(vec![
+            PolicyRule {
+                api_groups: Some(vec!["coordination.k8s.io".into()]),
+                resources: Some(vec!["leases".into()]),
+                verbs: verbs.clone(),
+                ..Default::default()
+            },
+            PolicyRule {
+                api_groups: Some(vec!["".into()]),
+                resources: Some(vec!["configmaps".into()]),
+                verbs,
+                ..Default::default()
+            },
+        ]),
+    }
+}
+
+fn broker_role_binding(names: &Names, owner: &OwnerReference) -> RoleBinding {
+    RoleBinding {
+        metadata: meta(names, names.broker_identity(), owner),
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "Role".into(),
+            name: names.broker_identity(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: names.broker_identity(),
+            namespace: Some(names.namespace.clone()),
+            ..Default::default()
+        }]),
+    }
+}
+
+fn kafka_port(kc: &KafkaCluster) -> ServicePort {
+    ServicePort {
+        name: Some("kafka".into()),
+        port: kc.spec.listener_port,
+        target_port: Some(IntOrString::String("kafka".into())),
+        protocol: Some("TCP".into()),
+        ..Default::default()
+    }
+}
+
+fn headless_service(kc: &KafkaCluster, names: &Names, owner: &OwnerReference) -> Service {
+    Service {
+        metadata: meta(names, names.headless_service(), owner),
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".into()),
+            publish_not_ready_addresses: Some(true),
+            selector: Some(selector_labels(&names.cluster)),
+            ports: Some(vec![
+                kafka_port(kc),
+                ServicePort {
+                    name: Some("http".into()),
+                    port: BROKER_HTTP_PORT,
+                    target_port: Some(IntOrString::String("http".into())),
+                    protocol: Some("TCP".into()),
+                    ..Default::default()
+                },
+            ]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn bootstrap_service(kc: &KafkaCluster, names: &Names, owner: &OwnerReference) -> Service {
+    Service {
+        metadata: meta(names, names.bootstrap_service(), owner),
+        spec: Some(ServiceSpec {
+            type_: Some("ClusterIP".into()),
+            selector: Some(selector_labels(&names.cluster)),
+            ports: Some(vec![kafka_port(kc)]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The bootstrap address clients inside the Kubernetes cluster use.
+pub fn bootstrap_servers(names: &Names, port: i32) -> String {
+    format!(
+        "{}.{}.svc:{}",
+        names.bootstrap_service(),
+        names.namespace,
+        port
+    )
+}
+
+fn field_env(name: &str, path: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: path.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn value_env(name: &str, value: impl Into<String>) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value: Some(value.into()),
+        ..Default::default()
+    }
+}
+
+/// Environment of the broker container, per the broker's flag/env contract.
+/// `POD_IP` comes first so later values can expand `$(POD_IP)`.
+pub fn broker_env(cluster: &str, listener_port: i32) -> Vec<EnvVar> {
+    vec![
+        field_env("POD_IP", "status.podIP"),
+        field_env("POD_NAME", "metadata.name"),
+        field_env("POD_NAMESPACE", "metadata.namespace"),
+        field_env(
+            "MOLDAU_NODE_ID",
+            "metadata.labels['apps.kubernetes.io/pod-index']",
+        ),
+        value_env("MOLDAU_CLUSTER_NAME", cluster),
+        value_env("MOLDAU_LISTEN", format!("$(POD_IP):{listener_port}")),
+        value_env(
+            "MOLDAU_ADVERTISED_LISTENER",
+            format!("$(POD_IP):{listener_port}"),
+        ),
+        value_env(
+            "MOLDAU_HTTP_LISTEN",
+            format!("$(POD_IP):{BROKER_HTTP_PORT}"),
+        ),
+        value_env("MOLDAU_DATA_DIR", DATA_DIR),
+        value_env("MOLDAU_CONFIG_FILE", format!("{CONFIG_DIR}/{CONFIG_KEY}")),
+    ]
+}
+
+fn http_probe(path: &str, period: i32, failures: i32) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.into()),
+            port: IntOrString::String("http".into()),
+            scheme: Some("HTTP".into()),
+            ..Default::default()
+        }),
+        period_seconds: Some(period),
+        timeout_seconds: Some(3),
+        failure_threshold: Some(failures),
+        ..Default::default()
+    }
+}
+
+fn default_affinity(cluster: &str) -> Affinity {
+    Affinity {
+        pod_anti_affinity: Some(PodAntiAffinity {
+            preferred_during_scheduling_ignored_during_execution: Some(vec![
+                WeightedPodAffinityTerm {
+                    weight: 100,
+                    pod_affinity_term: PodAffinityTerm {
+                        label_selector: Some(label_selector(cluster)),
+                        topology_key: "kubernetes.io/hostname".into(),
+                        ..Default::default()
+                    },
+                },
+            ]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn stateful_set(
+    kc: &KafkaCluster,
+    names: &Names,
+    owner: &OwnerReference,
+    hash: &str,
+) -> StatefulSet {
+    let overrides = kc.spec.pod_template.clone().unwrap_or_default();
+    let mut pod_labels = overrides.labels.clone();
+    pod_labels.extend(common_labels(&names.cluster));
+    let mut pod_annotations = overrides.annotations.clone();
+    pod_annotations.insert(CONFIG_HASH_ANNOTATION.into(), hash.to_string());
+
+    let container = Container {
+        name: "broker".into(),
+        image: Some(kc.spec.image.clone()),
+        env: Some(broker_env(&names.cluster, kc.spec.listener_port)),
+        ports: Some(vec![
+            ContainerPort {
+                name: Some("kafka".into()),
+                container_port: kc.spec.listener_port,
+                protocol: Some("TCP".into()),
+                ..Default::default()
+            },
+            ContainerPort {
+                name: Some("http".into()),
+                container_port: BROKER_HTTP_PORT,
+                protocol: Some("TCP".into()),
+                ..Default::default()
+            },
+        ]),
+        resources: kc.spec.resources.clone(),
+        readiness_probe: Some(http_probe("/readyz", 5, 3)),
+        liveness_probe: Some(Probe {
+            initial_delay_seconds: Some(10),
+            ..http_probe("/healthz", 10, 6)
+        }),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            read_only_root_filesystem: Some(true),
+            run_as_non_root: Some(true),
+            run_as_user: Some(BROKER_UID),
+            run_as_group: Some(BROKER_UID),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".into()]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        volume_mounts: Some(vec![
+            VolumeMount {
+                name: "data".into(),
+                mount_path: DATA_DIR.into(),
+                ..Default::default()
+            },
+            VolumeMount {
+                name: "config".into(),
+                mount_path: CONFIG_DIR.into(),
+                read_only: Some(true),
+                ..Default::default()
+            },
+            VolumeMount {
+                name: "tmp".into(),
+                mount_path: "/tmp".into(),
+                ..Default::default()
+            },
+        ]),
+        ..Default::default()
+    };
+
+    let topology_spread_constraints = kc.spec.rack_topology_key.as_ref().map(|key| {
+        vec![TopologySpreadConstraint {
+            max_skew: 1,
+            topology_key: key.clone(),
+            when_unsatisfiable: "ScheduleAnyway".into(),
+            label_selector: Some(label_selector(&names.cluster)),
+            ..Default::default()
+        }]
+    });
+
+    let pod_spec = PodSpec {
+        service_account_name: Some(names.broker_identity()),
+        termination_grace_period_seconds: Some(60),
+        security_context: Some(PodSecurityContext {
+            run_as_non_root: Some(true),
+            run_as_user: Some(BROKER_UID),
+            run_as_group: Some(BROKER_UID),
+            fs_group: Some(BROKER_UID),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        containers: vec![container],
+        volumes: Some(vec![
+            Volume {
+                name: "config".into(),
+                config_map: Some(ConfigMapVolumeSource {
+                    name: names.config_map(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            Volume {
+                name: "tmp".into(),
+                empty_dir: Some(EmptyDirVolumeSource::default()),
+                ..Default::default()
+            },
+        ]),
+        node_selector: (!overrides.node_selector.is_empty())
+            .then(|| overrides.node_selector.clone()),
+        tolerations: (!overrides.tolerations.is_empty()).then(|| overrides.tolerations.clone()),
+        affinity: Some(
+            overrides
+                .affinity
+                .clone()
+                .unwrap_or_else(|| default_affinity(&names.cluster)),
+        ),
+        topology_spread_constraints,
+        ..Default::default()
+    };
+
+    let storage = &kc.spec.storage;
+    let claim = PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some("data".into()),
+            labels: Some(common_labels(&names.cluster)),
+            ..Default::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec!["ReadWriteOnce".into()]),
+            storage_class_name: storage.storage_class_name.clone(),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some(BTreeMap::from([(
+                    "storage".to_string(),
+                    Quantity(storage.size.clone()),
+                )])),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+
+    StatefulSet {
+        metadata: meta(names, names.stateful_set(), owner),
+        spec: Some(StatefulSetSpec {
+            replicas: Some(kc.spec.replicas),
+            selector: label_selector(&names.cluster),
+            service_name: Some(names.headless_service()),
+            pod_management_policy: Some("Parallel".into()),
+            update_strategy: Some(StatefulSetUpdateStrategy {
+                type_: Some("OnDelete".into()),
+                ..Default::default()
+            }),
+            persistent_volume_claim_retention_policy: Some(
+                StatefulSetPersistentVolumeClaimRetentionPolicy {
+                    when_deleted: Some(
+                        if storage.delete_claim {
+                            "Delete"
+                        } else {
+                            "Retain"
+                        }
+                        .into(),
+                    ),
+                    when_scaled: Some("Retain".into()),
+                },
+            ),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(pod_labels),
+                    annotations: Some(pod_annotations),
+                    ..Default::default()
+                }),
+                spec: Some(pod_spec),
+            },
+            volume_claim_templates: Some(vec![claim]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Renders broker config overrides as a Java properties file, sorted by key.
+pub fn render_properties(config: &BTreeMap<String, String>) -> String {
+    let mut out = String::from("# Managed by moldau-operator from KafkaCluster spec.config\n");
+    for (key, value) in config {
+        out.push_str(&escape_properties(key, true));
+        out.push('=');
+        out.push_str(&escape_properties(value, false));
+        out.push('\n');
+    }
+    out
+}
+
+fn escape_properties(s: &str, is_key: bool) -> String {
+    let mut out = String::with_capacity(s.len());
+    for (i, c) in s.chars().enumerate() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '=' | ':' | '#' | '!' if is_key => {
+                out.push('\\');
+                out.push(c);
+            }
+            ' ' if is_key || i == 0 => out.push_str("\\ "),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Hex SHA-256 of the rendered config (the pod template annotation).
+pub fn config_hash(properties: &str) -> String {
+    Sha256::digest(properties.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// `namespace/name` of a cluster, for logs.
+pub fn object_key(kc: &KafkaCluster) -> String {
+    format!("{}/{}", kc.namespace().unwrap_or_default(), kc.name_any())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::{KafkaClusterSpec, PodTemplateOverrides, StorageSpec};
+
+    fn cluster(replicas: i32) -> KafkaCluster {
+        let mut kc = KafkaCluster::new(
+            "demo",
+            KafkaClusterSpec {
+                replicas,
+                image: "moldau/broker:test".into(),
+                resources: None,
+                storage: StorageSpec {
+                    size: "1Gi".into(),
+                    storage_class_name: Some("fast".into()),
+                    delete_claim: false,
+                },
+                config: BTreeMap::from([("log.retention.ms".into(), "1000".into())]),
+                listener_port: 9092,
+                rack_topology_key: None,
+                pod_template: None,
+            },
+        );
+        kc.metadata.namespace = Some("ns".into());
+        kc.metadata.uid = Some("uid-1".into());
+        kc
+    }
+
+    fn sts_spec(objs: &ClusterObjects) -> &StatefulSetSpec {
+        objs.stateful_set.spec.as_ref().unwrap()
+    }
+
+    fn container(objs: &ClusterObjects) -> &Container {
+        &sts_spec(objs).template.spec.as_ref().unwrap().containers[0]
+    }
+
+    #[test]
+    fn missing_uid_is_an_error_not_a_panic() {
+        let mut kc = cluster(1);
+        kc.metadata.uid = None;
+        assert_eq!(
+            desired_objects(&kc),
+            Err(BuildError::MissingMetadata("metadata.uid"))
+        );
+        kc.metadata.namespace = None;
+        assert!(desired_objects(&kc).is_err());
+    }
+
+    #[test]
+    fn every_object_is_owned_by_the_cluster_and_labelled() {
+        let objs = desired_objects(&cluster(3)).unwrap();
+        let metas = [
+            &objs.service_account.metadata,
+            &objs.role.metadata,
+            &objs.role_binding.metadata,
+            &objs.headless_service.metadata,
+            &objs.bootstrap_service.metadata,
+            &objs.config_map.metadata,
+            &objs.stateful_set.metadata,
+            &objs.pdb.metadata,
+        ];
+        for m in metas {
+            let owners = m.owner_references.as_ref().unwrap();
+            assert_eq!(owners.len(), 1);
+            assert_eq!(owners[0].kind, "KafkaCluster");
+            assert_eq!(owners[0].uid, "uid-1");
+            assert_eq!(owners[0].controller, Some(true));
+            assert_eq!(m.namespace.as_deref(), Some("ns"));
+            assert_eq!(m.labels.as_ref().unwrap()[CLUSTER_LABEL], "demo");
+        }
+    }
+
+    #[test]
+    fn statefulset_shape() {
+        let objs = desired_objects(&cluster(3)).unwrap();
+        let spec = sts_spec(&objs);
+        assert_eq!(spec.replicas, Some(3));
+        assert_eq!(spec.pod_management_policy.as_deref(), Some("Parallel"));
+        assert_eq!(
+            spec.update_strategy.as_ref().unwrap().type_.as_deref(),
+            Some("OnDelete")
+        );
+        assert_eq!(spec.service_name.as_deref(), Some("demo-brokers"));
+        let vct = &spec.volume_claim_templates.as_ref().unwrap()[0];
+        let pvc = vct.spec.as_ref().unwrap();
+        assert_eq!(pvc.storage_class_name.as_deref(), Some("fast"));
+        assert_eq!(
+            pvc.resources.as_ref().unwrap().requests.as_ref().unwrap()["storage"],
+            Quantity("1Gi".into())
+        );
+        let retention = spec
+            .persistent_volume_claim_retention_policy
+            .as_ref()
+            .unwrap();
+        assert_eq!(retention.when_deleted.as_deref(), Some("Retain"));
+        // selector labels are a subset of the pod labels
+        let pod_labels = spec
+            .template
+            .metadata
+            .as_ref()
+            .unwrap()
+            .labels
+            .as_ref()
+            .unwrap();
+        for (k, v) in spec.selector.match_labels.as_ref().unwrap() {
+            assert_eq!(pod_labels.get(k), Some(v));
+        }
+    }
+
+    #[test]
+    fn delete_claim_sets_retention_policy() {
+        let mut kc = cluster(1);
+        kc.spec.storage.delete_claim = true;
+        let objs = desired_objects(&kc).unwrap();
+        let retention = sts_spec(&objs)
+            .persistent_volume_claim_retention_policy
+            .as_ref()
+            .unwrap();
+        assert_eq!(retention.when_deleted.as_deref(), Some("Delete"));
+    }
+
+    #[test]
+    fn container_is_locked_down_and_probed() {
+        let objs = desired_objects(&cluster(1)).unwrap();
+        let c = container(&objs);
+        let sc = c.security_context.as_ref().unwrap();
+        assert_eq!(sc.read_only_root_filesystem, Some(true));
+        assert_eq!(sc.run_as_non_root, Some(true));
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
+        assert_eq!(
+            sc.capabilities.as_ref().unwrap().drop.as_ref().unwrap(),
+            &vec!["ALL".to_string()]
+        );
+        let ready = c
+            .readiness_probe
+            .as_ref()
+            .unwrap()
+            .http_get
+            .as_ref()
+            .unwrap();
+        assert_eq!(ready.path.as_deref(), Some("/readyz"));
+        let live = c
+            .liveness_probe
+            .as_ref()
+            .unwrap()
+            .http_get
+            .as_ref()
+            .unwrap();
+        assert_eq!(live.path.as_deref(), Some("/healthz"));
+        let http = c
+            .ports
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|p| p.name.as_deref() == Some("http"))
+            .unwrap();
+        assert_eq!(http.container_port, BROKER_HTTP_PORT);
+    }
+
+    #[test]
+    fn env_follows_the_broker_contract() {
+        let env = broker_env("demo", 9093);
+        let get = |n: &str| env.iter().find(|e| e.name == n).unwrap().clone();
+        assert_eq!(env[0].name, "POD_IP", "POD_IP must precede its uses");
+        assert_eq!(
+            get("MOLDAU_LISTEN").value.as_deref(),
+            Some("$(POD_IP):9093")
+        );
+        assert_eq!(
+            get("MOLDAU_ADVERTISED_LISTENER").value.as_deref(),
+            Some("$(POD_IP):9093")
+        );
+        assert_eq!(
+            get("MOLDAU_HTTP_LISTEN").value.as_deref(),
+            Some("$(POD_IP):9644")
+        );
+        assert_eq!(get("MOLDAU_DATA_DIR").value.as_deref(), Some(DATA_DIR));
+        assert_eq!(
+            get("MOLDAU_CONFIG_FILE").value.as_deref(),
+            Some("/etc/moldau/server.properties")
+        );
+        assert_eq!(get("MOLDAU_CLUSTER_NAME").value.as_deref(), Some("demo"));
+        let node = get("MOLDAU_NODE_ID").value_from.unwrap().field_ref.unwrap();
+        assert_eq!(
+            node.field_path,
+            "metadata.labels['apps.kubernetes.io/pod-index']"
+        );
+        for n in ["POD_NAME", "POD_NAMESPACE"] {
+            assert!(get(n).value_from.is_some());
+        }
+    }
+
+    #[test]
+    fn config_change_changes_the_pod_template() {
+        let a = desired_objects(&cluster(1)).unwrap();
+        let mut kc = cluster(1);
+        kc.spec.config.insert("num.partitions".into(), "3".into());
+        let b = desired_objects(&kc).unwrap();
+        assert_ne!(sts_spec(&a).template, sts_spec(&b).template);
+        // and the same spec always gives the same template
+        assert_eq!(
+            sts_spec(&a).template,
+            sts_spec(&desired_objects(&cluster(1)).unwrap()).template
+        );
+        let data = b.config_map.data.as_ref().unwrap();
+        assert!(data[CONFIG_KEY].contains("num.partitions=3\n"));
+    }
+
+    #[test]
+    fn properties_are_escaped_and_sorted() {
+        let cfg = BTreeMap::from([
+            ("b".to_string(), "x\ny".to_string()),
+            ("a=b".to_string(), " lead".to_string()),
+        ]);
+        let text = render_properties(&cfg);
+        let lines: Vec<&str> = text.lines().skip(1).collect();
+        assert_eq!(lines, vec!["a\\=b=\\ lead", "b=x\\ny"]);
+    }
+
+    #[test]
+    fn services() {
+        let objs = desired_objects(&cluster(1)).unwrap();
+        let headless = objs.headless_service.spec.as_ref().unwrap();
+        assert_eq!(headless.cluster_ip.as_deref(), Some("None"));
+        assert_eq!(headless.publish_not_ready_addresses, Some(true));
+        let boot = objs.bootstrap_service.spec.as_ref().unwrap();
+        assert_eq!(boot.ports.as_ref().unwrap()[0].port, 9092);
+        assert_eq!(
+            objs.bootstrap_service.metadata.name.as_deref(),
+            Some("demo-bootstrap")
+        );
+        assert_eq!(
+            bootstrap_servers(&Names::of(&cluster(1)).unwrap(), 9092),
+            "demo-bootstrap.ns.svc:9092"
+        );
+    }
+
+    #[test]
+    fn pdb_and_rbac() {
+        let objs = desired_objects(&cluster(3)).unwrap();
+        let pdb = objs.pdb.spec.as_ref().unwrap();
+        assert_eq!(pdb.max_unavailable, Some(IntOrString::Int(1)));
+        let rules = objs.role.rules.as_ref().unwrap();
+        assert!(rules.iter().any(|r| r
+            .resources
+            .as_ref()
+            .unwrap()
+            .contains(&"leases".to_string())));
+        assert!(rules.iter().any(|r| r
+            .resources
+            .as_ref()
+            .unwrap()
+            .contains(&"configmaps".to_string())));
+        let subject = &objs.role_binding.subjects.as_ref().unwrap()[0];
+        assert_eq!(
+            subject.name,
+            objs.service_account.metadata.name.clone().unwrap()
+        );
+        assert_eq!(
+            objs.role_binding.role_ref.name,
+            objs.role.metadata.name.clone().unwrap()
+        );
+    }
+
+    #[test]
+    fn pod_template_overrides_apply_but_selector_labels_win() {
+        let mut kc = cluster(1);
+        kc.spec.rack_topology_key = Some("topology.kubernetes.io/zone".into());
+        kc.spec.pod_template = Some(PodTemplateOverrides {
+            labels: BTreeMap::from([
+                ("team".to_string(), "data".to_string()),
+                (CLUSTER_LABEL.to_string(), "evil".to_string()),
+            ]),
+            annotations: BTreeMap::from([("a".to_string(), "b".to_string())]),
+            node_selector: BTreeMap::from([("disk".to_string(), "ssd".to_string())]),
+            tolerations: vec![Default::default()],
+            affinity: Some(Affinity::default()),
+        });
+        let objs = desired_objects(&kc).unwrap();
+        let tpl = &sts_spec(&objs).template;
+        let meta = tpl.metadata.as_ref().unwrap();
+        assert_eq!(meta.labels.as_ref().unwrap()["team"], "data");
+        assert_eq!(meta.labels.as_ref().unwrap()[CLUSTER_LABEL], "demo");
+        assert_eq!(meta.annotations.as_ref().unwrap()["a"], "b");
+        assert!(meta
+            .annotations
+            .as_ref()
+            .unwrap()
+            .contains_key(CONFIG_HASH_ANNOTATION));
+        let pod = tpl.spec.as_ref().unwrap();
+        assert_eq!(pod.node_selector.as_ref().unwrap()["disk"], "ssd");
+        assert_eq!(pod.tolerations.as_ref().unwrap().len(), 1);
+        assert_eq!(pod.affinity, Some(Affinity::default()));
+        let tsc = &pod.topology_spread_constraints.as_ref().unwrap()[0];
+        assert_eq!(tsc.topology_key, "topology.kubernetes.io/zone");
+    }
+}

@@ -1,0 +1,8 @@
+//! The `KafkaCluster` reconciler: `builders` (desired objects), `rollout`
+//! (rolling-restart planner), `status` (conditions) are pure; `controller` is
+//! the thin async edge that reads, applies and reports.
+
+pub mod builders;
+pub mod rollout;
+pub mod status;
+pub mod validate;

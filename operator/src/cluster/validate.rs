@@ -1,0 +1,92 @@
+//! Checks of a `KafkaCluster` spec that the CRD schema cannot express cheaply
+//! (map keys): config keys must look like Kafka config names and must not be
+//! ones the operator sets itself. Pure; a failure becomes a `Degraded`
+//! condition, never a crash.
+
+use std::collections::BTreeMap;
+
+use crate::crd::{KafkaClusterSpec, RESERVED_BROKER_CONFIG};
+
+use super::status::Problem;
+
+/// Whether `key` looks like a Kafka config name.
+pub fn is_config_name(key: &str) -> bool {
+    let mut chars = key.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_lowercase() || c.is_ascii_digit())
+        && key.len() <= 255
+        && key
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '_' | '-'))
+}
+
+/// Config keys that are not Kafka config names.
+pub fn bad_config_names(config: &BTreeMap<String, String>) -> Vec<String> {
+    config
+        .keys()
+        .filter(|k| !is_config_name(k))
+        .cloned()
+        .collect()
+}
+
+/// The first problem of a cluster spec, if any.
+pub fn cluster_spec_problem(spec: &KafkaClusterSpec) -> Option<Problem> {
+    let bad = bad_config_names(&spec.config);
+    if !bad.is_empty() {
+        return Some(Problem {
+            reason: "InvalidConfig".into(),
+            message: format!(
+                "spec.config keys are not Kafka config names: {}",
+                bad.join(", ")
+            ),
+        });
+    }
+    let reserved: Vec<&str> = RESERVED_BROKER_CONFIG
+        .iter()
+        .copied()
+        .filter(|k| spec.config.contains_key(*k))
+        .collect();
+    if !reserved.is_empty() {
+        return Some(Problem {
+            reason: "InvalidConfig".into(),
+            message: format!(
+                "spec.config may not set {}: the operator manages them",
+                reserved.join(", ")
+            ),
+        });
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_names() {
+        assert!(is_config_name("log.retention.ms"));
+        assert!(is_config_name("num.partitions"));
+        assert!(!is_config_name(""));
+        assert!(!is_config_name("Log.Retention"));
+        assert!(!is_config_name(".x"));
+        assert!(!is_config_name("a=b"));
+    }
+
+    #[test]
+    fn reserved_and_bad_keys_are_problems() {
+        let mut spec: KafkaClusterSpec = serde_json::from_value(serde_json::json!({
+            "replicas": 1, "image": "i", "storage": {"size": "1Gi"}
+        }))
+        .unwrap();
+        assert_eq!(spec.listener_port, 9092);
+        assert_eq!(cluster_spec_problem(&spec), None);
+        spec.config.insert("listeners".into(), "x".into());
+        let p = cluster_spec_problem(&spec).unwrap();
+        assert_eq!(p.reason, "InvalidConfig");
+        assert!(p.message.contains("listeners"));
+        spec.config.insert("Bad Key".into(), "x".into());
+        assert!(cluster_spec_problem(&spec)
+            .unwrap()
+            .message
+            .contains("Bad Key"));
+    }
+}

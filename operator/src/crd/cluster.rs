@@ -1,0 +1,159 @@
+//! The `KafkaCluster` resource: a set of Moldau brokers run by a StatefulSet.
+//!
+//! Validation the API server enforces (OpenAPI bounds + CEL): the name fits the
+//! child objects' name limits, `replicas >= 1`, `storage.size` is a positive
+//! quantity, storage size and class are immutable (a StatefulSet cannot change
+//! its volume claim templates), the listener port is a port, and the broker
+//! config cannot override the keys the operator owns (`node.id`, listeners,
+//! log directories; checked by the operator, since CEL over map keys of
+//! unbounded length exceeds the API server's rule cost budget).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Affinity, ResourceRequirements, Toleration};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::Condition;
+
+/// Broker config keys the operator sets itself; `spec.config` may not override them.
+pub const RESERVED_BROKER_CONFIG: &[&str] = &[
+    "node.id",
+    "broker.id",
+    "listeners",
+    "advertised.listeners",
+    "log.dir",
+    "log.dirs",
+];
+
+/// Desired state of a Moldau cluster.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "moldau.io",
+    version = "v1alpha1",
+    kind = "KafkaCluster",
+    plural = "kafkaclusters",
+    shortname = "kc",
+    namespaced,
+    status = "KafkaClusterStatus",
+    derive = "PartialEq",
+    doc = "A Kafka-compatible Moldau cluster: brokers in a StatefulSet with their Services, config and PodDisruptionBudget.",
+    scale(
+        spec_replicas_path = ".spec.replicas",
+        status_replicas_path = ".status.replicas",
+        label_selector_path = ".status.selector"
+    ),
+    printcolumn(name = "Desired", type_ = "integer", json_path = ".spec.replicas"),
+    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas"),
+    printcolumn(
+        name = "Status",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].reason"
+    ),
+    printcolumn(name = "Bootstrap", type_ = "string", json_path = ".status.bootstrapServers", priority = 1),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    validation = Rule::new("self.metadata.name.size() <= 52").message("metadata.name must be at most 52 characters (StatefulSet and Service names derive from it)"),
+    validation = Rule::new("self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')").message("metadata.name must be a DNS-1035 label (lower case letters, digits, '-', starting with a letter)")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct KafkaClusterSpec {
+    /// Number of brokers.
+    #[schemars(range(min = 1))]
+    pub replicas: i32,
+    /// Broker container image, e.g. `moldau/broker:0.1.0`.
+    #[schemars(length(min = 1))]
+    pub image: String,
+    /// Compute resources of the broker container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    /// Persistent storage of each broker.
+    pub storage: StorageSpec,
+    /// Broker config overrides, with Kafka config names (e.g. `log.retention.ms`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub config: BTreeMap<String, String>,
+    /// Kafka listener port of every broker.
+    #[serde(default = "default_listener_port")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub listener_port: i32,
+    /// Node label that names a broker's rack, e.g. `topology.kubernetes.io/zone`.
+    /// Brokers are spread evenly across its values.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rack_topology_key: Option<String>,
+    /// Overrides merged into the broker pod template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_template: Option<PodTemplateOverrides>,
+}
+
+/// Default Kafka listener port.
+pub fn default_listener_port() -> i32 {
+    9092
+}
+
+/// Persistent storage of each broker (one PersistentVolumeClaim per broker).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.size == oldSelf.size").message("storage.size is immutable"))]
+#[x_kube(validation = Rule::new("has(self.storageClassName) == has(oldSelf.storageClassName) && (!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)").message("storage.storageClassName is immutable"))]
+pub struct StorageSpec {
+    /// Size of each broker's volume, a Kubernetes quantity such as `10Gi`.
+    #[schemars(length(min = 1, max = 64))]
+    #[x_kube(validation = Rule::new("isQuantity(self) && quantity(self).isGreaterThan(quantity('0'))").message("storage.size must be a positive quantity such as 10Gi"))]
+    pub size: String,
+    /// StorageClass of the volumes; the cluster default when unset.
+    #[schemars(length(min = 1, max = 253))]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_class_name: Option<String>,
+    /// Delete the PersistentVolumeClaims when the KafkaCluster is deleted
+    /// (default false: data outlives the cluster).
+    #[serde(default)]
+    pub delete_claim: bool,
+}
+
+/// Overrides of the broker pod template.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodTemplateOverrides {
+    /// Extra pod labels (the operator's own selector labels win).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Extra pod annotations.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    /// Node selector of the broker pods.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    /// Tolerations of the broker pods.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+    /// Affinity of the broker pods (replaces the operator's default anti-affinity).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+}
+
+/// Observed state of a Moldau cluster.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KafkaClusterStatus {
+    /// `Ready`, `Progressing` and `Degraded`.
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Broker pods that exist.
+    #[serde(default)]
+    pub replicas: i32,
+    /// Broker pods that are Ready.
+    #[serde(default)]
+    pub ready_replicas: i32,
+    /// Broker pods running the current revision of the pod template.
+    #[serde(default)]
+    pub updated_replicas: i32,
+    /// Label selector of the broker pods (for the scale subresource).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
+    /// Comma-separated `host:port` list for clients inside the cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap_servers: Option<String>,
+}

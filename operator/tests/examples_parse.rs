@@ -1,0 +1,49 @@
+//! The example manifests deserialize into the operator's types (the API
+//! server checks are in the e2e tests), and the invalid ones break a rule the
+//! schema states.
+
+use std::path::Path;
+
+use moldau_operator::crd::{KafkaCluster, KafkaTopic};
+use serde::Deserialize;
+
+fn docs(file: &str) -> Vec<serde_yaml::Value> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../manifests/examples")
+        .join(file);
+    let text = std::fs::read_to_string(&path).expect("example exists");
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|d| serde_yaml::Value::deserialize(d).expect("valid YAML"))
+        .collect()
+}
+
+#[test]
+fn valid_examples_parse() {
+    let small: KafkaCluster =
+        serde_yaml::from_value(docs("kafkacluster-small.yaml").remove(0)).unwrap();
+    assert_eq!(small.spec.replicas, 1);
+    let prod: KafkaCluster =
+        serde_yaml::from_value(docs("kafkacluster-production.yaml").remove(0)).unwrap();
+    assert_eq!(prod.spec.replicas, 3);
+    assert!(moldau_operator::cluster::validate::cluster_spec_problem(&prod.spec).is_none());
+    let topics: Vec<KafkaTopic> = docs("kafkatopics.yaml")
+        .into_iter()
+        .map(|d| serde_yaml::from_value(d).unwrap())
+        .collect();
+    assert_eq!(topics.len(), 2);
+    assert_eq!(topics[1].kafka_topic_name(), "customer.state");
+    assert_eq!(topics[0].kafka_topic_name(), "orders");
+}
+
+#[test]
+fn invalid_examples_violate_the_schema_bounds() {
+    let zero: KafkaCluster =
+        serde_yaml::from_value(docs("invalid/kafkacluster-zero-replicas.yaml").remove(0)).unwrap();
+    assert!(zero.spec.replicas < 1);
+    let t: KafkaTopic =
+        serde_yaml::from_value(docs("invalid/kafkatopic-zero-partitions.yaml").remove(0)).unwrap();
+    assert!(t.spec.partitions < 1);
+    let t: KafkaTopic =
+        serde_yaml::from_value(docs("invalid/kafkatopic-zero-replication.yaml").remove(0)).unwrap();
+    assert!(t.spec.replication_factor < 1);
+}
