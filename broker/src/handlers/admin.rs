@@ -1,0 +1,313 @@
+//! Topic administration: CreateTopics, DeleteTopics, CreatePartitions,
+//! DeleteRecords, DescribeCluster. The decisions live in `topics`; this
+//! module translates requests and results.
+
+use std::collections::BTreeMap;
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
+use kafka_protocol::messages::create_topics_response::{
+    CreatableTopicConfigs, CreatableTopicResult,
+};
+use kafka_protocol::messages::delete_records_response::{
+    DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
+};
+use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
+use kafka_protocol::messages::{
+    BrokerId, CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest,
+    CreateTopicsResponse, DeleteRecordsRequest, DeleteRecordsResponse, DeleteTopicsRequest,
+    DeleteTopicsResponse, DescribeClusterRequest, DescribeClusterResponse, TopicName,
+};
+
+use super::str_bytes;
+use crate::broker::Broker;
+use crate::topic_config;
+use crate::topics::{storage_error_code, TopicError};
+
+fn assignment_error(broker: &Broker, replicas: &[BrokerId]) -> Option<TopicError> {
+    if replicas.len() != 1 || replicas[0].0 != broker.node_id {
+        return Some(TopicError::new(
+            ResponseError::InvalidReplicaAssignment,
+            format!(
+                "replicas {:?}: this cluster has the single broker {}",
+                replicas.iter().map(|b| b.0).collect::<Vec<_>>(),
+                broker.node_id
+            ),
+        ));
+    }
+    None
+}
+
+pub fn create_topics(
+    broker: &Broker,
+    req: CreateTopicsRequest,
+    version: i16,
+) -> CreateTopicsResponse {
+    let mut results = Vec::with_capacity(req.topics.len());
+    let mut seen = std::collections::HashSet::new();
+    for t in req.topics {
+        let name = t.name.0.as_str().to_string();
+        let result = CreatableTopicResult::default().with_name(t.name.clone());
+        if !seen.insert(name.clone()) {
+            results.push(
+                result
+                    .with_error_code(ResponseError::InvalidRequest.code())
+                    .with_error_message(Some(str_bytes(&format!(
+                        "topic {name} appears twice in the request"
+                    )))),
+            );
+            continue;
+        }
+        let mut configs = BTreeMap::new();
+        let mut outcome: Result<(), TopicError> = Ok(());
+        for c in &t.configs {
+            match &c.value {
+                Some(v) => {
+                    configs.insert(c.name.as_str().to_string(), v.as_str().to_string());
+                }
+                None => {
+                    outcome = Err(TopicError::new(
+                        ResponseError::InvalidConfig,
+                        format!("config {} has a null value", c.name.as_str()),
+                    ))
+                }
+            }
+        }
+        let mut partitions = t.num_partitions;
+        let mut rf = t.replication_factor;
+        if outcome.is_ok() && !t.assignments.is_empty() {
+            if partitions != -1 || rf != -1 {
+                outcome = Err(TopicError::new(
+                    ResponseError::InvalidRequest,
+                    "both partition count/replication factor and assignments were given",
+                ));
+            } else {
+                partitions = t.assignments.len() as i32;
+                rf = 1;
+                if let Some(e) = t
+                    .assignments
+                    .iter()
+                    .find_map(|a| assignment_error(broker, &a.broker_ids))
+                {
+                    outcome = Err(e);
+                }
+            }
+        }
+        let default_partitions = broker.topics.broker_config().num_partitions;
+        let default_rf = broker.topics.broker_config().default_replication_factor;
+        let outcome = outcome.and_then(|()| {
+            if req.validate_only {
+                broker.topics.validate_create(
+                    &name,
+                    if partitions == -1 {
+                        default_partitions
+                    } else {
+                        partitions
+                    },
+                    if rf == -1 { default_rf } else { rf },
+                    &configs,
+                )?;
+                Ok(None)
+            } else {
+                broker
+                    .topics
+                    .create(&name, partitions, rf, configs.clone())
+                    .map(Some)
+            }
+        });
+        results.push(match outcome {
+            Ok(created) => {
+                let (id, count, factor) = match &created {
+                    Some(t) => (t.meta.id, t.meta.partitions, t.meta.replication_factor),
+                    None => (
+                        uuid::Uuid::nil(),
+                        if partitions == -1 {
+                            default_partitions
+                        } else {
+                            partitions
+                        },
+                        if rf == -1 { default_rf } else { rf },
+                    ),
+                };
+                let mut r = result
+                    .with_num_partitions(count)
+                    .with_replication_factor(factor);
+                if version >= 7 {
+                    r = r.with_topic_id(id);
+                }
+                if version >= 5 {
+                    let effective =
+                        topic_config::effective(&configs, broker.topics.broker_config());
+                    r = r.with_configs(Some(
+                        effective
+                            .into_iter()
+                            .map(|(k, (v, source))| {
+                                CreatableTopicConfigs::default()
+                                    .with_name(str_bytes(k))
+                                    .with_value(Some(str_bytes(&v)))
+                                    .with_config_source(source as i8)
+                            })
+                            .collect(),
+                    ));
+                }
+                r
+            }
+            Err(e) => result
+                .with_error_code(e.code.code())
+                .with_error_message(Some(str_bytes(&e.message)))
+                .with_num_partitions(-1)
+                .with_replication_factor(-1),
+        });
+    }
+    CreateTopicsResponse::default().with_topics(results)
+}
+
+pub fn delete_topics(
+    broker: &Broker,
+    req: DeleteTopicsRequest,
+    version: i16,
+) -> DeleteTopicsResponse {
+    // v6 names topics by name or id; earlier versions by name only.
+    let targets: Vec<(Option<String>, uuid::Uuid)> = if version >= 6 {
+        req.topics
+            .iter()
+            .map(|t| {
+                (
+                    t.name.as_ref().map(|n| n.0.as_str().to_string()),
+                    t.topic_id,
+                )
+            })
+            .collect()
+    } else {
+        req.topic_names
+            .iter()
+            .map(|n| (Some(n.0.as_str().to_string()), uuid::Uuid::nil()))
+            .collect()
+    };
+    let responses = targets
+        .into_iter()
+        .map(|(name, id)| {
+            let name = match name {
+                Some(n) => Ok(n),
+                None => broker
+                    .topics
+                    .get_by_id(id)
+                    .map(|t| t.meta.name.clone())
+                    .ok_or_else(|| {
+                        TopicError::new(
+                            ResponseError::UnknownTopicId,
+                            format!("no topic has id {id}"),
+                        )
+                    }),
+            };
+            let result = name.clone().and_then(|n| broker.topics.delete(&n));
+            let entry = DeletableTopicResult::default()
+                .with_name(name.ok().map(|n| TopicName(str_bytes(&n))));
+            match result {
+                Ok(deleted_id) => entry.with_topic_id(deleted_id),
+                Err(e) => entry
+                    .with_topic_id(id)
+                    .with_error_code(e.code.code())
+                    .with_error_message(Some(str_bytes(&e.message))),
+            }
+        })
+        .collect();
+    DeleteTopicsResponse::default().with_responses(responses)
+}
+
+pub fn create_partitions(
+    broker: &Broker,
+    req: CreatePartitionsRequest,
+) -> CreatePartitionsResponse {
+    let results = req
+        .topics
+        .into_iter()
+        .map(|t| {
+            let name = t.name.0.as_str().to_string();
+            let assignment_problem = t.assignments.as_ref().and_then(|list| {
+                list.iter()
+                    .find_map(|a| assignment_error(broker, &a.broker_ids))
+            });
+            let outcome = match assignment_problem {
+                Some(e) => Err(e),
+                None => broker
+                    .topics
+                    .create_partitions(&name, t.count, req.validate_only),
+            };
+            let entry = CreatePartitionsTopicResult::default().with_name(t.name);
+            match outcome {
+                Ok(()) => entry,
+                Err(e) => entry
+                    .with_error_code(e.code.code())
+                    .with_error_message(Some(str_bytes(&e.message))),
+            }
+        })
+        .collect();
+    CreatePartitionsResponse::default().with_results(results)
+}
+
+pub fn delete_records(broker: &Broker, req: DeleteRecordsRequest) -> DeleteRecordsResponse {
+    let topics = req
+        .topics
+        .into_iter()
+        .map(|t| {
+            let topic = broker.topics.get(t.name.0.as_str());
+            let partitions = t
+                .partitions
+                .into_iter()
+                .map(|p| {
+                    let entry = DeleteRecordsPartitionResult::default()
+                        .with_partition_index(p.partition_index);
+                    let Some(partition) = topic.as_ref().and_then(|t| {
+                        usize::try_from(p.partition_index)
+                            .ok()
+                            .and_then(|i| t.partitions.get(i))
+                    }) else {
+                        return entry
+                            .with_low_watermark(-1)
+                            .with_error_code(ResponseError::UnknownTopicOrPartition.code());
+                    };
+                    let result = partition.with_log(|log| {
+                        // -1 means "up to the high watermark".
+                        let target = if p.offset == -1 {
+                            log.high_watermark()
+                        } else {
+                            p.offset
+                        };
+                        if target > log.high_watermark() || target < 0 {
+                            return Err(crate::storage::StorageError::OffsetOutOfRange {
+                                requested: target,
+                                log_start: log.log_start_offset(),
+                                log_end: log.high_watermark(),
+                            });
+                        }
+                        log.delete_records_before(target)
+                    });
+                    match result {
+                        Ok(low) => entry.with_low_watermark(low),
+                        Err(e) => entry
+                            .with_low_watermark(-1)
+                            .with_error_code(storage_error_code(&e).code()),
+                    }
+                })
+                .collect();
+            DeleteRecordsTopicResult::default()
+                .with_name(t.name)
+                .with_partitions(partitions)
+        })
+        .collect();
+    DeleteRecordsResponse::default().with_topics(topics)
+}
+
+pub fn describe_cluster(broker: &Broker, _req: DescribeClusterRequest) -> DescribeClusterResponse {
+    DescribeClusterResponse::default()
+        .with_cluster_id(str_bytes(broker.cluster_id()))
+        .with_controller_id(BrokerId(broker.node_id))
+        .with_endpoint_type(1)
+        .with_brokers(vec![DescribeClusterBroker::default()
+            .with_broker_id(BrokerId(broker.node_id))
+            .with_host(str_bytes(&broker.advertised_host))
+            .with_port(broker.advertised_port)])
+        .with_cluster_authorized_operations(i32::MIN)
+}

@@ -1,0 +1,387 @@
+//! DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics,
+//! and DescribeConfigs for this broker (read-only: dynamic broker configs
+//! are not supported and altering them is refused with INVALID_REQUEST).
+
+use std::collections::BTreeMap;
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::describe_configs_response::{
+    DescribeConfigsResourceResult, DescribeConfigsResult,
+};
+use kafka_protocol::messages::{
+    alter_configs_response, incremental_alter_configs_response, AlterConfigsRequest,
+    AlterConfigsResponse, DescribeConfigsRequest, DescribeConfigsResponse,
+    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+
+use super::str_bytes;
+use crate::broker::Broker;
+use crate::topic_config::{self, ConfigSource, ConfigType};
+use crate::topics::{AlterOp, TopicError};
+
+const TOPIC: i8 = 2;
+const BROKER: i8 = 4;
+
+fn wanted(keys: &Option<Vec<StrBytes>>, name: &str) -> bool {
+    keys.as_ref()
+        .is_none_or(|k| k.is_empty() || k.iter().any(|x| x.as_str() == name))
+}
+
+fn describe_topic(
+    broker: &Broker,
+    name: &str,
+    keys: &Option<Vec<StrBytes>>,
+    docs: bool,
+) -> Result<Vec<DescribeConfigsResourceResult>, TopicError> {
+    let topic = broker.topics.get(name).ok_or_else(|| {
+        TopicError::new(
+            ResponseError::UnknownTopicOrPartition,
+            format!("topic {name} does not exist"),
+        )
+    })?;
+    let effective = topic_config::effective(&topic.meta.configs, broker.topics.broker_config());
+    Ok(effective
+        .into_iter()
+        .filter(|(k, _)| wanted(keys, k))
+        .map(|(k, (v, source))| {
+            let def = topic_config::find(k);
+            DescribeConfigsResourceResult::default()
+                .with_name(str_bytes(k))
+                .with_value(Some(str_bytes(&v)))
+                .with_config_source(source as i8)
+                .with_config_type(def.map_or(ConfigType::String, |d| d.kind) as i8)
+                .with_documentation(if docs {
+                    def.map(|d| str_bytes(d.doc))
+                } else {
+                    None
+                })
+        })
+        .collect())
+}
+
+fn describe_broker(
+    broker: &Broker,
+    name: &str,
+    keys: &Option<Vec<StrBytes>>,
+) -> Result<Vec<DescribeConfigsResourceResult>, TopicError> {
+    if !name.is_empty() && name != broker.node_id.to_string() {
+        return Err(TopicError::new(
+            ResponseError::InvalidRequest,
+            format!("this is broker {}, not {name}", broker.node_id),
+        ));
+    }
+    let cfg = broker.topics.broker_config();
+    let mut values: BTreeMap<String, (String, ConfigSource)> = [
+        ("num.partitions", cfg.num_partitions.to_string()),
+        (
+            "default.replication.factor",
+            cfg.default_replication_factor.to_string(),
+        ),
+        (
+            "auto.create.topics.enable",
+            cfg.auto_create_topics_enable.to_string(),
+        ),
+        ("delete.topic.enable", cfg.delete_topic_enable.to_string()),
+        (
+            "socket.request.max.bytes",
+            cfg.socket_request_max_bytes.to_string(),
+        ),
+        ("message.max.bytes", cfg.message_max_bytes.to_string()),
+        ("log.segment.bytes", cfg.log_segment_bytes.to_string()),
+        ("log.roll.ms", cfg.log_roll_ms.to_string()),
+        ("log.retention.ms", cfg.log_retention_ms.to_string()),
+        ("log.retention.bytes", cfg.log_retention_bytes.to_string()),
+        (
+            "log.retention.check.interval.ms",
+            cfg.log_retention_check_interval_ms.to_string(),
+        ),
+        ("log.cleanup.policy", cfg.log_cleanup_policy.clone()),
+        (
+            "log.message.timestamp.type",
+            cfg.log_message_timestamp_type.clone(),
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), (v, ConfigSource::Default)))
+    .collect();
+    for (k, v) in &cfg.raw {
+        values.insert(k.clone(), (v.clone(), ConfigSource::StaticBroker));
+    }
+    Ok(values
+        .into_iter()
+        .filter(|(k, _)| wanted(keys, k))
+        .map(|(k, (v, source))| {
+            DescribeConfigsResourceResult::default()
+                .with_name(str_bytes(&k))
+                .with_value(Some(str_bytes(&v)))
+                .with_read_only(true)
+                .with_config_source(source as i8)
+                .with_config_type(ConfigType::String as i8)
+        })
+        .collect())
+}
+
+pub fn describe(broker: &Broker, req: DescribeConfigsRequest) -> DescribeConfigsResponse {
+    let results = req
+        .resources
+        .into_iter()
+        .map(|r| {
+            let name = r.resource_name.as_str().to_string();
+            let outcome = match r.resource_type {
+                TOPIC => describe_topic(
+                    broker,
+                    &name,
+                    &r.configuration_keys,
+                    req.include_documentation,
+                ),
+                BROKER => describe_broker(broker, &name, &r.configuration_keys),
+                other => Err(TopicError::new(
+                    ResponseError::InvalidRequest,
+                    format!("resource type {other} is not supported"),
+                )),
+            };
+            let entry = DescribeConfigsResult::default()
+                .with_resource_type(r.resource_type)
+                .with_resource_name(r.resource_name);
+            match outcome {
+                Ok(configs) => entry.with_configs(configs),
+                Err(e) => entry
+                    .with_error_code(e.code.code())
+                    .with_error_message(Some(str_bytes(&e.message))),
+            }
+        })
+        .collect();
+    DescribeConfigsResponse::default().with_results(results)
+}
+
+fn refuse_non_topic(resource_type: i8) -> Result<(), TopicError> {
+    match resource_type {
+        TOPIC => Ok(()),
+        BROKER => Err(TopicError::new(
+            ResponseError::InvalidRequest,
+            "dynamic broker configs are not supported; set them in the broker's properties",
+        )),
+        other => Err(TopicError::new(
+            ResponseError::InvalidRequest,
+            format!("resource type {other} is not supported"),
+        )),
+    }
+}
+
+pub fn alter(broker: &Broker, req: AlterConfigsRequest) -> AlterConfigsResponse {
+    let responses = req
+        .resources
+        .into_iter()
+        .map(|r| {
+            let name = r.resource_name.as_str().to_string();
+            let outcome = refuse_non_topic(r.resource_type).and_then(|()| {
+                let mut replacement = BTreeMap::new();
+                for c in &r.configs {
+                    if let Some(v) = &c.value {
+                        replacement.insert(c.name.as_str().to_string(), v.as_str().to_string());
+                    }
+                }
+                broker.topics.alter_configs(
+                    &name,
+                    |configs| {
+                        *configs = replacement;
+                        Ok(())
+                    },
+                    req.validate_only,
+                )
+            });
+            let entry = alter_configs_response::AlterConfigsResourceResponse::default()
+                .with_resource_type(r.resource_type)
+                .with_resource_name(r.resource_name);
+            match outcome {
+                Ok(()) => entry,
+                Err(e) => entry
+                    .with_error_code(e.code.code())
+                    .with_error_message(Some(str_bytes(&e.message))),
+            }
+        })
+        .collect();
+    AlterConfigsResponse::default().with_responses(responses)
+}
+
+/// Applies IncrementalAlterConfigs operations to a topic's overrides.
+pub fn apply_incremental(
+    configs: &mut BTreeMap<String, String>,
+    ops: &[(String, AlterOp, Option<String>)],
+    defaults: impl Fn(&str) -> String,
+) -> Result<(), TopicError> {
+    for (name, op, value) in ops {
+        let def = topic_config::find(name).ok_or_else(|| {
+            TopicError::new(
+                ResponseError::InvalidConfig,
+                format!("unknown topic config {name}"),
+            )
+        })?;
+        match op {
+            AlterOp::Set => {
+                let v = value.clone().ok_or_else(|| {
+                    TopicError::new(
+                        ResponseError::InvalidConfig,
+                        format!("SET of {name} without a value"),
+                    )
+                })?;
+                configs.insert(name.clone(), v);
+            }
+            AlterOp::Delete => {
+                configs.remove(name);
+            }
+            AlterOp::Append | AlterOp::Subtract => {
+                if def.kind != ConfigType::List {
+                    return Err(TopicError::new(
+                        ResponseError::InvalidConfig,
+                        format!("{name} is not a list; APPEND and SUBTRACT apply only to lists"),
+                    ));
+                }
+                let current = configs.get(name).cloned().unwrap_or_else(|| defaults(name));
+                let mut items: Vec<String> = current
+                    .split(',')
+                    .map(|s| s.trim().to_string())
+                    .filter(|s| !s.is_empty())
+                    .collect();
+                for item in value
+                    .as_deref()
+                    .unwrap_or("")
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                {
+                    if *op == AlterOp::Append {
+                        if !items.iter().any(|i| i == item) {
+                            items.push(item.to_string());
+                        }
+                    } else {
+                        items.retain(|i| i != item);
+                    }
+                }
+                configs.insert(name.clone(), items.join(","));
+            }
+        }
+    }
+    Ok(())
+}
+
+pub fn incremental_alter(
+    broker: &Broker,
+    req: IncrementalAlterConfigsRequest,
+) -> IncrementalAlterConfigsResponse {
+    let responses = req
+        .resources
+        .into_iter()
+        .map(|r| {
+            let name = r.resource_name.as_str().to_string();
+            let ops: Result<Vec<_>, TopicError> = r
+                .configs
+                .iter()
+                .map(|c| {
+                    let op = match c.config_operation {
+                        0 => AlterOp::Set,
+                        1 => AlterOp::Delete,
+                        2 => AlterOp::Append,
+                        3 => AlterOp::Subtract,
+                        other => {
+                            return Err(TopicError::new(
+                                ResponseError::InvalidRequest,
+                                format!("unknown config operation {other}"),
+                            ))
+                        }
+                    };
+                    Ok((
+                        c.name.as_str().to_string(),
+                        op,
+                        c.value.as_ref().map(|v| v.as_str().to_string()),
+                    ))
+                })
+                .collect();
+            let outcome = refuse_non_topic(r.resource_type).and(ops).and_then(|ops| {
+                let broker_cfg = broker.topics.broker_config().clone();
+                broker.topics.alter_configs(
+                    &name,
+                    |configs| {
+                        apply_incremental(configs, &ops, |k| {
+                            topic_config::find(k)
+                                .map(|d| topic_config::broker_default(d, &broker_cfg).0)
+                                .unwrap_or_default()
+                        })
+                    },
+                    req.validate_only,
+                )
+            });
+            let entry = incremental_alter_configs_response::AlterConfigsResourceResponse::default()
+                .with_resource_type(r.resource_type)
+                .with_resource_name(r.resource_name);
+            match outcome {
+                Ok(()) => entry,
+                Err(e) => entry
+                    .with_error_code(e.code.code())
+                    .with_error_message(Some(str_bytes(&e.message))),
+            }
+        })
+        .collect();
+    IncrementalAlterConfigsResponse::default().with_responses(responses)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn incremental_ops_set_delete_append_subtract() {
+        let mut c = BTreeMap::new();
+        let defaults = |_: &str| "delete".to_string();
+        apply_incremental(
+            &mut c,
+            &[("retention.ms".into(), AlterOp::Set, Some("5".into()))],
+            defaults,
+        )
+        .unwrap();
+        assert_eq!(c["retention.ms"], "5");
+        apply_incremental(
+            &mut c,
+            &[(
+                "cleanup.policy".into(),
+                AlterOp::Append,
+                Some("compact".into()),
+            )],
+            defaults,
+        )
+        .unwrap();
+        assert_eq!(c["cleanup.policy"], "delete,compact");
+        apply_incremental(
+            &mut c,
+            &[(
+                "cleanup.policy".into(),
+                AlterOp::Subtract,
+                Some("delete".into()),
+            )],
+            defaults,
+        )
+        .unwrap();
+        assert_eq!(c["cleanup.policy"], "compact");
+        apply_incremental(
+            &mut c,
+            &[("retention.ms".into(), AlterOp::Delete, None)],
+            defaults,
+        )
+        .unwrap();
+        assert!(!c.contains_key("retention.ms"));
+        let e = apply_incremental(
+            &mut c,
+            &[("retention.ms".into(), AlterOp::Append, Some("1".into()))],
+            defaults,
+        )
+        .unwrap_err();
+        assert_eq!(e.code, ResponseError::InvalidConfig);
+        assert!(apply_incremental(
+            &mut c,
+            &[("bogus".into(), AlterOp::Set, Some("1".into()))],
+            defaults
+        )
+        .is_err());
+    }
+}

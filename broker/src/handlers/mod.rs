@@ -1,0 +1,138 @@
+//! Request handlers: one module per API family. Each takes the decoded
+//! request and returns the response message; this module decodes bodies,
+//! dispatches, and encodes responses with their headers.
+//!
+//! Handlers never panic on request content: every bad field becomes an error
+//! code in the response, and undecodable requests close the connection.
+
+mod admin;
+mod api_versions;
+mod configs;
+mod fetch;
+mod list_offsets;
+mod metadata;
+mod produce;
+
+use std::sync::Arc;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+
+use crate::broker::Broker;
+use crate::protocol::fetch_encode::Piece;
+
+pub use api_versions::unsupported_version_response;
+
+/// What to send back for one request.
+#[derive(Debug)]
+pub enum Reply {
+    /// Nothing (Produce with acks=0).
+    None,
+    Pieces(Vec<Piece>),
+}
+
+/// A request that cannot be answered: the connection is closed.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    #[error("cannot decode {api:?} v{version}: {reason}")]
+    Decode {
+        api: ApiKey,
+        version: i16,
+        reason: String,
+    },
+    #[error("cannot encode the {api:?} v{version} response: {reason}")]
+    Encode {
+        api: ApiKey,
+        version: i16,
+        reason: String,
+    },
+}
+
+/// Encodes a complete response frame (size, header, body).
+pub fn encode_response<R: Encodable>(
+    api: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    response: &R,
+) -> Result<Reply, RequestError> {
+    let mut buf = BytesMut::with_capacity(128);
+    buf.put_i32(0);
+    let header = ResponseHeader::default().with_correlation_id(correlation_id);
+    let enc_err = |e: anyhow::Error| RequestError::Encode {
+        api,
+        version,
+        reason: e.to_string(),
+    };
+    header
+        .encode(&mut buf, api.response_header_version(version))
+        .map_err(enc_err)?;
+    response.encode(&mut buf, version).map_err(enc_err)?;
+    let size = (buf.len() - 4) as i32;
+    buf[..4].copy_from_slice(&size.to_be_bytes());
+    Ok(Reply::Pieces(vec![Piece::Bytes(buf.freeze())]))
+}
+
+/// Decodes the header and body of a supported request and handles it.
+pub async fn handle(
+    broker: &Arc<Broker>,
+    api: ApiKey,
+    version: i16,
+    mut frame: Bytes,
+) -> Result<Reply, RequestError> {
+    let decode_err = |e: anyhow::Error| RequestError::Decode {
+        api,
+        version,
+        reason: e.to_string(),
+    };
+    let header = RequestHeader::decode(&mut frame, api.request_header_version(version))
+        .map_err(decode_err)?;
+    let request = RequestKind::decode(api, &mut frame, version).map_err(decode_err)?;
+    let cid = header.correlation_id;
+    let b = broker.as_ref();
+    match request {
+        RequestKind::ApiVersions(_) => encode_response(api, version, cid, &api_versions::handle(b)),
+        RequestKind::Metadata(r) => {
+            encode_response(api, version, cid, &metadata::handle(b, r, version))
+        }
+        RequestKind::Produce(r) => match produce::handle(b, r, version) {
+            Some(resp) => encode_response(api, version, cid, &resp),
+            None => Ok(Reply::None),
+        },
+        RequestKind::Fetch(r) => Ok(Reply::Pieces(fetch::handle(broker, r, version, cid).await)),
+        RequestKind::ListOffsets(r) => {
+            encode_response(api, version, cid, &list_offsets::handle(b, r, version))
+        }
+        RequestKind::CreateTopics(r) => {
+            encode_response(api, version, cid, &admin::create_topics(b, r, version))
+        }
+        RequestKind::DeleteTopics(r) => {
+            encode_response(api, version, cid, &admin::delete_topics(b, r, version))
+        }
+        RequestKind::CreatePartitions(r) => {
+            encode_response(api, version, cid, &admin::create_partitions(b, r))
+        }
+        RequestKind::DeleteRecords(r) => {
+            encode_response(api, version, cid, &admin::delete_records(b, r))
+        }
+        RequestKind::DescribeCluster(r) => {
+            encode_response(api, version, cid, &admin::describe_cluster(b, r))
+        }
+        RequestKind::DescribeConfigs(r) => {
+            encode_response(api, version, cid, &configs::describe(b, r))
+        }
+        RequestKind::AlterConfigs(r) => encode_response(api, version, cid, &configs::alter(b, r)),
+        RequestKind::IncrementalAlterConfigs(r) => {
+            encode_response(api, version, cid, &configs::incremental_alter(b, r))
+        }
+        _ => Err(RequestError::Decode {
+            api,
+            version,
+            reason: "no handler".into(),
+        }),
+    }
+}
+
+pub(crate) fn str_bytes(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_string())
+}

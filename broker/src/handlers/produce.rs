@@ -1,0 +1,121 @@
+//! Produce: validates each partition's batches (magic 2, CRC-32C,
+//! `max.message.bytes`) and appends them. With acks=0 nothing is answered.
+//!
+//! Durability: on this single broker, acks=1 and acks=all both answer once
+//! the batches are in the page cache (the topic's flush policy may add an
+//! fsync), as Kafka does for its in-sync replicas.
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
+
+use super::str_bytes;
+use crate::broker::Broker;
+use crate::metrics::Metrics;
+use crate::storage::batch;
+use crate::topics::storage_error_code;
+
+fn partition_error(index: i32, code: ResponseError, message: String) -> PartitionProduceResponse {
+    PartitionProduceResponse::default()
+        .with_index(index)
+        .with_error_code(code.code())
+        .with_base_offset(-1)
+        .with_log_append_time_ms(-1)
+        .with_log_start_offset(-1)
+        .with_error_message(Some(str_bytes(&message)))
+}
+
+pub fn handle(broker: &Broker, req: ProduceRequest, _version: i16) -> Option<ProduceResponse> {
+    let acks = req.acks;
+    let mut responses = Vec::with_capacity(req.topic_data.len());
+    for topic_data in req.topic_data {
+        let name = topic_data.name.0.as_str().to_string();
+        let topic = broker.topics.get(&name);
+        let mut partition_responses = Vec::with_capacity(topic_data.partition_data.len());
+        for pd in topic_data.partition_data {
+            let index = pd.index;
+            if !matches!(acks, -1..=1) {
+                partition_responses.push(partition_error(
+                    index,
+                    ResponseError::InvalidRequiredAcks,
+                    format!("acks must be -1, 0 or 1, got {acks}"),
+                ));
+                continue;
+            }
+            let Some(partition) = topic.as_ref().and_then(|t| {
+                usize::try_from(index)
+                    .ok()
+                    .and_then(|i| t.partitions.get(i))
+            }) else {
+                partition_responses.push(partition_error(
+                    index,
+                    ResponseError::UnknownTopicOrPartition,
+                    format!("{name}-{index} is not hosted here"),
+                ));
+                continue;
+            };
+            let Some(records) = pd.records else {
+                partition_responses.push(partition_error(
+                    index,
+                    ResponseError::InvalidRecord,
+                    "no records".into(),
+                ));
+                continue;
+            };
+            let max = partition.with_log(|log| log.config().max_message_bytes);
+            let headers = match batch::validate_batches(&records, max) {
+                Ok(h) => h,
+                Err(e) => {
+                    tracing::debug!(topic = %name, partition = index, error = %e, "rejected produce");
+                    partition_responses.push(partition_error(
+                        index,
+                        storage_error_code(&e),
+                        e.to_string(),
+                    ));
+                    continue;
+                }
+            };
+            let mut buf = records.to_vec();
+            match partition.append(&mut buf) {
+                Ok(r) => {
+                    let label = Metrics::topic(&name);
+                    broker
+                        .metrics
+                        .bytes_in
+                        .get_or_create(&label)
+                        .inc_by(buf.len() as u64);
+                    let count: u64 = headers.iter().map(|h| h.records_count.max(0) as u64).sum();
+                    broker
+                        .metrics
+                        .records_in
+                        .get_or_create(&label)
+                        .inc_by(count);
+                    partition_responses.push(
+                        PartitionProduceResponse::default()
+                            .with_index(index)
+                            .with_base_offset(r.base_offset)
+                            .with_log_append_time_ms(r.log_append_time)
+                            .with_log_start_offset(r.log_start_offset),
+                    );
+                }
+                Err(e) => {
+                    tracing::warn!(topic = %name, partition = index, error = %e, "append failed");
+                    partition_responses.push(partition_error(
+                        index,
+                        storage_error_code(&e),
+                        e.to_string(),
+                    ));
+                }
+            }
+        }
+        responses.push(
+            TopicProduceResponse::default()
+                .with_name(topic_data.name)
+                .with_partition_responses(partition_responses),
+        );
+    }
+    if acks == 0 {
+        return None;
+    }
+    Some(ProduceResponse::default().with_responses(responses))
+}

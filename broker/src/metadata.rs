@@ -1,0 +1,168 @@
+//! The standalone metadata store: the cluster id and every topic's id,
+//! partition count, replication factor and config overrides, kept in one
+//! JSON document in the data directory and replaced atomically on each
+//! change (temp file, fsync, rename, fsync directory).
+//!
+//! It owns only that file; the topics' logs belong to `topics`/`storage`.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// Everything the broker knows about one topic.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TopicMeta {
+    pub name: String,
+    pub id: Uuid,
+    pub partitions: i32,
+    pub replication_factor: i16,
+    #[serde(default)]
+    pub configs: BTreeMap<String, String>,
+}
+
+/// The persisted metadata document.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MetadataDoc {
+    pub cluster_id: String,
+    pub topics: BTreeMap<String, TopicMeta>,
+}
+
+/// Reads and writes the metadata document of a data directory.
+#[derive(Debug, Clone)]
+pub struct MetadataFile {
+    path: PathBuf,
+}
+
+pub const METADATA_FILE_NAME: &str = "moldau-metadata.json";
+
+impl MetadataFile {
+    pub fn new(data_dir: &Path) -> Self {
+        Self {
+            path: data_dir.join(METADATA_FILE_NAME),
+        }
+    }
+
+    /// Loads the document, or a fresh one with a new cluster id.
+    pub fn load_or_init(&self) -> std::io::Result<MetadataDoc> {
+        match fs::read(&self.path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("{}: {e}", self.path.display()),
+                )
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let doc = MetadataDoc {
+                    cluster_id: new_cluster_id(),
+                    topics: BTreeMap::new(),
+                };
+                self.save(&doc)?;
+                Ok(doc)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    pub fn save(&self, doc: &MetadataDoc) -> std::io::Result<()> {
+        let bytes = serde_json::to_vec_pretty(doc).map_err(std::io::Error::other)?;
+        write_atomically(&self.path, &bytes)
+    }
+}
+
+/// A Kafka-style cluster id: 16 random bytes, URL-safe base64 without padding.
+fn new_cluster_id() -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let bytes = Uuid::new_v4().into_bytes();
+    let mut out = String::with_capacity(22);
+    let mut acc: u32 = 0;
+    let mut bits = 0;
+    for b in bytes {
+        acc = (acc << 8) | b as u32;
+        bits += 8;
+        while bits >= 6 {
+            bits -= 6;
+            out.push(ALPHABET[((acc >> bits) & 63) as usize] as char);
+        }
+    }
+    if bits > 0 {
+        out.push(ALPHABET[((acc << (6 - bits)) & 63) as usize] as char);
+    }
+    out
+}
+
+/// Replaces `path` with `bytes` so that a crash leaves either the old or the
+/// new content: write a temp file, fsync it, rename, fsync the directory.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let tmp = path.with_extension("tmp");
+    {
+        let mut f = File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    fs::rename(&tmp, path)?;
+    File::open(dir)?.sync_all()
+}
+
+/// Kafka's topic name rules: 1–249 characters of `[a-zA-Z0-9._-]`, not `.` or `..`.
+pub fn validate_topic_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("topic name is empty".into());
+    }
+    if name == "." || name == ".." {
+        return Err(format!("topic name {name:?} is not allowed"));
+    }
+    if name.len() > 249 {
+        return Err(format!(
+            "topic name is {} characters long; the limit is 249",
+            name.len()
+        ));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '.' || *c == '_' || *c == '-'))
+    {
+        return Err(format!(
+            "topic name {name:?} contains {c:?}; only [a-zA-Z0-9._-] are allowed"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_names_follow_kafka_rules() {
+        assert!(validate_topic_name("orders.v1_x-y").is_ok());
+        for bad in ["", ".", "..", "a b", "a/b", "é", &"x".repeat(250)] {
+            assert!(validate_topic_name(bad).is_err(), "{bad:?}");
+        }
+        assert!(validate_topic_name(&"x".repeat(249)).is_ok());
+    }
+
+    #[test]
+    fn metadata_round_trips_and_keeps_cluster_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = MetadataFile::new(dir.path());
+        let mut doc = f.load_or_init().unwrap();
+        assert_eq!(doc.cluster_id.len(), 22);
+        doc.topics.insert(
+            "t".into(),
+            TopicMeta {
+                name: "t".into(),
+                id: Uuid::new_v4(),
+                partitions: 3,
+                replication_factor: 1,
+                configs: [("retention.ms".to_string(), "5".to_string())].into(),
+            },
+        );
+        f.save(&doc).unwrap();
+        assert_eq!(f.load_or_init().unwrap(), doc);
+    }
+}

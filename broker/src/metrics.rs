@@ -1,0 +1,136 @@
+//! Prometheus metrics of the broker, rendered in the text exposition format
+//! by the HTTP endpoint. Counters are updated by the handlers; per-partition
+//! log sizes are read at scrape time.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TopicLabel {
+    pub topic: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ApiLabel {
+    pub api: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PartitionLabel {
+    pub topic: String,
+    pub partition: String,
+}
+
+fn new_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.0001, 2.0, 18))
+}
+
+#[derive(Debug)]
+pub struct Metrics {
+    pub bytes_in: Family<TopicLabel, Counter>,
+    pub bytes_out: Family<TopicLabel, Counter>,
+    pub records_in: Family<TopicLabel, Counter>,
+    pub requests: Family<ApiLabel, Counter>,
+    pub request_errors: Family<ApiLabel, Counter>,
+    pub request_seconds: Family<ApiLabel, Histogram, fn() -> Histogram>,
+    pub log_size_bytes: Family<PartitionLabel, Gauge>,
+    pub log_end_offset: Family<PartitionLabel, Gauge>,
+    pub log_start_offset: Family<PartitionLabel, Gauge>,
+    pub connections: Gauge,
+    pub closed_bad_connections: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self {
+            bytes_in: Family::default(),
+            bytes_out: Family::default(),
+            records_in: Family::default(),
+            requests: Family::default(),
+            request_errors: Family::default(),
+            request_seconds: Family::new_with_constructor(new_histogram),
+            log_size_bytes: Family::default(),
+            log_end_offset: Family::default(),
+            log_start_offset: Family::default(),
+            connections: Gauge::default(),
+            closed_bad_connections: Counter::default(),
+        }
+    }
+}
+
+impl Metrics {
+    pub fn topic(topic: &str) -> TopicLabel {
+        TopicLabel {
+            topic: topic.to_string(),
+        }
+    }
+
+    /// Renders every metric in the Prometheus text format.
+    pub fn render(&self) -> String {
+        let mut registry = Registry::with_prefix("moldau");
+        registry.register(
+            "bytes_in",
+            "Record bytes appended, per topic",
+            self.bytes_in.clone(),
+        );
+        registry.register(
+            "bytes_out",
+            "Record bytes sent to fetchers, per topic",
+            self.bytes_out.clone(),
+        );
+        registry.register(
+            "records_in",
+            "Records appended, per topic",
+            self.records_in.clone(),
+        );
+        registry.register(
+            "requests",
+            "Requests handled, per API",
+            self.requests.clone(),
+        );
+        registry.register(
+            "request_errors",
+            "Requests answered with an error, per API",
+            self.request_errors.clone(),
+        );
+        registry.register(
+            "request_duration_seconds",
+            "Request handling time, per API",
+            self.request_seconds.clone(),
+        );
+        registry.register(
+            "log_size_bytes",
+            "Bytes of all segments, per partition",
+            self.log_size_bytes.clone(),
+        );
+        registry.register(
+            "log_end_offset",
+            "Next offset to be written, per partition",
+            self.log_end_offset.clone(),
+        );
+        registry.register(
+            "log_start_offset",
+            "First offset kept, per partition",
+            self.log_start_offset.clone(),
+        );
+        registry.register(
+            "connections",
+            "Open client connections",
+            self.connections.clone(),
+        );
+        registry.register(
+            "closed_bad_connections",
+            "Connections closed because of malformed or unsupported requests",
+            self.closed_bad_connections.clone(),
+        );
+        let mut out = String::new();
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &registry) {
+            tracing::warn!(error = %e, "encoding metrics failed");
+        }
+        out
+    }
+}

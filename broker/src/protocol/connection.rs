@@ -1,0 +1,137 @@
+//! One client connection: read a frame, check the API and version, hand it
+//! to the handlers, write the reply — in order, one request at a time, as
+//! the Kafka protocol requires responses in request order.
+//!
+//! Malformed frames, unknown APIs and unsupported versions close the
+//! connection (logged once per connection); ApiVersions with a version we
+//! do not know gets the KIP-511 answer instead.
+
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::time::Instant;
+
+use kafka_protocol::messages::ApiKey;
+use tokio::io::{AsyncWriteExt, Interest};
+use tokio::net::TcpStream;
+
+use super::fetch_encode::Piece;
+use super::frame::{read_frame, FrameError};
+use super::versions::supported_range;
+use crate::broker::Broker;
+use crate::handlers::{self, Reply};
+use crate::metrics::ApiLabel;
+
+/// Serves one connection until the peer closes it or sends something we
+/// must refuse.
+pub async fn serve(broker: Arc<Broker>, mut stream: TcpStream, peer: std::net::SocketAddr) {
+    let _ = stream.set_nodelay(true);
+    broker.metrics.connections.inc();
+    if let Err(reason) = serve_inner(&broker, &mut stream).await {
+        if !reason.is_empty() {
+            broker.metrics.closed_bad_connections.inc();
+            tracing::warn!(%peer, %reason, "closing connection");
+        }
+    }
+    broker.metrics.connections.dec();
+}
+
+async fn serve_inner(broker: &Arc<Broker>, stream: &mut TcpStream) -> Result<(), String> {
+    let max = broker.socket_request_max_bytes();
+    loop {
+        let frame = match read_frame(stream, max).await {
+            Ok(f) => f,
+            Err(FrameError::Closed) => return Ok(()),
+            Err(FrameError::Io(e)) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                return Ok(())
+            }
+            Err(e) => return Err(e.to_string()),
+        };
+        if frame.len() < 8 {
+            return Err(format!(
+                "request of {} bytes is too short for a header",
+                frame.len()
+            ));
+        }
+        let api_key = i16::from_be_bytes([frame[0], frame[1]]);
+        let version = i16::from_be_bytes([frame[2], frame[3]]);
+        let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
+        let api = ApiKey::try_from(api_key).map_err(|_| format!("unknown API key {api_key}"))?;
+        let Some((min, max_version)) = supported_range(api) else {
+            return Err(format!("API {api:?} is not implemented"));
+        };
+        if version < min || version > max_version {
+            if api == ApiKey::ApiVersions && version > max_version {
+                let reply = handlers::unsupported_version_response(correlation_id);
+                write_pieces(stream, &[Piece::Bytes(reply)])
+                    .await
+                    .map_err(|e| e.to_string())?;
+                continue;
+            }
+            return Err(format!(
+                "{api:?} v{version} is not supported (we do {min}..={max_version})"
+            ));
+        }
+        let label = ApiLabel {
+            api: format!("{api:?}"),
+        };
+        let started = Instant::now();
+        let reply = handlers::handle(broker, api, version, frame)
+            .await
+            .map_err(|e| e.to_string())?;
+        broker
+            .metrics
+            .request_seconds
+            .get_or_create(&label)
+            .observe(started.elapsed().as_secs_f64());
+        broker.metrics.requests.get_or_create(&label).inc();
+        if let Reply::Pieces(pieces) = reply {
+            if let Err(e) = write_pieces(stream, &pieces).await {
+                // The peer went away: nothing to log beyond debug.
+                tracing::debug!(error = %e, "writing response failed");
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Writes buffers normally and file regions with `sendfile(2)`.
+pub async fn write_pieces(stream: &mut TcpStream, pieces: &[Piece]) -> std::io::Result<()> {
+    for piece in pieces {
+        match piece {
+            Piece::Bytes(b) => stream.write_all(b).await?,
+            Piece::File(slice) => {
+                let mut offset = slice.position as libc::off_t;
+                let end = slice.position + slice.len;
+                while (offset as u64) < end {
+                    let count = (end - offset as u64).min(1 << 30) as usize;
+                    let in_fd = slice.file.as_raw_fd();
+                    stream.writable().await?;
+                    let sent = stream.try_io(Interest::WRITABLE, || {
+                        let out_fd = stream.as_raw_fd();
+                        // SAFETY: both descriptors are open for the duration of
+                        // the call (the file is held by `slice`, the socket by
+                        // `stream`), and `offset` is a valid pointer.
+                        let n = unsafe { libc::sendfile(out_fd, in_fd, &mut offset, count) };
+                        if n < 0 {
+                            Err(std::io::Error::last_os_error())
+                        } else {
+                            Ok(n)
+                        }
+                    });
+                    match sent {
+                        Ok(0) => {
+                            return Err(std::io::Error::new(
+                                std::io::ErrorKind::UnexpectedEof,
+                                "segment file shorter than the slice",
+                            ))
+                        }
+                        Ok(_) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,149 @@
+//! Starting and stopping a broker: open the data directory, bind the
+//! listeners, run housekeeping, and on SIGTERM/SIGINT stop accepting, let
+//! in-flight requests finish briefly, and close every log cleanly.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::broker::Broker;
+use crate::config::{BrokerConfig, Cli};
+use crate::topics::TopicManager;
+
+/// Splits `host:port`; the port must be a number.
+fn split_host_port(s: &str) -> anyhow::Result<(String, i32)> {
+    let (host, port) = s
+        .rsplit_once(':')
+        .with_context(|| format!("advertised listener {s:?} is not host:port"))?;
+    let port: i32 = port.parse().with_context(|| format!("bad port in {s:?}"))?;
+    Ok((host.trim_matches(['[', ']']).to_string(), port))
+}
+
+/// Runs a broker until `shutdown` turns true (or a signal arrives when
+/// `handle_signals`). Returns after logs are closed.
+pub async fn run(
+    cli: Cli,
+    mut shutdown: watch::Receiver<bool>,
+    handle_signals: bool,
+) -> anyhow::Result<()> {
+    let broker_config = BrokerConfig::load(cli.config_file.as_deref(), &cli.overrides)?;
+    let listener = TcpListener::bind(cli.listen)
+        .await
+        .with_context(|| format!("binding the Kafka listener on {}", cli.listen))?;
+    let bound = listener.local_addr()?;
+    let http_listener = TcpListener::bind(cli.http_listen)
+        .await
+        .with_context(|| format!("binding the HTTP listener on {}", cli.http_listen))?;
+    let advertised = cli
+        .advertised_listener
+        .clone()
+        .unwrap_or_else(|| bound.to_string());
+    let (host, port) = split_host_port(&advertised)?;
+
+    let data_dir = cli.data_dir.clone();
+    let started = std::time::Instant::now();
+    let topics =
+        tokio::task::spawn_blocking(move || TopicManager::open(&data_dir, broker_config)).await??;
+    tracing::info!(
+        data_dir = %cli.data_dir.display(),
+        topics = topics.all().len(),
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "logs recovered"
+    );
+    let broker = Arc::new(Broker::new(cli.node_id, host, port, topics));
+
+    let http = axum::serve(http_listener, crate::http::router(broker.clone()));
+    let mut http_shutdown = shutdown.clone();
+    let http_task = tokio::spawn(async move {
+        let _ = http
+            .with_graceful_shutdown(async move {
+                let _ = http_shutdown.wait_for(|s| *s).await;
+            })
+            .await;
+    });
+
+    let hk_broker = broker.clone();
+    let interval = Duration::from_millis(
+        broker
+            .topics
+            .broker_config()
+            .log_retention_check_interval_ms
+            .clamp(100, 3_600_000) as u64,
+    );
+    let mut hk_shutdown = shutdown.clone();
+    let housekeeping = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(interval);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {
+                    let b = hk_broker.clone();
+                    let _ = tokio::task::spawn_blocking(move || b.topics.housekeeping()).await;
+                }
+                r = hk_shutdown.changed() => if r.is_err() || *hk_shutdown.borrow() { break },
+            }
+        }
+    });
+
+    broker.set_ready(true);
+    tracing::info!(listen = %bound, advertised = %advertised, http = %cli.http_listen, node_id = cli.node_id, "broker ready");
+
+    let mut connections = tokio::task::JoinSet::new();
+    let signals = async {
+        if handle_signals {
+            wait_for_signal().await
+        } else {
+            std::future::pending::<()>().await
+        }
+    };
+    tokio::pin!(signals);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    connections.spawn(crate::protocol::connection::serve(broker.clone(), stream, peer));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            r = shutdown.changed() => if r.is_err() || *shutdown.borrow() { break },
+            _ = &mut signals => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+    tracing::info!("shutting down");
+    broker.set_ready(false);
+    drop(listener);
+    // Let in-flight requests finish briefly, then drop the rest.
+    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+        connections.abort_all();
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    housekeeping.abort();
+    http_task.abort();
+    let b = broker.clone();
+    tokio::task::spawn_blocking(move || b.topics.close()).await?;
+    tracing::info!("logs closed; bye");
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => std::future::pending::<()>().await,
+    }
+}

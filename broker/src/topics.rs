@@ -1,0 +1,590 @@
+//! The topic manager: the live set of topics and their partitions' logs,
+//! and the admin operations that change them (create, delete, add
+//! partitions, alter configs). Every change is persisted through
+//! [`MetadataFile`] before it becomes visible.
+//!
+//! It owns the mapping topic → partitions and each partition's lock; the
+//! bytes inside a log belong to `storage`, the wire format to `protocol`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use kafka_protocol::error::ResponseError;
+use parking_lot::{Mutex, RwLock};
+use tokio::sync::watch;
+use uuid::Uuid;
+
+use crate::config::BrokerConfig;
+use crate::metadata::{validate_topic_name, MetadataDoc, MetadataFile, TopicMeta};
+use crate::storage::{self, AppendResult, FetchSlice, PartitionLog, StorageError};
+use crate::topic_config;
+
+/// A refused admin operation: the Kafka error code and a message for the client.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{code:?}: {message}")]
+pub struct TopicError {
+    pub code: ResponseError,
+    pub message: String,
+}
+
+impl TopicError {
+    pub fn new(code: ResponseError, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<StorageError> for TopicError {
+    fn from(e: StorageError) -> Self {
+        TopicError::new(storage_error_code(&e), e.to_string())
+    }
+}
+
+/// The Kafka error code of a storage error.
+pub fn storage_error_code(e: &StorageError) -> ResponseError {
+    match e {
+        StorageError::Io(_) => ResponseError::KafkaStorageError,
+        StorageError::CorruptBatch(_) => ResponseError::CorruptMessage,
+        StorageError::UnsupportedMagic(_) => ResponseError::UnsupportedForMessageFormat,
+        StorageError::MessageTooLarge { .. } => ResponseError::MessageTooLarge,
+        StorageError::InvalidTimestamp(_) => ResponseError::InvalidTimestamp,
+        StorageError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
+    }
+}
+
+/// One partition this broker hosts: its log behind a lock, and a watch of
+/// its high watermark that long-polling fetches wait on.
+#[derive(Debug)]
+pub struct Partition {
+    pub topic: String,
+    pub topic_id: Uuid,
+    pub index: i32,
+    log: Mutex<PartitionLog>,
+    high_watermark: watch::Sender<i64>,
+}
+
+impl Partition {
+    fn open(
+        topic: &TopicMeta,
+        index: i32,
+        dir: PathBuf,
+        config: storage::LogConfig,
+    ) -> storage::Result<Self> {
+        let log = PartitionLog::open(&dir, config, now_ms())?;
+        let hw = log.log_end_offset();
+        let (tx, _) = watch::channel(hw);
+        Ok(Self {
+            topic: topic.name.clone(),
+            topic_id: topic.id,
+            index,
+            log: Mutex::new(log),
+            high_watermark: tx,
+        })
+    }
+
+    /// Appends validated batches. On a single broker the high watermark is
+    /// the log end once the write is in the page cache.
+    pub fn append(&self, batches: &mut [u8]) -> storage::Result<AppendResult> {
+        let now = now_ms();
+        let result = {
+            let mut log = self.log.lock();
+            let result = log.append(batches, 0, now)?;
+            let leo = log.log_end_offset();
+            log.set_high_watermark(leo);
+            log.maybe_flush(now)?;
+            result
+        };
+        self.high_watermark.send_replace(result.last_offset + 1);
+        Ok(result)
+    }
+
+    pub fn read(
+        &self,
+        offset: i64,
+        max_bytes: u64,
+    ) -> storage::Result<(FetchSlice, PartitionOffsets)> {
+        let log = self.log.lock();
+        let hw = log.high_watermark();
+        let slice = log.read(offset, max_bytes, hw)?;
+        Ok((slice, offsets_of(&log)))
+    }
+
+    pub fn offsets(&self) -> PartitionOffsets {
+        offsets_of(&self.log.lock())
+    }
+
+    pub fn subscribe(&self) -> watch::Receiver<i64> {
+        self.high_watermark.subscribe()
+    }
+
+    /// Runs `f` with the log locked (for operations other modules own).
+    pub fn with_log<T>(&self, f: impl FnOnce(&mut PartitionLog) -> T) -> T {
+        f(&mut self.log.lock())
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.log.lock().size_bytes()
+    }
+}
+
+/// Offsets of a partition at one instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartitionOffsets {
+    pub log_start: i64,
+    pub log_end: i64,
+    pub high_watermark: i64,
+}
+
+fn offsets_of(log: &PartitionLog) -> PartitionOffsets {
+    PartitionOffsets {
+        log_start: log.log_start_offset(),
+        log_end: log.log_end_offset(),
+        high_watermark: log.high_watermark(),
+    }
+}
+
+/// A topic and its open partitions.
+#[derive(Debug)]
+pub struct Topic {
+    pub meta: TopicMeta,
+    pub partitions: Vec<Arc<Partition>>,
+}
+
+/// How an IncrementalAlterConfigs entry changes a config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AlterOp {
+    Set,
+    Delete,
+    Append,
+    Subtract,
+}
+
+/// The live topics of this broker.
+#[derive(Debug)]
+pub struct TopicManager {
+    broker: BrokerConfig,
+    data_dir: PathBuf,
+    file: MetadataFile,
+    cluster_id: String,
+    topics: RwLock<BTreeMap<String, Arc<Topic>>>,
+    /// Serialises admin changes so each persisted document is consistent.
+    admin: Mutex<()>,
+}
+
+fn partition_dir(data_dir: &Path, topic: &str, index: i32) -> PathBuf {
+    data_dir.join(format!("{topic}-{index}"))
+}
+
+const PARTITION_METADATA: &str = "partition.metadata";
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+impl TopicManager {
+    /// Opens the data directory: loads the metadata, recovers every
+    /// partition's log, and removes partition directories of deleted topics.
+    pub fn open(data_dir: &Path, broker: BrokerConfig) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(data_dir)?;
+        let file = MetadataFile::new(data_dir);
+        let doc = file.load_or_init()?;
+        let mut topics = BTreeMap::new();
+        for meta in doc.topics.values() {
+            let topic = open_topic(data_dir, meta, &broker)?;
+            topics.insert(meta.name.clone(), Arc::new(topic));
+        }
+        remove_orphans(data_dir, &doc)?;
+        Ok(Self {
+            broker,
+            data_dir: data_dir.to_path_buf(),
+            file,
+            cluster_id: doc.cluster_id,
+            topics: RwLock::new(topics),
+            admin: Mutex::new(()),
+        })
+    }
+
+    pub fn cluster_id(&self) -> &str {
+        &self.cluster_id
+    }
+    pub fn broker_config(&self) -> &BrokerConfig {
+        &self.broker
+    }
+
+    pub fn get(&self, name: &str) -> Option<Arc<Topic>> {
+        self.topics.read().get(name).cloned()
+    }
+
+    pub fn get_by_id(&self, id: Uuid) -> Option<Arc<Topic>> {
+        self.topics
+            .read()
+            .values()
+            .find(|t| t.meta.id == id)
+            .cloned()
+    }
+
+    pub fn partition(&self, topic: &str, index: i32) -> Option<Arc<Partition>> {
+        let t = self.get(topic)?;
+        usize::try_from(index)
+            .ok()
+            .and_then(|i| t.partitions.get(i).cloned())
+    }
+
+    pub fn all(&self) -> Vec<Arc<Topic>> {
+        self.topics.read().values().cloned().collect()
+    }
+
+    fn persist(&self, topics: &BTreeMap<String, Arc<Topic>>) -> Result<(), TopicError> {
+        let doc = MetadataDoc {
+            cluster_id: self.cluster_id.clone(),
+            topics: topics
+                .iter()
+                .map(|(k, t)| (k.clone(), t.meta.clone()))
+                .collect(),
+        };
+        self.file
+            .save(&doc)
+            .map_err(|e| TopicError::new(ResponseError::KafkaStorageError, e.to_string()))
+    }
+
+    /// Checks a create request without doing it (`validate_only`, and the
+    /// first step of [`create`](Self::create)).
+    pub fn validate_create(
+        &self,
+        name: &str,
+        partitions: i32,
+        replication_factor: i16,
+        configs: &BTreeMap<String, String>,
+    ) -> Result<(), TopicError> {
+        validate_topic_name(name)
+            .map_err(|m| TopicError::new(ResponseError::InvalidTopicException, m))?;
+        if self.topics.read().contains_key(name) {
+            return Err(TopicError::new(
+                ResponseError::TopicAlreadyExists,
+                format!("topic {name} already exists"),
+            ));
+        }
+        if partitions < 1 {
+            return Err(TopicError::new(
+                ResponseError::InvalidPartitions,
+                format!("number of partitions must be at least 1, got {partitions}"),
+            ));
+        }
+        if replication_factor < 1 {
+            return Err(TopicError::new(
+                ResponseError::InvalidReplicationFactor,
+                format!("replication factor must be at least 1, got {replication_factor}"),
+            ));
+        }
+        if replication_factor > 1 {
+            return Err(TopicError::new(
+                ResponseError::InvalidReplicationFactor,
+                format!(
+                    "replication factor {replication_factor} is larger than the 1 available broker"
+                ),
+            ));
+        }
+        for (k, v) in configs {
+            topic_config::validate(k, v)
+                .map_err(|m| TopicError::new(ResponseError::InvalidConfig, m))?;
+        }
+        Ok(())
+    }
+
+    /// Creates a topic (`-1` partitions / replication factor mean the broker defaults).
+    pub fn create(
+        &self,
+        name: &str,
+        partitions: i32,
+        replication_factor: i16,
+        configs: BTreeMap<String, String>,
+    ) -> Result<Arc<Topic>, TopicError> {
+        let _guard = self.admin.lock();
+        let partitions = if partitions == -1 {
+            self.broker.num_partitions
+        } else {
+            partitions
+        };
+        let rf = if replication_factor == -1 {
+            self.broker.default_replication_factor
+        } else {
+            replication_factor
+        };
+        self.validate_create(name, partitions, rf, &configs)?;
+        let meta = TopicMeta {
+            name: name.to_string(),
+            id: Uuid::new_v4(),
+            partitions,
+            replication_factor: rf,
+            configs,
+        };
+        let topic = Arc::new(open_topic(&self.data_dir, &meta, &self.broker)?);
+        let mut next = self.topics.read().clone();
+        next.insert(name.to_string(), topic.clone());
+        self.persist(&next)?;
+        *self.topics.write() = next;
+        tracing::info!(topic = name, partitions, id = %meta.id, "created topic");
+        Ok(topic)
+    }
+
+    /// Creates a topic on first use if `auto.create.topics.enable` allows.
+    pub fn auto_create(&self, name: &str) -> Result<Arc<Topic>, TopicError> {
+        if let Some(t) = self.get(name) {
+            return Ok(t);
+        }
+        if !self.broker.auto_create_topics_enable {
+            return Err(TopicError::new(
+                ResponseError::UnknownTopicOrPartition,
+                format!("topic {name} does not exist"),
+            ));
+        }
+        match self.create(name, -1, -1, BTreeMap::new()) {
+            Err(e) if e.code == ResponseError::TopicAlreadyExists => self.get(name).ok_or(e),
+            other => other,
+        }
+    }
+
+    /// Deletes a topic and its data.
+    pub fn delete(&self, name: &str) -> Result<Uuid, TopicError> {
+        let _guard = self.admin.lock();
+        if !self.broker.delete_topic_enable {
+            return Err(TopicError::new(
+                ResponseError::TopicDeletionDisabled,
+                "delete.topic.enable is false",
+            ));
+        }
+        let mut next = self.topics.read().clone();
+        let topic = next.remove(name).ok_or_else(|| {
+            TopicError::new(
+                ResponseError::UnknownTopicOrPartition,
+                format!("topic {name} does not exist"),
+            )
+        })?;
+        self.persist(&next)?;
+        *self.topics.write() = next;
+        // Metadata no longer names the topic: its directories are orphans now
+        // and would be removed at the next start even if this is interrupted.
+        for p in &topic.partitions {
+            let dir = partition_dir(&self.data_dir, name, p.index);
+            if let Err(e) = std::fs::remove_dir_all(&dir) {
+                tracing::warn!(dir = %dir.display(), error = %e, "could not remove deleted partition");
+            }
+        }
+        tracing::info!(topic = name, "deleted topic");
+        Ok(topic.meta.id)
+    }
+
+    /// Raises a topic's partition count.
+    pub fn create_partitions(
+        &self,
+        name: &str,
+        count: i32,
+        validate_only: bool,
+    ) -> Result<(), TopicError> {
+        let _guard = self.admin.lock();
+        let current = self.get(name).ok_or_else(|| {
+            TopicError::new(
+                ResponseError::UnknownTopicOrPartition,
+                format!("topic {name} does not exist"),
+            )
+        })?;
+        if count <= current.meta.partitions {
+            return Err(TopicError::new(
+                ResponseError::InvalidPartitions,
+                format!(
+                    "topic {name} has {} partitions; the new count {count} must be larger",
+                    current.meta.partitions
+                ),
+            ));
+        }
+        if validate_only {
+            return Ok(());
+        }
+        let mut meta = current.meta.clone();
+        meta.partitions = count;
+        let mut partitions = current.partitions.clone();
+        let cfg = topic_config::log_config(&meta.configs, &self.broker);
+        for index in current.meta.partitions..count {
+            partitions.push(Arc::new(open_partition(
+                &self.data_dir,
+                &meta,
+                index,
+                cfg.clone(),
+            )?));
+        }
+        let topic = Arc::new(Topic { meta, partitions });
+        let mut next = self.topics.read().clone();
+        next.insert(name.to_string(), topic);
+        self.persist(&next)?;
+        *self.topics.write() = next;
+        tracing::info!(topic = name, partitions = count, "added partitions");
+        Ok(())
+    }
+
+    /// Replaces a topic's config overrides (AlterConfigs) or edits them
+    /// (IncrementalAlterConfigs), validating every resulting value.
+    pub fn alter_configs(
+        &self,
+        name: &str,
+        change: impl FnOnce(&mut BTreeMap<String, String>) -> Result<(), TopicError>,
+        validate_only: bool,
+    ) -> Result<(), TopicError> {
+        let _guard = self.admin.lock();
+        let current = self.get(name).ok_or_else(|| {
+            TopicError::new(
+                ResponseError::UnknownTopicOrPartition,
+                format!("topic {name} does not exist"),
+            )
+        })?;
+        let mut configs = current.meta.configs.clone();
+        change(&mut configs)?;
+        for (k, v) in &configs {
+            topic_config::validate(k, v)
+                .map_err(|m| TopicError::new(ResponseError::InvalidConfig, m))?;
+        }
+        if validate_only {
+            return Ok(());
+        }
+        let mut meta = current.meta.clone();
+        meta.configs = configs;
+        let log_config = topic_config::log_config(&meta.configs, &self.broker);
+        let topic = Arc::new(Topic {
+            meta,
+            partitions: current.partitions.clone(),
+        });
+        let mut next = self.topics.read().clone();
+        next.insert(name.to_string(), topic);
+        self.persist(&next)?;
+        *self.topics.write() = next;
+        for p in &current.partitions {
+            p.with_log(|log| log.set_config(log_config.clone()));
+        }
+        tracing::info!(topic = name, "altered topic configs");
+        Ok(())
+    }
+
+    /// Runs retention and the flush policy on every partition.
+    pub fn housekeeping(&self) {
+        let now = now_ms();
+        for topic in self.all() {
+            for p in &topic.partitions {
+                let outcome = p.with_log(|log| {
+                    let r = log.enforce_retention(now);
+                    if let Err(e) = log.maybe_flush(now) {
+                        tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "flush failed");
+                    }
+                    r
+                });
+                match outcome {
+                    Ok(o) if o.segments_deleted > 0 => tracing::info!(
+                        topic = %p.topic,
+                        partition = p.index,
+                        segments = o.segments_deleted,
+                        bytes = o.bytes_deleted,
+                        log_start_offset = o.log_start_offset,
+                        "retention deleted segments"
+                    ),
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "retention failed")
+                    }
+                }
+            }
+        }
+    }
+
+    /// Clean shutdown: flush and close every log.
+    pub fn close(&self) {
+        for topic in self.all() {
+            for p in &topic.partitions {
+                let result = p.with_log(|log| log.flush());
+                if let Err(e) = result {
+                    tracing::error!(topic = %p.topic, partition = p.index, error = %e, "flush on shutdown failed");
+                }
+            }
+        }
+        let topics = std::mem::take(&mut *self.topics.write());
+        for (_, topic) in topics {
+            if let Ok(topic) = Arc::try_unwrap(topic) {
+                for p in topic.partitions {
+                    if let Ok(p) = Arc::try_unwrap(p) {
+                        if let Err(e) = p.log.into_inner().close() {
+                            tracing::error!(error = %e, "closing log failed");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn open_partition(
+    data_dir: &Path,
+    meta: &TopicMeta,
+    index: i32,
+    cfg: storage::LogConfig,
+) -> Result<Partition, TopicError> {
+    let dir = partition_dir(data_dir, &meta.name, index);
+    let marker = dir.join(PARTITION_METADATA);
+    let expected = format!("version: 0\ntopic_id: {}\n", meta.id);
+    match std::fs::read_to_string(&marker) {
+        Ok(found) if found != expected => {
+            // A directory left by an earlier topic of the same name.
+            tracing::warn!(dir = %dir.display(), "removing stale partition of an earlier topic");
+            std::fs::remove_dir_all(&dir)
+                .map_err(|e| TopicError::new(ResponseError::KafkaStorageError, e.to_string()))?;
+        }
+        _ => {}
+    }
+    let p = Partition::open(meta, index, dir.clone(), cfg)?;
+    if !marker.exists() {
+        crate::metadata::write_atomically(&marker, expected.as_bytes())
+            .map_err(|e| TopicError::new(ResponseError::KafkaStorageError, e.to_string()))?;
+    }
+    Ok(p)
+}
+
+fn open_topic(
+    data_dir: &Path,
+    meta: &TopicMeta,
+    broker: &BrokerConfig,
+) -> Result<Topic, TopicError> {
+    let cfg = topic_config::log_config(&meta.configs, broker);
+    let partitions = (0..meta.partitions)
+        .map(|i| open_partition(data_dir, meta, i, cfg.clone()).map(Arc::new))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Topic {
+        meta: meta.clone(),
+        partitions,
+    })
+}
+
+/// Removes partition directories no topic in `doc` owns (left by a delete
+/// that was interrupted, or by a partition count that was never persisted).
+fn remove_orphans(data_dir: &Path, doc: &MetadataDoc) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(data_dir)? {
+        let entry = entry?;
+        if !entry.file_type()?.is_dir() {
+            continue;
+        }
+        let name = entry.file_name().to_string_lossy().to_string();
+        let Some((topic, index)) = name.rsplit_once('-') else {
+            continue;
+        };
+        let Ok(index) = index.parse::<i32>() else {
+            continue;
+        };
+        let owned = doc.topics.get(topic).is_some_and(|t| index < t.partitions);
+        if !owned && entry.path().join(PARTITION_METADATA).exists() {
+            tracing::warn!(dir = %entry.path().display(), "removing partition directory of a deleted topic");
+            std::fs::remove_dir_all(entry.path())?;
+        }
+    }
+    Ok(())
+}
