@@ -111,9 +111,12 @@ impl BatchHeader {
                 return Err(StorageError::UnsupportedMagic(magic));
             }
         }
-        let header = buf
-            .get(..BATCH_HEADER_LEN)
-            .ok_or_else(|| corrupt(format!("{} bytes is too short for a batch header", buf.len())))?;
+        let header = buf.get(..BATCH_HEADER_LEN).ok_or_else(|| {
+            corrupt(format!(
+                "{} bytes is too short for a batch header",
+                buf.len()
+            ))
+        })?;
         let field = || corrupt("truncated batch header");
         let h = BatchHeader {
             base_offset: read_i64(header, BASE_OFFSET_POS).ok_or_else(field)?,
@@ -131,7 +134,10 @@ impl BatchHeader {
             records_count: read_i32(header, RECORDS_COUNT_POS).ok_or_else(field)?,
         };
         if h.batch_length < MIN_BATCH_LENGTH {
-            return Err(corrupt(format!("batchLength {} is below the minimum {MIN_BATCH_LENGTH}", h.batch_length)));
+            return Err(corrupt(format!(
+                "batchLength {} is below the minimum {MIN_BATCH_LENGTH}",
+                h.batch_length
+            )));
         }
         Ok(h)
     }
@@ -140,7 +146,8 @@ impl BatchHeader {
         LOG_OVERHEAD + usize::try_from(self.batch_length).unwrap_or(0)
     }
     pub fn last_offset(&self) -> i64 {
-        self.base_offset.saturating_add(self.last_offset_delta as i64)
+        self.base_offset
+            .saturating_add(self.last_offset_delta as i64)
     }
     /// Compression codec id (attributes bits 0-2): 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd.
     pub fn compression(&self) -> u8 {
@@ -171,13 +178,22 @@ pub fn validate_one(batch: &[u8]) -> Result<BatchHeader> {
     }
     let crc = compute_crc(batch);
     if crc != header.crc {
-        return Err(corrupt(format!("CRC-32C mismatch: stored {:#010x}, computed {crc:#010x}", header.crc)));
+        return Err(corrupt(format!(
+            "CRC-32C mismatch: stored {:#010x}, computed {crc:#010x}",
+            header.crc
+        )));
     }
     if header.records_count < 0 {
-        return Err(corrupt(format!("negative records count {}", header.records_count)));
+        return Err(corrupt(format!(
+            "negative records count {}",
+            header.records_count
+        )));
     }
     if header.last_offset_delta < 0 {
-        return Err(corrupt(format!("negative lastOffsetDelta {}", header.last_offset_delta)));
+        return Err(corrupt(format!(
+            "negative lastOffsetDelta {}",
+            header.last_offset_delta
+        )));
     }
     Ok(header)
 }
@@ -194,15 +210,21 @@ pub fn validate_batches(buf: &[u8], max_batch_bytes: usize) -> Result<Vec<BatchH
     let mut pos = 0usize;
     while pos < buf.len() {
         let rest = buf.get(pos..).unwrap_or(&[]);
-        let (_, length) = read_offset_and_length(rest)
-            .ok_or_else(|| corrupt(format!("{} trailing bytes are not a whole batch", rest.len())))?;
+        let (_, length) = read_offset_and_length(rest).ok_or_else(|| {
+            corrupt(format!(
+                "{} trailing bytes are not a whole batch",
+                rest.len()
+            ))
+        })?;
         if let Some(&magic) = rest.get(MAGIC_POS) {
             if magic as i8 != MAGIC_V2 {
                 return Err(StorageError::UnsupportedMagic(magic as i8));
             }
         }
         if length < MIN_BATCH_LENGTH {
-            return Err(corrupt(format!("batchLength {length} is below the minimum {MIN_BATCH_LENGTH}")));
+            return Err(corrupt(format!(
+                "batchLength {length} is below the minimum {MIN_BATCH_LENGTH}"
+            )));
         }
         // `length` is positive and at most i32::MAX: this cannot overflow.
         let size = LOG_OVERHEAD + length as usize;
@@ -248,7 +270,11 @@ pub fn set_log_append_time(batch: &mut [u8], timestamp: i64) {
     let Some(attributes) = read_i16(batch, ATTRIBUTES_POS) else {
         return;
     };
-    write_bytes(batch, ATTRIBUTES_POS, &(attributes | TIMESTAMP_TYPE_BIT).to_be_bytes());
+    write_bytes(
+        batch,
+        ATTRIBUTES_POS,
+        &(attributes | TIMESTAMP_TYPE_BIT).to_be_bytes(),
+    );
     write_bytes(batch, MAX_TIMESTAMP_POS, &timestamp.to_be_bytes());
     let crc = compute_crc(batch);
     write_bytes(batch, CRC_POS, &crc.to_be_bytes());
@@ -269,11 +295,16 @@ fn read_varlong(buf: &[u8], pos: &mut usize) -> Option<i64> {
 }
 
 /// For an uncompressed CreateTime batch, finds the first record whose
-/// timestamp is `>= timestamp` and returns its `(offsetDelta, timestamp)`.
+/// timestamp is `>= timestamp` and whose offset delta is `>= min_offset_delta`,
+/// and returns its `(offsetDelta, timestamp)`.
 /// `None` when no record qualifies, the batch is compressed or uses
 /// LogAppendTime, or the records cannot be parsed: callers then fall back
 /// to batch granularity.
-pub fn first_record_at_or_after(batch: &[u8], timestamp: i64) -> Option<(i32, i64)> {
+pub fn first_record_at_or_after(
+    batch: &[u8],
+    timestamp: i64,
+    min_offset_delta: i32,
+) -> Option<(i32, i64)> {
     let header = BatchHeader::parse(batch).ok()?;
     if header.compression() != 0 || header.is_log_append_time() {
         return None;
@@ -290,7 +321,7 @@ pub fn first_record_at_or_after(batch: &[u8], timestamp: i64) -> Option<(i32, i6
         let ts_delta = read_varlong(record, &mut p)?;
         let offset_delta = i32::try_from(read_varlong(record, &mut p)?).ok()?;
         let ts = header.base_timestamp.checked_add(ts_delta)?;
-        if ts >= timestamp {
+        if ts >= timestamp && offset_delta >= min_offset_delta {
             return Some((offset_delta, ts));
         }
     }
@@ -302,7 +333,8 @@ mod tests {
     use super::*;
     use bytes::{Bytes, BytesMut};
     use kafka_protocol::records::{
-        Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+        Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
+        TimestampType,
     };
 
     fn encode(n: usize, ts: i64, compression: Compression) -> Vec<u8> {
@@ -325,8 +357,15 @@ mod tests {
             })
             .collect();
         let mut buf = BytesMut::new();
-        RecordBatchEncoder::encode(&mut buf, &records, &RecordEncodeOptions { version: 2, compression })
-            .expect("encode");
+        RecordBatchEncoder::encode(
+            &mut buf,
+            &records,
+            &RecordEncodeOptions {
+                version: 2,
+                compression,
+            },
+        )
+        .expect("encode");
         buf.to_vec()
     }
 
@@ -341,7 +380,8 @@ mod tests {
         assert_eq!(h.base_timestamp, 1_000);
         assert_eq!(h.max_timestamp, 1_004);
         assert_eq!(h.crc, compute_crc(&b));
-        let info = RecordBatchDecoder::decode_batch_info(&mut Bytes::from(b.clone())).expect("decode");
+        let info =
+            RecordBatchDecoder::decode_batch_info(&mut Bytes::from(b.clone())).expect("decode");
         assert_eq!(info.len(), 1);
         assert_eq!(info[0].record_count, h.records_count);
         assert_eq!(info[0].min_timestamp, h.base_timestamp);
@@ -362,15 +402,24 @@ mod tests {
     fn validate_rejects_bad_input() {
         let good = encode(3, 1, Compression::None);
         // Empty and short payloads.
-        assert!(matches!(validate_batches(&[], 1 << 20), Err(StorageError::CorruptBatch(_))));
+        assert!(matches!(
+            validate_batches(&[], 1 << 20),
+            Err(StorageError::CorruptBatch(_))
+        ));
         for cut in 1..good.len() {
             let r = validate_batches(&good[..cut], 1 << 20);
-            assert!(matches!(r, Err(StorageError::CorruptBatch(_))), "cut {cut}: {r:?}");
+            assert!(
+                matches!(r, Err(StorageError::CorruptBatch(_))),
+                "cut {cut}: {r:?}"
+            );
         }
         // Trailing garbage after a whole batch.
         let mut trailing = good.clone();
         trailing.extend_from_slice(&[0, 1, 2]);
-        assert!(matches!(validate_batches(&trailing, 1 << 20), Err(StorageError::CorruptBatch(_))));
+        assert!(matches!(
+            validate_batches(&trailing, 1 << 20),
+            Err(StorageError::CorruptBatch(_))
+        ));
         // Wrong magic.
         for magic in [0u8, 1, 3, 0xff] {
             let mut b = good.clone();
@@ -381,11 +430,22 @@ mod tests {
             ));
         }
         // batchLength too small, negative, or past the buffer.
-        for len in [0i32, -1, i32::MIN, 10, MIN_BATCH_LENGTH - 1, i32::MAX, good.len() as i32] {
+        for len in [
+            0i32,
+            -1,
+            i32::MIN,
+            10,
+            MIN_BATCH_LENGTH - 1,
+            i32::MAX,
+            good.len() as i32,
+        ] {
             let mut b = good.clone();
             b[8..12].copy_from_slice(&len.to_be_bytes());
             assert!(
-                matches!(validate_batches(&b, 1 << 20), Err(StorageError::CorruptBatch(_))),
+                matches!(
+                    validate_batches(&b, 1 << 20),
+                    Err(StorageError::CorruptBatch(_))
+                ),
                 "len {len}"
             );
         }
@@ -393,7 +453,13 @@ mod tests {
         for i in CRC_POS..good.len() {
             let mut b = good.clone();
             b[i] ^= 0x01;
-            assert!(matches!(validate_batches(&b, 1 << 20), Err(StorageError::CorruptBatch(_))), "byte {i}");
+            assert!(
+                matches!(
+                    validate_batches(&b, 1 << 20),
+                    Err(StorageError::CorruptBatch(_))
+                ),
+                "byte {i}"
+            );
         }
         // Too large.
         assert!(matches!(
@@ -406,12 +472,18 @@ mod tests {
         b[RECORDS_COUNT_POS..RECORDS_COUNT_POS + 4].copy_from_slice(&(-1i32).to_be_bytes());
         let crc = compute_crc(&b);
         b[CRC_POS..CRC_POS + 4].copy_from_slice(&crc.to_be_bytes());
-        assert!(matches!(validate_batches(&b, 1 << 20), Err(StorageError::CorruptBatch(_))));
+        assert!(matches!(
+            validate_batches(&b, 1 << 20),
+            Err(StorageError::CorruptBatch(_))
+        ));
         let mut b = good.clone();
         b[LAST_OFFSET_DELTA_POS..LAST_OFFSET_DELTA_POS + 4].copy_from_slice(&(-5i32).to_be_bytes());
         let crc = compute_crc(&b);
         b[CRC_POS..CRC_POS + 4].copy_from_slice(&crc.to_be_bytes());
-        assert!(matches!(validate_batches(&b, 1 << 20), Err(StorageError::CorruptBatch(_))));
+        assert!(matches!(
+            validate_batches(&b, 1 << 20),
+            Err(StorageError::CorruptBatch(_))
+        ));
     }
 
     #[test]
@@ -439,7 +511,7 @@ mod tests {
             }
             let _ = validate_batches(&b, 1 << 20);
             let _ = BatchHeader::parse(&b);
-            let _ = first_record_at_or_after(&b, 8);
+            let _ = first_record_at_or_after(&b, 8, 0);
             set_base_offset_and_epoch(&mut b, 1, 2);
             set_log_append_time(&mut b, 3);
         }
@@ -466,8 +538,9 @@ mod tests {
     #[test]
     fn record_level_timestamp_search() {
         let b = encode(5, 1_000, Compression::None);
-        assert_eq!(first_record_at_or_after(&b, 0), Some((0, 1_000)));
-        assert_eq!(first_record_at_or_after(&b, 1_003), Some((3, 1_003)));
-        assert_eq!(first_record_at_or_after(&b, 1_005), None);
+        assert_eq!(first_record_at_or_after(&b, 0, 0), Some((0, 1_000)));
+        assert_eq!(first_record_at_or_after(&b, 1_003, 0), Some((3, 1_003)));
+        assert_eq!(first_record_at_or_after(&b, 1_001, 2), Some((2, 1_002)));
+        assert_eq!(first_record_at_or_after(&b, 1_005, 0), None);
     }
 }

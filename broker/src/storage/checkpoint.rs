@@ -39,7 +39,11 @@ pub fn write_checkpoint(dir: &Path, name: &str, value: i64) -> Result<()> {
     let path = dir.join(name);
     let tmp = dir.join(format!("{name}{TMP_SUFFIX}"));
     {
-        let mut f = OpenOptions::new().write(true).create(true).truncate(true).open(&tmp)?;
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)?;
         f.write_all(format!("{MAGIC} {VERSION} {value}\n").as_bytes())?;
         f.sync_all()?;
     }
@@ -113,11 +117,20 @@ mod tests {
         let d = dir.path();
         assert_eq!(read_checkpoint(d, RECOVERY_POINT_FILE).expect("read"), None);
         write_checkpoint(d, RECOVERY_POINT_FILE, 42).expect("write");
-        assert_eq!(read_checkpoint(d, RECOVERY_POINT_FILE).expect("read"), Some(42));
+        assert_eq!(
+            read_checkpoint(d, RECOVERY_POINT_FILE).expect("read"),
+            Some(42)
+        );
         write_checkpoint(d, RECOVERY_POINT_FILE, i64::MAX).expect("overwrite");
-        assert_eq!(read_checkpoint(d, RECOVERY_POINT_FILE).expect("read"), Some(i64::MAX));
+        assert_eq!(
+            read_checkpoint(d, RECOVERY_POINT_FILE).expect("read"),
+            Some(i64::MAX)
+        );
         write_checkpoint(d, HIGH_WATERMARK_FILE, -1).expect("write");
-        assert_eq!(read_checkpoint(d, HIGH_WATERMARK_FILE).expect("read"), Some(-1));
+        assert_eq!(
+            read_checkpoint(d, HIGH_WATERMARK_FILE).expect("read"),
+            Some(-1)
+        );
         // No temp file is left behind.
         let names: Vec<String> = fs::read_dir(d)
             .expect("ls")
@@ -125,15 +138,35 @@ mod tests {
             .collect();
         assert!(names.iter().all(|n| !n.ends_with(TMP_SUFFIX)), "{names:?}");
         // A leftover temp file from a crash mid-write does not affect the value.
-        fs::write(d.join(format!("{RECOVERY_POINT_FILE}{TMP_SUFFIX}")), b"moldau-check").expect("tmp");
-        assert_eq!(read_checkpoint(d, RECOVERY_POINT_FILE).expect("read"), Some(i64::MAX));
+        fs::write(
+            d.join(format!("{RECOVERY_POINT_FILE}{TMP_SUFFIX}")),
+            b"moldau-check",
+        )
+        .expect("tmp");
+        assert_eq!(
+            read_checkpoint(d, RECOVERY_POINT_FILE).expect("read"),
+            Some(i64::MAX)
+        );
         // Garbage or torn content reads as absent.
-        for bad in ["", "moldau-checkpoint 1 12", "moldau-checkpoint 2 12\n", "x 1 1\n", "moldau-checkpoint 1 1 2\n"] {
+        for bad in [
+            "",
+            "moldau-checkpoint 1 12",
+            "moldau-checkpoint 2 12\n",
+            "x 1 1\n",
+            "moldau-checkpoint 1 1 2\n",
+        ] {
             fs::write(d.join(LOG_START_OFFSET_FILE), bad).expect("write");
-            assert_eq!(read_checkpoint(d, LOG_START_OFFSET_FILE).expect("read"), None, "{bad:?}");
+            assert_eq!(
+                read_checkpoint(d, LOG_START_OFFSET_FILE).expect("read"),
+                None,
+                "{bad:?}"
+            );
         }
         fs::write(d.join(LOG_START_OFFSET_FILE), [0xffu8, 0xfe]).expect("write");
-        assert_eq!(read_checkpoint(d, LOG_START_OFFSET_FILE).expect("read"), None);
+        assert_eq!(
+            read_checkpoint(d, LOG_START_OFFSET_FILE).expect("read"),
+            None
+        );
     }
 
     #[test]

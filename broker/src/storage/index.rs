@@ -44,7 +44,12 @@ fn map(file: &File) -> io::Result<MmapMut> {
 
 impl IndexFile {
     fn open(path: &Path, entry_size: usize, is_end: impl Fn(&[u8]) -> bool) -> io::Result<Self> {
-        let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)?;
         let mmap = map(&file)?;
         let mut index = IndexFile {
             path: path.to_path_buf(),
@@ -54,7 +59,9 @@ impl IndexFile {
             entries: 0,
         };
         let slots = index.mmap.len() / entry_size;
-        index.entries = (0..slots).find(|&i| index.entry(i).is_none_or(&is_end)).unwrap_or(slots);
+        index.entries = (0..slots)
+            .find(|&i| index.entry(i).is_none_or(&is_end))
+            .unwrap_or(slots);
         Ok(index)
     }
 
@@ -144,7 +151,9 @@ impl OffsetIndex {
     /// Opens (creating if absent) the offset index of the segment starting
     /// at `base_offset`. Call [`OffsetIndex::sanity_check`] before trusting it.
     pub fn open(path: &Path, base_offset: i64) -> io::Result<Self> {
-        let inner = IndexFile::open(path, OFFSET_ENTRY_SIZE, |e| e.get(4..8).is_none_or(|p| p == [0; 4]))?;
+        let inner = IndexFile::open(path, OFFSET_ENTRY_SIZE, |e| {
+            e.get(4..8).is_none_or(|p| p == [0; 4])
+        })?;
         Ok(OffsetIndex { base_offset, inner })
     }
 
@@ -174,7 +183,10 @@ impl OffsetIndex {
     }
 
     pub fn last_entry(&self) -> Option<(i64, u64)> {
-        self.inner.entries.checked_sub(1).and_then(|i| self.entry(i))
+        self.inner
+            .entries
+            .checked_sub(1)
+            .and_then(|i| self.entry(i))
     }
 
     /// The entry with the largest offset `<= offset`, if any.
@@ -194,7 +206,10 @@ impl OffsetIndex {
     /// Adds an entry; returns false (adding nothing) if the index is full or
     /// the entry would not be strictly after the last one or does not fit.
     pub fn append(&mut self, offset: i64, position: u64) -> bool {
-        let (Ok(rel), Ok(pos)) = (u32::try_from(offset - self.base_offset), u32::try_from(position)) else {
+        let (Ok(rel), Ok(pos)) = (
+            u32::try_from(offset - self.base_offset),
+            u32::try_from(position),
+        ) else {
             return false;
         };
         if pos == 0 {
@@ -222,10 +237,14 @@ impl OffsetIndex {
         for i in 0..self.inner.entries {
             let (o, p) = self.entry(i).ok_or("unreadable entry")?;
             if p >= log_size {
-                return Err(format!("entry {i} points at position {p} past the log end {log_size}"));
+                return Err(format!(
+                    "entry {i} points at position {p} past the log end {log_size}"
+                ));
             }
             if o >= next_offset {
-                return Err(format!("entry {i} has offset {o} past the segment end {next_offset}"));
+                return Err(format!(
+                    "entry {i} has offset {o} past the segment end {next_offset}"
+                ));
             }
             if let Some((po, pp)) = prev {
                 if o <= po || p <= pp {
@@ -301,7 +320,10 @@ impl TimeIndex {
     }
 
     pub fn last_entry(&self) -> Option<(i64, i64)> {
-        self.inner.entries.checked_sub(1).and_then(|i| self.entry(i))
+        self.inner
+            .entries
+            .checked_sub(1)
+            .and_then(|i| self.entry(i))
     }
 
     /// The last entry whose timestamp is strictly below `timestamp`: every
@@ -349,7 +371,9 @@ impl TimeIndex {
         for i in 0..self.inner.entries {
             let (t, o) = self.entry(i).ok_or("unreadable entry")?;
             if o >= next_offset {
-                return Err(format!("entry {i} has offset {o} past the segment end {next_offset}"));
+                return Err(format!(
+                    "entry {i} has offset {o} past the segment end {next_offset}"
+                ));
             }
             if t < 0 {
                 return Err(format!("entry {i} has negative timestamp {t}"));
@@ -405,8 +429,14 @@ mod tests {
         assert_eq!(idx.lookup(125), Some((120, 2000)));
         assert_eq!(idx.lookup(i64::MAX), Some((130, 3000)));
         assert!(idx.sanity_check(4000, 140).is_ok());
-        assert!(idx.sanity_check(3000, 140).is_err(), "position past the log");
-        assert!(idx.sanity_check(4000, 130).is_err(), "offset past the segment");
+        assert!(
+            idx.sanity_check(3000, 140).is_err(),
+            "position past the log"
+        );
+        assert!(
+            idx.sanity_check(4000, 130).is_err(),
+            "offset past the segment"
+        );
         idx.flush().expect("flush");
         drop(idx);
         // Reopened while still preallocated: entries end at the zeros.
@@ -428,7 +458,10 @@ mod tests {
         let path = dir.path().join("x.index");
         // Not a whole number of entries.
         fs::write(&path, [0u8, 0, 0, 1, 0, 0, 0, 9, 1]).expect("write");
-        assert!(OffsetIndex::open(&path, 0).expect("open").sanity_check(100, 10).is_err());
+        assert!(OffsetIndex::open(&path, 0)
+            .expect("open")
+            .sanity_check(100, 10)
+            .is_err());
         // Decreasing entries.
         let mut bytes = Vec::new();
         for (r, p) in [(5u32, 50u32), (3, 60)] {
@@ -436,7 +469,10 @@ mod tests {
             bytes.extend_from_slice(&p.to_be_bytes());
         }
         fs::write(&path, &bytes).expect("write");
-        assert!(OffsetIndex::open(&path, 0).expect("open").sanity_check(100, 10).is_err());
+        assert!(OffsetIndex::open(&path, 0)
+            .expect("open")
+            .sanity_check(100, 10)
+            .is_err());
         // Garbage after an end marker.
         let mut bytes = vec![0u8; 8];
         bytes.extend_from_slice(&[1, 2, 3, 4, 5, 6, 7, 8]);

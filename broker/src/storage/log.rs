@@ -6,11 +6,15 @@
 //! [`FetchSlice`] holds its segment file open, so a reader may send a slice
 //! after releasing the lock even if retention deletes the segment meanwhile.
 
-use std::fs::File;
+use std::fs::{self, File};
+use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::{LogConfig, Result};
+use super::batch::{self, BatchHeader};
+use super::checkpoint;
+use super::segment::{self, BatchInfo, Segment};
+use super::{LogConfig, Result, StorageError};
 
 /// What an append did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,25 +52,204 @@ pub struct RetentionOutcome {
     pub log_start_offset: i64,
 }
 
+/// How often `maybe_flush` checkpoints a changed high watermark (Kafka's
+/// `replica.high.watermark.checkpoint.interval.ms` default).
+pub const HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS: i64 = 5_000;
+
 /// The log of one partition.
 #[derive(Debug)]
 pub struct PartitionLog {
     dir: PathBuf,
     config: LogConfig,
+    /// Sorted by base offset, contiguous, never empty; the last is active.
+    segments: Vec<Segment>,
+    log_start_offset: i64,
+    recovery_point: i64,
+    high_watermark: i64,
+    checkpointed_high_watermark: Option<i64>,
+    last_hw_checkpoint_ms: i64,
+    unflushed_messages: i64,
+    first_unflushed_ms: Option<i64>,
+}
+
+fn out_of_range(requested: i64, log_start: i64, log_end: i64) -> StorageError {
+    StorageError::OffsetOutOfRange {
+        requested,
+        log_start,
+        log_end,
+    }
+}
+
+fn remove_if_exists(path: &Path) -> Result<()> {
+    match fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 impl PartitionLog {
     /// Opens (creating if needed) the partition directory and recovers it:
-    /// after an unclean stop, batches past the recovery point are
-    /// re-validated (length, CRC-32C) and a torn tail is truncated; missing
-    /// or corrupt indexes are rebuilt.
+    /// after an unclean stop (no clean-shutdown marker), every segment from
+    /// the one holding the recovery point on is re-validated (length, magic,
+    /// CRC-32C, contiguous offsets), a torn or corrupt tail is truncated after
+    /// the last valid batch (later segments are then dropped) and its
+    /// indexes are rebuilt. Other segments are trusted, but their indexes are
+    /// sanity-checked and rebuilt (by the same validation) when missing or
+    /// corrupt. Leftover `.deleted` and `.tmp` files are removed.
     pub fn open(dir: impl AsRef<Path>, config: LogConfig, now_ms: i64) -> Result<Self> {
-        let _ = now_ms;
-        let _ = Self {
-            dir: dir.as_ref().to_path_buf(),
-            config,
+        let dir = dir.as_ref().to_path_buf();
+        if !dir.is_dir() {
+            fs::create_dir_all(&dir)?;
+            if let Some(parent) = dir.parent() {
+                checkpoint::fsync_dir(parent)?;
+            }
+        }
+        let clean = checkpoint::has_clean_shutdown(&dir);
+
+        // Inventory of the directory.
+        let mut bases = Vec::new();
+        let mut index_files = Vec::new();
+        for entry in fs::read_dir(&dir)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if name.ends_with(segment::DELETED_SUFFIX) || name.ends_with(checkpoint::TMP_SUFFIX) {
+                remove_if_exists(&entry.path())?;
+            } else if let Some(base) = segment::parse_file_name(name, segment::LOG_SUFFIX) {
+                bases.push(base);
+            } else if let Some(base) = segment::parse_file_name(name, segment::INDEX_SUFFIX)
+                .or_else(|| segment::parse_file_name(name, segment::TIME_INDEX_SUFFIX))
+            {
+                index_files.push((base, entry.path()));
+            }
+        }
+        bases.sort_unstable();
+        for (base, path) in index_files {
+            if bases.binary_search(&base).is_err() {
+                tracing::warn!(path = %path.display(), "removing index without a log segment");
+                remove_if_exists(&path)?;
+            }
+        }
+
+        let checkpointed_start =
+            checkpoint::read_checkpoint(&dir, checkpoint::LOG_START_OFFSET_FILE)?;
+        let checkpointed_recovery =
+            checkpoint::read_checkpoint(&dir, checkpoint::RECOVERY_POINT_FILE)?;
+        let checkpointed_hw = checkpoint::read_checkpoint(&dir, checkpoint::HIGH_WATERMARK_FILE)?;
+        let clean = clean && checkpointed_recovery.is_some();
+
+        // Segments wholly below the log start offset are leftovers of a
+        // deletion interrupted after its checkpoint.
+        if let Some(start) = checkpointed_start {
+            while bases.len() > 1 && bases[1] <= start {
+                let seg = Segment::open(&dir, bases[0])?;
+                tracing::info!(path = %seg.log_path().display(), "removing segment below the log start offset");
+                seg.delete()?;
+                bases.remove(0);
+            }
+        }
+
+        let recover_from = if clean {
+            bases.len()
+        } else {
+            let rp = checkpointed_recovery.unwrap_or(i64::MIN);
+            bases.partition_point(|&b| b <= rp).saturating_sub(1)
         };
-        todo!()
+
+        let mut segments: Vec<Segment> = Vec::with_capacity(bases.len().max(1));
+        let mut recovered_any = false;
+        for (i, &base) in bases.iter().enumerate() {
+            let next_base = bases.get(i + 1).copied();
+            let indexes_present = [segment::INDEX_SUFFIX, segment::TIME_INDEX_SUFFIX]
+                .iter()
+                .all(|s| dir.join(segment::file_name(base, s)).is_file());
+            let mut seg = Segment::open(&dir, base)?;
+            let mut must_recover = i >= recover_from;
+            if !must_recover {
+                let problem = if indexes_present {
+                    seg.load_trusted(next_base, config.index_interval_bytes, now_ms)?
+                        .err()
+                } else {
+                    Some("index file missing".to_string())
+                };
+                if let Some(problem) = problem {
+                    tracing::warn!(path = %seg.log_path().display(), %problem, "rebuilding segment indexes");
+                    must_recover = true;
+                }
+            }
+            if must_recover {
+                seg.recover(
+                    config.index_interval_bytes,
+                    config.segment_index_bytes,
+                    now_ms,
+                )?;
+                recovered_any = true;
+            }
+            let consistent = next_base.is_none_or(|n| n == seg.next_offset());
+            segments.push(seg);
+            if !consistent {
+                // The rest of the log cannot follow a truncated segment.
+                for &later in &bases[i + 1..] {
+                    let later_seg = Segment::open(&dir, later)?;
+                    tracing::warn!(path = %later_seg.log_path().display(), "removing segment after a truncated one");
+                    later_seg.delete()?;
+                }
+                break;
+            }
+        }
+        if segments.is_empty() {
+            let base = checkpointed_start.unwrap_or(0).max(0);
+            segments.push(Segment::create(&dir, base, config.segment_index_bytes)?);
+        }
+        let last = segments.len() - 1;
+        for seg in &mut segments[..last] {
+            seg.seal()?;
+        }
+        segments[last].make_active(config.segment_index_bytes)?;
+
+        let first_base = segments[0].base_offset();
+        let log_end = segments[last].next_offset();
+        let log_start_offset = checkpointed_start
+            .unwrap_or(first_base)
+            .clamp(first_base, log_end);
+        let high_watermark = checkpointed_hw
+            .unwrap_or(log_start_offset)
+            .clamp(log_start_offset, log_end);
+        let mut log = PartitionLog {
+            dir,
+            config,
+            segments,
+            log_start_offset,
+            recovery_point: log_end,
+            high_watermark,
+            checkpointed_high_watermark: checkpointed_hw,
+            last_hw_checkpoint_ms: now_ms,
+            unflushed_messages: 0,
+            first_unflushed_ms: None,
+        };
+        if recovered_any {
+            // Make the validated state durable before trusting it next time.
+            for seg in &mut log.segments {
+                seg.flush()?;
+            }
+        }
+        if checkpointed_start != Some(log_start_offset) {
+            log.checkpoint_log_start()?;
+        }
+        if checkpointed_recovery != Some(log_end) {
+            checkpoint::write_checkpoint(&log.dir, checkpoint::RECOVERY_POINT_FILE, log_end)?;
+        }
+        checkpoint::remove_clean_shutdown(&log.dir)?;
+        tracing::debug!(
+            dir = %log.dir.display(),
+            clean,
+            log_start = log.log_start_offset,
+            log_end,
+            segments = log.segments.len(),
+            "opened partition log"
+        );
+        Ok(log)
     }
 
     pub fn dir(&self) -> &Path {
@@ -80,13 +263,150 @@ impl PartitionLog {
         self.config = config;
     }
 
+    fn active(&self) -> &Segment {
+        // `segments` is never empty (an invariant kept by every mutation).
+        &self.segments[self.segments.len() - 1]
+    }
+    fn active_mut(&mut self) -> &mut Segment {
+        let last = self.segments.len() - 1;
+        &mut self.segments[last]
+    }
+
+    /// Number of segments (for tests and metrics).
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+    /// Base offsets of all segments, oldest first.
+    pub fn segment_base_offsets(&self) -> Vec<i64> {
+        self.segments.iter().map(Segment::base_offset).collect()
+    }
+    /// Offset below which everything is fsynced.
+    pub fn recovery_point(&self) -> i64 {
+        self.recovery_point
+    }
+
+    /// Largest segment size allowed: `segment.bytes`, capped so positions fit the index.
+    fn max_segment_bytes(&self) -> u64 {
+        self.config.segment_bytes.min(i32::MAX as u64)
+    }
+
+    /// Seals the active segment and starts a new one at the log end.
+    fn roll(&mut self) -> Result<()> {
+        let base = self.log_end_offset();
+        self.active_mut().seal()?;
+        let seg = Segment::create(&self.dir, base, self.config.segment_index_bytes)?;
+        tracing::debug!(path = %seg.log_path().display(), "rolled a new segment");
+        self.segments.push(seg);
+        Ok(())
+    }
+
+    fn segment_expired_by_age(&self, seg: &Segment, now_ms: i64) -> bool {
+        !seg.is_empty()
+            && seg
+                .roll_base_ms()
+                .is_some_and(|b| now_ms.saturating_sub(b) > self.config.segment_ms)
+    }
+
     /// Appends already validated batches (see `batch::validate_batches`):
     /// assigns consecutive offsets from the log end, stamps `leader_epoch`,
     /// applies LogAppendTime when configured, rolls the segment first if
     /// size or age demands, and writes the whole payload with one write.
-    pub fn append(&mut self, batches: &mut [u8], leader_epoch: i32, now_ms: i64) -> Result<AppendResult> {
-        let _ = (batches, leader_epoch, now_ms);
-        todo!()
+    /// The batch structure is re-checked (not the CRC): a payload that is
+    /// not a whole number of v2 batches is `CorruptBatch`.
+    pub fn append(
+        &mut self,
+        batches: &mut [u8],
+        leader_epoch: i32,
+        now_ms: i64,
+    ) -> Result<AppendResult> {
+        if batches.is_empty() {
+            return Err(StorageError::CorruptBatch("empty record set".to_string()));
+        }
+        if batches.len() as u64 > i32::MAX as u64 {
+            return Err(StorageError::MessageTooLarge {
+                size: batches.len(),
+                max: i32::MAX as usize,
+            });
+        }
+        let log_append_time = if self.config.log_append_time {
+            now_ms
+        } else {
+            -1
+        };
+        let mut infos = Vec::new();
+        let mut next = self.log_end_offset();
+        let mut pos = 0usize;
+        while pos < batches.len() {
+            let rest = batches.get(pos..).unwrap_or(&[]);
+            let h = BatchHeader::parse(rest)?;
+            let size = h.total_size();
+            if size > rest.len() || h.last_offset_delta < 0 {
+                return Err(StorageError::CorruptBatch(format!(
+                    "malformed batch at byte {pos} of the append"
+                )));
+            }
+            let last = next
+                .checked_add(i64::from(h.last_offset_delta))
+                .ok_or_else(|| StorageError::CorruptBatch("offset overflow".to_string()))?;
+            infos.push(BatchInfo {
+                position: pos as u64,
+                size: size as u64,
+                base_offset: next,
+                last_offset: last,
+                max_timestamp: if self.config.log_append_time {
+                    now_ms
+                } else {
+                    h.max_timestamp
+                },
+            });
+            next = last + 1;
+            pos += size;
+        }
+        let (Some(first), Some(last)) = (infos.first().copied(), infos.last().copied()) else {
+            return Err(StorageError::CorruptBatch("empty record set".to_string()));
+        };
+
+        let active = self.active();
+        let needs_roll = !active.is_empty()
+            && (active.size() + batches.len() as u64 > self.max_segment_bytes()
+                || self.segment_expired_by_age(active, now_ms)
+                || active.indexes_full()
+                || last.last_offset - active.base_offset() > i64::from(i32::MAX));
+        if needs_roll {
+            self.roll()?;
+        }
+
+        for b in &infos {
+            let start = b.position as usize;
+            if let Some(slice) = batches.get_mut(start..start + b.size as usize) {
+                batch::set_base_offset_and_epoch(slice, b.base_offset, leader_epoch);
+                if self.config.log_append_time {
+                    batch::set_log_append_time(slice, now_ms);
+                }
+            }
+        }
+        let interval = self.config.index_interval_bytes;
+        self.active_mut()
+            .append(batches, &infos, interval, now_ms)?;
+        self.unflushed_messages = self
+            .unflushed_messages
+            .saturating_add(last.last_offset - first.base_offset + 1);
+        self.first_unflushed_ms.get_or_insert(now_ms);
+        Ok(AppendResult {
+            base_offset: first.base_offset,
+            last_offset: last.last_offset,
+            log_append_time,
+            log_start_offset: self.log_start_offset,
+        })
+    }
+
+    fn empty_slice(&self) -> FetchSlice {
+        let active = self.active();
+        FetchSlice {
+            file: Arc::clone(active.file()),
+            position: active.size(),
+            len: 0,
+        }
     }
 
     /// Returns whole batches starting with the one containing `offset`, up
@@ -96,82 +416,309 @@ impl PartitionLog {
     /// `offset == log end` gives an empty slice; outside
     /// `[log start, log end]` is `OffsetOutOfRange`.
     pub fn read(&self, offset: i64, max_bytes: u64, max_offset: i64) -> Result<FetchSlice> {
-        let _ = (offset, max_bytes, max_offset);
-        todo!()
+        let (start, end) = (self.log_start_offset, self.log_end_offset());
+        if offset < start || offset > end {
+            return Err(out_of_range(offset, start, end));
+        }
+        if offset == end || offset >= max_offset {
+            return Ok(self.empty_slice());
+        }
+        let first = self
+            .segments
+            .partition_point(|s| s.base_offset() <= offset)
+            .saturating_sub(1);
+        for seg in &self.segments[first..] {
+            if let Some((pos, h)) = seg.find_position(offset)? {
+                if h.base_offset >= max_offset {
+                    break;
+                }
+                let len = seg.slice_len(pos, max_bytes, max_offset)?;
+                return Ok(FetchSlice {
+                    file: Arc::clone(seg.file()),
+                    position: pos,
+                    len,
+                });
+            }
+        }
+        Ok(self.empty_slice())
     }
 
     pub fn log_start_offset(&self) -> i64 {
-        todo!()
+        self.log_start_offset
     }
     /// Offset the next appended record will get.
     pub fn log_end_offset(&self) -> i64 {
-        todo!()
+        self.active().next_offset()
     }
     /// Total bytes of all segments.
     pub fn size_bytes(&self) -> u64 {
-        todo!()
+        self.segments.iter().map(Segment::size).sum()
     }
 
     /// The first offset whose record timestamp is `>= timestamp`, with that
-    /// record's batch max timestamp; `None` if no record is that recent.
+    /// record's batch max timestamp, as `(offset, timestamp)`; `None` if no
+    /// record is that recent. Offsets below the log start are never
+    /// returned. The offset is exact for uncompressed CreateTime batches;
+    /// for compressed or LogAppendTime batches it is the batch's first
+    /// offset (clients skip earlier records themselves).
     pub fn offset_for_timestamp(&self, timestamp: i64) -> Result<Option<(i64, i64)>> {
-        let _ = timestamp;
-        todo!()
+        let log_start = self.log_start_offset;
+        for seg in &self.segments {
+            if seg.next_offset() <= log_start
+                || seg.max_timestamp().is_none_or(|(max, _)| max < timestamp)
+            {
+                continue;
+            }
+            let from = seg
+                .time_index()
+                .lookup_before(timestamp)
+                .map_or(seg.base_offset(), |(_, o)| o)
+                .max(log_start);
+            let Some((mut pos, _)) = seg.find_position(from)? else {
+                continue;
+            };
+            while pos < seg.size() {
+                let h = seg.header_at(pos)?;
+                let size = h.total_size() as u64;
+                if h.max_timestamp >= timestamp && h.last_offset() >= log_start {
+                    if h.compression() != 0 || h.is_log_append_time() {
+                        return Ok(Some((h.base_offset.max(log_start), h.max_timestamp)));
+                    }
+                    let min_delta =
+                        i32::try_from((log_start - h.base_offset).max(0)).unwrap_or(i32::MAX);
+                    let bytes = seg.read_batch(pos, size)?;
+                    match batch::first_record_at_or_after(&bytes, timestamp, min_delta) {
+                        Some((delta, _)) => {
+                            return Ok(Some((h.base_offset + i64::from(delta), h.max_timestamp)))
+                        }
+                        None if h.records_count > 0 && !bytes.is_empty() => {
+                            // Unparsable records: fall back to the batch.
+                            if batch::first_record_at_or_after(&bytes, i64::MIN, min_delta)
+                                .is_none()
+                            {
+                                return Ok(Some((h.base_offset.max(log_start), h.max_timestamp)));
+                            }
+                        }
+                        None => {}
+                    }
+                }
+                pos += size;
+            }
+        }
+        Ok(None)
     }
 
     /// The largest timestamp in the log and the offset of its batch's last
-    /// record (ListOffsets MAX_TIMESTAMP); `None` for an empty log.
+    /// record, as `(timestamp, offset)` (ListOffsets MAX_TIMESTAMP); `None`
+    /// for an empty log or one without timestamps.
     pub fn max_timestamp(&self) -> Option<(i64, i64)> {
-        todo!()
+        let mut best: Option<(i64, i64)> = None;
+        for seg in &self.segments {
+            if seg.next_offset() <= self.log_start_offset {
+                continue;
+            }
+            if let Some((ts, off)) = seg.max_timestamp() {
+                if best.is_none_or(|(b, _)| ts > b) {
+                    best = Some((ts, off));
+                }
+            }
+        }
+        best
+    }
+
+    fn checkpoint_log_start(&self) -> Result<()> {
+        checkpoint::write_checkpoint(
+            &self.dir,
+            checkpoint::LOG_START_OFFSET_FILE,
+            self.log_start_offset,
+        )
+    }
+
+    /// Moves the log start offset up to `new_start` (checkpointed before any
+    /// file is removed), then deletes the first `count` segments.
+    fn advance_start_and_delete(&mut self, new_start: i64, count: usize) -> Result<(usize, u64)> {
+        if new_start > self.log_start_offset {
+            self.log_start_offset = new_start;
+            self.checkpoint_log_start()?;
+            self.high_watermark = self.high_watermark.max(new_start);
+            self.recovery_point = self.recovery_point.max(new_start);
+        }
+        let count = count.min(self.segments.len().saturating_sub(1));
+        let mut bytes = 0;
+        for seg in self.segments.drain(..count) {
+            bytes += seg.size();
+            tracing::info!(path = %seg.log_path().display(), "deleting segment");
+            seg.delete()?;
+        }
+        Ok((count, bytes))
     }
 
     /// `DeleteRecords`: advances the log start offset to `offset` (deleting
-    /// segments wholly below it) and checkpoints it. `offset` must be in
-    /// `[log start, log end]`. Returns the new log start offset.
+    /// segments wholly below it, rolling the active segment first when all
+    /// of it goes) and checkpoints it. `offset` above the log end is
+    /// `OffsetOutOfRange`; at or below the log start it changes nothing (as
+    /// in Kafka). Returns the new log start offset.
     pub fn delete_records_before(&mut self, offset: i64) -> Result<i64> {
-        let _ = offset;
-        todo!()
+        let end = self.log_end_offset();
+        if offset > end {
+            return Err(out_of_range(offset, self.log_start_offset, end));
+        }
+        if offset <= self.log_start_offset {
+            return Ok(self.log_start_offset);
+        }
+        if offset == end && !self.active().is_empty() {
+            self.roll()?;
+        }
+        let count = self
+            .segments
+            .iter()
+            .skip(1)
+            .take_while(|s| s.base_offset() <= offset)
+            .count();
+        self.advance_start_and_delete(offset, count)?;
+        Ok(self.log_start_offset)
     }
 
     /// Time (`retention.ms`) and size (`retention.bytes`) retention: deletes
     /// whole non-active segments and advances the log start offset. Also
-    /// rolls the active segment when `segment.ms` has passed.
+    /// rolls the active segment when `segment.ms` has passed. When every
+    /// segment, the active one included, is past `retention.ms`, the active
+    /// segment is rolled first and deleted in the same pass (as Kafka does).
+    /// Deleted segments are renamed `.deleted` and removed at once
+    /// (`file.delete.delay.ms` is not needed: readers keep their open file).
     pub fn enforce_retention(&mut self, now_ms: i64) -> Result<RetentionOutcome> {
-        let _ = now_ms;
-        todo!()
+        let mut outcome = RetentionOutcome::default();
+        if self.segment_expired_by_age(self.active(), now_ms) {
+            self.roll()?;
+        }
+        if self.config.retention_ms >= 0 {
+            let retention = self.config.retention_ms;
+            let expired = |s: &Segment| {
+                !s.is_empty() && now_ms.saturating_sub(s.retention_timestamp()) > retention
+            };
+            let n = self.segments.len();
+            let mut count = self.segments[..n - 1]
+                .iter()
+                .take_while(|s| expired(s))
+                .count();
+            if count == n - 1 && expired(self.active()) {
+                self.roll()?;
+                count += 1;
+            }
+            if count > 0 {
+                let new_start = self.segments[count].base_offset();
+                let (segs, bytes) = self.advance_start_and_delete(new_start, count)?;
+                outcome.segments_deleted += segs;
+                outcome.bytes_deleted += bytes;
+            }
+        }
+        if self.config.retention_bytes >= 0 {
+            let mut excess = self
+                .size_bytes()
+                .saturating_sub(self.config.retention_bytes as u64);
+            let n = self.segments.len();
+            let mut count = 0;
+            for seg in &self.segments[..n - 1] {
+                if seg.size() > excess {
+                    break;
+                }
+                excess -= seg.size();
+                count += 1;
+            }
+            if count > 0 {
+                let new_start = self.segments[count].base_offset();
+                let (segs, bytes) = self.advance_start_and_delete(new_start, count)?;
+                outcome.segments_deleted += segs;
+                outcome.bytes_deleted += bytes;
+            }
+        }
+        outcome.log_start_offset = self.log_start_offset;
+        Ok(outcome)
     }
 
     /// Applies the flush policy (`flush.messages`, `flush.ms`); call after
-    /// appends and periodically.
+    /// appends and periodically. Also checkpoints a changed high watermark
+    /// at most every [`HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS`].
     pub fn maybe_flush(&mut self, now_ms: i64) -> Result<()> {
-        let _ = now_ms;
-        todo!()
+        let by_count =
+            self.unflushed_messages > 0 && self.unflushed_messages >= self.config.flush_messages;
+        let by_time = self
+            .first_unflushed_ms
+            .is_some_and(|t| now_ms.saturating_sub(t) >= self.config.flush_ms);
+        if by_count || by_time {
+            self.flush()?;
+        }
+        if self.checkpointed_high_watermark != Some(self.high_watermark)
+            && now_ms.saturating_sub(self.last_hw_checkpoint_ms)
+                >= HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS
+        {
+            self.checkpoint_high_watermark()?;
+            self.last_hw_checkpoint_ms = now_ms;
+        }
+        Ok(())
     }
 
-    /// fsyncs all segments and indexes and checkpoints the recovery point.
+    /// fsyncs all segments and indexes and checkpoints the recovery point
+    /// (and the high watermark if it changed).
     pub fn flush(&mut self) -> Result<()> {
-        todo!()
+        for seg in &mut self.segments {
+            seg.flush()?;
+        }
+        let end = self.log_end_offset();
+        checkpoint::write_checkpoint(&self.dir, checkpoint::RECOVERY_POINT_FILE, end)?;
+        self.recovery_point = end;
+        self.unflushed_messages = 0;
+        self.first_unflushed_ms = None;
+        if self.checkpointed_high_watermark != Some(self.high_watermark) {
+            self.checkpoint_high_watermark()?;
+        }
+        Ok(())
     }
 
-    /// Checkpoints the high watermark (replication owns its value; a
-    /// single broker sets it to the log end after each append).
+    /// Sets the high watermark (replication owns its value; a single
+    /// broker sets it to the log end after each append), clamped to
+    /// `[log start, log end]`. It is checkpointed by `maybe_flush` (at most
+    /// every 5 s, as Kafka), `flush`, `close` and
+    /// [`PartitionLog::checkpoint_high_watermark`].
     pub fn set_high_watermark(&mut self, hw: i64) {
-        let _ = hw;
-        todo!()
+        self.high_watermark = hw.clamp(self.log_start_offset, self.log_end_offset());
     }
     pub fn high_watermark(&self) -> i64 {
-        todo!()
+        self.high_watermark
+    }
+    /// Writes the high watermark checkpoint now.
+    pub fn checkpoint_high_watermark(&mut self) -> Result<()> {
+        checkpoint::write_checkpoint(
+            &self.dir,
+            checkpoint::HIGH_WATERMARK_FILE,
+            self.high_watermark,
+        )?;
+        self.checkpointed_high_watermark = Some(self.high_watermark);
+        Ok(())
     }
 
     /// Clean shutdown: flush, trim preallocated indexes, write all
     /// checkpoints and a clean-shutdown marker so the next open skips
     /// re-validation.
-    pub fn close(self) -> Result<()> {
-        todo!()
+    pub fn close(mut self) -> Result<()> {
+        self.active_mut().seal()?;
+        self.flush()?;
+        self.checkpoint_log_start()?;
+        self.checkpoint_high_watermark()?;
+        checkpoint::write_clean_shutdown(&self.dir)?;
+        Ok(())
     }
 
     /// Removes the partition directory and everything in it.
     pub fn delete(self) -> Result<()> {
-        todo!()
+        let PartitionLog { dir, segments, .. } = self;
+        drop(segments);
+        fs::remove_dir_all(&dir)?;
+        if let Some(parent) = dir.parent() {
+            if let Err(e) = checkpoint::fsync_dir(parent) {
+                tracing::warn!(dir = %parent.display(), error = %e, "cannot fsync after deleting a partition");
+            }
+        }
+        Ok(())
     }
 }

@@ -1,1 +1,613 @@
-//! (to be written)
+//! One segment of a partition log: a `.log` file of record batches plus its
+//! `.index` and `.timeindex`.
+//!
+//! This module owns the files of one segment: writing batches at its end,
+//! finding batch boundaries (sparse index, then a short scan of batch
+//! headers with `pread`), validating its bytes during recovery, rebuilding
+//! its indexes and deleting its files. It knows nothing of the other
+//! segments, checkpoints or retention policies (see `log`).
+
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::UNIX_EPOCH;
+
+use super::batch::{self, BatchHeader, BATCH_HEADER_LEN, LOG_OVERHEAD, MIN_BATCH_LENGTH};
+use super::index::{OffsetIndex, TimeIndex};
+use super::{Result, StorageError};
+
+/// Suffix of the record batch file.
+pub const LOG_SUFFIX: &str = ".log";
+/// Suffix of the offset index.
+pub const INDEX_SUFFIX: &str = ".index";
+/// Suffix of the time index.
+pub const TIME_INDEX_SUFFIX: &str = ".timeindex";
+/// Suffix appended to the files of a segment being deleted.
+pub const DELETED_SUFFIX: &str = ".deleted";
+
+/// `<base offset, 20 digits zero-padded><suffix>`.
+pub fn file_name(base_offset: i64, suffix: &str) -> String {
+    format!("{base_offset:020}{suffix}")
+}
+
+/// Parses `<20 digits><suffix>` into the base offset.
+pub fn parse_file_name(name: &str, suffix: &str) -> Option<i64> {
+    let digits = name.strip_suffix(suffix)?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse::<i64>().ok()
+}
+
+/// What the log needs to know about one batch of an append.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchInfo {
+    /// Position of the batch inside the appended buffer.
+    pub position: u64,
+    pub size: u64,
+    pub base_offset: i64,
+    pub last_offset: i64,
+    pub max_timestamp: i64,
+}
+
+/// Result of scanning batch headers without checking CRCs.
+#[derive(Debug, Clone, Copy)]
+struct HeaderScan {
+    next_offset: i64,
+    max_timestamp: i64,
+    offset_of_max_timestamp: i64,
+    bytes: u64,
+}
+
+/// One segment. Positions are `u64` but always below `u32::MAX` (the log
+/// never lets a segment grow past `i32::MAX` bytes).
+#[derive(Debug)]
+pub struct Segment {
+    base_offset: i64,
+    log_path: PathBuf,
+    file: Arc<File>,
+    size: u64,
+    next_offset: i64,
+    offset_index: OffsetIndex,
+    time_index: TimeIndex,
+    /// Largest batch max timestamp in the segment, -1 if none.
+    max_timestamp: i64,
+    /// Last offset of the batch holding `max_timestamp`.
+    offset_of_max_timestamp: i64,
+    /// Broker time the segment's age (`segment.ms`) counts from; `None`
+    /// while empty.
+    roll_base_ms: Option<i64>,
+    bytes_since_last_index_entry: u64,
+    /// Written since the last fsync.
+    dirty: bool,
+}
+
+fn corrupt(msg: impl Into<String>) -> StorageError {
+    StorageError::CorruptBatch(msg.into())
+}
+
+impl Segment {
+    /// Creates an empty segment (truncating any file of the same name) with
+    /// indexes preallocated to `index_bytes`.
+    pub fn create(dir: &Path, base_offset: i64, index_bytes: u64) -> Result<Self> {
+        let log_path = dir.join(file_name(base_offset, LOG_SUFFIX));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&log_path)?;
+        let index_path = dir.join(file_name(base_offset, INDEX_SUFFIX));
+        let time_path = dir.join(file_name(base_offset, TIME_INDEX_SUFFIX));
+        for p in [&index_path, &time_path] {
+            File::create(p)?;
+        }
+        let mut seg = Segment::from_files(log_path, file, 0, base_offset)?;
+        seg.make_active(index_bytes)?;
+        seg.dirty = true;
+        Ok(seg)
+    }
+
+    /// Opens an existing segment without validating anything; call
+    /// [`Segment::load_trusted`] or [`Segment::recover`] next.
+    pub fn open(dir: &Path, base_offset: i64) -> Result<Self> {
+        let log_path = dir.join(file_name(base_offset, LOG_SUFFIX));
+        let file = OpenOptions::new().read(true).write(true).open(&log_path)?;
+        let size = file.metadata()?.len();
+        Segment::from_files(log_path, file, size, base_offset)
+    }
+
+    fn from_files(log_path: PathBuf, file: File, size: u64, base_offset: i64) -> Result<Self> {
+        let dir = log_path.parent().map(Path::to_path_buf).unwrap_or_default();
+        let offset_index =
+            OffsetIndex::open(&dir.join(file_name(base_offset, INDEX_SUFFIX)), base_offset)?;
+        let time_index = TimeIndex::open(
+            &dir.join(file_name(base_offset, TIME_INDEX_SUFFIX)),
+            base_offset,
+        )?;
+        Ok(Segment {
+            base_offset,
+            log_path,
+            file: Arc::new(file),
+            size,
+            next_offset: base_offset,
+            offset_index,
+            time_index,
+            max_timestamp: -1,
+            offset_of_max_timestamp: base_offset,
+            roll_base_ms: None,
+            bytes_since_last_index_entry: 0,
+            dirty: false,
+        })
+    }
+
+    pub fn base_offset(&self) -> i64 {
+        self.base_offset
+    }
+    /// Offset after the last record of the segment.
+    pub fn next_offset(&self) -> i64 {
+        self.next_offset
+    }
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+    pub fn is_empty(&self) -> bool {
+        self.size == 0
+    }
+    pub fn file(&self) -> &Arc<File> {
+        &self.file
+    }
+    pub fn log_path(&self) -> &Path {
+        &self.log_path
+    }
+    pub fn offset_index(&self) -> &OffsetIndex {
+        &self.offset_index
+    }
+    pub fn time_index(&self) -> &TimeIndex {
+        &self.time_index
+    }
+    /// Largest batch max timestamp and the last offset of its batch.
+    pub fn max_timestamp(&self) -> Option<(i64, i64)> {
+        (self.max_timestamp >= 0).then_some((self.max_timestamp, self.offset_of_max_timestamp))
+    }
+    pub fn roll_base_ms(&self) -> Option<i64> {
+        self.roll_base_ms
+    }
+    pub fn is_dirty(&self) -> bool {
+        self.dirty
+    }
+    /// Whether another index entry may not fit (the log then rolls).
+    pub fn indexes_full(&self) -> bool {
+        self.offset_index.is_full() || self.time_index.is_full()
+    }
+
+    /// The timestamp time retention compares: the largest batch timestamp,
+    /// or the file's modification time when no batch carries one.
+    pub fn retention_timestamp(&self) -> i64 {
+        if self.max_timestamp >= 0 {
+            return self.max_timestamp;
+        }
+        self.file
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map_or(-1, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    }
+
+    /// Preallocates the indexes for appends.
+    pub fn make_active(&mut self, index_bytes: u64) -> Result<()> {
+        self.offset_index.resize(index_bytes)?;
+        self.time_index.resize(index_bytes)?;
+        Ok(())
+    }
+
+    /// Called when the segment stops being active (roll, close): adds the
+    /// final time index entry and trims both indexes to their entries.
+    pub fn seal(&mut self) -> Result<()> {
+        if self.max_timestamp >= 0 && self.time_index.is_full() {
+            // Make room for the final entry that records the max timestamp.
+            let len = self.time_index.file_len() + super::index::TIME_ENTRY_SIZE as u64;
+            self.time_index.resize(len)?;
+        }
+        self.time_index
+            .maybe_append(self.max_timestamp, self.offset_of_max_timestamp);
+        self.offset_index.trim()?;
+        self.time_index.trim()?;
+        self.dirty = true;
+        Ok(())
+    }
+
+    /// Writes `buf` (whole batches whose offsets are already assigned, as
+    /// described by `batches`) at the end of the log with one write, then
+    /// updates the indexes. On a write error the file is cut back to its
+    /// previous size.
+    pub fn append(
+        &mut self,
+        buf: &[u8],
+        batches: &[BatchInfo],
+        index_interval: u64,
+        now_ms: i64,
+    ) -> Result<()> {
+        if let Err(e) = self.file.write_all_at(buf, self.size) {
+            if let Err(e2) = self.file.set_len(self.size) {
+                tracing::error!(path = %self.log_path.display(), error = %e2, "cannot undo a failed append");
+            }
+            return Err(e.into());
+        }
+        let start = self.size;
+        for b in batches {
+            self.on_batch(start + b.position, b, index_interval);
+        }
+        self.size += buf.len() as u64;
+        if self.roll_base_ms.is_none() {
+            self.roll_base_ms = Some(now_ms);
+        }
+        self.dirty = true;
+        Ok(())
+    }
+
+    /// Index bookkeeping for one batch at `position` (Kafka's rule: an
+    /// entry once more than `index_interval` bytes were written since the
+    /// last one).
+    fn on_batch(&mut self, position: u64, b: &BatchInfo, index_interval: u64) {
+        if b.max_timestamp > self.max_timestamp {
+            self.max_timestamp = b.max_timestamp;
+            self.offset_of_max_timestamp = b.last_offset;
+        }
+        if self.bytes_since_last_index_entry > index_interval {
+            if self.offset_index.append(b.base_offset, position) {
+                self.time_index
+                    .maybe_append(self.max_timestamp, self.offset_of_max_timestamp);
+            }
+            self.bytes_since_last_index_entry = 0;
+        }
+        self.bytes_since_last_index_entry += b.size;
+        self.next_offset = b.last_offset.saturating_add(1);
+    }
+
+    /// fsyncs the log and the indexes if anything changed.
+    pub fn flush(&mut self) -> Result<()> {
+        if self.dirty {
+            self.file.sync_data()?;
+            self.offset_index.flush()?;
+            self.time_index.flush()?;
+            self.dirty = false;
+        }
+        Ok(())
+    }
+
+    /// Reads `buf.len()` bytes at `pos` (fails on a short read).
+    fn read_exact_at(&self, buf: &mut [u8], pos: u64) -> Result<()> {
+        self.file.read_exact_at(buf, pos)?;
+        Ok(())
+    }
+
+    /// Parses the header of the batch at `pos`, checking that it lies
+    /// wholly inside the segment.
+    pub fn header_at(&self, pos: u64) -> Result<BatchHeader> {
+        let mut buf = [0u8; BATCH_HEADER_LEN];
+        if pos + BATCH_HEADER_LEN as u64 > self.size {
+            return Err(corrupt(format!(
+                "{}: batch header at {pos} past the end",
+                self.log_path.display()
+            )));
+        }
+        self.read_exact_at(&mut buf, pos)?;
+        let h = BatchHeader::parse(&buf)?;
+        if pos + h.total_size() as u64 > self.size {
+            return Err(corrupt(format!(
+                "{}: batch at {pos} runs past the end",
+                self.log_path.display()
+            )));
+        }
+        Ok(h)
+    }
+
+    /// `(base offset, total size)` of the batch at `pos`, from its first 12 bytes.
+    fn prefix_at(&self, pos: u64) -> Result<(i64, u64)> {
+        let mut buf = [0u8; LOG_OVERHEAD];
+        self.read_exact_at(&mut buf, pos)?;
+        let (base, len) =
+            batch::read_offset_and_length(&buf).ok_or_else(|| corrupt("short batch prefix"))?;
+        if len < MIN_BATCH_LENGTH {
+            return Err(corrupt(format!(
+                "{}: bad batch length at {pos}",
+                self.log_path.display()
+            )));
+        }
+        Ok((base, LOG_OVERHEAD as u64 + len as u64))
+    }
+
+    /// Reads the whole batch at `pos` of `size` bytes.
+    pub fn read_batch(&self, pos: u64, size: u64) -> Result<Vec<u8>> {
+        if pos.checked_add(size).is_none_or(|end| end > self.size) {
+            return Err(corrupt(format!(
+                "{}: batch at {pos} runs past the end",
+                self.log_path.display()
+            )));
+        }
+        let len = usize::try_from(size).map_err(|_| corrupt("batch too large"))?;
+        let mut buf = vec![0u8; len];
+        self.read_exact_at(&mut buf, pos)?;
+        Ok(buf)
+    }
+
+    /// Position of the first batch whose last offset is `>= offset`, or
+    /// `None` if no batch of this segment reaches `offset`.
+    pub fn find_position(&self, offset: i64) -> Result<Option<(u64, BatchHeader)>> {
+        let mut pos = self.offset_index.lookup(offset).map_or(0, |(_, p)| p);
+        while pos < self.size {
+            let h = self.header_at(pos)?;
+            if h.last_offset() >= offset {
+                return Ok(Some((pos, h)));
+            }
+            pos += h.total_size() as u64;
+        }
+        Ok(None)
+    }
+
+    /// Length of the run of whole batches starting at `start` (a batch
+    /// boundary): at least the first batch if its base offset is below
+    /// `max_offset`, then more while they fit in `max_bytes` and their base
+    /// offset is below `max_offset`.
+    pub fn slice_len(&self, start: u64, max_bytes: u64, max_offset: i64) -> Result<u64> {
+        let mut pos = start;
+        while pos < self.size {
+            let (base, size) = self.prefix_at(pos)?;
+            if base >= max_offset || (pos > start && pos - start + size > max_bytes) {
+                break;
+            }
+            if pos + size > self.size {
+                return Err(corrupt(format!(
+                    "{}: batch at {pos} runs past the end",
+                    self.log_path.display()
+                )));
+            }
+            pos += size;
+        }
+        Ok(pos - start)
+    }
+
+    /// Scans batch headers (no CRC) from `pos`, where a batch with base
+    /// offset `expected` must start, to the end of the file. `None` when the
+    /// headers are not a consistent chain ending exactly at the file end.
+    fn scan_headers(&self, mut pos: u64, mut expected: i64) -> Result<Option<HeaderScan>> {
+        let start = pos;
+        let mut scan = HeaderScan {
+            next_offset: expected,
+            max_timestamp: -1,
+            offset_of_max_timestamp: expected,
+            bytes: 0,
+        };
+        while pos < self.size {
+            let h = match self.header_at(pos) {
+                Ok(h) => h,
+                Err(StorageError::Io(e)) => return Err(e.into()),
+                Err(_) => return Ok(None),
+            };
+            if h.base_offset != expected || h.last_offset_delta < 0 {
+                return Ok(None);
+            }
+            if h.max_timestamp > scan.max_timestamp {
+                scan.max_timestamp = h.max_timestamp;
+                scan.offset_of_max_timestamp = h.last_offset();
+            }
+            expected = h.last_offset().saturating_add(1);
+            pos += h.total_size() as u64;
+        }
+        scan.next_offset = expected;
+        scan.bytes = pos - start;
+        Ok(Some(scan))
+    }
+
+    /// Loads a segment whose bytes were validated before (clean shutdown or
+    /// below the recovery point): sanity-checks the indexes and finds the
+    /// segment end. `next_segment_base` is the base offset of the following
+    /// segment, `None` for the last one (whose tail after the last index
+    /// entry is then scanned). Returns a description of the problem when
+    /// the segment must be recovered instead.
+    pub fn load_trusted(
+        &mut self,
+        next_segment_base: Option<i64>,
+        index_interval: u64,
+        now_ms: i64,
+    ) -> Result<std::result::Result<(), String>> {
+        let bound = next_segment_base.unwrap_or(i64::MAX);
+        if self.offset_index.entries() == 0 && self.size > index_interval.saturating_mul(2) {
+            // Any segment with batches past twice the interval has an entry
+            // (only a single huge batch could legitimately leave none).
+            return Ok(Err(format!(
+                "offset index empty for a {}-byte log",
+                self.size
+            )));
+        }
+        if self.offset_index.entries() > 0 && self.time_index.entries() == 0 {
+            return Ok(Err(
+                "time index empty while the offset index is not".to_string()
+            ));
+        }
+        if let Err(e) = self.offset_index.sanity_check(self.size, bound) {
+            return Ok(Err(format!("offset index: {e}")));
+        }
+        if let Err(e) = self.time_index.sanity_check(bound) {
+            return Ok(Err(format!("time index: {e}")));
+        }
+        if let Some((ts, off)) = self.time_index.last_entry() {
+            self.max_timestamp = ts;
+            self.offset_of_max_timestamp = off;
+        }
+        let (scan_pos, scan_offset) = match self.offset_index.last_entry() {
+            Some((o, p)) => (p, o),
+            None => (0, self.base_offset),
+        };
+        let must_scan =
+            next_segment_base.is_none() || (self.size > 0 && self.time_index.entries() == 0);
+        if must_scan {
+            let Some(scan) = self.scan_headers(scan_pos, scan_offset)? else {
+                return Ok(Err(format!(
+                    "inconsistent batch headers after position {scan_pos}"
+                )));
+            };
+            if scan.max_timestamp > self.max_timestamp {
+                self.max_timestamp = scan.max_timestamp;
+                self.offset_of_max_timestamp = scan.offset_of_max_timestamp;
+            }
+            self.next_offset = scan.next_offset;
+            self.bytes_since_last_index_entry = scan.bytes;
+            if let Some(next) = next_segment_base {
+                if next != scan.next_offset {
+                    return Ok(Err(format!(
+                        "segment ends at {} but the next one starts at {next}",
+                        scan.next_offset
+                    )));
+                }
+            }
+        } else {
+            self.next_offset = bound;
+        }
+        if let Err(e) = self.offset_index.sanity_check(self.size, self.next_offset) {
+            return Ok(Err(format!("offset index: {e}")));
+        }
+        if let Err(e) = self.time_index.sanity_check(self.next_offset) {
+            return Ok(Err(format!("time index: {e}")));
+        }
+        self.roll_base_ms = self.first_roll_base(now_ms)?;
+        Ok(Ok(()))
+    }
+
+    /// Age base of a reopened segment: its first batch's max timestamp when
+    /// plausible, else `now_ms`.
+    fn first_roll_base(&self, now_ms: i64) -> Result<Option<i64>> {
+        if self.size == 0 {
+            return Ok(None);
+        }
+        let ts = match self.header_at(0) {
+            Ok(h) => h.max_timestamp,
+            Err(StorageError::Io(e)) => return Err(e.into()),
+            Err(_) => -1,
+        };
+        Ok(Some(if (0..=now_ms).contains(&ts) {
+            ts
+        } else {
+            now_ms
+        }))
+    }
+
+    /// Re-validates every batch (length, magic, CRC-32C, contiguous offsets
+    /// from the segment base), rebuilds both indexes, and truncates the file
+    /// after the last valid batch. Returns the number of bytes cut off.
+    pub fn recover(&mut self, index_interval: u64, index_bytes: u64, now_ms: i64) -> Result<u64> {
+        self.offset_index.reset();
+        self.time_index.reset();
+        self.offset_index.resize(index_bytes)?;
+        self.time_index.resize(index_bytes)?;
+        self.max_timestamp = -1;
+        self.offset_of_max_timestamp = self.base_offset;
+        self.bytes_since_last_index_entry = 0;
+        self.next_offset = self.base_offset;
+        let file_size = self.file.metadata()?.len();
+        let mut pos = 0u64;
+        let mut buf = Vec::new();
+        let problem = loop {
+            let remaining = file_size - pos;
+            if remaining == 0 {
+                break None;
+            }
+            if remaining < LOG_OVERHEAD as u64 {
+                break Some(format!("{remaining} trailing bytes"));
+            }
+            let mut prefix = [0u8; LOG_OVERHEAD];
+            self.read_exact_at(&mut prefix, pos)?;
+            let Some((_, len)) = batch::read_offset_and_length(&prefix) else {
+                break Some("short prefix".to_string());
+            };
+            if len < MIN_BATCH_LENGTH || LOG_OVERHEAD as u64 + len as u64 > remaining {
+                break Some(format!("batch length {len} with {remaining} bytes left"));
+            }
+            let total = LOG_OVERHEAD + len as usize;
+            buf.resize(total, 0);
+            self.read_exact_at(&mut buf, pos)?;
+            let h = match batch::validate_one(&buf) {
+                Ok(h) => h,
+                Err(e) => break Some(e.to_string()),
+            };
+            if h.base_offset != self.next_offset {
+                break Some(format!(
+                    "base offset {} where {} was expected",
+                    h.base_offset, self.next_offset
+                ));
+            }
+            if h.last_offset() - self.base_offset > i64::from(i32::MAX) {
+                break Some(format!(
+                    "offset {} too far from the segment base",
+                    h.last_offset()
+                ));
+            }
+            let info = BatchInfo {
+                position: pos,
+                size: total as u64,
+                base_offset: h.base_offset,
+                last_offset: h.last_offset(),
+                max_timestamp: h.max_timestamp,
+            };
+            self.size = pos;
+            self.on_batch(pos, &info, index_interval);
+            pos += total as u64;
+        };
+        self.size = pos;
+        let cut = file_size - pos;
+        if let Some(problem) = problem {
+            tracing::warn!(
+                path = %self.log_path.display(),
+                position = pos,
+                bytes = cut,
+                %problem,
+                "truncating log segment after its last valid batch"
+            );
+            self.file.set_len(pos)?;
+        }
+        self.dirty = true;
+        self.roll_base_ms = self.first_roll_base(now_ms)?;
+        Ok(cut)
+    }
+
+    /// Renames the segment's files with the `.deleted` suffix and removes
+    /// them. Readers holding the `Arc<File>` keep reading the unlinked inode.
+    pub fn delete(self) -> Result<()> {
+        let Segment {
+            log_path,
+            offset_index,
+            time_index,
+            ..
+        } = self;
+        let paths = [
+            log_path,
+            offset_index.path().to_path_buf(),
+            time_index.path().to_path_buf(),
+        ];
+        drop(offset_index);
+        drop(time_index);
+        let mut renamed = Vec::new();
+        for p in paths {
+            let mut to = p.clone().into_os_string();
+            to.push(DELETED_SUFFIX);
+            let to = PathBuf::from(to);
+            match fs::rename(&p, &to) {
+                Ok(()) => renamed.push(to),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        for p in renamed {
+            match fs::remove_file(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+}
