@@ -9,3 +9,5 @@
 
 pub mod cluster;
 pub mod crd;
+pub mod kafka;
+pub mod topic;

@@ -47,7 +47,7 @@ pub fn next_step(desired: i32, update_revision: Option<&str>, pods: &[PodState])
     };
     // Pods beyond the desired count are being scaled away; ignore them.
     let mut pods: Vec<&PodState> = pods.iter().filter(|p| p.ordinal < desired).collect();
-    pods.sort_by(|a, b| b.ordinal.cmp(&a.ordinal));
+    pods.sort_by_key(|p| std::cmp::Reverse(p.ordinal));
     let outdated = |p: &PodState| p.revision.as_deref() != Some(update_revision);
     if !pods.iter().any(|p| outdated(p)) {
         return RolloutStep::UpToDate;

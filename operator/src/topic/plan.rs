@@ -1,0 +1,256 @@
+//! The topic planner: from a `KafkaTopic` spec and the topic as Kafka reports
+//! it, the admin actions that bring Kafka back to the spec, and the problems
+//! that make the spec impossible to honour. Pure; the controller executes.
+//!
+//! Partitions only grow; a replication factor change is reported, not done
+//! (it needs a reassignment, a later resource); topic-level config overrides
+//! that are not in the spec are removed, so drift made behind the operator's
+//! back is undone on the next reconcile.
+
+use std::collections::BTreeMap;
+
+use crate::cluster::status::Problem;
+use crate::cluster::validate::bad_config_names;
+use crate::crd::KafkaTopicSpec;
+use crate::kafka::ConfigOp;
+
+/// The topic as Kafka reports it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ObservedTopic {
+    /// Topic id.
+    pub topic_id: Option<String>,
+    /// Partition count.
+    pub partitions: i32,
+    /// Replication factor.
+    pub replication_factor: i32,
+    /// Topic-level config overrides (DescribeConfigs source = topic).
+    pub overrides: BTreeMap<String, String>,
+    /// Every non-sensitive config value (the effective config).
+    pub effective: BTreeMap<String, String>,
+}
+
+/// One admin action.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TopicAction {
+    /// CreateTopics.
+    Create {
+        /// Partitions.
+        partitions: i32,
+        /// Replication factor.
+        replication_factor: i16,
+        /// Topic config.
+        config: BTreeMap<String, String>,
+    },
+    /// CreatePartitions up to this total.
+    GrowPartitions(i32),
+    /// IncrementalAlterConfigs.
+    AlterConfig(Vec<ConfigOp>),
+}
+
+/// Actions to run and problems to report.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TopicPlan {
+    /// Admin actions, in order.
+    pub actions: Vec<TopicAction>,
+    /// Parts of the spec that cannot be honoured.
+    pub problems: Vec<Problem>,
+}
+
+fn problem(reason: &str, message: String) -> Problem {
+    Problem {
+        reason: reason.into(),
+        message,
+    }
+}
+
+/// Plans the actions for `spec` given the observed topic (None = absent) and
+/// the number of live brokers.
+pub fn plan(spec: &KafkaTopicSpec, observed: Option<&ObservedTopic>, brokers: usize) -> TopicPlan {
+    let mut out = TopicPlan::default();
+    let bad = bad_config_names(&spec.config);
+    if !bad.is_empty() {
+        out.problems.push(problem(
+            "InvalidConfig",
+            format!(
+                "spec.config keys are not Kafka config names: {}",
+                bad.join(", ")
+            ),
+        ));
+        return out;
+    }
+    let Some(observed) = observed else {
+        let rf = spec.replication_factor;
+        if rf < 1 || rf as usize > brokers {
+            out.problems.push(problem(
+                "ReplicationFactorTooHigh",
+                format!("replicationFactor {rf} needs {rf} brokers; the cluster has {brokers}"),
+            ));
+        } else if spec.partitions < 1 {
+            out.problems.push(problem(
+                "InvalidPartitions",
+                format!("partitions {} < 1", spec.partitions),
+            ));
+        } else {
+            out.actions.push(TopicAction::Create {
+                partitions: spec.partitions,
+                replication_factor: rf as i16,
+                config: spec.config.clone(),
+            });
+        }
+        return out;
+    };
+
+    if spec.partitions < observed.partitions {
+        out.problems.push(problem(
+            "PartitionDecreaseNotAllowed",
+            format!(
+                "spec.partitions is {} but the topic has {} partitions; partitions cannot be removed",
+                spec.partitions, observed.partitions
+            ),
+        ));
+    } else if spec.partitions > observed.partitions {
+        out.actions
+            .push(TopicAction::GrowPartitions(spec.partitions));
+    }
+
+    if observed.replication_factor > 0 && spec.replication_factor != observed.replication_factor {
+        out.problems.push(problem(
+            "ReplicationFactorChangeUnsupported",
+            format!(
+                "spec.replicationFactor is {} but the topic has {}; changing it is not supported yet",
+                spec.replication_factor, observed.replication_factor
+            ),
+        ));
+    }
+
+    let mut ops: Vec<ConfigOp> = spec
+        .config
+        .iter()
+        .filter(|(k, v)| observed.overrides.get(*k) != Some(*v))
+        .map(|(k, v)| ConfigOp::Set(k.clone(), v.clone()))
+        .collect();
+    ops.extend(
+        observed
+            .overrides
+            .keys()
+            .filter(|k| !spec.config.contains_key(*k))
+            .map(|k| ConfigOp::Delete(k.clone())),
+    );
+    if !ops.is_empty() {
+        out.actions.push(TopicAction::AlterConfig(ops));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::DeletionPolicy;
+
+    fn spec(partitions: i32, rf: i32, config: &[(&str, &str)]) -> KafkaTopicSpec {
+        KafkaTopicSpec {
+            cluster_ref: "c".into(),
+            topic_name: None,
+            partitions,
+            replication_factor: rf,
+            config: config
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            deletion_policy: DeletionPolicy::Delete,
+        }
+    }
+
+    fn observed(partitions: i32, rf: i32, overrides: &[(&str, &str)]) -> ObservedTopic {
+        ObservedTopic {
+            topic_id: Some("id".into()),
+            partitions,
+            replication_factor: rf,
+            overrides: overrides
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            effective: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn absent_topic_is_created() {
+        let p = plan(&spec(3, 1, &[("retention.ms", "1000")]), None, 1);
+        assert!(p.problems.is_empty());
+        assert_eq!(
+            p.actions,
+            vec![TopicAction::Create {
+                partitions: 3,
+                replication_factor: 1,
+                config: BTreeMap::from([("retention.ms".to_string(), "1000".to_string())]),
+            }]
+        );
+    }
+
+    #[test]
+    fn replication_factor_above_broker_count_is_a_problem() {
+        let p = plan(&spec(3, 3, &[]), None, 1);
+        assert!(p.actions.is_empty());
+        assert_eq!(p.problems[0].reason, "ReplicationFactorTooHigh");
+        assert!(p.problems[0].message.contains("has 1"));
+    }
+
+    #[test]
+    fn in_sync_topic_needs_nothing() {
+        let p = plan(
+            &spec(3, 1, &[("a", "1")]),
+            Some(&observed(3, 1, &[("a", "1")])),
+            1,
+        );
+        assert_eq!(p, TopicPlan::default());
+    }
+
+    #[test]
+    fn partitions_grow_but_never_shrink() {
+        let p = plan(&spec(5, 1, &[]), Some(&observed(3, 1, &[])), 1);
+        assert_eq!(p.actions, vec![TopicAction::GrowPartitions(5)]);
+        let p = plan(&spec(2, 1, &[]), Some(&observed(3, 1, &[])), 1);
+        assert!(p.actions.is_empty());
+        assert_eq!(p.problems[0].reason, "PartitionDecreaseNotAllowed");
+    }
+
+    #[test]
+    fn config_drift_is_undone() {
+        let p = plan(
+            &spec(
+                1,
+                1,
+                &[("retention.ms", "1000"), ("cleanup.policy", "compact")],
+            ),
+            Some(&observed(
+                1,
+                1,
+                &[("retention.ms", "5"), ("segment.bytes", "1")],
+            )),
+            1,
+        );
+        assert_eq!(
+            p.actions,
+            vec![TopicAction::AlterConfig(vec![
+                ConfigOp::Set("cleanup.policy".into(), "compact".into()),
+                ConfigOp::Set("retention.ms".into(), "1000".into()),
+                ConfigOp::Delete("segment.bytes".into()),
+            ])]
+        );
+    }
+
+    #[test]
+    fn replication_factor_change_is_reported_not_done() {
+        let p = plan(&spec(1, 2, &[]), Some(&observed(1, 1, &[])), 3);
+        assert!(p.actions.is_empty());
+        assert_eq!(p.problems[0].reason, "ReplicationFactorChangeUnsupported");
+    }
+
+    #[test]
+    fn bad_config_keys_stop_everything() {
+        let p = plan(&spec(1, 1, &[("Not A Key", "1")]), None, 1);
+        assert!(p.actions.is_empty());
+        assert_eq!(p.problems[0].reason, "InvalidConfig");
+    }
+}
