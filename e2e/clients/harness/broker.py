@@ -1,0 +1,226 @@
+"""Broker processes under test: Moldau or the Apache Kafka reference broker.
+
+Owns starting, stopping (SIGTERM), killing (SIGKILL) and restarting one broker
+process on 127.0.0.1 with a free port and its own data directory. Knows nothing
+about clients.
+
+Selected with MOLDAU_TEST_TARGET:
+  moldau (default)  $MOLDAU_BROKER_BIN, else <repo>/target/release/moldau-broker;
+                    ready when GET /readyz on its HTTP port answers 200.
+  kafka             e2e/clients/kafka-dist/kafka-up.sh (Apache Kafka, KRaft,
+                    single node); ready when the launcher says so and the
+                    Kafka port answers an ApiVersions request.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from . import kwire
+
+HERE = Path(__file__).resolve().parent
+CLIENTS_DIR = HERE.parent
+REPO = CLIENTS_DIR.parent.parent
+KAFKA_DIST = CLIENTS_DIR / "kafka-dist"
+
+START_TIMEOUT = float(os.environ.get("MOLDAU_TEST_START_TIMEOUT", "120"))
+STOP_TIMEOUT = float(os.environ.get("MOLDAU_TEST_STOP_TIMEOUT", "60"))
+
+
+def target() -> str:
+    t = os.environ.get("MOLDAU_TEST_TARGET", "moldau").strip().lower()
+    if t not in ("moldau", "kafka"):
+        raise ValueError(f"MOLDAU_TEST_TARGET must be moldau or kafka, not {t!r}")
+    return t
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class BrokerError(RuntimeError):
+    pass
+
+
+class Broker:
+    """One broker process; restartable on the same port and data directory."""
+
+    kind = "?"
+
+    def __init__(self, workdir: Path | None = None):
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix=f"moldau-e2e-{self.kind}-"))
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.data_dir = self.workdir / "data"
+        self.port = free_port()
+        self.host = "127.0.0.1"
+        self.proc: subprocess.Popen | None = None
+        self.starts = 0
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / f"broker-{self.starts}.log"
+
+    # -- lifecycle -------------------------------------------------------
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout: float = STOP_TIMEOUT) -> int | None:
+        """SIGTERM (clean shutdown) and wait; SIGKILL if it does not exit in time."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+                raise BrokerError(f"{self.kind} broker ignored SIGTERM for {timeout}s; killed")
+        rc = self.proc.returncode
+        self.proc = None
+        return rc
+
+    def kill(self) -> None:
+        """SIGKILL: an unclean stop."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(30)
+        self.proc = None
+
+    def restart(self, hard: bool = False) -> None:
+        if hard:
+            self.kill()
+        else:
+            rc = self.stop()
+            if rc not in (0, None, -signal.SIGTERM, 128 + signal.SIGTERM, 143):
+                raise BrokerError(f"{self.kind} broker exited with {rc} on SIGTERM; see {self.log_path}")
+        self.start()
+
+    def close(self, keep: bool = False) -> None:
+        try:
+            self.stop(timeout=30)
+        except BrokerError:
+            pass
+        if not keep:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    # -- readiness -------------------------------------------------------
+    def _wait_kafka_port(self, deadline: float) -> None:
+        last = None
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise BrokerError(
+                    f"{self.kind} broker exited with {self.proc.returncode if self.proc else '?'} "
+                    f"during start; log tail:\n{self.log_tail()}"
+                )
+            try:
+                with kwire.Conn(self.host, self.port, timeout=5) as c:
+                    c.api_versions()
+                return
+            except (OSError, kwire.ProtocolError) as e:
+                last = e
+                time.sleep(0.2)
+        raise BrokerError(f"{self.kind} broker not answering ApiVersions on {self.bootstrap}: {last}")
+
+
+class MoldauBroker(Broker):
+    kind = "moldau"
+
+    def __init__(self, workdir: Path | None = None):
+        super().__init__(workdir)
+        self.http_port = free_port()
+        self.bin = Path(os.environ.get("MOLDAU_BROKER_BIN", REPO / "target" / "release" / "moldau-broker"))
+
+    def start(self) -> None:
+        if not self.bin.exists():
+            raise BrokerError(
+                f"no broker binary at {self.bin}: run `cargo build --release -p moldau-broker` "
+                "or set MOLDAU_BROKER_BIN"
+            )
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.starts += 1
+        cmd = [
+            str(self.bin),
+            "--listen", self.bootstrap,
+            "--advertised-listener", self.bootstrap,
+            "--http-listen", f"{self.host}:{self.http_port}",
+            "--data-dir", str(self.data_dir),
+            "--node-id", "1",
+        ]
+        env = dict(os.environ)
+        env.setdefault("RUST_LOG", "info")
+        env.setdefault("RUST_BACKTRACE", "1")
+        log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+        log.close()
+        deadline = time.monotonic() + START_TIMEOUT
+        url = f"http://{self.host}:{self.http_port}/readyz"
+        last = None
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise BrokerError(
+                    f"moldau-broker exited with {self.proc.returncode if self.proc else '?'} during start; "
+                    f"cmd: {' '.join(cmd)}\nlog tail:\n{self.log_tail()}"
+                )
+            try:
+                with urllib.request.urlopen(url, timeout=2) as r:
+                    if r.status == 200:
+                        break
+                    last = f"HTTP {r.status}"
+            except Exception as e:  # noqa: BLE001 - any failure means not ready yet
+                last = e
+            time.sleep(0.1)
+        else:
+            raise BrokerError(f"moldau-broker /readyz not 200 within {START_TIMEOUT}s ({last}); log tail:\n{self.log_tail()}")
+        self._wait_kafka_port(deadline)
+
+
+class KafkaBroker(Broker):
+    kind = "kafka"
+
+    def start(self) -> None:
+        self.starts += 1
+        cmd = [str(KAFKA_DIST / "kafka-up.sh"), str(self.port), str(self.data_dir)]
+        log = open(self.log_path, "wb")
+        # kafka-up.sh without --daemon execs the JVM: self.proc is the broker.
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        log.close()
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise BrokerError(f"kafka exited with {self.proc.returncode} during start; log tail:\n{self.log_tail()}")
+            if b"Kafka Server started" in self.log_path.read_bytes():
+                break
+            time.sleep(0.2)
+        else:
+            raise BrokerError(f"kafka not started within {START_TIMEOUT}s; log tail:\n{self.log_tail()}")
+        self._wait_kafka_port(deadline)
+
+
+def new_broker(workdir: Path | None = None) -> Broker:
+    return MoldauBroker(workdir) if target() == "moldau" else KafkaBroker(workdir)

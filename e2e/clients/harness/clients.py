@@ -1,0 +1,339 @@
+"""Adapters that drive each real Kafka client the way an application would.
+
+Every adapter has the same two operations:
+  produce(bootstrap, topic, partition, records, compression) -> acknowledged offsets
+      (acks=all, idempotence disabled, one partition, in order)
+  consume(bootstrap, topic, partition, start, count, timeout) -> [Consumed]
+      (assign + seek, no consumer group)
+so that tests can be written once and run for each client, and producers and
+consumers of different clients can be crossed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from .records import Consumed, Record
+
+CLIENTS_DIR = Path(__file__).resolve().parent.parent
+JAVA_DIR = CLIENTS_DIR / "java"
+
+COMPRESSIONS = ["none", "gzip", "snappy", "lz4", "zstd"]
+
+
+class ClientError(AssertionError):
+    pass
+
+
+class Client:
+    name = "?"
+    null_header_values = True
+
+    def produce(self, bootstrap: str, topic: str, partition: int, records: list[Record], compression: str = "none") -> list[int]:
+        raise NotImplementedError
+
+    def consume(self, bootstrap: str, topic: str, partition: int, start: int, count: int, timeout: float = 30.0) -> list[Consumed]:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+# ---------------------------------------------------------------------------
+class ConfluentClient(Client):
+    """confluent-kafka (librdkafka)."""
+
+    name = "confluent"
+
+    def produce(self, bootstrap, topic, partition, records, compression="none"):
+        from confluent_kafka import Producer
+
+        p = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "acks": "all",
+                "enable.idempotence": False,
+                "compression.type": compression,
+                "linger.ms": 5,
+                "max.in.flight.requests.per.connection": 1,
+                "message.send.max.retries": 0,
+                "message.timeout.ms": 30000,
+                "client.id": "moldau-e2e-confluent",
+            }
+        )
+        offsets: list[int | None] = [None] * len(records)
+        errors: list[str] = []
+
+        def cb(i):
+            def on_delivery(err, msg):
+                if err is not None:
+                    errors.append(f"record {i}: {err}")
+                else:
+                    offsets[i] = msg.offset()
+
+            return on_delivery
+
+        for i, r in enumerate(records):
+            p.produce(
+                topic,
+                value=r.value,
+                key=r.key,
+                partition=partition,
+                timestamp=r.timestamp,
+                headers=list(r.headers),
+                on_delivery=cb(i),
+            )
+            p.poll(0)
+        left = p.flush(60)
+        if left or errors:
+            raise ClientError(f"confluent produce: {left} undelivered, errors: {errors[:5]}")
+        return offsets
+
+    def consumer(self, bootstrap):
+        from confluent_kafka import Consumer
+
+        return Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                # confluent-kafka requires a group.id even for assign(); nothing is
+                # committed and no group is joined (no subscribe()).
+                "group.id": "moldau-e2e-assign-only",
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "auto.offset.reset": "error",
+                "client.id": "moldau-e2e-confluent",
+            }
+        )
+
+    def consume(self, bootstrap, topic, partition, start, count, timeout=30.0):
+        from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, TopicPartition
+
+        c = self.consumer(bootstrap)
+        out: list[Consumed] = []
+        try:
+            c.assign([TopicPartition(topic, partition, start)])
+            deadline = time.monotonic() + timeout
+            while len(out) < count and time.monotonic() < deadline:
+                m = c.poll(0.5)
+                if m is None:
+                    continue
+                if m.error():
+                    raise ClientError(f"confluent consume: {m.error()}")
+                tstype, ts = m.timestamp()
+                tsname = {TIMESTAMP_CREATE_TIME: "CreateTime", TIMESTAMP_LOG_APPEND_TIME: "LogAppendTime"}.get(tstype, "?")
+                out.append(Consumed(m.offset(), Record(m.key(), m.value(), tuple(m.headers() or ()), ts), tsname))
+        finally:
+            c.close()
+        if len(out) < count:
+            raise ClientError(f"confluent consume: {len(out)} of {count} records within {timeout}s")
+        return out
+
+
+# ---------------------------------------------------------------------------
+class KafkaPythonClient(Client):
+    """kafka-python (pure Python)."""
+
+    name = "kafka-python"
+    null_header_values = False  # KafkaProducer.send rejects (name, None) headers
+
+    def produce(self, bootstrap, topic, partition, records, compression="none"):
+        from kafka import KafkaProducer
+
+        p = KafkaProducer(
+            bootstrap_servers=bootstrap,
+            acks="all",
+            enable_idempotence=False,
+            compression_type=None if compression == "none" else compression,
+            linger_ms=5,
+            max_in_flight_requests_per_connection=1,
+            retries=0,
+            request_timeout_ms=30000,
+            client_id="moldau-e2e-kafka-python",
+        )
+        try:
+            futs = [
+                p.send(topic, value=r.value, key=r.key, partition=partition, timestamp_ms=r.timestamp, headers=list(r.headers))
+                for r in records
+            ]
+            p.flush(60)
+            return [f.get(timeout=60).offset for f in futs]
+        finally:
+            p.close(timeout=10)
+
+    def consume(self, bootstrap, topic, partition, start, count, timeout=30.0):
+        from kafka import KafkaConsumer, TopicPartition
+
+        c = KafkaConsumer(
+            bootstrap_servers=bootstrap,
+            group_id=None,
+            enable_auto_commit=False,
+            client_id="moldau-e2e-kafka-python",
+            request_timeout_ms=30000,
+        )
+        out: list[Consumed] = []
+        try:
+            tp = TopicPartition(topic, partition)
+            c.assign([tp])
+            c.seek(tp, start)
+            deadline = time.monotonic() + timeout
+            while len(out) < count and time.monotonic() < deadline:
+                for batch in c.poll(timeout_ms=500).values():
+                    for m in batch:
+                        if len(out) < count:
+                            tsname = {0: "CreateTime", 1: "LogAppendTime"}.get(m.timestamp_type, "?")
+                            out.append(Consumed(m.offset, Record(m.key, m.value, tuple(m.headers or ()), m.timestamp), tsname))
+        finally:
+            c.close()
+        if len(out) < count:
+            raise ClientError(f"kafka-python consume: {len(out)} of {count} records within {timeout}s")
+        return out
+
+
+# ---------------------------------------------------------------------------
+class AioKafkaClient(Client):
+    """aiokafka (asyncio)."""
+
+    name = "aiokafka"
+
+    def produce(self, bootstrap, topic, partition, records, compression="none"):
+        return asyncio.run(self._produce(bootstrap, topic, partition, records, compression))
+
+    async def _produce(self, bootstrap, topic, partition, records, compression):
+        from aiokafka import AIOKafkaProducer
+
+        p = AIOKafkaProducer(
+            bootstrap_servers=bootstrap,
+            acks="all",
+            enable_idempotence=False,
+            compression_type=None if compression == "none" else compression,
+            linger_ms=5,
+            request_timeout_ms=30000,
+            client_id="moldau-e2e-aiokafka",
+        )
+        await p.start()
+        try:
+            futs = []
+            for r in records:
+                futs.append(
+                    await p.send(topic, value=r.value, key=r.key, partition=partition, timestamp_ms=r.timestamp, headers=list(r.headers))
+                )
+            metas = await asyncio.wait_for(asyncio.gather(*futs), 60)
+            return [m.offset for m in metas]
+        finally:
+            await p.stop()
+
+    def consume(self, bootstrap, topic, partition, start, count, timeout=30.0):
+        return asyncio.run(self._consume(bootstrap, topic, partition, start, count, timeout))
+
+    async def _consume(self, bootstrap, topic, partition, start, count, timeout):
+        from aiokafka import AIOKafkaConsumer, TopicPartition
+
+        c = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap,
+            group_id=None,
+            enable_auto_commit=False,
+            client_id="moldau-e2e-aiokafka",
+            request_timeout_ms=30000,
+        )
+        await c.start()
+        out: list[Consumed] = []
+        try:
+            tp = TopicPartition(topic, partition)
+            c.assign([tp])
+            c.seek(tp, start)
+            deadline = time.monotonic() + timeout
+            while len(out) < count and time.monotonic() < deadline:
+                got = await c.getmany(tp, timeout_ms=500)
+                for m in got.get(tp, []):
+                    if len(out) < count:
+                        tsname = {0: "CreateTime", 1: "LogAppendTime"}.get(m.timestamp_type, "?")
+                        out.append(Consumed(m.offset, Record(m.key, m.value, tuple(m.headers or ()), m.timestamp), tsname))
+        finally:
+            await c.stop()
+        if len(out) < count:
+            raise ClientError(f"aiokafka consume: {len(out)} of {count} records within {timeout}s")
+        return out
+
+
+# ---------------------------------------------------------------------------
+def _b64n(b: bytes | None) -> str:
+    return "~" if b is None else base64.b64encode(b).decode()
+
+
+def _unb64n(s: str) -> bytes | None:
+    return None if s == "~" else base64.b64decode(s)
+
+
+class JavaClient(Client):
+    """org.apache.kafka:kafka-clients via e2e/clients/java (ClientCheck)."""
+
+    name = "java"
+
+    @staticmethod
+    def classpath() -> str:
+        classes = JAVA_DIR / "target" / "classes"
+        lib = JAVA_DIR / "target" / "lib"
+        if not (classes / "io" / "moldau" / "e2e" / "ClientCheck.class").exists() or not lib.is_dir():
+            raise ClientError(
+                "Java client not built: run scripts/install-test-deps.sh "
+                "(mvn package dependency:copy-dependencies in e2e/clients/java)"
+            )
+        return f"{classes}{os.pathsep}{lib}/*"
+
+    def _run(self, args: list[str], stdin: str = "", timeout: float = 90.0) -> subprocess.CompletedProcess:
+        cmd = [
+            os.environ.get("JAVA", "java"),
+            "-Xmx256m",
+            "-XX:TieredStopAtLevel=1",
+            "-XX:+UseSerialGC",
+            "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+            "-cp",
+            self.classpath(),
+            "io.moldau.e2e.ClientCheck",
+            *args,
+        ]
+        return subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=timeout)
+
+    def produce(self, bootstrap, topic, partition, records, compression="none"):
+        lines = []
+        for r in records:
+            hs = ",".join(f"{base64.b64encode(k.encode()).decode()}:{_b64n(v)}" for k, v in r.headers)
+            lines.append(f"{_b64n(r.key)}\t{_b64n(r.value)}\t{r.timestamp}\t{hs}")
+        p = self._run(["produce", bootstrap, topic, str(partition), compression], "\n".join(lines) + "\n")
+        if p.returncode != 0:
+            raise ClientError(f"java produce exited {p.returncode}: {p.stderr[-3000:]}")
+        return [int(x) for x in p.stdout.split()]
+
+    def consume(self, bootstrap, topic, partition, start, count, timeout=30.0):
+        p = self._run(
+            ["consume", bootstrap, topic, str(partition), str(start), str(count), str(int(timeout * 1000))],
+            timeout=timeout + 60,
+        )
+        if p.returncode != 0:
+            raise ClientError(f"java consume exited {p.returncode}: {p.stderr[-3000:]}")
+        out = []
+        for line in p.stdout.splitlines():
+            off, k, v, ts, hs, tstype = line.split("\t")
+            headers = []
+            if hs:
+                for h in hs.split(","):
+                    hk, hv = h.split(":")
+                    headers.append((base64.b64decode(hk).decode(), _unb64n(hv)))
+            out.append(Consumed(int(off), Record(_unb64n(k), _unb64n(v), tuple(headers), int(ts)), tstype))
+        return out
+
+    def offsets(self, bootstrap, topic, partition) -> tuple[int, int]:
+        p = self._run(["offsets", bootstrap, topic, str(partition)])
+        if p.returncode != 0:
+            raise ClientError(f"java offsets exited {p.returncode}: {p.stderr[-3000:]}")
+        lo, hi = p.stdout.split()
+        return int(lo), int(hi)
+
+
+ALL_CLIENTS: list[Client] = [ConfluentClient(), KafkaPythonClient(), AioKafkaClient(), JavaClient()]
+BY_NAME = {c.name: c for c in ALL_CLIENTS}
