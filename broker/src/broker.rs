@@ -4,6 +4,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::group::GroupCoordinator;
 use crate::metrics::Metrics;
 use crate::topics::TopicManager;
 
@@ -13,6 +14,7 @@ pub struct Broker {
     pub advertised_host: String,
     pub advertised_port: i32,
     pub topics: TopicManager,
+    pub groups: GroupCoordinator,
     pub metrics: Metrics,
     ready: AtomicBool,
 }
@@ -23,12 +25,14 @@ impl Broker {
         advertised_host: String,
         advertised_port: i32,
         topics: TopicManager,
+        groups: GroupCoordinator,
     ) -> Self {
         Self {
             node_id,
             advertised_host,
             advertised_port,
             topics,
+            groups,
             metrics: Metrics::default(),
             ready: AtomicBool::new(false),
         }

@@ -90,6 +90,14 @@ pub struct BrokerConfig {
     pub log_message_timestamp_type: String,
     pub log_segment_delete_delay_ms: i64,
     pub log_cleanup_policy: String,
+    pub group_initial_rebalance_delay_ms: i64,
+    pub group_min_session_timeout_ms: i32,
+    pub group_max_session_timeout_ms: i32,
+    pub group_max_size: i32,
+    pub offsets_topic_num_partitions: i32,
+    pub offsets_retention_minutes: i64,
+    pub offset_metadata_max_bytes: i32,
+    pub offsets_retention_check_interval_ms: i64,
     /// Every property as given (file, then overrides), for DescribeConfigs.
     pub raw: BTreeMap<String, String>,
 }
@@ -115,6 +123,14 @@ impl Default for BrokerConfig {
             log_message_timestamp_type: "CreateTime".into(),
             log_segment_delete_delay_ms: 60_000,
             log_cleanup_policy: "delete".into(),
+            group_initial_rebalance_delay_ms: 3_000,
+            group_min_session_timeout_ms: 6_000,
+            group_max_session_timeout_ms: 1_800_000,
+            group_max_size: i32::MAX,
+            offsets_topic_num_partitions: 50,
+            offsets_retention_minutes: 7 * 24 * 60,
+            offset_metadata_max_bytes: 4096,
+            offsets_retention_check_interval_ms: 600_000,
             raw: BTreeMap::new(),
         }
     }
@@ -199,6 +215,18 @@ impl BrokerConfig {
                 "log.index.size.max.bytes" => c.log_index_size_max_bytes = parse_num(k, v)?,
                 "log.segment.delete.delay.ms" => c.log_segment_delete_delay_ms = parse_num(k, v)?,
                 "log.cleanup.policy" => c.log_cleanup_policy = v.clone(),
+                "group.initial.rebalance.delay.ms" => {
+                    c.group_initial_rebalance_delay_ms = parse_num(k, v)?
+                }
+                "group.min.session.timeout.ms" => c.group_min_session_timeout_ms = parse_num(k, v)?,
+                "group.max.session.timeout.ms" => c.group_max_session_timeout_ms = parse_num(k, v)?,
+                "group.max.size" => c.group_max_size = parse_num(k, v)?,
+                "offsets.topic.num.partitions" => c.offsets_topic_num_partitions = parse_num(k, v)?,
+                "offsets.retention.minutes" => c.offsets_retention_minutes = parse_num(k, v)?,
+                "offset.metadata.max.bytes" => c.offset_metadata_max_bytes = parse_num(k, v)?,
+                "offsets.retention.check.interval.ms" => {
+                    c.offsets_retention_check_interval_ms = parse_num(k, v)?
+                }
                 "log.message.timestamp.type" => {
                     if v != "CreateTime" && v != "LogAppendTime" {
                         return Err(ConfigError::Invalid {
@@ -216,6 +244,13 @@ impl BrokerConfig {
             return Err(ConfigError::Invalid {
                 key: "num.partitions".into(),
                 value: c.num_partitions.to_string(),
+                reason: "must be at least 1".into(),
+            });
+        }
+        if c.offsets_topic_num_partitions < 1 {
+            return Err(ConfigError::Invalid {
+                key: "offsets.topic.num.partitions".into(),
+                value: c.offsets_topic_num_partitions.to_string(),
                 reason: "must be at least 1".into(),
             });
         }

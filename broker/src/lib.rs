@@ -8,6 +8,7 @@
 
 pub mod broker;
 pub mod config;
+pub mod group;
 pub mod handlers;
 pub mod http;
 pub mod metadata;

@@ -11,7 +11,24 @@ use tokio::sync::watch;
 
 use crate::broker::Broker;
 use crate::config::{BrokerConfig, Cli};
+use crate::group::state::GroupSettings;
+use crate::group::{CoordinatorSettings, GroupCoordinator};
 use crate::topics::TopicManager;
+
+fn coordinator_settings(c: &BrokerConfig) -> CoordinatorSettings {
+    CoordinatorSettings {
+        group: GroupSettings {
+            min_session_timeout_ms: c.group_min_session_timeout_ms,
+            max_session_timeout_ms: c.group_max_session_timeout_ms,
+            initial_rebalance_delay_ms: c.group_initial_rebalance_delay_ms,
+            max_size: usize::try_from(c.group_max_size).unwrap_or(usize::MAX),
+            ..GroupSettings::default()
+        },
+        offsets_partitions: c.offsets_topic_num_partitions,
+        offsets_retention_ms: c.offsets_retention_minutes.saturating_mul(60_000),
+        offset_metadata_max_bytes: usize::try_from(c.offset_metadata_max_bytes).unwrap_or(4096),
+    }
+}
 
 /// Splits `host:port`; the port must be a number.
 fn split_host_port(s: &str) -> anyhow::Result<(String, i32)> {
@@ -45,15 +62,54 @@ pub async fn run(
 
     let data_dir = cli.data_dir.clone();
     let started = std::time::Instant::now();
-    let topics =
-        tokio::task::spawn_blocking(move || TopicManager::open(&data_dir, broker_config)).await??;
+    let settings = coordinator_settings(&broker_config);
+    let (topics, groups) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+        let topics = TopicManager::open(&data_dir, broker_config)?;
+        let groups = GroupCoordinator::new(settings);
+        let loaded = groups.load(&topics)?;
+        tracing::info!(records = loaded, "committed offsets loaded");
+        Ok((topics, groups))
+    })
+    .await??;
     tracing::info!(
         data_dir = %cli.data_dir.display(),
         topics = topics.all().len(),
         elapsed_ms = started.elapsed().as_millis() as u64,
         "logs recovered"
     );
-    let broker = Arc::new(Broker::new(cli.node_id, host, port, topics));
+    let broker = Arc::new(Broker::new(cli.node_id, host, port, topics, groups));
+
+    let group_broker = broker.clone();
+    let mut group_shutdown = shutdown.clone();
+    let offsets_check = Duration::from_millis(
+        broker
+            .topics
+            .broker_config()
+            .offsets_retention_check_interval_ms
+            .clamp(1_000, 86_400_000) as u64,
+    );
+    let group_task = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        let mut last_expiry = tokio::time::Instant::now();
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {
+                    group_broker.groups.tick();
+                    if last_expiry.elapsed() >= offsets_check {
+                        last_expiry = tokio::time::Instant::now();
+                        let b = group_broker.clone();
+                        let _ = tokio::task::spawn_blocking(move || {
+                            let n = b.groups.expire_offsets(&b.topics);
+                            if n > 0 {
+                                tracing::info!(offsets = n, "expired committed offsets of empty groups");
+                            }
+                        }).await;
+                    }
+                }
+                r = group_shutdown.changed() => if r.is_err() || *group_shutdown.borrow() { break },
+            }
+        }
+    });
 
     let http = axum::serve(http_listener, crate::http::router(broker.clone()));
     let mut http_shutdown = shutdown.clone();
@@ -125,6 +181,7 @@ pub async fn run(
     })
     .await;
     housekeeping.abort();
+    group_task.abort();
     http_task.abort();
     let b = broker.clone();
     tokio::task::spawn_blocking(move || b.topics.close()).await?;

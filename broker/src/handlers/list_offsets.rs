@@ -15,7 +15,7 @@ const EARLIEST: i64 = -2;
 const MAX_TIMESTAMP: i64 = -3;
 const EARLIEST_LOCAL: i64 = -4;
 
-pub fn handle(broker: &Broker, req: ListOffsetsRequest, _version: i16) -> ListOffsetsResponse {
+pub fn handle(broker: &Broker, req: ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
     let topics = req
         .topics
         .into_iter()
@@ -29,7 +29,7 @@ pub fn handle(broker: &Broker, req: ListOffsetsRequest, _version: i16) -> ListOf
                         .with_partition_index(p.partition_index)
                         .with_timestamp(-1)
                         .with_offset(-1)
-                        .with_leader_epoch(0);
+                        .with_leader_epoch(if version >= 4 { 0 } else { -1 });
                     let Some(partition) = topic.as_ref().and_then(|t| {
                         usize::try_from(p.partition_index)
                             .ok()

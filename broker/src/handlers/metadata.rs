@@ -31,6 +31,7 @@ fn topic_entry(broker: &Broker, topic: &Topic) -> MetadataResponseTopic {
     MetadataResponseTopic::default()
         .with_name(Some(TopicName(str_bytes(&topic.meta.name))))
         .with_topic_id(topic.meta.id)
+        .with_is_internal(topic.meta.name == crate::group::offsets::OFFSETS_TOPIC)
         .with_partitions(partitions)
         .with_topic_authorized_operations(NO_AUTHORIZED_OPERATIONS)
 }

@@ -9,6 +9,7 @@ mod admin;
 mod api_versions;
 mod configs;
 mod fetch;
+mod groups;
 mod list_offsets;
 mod metadata;
 mod produce;
@@ -79,6 +80,7 @@ pub async fn handle(
     api: ApiKey,
     version: i16,
     mut frame: Bytes,
+    peer: std::net::SocketAddr,
 ) -> Result<Reply, RequestError> {
     let decode_err = |e: anyhow::Error| RequestError::Decode {
         api,
@@ -124,6 +126,40 @@ pub async fn handle(
         RequestKind::AlterConfigs(r) => encode_response(api, version, cid, &configs::alter(b, r)),
         RequestKind::IncrementalAlterConfigs(r) => {
             encode_response(api, version, cid, &configs::incremental_alter(b, r))
+        }
+        RequestKind::FindCoordinator(r) => {
+            encode_response(api, version, cid, &groups::find_coordinator(b, r, version))
+        }
+        RequestKind::JoinGroup(r) => {
+            let client_id = header.client_id.as_ref().map(|c| c.as_str()).unwrap_or("");
+            let host = format!("/{}", peer.ip());
+            let resp = groups::join_group(b, r, version, client_id, &host).await;
+            encode_response(api, version, cid, &resp)
+        }
+        RequestKind::SyncGroup(r) => {
+            encode_response(api, version, cid, &groups::sync_group(b, r).await)
+        }
+        RequestKind::Heartbeat(r) => encode_response(api, version, cid, &groups::heartbeat(b, r)),
+        RequestKind::LeaveGroup(r) => {
+            encode_response(api, version, cid, &groups::leave_group(b, r, version))
+        }
+        RequestKind::OffsetCommit(r) => {
+            encode_response(api, version, cid, &groups::offset_commit(b, r))
+        }
+        RequestKind::OffsetFetch(r) => {
+            encode_response(api, version, cid, &groups::offset_fetch(b, r, version))
+        }
+        RequestKind::OffsetDelete(r) => {
+            encode_response(api, version, cid, &groups::offset_delete(b, r))
+        }
+        RequestKind::DescribeGroups(r) => {
+            encode_response(api, version, cid, &groups::describe_groups(b, r))
+        }
+        RequestKind::ListGroups(r) => {
+            encode_response(api, version, cid, &groups::list_groups(b, r))
+        }
+        RequestKind::DeleteGroups(r) => {
+            encode_response(api, version, cid, &groups::delete_groups(b, r))
         }
         _ => Err(RequestError::Decode {
             api,

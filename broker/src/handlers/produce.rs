@@ -42,6 +42,14 @@ pub fn handle(broker: &Broker, req: ProduceRequest, _version: i16) -> Option<Pro
                 ));
                 continue;
             }
+            if name == crate::group::offsets::OFFSETS_TOPIC {
+                partition_responses.push(partition_error(
+                    index,
+                    ResponseError::InvalidTopicException,
+                    format!("{name} is internal; clients cannot produce to it"),
+                ));
+                continue;
+            }
             let Some(partition) = topic.as_ref().and_then(|t| {
                 usize::try_from(index)
                     .ok()

@@ -26,7 +26,7 @@ use crate::metrics::ApiLabel;
 pub async fn serve(broker: Arc<Broker>, mut stream: TcpStream, peer: std::net::SocketAddr) {
     let _ = stream.set_nodelay(true);
     broker.metrics.connections.inc();
-    if let Err(reason) = serve_inner(&broker, &mut stream).await {
+    if let Err(reason) = serve_inner(&broker, &mut stream, peer).await {
         if !reason.is_empty() {
             broker.metrics.closed_bad_connections.inc();
             tracing::warn!(%peer, %reason, "closing connection");
@@ -35,7 +35,11 @@ pub async fn serve(broker: Arc<Broker>, mut stream: TcpStream, peer: std::net::S
     broker.metrics.connections.dec();
 }
 
-async fn serve_inner(broker: &Arc<Broker>, stream: &mut TcpStream) -> Result<(), String> {
+async fn serve_inner(
+    broker: &Arc<Broker>,
+    stream: &mut TcpStream,
+    peer: std::net::SocketAddr,
+) -> Result<(), String> {
     let max = broker.socket_request_max_bytes();
     loop {
         let frame = match read_frame(stream, max).await {
@@ -75,7 +79,7 @@ async fn serve_inner(broker: &Arc<Broker>, stream: &mut TcpStream) -> Result<(),
             api: format!("{api:?}"),
         };
         let started = Instant::now();
-        let reply = handlers::handle(broker, api, version, frame)
+        let reply = handlers::handle(broker, api, version, frame, peer)
             .await
             .map_err(|e| e.to_string())?;
         broker

@@ -1,0 +1,746 @@
+//! The group coordinator: consumer groups ([`state`]) and their committed
+//! offsets ([`offsets`]), persisted in the compacted internal topic
+//! `__consumer_offsets` and loaded from it at start.
+//!
+//! This module owns the groups' in-memory state and the waiting
+//! JoinGroup/SyncGroup requests; the offsets topic's log is reached only
+//! through [`TopicManager`]. The wire format of the group APIs belongs to
+//! `handlers::groups`.
+
+pub mod offsets;
+pub mod state;
+
+use std::collections::{BTreeMap, HashMap};
+use std::os::unix::fs::FileExt;
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+use parking_lot::Mutex;
+use tokio::sync::oneshot;
+
+use crate::storage::batch::{BatchHeader, BATCH_HEADER_LEN};
+use crate::topics::{now_ms, TopicError, TopicManager};
+use offsets::{CommittedOffset, OffsetTable, OFFSETS_TOPIC};
+use state::{Effect, Group, GroupSettings, GroupState, JoinRequest, JoinResult, Reply, SyncResult};
+
+/// Coordinator settings (Kafka broker config names in comments).
+#[derive(Debug, Clone)]
+pub struct CoordinatorSettings {
+    pub group: GroupSettings,
+    /// `offsets.topic.num.partitions`
+    pub offsets_partitions: i32,
+    /// `offsets.retention.minutes`, in ms
+    pub offsets_retention_ms: i64,
+    /// `offset.metadata.max.bytes`
+    pub offset_metadata_max_bytes: usize,
+}
+
+impl Default for CoordinatorSettings {
+    fn default() -> Self {
+        Self {
+            group: GroupSettings::default(),
+            offsets_partitions: 50,
+            offsets_retention_ms: 7 * 24 * 3600 * 1000,
+            offset_metadata_max_bytes: 4096,
+        }
+    }
+}
+
+#[derive(Default)]
+struct Inner {
+    groups: HashMap<String, Group>,
+    offsets: OffsetTable,
+    join_waiters: HashMap<(String, String), oneshot::Sender<JoinResult>>,
+    sync_waiters: HashMap<(String, String), oneshot::Sender<SyncResult>>,
+}
+
+impl Inner {
+    fn deliver(&mut self, group: &str, effects: Vec<Effect>) {
+        for e in effects {
+            match e {
+                Effect::Join { member_id, result } => {
+                    if let Some(tx) = self.join_waiters.remove(&(group.to_string(), member_id)) {
+                        let _ = tx.send(result);
+                    }
+                }
+                Effect::Sync { member_id, result } => {
+                    if let Some(tx) = self.sync_waiters.remove(&(group.to_string(), member_id)) {
+                        let _ = tx.send(result);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A group as DescribeGroups shows it.
+#[derive(Debug, Clone)]
+pub struct GroupDescription {
+    pub state: &'static str,
+    pub protocol_type: String,
+    pub protocol: String,
+    pub members: Vec<state::Member>,
+}
+
+/// Committed offsets per topic: `(topic, [(partition, offset if any)])`.
+pub type FetchedOffsets = Vec<(String, Vec<(i32, Option<CommittedOffset>)>)>;
+/// Error codes per topic: `(topic, [(partition, error code)])`.
+pub type PartitionCodes = Vec<(String, Vec<(i32, i16)>)>;
+
+/// One committed offset to write, and the error for it if any.
+#[derive(Debug, Clone)]
+pub struct CommitItem {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub metadata: Option<String>,
+}
+
+pub struct GroupCoordinator {
+    settings: CoordinatorSettings,
+    inner: Mutex<Inner>,
+}
+
+impl std::fmt::Debug for GroupCoordinator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupCoordinator")
+            .field("settings", &self.settings)
+            .finish()
+    }
+}
+
+/// Topics named in a consumer-protocol subscription (`ConsumerProtocolSubscription`).
+fn subscribed_topics(metadata: &[u8]) -> Vec<String> {
+    let mut buf = Bytes::copy_from_slice(metadata);
+    let mut out = Vec::new();
+    use bytes::Buf;
+    if buf.remaining() < 6 {
+        return out;
+    }
+    let _version = buf.get_i16();
+    let count = buf.get_i32();
+    for _ in 0..count.max(0) {
+        if buf.remaining() < 2 {
+            break;
+        }
+        let len = buf.get_i16();
+        if len < 0 || buf.remaining() < len as usize {
+            break;
+        }
+        out.push(String::from_utf8_lossy(&buf.split_to(len as usize)).to_string());
+    }
+    out
+}
+
+impl GroupCoordinator {
+    pub fn new(settings: CoordinatorSettings) -> Self {
+        Self {
+            settings,
+            inner: Mutex::new(Inner::default()),
+        }
+    }
+
+    pub fn settings(&self) -> &CoordinatorSettings {
+        &self.settings
+    }
+
+    /// Creates `__consumer_offsets` if needed and loads every committed
+    /// offset from it.
+    pub fn load(&self, topics: &TopicManager) -> Result<usize, TopicError> {
+        let topic = match topics.get(OFFSETS_TOPIC) {
+            Some(t) => t,
+            None => topics.create(
+                OFFSETS_TOPIC,
+                self.settings.offsets_partitions,
+                1,
+                [
+                    ("cleanup.policy".to_string(), "compact".to_string()),
+                    ("segment.bytes".to_string(), (100 * 1024 * 1024).to_string()),
+                ]
+                .into(),
+            )?,
+        };
+        let mut table = OffsetTable::default();
+        let mut records = 0usize;
+        for p in &topic.partitions {
+            let mut offset = p.offsets().log_start;
+            loop {
+                let (slice, _) = p.read(offset, 1024 * 1024)?;
+                if slice.is_empty() {
+                    break;
+                }
+                let mut bytes = vec![0u8; slice.len as usize];
+                slice
+                    .file
+                    .read_exact_at(&mut bytes, slice.position)
+                    .map_err(|e| {
+                        TopicError::new(ResponseError::KafkaStorageError, e.to_string())
+                    })?;
+                let mut pos = 0usize;
+                let mut next = offset;
+                while pos + BATCH_HEADER_LEN <= bytes.len() {
+                    let header = BatchHeader::parse(&bytes[pos..])?;
+                    let end = pos + header.total_size();
+                    if end > bytes.len() {
+                        break;
+                    }
+                    let mut batch = Bytes::copy_from_slice(&bytes[pos..end]);
+                    match RecordBatchDecoder::decode(&mut batch) {
+                        Ok(set) => {
+                            for r in set.records {
+                                if r.control {
+                                    continue;
+                                }
+                                records += 1;
+                                table.apply_record(r.key, r.value);
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(partition = p.index, error = %e, "skipping undecodable offsets batch")
+                        }
+                    }
+                    next = header.last_offset() + 1;
+                    pos = end;
+                }
+                if next <= offset {
+                    break;
+                }
+                offset = next;
+            }
+        }
+        self.inner.lock().offsets = table;
+        Ok(records)
+    }
+
+    fn persist(
+        &self,
+        topics: &TopicManager,
+        group: &str,
+        records: Vec<(Bytes, Option<Bytes>)>,
+    ) -> Result<(), TopicError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let partition_index = offsets::partition_for(group, self.settings.offsets_partitions);
+        let partition = topics
+            .partition(OFFSETS_TOPIC, partition_index)
+            .ok_or_else(|| {
+                TopicError::new(
+                    ResponseError::CoordinatorNotAvailable,
+                    "the offsets topic is not loaded",
+                )
+            })?;
+        let now = now_ms();
+        let recs: Vec<Record> = records
+            .into_iter()
+            .enumerate()
+            .map(|(i, (key, value))| Record {
+                transactional: false,
+                control: false,
+                delete_horizon: false,
+                partition_leader_epoch: -1,
+                producer_id: -1,
+                producer_epoch: -1,
+                timestamp_type: TimestampType::Creation,
+                offset: i as i64,
+                sequence: -1,
+                timestamp: now,
+                key: Some(key),
+                value,
+                headers: Default::default(),
+            })
+            .collect();
+        let mut buf = BytesMut::new();
+        RecordBatchEncoder::encode(
+            &mut buf,
+            &recs,
+            &RecordEncodeOptions {
+                version: 2,
+                compression: Compression::None,
+            },
+        )
+        .map_err(|e| TopicError::new(ResponseError::UnknownServerError, e.to_string()))?;
+        partition.append(&mut buf)?;
+        Ok(())
+    }
+
+    fn validate_group_id(group: &str) -> Result<(), ResponseError> {
+        if group.is_empty() {
+            Err(ResponseError::InvalidGroupId)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// JoinGroup: answers at once or when the rebalance completes.
+    pub async fn join(&self, group_id: &str, req: JoinRequest) -> JoinResult {
+        if let Err(e) = Self::validate_group_id(group_id) {
+            return error_join(e, &req.member_id);
+        }
+        let rx = {
+            let mut inner = self.inner.lock();
+            let group = inner
+                .groups
+                .entry(group_id.to_string())
+                .or_insert_with(|| Group::new(group_id));
+            if group.state == GroupState::Dead {
+                *group = Group::new(group_id);
+            }
+            let (reply, effects) = group.join(req, now_ms(), &self.settings.group);
+            match reply {
+                Reply::Now(r) => {
+                    inner.deliver(group_id, effects);
+                    return r;
+                }
+                Reply::Later(member_id) => {
+                    let (tx, rx) = oneshot::channel();
+                    inner
+                        .join_waiters
+                        .insert((group_id.to_string(), member_id), tx);
+                    inner.deliver(group_id, effects);
+                    rx
+                }
+            }
+        };
+        rx.await
+            .unwrap_or_else(|_| error_join(ResponseError::UnknownMemberId, ""))
+    }
+
+    /// SyncGroup: the leader's call hands out assignments; followers wait for it.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn sync(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        instance: Option<&str>,
+        generation_id: i32,
+        protocol_type: Option<&str>,
+        protocol_name: Option<&str>,
+        assignments: Vec<(String, Bytes)>,
+    ) -> SyncResult {
+        let rx = {
+            let mut inner = self.inner.lock();
+            let Some(group) = inner.groups.get_mut(group_id) else {
+                return error_sync(ResponseError::UnknownMemberId);
+            };
+            let (reply, effects) = group.sync(
+                member_id,
+                instance,
+                generation_id,
+                protocol_type,
+                protocol_name,
+                assignments,
+                now_ms(),
+            );
+            match reply {
+                Reply::Now(r) => {
+                    inner.deliver(group_id, effects);
+                    return r;
+                }
+                Reply::Later(waiting) => {
+                    let (tx, rx) = oneshot::channel();
+                    inner
+                        .sync_waiters
+                        .insert((group_id.to_string(), waiting), tx);
+                    inner.deliver(group_id, effects);
+                    rx
+                }
+            }
+        };
+        rx.await
+            .unwrap_or_else(|_| error_sync(ResponseError::RebalanceInProgress))
+    }
+
+    pub fn heartbeat(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        instance: Option<&str>,
+        generation_id: i32,
+    ) -> i16 {
+        let mut inner = self.inner.lock();
+        match inner.groups.get_mut(group_id) {
+            Some(g) => g.heartbeat(member_id, instance, generation_id, now_ms()),
+            None => ResponseError::UnknownMemberId.code(),
+        }
+    }
+
+    pub fn leave(
+        &self,
+        group_id: &str,
+        members: &[(String, Option<String>)],
+    ) -> Result<Vec<i16>, ResponseError> {
+        let mut inner = self.inner.lock();
+        let Some(group) = inner.groups.get_mut(group_id) else {
+            return Err(ResponseError::UnknownMemberId);
+        };
+        let (codes, effects) = group.leave(members, now_ms(), &self.settings.group);
+        inner.deliver(group_id, effects);
+        Ok(codes)
+    }
+
+    /// Expires sessions, completes due rebalances; call periodically.
+    pub fn tick(&self) {
+        let now = now_ms();
+        let mut inner = self.inner.lock();
+        let ids: Vec<String> = inner.groups.keys().cloned().collect();
+        for id in ids {
+            let effects = match inner.groups.get_mut(&id) {
+                Some(g) => g.tick(now, &self.settings.group),
+                None => continue,
+            };
+            inner.deliver(&id, effects);
+        }
+        // Forget empty groups without offsets.
+        let Inner {
+            groups, offsets, ..
+        } = &mut *inner;
+        groups.retain(|id, g| {
+            !(g.is_empty() && g.state != GroupState::PreparingRebalance && !offsets.has_group(id))
+        });
+    }
+
+    /// Removes offsets of groups without members that nobody committed for
+    /// `offsets.retention.minutes`; returns how many were removed.
+    pub fn expire_offsets(&self, topics: &TopicManager) -> usize {
+        let cutoff = now_ms() - self.settings.offsets_retention_ms;
+        let mut inner = self.inner.lock();
+        let candidates: Vec<String> = inner
+            .offsets
+            .groups()
+            .filter(|g| {
+                inner
+                    .groups
+                    .get(*g)
+                    .is_none_or(|grp| grp.members.is_empty())
+            })
+            .cloned()
+            .collect();
+        let mut removed = 0;
+        for group in candidates {
+            let expired = inner.offsets.expired(&group, cutoff);
+            if expired.is_empty() {
+                continue;
+            }
+            let tombstones = expired
+                .iter()
+                .map(|(t, p)| (offsets::encode_key(&group, t, *p), None))
+                .collect();
+            if let Err(e) = self.persist(topics, &group, tombstones) {
+                tracing::warn!(group, error = %e.message, "could not write offset tombstones");
+                continue;
+            }
+            for (t, p) in expired {
+                inner.offsets.remove(&group, &t, p);
+                removed += 1;
+            }
+        }
+        removed
+    }
+
+    /// OffsetCommit: checks membership, then persists and applies. Returns
+    /// one error code per item, or a group-level error for all of them.
+    pub fn commit(
+        &self,
+        topics: &TopicManager,
+        group_id: &str,
+        member_id: &str,
+        instance: Option<&str>,
+        generation_id: i32,
+        items: &[CommitItem],
+    ) -> Vec<i16> {
+        let all = |e: ResponseError| vec![e.code(); items.len()];
+        if let Err(e) = Self::validate_group_id(group_id) {
+            return all(e);
+        }
+        let mut inner = self.inner.lock();
+        match inner.groups.get(group_id) {
+            Some(g) if !g.members.is_empty() => {
+                if let Err(e) = g.check_member(member_id, instance, generation_id) {
+                    return all(e);
+                }
+                if g.state == GroupState::CompletingRebalance {
+                    return all(ResponseError::RebalanceInProgress);
+                }
+            }
+            _ => {
+                if generation_id >= 0 || !member_id.is_empty() {
+                    return all(if member_id.is_empty() {
+                        ResponseError::IllegalGeneration
+                    } else {
+                        ResponseError::UnknownMemberId
+                    });
+                }
+            }
+        }
+        let now = now_ms();
+        let mut codes = Vec::with_capacity(items.len());
+        let mut records = Vec::new();
+        let mut accepted = Vec::new();
+        for item in items {
+            let exists = topics
+                .get(&item.topic)
+                .is_some_and(|t| item.partition >= 0 && item.partition < t.meta.partitions);
+            let metadata = item.metadata.clone().unwrap_or_default();
+            let code = if !exists {
+                ResponseError::UnknownTopicOrPartition.code()
+            } else if metadata.len() > self.settings.offset_metadata_max_bytes {
+                ResponseError::OffsetMetadataTooLarge.code()
+            } else {
+                let c = CommittedOffset {
+                    offset: item.offset,
+                    leader_epoch: item.leader_epoch,
+                    metadata,
+                    commit_timestamp: now,
+                };
+                records.push((
+                    offsets::encode_key(group_id, &item.topic, item.partition),
+                    Some(offsets::encode_value(&c)),
+                ));
+                accepted.push((codes.len(), item, c));
+                0
+            };
+            codes.push(code);
+        }
+        if let Err(e) = self.persist(topics, group_id, records) {
+            tracing::warn!(group = group_id, error = %e.message, "could not persist committed offsets");
+            for (i, _, _) in &accepted {
+                codes[*i] = ResponseError::CoordinatorNotAvailable.code();
+            }
+            return codes;
+        }
+        for (_, item, c) in accepted {
+            inner.offsets.put(group_id, &item.topic, item.partition, c);
+        }
+        codes
+    }
+
+    /// OffsetFetch: the committed offset of each asked partition (or of all
+    /// partitions the group committed, for `None`).
+    pub fn fetch_offsets(
+        &self,
+        group_id: &str,
+        wanted: Option<Vec<(String, Vec<i32>)>>,
+    ) -> FetchedOffsets {
+        let inner = self.inner.lock();
+        match wanted {
+            Some(list) => list
+                .into_iter()
+                .map(|(topic, parts)| {
+                    let found = parts
+                        .into_iter()
+                        .map(|p| (p, inner.offsets.get(group_id, &topic, p).cloned()))
+                        .collect();
+                    (topic, found)
+                })
+                .collect(),
+            None => {
+                let mut by_topic: BTreeMap<String, Vec<(i32, Option<CommittedOffset>)>> =
+                    BTreeMap::new();
+                for ((topic, p), c) in inner.offsets.group(group_id) {
+                    by_topic
+                        .entry(topic.clone())
+                        .or_default()
+                        .push((*p, Some(c.clone())));
+                }
+                by_topic.into_iter().collect()
+            }
+        }
+    }
+
+    /// OffsetDelete: removes a group's offsets for partitions of topics
+    /// its members are not subscribed to.
+    pub fn delete_offsets(
+        &self,
+        topics: &TopicManager,
+        group_id: &str,
+        wanted: &[(String, Vec<i32>)],
+    ) -> Result<PartitionCodes, ResponseError> {
+        let mut inner = self.inner.lock();
+        let group = inner.groups.get(group_id);
+        if group.is_none() && !inner.offsets.has_group(group_id) {
+            return Err(ResponseError::GroupIdNotFound);
+        }
+        let subscribed: Vec<String> = group
+            .filter(|g| g.protocol_type.as_deref() == Some("consumer"))
+            .map(|g| {
+                let protocol = g.protocol_name.clone().unwrap_or_default();
+                g.members
+                    .values()
+                    .flat_map(|m| {
+                        m.protocols
+                            .iter()
+                            .filter(|(n, _)| *n == protocol)
+                            .flat_map(|(_, meta)| subscribed_topics(meta))
+                            .collect::<Vec<_>>()
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut result = Vec::new();
+        let mut tombstones = Vec::new();
+        let mut to_remove = Vec::new();
+        for (topic, parts) in wanted {
+            let codes = parts
+                .iter()
+                .map(|p| {
+                    if subscribed.contains(topic) {
+                        (*p, ResponseError::GroupSubscribedToTopic.code())
+                    } else if topics
+                        .get(topic)
+                        .is_none_or(|t| *p < 0 || *p >= t.meta.partitions)
+                    {
+                        (*p, ResponseError::UnknownTopicOrPartition.code())
+                    } else {
+                        if inner.offsets.get(group_id, topic, *p).is_some() {
+                            tombstones.push((offsets::encode_key(group_id, topic, *p), None));
+                            to_remove.push((topic.clone(), *p));
+                        }
+                        (*p, 0)
+                    }
+                })
+                .collect();
+            result.push((topic.clone(), codes));
+        }
+        self.persist(topics, group_id, tombstones)
+            .map_err(|e| e.code)?;
+        for (t, p) in to_remove {
+            inner.offsets.remove(group_id, &t, p);
+        }
+        Ok(result)
+    }
+
+    /// DeleteGroups: an empty group and its offsets are removed.
+    pub fn delete_group(&self, topics: &TopicManager, group_id: &str) -> Result<(), ResponseError> {
+        let mut inner = self.inner.lock();
+        let exists = inner
+            .groups
+            .get(group_id)
+            .is_some_and(|g| g.state != GroupState::Dead);
+        if !exists && !inner.offsets.has_group(group_id) {
+            return Err(ResponseError::GroupIdNotFound);
+        }
+        if let Some(g) = inner.groups.get_mut(group_id) {
+            g.delete()?;
+        }
+        let keys: Vec<(String, i32)> = inner
+            .offsets
+            .group(group_id)
+            .map(|(k, _)| k.clone())
+            .collect();
+        let tombstones = keys
+            .iter()
+            .map(|(t, p)| (offsets::encode_key(group_id, t, *p), None))
+            .collect();
+        self.persist(topics, group_id, tombstones)
+            .map_err(|e| e.code)?;
+        for (t, p) in keys {
+            inner.offsets.remove(group_id, &t, p);
+        }
+        inner.groups.remove(group_id);
+        Ok(())
+    }
+
+    pub fn describe(&self, group_id: &str) -> Option<GroupDescription> {
+        let inner = self.inner.lock();
+        match inner.groups.get(group_id) {
+            Some(g) => Some(GroupDescription {
+                state: g.state.name(),
+                protocol_type: g.protocol_type.clone().unwrap_or_default(),
+                protocol: if g.state == GroupState::Stable
+                    || g.state == GroupState::CompletingRebalance
+                {
+                    g.protocol_name.clone().unwrap_or_default()
+                } else {
+                    String::new()
+                },
+                members: g.members.values().cloned().collect(),
+            }),
+            None if inner.offsets.has_group(group_id) => Some(GroupDescription {
+                state: "Empty",
+                protocol_type: String::new(),
+                protocol: String::new(),
+                members: Vec::new(),
+            }),
+            None => None,
+        }
+    }
+
+    /// Every known group: `(id, protocol type, state)`.
+    pub fn list(&self) -> Vec<(String, String, &'static str)> {
+        let inner = self.inner.lock();
+        let mut out: BTreeMap<String, (String, &'static str)> = BTreeMap::new();
+        for id in inner.offsets.groups() {
+            out.insert(id.clone(), (String::new(), "Empty"));
+        }
+        for (id, g) in &inner.groups {
+            if g.state != GroupState::Dead {
+                out.insert(
+                    id.clone(),
+                    (g.protocol_type.clone().unwrap_or_default(), g.state.name()),
+                );
+            }
+        }
+        out.into_iter().map(|(id, (t, s))| (id, t, s)).collect()
+    }
+
+    /// `(group, topic, partition, committed offset)` for the lag metrics.
+    pub fn committed(&self) -> Vec<(String, String, i32, i64)> {
+        let inner = self.inner.lock();
+        let mut out = Vec::new();
+        for g in inner.offsets.groups() {
+            for ((t, p), c) in inner.offsets.group(g) {
+                out.push((g.clone(), t.clone(), *p, c.offset));
+            }
+        }
+        out
+    }
+}
+
+fn error_join(code: ResponseError, member_id: &str) -> JoinResult {
+    JoinResult {
+        error: code.code(),
+        generation_id: -1,
+        protocol_type: None,
+        protocol_name: None,
+        leader: String::new(),
+        member_id: member_id.to_string(),
+        members: Vec::new(),
+    }
+}
+
+fn error_sync(code: ResponseError) -> SyncResult {
+    SyncResult {
+        error: code.code(),
+        protocol_type: None,
+        protocol_name: None,
+        assignment: Bytes::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subscription_topics_are_parsed_and_garbage_is_tolerated() {
+        let mut meta = vec![0u8, 1, 0, 0, 0, 2];
+        for t in ["a", "bc"] {
+            meta.extend_from_slice(&(t.len() as i16).to_be_bytes());
+            meta.extend_from_slice(t.as_bytes());
+        }
+        assert_eq!(
+            subscribed_topics(&meta),
+            vec!["a".to_string(), "bc".to_string()]
+        );
+        assert!(subscribed_topics(&[1, 2]).is_empty());
+        assert_eq!(
+            subscribed_topics(&[0, 1, 0, 0, 0, 9, 0, 50]),
+            Vec::<String>::new()
+        );
+    }
+}

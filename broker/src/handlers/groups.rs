@@ -1,0 +1,438 @@
+//! The group APIs on the wire: FindCoordinator, JoinGroup, SyncGroup,
+//! Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, OffsetDelete,
+//! DescribeGroups, ListGroups, DeleteGroups. Decisions live in `group`.
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
+use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
+use kafka_protocol::messages::find_coordinator_response::Coordinator;
+use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
+use kafka_protocol::messages::leave_group_response::MemberResponse;
+use kafka_protocol::messages::list_groups_response::ListedGroup;
+use kafka_protocol::messages::offset_commit_response::{
+    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::offset_delete_response::{
+    OffsetDeleteResponsePartition, OffsetDeleteResponseTopic,
+};
+use kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
+    OffsetFetchResponseTopic, OffsetFetchResponseTopics,
+};
+use kafka_protocol::messages::{
+    BrokerId, DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest,
+    DescribeGroupsResponse, FindCoordinatorRequest, FindCoordinatorResponse, GroupId,
+    HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
+    LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, OffsetCommitRequest,
+    OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse, OffsetFetchRequest,
+    OffsetFetchResponse, SyncGroupRequest, SyncGroupResponse, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+
+use super::str_bytes;
+use crate::broker::Broker;
+use crate::group::state::JoinRequest;
+use crate::group::{CommitItem, FetchedOffsets};
+
+fn opt_str(s: &Option<StrBytes>) -> Option<String> {
+    s.as_ref().map(|v| v.as_str().to_string())
+}
+
+pub fn find_coordinator(
+    broker: &Broker,
+    req: FindCoordinatorRequest,
+    version: i16,
+) -> FindCoordinatorResponse {
+    let key_type_ok = req.key_type == 0 || req.key_type == 1;
+    let coordinator = |key: StrBytes| {
+        let c = Coordinator::default().with_key(key);
+        if key_type_ok {
+            c.with_node_id(BrokerId(broker.node_id))
+                .with_host(str_bytes(&broker.advertised_host))
+                .with_port(broker.advertised_port)
+        } else {
+            c.with_node_id(BrokerId(-1))
+                .with_port(-1)
+                .with_error_code(ResponseError::InvalidRequest.code())
+                .with_error_message(Some(str_bytes("unknown coordinator key type")))
+        }
+    };
+    if version >= 4 {
+        return FindCoordinatorResponse::default()
+            .with_coordinators(req.coordinator_keys.into_iter().map(coordinator).collect());
+    }
+    let c = coordinator(req.key);
+    FindCoordinatorResponse::default()
+        .with_error_code(c.error_code)
+        .with_error_message(c.error_message)
+        .with_node_id(c.node_id)
+        .with_host(c.host)
+        .with_port(c.port)
+}
+
+pub async fn join_group(
+    broker: &Broker,
+    req: JoinGroupRequest,
+    version: i16,
+    client_id: &str,
+    client_host: &str,
+) -> JoinGroupResponse {
+    let join = JoinRequest {
+        member_id: req.member_id.as_str().to_string(),
+        group_instance_id: opt_str(&req.group_instance_id),
+        client_id: client_id.to_string(),
+        client_host: client_host.to_string(),
+        session_timeout_ms: req.session_timeout_ms,
+        // v0 had no rebalance timeout: it was the session timeout.
+        rebalance_timeout_ms: if version == 0 {
+            req.session_timeout_ms
+        } else {
+            req.rebalance_timeout_ms
+        },
+        protocol_type: req.protocol_type.as_str().to_string(),
+        protocols: req
+            .protocols
+            .iter()
+            .map(|p| (p.name.as_str().to_string(), p.metadata.clone()))
+            .collect(),
+        require_known_member_id: version >= 4,
+    };
+    let r = broker.groups.join(req.group_id.0.as_str(), join).await;
+    JoinGroupResponse::default()
+        .with_error_code(r.error)
+        .with_generation_id(r.generation_id)
+        .with_protocol_type(r.protocol_type.as_deref().map(str_bytes))
+        .with_protocol_name(Some(str_bytes(r.protocol_name.as_deref().unwrap_or(""))))
+        .with_leader(str_bytes(&r.leader))
+        .with_member_id(str_bytes(&r.member_id))
+        .with_members(
+            r.members
+                .into_iter()
+                .map(|m| {
+                    JoinGroupResponseMember::default()
+                        .with_member_id(str_bytes(&m.member_id))
+                        .with_group_instance_id(m.group_instance_id.as_deref().map(str_bytes))
+                        .with_metadata(m.metadata)
+                })
+                .collect(),
+        )
+}
+
+pub async fn sync_group(broker: &Broker, req: SyncGroupRequest) -> SyncGroupResponse {
+    let assignments = req
+        .assignments
+        .iter()
+        .map(|a| (a.member_id.as_str().to_string(), a.assignment.clone()))
+        .collect();
+    let instance = opt_str(&req.group_instance_id);
+    let r = broker
+        .groups
+        .sync(
+            req.group_id.0.as_str(),
+            req.member_id.as_str(),
+            instance.as_deref(),
+            req.generation_id,
+            req.protocol_type.as_ref().map(|s| s.as_str()),
+            req.protocol_name.as_ref().map(|s| s.as_str()),
+            assignments,
+        )
+        .await;
+    SyncGroupResponse::default()
+        .with_error_code(r.error)
+        .with_protocol_type(r.protocol_type.as_deref().map(str_bytes))
+        .with_protocol_name(r.protocol_name.as_deref().map(str_bytes))
+        .with_assignment(r.assignment)
+}
+
+pub fn heartbeat(broker: &Broker, req: HeartbeatRequest) -> HeartbeatResponse {
+    let instance = opt_str(&req.group_instance_id);
+    let code = broker.groups.heartbeat(
+        req.group_id.0.as_str(),
+        req.member_id.as_str(),
+        instance.as_deref(),
+        req.generation_id,
+    );
+    HeartbeatResponse::default().with_error_code(code)
+}
+
+pub fn leave_group(broker: &Broker, req: LeaveGroupRequest, version: i16) -> LeaveGroupResponse {
+    let members: Vec<(String, Option<String>)> = if version >= 3 {
+        req.members
+            .iter()
+            .map(|m| {
+                (
+                    m.member_id.as_str().to_string(),
+                    opt_str(&m.group_instance_id),
+                )
+            })
+            .collect()
+    } else {
+        vec![(req.member_id.as_str().to_string(), None)]
+    };
+    match broker.groups.leave(req.group_id.0.as_str(), &members) {
+        Err(e) => LeaveGroupResponse::default().with_error_code(e.code()),
+        Ok(codes) if version < 3 => {
+            LeaveGroupResponse::default().with_error_code(codes.first().copied().unwrap_or(0))
+        }
+        Ok(codes) => LeaveGroupResponse::default().with_members(
+            members
+                .into_iter()
+                .zip(codes)
+                .map(|((id, instance), code)| {
+                    MemberResponse::default()
+                        .with_member_id(str_bytes(&id))
+                        .with_group_instance_id(instance.as_deref().map(str_bytes))
+                        .with_error_code(code)
+                })
+                .collect(),
+        ),
+    }
+}
+
+pub fn offset_commit(broker: &Broker, req: OffsetCommitRequest) -> OffsetCommitResponse {
+    let items: Vec<CommitItem> = req
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions.iter().map(move |p| CommitItem {
+                topic: t.name.0.as_str().to_string(),
+                partition: p.partition_index,
+                offset: p.committed_offset,
+                leader_epoch: p.committed_leader_epoch,
+                metadata: opt_str(&p.committed_metadata),
+            })
+        })
+        .collect();
+    let instance = opt_str(&req.group_instance_id);
+    let codes = broker.groups.commit(
+        &broker.topics,
+        req.group_id.0.as_str(),
+        req.member_id.as_str(),
+        instance.as_deref(),
+        req.generation_id_or_member_epoch,
+        &items,
+    );
+    let mut codes = codes.into_iter();
+    let topics = req
+        .topics
+        .into_iter()
+        .map(|t| {
+            let partitions = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    OffsetCommitResponsePartition::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(codes.next().unwrap_or(0))
+                })
+                .collect();
+            OffsetCommitResponseTopic::default()
+                .with_name(t.name)
+                .with_partitions(partitions)
+        })
+        .collect();
+    OffsetCommitResponse::default().with_topics(topics)
+}
+
+fn fetch_group(
+    broker: &Broker,
+    group: &str,
+    wanted: Option<Vec<(String, Vec<i32>)>>,
+) -> FetchedOffsets {
+    broker.groups.fetch_offsets(group, wanted)
+}
+
+pub fn offset_fetch(broker: &Broker, req: OffsetFetchRequest, version: i16) -> OffsetFetchResponse {
+    if version >= 8 {
+        let groups = req
+            .groups
+            .into_iter()
+            .map(|g| {
+                let wanted = g.topics.map(|ts| {
+                    ts.into_iter()
+                        .map(|t| (t.name.0.as_str().to_string(), t.partition_indexes))
+                        .collect()
+                });
+                let topics = fetch_group(broker, g.group_id.0.as_str(), wanted)
+                    .into_iter()
+                    .map(|(topic, parts)| {
+                        OffsetFetchResponseTopics::default()
+                            .with_name(TopicName(str_bytes(&topic)))
+                            .with_partitions(
+                                parts
+                                    .into_iter()
+                                    .map(|(p, c)| {
+                                        let (offset, epoch, meta) = match c {
+                                            Some(c) => (
+                                                c.offset,
+                                                c.leader_epoch,
+                                                Some(str_bytes(&c.metadata)),
+                                            ),
+                                            None => (-1, -1, Some(str_bytes(""))),
+                                        };
+                                        OffsetFetchResponsePartitions::default()
+                                            .with_partition_index(p)
+                                            .with_committed_offset(offset)
+                                            .with_committed_leader_epoch(epoch)
+                                            .with_metadata(meta)
+                                    })
+                                    .collect(),
+                            )
+                    })
+                    .collect();
+                OffsetFetchResponseGroup::default()
+                    .with_group_id(g.group_id)
+                    .with_topics(topics)
+            })
+            .collect();
+        return OffsetFetchResponse::default().with_groups(groups);
+    }
+    let wanted = req.topics.map(|ts| {
+        ts.into_iter()
+            .map(|t| (t.name.0.as_str().to_string(), t.partition_indexes))
+            .collect()
+    });
+    let topics = fetch_group(broker, req.group_id.0.as_str(), wanted)
+        .into_iter()
+        .map(|(topic, parts)| {
+            OffsetFetchResponseTopic::default()
+                .with_name(TopicName(str_bytes(&topic)))
+                .with_partitions(
+                    parts
+                        .into_iter()
+                        .map(|(p, c)| {
+                            let (offset, epoch, meta) = match c {
+                                Some(c) => (c.offset, c.leader_epoch, Some(str_bytes(&c.metadata))),
+                                None => (-1, -1, Some(str_bytes(""))),
+                            };
+                            OffsetFetchResponsePartition::default()
+                                .with_partition_index(p)
+                                .with_committed_offset(offset)
+                                .with_committed_leader_epoch(epoch)
+                                .with_metadata(meta)
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
+    OffsetFetchResponse::default().with_topics(topics)
+}
+
+pub fn offset_delete(broker: &Broker, req: OffsetDeleteRequest) -> OffsetDeleteResponse {
+    let wanted: Vec<(String, Vec<i32>)> = req
+        .topics
+        .iter()
+        .map(|t| {
+            (
+                t.name.0.as_str().to_string(),
+                t.partitions.iter().map(|p| p.partition_index).collect(),
+            )
+        })
+        .collect();
+    match broker
+        .groups
+        .delete_offsets(&broker.topics, req.group_id.0.as_str(), &wanted)
+    {
+        Err(e) => OffsetDeleteResponse::default().with_error_code(e.code()),
+        Ok(result) => OffsetDeleteResponse::default().with_topics(
+            result
+                .into_iter()
+                .map(|(topic, parts)| {
+                    OffsetDeleteResponseTopic::default()
+                        .with_name(TopicName(str_bytes(&topic)))
+                        .with_partitions(
+                            parts
+                                .into_iter()
+                                .map(|(p, code)| {
+                                    OffsetDeleteResponsePartition::default()
+                                        .with_partition_index(p)
+                                        .with_error_code(code)
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        ),
+    }
+}
+
+pub fn describe_groups(broker: &Broker, req: DescribeGroupsRequest) -> DescribeGroupsResponse {
+    let groups = req
+        .groups
+        .into_iter()
+        .map(|id: GroupId| {
+            let base = DescribedGroup::default()
+                .with_group_id(id.clone())
+                .with_authorized_operations(i32::MIN);
+            match broker.groups.describe(id.0.as_str()) {
+                None => base.with_group_state(str_bytes("Dead")),
+                Some(d) => base
+                    .with_group_state(str_bytes(d.state))
+                    .with_protocol_type(str_bytes(&d.protocol_type))
+                    .with_protocol_data(str_bytes(&d.protocol))
+                    .with_members(
+                        d.members
+                            .iter()
+                            .map(|m| {
+                                let metadata = m
+                                    .protocols
+                                    .iter()
+                                    .find(|(n, _)| *n == d.protocol)
+                                    .map(|(_, b)| b.clone())
+                                    .unwrap_or_default();
+                                DescribedGroupMember::default()
+                                    .with_member_id(str_bytes(&m.id))
+                                    .with_group_instance_id(
+                                        m.group_instance_id.as_deref().map(str_bytes),
+                                    )
+                                    .with_client_id(str_bytes(&m.client_id))
+                                    .with_client_host(str_bytes(&m.client_host))
+                                    .with_member_metadata(metadata)
+                                    .with_member_assignment(m.assignment.clone())
+                            })
+                            .collect(),
+                    ),
+            }
+        })
+        .collect();
+    DescribeGroupsResponse::default().with_groups(groups)
+}
+
+pub fn list_groups(broker: &Broker, req: ListGroupsRequest) -> ListGroupsResponse {
+    let filter: Vec<String> = req
+        .states_filter
+        .iter()
+        .map(|s| s.as_str().to_lowercase())
+        .collect();
+    let groups = broker
+        .groups
+        .list()
+        .into_iter()
+        .filter(|(_, _, state)| filter.is_empty() || filter.contains(&state.to_lowercase()))
+        .map(|(id, protocol_type, state)| {
+            ListedGroup::default()
+                .with_group_id(GroupId(str_bytes(&id)))
+                .with_protocol_type(str_bytes(&protocol_type))
+                .with_group_state(str_bytes(state))
+                .with_group_type(str_bytes("classic"))
+        })
+        .collect();
+    ListGroupsResponse::default().with_groups(groups)
+}
+
+pub fn delete_groups(broker: &Broker, req: DeleteGroupsRequest) -> DeleteGroupsResponse {
+    let results = req
+        .groups_names
+        .into_iter()
+        .map(|id| {
+            let code = match broker.groups.delete_group(&broker.topics, id.0.as_str()) {
+                Ok(()) => 0,
+                Err(e) => e.code(),
+            };
+            DeletableGroupResult::default()
+                .with_group_id(id)
+                .with_error_code(code)
+        })
+        .collect();
+    DeleteGroupsResponse::default().with_results(results)
+}
