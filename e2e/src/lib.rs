@@ -1,0 +1,19 @@
+//! Moldau end-to-end test harness.
+//!
+//! Owns everything under `e2e/` except `e2e/clients/`:
+//! - [`paths`]: where the built tools, the state directory and the kubeconfig live;
+//! - [`cluster`]: starting (or reusing) the real control plane, kube clients,
+//!   kubectl/helm runners, per-test namespaces and wait helpers;
+//! - [`runner`]: the pod runner (`moldau-podrunner`), a minimal kubelet that
+//!   runs the containers of Pods bound to its Node as host processes;
+//! - [`leader`]: Lease-based leader election (kube-runtime has none).
+//!
+//! It must not depend on the broker's or the operator's internals: it drives
+//! them only as processes and through the Kubernetes API.
+
+pub mod cluster;
+pub mod leader;
+pub mod paths;
+pub mod runner;
+
+pub use cluster::*;

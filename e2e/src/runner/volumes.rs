@@ -1,0 +1,410 @@
+//! Volumes of a pod, materialized as host directories.
+//!
+//! Processes run on the host, so a container's `volumeMounts` cannot be
+//! mounted. Instead every volume gets a host directory and each mount's
+//! `mountPath` is *rewritten*: wherever the mount path appears as a path
+//! prefix in the container's command, args, env values or workingDir, it is
+//! replaced by the host directory (`/data/x` -> `<state>/volumes/ns/claim/x`).
+//! Each mount's host directory is also passed as
+//! `MOLDAU_MOUNT_<MOUNT PATH, upper-cased, non-alphanumerics as _>`.
+//!
+//! Directories:
+//! - PersistentVolumeClaim: `<state>/volumes/<namespace>/<claimName>`, keyed by
+//!   the claim so a recreated StatefulSet pod finds its data again;
+//! - everything else: `<state>/pods/<ns>_<pod>_<uid>/volumes/<volume>`:
+//!   emptyDir (and hostPath, which is *not* the host path), ConfigMap, Secret,
+//!   downwardAPI and projected volumes written as files when the pod starts
+//!   (later ConfigMap/Secret changes are not propagated); projected
+//!   ServiceAccount tokens come from the TokenRequest API and are refreshed.
+
+use std::collections::HashMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, DownwardAPIVolumeFile, KeyToPath, Pod, Secret, ServiceAccount,
+};
+use kube::api::PostParams;
+use kube::{Api, Client};
+
+use super::envs;
+
+/// Host directory of a PersistentVolumeClaim's data.
+pub fn pvc_dir(state: &Path, namespace: &str, claim: &str) -> PathBuf {
+    state.join("volumes").join(namespace).join(claim)
+}
+
+/// A projected ServiceAccount token kept fresh on disk.
+#[derive(Debug, Clone)]
+pub struct TokenFile {
+    pub path: PathBuf,
+    pub service_account: String,
+    pub audience: Option<String>,
+    pub expiration_seconds: i64,
+    pub fetched: Instant,
+}
+
+/// Replaces container mount paths by host directories.
+#[derive(Debug, Clone, Default)]
+pub struct Rewriter {
+    /// (mountPath, host dir), longest mount path first.
+    mounts: Vec<(String, PathBuf)>,
+}
+
+impl Rewriter {
+    pub fn new(mut mounts: Vec<(String, PathBuf)>) -> Self {
+        for m in &mut mounts {
+            let t = m.0.trim_end_matches('/');
+            m.0 = if t.is_empty() {
+                "/".into()
+            } else {
+                t.to_string()
+            };
+        }
+        mounts.sort_by_key(|m| std::cmp::Reverse(m.0.len()));
+        Rewriter { mounts }
+    }
+
+    pub fn mounts(&self) -> &[(String, PathBuf)] {
+        &self.mounts
+    }
+
+    /// Rewrites every occurrence of a mount path that starts a path (at the
+    /// start of the string or after a non-path character such as `=`, `:`
+    /// or a space) and ends at a path boundary.
+    pub fn rewrite(&self, s: &str) -> String {
+        if self.mounts.is_empty() {
+            return s.to_string();
+        }
+        let is_path_char = |c: char| c.is_ascii_alphanumeric() || "/._-~+@".contains(c);
+        let mut out = String::with_capacity(s.len());
+        let mut i = 0;
+        'outer: while i < s.len() {
+            let prev_ok = i == 0 || !is_path_char(s[..i].chars().next_back().expect("i > 0"));
+            if prev_ok && s[i..].starts_with('/') {
+                for (mp, host) in &self.mounts {
+                    if mp == "/" {
+                        continue;
+                    }
+                    if s[i..].starts_with(mp.as_str()) {
+                        let after = &s[i + mp.len()..];
+                        let boundary = after.is_empty()
+                            || after.starts_with('/')
+                            || !is_path_char(after.chars().next().expect("non-empty"));
+                        if boundary {
+                            out.push_str(&host.to_string_lossy());
+                            i += mp.len();
+                            continue 'outer;
+                        }
+                    }
+                }
+            }
+            let ch = s[i..].chars().next().expect("in bounds");
+            out.push(ch);
+            i += ch.len_utf8();
+        }
+        out
+    }
+}
+
+/// The env var naming a mount's host directory: `/var/lib/data` ->
+/// `MOLDAU_MOUNT_VAR_LIB_DATA`.
+pub fn mount_env_name(mount_path: &str) -> String {
+    let body: String = mount_path
+        .trim_matches('/')
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_uppercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("MOLDAU_MOUNT_{body}")
+}
+
+/// Result of materializing a pod's volumes.
+#[derive(Debug, Default)]
+pub struct Prepared {
+    /// Volume name -> host directory.
+    pub dirs: HashMap<String, PathBuf>,
+    pub tokens: Vec<TokenFile>,
+}
+
+fn write_file(dir: &Path, rel: &str, data: &[u8], mode: i32) -> Result<()> {
+    if rel.split('/').any(|c| c == "..") || rel.starts_with('/') {
+        bail!("invalid file path {rel:?} in volume");
+    }
+    let path = dir.join(rel);
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let tmp = path.with_extension("moldau-tmp");
+    std::fs::write(&tmp, data)?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode as u32 & 0o777))?;
+    std::fs::rename(&tmp, &path)?;
+    Ok(())
+}
+
+fn write_entries(
+    dir: &Path,
+    entries: Vec<(String, Vec<u8>)>,
+    items: Option<&Vec<KeyToPath>>,
+    mode: i32,
+    what: &str,
+) -> Result<()> {
+    match items {
+        Some(items) => {
+            for it in items {
+                let Some((_, v)) = entries.iter().find(|(k, _)| *k == it.key) else {
+                    bail!("key {:?} not found in {what}", it.key);
+                };
+                write_file(dir, &it.path, v, it.mode.unwrap_or(mode))?;
+            }
+        }
+        None => {
+            for (k, v) in &entries {
+                write_file(dir, k, v, mode)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn write_downward(
+    dir: &Path,
+    pod: &Pod,
+    pod_ip: &str,
+    items: &[DownwardAPIVolumeFile],
+    mode: i32,
+) -> Result<()> {
+    for it in items {
+        let value = if let Some(f) = &it.field_ref {
+            envs::field_ref(pod, pod_ip, &f.field_path)?
+        } else if let Some(r) = &it.resource_field_ref {
+            bail!(
+                "downwardAPI resourceFieldRef {:?} is not supported",
+                r.resource
+            )
+        } else {
+            String::new()
+        };
+        write_file(dir, &it.path, value.as_bytes(), it.mode.unwrap_or(mode))?;
+    }
+    Ok(())
+}
+
+async fn cm_or_missing(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    optional: Option<bool>,
+) -> Result<Option<ConfigMap>> {
+    match envs::get_config_map(client, ns, name).await? {
+        Some(cm) => Ok(Some(cm)),
+        None if optional == Some(true) => Ok(None),
+        None => bail!("configmap {name:?} not found"),
+    }
+}
+
+async fn secret_or_missing(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    optional: Option<bool>,
+) -> Result<Option<Secret>> {
+    match envs::get_secret(client, ns, name).await? {
+        Some(s) => Ok(Some(s)),
+        None if optional == Some(true) => Ok(None),
+        None => bail!("secret {name:?} not found"),
+    }
+}
+
+/// Requests a token for the pod's ServiceAccount, bound to the pod, and
+/// writes it to `tf.path`.
+pub async fn refresh_token(client: &Client, pod: &Pod, tf: &mut TokenFile) -> Result<()> {
+    let ns = pod.metadata.namespace.clone().unwrap_or_default();
+    let api: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns);
+    let req = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: tf.audience.iter().cloned().collect(),
+            expiration_seconds: Some(tf.expiration_seconds.max(600)),
+            bound_object_ref: Some(BoundObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                name: pod.metadata.name.clone(),
+                uid: pod.metadata.uid.clone(),
+            }),
+        },
+        ..Default::default()
+    };
+    let resp = api
+        .create_token_request(&tf.service_account, &PostParams::default(), &req)
+        .await
+        .with_context(|| {
+            format!(
+                "TokenRequest for serviceaccount {ns}/{}",
+                tf.service_account
+            )
+        })?;
+    let token = resp.status.map(|s| s.token).unwrap_or_default();
+    let dir = tf.path.parent().expect("token path has a parent");
+    let name = tf
+        .path
+        .file_name()
+        .expect("token path has a name")
+        .to_string_lossy()
+        .into_owned();
+    write_file(dir, &name, token.as_bytes(), 0o600)?;
+    tf.fetched = Instant::now();
+    Ok(())
+}
+
+/// Creates the host directories (and files) of all of a pod's volumes.
+pub async fn prepare(
+    client: &Client,
+    state: &Path,
+    pod: &Pod,
+    pod_dir: &Path,
+    pod_ip: &str,
+) -> Result<Prepared> {
+    let ns = pod.metadata.namespace.clone().unwrap_or_default();
+    let pod_name = pod.metadata.name.clone().unwrap_or_default();
+    let spec = pod.spec.as_ref().context("pod has no spec")?;
+    let sa = spec
+        .service_account_name
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    let mut prepared = Prepared::default();
+    for v in spec.volumes.iter().flatten() {
+        let dir = if let Some(pvc) = &v.persistent_volume_claim {
+            pvc_dir(state, &ns, &pvc.claim_name)
+        } else if v.ephemeral.is_some() {
+            pvc_dir(state, &ns, &format!("{pod_name}-{}", v.name))
+        } else {
+            pod_dir.join("volumes").join(&v.name)
+        };
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        if let Some(cm) = &v.config_map {
+            let mode = cm.default_mode.unwrap_or(0o644);
+            if let Some(obj) = cm_or_missing(client, &ns, &cm.name, cm.optional).await? {
+                write_entries(
+                    &dir,
+                    envs::cm_entries(&obj),
+                    cm.items.as_ref(),
+                    mode,
+                    "configmap",
+                )?;
+            }
+        } else if let Some(s) = &v.secret {
+            let mode = s.default_mode.unwrap_or(0o644);
+            let name = s.secret_name.clone().unwrap_or_default();
+            if let Some(obj) = secret_or_missing(client, &ns, &name, s.optional).await? {
+                write_entries(
+                    &dir,
+                    envs::secret_entries(&obj),
+                    s.items.as_ref(),
+                    mode,
+                    "secret",
+                )?;
+            }
+        } else if let Some(d) = &v.downward_api {
+            let mode = d.default_mode.unwrap_or(0o644);
+            write_downward(
+                &dir,
+                pod,
+                pod_ip,
+                d.items.as_deref().unwrap_or_default(),
+                mode,
+            )?;
+        } else if let Some(p) = &v.projected {
+            let mode = p.default_mode.unwrap_or(0o644);
+            for src in p.sources.iter().flatten() {
+                if let Some(cm) = &src.config_map {
+                    if let Some(obj) = cm_or_missing(client, &ns, &cm.name, cm.optional).await? {
+                        write_entries(
+                            &dir,
+                            envs::cm_entries(&obj),
+                            cm.items.as_ref(),
+                            mode,
+                            "configmap",
+                        )?;
+                    }
+                }
+                if let Some(s) = &src.secret {
+                    if let Some(obj) = secret_or_missing(client, &ns, &s.name, s.optional).await? {
+                        write_entries(
+                            &dir,
+                            envs::secret_entries(&obj),
+                            s.items.as_ref(),
+                            mode,
+                            "secret",
+                        )?;
+                    }
+                }
+                if let Some(d) = &src.downward_api {
+                    write_downward(
+                        &dir,
+                        pod,
+                        pod_ip,
+                        d.items.as_deref().unwrap_or_default(),
+                        mode,
+                    )?;
+                }
+                if let Some(t) = &src.service_account_token {
+                    let mut tf = TokenFile {
+                        path: dir.join(&t.path),
+                        service_account: sa.clone(),
+                        audience: t.audience.clone().filter(|a| !a.is_empty()),
+                        expiration_seconds: t.expiration_seconds.unwrap_or(3607),
+                        fetched: Instant::now(),
+                    };
+                    refresh_token(client, pod, &mut tf).await?;
+                    prepared.tokens.push(tf);
+                }
+                if src.cluster_trust_bundle.is_some() || src.pod_certificate.is_some() {
+                    bail!("projected volume {:?}: unsupported source", v.name);
+                }
+            }
+        } else if v.persistent_volume_claim.is_some()
+            || v.ephemeral.is_some()
+            || v.empty_dir.is_some()
+            || v.host_path.is_some()
+        {
+            // Plain directories.
+        } else {
+            bail!("volume {:?}: unsupported volume type", v.name);
+        }
+        prepared.dirs.insert(v.name.clone(), dir);
+    }
+    Ok(prepared)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rewrite_paths() {
+        let r = Rewriter::new(vec![
+            ("/data".into(), PathBuf::from("/h/d")),
+            ("/data/logs/".into(), PathBuf::from("/h/l")),
+            ("/etc/cfg".into(), PathBuf::from("/h/c")),
+        ]);
+        assert_eq!(r.rewrite("/data"), "/h/d");
+        assert_eq!(r.rewrite("--dir=/data/x"), "--dir=/h/d/x");
+        assert_eq!(r.rewrite("/data/logs/a"), "/h/l/a");
+        assert_eq!(r.rewrite("/database"), "/database");
+        assert_eq!(r.rewrite("/x/data"), "/x/data");
+        assert_eq!(r.rewrite("a:/etc/cfg,b:/data"), "a:/h/c,b:/h/d");
+        assert_eq!(r.rewrite("http://h/data"), "http://h/data");
+        assert_eq!(
+            mount_env_name("/var/lib/data/"),
+            "MOLDAU_MOUNT_VAR_LIB_DATA"
+        );
+    }
+}
