@@ -11,7 +11,7 @@ use axum::routing::get;
 use axum::Router;
 
 use crate::broker::Broker;
-use crate::metrics::PartitionLabel;
+use crate::metrics::{GroupPartitionLabel, PartitionLabel};
 
 async fn metrics(State(broker): State<Arc<Broker>>) -> impl IntoResponse {
     for topic in broker.topics.all() {
@@ -37,6 +37,30 @@ async fn metrics(State(broker): State<Arc<Broker>>) -> impl IntoResponse {
                 .get_or_create(&label)
                 .set(offsets.log_start);
         }
+    }
+    // Groups and partitions that went away must not linger in the output.
+    broker.metrics.group_committed_offset.clear();
+    broker.metrics.group_lag.clear();
+    for (group, topic, partition, committed) in broker.groups.committed() {
+        let Some(p) = broker.topics.partition(&topic, partition) else {
+            continue;
+        };
+        let label = GroupPartitionLabel {
+            group,
+            topic,
+            partition: partition.to_string(),
+        };
+        let hw = p.offsets().high_watermark;
+        broker
+            .metrics
+            .group_committed_offset
+            .get_or_create(&label)
+            .set(committed);
+        broker
+            .metrics
+            .group_lag
+            .get_or_create(&label)
+            .set((hw - committed).max(0));
     }
     (
         [(

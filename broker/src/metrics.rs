@@ -29,6 +29,13 @@ fn new_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0001, 2.0, 18))
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GroupPartitionLabel {
+    pub group: String,
+    pub topic: String,
+    pub partition: String,
+}
+
 #[derive(Debug)]
 pub struct Metrics {
     pub bytes_in: Family<TopicLabel, Counter>,
@@ -40,6 +47,8 @@ pub struct Metrics {
     pub log_size_bytes: Family<PartitionLabel, Gauge>,
     pub log_end_offset: Family<PartitionLabel, Gauge>,
     pub log_start_offset: Family<PartitionLabel, Gauge>,
+    pub group_committed_offset: Family<GroupPartitionLabel, Gauge>,
+    pub group_lag: Family<GroupPartitionLabel, Gauge>,
     pub connections: Gauge,
     pub closed_bad_connections: Counter,
 }
@@ -56,6 +65,8 @@ impl Default for Metrics {
             log_size_bytes: Family::default(),
             log_end_offset: Family::default(),
             log_start_offset: Family::default(),
+            group_committed_offset: Family::default(),
+            group_lag: Family::default(),
             connections: Gauge::default(),
             closed_bad_connections: Counter::default(),
         }
@@ -116,6 +127,16 @@ impl Metrics {
             "log_start_offset",
             "First offset kept, per partition",
             self.log_start_offset.clone(),
+        );
+        registry.register(
+            "group_committed_offset",
+            "Committed offset per consumer group and partition",
+            self.group_committed_offset.clone(),
+        );
+        registry.register(
+            "group_lag",
+            "High watermark minus committed offset, per consumer group and partition",
+            self.group_lag.clone(),
         );
         registry.register(
             "connections",
