@@ -9,5 +9,12 @@
 
 pub mod cluster;
 pub mod crd;
+pub mod error;
+pub mod events;
 pub mod kafka;
+pub mod telemetry;
 pub mod topic;
+
+pub use error::{Error, Result};
+pub mod context;
+pub mod leader;

@@ -3,6 +3,7 @@
 //! the thin async edge that reads, applies and reports.
 
 pub mod builders;
+pub mod controller;
 pub mod rollout;
 pub mod status;
 pub mod validate;

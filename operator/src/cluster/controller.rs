@@ -1,0 +1,373 @@
+//! The async edge of the `KafkaCluster` reconciler: server-side applies the
+//! desired objects, observes the StatefulSet and its pods, deletes at most one
+//! outdated pod per reconcile (as the rollout planner says), writes status and
+//! publishes Events. All decisions come from `builders`, `rollout`, `status`.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{watcher, Controller};
+use kube::{Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::context::{Context, FIELD_MANAGER};
+use crate::crd::{format_time, KafkaCluster};
+use crate::error::{Error, Result};
+
+use super::builders::{self, ClusterObjects, Names, CLUSTER_LABEL};
+use super::rollout::{next_step, PodState, RolloutStep};
+use super::status::{cluster_status, status_events, ClusterObservation, Problem};
+use super::validate::cluster_spec_problem;
+
+const KIND: &str = "KafkaCluster";
+
+async fn apply<K>(client: &kube::Client, ns: &str, obj: &K) -> Result<()>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Serialize
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), ns);
+    let name = obj
+        .meta()
+        .name
+        .clone()
+        .ok_or(Error::MissingField("metadata.name"))?;
+    api.patch(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(obj),
+    )
+    .await?;
+    Ok(())
+}
+
+async fn apply_all(client: &kube::Client, ns: &str, objs: &ClusterObjects) -> Result<()> {
+    apply::<ServiceAccount>(client, ns, &objs.service_account).await?;
+    apply::<Role>(client, ns, &objs.role).await?;
+    apply::<RoleBinding>(client, ns, &objs.role_binding).await?;
+    apply::<ConfigMap>(client, ns, &objs.config_map).await?;
+    apply::<Service>(client, ns, &objs.headless_service).await?;
+    apply::<Service>(client, ns, &objs.bootstrap_service).await?;
+    apply::<StatefulSet>(client, ns, &objs.stateful_set).await?;
+    apply::<PodDisruptionBudget>(client, ns, &objs.pdb).await?;
+    Ok(())
+}
+
+/// The planner's view of a pod.
+pub fn pod_state(pod: &Pod) -> Option<PodState> {
+    let name = pod.metadata.name.clone()?;
+    let labels = pod.metadata.labels.clone().unwrap_or_default();
+    let ordinal = labels
+        .get("apps.kubernetes.io/pod-index")
+        .and_then(|v| v.parse().ok())
+        .or_else(|| name.rsplit('-').next().and_then(|v| v.parse().ok()))?;
+    let ready = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    Some(PodState {
+        name,
+        ordinal,
+        revision: labels.get("controller-revision-hash").cloned(),
+        ready,
+        terminating: pod.metadata.deletion_timestamp.is_some(),
+    })
+}
+
+/// The StatefulSet's update revision, once its controller has observed the
+/// latest template (before that, the revision is stale).
+pub fn current_update_revision(sts: &StatefulSet) -> Option<String> {
+    let status = sts.status.as_ref()?;
+    let generation = sts.metadata.generation?;
+    if status.observed_generation? < generation {
+        return None;
+    }
+    status.update_revision.clone().filter(|r| !r.is_empty())
+}
+
+/// Reconciles one KafkaCluster.
+pub async fn reconcile(kc: Arc<KafkaCluster>, ctx: Arc<Context>) -> Result<Action> {
+    let started = Instant::now();
+    let result = reconcile_inner(&kc, &ctx).await;
+    ctx.metrics.reconciled(KIND, started.elapsed());
+    if result.is_err() {
+        ctx.metrics.failed(KIND);
+    }
+    result
+}
+
+async fn reconcile_inner(kc: &KafkaCluster, ctx: &Context) -> Result<Action> {
+    if kc.metadata.deletion_timestamp.is_some() {
+        // Children are garbage-collected through owner references.
+        return Ok(Action::await_change());
+    }
+    let names = Names::of(kc)?;
+    let ns = names.namespace.clone();
+    let client = &ctx.client;
+    let reference = kc.object_ref(&());
+    let sts_api: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+    let pod_api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+
+    let before = sts_api.get_opt(&names.stateful_set()).await?;
+    let mut problem = cluster_spec_problem(&kc.spec);
+    if problem.is_none() {
+        let objs = builders::desired_objects(kc)?;
+        if let Err(e) = apply_all(client, &ns, &objs).await {
+            tracing::warn!(cluster = %builders::object_key(kc), error = %e, "applying desired objects failed");
+            problem = Some(Problem {
+                reason: "ApplyFailed".into(),
+                message: e.to_string(),
+            });
+        } else {
+            match before
+                .as_ref()
+                .and_then(|s| s.spec.as_ref())
+                .and_then(|s| s.replicas)
+            {
+                None => {
+                    ctx.events
+                        .normal(
+                            &reference,
+                            "Create",
+                            "ClusterCreated",
+                            format!(
+                                "created StatefulSet {} with {} brokers",
+                                names.stateful_set(),
+                                kc.spec.replicas
+                            ),
+                        )
+                        .await
+                }
+                Some(old) if old != kc.spec.replicas => {
+                    ctx.events
+                        .normal(
+                            &reference,
+                            "Scale",
+                            "ClusterScaled",
+                            format!("scaled from {old} to {} brokers", kc.spec.replicas),
+                        )
+                        .await
+                }
+                Some(_) => {}
+            }
+        }
+    }
+
+    let sts = sts_api.get_opt(&names.stateful_set()).await?;
+    let selector = builders::selector_string(&names.cluster);
+    let pods = pod_api
+        .list(&ListParams::default().labels(&selector))
+        .await?;
+    let pod_states: Vec<PodState> = pods.items.iter().filter_map(pod_state).collect();
+    let update_revision = sts.as_ref().and_then(current_update_revision);
+    let step = if sts.is_some() {
+        next_step(kc.spec.replicas, update_revision.as_deref(), &pod_states)
+    } else {
+        RolloutStep::Wait("StatefulSet does not exist yet".into())
+    };
+
+    if let (RolloutStep::Delete { name, ordinal }, None) = (&step, &problem) {
+        let uid = pods
+            .items
+            .iter()
+            .find(|p| p.metadata.name.as_deref() == Some(name))
+            .and_then(|p| p.metadata.uid.clone());
+        let dp = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid,
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        match pod_api.delete(name, &dp).await {
+            Ok(_) => {
+                tracing::info!(cluster = %builders::object_key(kc), pod = %name, "rolling restart: deleted pod");
+                ctx.events
+                    .normal(
+                        &reference,
+                        "RollingRestart",
+                        "RollingRestart",
+                        format!(
+                            "restarting broker {ordinal} (pod {name}) to apply revision {}",
+                            update_revision.clone().unwrap_or_default()
+                        ),
+                    )
+                    .await;
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+
+    let obs = ClusterObservation {
+        generation: kc.metadata.generation,
+        desired_replicas: kc.spec.replicas,
+        update_revision,
+        pods: pod_states,
+        rollout: step.clone(),
+        problem: problem.clone(),
+        selector,
+        bootstrap_servers: builders::bootstrap_servers(&names, kc.spec.listener_port),
+    };
+    let now = format_time(k8s_openapi::jiff::Timestamp::now());
+    let old_status = kc.status.as_ref();
+    let status = cluster_status(old_status, &obs, &now);
+    if old_status != Some(&status) {
+        let api: Api<KafkaCluster> = Api::namespaced(client.clone(), &ns);
+        let patch = serde_json::json!({ "status": status });
+        api.patch_status(
+            &names.cluster,
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+    }
+    for ev in status_events(old_status, &status) {
+        ctx.events.publish(&reference, "Reconcile", &ev).await;
+    }
+
+    let settled = problem.is_none()
+        && matches!(step, RolloutStep::UpToDate)
+        && status.ready_replicas == kc.spec.replicas;
+    Ok(if settled {
+        Action::requeue(ctx.tunables.cluster_resync)
+    } else {
+        Action::requeue(ctx.tunables.retry)
+    })
+}
+
+/// Requeue policy after a failed reconcile: retry soon, never crash.
+pub fn error_policy(kc: Arc<KafkaCluster>, err: &Error, ctx: Arc<Context>) -> Action {
+    tracing::warn!(cluster = %builders::object_key(&kc), error = %err, "reconcile failed");
+    Action::requeue(ctx.tunables.retry)
+}
+
+/// Maps a broker pod to its KafkaCluster.
+pub fn pod_to_cluster(pod: Pod) -> Option<ObjectRef<KafkaCluster>> {
+    let cluster = pod.labels().get(CLUSTER_LABEL)?.clone();
+    let ns = pod.namespace()?;
+    Some(ObjectRef::new(&cluster).within(&ns))
+}
+
+/// Runs the KafkaCluster controller until the stream ends. `namespace` limits
+/// it to one namespace (all namespaces when None).
+pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
+    let client = ctx.client.clone();
+    fn api<K>(client: &kube::Client, ns: &Option<String>) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        match ns {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        }
+    }
+    let clusters: Api<KafkaCluster> = api(&client, &namespace);
+    let sts: Api<StatefulSet> = api(&client, &namespace);
+    let svc: Api<Service> = api(&client, &namespace);
+    let cm: Api<ConfigMap> = api(&client, &namespace);
+    let pods: Api<Pod> = api(&client, &namespace);
+    let children =
+        watcher::Config::default().labels("app.kubernetes.io/managed-by=moldau-operator");
+    Controller::new(clusters, watcher::Config::default())
+        .owns(sts, children.clone())
+        .owns(svc, children.clone())
+        .owns(cm, children.clone())
+        .watches(
+            pods,
+            watcher::Config::default().labels("app.kubernetes.io/name=moldau-broker"),
+            pod_to_cluster,
+        )
+        .run(reconcile, error_policy, ctx)
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "KafkaCluster controller event");
+            }
+        })
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::apps::v1::StatefulSetStatus;
+    use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
+    use std::collections::BTreeMap;
+
+    fn pod(name: &str, labels: &[(&str, &str)], ready: bool) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.name = Some(name.into());
+        p.metadata.namespace = Some("ns".into());
+        p.metadata.labels = Some(
+            labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<BTreeMap<_, _>>(),
+        );
+        p.status = Some(PodStatus {
+            conditions: Some(vec![PodCondition {
+                type_: "Ready".into(),
+                status: if ready { "True" } else { "False" }.into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        p
+    }
+
+    #[test]
+    fn pod_state_reads_index_revision_and_readiness() {
+        let p = pod(
+            "demo-2",
+            &[
+                ("apps.kubernetes.io/pod-index", "2"),
+                ("controller-revision-hash", "demo-abc"),
+            ],
+            true,
+        );
+        let s = pod_state(&p).unwrap();
+        assert_eq!(s.ordinal, 2);
+        assert_eq!(s.revision.as_deref(), Some("demo-abc"));
+        assert!(s.ready);
+        // ordinal from the name when the label is missing
+        let s = pod_state(&pod("demo-7", &[], false)).unwrap();
+        assert_eq!(s.ordinal, 7);
+        assert!(!s.ready);
+        assert!(pod_state(&pod("nonsense", &[], false)).is_none());
+    }
+
+    #[test]
+    fn stale_update_revision_is_ignored() {
+        let mut sts = StatefulSet::default();
+        sts.metadata.generation = Some(3);
+        sts.status = Some(StatefulSetStatus {
+            observed_generation: Some(2),
+            update_revision: Some("r".into()),
+            ..Default::default()
+        });
+        assert_eq!(current_update_revision(&sts), None);
+        sts.status.as_mut().unwrap().observed_generation = Some(3);
+        assert_eq!(current_update_revision(&sts).as_deref(), Some("r"));
+    }
+
+    #[test]
+    fn pods_map_to_their_cluster() {
+        let r = pod_to_cluster(pod("demo-0", &[(CLUSTER_LABEL, "demo")], true)).unwrap();
+        assert_eq!(r.name, "demo");
+        assert_eq!(r.namespace.as_deref(), Some("ns"));
+        assert!(pod_to_cluster(pod("x", &[], true)).is_none());
+    }
+}

@@ -1,0 +1,49 @@
+//! State shared by the reconcilers: the Kubernetes client, metrics, Events,
+//! and tunables. Owns nothing else.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::Client;
+
+use crate::events::Events;
+use crate::telemetry::Metrics;
+
+/// Field manager of every server-side apply the operator makes.
+pub const FIELD_MANAGER: &str = "moldau-operator";
+
+/// Reconciler tunables.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tunables {
+    /// Periodic resync of a healthy KafkaCluster.
+    pub cluster_resync: Duration,
+    /// Periodic resync of a KafkaTopic (drift repair).
+    pub topic_resync: Duration,
+    /// Requeue while something is in progress or failing.
+    pub retry: Duration,
+    /// Timeout of each Kafka admin network step.
+    pub kafka_timeout: Duration,
+}
+
+impl Default for Tunables {
+    fn default() -> Self {
+        Tunables {
+            cluster_resync: Duration::from_secs(60),
+            topic_resync: Duration::from_secs(45),
+            retry: Duration::from_secs(10),
+            kafka_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// What every reconcile gets.
+pub struct Context {
+    /// Kubernetes client.
+    pub client: Client,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// Event publisher.
+    pub events: Events,
+    /// Tunables.
+    pub tunables: Tunables,
+}

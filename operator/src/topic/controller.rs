@@ -1,0 +1,322 @@
+//! The async edge of the `KafkaTopic` reconciler: finds the referenced
+//! KafkaCluster, picks a Ready broker pod by its pod IP (never a Service or
+//! DNS name), runs `sync` through the admin client, writes status, publishes
+//! Events, and applies `deletionPolicy` in a finalizer that never blocks
+//! deletion once the cluster is gone or being deleted.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::finalizer::{finalizer, Event as FinalizerEvent};
+use kube::runtime::{watcher, Controller};
+use kube::{Resource, ResourceExt};
+
+use crate::cluster::builders::selector_string;
+use crate::cluster::controller::pod_state;
+use crate::cluster::status::Problem;
+use crate::context::Context;
+use crate::crd::{find_condition, format_time, DeletionPolicy, KafkaCluster, KafkaTopic};
+use crate::error::{Error, Result};
+use crate::kafka::AdminClient;
+
+use super::plan::TopicAction;
+use super::status::topic_status;
+use super::sync::sync_topic;
+
+const KIND: &str = "KafkaTopic";
+/// Finalizer that applies `deletionPolicy`.
+pub const FINALIZER: &str = "moldau.io/topic-deletion";
+
+/// The address of the Ready broker with the lowest ordinal: its pod IP and
+/// the listener port.
+pub fn pick_broker(pods: &[Pod], port: i32) -> Option<SocketAddr> {
+    let port = u16::try_from(port).ok()?;
+    pods.iter()
+        .filter_map(|p| {
+            let state = pod_state(p)?;
+            if !state.ready || state.terminating {
+                return None;
+            }
+            let ip: IpAddr = p.status.as_ref()?.pod_ip.as_ref()?.parse().ok()?;
+            Some((state.ordinal, SocketAddr::new(ip, port)))
+        })
+        .min_by_key(|(ordinal, _)| *ordinal)
+        .map(|(_, addr)| addr)
+}
+
+/// Where to reach the cluster of a topic, or why it cannot be reached.
+enum Target {
+    Broker(SocketAddr),
+    Unavailable(Problem),
+    /// The cluster does not exist or is being deleted.
+    Gone(Problem),
+}
+
+async fn target(ctx: &Context, kt: &KafkaTopic) -> Result<Target> {
+    let ns = kt
+        .namespace()
+        .ok_or(Error::MissingField("metadata.namespace"))?;
+    let clusters: Api<KafkaCluster> = Api::namespaced(ctx.client.clone(), &ns);
+    let cluster_name = &kt.spec.cluster_ref;
+    let Some(kc) = clusters.get_opt(cluster_name).await? else {
+        return Ok(Target::Gone(Problem {
+            reason: "ClusterNotFound".into(),
+            message: format!("KafkaCluster {ns}/{cluster_name} does not exist"),
+        }));
+    };
+    if kc.metadata.deletion_timestamp.is_some() {
+        return Ok(Target::Gone(Problem {
+            reason: "ClusterDeleting".into(),
+            message: format!("KafkaCluster {ns}/{cluster_name} is being deleted"),
+        }));
+    }
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let list = pods
+        .list(&ListParams::default().labels(&selector_string(cluster_name)))
+        .await?;
+    Ok(match pick_broker(&list.items, kc.spec.listener_port) {
+        Some(addr) => Target::Broker(addr),
+        None => Target::Unavailable(Problem {
+            reason: "NoBrokerReady".into(),
+            message: format!("no Ready broker pod with an IP in KafkaCluster {ns}/{cluster_name}"),
+        }),
+    })
+}
+
+fn action_event(action: &TopicAction, topic: &str) -> (&'static str, String) {
+    match action {
+        TopicAction::Create { partitions, replication_factor, .. } => (
+            "TopicCreated",
+            format!("created topic {topic} with {partitions} partitions, replication factor {replication_factor}"),
+        ),
+        TopicAction::GrowPartitions(n) => ("PartitionsIncreased", format!("topic {topic} now has {n} partitions")),
+        TopicAction::AlterConfig(ops) => ("TopicConfigUpdated", format!("applied {} config changes to topic {topic}", ops.len())),
+    }
+}
+
+async fn write_status(
+    ctx: &Context,
+    kt: &KafkaTopic,
+    reference: &ObjectReference,
+    observed: Option<&super::plan::ObservedTopic>,
+    problems: &[Problem],
+) -> Result<()> {
+    let ns = kt
+        .namespace()
+        .ok_or(Error::MissingField("metadata.namespace"))?;
+    let old = kt.status.as_ref();
+    let now = format_time(k8s_openapi::jiff::Timestamp::now());
+    let status = topic_status(
+        old,
+        kt.metadata.generation,
+        &kt.kafka_topic_name(),
+        observed,
+        problems,
+        &now,
+    );
+    if old != Some(&status) {
+        let api: Api<KafkaTopic> = Api::namespaced(ctx.client.clone(), &ns);
+        let patch = serde_json::json!({ "status": status });
+        api.patch_status(
+            &kt.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+    }
+    let old_reason = old
+        .and_then(|s| find_condition(&s.conditions, "Degraded"))
+        .filter(|c| c.is_true())
+        .map(|c| c.reason.clone());
+    if let Some(p) = problems.first() {
+        if old_reason.as_deref() != Some(p.reason.as_str()) {
+            ctx.events
+                .warning(reference, "Reconcile", &p.reason, p.message.clone())
+                .await;
+        }
+    }
+    Ok(())
+}
+
+async fn apply_topic(kt: Arc<KafkaTopic>, ctx: Arc<Context>) -> Result<Action> {
+    let reference = kt.object_ref(&());
+    let name = kt.kafka_topic_name();
+    let addr = match target(&ctx, &kt).await? {
+        Target::Broker(addr) => addr,
+        Target::Unavailable(p) | Target::Gone(p) => {
+            write_status(&ctx, &kt, &reference, None, &[p]).await?;
+            return Ok(Action::requeue(ctx.tunables.retry));
+        }
+    };
+    let outcome = match AdminClient::connect(addr, ctx.tunables.kafka_timeout).await {
+        Ok(mut admin) => sync_topic(&mut admin, &name, &kt.spec).await,
+        Err(e) => Err(e),
+    };
+    let outcome = match outcome {
+        Ok(o) => o,
+        Err(e) => {
+            let p = Problem {
+                reason: "KafkaUnavailable".into(),
+                message: format!("broker {addr}: {e}"),
+            };
+            write_status(&ctx, &kt, &reference, None, &[p]).await?;
+            return Ok(Action::requeue(ctx.tunables.retry));
+        }
+    };
+    for action in &outcome.performed {
+        let (reason, note) = action_event(action, &name);
+        ctx.events.normal(&reference, "Sync", reason, note).await;
+    }
+    write_status(
+        &ctx,
+        &kt,
+        &reference,
+        outcome.observed.as_ref(),
+        &outcome.problems,
+    )
+    .await?;
+    Ok(Action::requeue(ctx.tunables.topic_resync))
+}
+
+async fn cleanup_topic(kt: Arc<KafkaTopic>, ctx: Arc<Context>) -> Result<Action> {
+    let reference = kt.object_ref(&());
+    let name = kt.kafka_topic_name();
+    if kt.spec.deletion_policy == DeletionPolicy::Retain {
+        ctx.events
+            .normal(
+                &reference,
+                "Delete",
+                "TopicRetained",
+                format!("deletionPolicy Retain: topic {name} is kept in Kafka"),
+            )
+            .await;
+        return Ok(Action::await_change());
+    }
+    match target(&ctx, &kt).await? {
+        Target::Gone(p) => {
+            ctx.events
+                .normal(
+                    &reference,
+                    "Delete",
+                    "FinalizerReleased",
+                    format!("{}; nothing to delete", p.message),
+                )
+                .await;
+            Ok(Action::await_change())
+        }
+        Target::Unavailable(p) => Err(Error::Finalizer(format!(
+            "cannot delete topic {name} yet: {}",
+            p.message
+        ))),
+        Target::Broker(addr) => {
+            let mut admin = AdminClient::connect(addr, ctx.tunables.kafka_timeout).await?;
+            admin.delete_topic(&name).await?;
+            ctx.events
+                .normal(
+                    &reference,
+                    "Delete",
+                    "TopicDeleted",
+                    format!("deleted topic {name}"),
+                )
+                .await;
+            Ok(Action::await_change())
+        }
+    }
+}
+
+/// Reconciles one KafkaTopic (through the finalizer helper).
+pub async fn reconcile(kt: Arc<KafkaTopic>, ctx: Arc<Context>) -> Result<Action> {
+    let started = Instant::now();
+    let ns = kt
+        .namespace()
+        .ok_or(Error::MissingField("metadata.namespace"))?;
+    let api: Api<KafkaTopic> = Api::namespaced(ctx.client.clone(), &ns);
+    let c = ctx.clone();
+    let result = finalizer(&api, FINALIZER, kt, |event| async move {
+        match event {
+            FinalizerEvent::Apply(kt) => apply_topic(kt, c).await,
+            FinalizerEvent::Cleanup(kt) => cleanup_topic(kt, c).await,
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(e.to_string()));
+    ctx.metrics.reconciled(KIND, started.elapsed());
+    if result.is_err() {
+        ctx.metrics.failed(KIND);
+    }
+    result
+}
+
+/// Requeue policy after a failed reconcile: retry soon, never crash.
+pub fn error_policy(kt: Arc<KafkaTopic>, err: &Error, ctx: Arc<Context>) -> Action {
+    tracing::warn!(topic = %kt.name_any(), namespace = ?kt.namespace(), error = %err, "topic reconcile failed");
+    Action::requeue(ctx.tunables.retry)
+}
+
+/// Runs the KafkaTopic controller until the stream ends.
+pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
+    let api: Api<KafkaTopic> = match &namespace {
+        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
+        None => Api::all(ctx.client.clone()),
+    };
+    Controller::new(api, watcher::Config::default())
+        .run(reconcile, error_policy, ctx)
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "KafkaTopic controller event");
+            }
+        })
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
+    use std::collections::BTreeMap;
+
+    fn pod(ordinal: i32, ip: Option<&str>, ready: bool) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.name = Some(format!("demo-{ordinal}"));
+        p.metadata.labels = Some(BTreeMap::from([(
+            "apps.kubernetes.io/pod-index".to_string(),
+            ordinal.to_string(),
+        )]));
+        p.status = Some(PodStatus {
+            pod_ip: ip.map(String::from),
+            conditions: Some(vec![PodCondition {
+                type_: "Ready".into(),
+                status: if ready { "True" } else { "False" }.into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        p
+    }
+
+    #[test]
+    fn picks_lowest_ready_pod_ip() {
+        let pods = [
+            pod(2, Some("127.0.0.3"), true),
+            pod(0, Some("127.0.0.1"), false),
+            pod(1, Some("127.0.0.2"), true),
+        ];
+        assert_eq!(
+            pick_broker(&pods, 9092),
+            Some("127.0.0.2:9092".parse().unwrap())
+        );
+    }
+
+    #[test]
+    fn no_ip_or_no_ready_pod_means_none() {
+        assert_eq!(pick_broker(&[pod(0, None, true)], 9092), None);
+        assert_eq!(pick_broker(&[pod(0, Some("127.0.0.1"), false)], 9092), None);
+        assert_eq!(pick_broker(&[pod(0, Some("not-an-ip"), true)], 9092), None);
+        assert_eq!(pick_broker(&[pod(0, Some("127.0.0.1"), true)], 70000), None);
+    }
+}
