@@ -97,7 +97,8 @@ impl IndexFile {
     /// Whether the file length is a whole number of entries and every byte
     /// after the entries is zero.
     fn shape_problem(&self) -> Option<String> {
-        if self.mmap.len() % self.entry_size != 0 {
+        let whole = self.mmap.len() / self.entry_size * self.entry_size;
+        if whole != self.mmap.len() {
             return Some(format!(
                 "length {} is not a multiple of {}",
                 self.mmap.len(),

@@ -487,19 +487,16 @@ impl PartitionLog {
                     let min_delta =
                         i32::try_from((log_start - h.base_offset).max(0)).unwrap_or(i32::MAX);
                     let bytes = seg.read_batch(pos, size)?;
-                    match batch::first_record_at_or_after(&bytes, timestamp, min_delta) {
-                        Some((delta, _)) => {
-                            return Ok(Some((h.base_offset + i64::from(delta), h.max_timestamp)))
-                        }
-                        None if h.records_count > 0 && !bytes.is_empty() => {
-                            // Unparsable records: fall back to the batch.
-                            if batch::first_record_at_or_after(&bytes, i64::MIN, min_delta)
-                                .is_none()
-                            {
-                                return Ok(Some((h.base_offset.max(log_start), h.max_timestamp)));
-                            }
-                        }
-                        None => {}
+                    if let Some((delta, _)) =
+                        batch::first_record_at_or_after(&bytes, timestamp, min_delta)
+                    {
+                        return Ok(Some((h.base_offset + i64::from(delta), h.max_timestamp)));
+                    }
+                    // No record matched although the batch's max timestamp
+                    // does: if its records cannot be parsed at all, answer
+                    // with the batch (clients skip earlier records).
+                    if batch::first_record_at_or_after(&bytes, i64::MIN, min_delta).is_none() {
+                        return Ok(Some((h.base_offset.max(log_start), h.max_timestamp)));
                     }
                 }
                 pos += size;

@@ -478,22 +478,23 @@ impl Segment {
         Ok(Ok(()))
     }
 
-    /// Age base of a reopened segment: its first batch's max timestamp when
-    /// plausible, else `now_ms`.
+    /// Age base (`segment.ms`) of a reopened non-empty segment: the log
+    /// file's creation time when the filesystem records it (and it is not
+    /// in the future), else `now_ms`. Client timestamps are not used, so a
+    /// producer with old timestamps cannot make every append roll.
     fn first_roll_base(&self, now_ms: i64) -> Result<Option<i64>> {
         if self.size == 0 {
             return Ok(None);
         }
-        let ts = match self.header_at(0) {
-            Ok(h) => h.max_timestamp,
-            Err(StorageError::Io(e)) => return Err(e.into()),
-            Err(_) => -1,
-        };
-        Ok(Some(if (0..=now_ms).contains(&ts) {
-            ts
-        } else {
-            now_ms
-        }))
+        let created = self
+            .file
+            .metadata()
+            .and_then(|m| m.created())
+            .ok()
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .and_then(|d| i64::try_from(d.as_millis()).ok())
+            .filter(|&t| t <= now_ms);
+        Ok(Some(created.unwrap_or(now_ms)))
     }
 
     /// Re-validates every batch (length, magic, CRC-32C, contiguous offsets

@@ -1,0 +1,116 @@
+//! Helpers shared by the `storage_*` integration tests (included with
+//! `#[path]`, not a test target of its own).
+#![allow(dead_code)]
+
+use std::fs;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, RecordSet,
+    TimestampType,
+};
+use moldau_broker::storage::batch::BatchHeader;
+use moldau_broker::storage::{FetchSlice, LogConfig};
+
+/// One v2 batch of `n` records with timestamps `ts, ts+1, ...`.
+pub fn batch(n: usize, ts: i64) -> Vec<u8> {
+    batch_with(n, ts, Compression::None, 16)
+}
+
+pub fn batch_with(n: usize, ts: i64, compression: Compression, value_len: usize) -> Vec<u8> {
+    let records: Vec<Record> = (0..n)
+        .map(|i| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            // The encoder groups records whose offset - sequence is constant.
+            sequence: i as i32 - 1,
+            timestamp: ts + i as i64,
+            key: Some(Bytes::from(format!("k{i}"))),
+            value: Some(Bytes::from(vec![b'x'; value_len])),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        &records,
+        &RecordEncodeOptions {
+            version: 2,
+            compression,
+        },
+    )
+    .expect("encode");
+    let v = buf.to_vec();
+    assert_eq!(
+        BatchHeader::parse(&v).expect("one batch").total_size(),
+        v.len()
+    );
+    v
+}
+
+pub fn config() -> LogConfig {
+    LogConfig {
+        segment_bytes: 1024,
+        index_interval_bytes: 128,
+        segment_index_bytes: 4096,
+        retention_ms: -1,
+        ..LogConfig::default()
+    }
+}
+
+pub fn slice_bytes(s: &FetchSlice) -> Vec<u8> {
+    let mut buf = vec![0u8; s.len as usize];
+    s.file
+        .read_exact_at(&mut buf, s.position)
+        .expect("read slice");
+    buf
+}
+
+/// Splits bytes into batch headers, asserting they are whole batches.
+pub fn headers(bytes: &[u8]) -> Vec<BatchHeader> {
+    let mut out = Vec::new();
+    let mut pos = 0;
+    while pos < bytes.len() {
+        let h = BatchHeader::parse(&bytes[pos..]).expect("batch header");
+        assert!(
+            pos + h.total_size() <= bytes.len(),
+            "partial batch in slice"
+        );
+        out.push(h);
+        pos += h.total_size();
+    }
+    out
+}
+
+pub fn decode(bytes: &[u8]) -> Vec<RecordSet> {
+    RecordBatchDecoder::decode_all(&mut Bytes::copy_from_slice(bytes)).expect("decode")
+}
+
+pub fn copy_dir(from: &Path, to: &Path) {
+    if to.exists() {
+        fs::remove_dir_all(to).expect("clear");
+    }
+    fs::create_dir_all(to).expect("mkdir");
+    for e in fs::read_dir(from).expect("ls") {
+        let e = e.expect("entry");
+        fs::copy(e.path(), to.join(e.file_name())).expect("copy");
+    }
+}
+
+pub fn files_with_suffix(dir: &Path, suffix: &str) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .expect("ls")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(suffix))
+        .collect();
+    v.sort();
+    v
+}
