@@ -39,12 +39,29 @@ fn split_host_port(s: &str) -> anyhow::Result<(String, i32)> {
     Ok((host.trim_matches(['[', ']']).to_string(), port))
 }
 
+/// The addresses a started broker listens on (useful with port 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BoundAddresses {
+    pub kafka: std::net::SocketAddr,
+    pub http: std::net::SocketAddr,
+}
+
 /// Runs a broker until `shutdown` turns true (or a signal arrives when
 /// `handle_signals`). Returns after logs are closed.
 pub async fn run(
     cli: Cli,
+    shutdown: watch::Receiver<bool>,
+    handle_signals: bool,
+) -> anyhow::Result<()> {
+    run_reporting(cli, shutdown, handle_signals, None).await
+}
+
+/// [`run`], telling `bound` where the listeners are once the broker is ready.
+pub async fn run_reporting(
+    cli: Cli,
     mut shutdown: watch::Receiver<bool>,
     handle_signals: bool,
+    report_to: Option<tokio::sync::oneshot::Sender<BoundAddresses>>,
 ) -> anyhow::Result<()> {
     let broker_config = BrokerConfig::load(cli.config_file.as_deref(), &cli.overrides)?;
     let listener = TcpListener::bind(cli.listen)
@@ -54,6 +71,7 @@ pub async fn run(
     let http_listener = TcpListener::bind(cli.http_listen)
         .await
         .with_context(|| format!("binding the HTTP listener on {}", cli.http_listen))?;
+    let http_addr = http_listener.local_addr()?;
     let advertised = cli
         .advertised_listener
         .clone()
@@ -144,6 +162,12 @@ pub async fn run(
     });
 
     broker.set_ready(true);
+    if let Some(tx) = report_to {
+        let _ = tx.send(BoundAddresses {
+            kafka: listener.local_addr()?,
+            http: http_addr,
+        });
+    }
     tracing::info!(listen = %bound, advertised = %advertised, http = %cli.http_listen, node_id = cli.node_id, "broker ready");
 
     let mut connections = tokio::task::JoinSet::new();

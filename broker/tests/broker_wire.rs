@@ -1,0 +1,362 @@
+//! A real broker (started in-process on 127.0.0.1 with an ephemeral port)
+//! driven over TCP with the `kafka-protocol` codec: version negotiation,
+//! produce/fetch through the zero-copy path, restart persistence, and bad
+//! frames that must close only their own connection.
+
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, FetchRequest, FetchResponse, MetadataRequest,
+    MetadataResponse, ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader, TopicName,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+use moldau_broker::config::Cli;
+use moldau_broker::server::{run_reporting, BoundAddresses};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{oneshot, watch};
+
+struct Running {
+    addrs: BoundAddresses,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+async fn start(dir: &std::path::Path, extra: &[&str]) -> Running {
+    let mut args = vec![
+        "moldau-broker".to_string(),
+        "--listen".into(),
+        "127.0.0.1:0".into(),
+        "--http-listen".into(),
+        "127.0.0.1:0".into(),
+        "--data-dir".into(),
+        dir.display().to_string(),
+        "--set".into(),
+        "offsets.topic.num.partitions=3".into(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let cli = <Cli as clap::Parser>::parse_from(args);
+    let (stop, rx) = watch::channel(false);
+    let (tx, bound) = oneshot::channel();
+    let task = tokio::spawn(run_reporting(cli, rx, false, Some(tx)));
+    let addrs = tokio::time::timeout(Duration::from_secs(30), bound)
+        .await
+        .unwrap()
+        .unwrap();
+    Running { addrs, stop, task }
+}
+
+impl Running {
+    async fn stop(self) {
+        self.stop.send(true).unwrap();
+        self.task.await.unwrap().unwrap();
+    }
+}
+
+async fn call<Req: Encodable, Resp: Decodable>(
+    stream: &mut TcpStream,
+    api: ApiKey,
+    version: i16,
+    req: &Req,
+) -> Resp {
+    let header = RequestHeader::default()
+        .with_request_api_key(api as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(7)
+        .with_client_id(Some(StrBytes::from_static_str("wire-test")));
+    let mut body = BytesMut::new();
+    header
+        .encode(&mut body, api.request_header_version(version))
+        .unwrap();
+    req.encode(&mut body, version).unwrap();
+    let mut frame = BytesMut::new();
+    frame.put_i32(body.len() as i32);
+    frame.extend_from_slice(&body);
+    stream.write_all(&frame).await.unwrap();
+    let mut resp = read_frame(stream).await.expect("a response");
+    let h = ResponseHeader::decode(&mut resp, api.response_header_version(version)).unwrap();
+    assert_eq!(h.correlation_id, 7);
+    Resp::decode(&mut resp, version).unwrap()
+}
+
+async fn read_frame(stream: &mut TcpStream) -> Option<Bytes> {
+    let mut len = [0u8; 4];
+    tokio::time::timeout(Duration::from_secs(10), stream.read_exact(&mut len))
+        .await
+        .ok()?
+        .ok()?;
+    let mut buf = vec![0u8; i32::from_be_bytes(len) as usize];
+    stream.read_exact(&mut buf).await.ok()?;
+    Some(Bytes::from(buf))
+}
+
+/// True when the broker closed the connection (EOF) within a few seconds.
+async fn closed(stream: &mut TcpStream) -> bool {
+    let mut b = [0u8; 1];
+    matches!(
+        tokio::time::timeout(Duration::from_secs(5), stream.read(&mut b)).await,
+        Ok(Ok(0)) | Ok(Err(_))
+    )
+}
+
+fn batch(values: &[&str]) -> Bytes {
+    let records: Vec<Record> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            // offset - sequence must stay constant for one batch; the first
+            // record's -1 keeps the batch's base sequence at "none".
+            sequence: i as i32 - 1,
+            timestamp: 1_700_000_000_000 + i as i64,
+            key: Some(Bytes::from(format!("k{i}"))),
+            value: Some(Bytes::from(v.to_string())),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        &records,
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::Lz4,
+        },
+    )
+    .unwrap();
+    buf.freeze()
+}
+
+async fn produce(stream: &mut TcpStream, topic: &str, records: Bytes) -> (i16, i64) {
+    let req = ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(5000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(TopicName(StrBytes::from_string(topic.into())))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(0)
+                .with_records(Some(records))])]);
+    let resp: ProduceResponse = call(stream, ApiKey::Produce, 9, &req).await;
+    let p = &resp.responses[0].partition_responses[0];
+    (p.error_code, p.base_offset)
+}
+
+async fn fetch_values(
+    stream: &mut TcpStream,
+    topic: &str,
+    offset: i64,
+    version: i16,
+) -> Vec<(i64, String)> {
+    let req = FetchRequest::default()
+        .with_max_wait_ms(500)
+        .with_min_bytes(1)
+        .with_max_bytes(1 << 20)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(TopicName(StrBytes::from_string(topic.into())))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(0)
+                .with_fetch_offset(offset)
+                .with_partition_max_bytes(1 << 20)])]);
+    let resp: FetchResponse = call(stream, ApiKey::Fetch, version, &req).await;
+    let p = &resp.responses[0].partitions[0];
+    assert_eq!(p.error_code, 0);
+    let mut records = p.records.clone().unwrap_or_default();
+    let mut out = Vec::new();
+    while records.has_remaining() {
+        let set = RecordBatchDecoder::decode(&mut records).unwrap();
+        for r in set.records {
+            out.push((
+                r.offset,
+                String::from_utf8(r.value.unwrap().to_vec()).unwrap(),
+            ));
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn produce_fetch_restart_and_version_negotiation() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start(dir.path(), &[]).await;
+    let mut s = TcpStream::connect(broker.addrs.kafka).await.unwrap();
+
+    let versions: ApiVersionsResponse = call(
+        &mut s,
+        ApiKey::ApiVersions,
+        3,
+        &ApiVersionsRequest::default(),
+    )
+    .await;
+    assert_eq!(versions.error_code, 0);
+    let fetch = versions
+        .api_keys
+        .iter()
+        .find(|k| k.api_key == ApiKey::Fetch as i16)
+        .unwrap();
+    assert_eq!((fetch.min_version, fetch.max_version), (4, 12));
+    assert!(
+        versions
+            .api_keys
+            .iter()
+            .all(|k| k.api_key != ApiKey::InitProducerId as i16),
+        "not implemented, not advertised"
+    );
+
+    let meta: MetadataResponse = call(
+        &mut s,
+        ApiKey::Metadata,
+        12,
+        &MetadataRequest::default()
+            .with_allow_auto_topic_creation(true)
+            .with_topics(Some(vec![MetadataRequestTopic::default()
+                .with_name(Some(TopicName(StrBytes::from_static_str("wire"))))])),
+    )
+    .await;
+    assert_eq!(meta.topics[0].error_code, 0, "auto-created");
+    assert_eq!(meta.topics[0].partitions.len(), 1);
+
+    assert_eq!(
+        produce(&mut s, "wire", batch(&["a", "b", "c"])).await,
+        (0, 0)
+    );
+    assert_eq!(produce(&mut s, "wire", batch(&["d", "e"])).await, (0, 3));
+    for version in [4, 11, 12] {
+        let got = fetch_values(&mut s, "wire", 4, version).await;
+        // The whole batch holding offset 4 comes back (3 and 4).
+        assert_eq!(
+            got,
+            vec![(3, "d".to_string()), (4, "e".to_string())],
+            "fetch v{version}"
+        );
+    }
+
+    // A corrupted batch is refused with CORRUPT_MESSAGE; nothing is appended.
+    let mut bad = BytesMut::from(&batch(&["x"])[..]);
+    let last = bad.len() - 1;
+    bad[last] ^= 0xff;
+    assert_eq!(produce(&mut s, "wire", bad.freeze()).await.0, 2);
+
+    drop(s);
+    broker.stop().await;
+    let broker = start(dir.path(), &[]).await;
+    let mut s = TcpStream::connect(broker.addrs.kafka).await.unwrap();
+    let got = fetch_values(&mut s, "wire", 0, 12).await;
+    assert_eq!(
+        got.iter().map(|(o, _)| *o).collect::<Vec<_>>(),
+        vec![0, 1, 2, 3, 4]
+    );
+    assert_eq!(produce(&mut s, "wire", batch(&["f"])).await, (0, 5));
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_frames_close_only_their_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start(dir.path(), &["--set", "socket.request.max.bytes=1048576"]).await;
+    let addr = broker.addrs.kafka;
+
+    // KIP-511: an ApiVersions version from the future gets a v0 answer with
+    // UNSUPPORTED_VERSION and our table, and the connection stays open.
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let mut frame = BytesMut::new();
+    frame.put_i32(10);
+    frame.put_i16(ApiKey::ApiVersions as i16);
+    frame.put_i16(99);
+    frame.put_i32(42);
+    frame.put_i16(-1);
+    s.write_all(&frame).await.unwrap();
+    let mut resp = read_frame(&mut s).await.unwrap();
+    assert_eq!(resp.get_i32(), 42);
+    let v0 = ApiVersionsResponse::decode(&mut resp, 0).unwrap();
+    assert_eq!(v0.error_code, 35);
+    assert!(!v0.api_keys.is_empty());
+    let ok: ApiVersionsResponse = call(
+        &mut s,
+        ApiKey::ApiVersions,
+        0,
+        &ApiVersionsRequest::default(),
+    )
+    .await;
+    assert_eq!(ok.error_code, 0);
+
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        (
+            "unknown api key",
+            [
+                &12i32.to_be_bytes()[..],
+                &[0x7f, 0x00, 0, 0, 0, 0, 0, 1, 0xff, 0xff, 0, 0],
+            ]
+            .concat(),
+        ),
+        (
+            "unsupported produce version",
+            [
+                &12i32.to_be_bytes()[..],
+                &[0, 0, 0, 1, 0, 0, 0, 1, 0xff, 0xff, 0, 0],
+            ]
+            .concat(),
+        ),
+        (
+            "frame above socket.request.max.bytes",
+            (2 * 1024 * 1024i32).to_be_bytes().to_vec(),
+        ),
+        ("negative size", (-5i32).to_be_bytes().to_vec()),
+        (
+            "garbage body",
+            [&6i32.to_be_bytes()[..], &[0, 3, 0, 12, 0xde, 0xad]].concat(),
+        ),
+        (
+            "undecodable metadata",
+            [
+                &14i32.to_be_bytes()[..],
+                &[0, 3, 0, 12, 0, 0, 0, 1, 0, 5, b'a', 0xff, 0xff, 0xff],
+            ]
+            .concat(),
+        ),
+    ];
+    for (what, bytes) in cases {
+        let mut bad = TcpStream::connect(addr).await.unwrap();
+        bad.write_all(&bytes).await.unwrap();
+        assert!(
+            closed(&mut bad).await,
+            "{what}: connection should be closed"
+        );
+    }
+    // A truncated frame followed by a hang-up must not disturb anything.
+    let mut torn = TcpStream::connect(addr).await.unwrap();
+    torn.write_all(&[0, 0, 0, 100, 0, 18]).await.unwrap();
+    drop(torn);
+
+    // The first connection and new ones still work.
+    let again: ApiVersionsResponse = call(
+        &mut s,
+        ApiKey::ApiVersions,
+        3,
+        &ApiVersionsRequest::default(),
+    )
+    .await;
+    assert_eq!(again.error_code, 0);
+    let mut fresh = TcpStream::connect(addr).await.unwrap();
+    assert_eq!(
+        produce(&mut fresh, "after-bad-input", batch(&["ok"]))
+            .await
+            .0,
+        3,
+        "unknown topic on produce"
+    );
+    broker.stop().await;
+}
