@@ -172,8 +172,62 @@ pub fn pod_is_ready(pod: &Pod) -> bool {
             .any(|c| c.type_ == "Ready" && c.status == "True")
 }
 
-/// A namespace of its own for one test. Deleted (without waiting) on drop,
-/// unless `MOLDAU_E2E_KEEP=1`.
+/// A minimal HTTP/1.1 client for talking to test processes (loopback only).
+/// Returns the status code and the body.
+pub async fn http(
+    method: &str,
+    addr: std::net::SocketAddr,
+    path: &str,
+    body: &[u8],
+) -> Result<(u16, Vec<u8>)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    if !addr.ip().is_loopback() {
+        bail!("refusing to dial {addr}: tests only dial 127.0.0.0/8");
+    }
+    let fut = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await?;
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        );
+        s.write_all(head.as_bytes()).await?;
+        s.write_all(body).await?;
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).await?;
+        anyhow::Ok(buf)
+    };
+    let buf = tokio::time::timeout(Duration::from_secs(10), fut)
+        .await
+        .map_err(|_| anyhow!("HTTP {method} {addr}{path} timed out"))??;
+    let split = buf
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| anyhow!("malformed HTTP response from {addr}"))?;
+    let status_line = String::from_utf8_lossy(&buf[..split]);
+    let code = status_line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| anyhow!("malformed HTTP status line {status_line:?}"))?;
+    Ok((code, buf[split + 4..].to_vec()))
+}
+
+/// Whether a process exists (and is not a zombie).
+pub fn process_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            // state is the field after the parenthesized comm
+            let state = stat
+                .rsplit_once(')')
+                .map(|(_, r)| r.trim_start().chars().next());
+            !matches!(state, Some(Some('Z')) | Some(Some('X')))
+        }
+        Err(_) => false,
+    }
+}
+
+/// A namespace of its own for one test. Deleted on drop (waiting up to 60 s
+/// for the deletion to finish), unless `MOLDAU_E2E_KEEP=1`.
 pub struct TestNamespace {
     pub name: String,
     pub client: Client,
@@ -248,7 +302,15 @@ impl Drop for TestNamespace {
             eprintln!("MOLDAU_E2E_KEEP=1: keeping namespace {}", self.name);
             return;
         }
-        let _ = kubectl(&["delete", "namespace", &self.name, "--wait=false"]);
+        // Wait (bounded) so the pods' processes are stopped and the objects
+        // gone before the test process, and with it the pod runner, exits.
+        let _ = kubectl(&[
+            "delete",
+            "namespace",
+            &self.name,
+            "--wait=true",
+            "--timeout=60s",
+        ]);
     }
 }
 
@@ -281,11 +343,12 @@ fn start_pod_runner(exe: &Path, images: &[(&str, &Path)]) -> Result<u32> {
     for entry in std::fs::read_dir(&pids)? {
         let entry = entry?;
         let fname = entry.file_name().to_string_lossy().into_owned();
-        if let Some(pid) = fname
-            .strip_prefix("podrunner-")
-            .and_then(|p| p.parse::<u32>().ok())
-        {
-            if pid_alive(pid) {
+        if fname.starts_with("podrunner-") {
+            let pid = std::fs::read_to_string(entry.path())
+                .ok()
+                .and_then(|s| s.trim().parse::<u32>().ok())
+                .unwrap_or(0);
+            if pid > 1 && pid_alive(pid) {
                 // SAFETY: plain signal to a process we recorded.
                 unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
                 let t = Instant::now();
@@ -309,6 +372,8 @@ fn start_pod_runner(exe: &Path, images: &[(&str, &Path)]) -> Result<u32> {
         .arg(runner_state_dir())
         .arg("--parent-pid")
         .arg(me.to_string())
+        .arg("--pid-file")
+        .arg(pids.join(format!("podrunner-{me}")))
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log);
@@ -319,7 +384,6 @@ fn start_pod_runner(exe: &Path, images: &[(&str, &Path)]) -> Result<u32> {
         .spawn()
         .with_context(|| format!("spawning {}", exe.display()))?;
     let pid = child.id();
-    std::fs::write(pids.join(format!("podrunner-{pid}")), pid.to_string())?;
     // Wait for the Node to be Ready.
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {

@@ -2,7 +2,8 @@
 //! pods. It listens on `--listen` (e.g. `$(POD_IP):8080`), counts its starts
 //! in `<data>/boots`, and serves:
 //! - `GET /healthz` -> `ok`
-//! - `GET /` -> JSON `{pod, pid, boots, data_dir, files}`
+//! - `GET /` -> JSON `{pod, namespace, index, kubeconfig, pid, boots, data_dir, files}`
+//!   (from env `POD_NAME`, `POD_NAMESPACE`, `POD_INDEX`, `KUBECONFIG`)
 //! - `GET /file/NAME` -> the file's content (404 if missing)
 //! - `PUT /file/NAME` -> writes the body to `<data>/NAME`
 //!
@@ -85,6 +86,9 @@ fn handle(mut s: TcpStream, data: &Path, boots: u64) -> std::io::Result<()> {
             files.sort();
             let v = serde_json::json!({
                 "pod": std::env::var("POD_NAME").unwrap_or_default(),
+                "namespace": std::env::var("POD_NAMESPACE").unwrap_or_default(),
+                "index": std::env::var("POD_INDEX").unwrap_or_default(),
+                "kubeconfig": std::env::var("KUBECONFIG").unwrap_or_default(),
                 "pid": std::process::id(),
                 "boots": boots,
                 "data_dir": data,

@@ -351,6 +351,13 @@ pub async fn run(args: Args) -> Result<()> {
         handles.push(t.handle);
     }
     let _ = tokio::time::timeout(Duration::from_secs(10), futures::future::join_all(handles)).await;
+    // Pods already being deleted would stay Terminating with nobody to
+    // finish them: their processes are stopped, so remove them.
+    let _ = tokio::time::timeout(
+        Duration::from_secs(5),
+        remove_terminating(&client, &args.node_name),
+    )
+    .await;
     let _ = tokio::time::timeout(
         Duration::from_secs(5),
         node::update_status(
@@ -365,6 +372,33 @@ pub async fn run(args: Args) -> Result<()> {
         let _ = std::fs::remove_file(p);
     }
     Ok(())
+}
+
+async fn remove_terminating(client: &Client, node: &str) {
+    let api: Api<Pod> = Api::all(client.clone());
+    let lp = kube::api::ListParams::default().fields(&format!("spec.nodeName={node}"));
+    let Ok(list) = api.list(&lp).await else {
+        return;
+    };
+    for p in list.items {
+        if p.metadata.deletion_timestamp.is_none() {
+            continue;
+        }
+        let (Some(ns), Some(name)) = (p.metadata.namespace.clone(), p.metadata.name.clone()) else {
+            continue;
+        };
+        let dp = kube::api::DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(kube::api::Preconditions {
+                uid: p.metadata.uid.clone(),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        let _ = Api::<Pod>::namespaced(client.clone(), &ns)
+            .delete(&name, &dp)
+            .await;
+    }
 }
 
 fn pem_encode(der: &[u8]) -> String {
