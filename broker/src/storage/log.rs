@@ -158,7 +158,8 @@ impl PartitionLog {
         };
 
         let mut segments: Vec<Segment> = Vec::with_capacity(bases.len().max(1));
-        let mut recovered_any = false;
+        // Recovered segments have preallocated indexes: sealed below unless last.
+        let mut recovered = Vec::with_capacity(bases.len());
         for (i, &base) in bases.iter().enumerate() {
             let next_base = bases.get(i + 1).copied();
             let indexes_present = [segment::INDEX_SUFFIX, segment::TIME_INDEX_SUFFIX]
@@ -184,8 +185,8 @@ impl PartitionLog {
                     config.segment_index_bytes,
                     now_ms,
                 )?;
-                recovered_any = true;
             }
+            recovered.push(must_recover);
             let consistent = next_base.is_none_or(|n| n == seg.next_offset());
             segments.push(seg);
             if !consistent {
@@ -203,7 +204,11 @@ impl PartitionLog {
             segments.push(Segment::create(&dir, base, config.segment_index_bytes)?);
         }
         let last = segments.len() - 1;
-        for seg in &mut segments[..last] {
+        for (seg, _) in segments[..last]
+            .iter_mut()
+            .zip(&recovered)
+            .filter(|(_, &r)| r)
+        {
             seg.seal()?;
         }
         segments[last].make_active(config.segment_index_bytes)?;
@@ -216,29 +221,38 @@ impl PartitionLog {
         let high_watermark = checkpointed_hw
             .unwrap_or(log_start_offset)
             .clamp(log_start_offset, log_end);
-        let mut log = PartitionLog {
+        // Recovery validated the bytes but did not make them durable: the
+        // recovery point stays where the last flush left it (so a new crash
+        // re-validates them) until the next flush.
+        let recovery_point = if clean {
+            log_end
+        } else {
+            checkpointed_recovery
+                .unwrap_or(first_base)
+                .clamp(first_base, log_end)
+        };
+        let log = PartitionLog {
             dir,
             config,
             segments,
             log_start_offset,
-            recovery_point: log_end,
+            recovery_point,
             high_watermark,
             checkpointed_high_watermark: checkpointed_hw,
             last_hw_checkpoint_ms: now_ms,
-            unflushed_messages: 0,
-            first_unflushed_ms: None,
+            unflushed_messages: log_end - recovery_point,
+            first_unflushed_ms: (recovery_point < log_end).then_some(now_ms),
         };
-        if recovered_any {
-            // Make the validated state durable before trusting it next time.
-            for seg in &mut log.segments {
-                seg.flush()?;
-            }
-        }
-        if checkpointed_start != Some(log_start_offset) {
+        // Checkpoints pointing past what survived are pulled back.
+        if checkpointed_start.is_some_and(|s| s != log_start_offset) {
             log.checkpoint_log_start()?;
         }
-        if checkpointed_recovery != Some(log_end) {
-            checkpoint::write_checkpoint(&log.dir, checkpoint::RECOVERY_POINT_FILE, log_end)?;
+        if checkpointed_recovery.is_some_and(|r| r != recovery_point) {
+            checkpoint::write_checkpoint(
+                &log.dir,
+                checkpoint::RECOVERY_POINT_FILE,
+                recovery_point,
+            )?;
         }
         checkpoint::remove_clean_shutdown(&log.dir)?;
         tracing::debug!(

@@ -27,6 +27,10 @@ pub const TIME_INDEX_SUFFIX: &str = ".timeindex";
 /// Suffix appended to the files of a segment being deleted.
 pub const DELETED_SUFFIX: &str = ".deleted";
 
+/// Smallest preallocation of an index (a few entries), whatever
+/// `segment.index.bytes` says, so that an active segment can always index.
+pub const MIN_INDEX_BYTES: u64 = 96;
+
 /// `<base offset, 20 digits zero-padded><suffix>`.
 pub fn file_name(base_offset: i64, suffix: &str) -> String {
     format!("{base_offset:020}{suffix}")
@@ -199,6 +203,7 @@ impl Segment {
 
     /// Preallocates the indexes for appends.
     pub fn make_active(&mut self, index_bytes: u64) -> Result<()> {
+        let index_bytes = index_bytes.max(MIN_INDEX_BYTES);
         self.offset_index.resize(index_bytes)?;
         self.time_index.resize(index_bytes)?;
         Ok(())
@@ -207,7 +212,12 @@ impl Segment {
     /// Called when the segment stops being active (roll, close): adds the
     /// final time index entry and trims both indexes to their entries.
     pub fn seal(&mut self) -> Result<()> {
-        if self.max_timestamp >= 0 && self.time_index.is_full() {
+        let adds_entry = self.max_timestamp >= 0
+            && self
+                .time_index
+                .last_entry()
+                .is_none_or(|(t, _)| self.max_timestamp > t);
+        if adds_entry && self.time_index.is_full() {
             // Make room for the final entry that records the max timestamp.
             let len = self.time_index.file_len() + super::index::TIME_ENTRY_SIZE as u64;
             self.time_index.resize(len)?;
@@ -288,37 +298,7 @@ impl Segment {
     /// Parses the header of the batch at `pos`, checking that it lies
     /// wholly inside the segment.
     pub fn header_at(&self, pos: u64) -> Result<BatchHeader> {
-        let mut buf = [0u8; BATCH_HEADER_LEN];
-        if pos + BATCH_HEADER_LEN as u64 > self.size {
-            return Err(corrupt(format!(
-                "{}: batch header at {pos} past the end",
-                self.log_path.display()
-            )));
-        }
-        self.read_exact_at(&mut buf, pos)?;
-        let h = BatchHeader::parse(&buf)?;
-        if pos + h.total_size() as u64 > self.size {
-            return Err(corrupt(format!(
-                "{}: batch at {pos} runs past the end",
-                self.log_path.display()
-            )));
-        }
-        Ok(h)
-    }
-
-    /// `(base offset, total size)` of the batch at `pos`, from its first 12 bytes.
-    fn prefix_at(&self, pos: u64) -> Result<(i64, u64)> {
-        let mut buf = [0u8; LOG_OVERHEAD];
-        self.read_exact_at(&mut buf, pos)?;
-        let (base, len) =
-            batch::read_offset_and_length(&buf).ok_or_else(|| corrupt("short batch prefix"))?;
-        if len < MIN_BATCH_LENGTH {
-            return Err(corrupt(format!(
-                "{}: bad batch length at {pos}",
-                self.log_path.display()
-            )));
-        }
-        Ok((base, LOG_OVERHEAD as u64 + len as u64))
+        HeaderReader::new(self, BATCH_HEADER_LEN).header(pos)
     }
 
     /// Reads the whole batch at `pos` of `size` bytes.
@@ -339,8 +319,9 @@ impl Segment {
     /// `None` if no batch of this segment reaches `offset`.
     pub fn find_position(&self, offset: i64) -> Result<Option<(u64, BatchHeader)>> {
         let mut pos = self.offset_index.lookup(offset).map_or(0, |(_, p)| p);
+        let mut reader = HeaderReader::new(self, READ_AHEAD);
         while pos < self.size {
-            let h = self.header_at(pos)?;
+            let h = reader.header(pos)?;
             if h.last_offset() >= offset {
                 return Ok(Some((pos, h)));
             }
@@ -355,8 +336,11 @@ impl Segment {
     /// offset is below `max_offset`.
     pub fn slice_len(&self, start: u64, max_bytes: u64, max_offset: i64) -> Result<u64> {
         let mut pos = start;
+        let ahead = usize::try_from(max_bytes.clamp(LOG_OVERHEAD as u64, READ_AHEAD as u64))
+            .unwrap_or(READ_AHEAD);
+        let mut reader = HeaderReader::new(self, ahead);
         while pos < self.size {
-            let (base, size) = self.prefix_at(pos)?;
+            let (base, size) = reader.prefix(pos)?;
             if base >= max_offset || (pos > start && pos - start + size > max_bytes) {
                 break;
             }
@@ -382,8 +366,9 @@ impl Segment {
             offset_of_max_timestamp: expected,
             bytes: 0,
         };
+        let mut reader = HeaderReader::new(self, READ_AHEAD);
         while pos < self.size {
-            let h = match self.header_at(pos) {
+            let h = match reader.header(pos) {
                 Ok(h) => h,
                 Err(StorageError::Io(e)) => return Err(e.into()),
                 Err(_) => return Ok(None),
@@ -503,8 +488,7 @@ impl Segment {
     pub fn recover(&mut self, index_interval: u64, index_bytes: u64, now_ms: i64) -> Result<u64> {
         self.offset_index.reset();
         self.time_index.reset();
-        self.offset_index.resize(index_bytes)?;
-        self.time_index.resize(index_bytes)?;
+        self.make_active(index_bytes)?;
         self.max_timestamp = -1;
         self.offset_of_max_timestamp = self.base_offset;
         self.bytes_since_last_index_entry = 0;
@@ -610,5 +594,77 @@ impl Segment {
             }
         }
         Ok(())
+    }
+}
+
+/// How many bytes a header walk reads at once.
+const READ_AHEAD: usize = 16 * 1024;
+
+/// Reads batch headers of one segment through a read-ahead buffer, so that
+/// walking many small batches costs one `pread` per chunk, not per batch.
+struct HeaderReader<'a> {
+    seg: &'a Segment,
+    buf: Vec<u8>,
+    /// File position of `buf[0]`.
+    buf_pos: u64,
+    read_ahead: usize,
+}
+
+impl<'a> HeaderReader<'a> {
+    fn new(seg: &'a Segment, read_ahead: usize) -> Self {
+        HeaderReader {
+            seg,
+            buf: Vec::new(),
+            buf_pos: 0,
+            read_ahead,
+        }
+    }
+
+    /// `len` bytes at `pos`, which must lie inside the segment.
+    fn bytes(&mut self, pos: u64, len: usize) -> Result<&[u8]> {
+        let end = pos.checked_add(len as u64).filter(|&e| e <= self.seg.size);
+        let Some(end) = end else {
+            return Err(corrupt(format!(
+                "{}: {len} bytes at {pos} past the end",
+                self.seg.log_path.display()
+            )));
+        };
+        let buffered = pos >= self.buf_pos && end <= self.buf_pos + self.buf.len() as u64;
+        if !buffered {
+            let want = (self.read_ahead.max(len) as u64).min(self.seg.size - pos);
+            let want = usize::try_from(want).unwrap_or(len);
+            self.buf.resize(want, 0);
+            self.seg.file.read_exact_at(&mut self.buf, pos)?;
+            self.buf_pos = pos;
+        }
+        let from = usize::try_from(pos - self.buf_pos).unwrap_or(usize::MAX);
+        from.checked_add(len)
+            .and_then(|to| self.buf.get(from..to))
+            .ok_or_else(|| corrupt("read-ahead buffer too short"))
+    }
+
+    /// The header of the batch at `pos`, which must lie wholly inside the segment.
+    fn header(&mut self, pos: u64) -> Result<BatchHeader> {
+        let h = BatchHeader::parse(self.bytes(pos, BATCH_HEADER_LEN)?)?;
+        if pos + h.total_size() as u64 > self.seg.size {
+            return Err(corrupt(format!(
+                "{}: batch at {pos} runs past the end",
+                self.seg.log_path.display()
+            )));
+        }
+        Ok(h)
+    }
+
+    /// `(base offset, total size)` of the batch at `pos`, from its first 12 bytes.
+    fn prefix(&mut self, pos: u64) -> Result<(i64, u64)> {
+        let (base, len) = batch::read_offset_and_length(self.bytes(pos, LOG_OVERHEAD)?)
+            .ok_or_else(|| corrupt("short batch prefix"))?;
+        if len < MIN_BATCH_LENGTH {
+            return Err(corrupt(format!(
+                "{}: bad batch length at {pos}",
+                self.seg.log_path.display()
+            )));
+        }
+        Ok((base, LOG_OVERHEAD as u64 + len as u64))
     }
 }
