@@ -149,7 +149,11 @@ pub async fn run_reporting(
     );
     let mut hk_shutdown = shutdown.clone();
     let housekeeping = tokio::spawn(async move {
-        let mut tick = tokio::time::interval(interval);
+        // Like Kafka, the first retention pass waits a little after start
+        // (30 s, or the check interval if shorter), so a restart does not
+        // race clients that are about to read.
+        let first = tokio::time::Instant::now() + interval.min(Duration::from_secs(30));
+        let mut tick = tokio::time::interval_at(first, interval);
         loop {
             tokio::select! {
                 _ = tick.tick() => {

@@ -73,8 +73,12 @@ impl Partition {
         dir: PathBuf,
         config: storage::LogConfig,
     ) -> storage::Result<Self> {
-        let log = PartitionLog::open(&dir, config, now_ms())?;
+        let mut log = PartitionLog::open(&dir, config, now_ms())?;
+        // A single broker is the only replica: everything in its log was
+        // acknowledged (or may be), so the high watermark is the log end.
+        // The checkpointed value may lag after an unclean stop.
         let hw = log.log_end_offset();
+        log.set_high_watermark(hw);
         let (tx, _) = watch::channel(hw);
         Ok(Self {
             topic: topic.name.clone(),
