@@ -74,7 +74,9 @@ def unique(prefix: str = "t") -> str:
 def admin_for(b: brokers.Broker):
     from confluent_kafka.admin import AdminClient
 
-    return AdminClient({"bootstrap.servers": b.bootstrap, "client.id": "moldau-e2e-admin"})
+    from harness.clients import RDKAFKA_LOGGER
+
+    return AdminClient({"bootstrap.servers": b.bootstrap, "client.id": "moldau-e2e-admin", "logger": RDKAFKA_LOGGER})
 
 
 def create_topic(b: brokers.Broker, name: str, partitions: int = 1, configs: dict | None = None, timeout: float = 30):
@@ -107,6 +109,22 @@ def new_topic(broker):
         return create_topic(broker, unique(prefix), partitions, configs)
 
     return make
+
+
+def retry_retriable(fn, timeout: float = 20.0):
+    """Call fn(); on a *retriable* Kafka error (e.g. leadership settling right after
+    a restart) call it again, for at most `timeout` seconds, as real clients do."""
+    from confluent_kafka import KafkaException
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return fn()
+        except KafkaException as e:
+            err = e.args[0] if e.args else None
+            if err is None or not err.retriable() or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def check_healthy(b: brokers.Broker) -> None:

@@ -12,6 +12,7 @@ consumers of different clients can be crossed.
 from __future__ import annotations
 
 import asyncio
+import logging
 import base64
 import os
 import subprocess
@@ -19,6 +20,10 @@ import time
 from pathlib import Path
 
 from .records import Consumed, Record
+
+# librdkafka logs through Python logging (captured by pytest, shown on failure)
+# instead of writing to stderr from its own threads.
+RDKAFKA_LOGGER = logging.getLogger("rdkafka")
 
 CLIENTS_DIR = Path(__file__).resolve().parent.parent
 JAVA_DIR = CLIENTS_DIR / "java"
@@ -64,6 +69,7 @@ class ConfluentClient(Client):
                 "message.send.max.retries": 0,
                 "message.timeout.ms": 30000,
                 "client.id": "moldau-e2e-confluent",
+                "logger": RDKAFKA_LOGGER,
             }
         )
         offsets: list[int | None] = [None] * len(records)
@@ -107,6 +113,7 @@ class ConfluentClient(Client):
                 "enable.auto.offset.store": False,
                 "auto.offset.reset": "error",
                 "client.id": "moldau-e2e-confluent",
+                "logger": RDKAFKA_LOGGER,
             }
         )
 

@@ -49,6 +49,18 @@ pub fn pick_broker(pods: &[Pod], port: i32) -> Option<SocketAddr> {
         .map(|(_, addr)| addr)
 }
 
+/// Whether deleting this KafkaTopic must delete a topic in Kafka: only with
+/// `deletionPolicy: Delete` and only when the operator ever saw the topic in
+/// Kafka (a topic that was never created leaves nothing to delete, so a
+/// cluster that never came up cannot block the deletion).
+pub fn must_delete_in_kafka(kt: &KafkaTopic) -> bool {
+    kt.spec.deletion_policy == DeletionPolicy::Delete
+        && kt
+            .status
+            .as_ref()
+            .is_some_and(|s| s.topic_id.is_some() || s.partitions.is_some())
+}
+
 /// Where to reach the cluster of a topic, or why it cannot be reached.
 enum Target {
     Broker(SocketAddr),
@@ -197,6 +209,17 @@ async fn cleanup_topic(kt: Arc<KafkaTopic>, ctx: Arc<Context>) -> Result<Action>
             .await;
         return Ok(Action::await_change());
     }
+    if !must_delete_in_kafka(&kt) {
+        ctx.events
+            .normal(
+                &reference,
+                "Delete",
+                "FinalizerReleased",
+                format!("topic {name} was never created in Kafka; nothing to delete"),
+            )
+            .await;
+        return Ok(Action::await_change());
+    }
     match target(&ctx, &kt).await? {
         Target::Gone(p) => {
             ctx.events
@@ -297,6 +320,25 @@ mod tests {
             ..Default::default()
         });
         p
+    }
+
+    #[test]
+    fn only_topics_seen_in_kafka_are_deleted_there() {
+        let mut kt = KafkaTopic::new(
+            "t",
+            serde_json::from_value(serde_json::json!({
+                "clusterRef": "c", "partitions": 1, "replicationFactor": 1
+            }))
+            .unwrap(),
+        );
+        assert!(!must_delete_in_kafka(&kt));
+        kt.status = Some(crate::crd::KafkaTopicStatus {
+            topic_id: Some("id".into()),
+            ..Default::default()
+        });
+        assert!(must_delete_in_kafka(&kt));
+        kt.spec.deletion_policy = DeletionPolicy::Retain;
+        assert!(!must_delete_in_kafka(&kt));
     }
 
     #[test]
