@@ -289,6 +289,17 @@ fn storage_recovery_rebuilds_corrupt_or_missing_indexes() {
             let _ = w;
             fs::write(p, b).expect("write");
         }),
+        ("entry shifted off its batch", |p| {
+            let mut b = fs::read(p).expect("read");
+            let n = b.len();
+            if p.extension().is_some_and(|e| e == "index") {
+                let pos = u32::from_be_bytes(b[n - 4..].try_into().expect("4 bytes"));
+                b[n - 4..].copy_from_slice(&(pos + 1).to_be_bytes());
+            } else {
+                b[n - 12..n - 4].copy_from_slice(&(-5i64).to_be_bytes());
+            }
+            fs::write(p, b).expect("write");
+        }),
     ];
     let targets: Vec<&String> = [
         indexes.first(),

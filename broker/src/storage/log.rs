@@ -1,6 +1,18 @@
 //! `PartitionLog`: the ordered list of segments of one partition, with
 //! append, read, recovery, rolling, retention and checkpoints.
 //!
+//! This module owns the partition directory as a whole: which segments
+//! exist, the log start offset, recovery point and high watermark, and
+//! their checkpoints. It delegates the bytes of each segment to `segment`
+//! and never parses the Kafka protocol; callers (the protocol layer)
+//! validate produce payloads with `batch::validate_batches` first.
+//!
+//! Deleted segments (retention, DeleteRecords, truncation in recovery) are
+//! renamed with the `.deleted` suffix and removed at once rather than after
+//! `file.delete.delay.ms`: a reader holding a [`FetchSlice`] keeps the open
+//! file (Linux keeps the inode until the last descriptor closes), so no
+//! delay is needed; leftover `.deleted` files are removed on open.
+//!
 //! Concurrency: mutations take `&mut self`; the broker wraps each log in a
 //! lock. Bytes below the log end never change once written, and a
 //! [`FetchSlice`] holds its segment file open, so a reader may send a slice

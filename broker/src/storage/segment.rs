@@ -420,6 +420,23 @@ impl Segment {
         if let Err(e) = self.time_index.sanity_check(bound) {
             return Ok(Err(format!("time index: {e}")));
         }
+        // The first and last entries must point at the start of the batch
+        // they name (checking every entry would cost a read per entry).
+        let n = self.offset_index.entries();
+        let mut reader = HeaderReader::new(self, LOG_OVERHEAD);
+        for i in [0, n.saturating_sub(1)] {
+            if let Some((offset, pos)) = self.offset_index.entry(i) {
+                match reader.prefix(pos) {
+                    Ok((base, _)) if base == offset => {}
+                    Ok(_) | Err(StorageError::CorruptBatch(_)) => {
+                        return Ok(Err(format!(
+                            "offset index entry {i} does not point at batch {offset}"
+                        )));
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
         if let Some((ts, off)) = self.time_index.last_entry() {
             self.max_timestamp = ts;
             self.offset_of_max_timestamp = off;
