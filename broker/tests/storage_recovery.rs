@@ -403,3 +403,46 @@ fn storage_recovery_of_empty_and_missing_directories() {
     let log = PartitionLog::open(&dir, LogConfig::default(), NOW).expect("reopen");
     assert_eq!((log.log_start_offset(), log.log_end_offset()), (2, 2));
 }
+
+#[test]
+fn storage_recovery_clean_marker_with_torn_tail_still_checked() {
+    // The clean-shutdown marker makes open trust the bytes, but the
+    // structure of the active segment's tail is still checked.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let mut log = PartitionLog::open(dir, config(), NOW).expect("open");
+    let mut ranges = Vec::new();
+    for i in 0..20 {
+        let r = log.append(&mut batch(2, i), 0, NOW).expect("append");
+        ranges.push((r.base_offset, r.last_offset, i));
+    }
+    log.close().expect("close");
+    let last = last_log_file(dir);
+    let len = fs::metadata(&last).expect("meta").len();
+    truncate_file(&last, len - 5);
+    let log = PartitionLog::open(dir, config(), NOW).expect("open");
+    assert_holds_exactly(&log, &ranges[..19]);
+}
+
+#[test]
+fn storage_roll_when_index_full() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cfg = LogConfig {
+        index_interval_bytes: 0,
+        segment_index_bytes: 96, // 12 offset entries, 8 time entries
+        ..config()
+    };
+    let mut log = PartitionLog::open(tmp.path(), cfg.clone(), NOW).expect("open");
+    for i in 0..10 {
+        log.append(&mut batch(1, i), 0, NOW).expect("append");
+    }
+    // Every batch after the first is indexed; the time index (8 entries)
+    // fills after 9 batches and forces a roll.
+    assert_eq!(log.segment_count(), 2);
+    assert_eq!(log.segment_base_offsets()[1], 9);
+    let ranges: Vec<(i64, i64, i64)> = (0..10).map(|i| (i, i, i)).collect();
+    assert_holds_exactly(&log, &ranges);
+    drop(log);
+    let log = PartitionLog::open(tmp.path(), cfg, NOW).expect("reopen");
+    assert_holds_exactly(&log, &ranges);
+}
