@@ -1,0 +1,481 @@
+//! End to end on the real control plane of `e2e/` with the pod runner: the
+//! CRDs are applied, the operator binary runs as a host process against the
+//! admin kubeconfig, and real `moldau-broker` processes run the pods.
+//!
+//! Covered: a KafkaCluster gets its ServiceAccount/Role/RoleBinding, Services,
+//! ConfigMap, StatefulSet and PDB and becomes Ready; topics are created,
+//! grown, repaired after drift and deleted through the finalizer; impossible
+//! specs become conditions; a config change rolls the broker pod; two
+//! operator replicas share one Lease and fail over on SIGTERM.
+//! Skipped with `MOLDAU_E2E=0`.
+
+mod support;
+
+use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{anyhow, Context, Result};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod, Service, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::Api;
+use moldau_e2e::{ensure_pod_runner, kubectl_ok, paths, pod_is_ready, wait_for, TestNamespace};
+use moldau_operator::crd::{find_condition, KafkaCluster, KafkaTopic};
+use moldau_operator::kafka::{AdminClient, ConfigOp};
+use serde_json::json;
+
+const LONG: Duration = Duration::from_secs(180);
+const SHORT: Duration = Duration::from_secs(60);
+
+fn enabled() -> bool {
+    if !paths::e2e_enabled() {
+        eprintln!("MOLDAU_E2E=0: skipping");
+        return false;
+    }
+    true
+}
+
+fn apply_crds() -> Result<()> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../crds");
+    kubectl_ok(&[
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "--field-manager",
+        "moldau-e2e",
+        "-f",
+        &dir.to_string_lossy(),
+    ])?;
+    kubectl_ok(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/kafkaclusters.moldau.io",
+        "crd/kafkatopics.moldau.io",
+        "--timeout=60s",
+    ])?;
+    Ok(())
+}
+
+fn pod_runner() -> Result<u32> {
+    let runner = support::workspace_bin("moldau-e2e", "moldau-podrunner");
+    let broker = support::workspace_bin("moldau-broker", "moldau-broker");
+    ensure_pod_runner(&runner, &[("moldau/broker", broker.as_path())])
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A `moldau-operator` process; SIGTERM then kill on drop.
+struct Operator {
+    child: Child,
+    http: SocketAddr,
+    log: PathBuf,
+}
+
+impl Operator {
+    fn start(namespace: &str, identity: &str) -> Result<Operator> {
+        let http: SocketAddr = format!("127.0.0.1:{}", free_port()).parse()?;
+        let logs = paths::state_dir().join("logs");
+        std::fs::create_dir_all(&logs)?;
+        let log = logs.join(format!("operator-{namespace}-{identity}.log"));
+        let file = std::fs::File::create(&log)?;
+        let child = Command::new(env!("CARGO_BIN_EXE_moldau-operator"))
+            .env("KUBECONFIG", paths::kubeconfig())
+            .env("RUST_LOG", "info,kube=warn,moldau_operator=debug")
+            .args([
+                "--namespace",
+                namespace,
+                "--watch-namespace",
+                namespace,
+                "--identity",
+                identity,
+            ])
+            .args(["--http-listen", &http.to_string()])
+            .args([
+                "--topic-resync",
+                "3",
+                "--cluster-resync",
+                "5",
+                "--retry",
+                "2",
+                "--kafka-timeout",
+                "5",
+            ])
+            .args([
+                "--lease-duration",
+                "6",
+                "--lease-renew-deadline",
+                "4",
+                "--lease-retry-period",
+                "1",
+            ])
+            .stdin(Stdio::null())
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .spawn()
+            .context("spawning moldau-operator")?;
+        Ok(Operator { child, http, log })
+    }
+
+    fn terminate(&mut self) {
+        // SAFETY: a plain signal to our own child.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+    }
+
+    async fn metrics(&self) -> Result<String> {
+        let (code, body) = moldau_e2e::http("GET", self.http, "/metrics", b"").await?;
+        anyhow::ensure!(code == 200, "/metrics answered {code}");
+        Ok(String::from_utf8_lossy(&body).into_owned())
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        self.terminate();
+        for _ in 0..50 {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        eprintln!("operator log: {}", self.log.display());
+    }
+}
+
+fn condition(conds: &[moldau_operator::crd::Condition], t: &str) -> Option<(String, String)> {
+    find_condition(conds, t).map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+async fn cluster_condition(
+    api: &Api<KafkaCluster>,
+    name: &str,
+    t: &str,
+    status: &str,
+) -> Result<KafkaCluster> {
+    let what = format!("KafkaCluster {name} {t}={status}");
+    wait_for(LONG, &what, || async {
+        let kc = api.get(name).await?;
+        let ok = kc
+            .status
+            .as_ref()
+            .and_then(|s| condition(&s.conditions, t))
+            .is_some_and(|(s, _)| s == status)
+            && kc.status.as_ref().and_then(|s| s.observed_generation) == kc.metadata.generation;
+        Ok(ok.then_some(kc))
+    })
+    .await
+}
+
+async fn topic_where(
+    api: &Api<KafkaTopic>,
+    name: &str,
+    what: &str,
+    f: impl Fn(&KafkaTopic) -> bool,
+) -> Result<KafkaTopic> {
+    wait_for(LONG, what, || async {
+        let kt = api.get(name).await?;
+        Ok(f(&kt).then_some(kt))
+    })
+    .await
+}
+
+fn has_condition(kt: &KafkaTopic, t: &str, status: &str, reason: Option<&str>) -> bool {
+    kt.status
+        .as_ref()
+        .and_then(|s| condition(&s.conditions, t))
+        .is_some_and(|(s, r)| s == status && reason.is_none_or(|want| want == r))
+}
+
+async fn broker_addr(pods: &Api<Pod>, name: &str) -> Result<SocketAddr> {
+    let pod = pods.get(name).await?;
+    let ip: IpAddr = pod
+        .status
+        .and_then(|s| s.pod_ip)
+        .ok_or_else(|| anyhow!("pod {name} has no IP"))?
+        .parse()?;
+    anyhow::ensure!(ip.is_loopback(), "pod IP {ip} outside 127.0.0.0/8");
+    Ok(SocketAddr::new(ip, 9092))
+}
+
+async fn events_with_reason(ns: &TestNamespace, reason: &str) -> Result<usize> {
+    let events: Api<Event> = ns.api();
+    Ok(events
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .count())
+}
+
+fn topic(
+    name: &str,
+    cluster: &str,
+    partitions: i32,
+    rf: i32,
+    config: serde_json::Value,
+) -> Result<KafkaTopic> {
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "moldau.io/v1alpha1",
+        "kind": "KafkaTopic",
+        "metadata": {"name": name},
+        "spec": {"clusterRef": cluster, "partitions": partitions, "replicationFactor": rf, "config": config},
+    }))?)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_and_topic_lifecycle() -> Result<()> {
+    if !enabled() {
+        return Ok(());
+    }
+    apply_crds()?;
+    pod_runner()?;
+    let ns = TestNamespace::new("op-e2e").await?;
+    let _op = Operator::start(&ns.name, "op-lifecycle")?;
+    let clusters: Api<KafkaCluster> = ns.api();
+    let topics: Api<KafkaTopic> = ns.api();
+    let pods: Api<Pod> = ns.api();
+    let pp = PostParams::default();
+
+    let kc: KafkaCluster = serde_json::from_value(json!({
+        "apiVersion": "moldau.io/v1alpha1",
+        "kind": "KafkaCluster",
+        "metadata": {"name": "demo"},
+        "spec": {
+            "replicas": 1,
+            "image": "moldau/broker:e2e",
+            "storage": {"size": "1Gi", "deleteClaim": true},
+            "config": {"auto.create.topics.enable": "false"},
+        },
+    }))?;
+    clusters.create(&pp, &kc).await?;
+
+    // Children exist with the expected shape.
+    let sts: Api<StatefulSet> = ns.api();
+    let s = wait_for(SHORT, "StatefulSet demo", || async {
+        Ok(sts.get_opt("demo").await?)
+    })
+    .await?;
+    let spec = s.spec.clone().unwrap();
+    assert_eq!(
+        spec.update_strategy.unwrap().type_.as_deref(),
+        Some("OnDelete")
+    );
+    assert_eq!(spec.pod_management_policy.as_deref(), Some("Parallel"));
+    let svc: Api<Service> = ns.api();
+    let headless = svc.get("demo-brokers").await?;
+    assert_eq!(
+        headless.spec.unwrap().publish_not_ready_addresses,
+        Some(true)
+    );
+    svc.get("demo-bootstrap").await?;
+    let cm: Api<ConfigMap> = ns.api();
+    let props = cm.get("demo-config").await?.data.unwrap_or_default();
+    assert!(props["server.properties"].contains("auto.create.topics.enable=false"));
+    ns.api::<PodDisruptionBudget>().get("demo").await?;
+    ns.api::<ServiceAccount>().get("demo-broker").await?;
+    ns.api::<Role>().get("demo-broker").await?;
+    ns.api::<RoleBinding>().get("demo-broker").await?;
+
+    let kc = cluster_condition(&clusters, "demo", "Ready", "True").await?;
+    let status = kc.status.unwrap();
+    assert_eq!((status.replicas, status.ready_replicas), (1, 1));
+    assert!(status.selector.unwrap().contains("moldau.io/cluster=demo"));
+    assert_eq!(
+        status.bootstrap_servers.as_deref(),
+        Some(format!("demo-bootstrap.{}.svc:9092", ns.name).as_str())
+    );
+    assert!(events_with_reason(&ns, "ClusterCreated").await? >= 1);
+
+    // A topic is created through the admin API on the broker's pod IP.
+    topics
+        .create(
+            &pp,
+            &topic("orders", "demo", 2, 1, json!({"retention.ms": "3600000"}))?,
+        )
+        .await?;
+    let kt = topic_where(&topics, "orders", "topic orders Ready", |kt| {
+        has_condition(kt, "Ready", "True", None)
+    })
+    .await?;
+    let st = kt.status.unwrap();
+    assert!(st.topic_id.is_some());
+    assert_eq!(st.partitions, Some(2));
+    assert_eq!(
+        st.config.get("retention.ms").map(String::as_str),
+        Some("3600000")
+    );
+    let mut admin =
+        AdminClient::connect(broker_addr(&pods, "demo-0").await?, Duration::from_secs(10)).await?;
+    let md = admin.metadata(Some(&["orders".to_string()])).await?;
+    assert_eq!(md.topics[0].partitions, 2);
+
+    // Drift behind the operator's back is repaired by the periodic resync.
+    admin
+        .alter_topic_config(
+            "orders",
+            &[ConfigOp::Set("retention.ms".into(), "1000".into())],
+        )
+        .await?;
+    wait_for(SHORT, "retention.ms restored", || async {
+        let mut a =
+            AdminClient::connect(broker_addr(&pods, "demo-0").await?, Duration::from_secs(10))
+                .await?;
+        let entries = a.describe_topic_config("orders").await?;
+        Ok(entries
+            .iter()
+            .any(|e| e.name == "retention.ms" && e.value.as_deref() == Some("3600000"))
+            .then_some(()))
+    })
+    .await?;
+
+    // Partitions grow.
+    topics
+        .patch(
+            "orders",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"partitions": 3}})),
+        )
+        .await?;
+    topic_where(&topics, "orders", "orders with 3 partitions", |kt| {
+        kt.status.as_ref().and_then(|s| s.partitions) == Some(3)
+    })
+    .await?;
+
+    // Impossible specs become conditions, not crashes.
+    topics
+        .create(&pp, &topic("wide", "demo", 1, 3, json!({}))?)
+        .await?;
+    topics
+        .create(&pp, &topic("orphan", "no-such-cluster", 1, 1, json!({}))?)
+        .await?;
+    topic_where(&topics, "wide", "wide Degraded", |kt| {
+        has_condition(kt, "Degraded", "True", Some("ReplicationFactorTooHigh"))
+    })
+    .await?;
+    topic_where(&topics, "orphan", "orphan ClusterNotFound", |kt| {
+        has_condition(kt, "Degraded", "True", Some("ClusterNotFound"))
+    })
+    .await?;
+    assert!(events_with_reason(&ns, "ReplicationFactorTooHigh").await? >= 1);
+
+    // A config change rolls the broker pod.
+    let before = pods.get("demo-0").await?.metadata.uid;
+    clusters
+        .patch(
+            "demo",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"config": {"auto.create.topics.enable": "false", "log.retention.ms": "7200000"}}})),
+        )
+        .await?;
+    wait_for(LONG, "demo-0 replaced and Ready", || async {
+        let p = pods.get_opt("demo-0").await?;
+        Ok(p.filter(|p| p.metadata.uid != before && pod_is_ready(p))
+            .map(|_| ()))
+    })
+    .await?;
+    cluster_condition(&clusters, "demo", "Ready", "True").await?;
+    assert!(events_with_reason(&ns, "RollingRestart").await? >= 1);
+
+    // Deleting topics: Delete removes it from Kafka; an orphan is released.
+    topics.delete("orders", &DeleteParams::default()).await?;
+    topics.delete("orphan", &DeleteParams::default()).await?;
+    topics.delete("wide", &DeleteParams::default()).await?;
+    for name in ["orders", "orphan", "wide"] {
+        wait_for(SHORT, &format!("KafkaTopic {name} gone"), || async {
+            Ok(topics.get_opt(name).await?.is_none().then_some(()))
+        })
+        .await?;
+    }
+    let mut admin =
+        AdminClient::connect(broker_addr(&pods, "demo-0").await?, Duration::from_secs(10)).await?;
+    assert!(admin
+        .metadata(Some(&["orders".to_string()]))
+        .await?
+        .topics
+        .is_empty());
+
+    let metrics = _op.metrics().await?;
+    assert!(metrics.contains("moldau_operator_reconciliations_total{kind=\"KafkaCluster\"}"));
+    assert!(metrics.contains("moldau_operator_reconciliations_total{kind=\"KafkaTopic\"}"));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_election_fails_over() -> Result<()> {
+    if !enabled() {
+        return Ok(());
+    }
+    apply_crds()?;
+    let ns = TestNamespace::new("op-lease").await?;
+    let leases: Api<Lease> = ns.api();
+    let holder = || async {
+        Ok::<_, anyhow::Error>(
+            leases
+                .get_opt("moldau-operator")
+                .await?
+                .and_then(|l| l.spec)
+                .and_then(|s| s.holder_identity),
+        )
+    };
+    let mut a = Operator::start(&ns.name, "op-a")?;
+    wait_for(SHORT, "op-a leads", || async {
+        Ok((holder().await?.as_deref() == Some("op-a")).then_some(()))
+    })
+    .await?;
+    let b = Operator::start(&ns.name, "op-b")?;
+    wait_for(SHORT, "op-b serving", || async {
+        Ok(b.metrics().await.ok().map(|_| ()))
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(holder().await?.as_deref(), Some("op-a"));
+    assert!(a.metrics().await?.contains("moldau_operator_leader 1"));
+    assert!(b.metrics().await?.contains("moldau_operator_leader 0"));
+
+    // SIGTERM: op-a releases the Lease and exits cleanly; op-b takes over well
+    // before the lease duration would have expired it.
+    let t = std::time::Instant::now();
+    a.terminate();
+    let deadline = std::time::Instant::now() + SHORT;
+    let status = loop {
+        if let Some(status) = a.child.try_wait()? {
+            break status;
+        }
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "op-a did not exit after SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(status.success(), "op-a exited with {status}");
+    wait_for(SHORT, "op-b leads", || async {
+        Ok((holder().await?.as_deref() == Some("op-b")).then_some(()))
+    })
+    .await?;
+    assert!(
+        t.elapsed() < Duration::from_secs(6),
+        "takeover took {:?}",
+        t.elapsed()
+    );
+    wait_for(SHORT, "op-b leader metric", || async {
+        Ok(b.metrics()
+            .await?
+            .contains("moldau_operator_leader 1")
+            .then_some(()))
+    })
+    .await?;
+    Ok(())
+}
