@@ -684,11 +684,19 @@ impl PartitionLog {
     /// fsyncs all segments and indexes and checkpoints the recovery point
     /// (and the high watermark if it changed).
     pub fn flush(&mut self) -> Result<()> {
+        self.flush_inner(false)
+    }
+
+    /// `flush`; the recovery point checkpoint is rewritten only when it
+    /// moved, unless `always_checkpoint`.
+    fn flush_inner(&mut self, always_checkpoint: bool) -> Result<()> {
         for seg in &mut self.segments {
             seg.flush()?;
         }
         let end = self.log_end_offset();
-        checkpoint::write_checkpoint(&self.dir, checkpoint::RECOVERY_POINT_FILE, end)?;
+        if always_checkpoint || end != self.recovery_point {
+            checkpoint::write_checkpoint(&self.dir, checkpoint::RECOVERY_POINT_FILE, end)?;
+        }
         self.recovery_point = end;
         self.unflushed_messages = 0;
         self.first_unflushed_ms = None;
@@ -725,7 +733,7 @@ impl PartitionLog {
     /// re-validation.
     pub fn close(mut self) -> Result<()> {
         self.active_mut().seal()?;
-        self.flush()?;
+        self.flush_inner(true)?;
         self.checkpoint_log_start()?;
         self.checkpoint_high_watermark()?;
         checkpoint::write_clean_shutdown(&self.dir)?;
