@@ -176,7 +176,7 @@ fn storage_recovery_corrupt_middle_batch_drops_the_rest() {
 }
 
 #[test]
-fn storage_recovery_ignores_corruption_below_recovery_point_only_after_clean_checks() {
+fn storage_recovery_after_flush_keeps_everything() {
     // After a flush, segments wholly below the recovery point are trusted
     // (their indexes are still checked); the active one is re-validated.
     let tmp = tempfile::tempdir().expect("tempdir");
