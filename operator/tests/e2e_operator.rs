@@ -479,3 +479,61 @@ async fn leader_election_fails_over() -> Result<()> {
     .await?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_stops_when_it_loses_the_lease() -> Result<()> {
+    if !enabled() {
+        return Ok(());
+    }
+    apply_crds()?;
+    let ns = TestNamespace::new("op-steal").await?;
+    let leases: Api<Lease> = ns.api();
+    let mut op = Operator::start(&ns.name, "op-x")?;
+    wait_for(SHORT, "op-x leads", || async {
+        let holder = leases
+            .get_opt("moldau-operator")
+            .await?
+            .and_then(|l| l.spec)
+            .and_then(|s| s.holder_identity);
+        Ok((holder.as_deref() == Some("op-x")).then_some(()))
+    })
+    .await?;
+    // Someone else takes the Lease (as after a partition): op-x must stop at
+    // its next renewal instead of reconciling on.
+    let now = serde_json::to_value(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+        k8s_openapi::jiff::Timestamp::now(),
+    ))?;
+    leases
+        .patch(
+            "moldau-operator",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"holderIdentity": "intruder", "renewTime": now, "leaseDurationSeconds": 60}})),
+        )
+        .await?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = op.child.try_wait()? {
+            break status;
+        }
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "op-x kept running after losing the lease"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        !status.success(),
+        "losing leadership must exit non-zero, got {status}"
+    );
+    let holder = leases
+        .get("moldau-operator")
+        .await?
+        .spec
+        .and_then(|s| s.holder_identity);
+    assert_eq!(
+        holder.as_deref(),
+        Some("intruder"),
+        "the deposed leader must not overwrite the Lease"
+    );
+    Ok(())
+}
