@@ -106,9 +106,10 @@ start etcd --name moldau-e2e --data-dir "$STATE/etcd" \
   --listen-peer-urls "$peer_url" --initial-advertise-peer-urls "$peer_url" \
   --initial-cluster "moldau-e2e=$peer_url" --initial-cluster-state new \
   --unsafe-no-fsync --log-level warn
-for _ in $(seq 1 100); do
+for i in $(seq 1 600); do
   curl -sf --max-time 2 "$etcd_url/health" >/dev/null 2>&1 && break
   pid_alive etcd || { echo "controlplane-up: etcd died:" >&2; tail -20 "$LOGS/etcd.log" >&2; exit 1; }
+  [[ $i == 600 ]] && { echo "controlplane-up: etcd not healthy after 60s" >&2; tail -20 "$LOGS/etcd.log" >&2; exit 1; }
   sleep 0.1
 done
 
@@ -149,20 +150,20 @@ sched_args=(
 )
 
 write_kubeconfig "$KUBECONFIG_OUT" moldau-e2e-admin "$admin_token"
-for i in $(seq 1 600); do
+for i in $(seq 1 1200); do
   readyz && break
   pid_alive kube-apiserver || { echo "controlplane-up: kube-apiserver died:" >&2; tail -30 "$LOGS/kube-apiserver.log" >&2; exit 1; }
-  [[ $i == 600 ]] && { echo "controlplane-up: kube-apiserver not ready after 60s" >&2; tail -30 "$LOGS/kube-apiserver.log" >&2; exit 1; }
+  [[ $i == 1200 ]] && { echo "controlplane-up: kube-apiserver not ready after 120s" >&2; tail -30 "$LOGS/kube-apiserver.log" >&2; exit 1; }
   sleep 0.1
 done
 start kube-controller-manager "${kcm_args[@]}"
 start kube-scheduler "${sched_args[@]}"
 for c in kube-controller-manager:$KCM_PORT kube-scheduler:$SCHEDULER_PORT; do
   name="${c%%:*}"; port="${c##*:}"
-  for i in $(seq 1 600); do
+  for i in $(seq 1 1200); do
     curl -sfk --max-time 2 "https://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break
     pid_alive "$name" || { echo "controlplane-up: $name died:" >&2; tail -30 "$LOGS/$name.log" >&2; exit 1; }
-    [[ $i == 600 ]] && { echo "controlplane-up: $name not healthy after 60s" >&2; tail -30 "$LOGS/$name.log" >&2; exit 1; }
+    [[ $i == 1200 ]] && { echo "controlplane-up: $name not healthy after 120s" >&2; tail -30 "$LOGS/$name.log" >&2; exit 1; }
     sleep 0.1
   done
 done

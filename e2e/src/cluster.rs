@@ -30,7 +30,7 @@ pub fn ensure_control_plane() -> Result<()> {
     CONTROL_PLANE
         .get_or_init(|| {
             let script = paths::e2e_dir().join("scripts/controlplane-up.sh");
-            let out = run_with_timeout(Command::new("bash").arg(&script), Duration::from_secs(180))
+            let out = run_with_timeout(Command::new("bash").arg(&script), Duration::from_secs(360))
                 .map_err(|e| format!("running {}: {e:#}", script.display()))?;
             if out.status.success() {
                 Ok(())
