@@ -371,6 +371,36 @@ async fn cluster_and_topic_lifecycle() -> Result<()> {
     .await?;
     assert!(events_with_reason(&ns, "ReplicationFactorTooHigh").await? >= 1);
 
+    // A second KafkaTopic naming the same Kafka topic is refused, and deleting
+    // it leaves the topic alone.
+    let mut dup = topic("orders-dup", "demo", 3, 1, json!({}))?;
+    dup.spec.topic_name = Some("orders".into());
+    topics.create(&pp, &dup).await?;
+    topic_where(
+        &topics,
+        "orders-dup",
+        "orders-dup TopicNameConflict",
+        |kt| has_condition(kt, "Degraded", "True", Some("TopicNameConflict")),
+    )
+    .await?;
+    topics
+        .delete("orders-dup", &DeleteParams::default())
+        .await?;
+    wait_for(SHORT, "orders-dup gone", || async {
+        Ok(topics.get_opt("orders-dup").await?.is_none().then_some(()))
+    })
+    .await?;
+    let mut admin =
+        AdminClient::connect(broker_addr(&pods, "demo-0").await?, Duration::from_secs(10)).await?;
+    assert_eq!(
+        admin
+            .metadata(Some(&["orders".to_string()]))
+            .await?
+            .topics
+            .len(),
+        1
+    );
+
     // A config change rolls the broker pod.
     let before = pods.get("demo-0").await?.metadata.uid;
     clusters

@@ -61,6 +61,25 @@ pub fn must_delete_in_kafka(kt: &KafkaTopic) -> bool {
             .is_some_and(|s| s.topic_id.is_some() || s.partitions.is_some())
 }
 
+/// When several KafkaTopics of one cluster name the same Kafka topic, the
+/// oldest (by creationTimestamp, then name) manages it. Returns the manager's
+/// name when it is not `me`.
+pub fn conflicting_owner(me: &KafkaTopic, all: &[KafkaTopic]) -> Option<String> {
+    let topic = me.kafka_topic_name();
+    let key = |t: &KafkaTopic| {
+        (
+            t.metadata.creation_timestamp.as_ref().map(|c| c.0),
+            t.name_any(),
+        )
+    };
+    let owner = all
+        .iter()
+        .filter(|t| t.namespace() == me.namespace())
+        .filter(|t| t.spec.cluster_ref == me.spec.cluster_ref && t.kafka_topic_name() == topic)
+        .min_by_key(|t| key(t))?;
+    (owner.name_any() != me.name_any()).then(|| owner.name_any())
+}
+
 /// Where to reach the cluster of a topic, or why it cannot be reached.
 enum Target {
     Broker(SocketAddr),
@@ -158,6 +177,22 @@ async fn write_status(
 async fn apply_topic(kt: Arc<KafkaTopic>, ctx: Arc<Context>) -> Result<Action> {
     let reference = kt.object_ref(&());
     let name = kt.kafka_topic_name();
+    let ns = kt
+        .namespace()
+        .ok_or(Error::MissingField("metadata.namespace"))?;
+    let siblings: Api<KafkaTopic> = Api::namespaced(ctx.client.clone(), &ns);
+    let all = siblings.list(&ListParams::default()).await?.items;
+    if let Some(owner) = conflicting_owner(&kt, &all) {
+        let p = Problem {
+            reason: "TopicNameConflict".into(),
+            message: format!(
+                "KafkaTopic {owner} already manages topic {name} of cluster {}",
+                kt.spec.cluster_ref
+            ),
+        };
+        write_status(&ctx, &kt, &reference, None, &[p]).await?;
+        return Ok(Action::requeue(ctx.tunables.topic_resync));
+    }
     let addr = match target(&ctx, &kt).await? {
         Target::Broker(addr) => addr,
         Target::Unavailable(p) | Target::Gone(p) => {
@@ -320,6 +355,37 @@ mod tests {
             ..Default::default()
         });
         p
+    }
+
+    fn named(name: &str, topic: Option<&str>, cluster: &str, created: i64) -> KafkaTopic {
+        let mut kt = KafkaTopic::new(
+            name,
+            serde_json::from_value(serde_json::json!({
+                "clusterRef": cluster, "partitions": 1, "replicationFactor": 1, "topicName": topic
+            }))
+            .unwrap(),
+        );
+        kt.metadata.namespace = Some("ns".into());
+        kt.metadata.creation_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::from_second(created).unwrap(),
+            ));
+        kt
+    }
+
+    #[test]
+    fn oldest_claim_on_a_topic_name_wins() {
+        let a = named("orders", None, "c", 10);
+        let b = named("orders-copy", Some("orders"), "c", 20);
+        let other_cluster = named("x", Some("orders"), "d", 1);
+        let all = vec![a.clone(), b.clone(), other_cluster.clone()];
+        assert_eq!(conflicting_owner(&a, &all), None);
+        assert_eq!(conflicting_owner(&b, &all), Some("orders".into()));
+        assert_eq!(conflicting_owner(&other_cluster, &all), None);
+        // same creation time: the name decides
+        let c = named("aaa", Some("orders"), "c", 10);
+        let all = vec![a.clone(), c.clone()];
+        assert_eq!(conflicting_owner(&a, &all), Some("aaa".into()));
     }
 
     #[test]
