@@ -1,0 +1,278 @@
+"""Turns bench-results/<date>/raw.json into results.json, results.md and
+results.png (medians over repetitions, min–max spread, Moldau/Kafka ratios,
+fractions of the machine's limits, and the project's targets first)."""
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+BROKERS = ["moldau", "kafka"]
+
+# (label, path into a run row, unit, higher is better)
+METRICS = [
+    ("produce MB/s", ("produce", "mb_per_sec"), "MB/s", True),
+    ("produce records/s", ("produce", "records_per_sec"), "rec/s", True),
+    ("produce p50", ("produce", "lat_p50_ms"), "ms", False),
+    ("produce p99", ("produce", "lat_p99_ms"), "ms", False),
+    ("produce p99.9", ("produce", "lat_p999_ms"), "ms", False),
+    ("consume MB/s", ("consume", "mb_per_sec"), "MB/s", True),
+    ("consume records/s", ("consume", "records_per_sec"), "rec/s", True),
+    ("e2e p50", ("e2e", "p50_ms"), "ms", False),
+    ("e2e p99", ("e2e", "p99_ms"), "ms", False),
+    ("broker CPU s/GiB", ("cpu_s_per_gib",), "s/GiB", False),
+]
+
+
+def dig(row: dict, path: tuple):
+    v = row
+    for k in path:
+        if not isinstance(v, dict) or k not in v:
+            return None
+        v = v[k]
+    return v
+
+
+def summary(values: list) -> dict | None:
+    vals = [v for v in values if isinstance(v, (int, float))]
+    if not vals:
+        return None
+    return {"median": statistics.median(vals), "min": min(vals), "max": max(vals), "n": len(vals)}
+
+
+def cfg_key(size, acks, codec) -> str:
+    return f"{'1KiB' if size == 1024 else str(size) + 'B'} acks={acks} {codec}"
+
+
+def fmt(v, unit="") -> str:
+    if v is None:
+        return "n/a"
+    if unit in ("MB/s", "s/GiB") or (isinstance(v, float) and v < 100):
+        s = f"{v:.2f}" if v < 10 else f"{v:.1f}" if v < 1000 else f"{v:.0f}"
+    else:
+        s = f"{v:,.0f}"
+    return s
+
+
+def fmt_s(s: dict | None, unit="") -> str:
+    if not s:
+        return "n/a"
+    return f"{fmt(s['median'], unit)} ({fmt(s['min'], unit)}–{fmt(s['max'], unit)})"
+
+
+def ratio(a: dict | None, b: dict | None) -> float | None:
+    if not a or not b or not b["median"]:
+        return None
+    return a["median"] / b["median"]
+
+
+def aggregate(raw: dict) -> dict:
+    configs = []
+    for size in (100, 1024):
+        for acks in ("1", "all"):
+            for codec in ("none", "lz4"):
+                configs.append((size, acks, codec))
+    agg = {"configs": {}, "brokers": {}}
+    for size, acks, codec in configs:
+        key = cfg_key(size, acks, codec)
+        entry = {}
+        for b in BROKERS:
+            rows = [r for r in raw["runs"] if r["broker"] == b and r["size"] == size
+                    and r["acks"] == acks and r["compression"] == codec and "error" not in r]
+            entry[b] = {label: summary([dig(r, path) for r in rows]) for label, path, _, _ in METRICS}
+            entry[b]["runs_ok"] = len(rows)
+        entry["ratio"] = {label: ratio(entry["moldau"][label], entry["kafka"][label])
+                          for label, _, _, _ in METRICS}
+        agg["configs"][key] = entry
+    for b in BROKERS:
+        infos = [i for i in raw["brokers"] if i["broker"] == b]
+        agg["brokers"][b] = {
+            "peak_rss_mib": summary([i["peak_rss_kib"] / 1024 for i in infos if i.get("peak_rss_kib")]),
+            "startup_seconds": summary([i.get("startup_seconds") for i in infos]),
+            "flush_policy": infos[0]["flush_policy"] if infos else None,
+        }
+    agg["rss_ratio"] = ratio(agg["brokers"]["moldau"]["peak_rss_mib"], agg["brokers"]["kafka"]["peak_rss_mib"])
+    lim = raw.get("limits", {})
+    agg["limits"] = {
+        "disk_direct_write_mb_per_sec": summary(lim.get("disk_direct_write_mb_per_sec", [])),
+        "tcp_loopback_mb_per_sec": summary(lim.get("tcp_loopback_mb_per_sec", [])),
+    }
+    return agg
+
+
+def targets(agg: dict) -> list[tuple[str, str, str, str]]:
+    c = agg["configs"][cfg_key(1024, "1", "none")]
+    r = c["ratio"]
+    out = []
+
+    def verdict(v, ok) -> str:
+        return "n/a" if v is None else ("**met**" if ok(v) else "**not met**")
+
+    p = r["produce MB/s"]
+    out.append(("produce throughput ≥ 1.5× Kafka", fmt(p) + "×" if p else "n/a",
+                f"{fmt_s(c['moldau']['produce MB/s'], 'MB/s')} vs {fmt_s(c['kafka']['produce MB/s'], 'MB/s')} MB/s",
+                verdict(p, lambda v: v >= 1.5)))
+    p = r["produce p99"]
+    out.append(("produce p99 latency ≤ 0.5× Kafka", fmt(p) + "×" if p else "n/a",
+                f"{fmt_s(c['moldau']['produce p99'])} vs {fmt_s(c['kafka']['produce p99'])} ms",
+                verdict(p, lambda v: v <= 0.5)))
+    p = r["consume MB/s"]
+    out.append(("consume throughput ≥ Kafka", fmt(p) + "×" if p else "n/a",
+                f"{fmt_s(c['moldau']['consume MB/s'], 'MB/s')} vs {fmt_s(c['kafka']['consume MB/s'], 'MB/s')} MB/s",
+                verdict(p, lambda v: v >= 1.0)))
+    p = agg["rss_ratio"]
+    out.append(("broker peak RSS ≤ 0.2× Kafka", fmt(p) + "×" if p else "n/a",
+                f"{fmt_s(agg['brokers']['moldau']['peak_rss_mib'], 'MB/s')} vs "
+                f"{fmt_s(agg['brokers']['kafka']['peak_rss_mib'], 'MB/s')} MiB",
+                verdict(p, lambda v: v <= 0.2)))
+    return out
+
+
+def markdown(raw: dict, agg: dict) -> str:
+    m = raw["machine"]
+    L = []
+    L.append(f"# Moldau vs Apache Kafka — {raw['started'][:10]} ({raw['mode']} mode)")
+    L.append("")
+    L.append(f"Same machine, same run, one broker at a time: {m['cpus']} cores ({m['cpu_model']}), "
+             f"{m['mem_gib']} GiB RAM, kernel {m['kernel']}, load average at start "
+             f"{', '.join(f'{x:.1f}' for x in m['loadavg_start'])}"
+             + (f", at end {', '.join(f'{x:.1f}' for x in m['loadavg_end'])}" if m.get('loadavg_end') else "")
+             + f". {raw['reps']} repetitions per broker, interleaved (Moldau/Kafka order alternates). "
+             "Figures are medians with the min–max spread in parentheses.")
+    L.append("")
+    L.append("## Targets (1 KiB records, acks=1, uncompressed)")
+    L.append("")
+    L.append("| target | Moldau / Kafka | Moldau vs Kafka | verdict |")
+    L.append("| --- | --- | --- | --- |")
+    for t in targets(agg):
+        L.append(f"| {t[0]} | {t[1]} | {t[2]} | {t[3]} |")
+    L.append("")
+    L.append("Durability during the run (both brokers at their defaults): "
+             f"Moldau — {agg['brokers']['moldau']['flush_policy'] or 'n/a'}; "
+             f"Kafka — {agg['brokers']['kafka']['flush_policy'] or 'n/a'}.")
+    L.append("")
+    lim = agg["limits"]
+    L.append("## Machine limits (measured in this run)")
+    L.append("")
+    L.append(f"- sequential direct-I/O write to the data directory's disk: "
+             f"{fmt_s(lim['disk_direct_write_mb_per_sec'], 'MB/s')} MB/s ({raw['limits'].get('disk_method', '')})")
+    L.append(f"- single-connection loopback TCP: {fmt_s(lim['tcp_loopback_mb_per_sec'], 'MB/s')} MB/s "
+             f"({raw['limits'].get('tcp_method', '')})")
+    L.append("")
+    L.append("Moldau as a fraction of the limits (medians): produce MB/s ÷ disk direct write; "
+             "produce and consume MB/s ÷ loopback TCP.")
+    L.append("")
+    L.append("| config | produce ÷ disk | produce ÷ TCP | consume ÷ TCP |")
+    L.append("| --- | --- | --- | --- |")
+    dl = lim["disk_direct_write_mb_per_sec"]
+    tl = lim["tcp_loopback_mb_per_sec"]
+    for key, c in agg["configs"].items():
+        p = c["moldau"]["produce MB/s"]
+        q = c["moldau"]["consume MB/s"]
+
+        def frac(x, l):
+            return f"{x['median'] / l['median']:.0%}" if x and l and l["median"] else "n/a"
+        L.append(f"| {key} | {frac(p, dl)} | {frac(p, tl)} | {frac(q, tl)} |")
+    L.append("")
+    L.append("## Results by configuration")
+    L.append("")
+    L.append("Ratio = Moldau median ÷ Kafka median (throughput: higher is better for Moldau; "
+             "latency, CPU: lower is better).")
+    L.append("")
+    L.append("| config | metric | Moldau | Kafka | ratio |")
+    L.append("| --- | --- | --- | --- | --- |")
+    for key, c in agg["configs"].items():
+        for label, _, unit, _ in METRICS:
+            r = c["ratio"][label]
+            L.append(f"| {key} | {label} ({unit}) | {fmt_s(c['moldau'][label], unit)} | "
+                     f"{fmt_s(c['kafka'][label], unit)} | {fmt(r) + '×' if r else 'n/a'} |")
+    L.append("")
+    b = agg["brokers"]
+    L.append("## Brokers")
+    L.append("")
+    L.append("| | Moldau | Kafka | ratio |")
+    L.append("| --- | --- | --- | --- |")
+    L.append(f"| peak RSS (VmHWM, MiB) over a whole matrix | {fmt_s(b['moldau']['peak_rss_mib'], 'MB/s')} | "
+             f"{fmt_s(b['kafka']['peak_rss_mib'], 'MB/s')} | {fmt(agg['rss_ratio']) + '×' if agg['rss_ratio'] else 'n/a'} |")
+    L.append(f"| start-up to first accepted connection (s) | {fmt_s(b['moldau']['startup_seconds'], 's/GiB')} | "
+             f"{fmt_s(b['kafka']['startup_seconds'], 's/GiB')} | |")
+    L.append("")
+    load = raw["load"]
+    L.append("## Method")
+    L.append("")
+    L.append(
+        "- Load generator: `moldau-bench` (Rust, librdkafka via the `rdkafka` crate), the same binary and "
+        "settings for both brokers; one topic per configuration and repetition, 1 partition, "
+        "replication factor 1; keyless records of text-like data (lz4 compresses it about 2×).\n"
+        f"- Produce: one producer, as fast as it can for at most {load['produce_seconds']} s or "
+        f"{load['produce_count']['100']:,} (100 B) / {load['produce_count']['1024']:,} (1 KiB) records; "
+        "linger.ms=5, batch.size=1000000, idempotence off. Latency = send() to delivery report, per record, "
+        "under that saturating load (so it includes time queued in the client).\n"
+        "- Consume: a fresh consumer reads the records just produced from offset 0 (page cache); "
+        "throughput from the first to the last record.\n"
+        f"- End-to-end: a paced producer ({load['e2e_rate']} records/s for {load['e2e_seconds']} s, "
+        "linger.ms=0) and a consumer in one process; latency = consumer receipt − send time (same clock).\n"
+        "- Broker CPU = utime+stime from /proc/PID/stat across produce + consume, divided by the GiB "
+        "produced + consumed. Peak RSS = VmHWM from /proc/PID/status at the end of the matrix.\n"
+        "- Kafka: Apache Kafka (jars from Maven Central, e2e/clients/kafka-dist), KRaft single node, "
+        "heap -Xms256m -Xmx768m (the launcher's default), G1. MB = 10^6 bytes of record values.")
+    if raw.get("errors"):
+        L.append("")
+        L.append("## Errors during the run")
+        L.append("")
+        for e in raw["errors"][:30]:
+            L.append(f"- {e}")
+    L.append("")
+    return "\n".join(L)
+
+
+def chart(agg: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = list(agg["configs"].keys())
+    panels = [("produce MB/s", "produce throughput (MB/s)"),
+              ("consume MB/s", "consume throughput (MB/s)"),
+              ("produce p99", "produce latency p99 (ms, log)"),
+              ("e2e p99", "end-to-end latency p99 (ms, log)")]
+    fig, axes = plt.subplots(2, 2, figsize=(13, 8))
+    colors = {"moldau": "#1f77b4", "kafka": "#7f7f7f"}
+    width = 0.38
+    for ax, (label, title) in zip(axes.flat, panels):
+        for i, b in enumerate(BROKERS):
+            meds, lo, hi = [], [], []
+            for k in keys:
+                s = agg["configs"][k][b][label]
+                meds.append(s["median"] if s else 0)
+                lo.append(s["median"] - s["min"] if s else 0)
+                hi.append(s["max"] - s["median"] if s else 0)
+            xs = [x + (i - 0.5) * width for x in range(len(keys))]
+            ax.bar(xs, meds, width, yerr=[lo, hi], capsize=2, label=b.capitalize(), color=colors[b])
+        ax.set_title(title)
+        ax.set_xticks(range(len(keys)))
+        ax.set_xticklabels([k.replace(" ", "\n") for k in keys], fontsize=7)
+        if "latency" in title:
+            ax.set_yscale("log")
+        ax.grid(axis="y", alpha=0.3)
+    axes.flat[0].legend()
+    fig.suptitle("Moldau vs Apache Kafka, same machine, same run (median, min–max bars)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def render(out: Path) -> None:
+    raw = json.loads((out / "raw.json").read_text())
+    agg = aggregate(raw)
+    (out / "results.json").write_text(json.dumps(
+        {"started": raw["started"], "mode": raw["mode"], "reps": raw["reps"], "machine": raw["machine"],
+         "limits_raw": raw["limits"], "summary": agg, "targets": [
+             {"target": t[0], "ratio": t[1], "detail": t[2], "verdict": t[3].strip("*")} for t in targets(agg)]},
+        indent=1))
+    (out / "results.md").write_text(markdown(raw, agg))
+    try:
+        chart(agg, out / "results.png")
+    except Exception as e:  # noqa: BLE001 - tables are still written
+        print(f"chart failed: {e}")

@@ -1,0 +1,409 @@
+#!/usr/bin/env python3
+"""Side-by-side benchmark of Moldau and Apache Kafka on this machine.
+
+Started by bench/run.sh (which builds the binaries, the venv and the Kafka
+jars first). One broker runs at a time; every repetition runs the whole
+matrix on Moldau and on Kafka, alternating which goes first, so slow drift of
+a shared machine hits both alike. The same load generator (`moldau-bench`,
+librdkafka) with the same settings drives both.
+
+Outputs (in --out, default bench-results/<date>/):
+  raw.json     every measurement as taken (rewritten after each step)
+  results.json machine, limits, medians/spread, ratios
+  results.md   the tables, targets first
+  results.png  throughput and latency side by side
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+KAFKA_DIST = REPO / "e2e" / "clients" / "kafka-dist"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+GIB = float(1 << 30)
+
+SIZES = [100, 1024]
+ACKS = ["1", "all"]
+CODECS = ["none", "lz4"]
+
+# Per-mode load sizes. Every load is bounded by a record count and by time.
+MODES = {
+    "quick": {
+        "produce_count": {100: 5_000_000, 1024: 1_000_000},
+        "produce_seconds": 4.0,
+        "consume_seconds": 20.0,
+        "e2e_rate": 1000,
+        "e2e_seconds": 1.5,
+        "dd_mib": 256,
+        "tcp_seconds": 2.0,
+    },
+    "full": {
+        "produce_count": {100: 15_000_000, 1024: 2_000_000},
+        "produce_seconds": 15.0,
+        "consume_seconds": 60.0,
+        "e2e_rate": 2000,
+        "e2e_seconds": 8.0,
+        "dd_mib": 1024,
+        "tcp_seconds": 5.0,
+    },
+}
+
+
+def log(msg: str) -> None:
+    print(f"[{dt.datetime.now(dt.timezone.utc):%H:%M:%S}] {msg}", flush=True)
+
+
+def free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def wait_port(port: int, timeout: float, proc_alive) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not proc_alive():
+            return False
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return True
+        except OSError:
+            time.sleep(0.2)
+    return False
+
+
+def proc_cpu_seconds(pid: int) -> float | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    # fields[0] is field 3 (state); utime/stime are fields 14/15
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def proc_status_kib(pid: int, key: str) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+class Moldau:
+    name = "moldau"
+    flush_policy = ("no fsync per write: acknowledged = in the page cache "
+                    "(log.flush.interval.messages/ms = Long.MAX, Moldau's default)")
+
+    def __init__(self, binary: Path, datadir: Path):
+        self.binary = binary
+        self.datadir = datadir
+        self.proc: subprocess.Popen | None = None
+        self.port = 0
+
+    def start(self) -> None:
+        self.port = free_port()
+        http = free_port()
+        self.datadir.mkdir(parents=True, exist_ok=True)
+        out = open(self.datadir.parent / f"{self.datadir.name}.log", "w")
+        self.proc = subprocess.Popen(
+            [str(self.binary), "--listen", f"127.0.0.1:{self.port}",
+             "--http-listen", f"127.0.0.1:{http}", "--data-dir", str(self.datadir),
+             "--log", "warn"],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        if not wait_port(self.port, 60, lambda: self.proc.poll() is None):
+            raise RuntimeError(f"moldau did not start (see {out.name})")
+
+    @property
+    def pid(self) -> int:
+        assert self.proc
+        return self.proc.pid
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+class Kafka:
+    name = "kafka"
+    flush_policy = ("no fsync per write: acknowledged = in the page cache "
+                    "(Kafka's defaults log.flush.interval.messages/ms = Long.MAX)")
+
+    def __init__(self, datadir: Path):
+        self.datadir = datadir
+        self.port = 0
+        self._pid = 0
+
+    def start(self) -> None:
+        self.port = free_port()
+        self.datadir.mkdir(parents=True, exist_ok=True)
+        subprocess.run([str(KAFKA_DIST / "kafka-up.sh"), "--daemon", "--wait", "240",
+                        str(self.port), str(self.datadir)], check=True,
+                       stdout=subprocess.DEVNULL, timeout=300)
+        self._pid = int((self.datadir / "kafka.pid").read_text().strip())
+
+    @property
+    def pid(self) -> int:
+        return self._pid
+
+    def stop(self) -> None:
+        subprocess.run([str(KAFKA_DIST / "kafka-down.sh"), str(self.datadir)],
+                       check=False, timeout=120)
+
+
+class Runner:
+    def __init__(self, args):
+        self.args = args
+        self.mode = MODES["quick" if args.quick else "full"]
+        self.bench = Path(args.bench_bin)
+        self.out = Path(args.out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.data = self.out / "data"
+        self.raw: dict = {
+            "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "mode": "quick" if args.quick else "full",
+            "reps": args.reps,
+            "load": {k: (v if not isinstance(v, dict) else {str(a): b for a, b in v.items()})
+                     for k, v in self.mode.items()},
+            "machine": machine_info(self.out),
+            "limits": {},
+            "runs": [],
+            "brokers": [],
+            "errors": [],
+        }
+
+    def save(self) -> None:
+        tmp = self.out / "raw.json.tmp"
+        tmp.write_text(json.dumps(self.raw, indent=1))
+        tmp.replace(self.out / "raw.json")
+
+    def tool(self, *argv: str, timeout: float) -> dict:
+        cmd = [str(self.bench), *argv]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        line = next((ln for ln in reversed(p.stdout.splitlines()) if ln.startswith("{")), None)
+        if p.returncode != 0 or line is None:
+            raise RuntimeError(f"{' '.join(argv[:3])}: exit {p.returncode}: "
+                               f"{p.stderr.strip()[-400:]} {p.stdout.strip()[-200:]}")
+        return json.loads(line)
+
+    # --- machine limits -------------------------------------------------
+    def limits(self) -> None:
+        self.data.mkdir(parents=True, exist_ok=True)
+        disk, tcp = [], []
+        for i in range(3):
+            f = self.data / "dd-direct.tmp"
+            mib = self.mode["dd_mib"]
+            t0 = time.monotonic()
+            p = subprocess.run(["dd", "if=/dev/zero", f"of={f}", "bs=1M", f"count={mib}",
+                                "oflag=direct", "conv=fsync"],
+                               capture_output=True, text=True, timeout=300)
+            secs = time.monotonic() - t0
+            f.unlink(missing_ok=True)
+            m = re.search(r"copied, ([0-9.]+) s", p.stderr)
+            if p.returncode == 0:
+                secs = float(m.group(1)) if m else secs
+                disk.append(mib * (1 << 20) / secs / 1e6)
+            else:
+                self.raw["errors"].append(f"dd: {p.stderr.strip()[-300:]}")
+            try:
+                tcp.append(self.tool("tcp", "--seconds", str(self.mode["tcp_seconds"]),
+                                     timeout=60)["mb_per_sec"])
+            except Exception as e:  # noqa: BLE001 - recorded, run goes on
+                self.raw["errors"].append(f"tcp: {e}")
+        self.raw["limits"] = {
+            "disk_direct_write_mb_per_sec": disk,
+            "disk_method": f"dd if=/dev/zero bs=1M count={self.mode['dd_mib']} oflag=direct conv=fsync "
+                           "into the benchmark data directory",
+            "tcp_loopback_mb_per_sec": tcp,
+            "tcp_method": "moldau-bench tcp: one connection on 127.0.0.1, 1 MiB writes",
+        }
+        log(f"limits: disk direct write {fmt_list(disk)} MB/s, loopback TCP {fmt_list(tcp)} MB/s")
+        self.save()
+
+    # --- one broker, whole matrix ---------------------------------------
+    def run_broker(self, broker, rep: int) -> None:
+        t0 = time.monotonic()
+        broker.start()
+        startup = time.monotonic() - t0
+        pid = broker.pid
+        bootstrap = f"127.0.0.1:{broker.port}"
+        cpu_start = proc_cpu_seconds(pid)
+        log(f"rep {rep} {broker.name}: up in {startup:.1f}s (pid {pid}, port {broker.port})")
+        info = {"broker": broker.name, "rep": rep, "startup_seconds": startup,
+                "flush_policy": broker.flush_policy}
+        try:
+            for size in SIZES:
+                for acks in ACKS:
+                    for codec in CODECS:
+                        self.run_config(broker, bootstrap, pid, rep, size, acks, codec)
+        finally:
+            info["peak_rss_kib"] = proc_status_kib(pid, "VmHWM")
+            info["rss_at_end_kib"] = proc_status_kib(pid, "VmRSS")
+            cpu_end = proc_cpu_seconds(pid)
+            if cpu_start is not None and cpu_end is not None:
+                info["cpu_seconds_total"] = cpu_end - cpu_start
+            broker.stop()
+            du = dir_bytes(broker.datadir)
+            info["data_dir_bytes"] = du
+            shutil.rmtree(broker.datadir, ignore_errors=True)
+            self.raw["brokers"].append(info)
+            self.save()
+            log(f"rep {rep} {broker.name}: peak RSS {(info['peak_rss_kib'] or 0) / 1024:.0f} MiB")
+
+    def run_config(self, broker, bootstrap, pid, rep, size, acks, codec) -> None:
+        m = self.mode
+        cfg = {"broker": broker.name, "rep": rep, "size": size, "acks": acks, "compression": codec}
+        topic = f"bench-{size}-a{acks}-{codec}-r{rep}"
+        row = dict(cfg)
+        try:
+            self.tool("create-topic", "--bootstrap", bootstrap, "--topic", topic, timeout=60)
+            c0 = proc_cpu_seconds(pid)
+            prod = self.tool("produce", "--bootstrap", bootstrap, "--topic", topic,
+                             "--size", str(size), "--acks", acks, "--compression", codec,
+                             "--count", str(m["produce_count"][size]),
+                             "--max-seconds", str(m["produce_seconds"]),
+                             timeout=m["produce_seconds"] + 120)
+            c1 = proc_cpu_seconds(pid)
+            cons = self.tool("consume", "--bootstrap", bootstrap, "--topic", topic,
+                             "--count", str(prod["acked"]),
+                             "--max-seconds", str(m["consume_seconds"]),
+                             timeout=m["consume_seconds"] + 60)
+            c2 = proc_cpu_seconds(pid)
+            row["produce"] = prod
+            row["consume"] = cons
+            moved = prod["bytes"] + cons["bytes"]
+            if None not in (c0, c1, c2):
+                row["cpu_produce_s"] = c1 - c0
+                row["cpu_consume_s"] = c2 - c1
+                row["cpu_s_per_gib"] = (c2 - c0) / (moved / GIB) if moved else None
+            e2e_topic = topic + "-e2e"
+            self.tool("create-topic", "--bootstrap", bootstrap, "--topic", e2e_topic, timeout=60)
+            row["e2e"] = self.tool("e2e", "--bootstrap", bootstrap, "--topic", e2e_topic,
+                                   "--size", str(size), "--acks", acks, "--compression", codec,
+                                   "--rate", str(m["e2e_rate"]),
+                                   "--seconds", str(m["e2e_seconds"]),
+                                   timeout=m["e2e_seconds"] + 90)
+            log(f"  {broker.name} {size}B acks={acks} {codec}: "
+                f"produce {prod['mb_per_sec']:.1f} MB/s p99 {prod['lat_p99_ms']:.1f} ms, "
+                f"consume {cons['mb_per_sec']:.1f} MB/s, e2e p99 {row['e2e']['p99_ms']:.2f} ms")
+        except Exception as e:  # noqa: BLE001 - recorded, run goes on
+            row["error"] = str(e)
+            self.raw["errors"].append(f"{cfg}: {e}")
+            log(f"  {broker.name} {size}B acks={acks} {codec}: ERROR {e}")
+        self.raw["runs"].append(row)
+        self.save()
+
+    def run(self) -> None:
+        log(f"benchmark ({self.raw['mode']}, {self.args.reps} repetitions) -> {self.out}")
+        self.limits()
+        for rep in range(1, self.args.reps + 1):
+            brokers = [Moldau(Path(self.args.moldau_bin), self.data / f"moldau-r{rep}"),
+                       Kafka(self.data / f"kafka-r{rep}")]
+            if rep % 2 == 0:
+                brokers.reverse()
+            for b in brokers:
+                if self.args.only and b.name != self.args.only:
+                    continue
+                try:
+                    self.run_broker(b, rep)
+                except Exception as e:  # noqa: BLE001
+                    self.raw["errors"].append(f"rep {rep} {b.name}: {e}")
+                    log(f"rep {rep} {b.name}: ERROR {e}")
+                    b.stop()
+        self.raw["finished"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        self.raw["machine"]["loadavg_end"] = os.getloadavg()
+        self.save()
+        shutil.rmtree(self.data, ignore_errors=True)
+
+
+def dir_bytes(path: Path) -> int:
+    total = 0
+    for root, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.path.getsize(os.path.join(root, f))
+            except OSError:
+                pass
+    return total
+
+
+def fmt_list(xs) -> str:
+    return "/".join(f"{x:.0f}" for x in xs) or "n/a"
+
+
+def machine_info(out: Path) -> dict:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_kib = 0
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            mem_kib = int(line.split()[1])
+    df = subprocess.run(["df", "-hP", str(out)], capture_output=True, text=True).stdout.splitlines()
+    java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()
+    return {
+        "cpus": os.cpu_count(),
+        "cpu_model": cpu,
+        "mem_gib": round(mem_kib / (1 << 20), 1),
+        "kernel": platform.release(),
+        "disk": df[-1] if df else "",
+        "java": java[0] if java else "",
+        "loadavg_start": os.getloadavg(),
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="smaller loads (about 10 minutes)")
+    ap.add_argument("--reps", type=int, default=3, help="repetitions per broker (default 3)")
+    ap.add_argument("--out", default=str(REPO / "bench-results" / dt.date.today().isoformat()))
+    ap.add_argument("--only", choices=["moldau", "kafka"], help="run one broker only (debugging)")
+    ap.add_argument("--moldau-bin", required=True)
+    ap.add_argument("--bench-bin", required=True)
+    ap.add_argument("--report-only", action="store_true", help="re-render from an existing raw.json")
+    args = ap.parse_args()
+    if args.report_only:
+        import report
+        report.render(Path(args.out))
+        return 0
+    r = Runner(args)
+    try:
+        r.run()
+    finally:
+        r.save()
+        sys.path.insert(0, str(Path(__file__).parent))
+        import report
+        report.render(r.out)
+    log(f"results: {r.out / 'results.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,648 @@
+//! `moldau-bench`: the load generator of the side-by-side benchmark
+//! (`bench/run.sh`). It speaks only the Kafka protocol (librdkafka through
+//! the `rdkafka` crate), so the very same binary and settings drive Moldau
+//! and Apache Kafka.
+//!
+//! Every subcommand is bounded in record count *and* wall-clock time, stops
+//! by itself and prints one JSON object on stdout:
+//!
+//! - `create-topic`: a topic with N partitions, replication factor 1;
+//! - `produce`: as fast as the client can, measuring throughput and the
+//!   latency of every record from `send` to its delivery report;
+//! - `consume`: a fresh consumer reads the topic from the beginning;
+//! - `e2e`: a paced producer and a consumer in one process; latency is the
+//!   time from `send` to the consumer seeing the record (same clock);
+//! - `tcp`: single-connection loopback TCP bandwidth (a machine limit).
+//!
+//! Only 127.0.0.0/8 addresses are accepted as bootstrap servers.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use serde_json::json;
+
+#[derive(Parser)]
+#[command(about = "Kafka-protocol load generator for bench/run.sh")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Acks {
+    #[value(name = "1")]
+    One,
+    #[value(name = "all")]
+    All,
+}
+
+impl Acks {
+    fn as_str(self) -> &'static str {
+        match self {
+            Acks::One => "1",
+            Acks::All => "all",
+        }
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Codec {
+    None,
+    Lz4,
+}
+
+impl Codec {
+    fn as_str(self) -> &'static str {
+        match self {
+            Codec::None => "none",
+            Codec::Lz4 => "lz4",
+        }
+    }
+}
+
+#[derive(Parser)]
+struct ProduceArgs {
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    bootstrap: String,
+    #[arg(long)]
+    topic: String,
+    /// Record value size in bytes (no key).
+    #[arg(long, default_value_t = 1024)]
+    size: usize,
+    #[arg(long, value_enum, default_value = "1")]
+    acks: Acks,
+    #[arg(long, value_enum, default_value = "none")]
+    compression: Codec,
+    /// Stop after this many records…
+    #[arg(long, default_value_t = 100_000)]
+    count: u64,
+    /// …or after this many seconds, whichever comes first.
+    #[arg(long, default_value_t = 10.0)]
+    max_seconds: f64,
+    /// Producer `linger.ms`.
+    #[arg(long, default_value_t = 5)]
+    linger_ms: u64,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Create a topic (replication factor 1); an existing topic is fine.
+    CreateTopic {
+        #[arg(long, default_value = "127.0.0.1:9092")]
+        bootstrap: String,
+        #[arg(long)]
+        topic: String,
+        #[arg(long, default_value_t = 1)]
+        partitions: i32,
+    },
+    /// Produce as fast as possible; throughput and per-record ack latency.
+    Produce(ProduceArgs),
+    /// Read partition 0 of a topic from the beginning; throughput.
+    Consume {
+        #[arg(long, default_value = "127.0.0.1:9092")]
+        bootstrap: String,
+        #[arg(long)]
+        topic: String,
+        /// Stop after this many records…
+        #[arg(long)]
+        count: u64,
+        /// …or after this many seconds.
+        #[arg(long, default_value_t = 30.0)]
+        max_seconds: f64,
+    },
+    /// Paced producer + consumer in one process; end-to-end latency.
+    E2e {
+        #[arg(long, default_value = "127.0.0.1:9092")]
+        bootstrap: String,
+        #[arg(long)]
+        topic: String,
+        #[arg(long, default_value_t = 1024)]
+        size: usize,
+        #[arg(long, value_enum, default_value = "1")]
+        acks: Acks,
+        #[arg(long, value_enum, default_value = "none")]
+        compression: Codec,
+        /// Records per second.
+        #[arg(long, default_value_t = 1000)]
+        rate: u64,
+        /// Seconds of paced sending (after a one-record warm-up).
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
+    },
+    /// Single-connection loopback TCP bandwidth (127.0.0.1).
+    Tcp {
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
+        /// Bytes per write/read call.
+        #[arg(long, default_value_t = 1 << 20)]
+        chunk: usize,
+    },
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().cmd {
+        Cmd::CreateTopic {
+            bootstrap,
+            topic,
+            partitions,
+        } => create_topic(&bootstrap, &topic, partitions),
+        Cmd::Produce(a) => produce(&a),
+        Cmd::Consume {
+            bootstrap,
+            topic,
+            count,
+            max_seconds,
+        } => consume(&bootstrap, &topic, count, max_seconds),
+        Cmd::E2e {
+            bootstrap,
+            topic,
+            size,
+            acks,
+            compression,
+            rate,
+            seconds,
+        } => e2e(&bootstrap, &topic, size, acks, compression, rate, seconds),
+        Cmd::Tcp { seconds, chunk } => tcp(seconds, chunk),
+    }
+}
+
+/// Refuses bootstrap servers outside 127.0.0.0/8.
+fn check_loopback(bootstrap: &str) -> Result<()> {
+    for server in bootstrap.split(',') {
+        let host = server.rsplit_once(':').map_or(server, |(h, _)| h);
+        let ip: std::net::Ipv4Addr = host
+            .parse()
+            .with_context(|| format!("bootstrap host {host:?} must be a 127.x.y.z address"))?;
+        if !ip.is_loopback() {
+            bail!("bootstrap host {ip} is outside 127.0.0.0/8");
+        }
+    }
+    Ok(())
+}
+
+fn base_config(bootstrap: &str) -> Result<ClientConfig> {
+    check_loopback(bootstrap)?;
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", bootstrap)
+        .set("client.id", "moldau-bench")
+        .set("broker.address.family", "v4")
+        .set("log_level", "3");
+    Ok(c)
+}
+
+fn create_topic(bootstrap: &str, topic: &str, partitions: i32) -> Result<()> {
+    let admin: AdminClient<DefaultClientContext> = base_config(bootstrap)?.create()?;
+    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    let results = futures_executor::block_on(admin.create_topics([&new], &opts))?;
+    for r in results {
+        match r {
+            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((t, code)) => bail!("create topic {t}: {code}"),
+        }
+    }
+    // Wait until the topic's partition 0 has a leader in the metadata.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let md = admin
+            .inner()
+            .fetch_metadata(Some(topic), Duration::from_secs(5))?;
+        let ready = md
+            .topics()
+            .iter()
+            .any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty());
+        if ready {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("topic {topic} has no partitions after 30 s");
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    println!("{}", json!({"topic": topic, "partitions": partitions}));
+    Ok(())
+}
+
+/// Record values: text-like bytes (words from a small vocabulary and
+/// digits) so that lz4 has something realistic to do (~2× on this data),
+/// unlike all-zero or random payloads.
+fn payload_pool(size: usize, n: usize) -> Vec<Vec<u8>> {
+    const WORDS: &[&str] = &[
+        "order", "user", "id", "status", "shipped", "amount", "eur", "item", "sku", "created",
+        "true", "false", "null", "region", "eu-west", "price", "quantity", "event", "click",
+        "view", "session", "moldau", "kafka", "stream",
+    ];
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    (0..n)
+        .map(|_| {
+            let mut v = Vec::with_capacity(size + 16);
+            while v.len() < size {
+                let r = next();
+                if r % 3 == 0 {
+                    v.extend_from_slice(format!("{}", r % 1_000_000).as_bytes());
+                } else {
+                    v.extend_from_slice(WORDS[(r as usize >> 8) % WORDS.len()].as_bytes());
+                }
+                v.push(if r % 5 == 0 { b',' } else { b' ' });
+            }
+            v.truncate(size);
+            v
+        })
+        .collect()
+}
+
+/// Latencies in microseconds and delivery counters, fed by delivery reports.
+struct Stats {
+    base: Instant,
+    latencies_us: Mutex<Vec<u32>>,
+    acked: AtomicU64,
+    acked_bytes: AtomicU64,
+    failed: AtomicU64,
+    last_ack_ns: AtomicU64,
+}
+
+impl Stats {
+    fn new(base: Instant) -> Self {
+        Self {
+            base,
+            latencies_us: Mutex::new(Vec::new()),
+            acked: AtomicU64::new(0),
+            acked_bytes: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            last_ack_ns: AtomicU64::new(0),
+        }
+    }
+    fn now_ns(&self) -> u64 {
+        self.base.elapsed().as_nanos() as u64
+    }
+}
+
+struct Ctx(Arc<Stats>);
+
+impl ClientContext for Ctx {}
+
+impl ProducerContext for Ctx {
+    /// Send time in nanoseconds since `Stats::base`.
+    type DeliveryOpaque = usize;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, sent_ns: usize) {
+        let now = self.0.now_ns();
+        match result {
+            Ok(m) => {
+                let us = now.saturating_sub(sent_ns as u64) / 1000;
+                if let Ok(mut l) = self.0.latencies_us.lock() {
+                    l.push(us.min(u64::from(u32::MAX)) as u32);
+                }
+                self.0.acked.fetch_add(1, Ordering::Relaxed);
+                self.0
+                    .acked_bytes
+                    .fetch_add(m.payload_len() as u64, Ordering::Relaxed);
+                self.0.last_ack_ns.fetch_max(now, Ordering::Relaxed);
+            }
+            Err(_) => {
+                self.0.failed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+fn producer_config(
+    bootstrap: &str,
+    acks: Acks,
+    codec: Codec,
+    linger_ms: u64,
+) -> Result<ClientConfig> {
+    let mut c = base_config(bootstrap)?;
+    c.set("acks", acks.as_str())
+        .set("compression.type", codec.as_str())
+        .set("linger.ms", linger_ms.to_string())
+        .set("enable.idempotence", "false")
+        .set("batch.size", "1000000")
+        .set("queue.buffering.max.kbytes", "65536")
+        .set("queue.buffering.max.messages", "1000000")
+        .set("message.timeout.ms", "60000");
+    Ok(c)
+}
+
+/// Percentile (nearest rank) of sorted microsecond samples, in milliseconds.
+fn pct_ms(sorted: &[u32], p: f64) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    let i = rank.clamp(1, sorted.len()) - 1;
+    Some(f64::from(sorted[i]) / 1000.0)
+}
+
+fn produce(a: &ProduceArgs) -> Result<()> {
+    let base = Instant::now();
+    let stats = Arc::new(Stats::new(base));
+    let producer: BaseProducer<Ctx> =
+        producer_config(&a.bootstrap, a.acks, a.compression, a.linger_ms)?
+            .create_with_context(Ctx(Arc::clone(&stats)))?;
+    // Connect and learn the leader before the clock starts.
+    producer
+        .client()
+        .fetch_metadata(Some(&a.topic), Duration::from_secs(10))?;
+    let pool = payload_pool(a.size, 1024);
+    let start_ns = stats.now_ns();
+    let deadline = Duration::from_secs_f64(a.max_seconds);
+    let mut sent: u64 = 0;
+    while sent < a.count
+        && base
+            .elapsed()
+            .saturating_sub(Duration::from_nanos(start_ns))
+            < deadline
+    {
+        let value = &pool[(sent % pool.len() as u64) as usize];
+        let rec = BaseRecord::<(), [u8], usize>::with_opaque_to(&a.topic, stats.now_ns() as usize)
+            .partition(0)
+            .payload(value.as_slice());
+        match producer.send(rec) {
+            Ok(()) => {
+                sent += 1;
+                if sent.is_multiple_of(256) {
+                    producer.poll(Duration::ZERO);
+                }
+            }
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                producer.poll(Duration::from_millis(1));
+            }
+            Err((e, _)) => bail!("send: {e}"),
+        }
+    }
+    let send_done_ns = stats.now_ns();
+    producer.flush(Duration::from_secs(60))?;
+    let acked = stats.acked.load(Ordering::Relaxed);
+    let bytes = stats.acked_bytes.load(Ordering::Relaxed);
+    let failed = stats.failed.load(Ordering::Relaxed);
+    let end_ns = stats.last_ack_ns.load(Ordering::Relaxed).max(start_ns + 1);
+    let secs = (end_ns - start_ns) as f64 / 1e9;
+    let mut lat = std::mem::take(
+        &mut *stats
+            .latencies_us
+            .lock()
+            .map_err(|_| anyhow::anyhow!("poisoned"))?,
+    );
+    lat.sort_unstable();
+    println!(
+        "{}",
+        json!({
+            "kind": "produce",
+            "topic": a.topic,
+            "size": a.size,
+            "acks": a.acks.as_str(),
+            "compression": a.compression.as_str(),
+            "linger_ms": a.linger_ms,
+            "sent": sent,
+            "acked": acked,
+            "failed": failed,
+            "bytes": bytes,
+            "seconds": secs,
+            "send_seconds": (send_done_ns - start_ns) as f64 / 1e9,
+            "records_per_sec": acked as f64 / secs,
+            "mb_per_sec": bytes as f64 / secs / 1e6,
+            "lat_p50_ms": pct_ms(&lat, 50.0),
+            "lat_p99_ms": pct_ms(&lat, 99.0),
+            "lat_p999_ms": pct_ms(&lat, 99.9),
+            "lat_max_ms": lat.last().map(|v| f64::from(*v) / 1000.0),
+        })
+    );
+    if failed > 0 {
+        bail!("{failed} records failed");
+    }
+    Ok(())
+}
+
+fn consumer(bootstrap: &str) -> Result<BaseConsumer> {
+    let mut c = base_config(bootstrap)?;
+    c.set("group.id", "moldau-bench")
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("enable.partition.eof", "false");
+    Ok(c.create()?)
+}
+
+fn assign_from_beginning(c: &BaseConsumer, topic: &str) -> Result<()> {
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Beginning)?;
+    c.assign(&tpl)?;
+    Ok(())
+}
+
+fn consume(bootstrap: &str, topic: &str, count: u64, max_seconds: f64) -> Result<()> {
+    let c = consumer(bootstrap)?;
+    assign_from_beginning(&c, topic)?;
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs_f64(max_seconds);
+    let (mut n, mut bytes) = (0u64, 0u64);
+    let mut first: Option<Instant> = None;
+    let mut last = start;
+    let mut errors = 0u64;
+    while n < count && Instant::now() < deadline {
+        match c.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => {
+                let now = Instant::now();
+                if first.is_none() {
+                    first = Some(now);
+                } else {
+                    // The first record's bytes open the measured interval.
+                    bytes += m.payload_len() as u64;
+                }
+                n += 1;
+                last = now;
+            }
+            Some(Err(_)) => errors += 1,
+            None => {}
+        }
+    }
+    let secs = first.map_or(0.0, |f| (last - f).as_secs_f64()).max(1e-9);
+    println!(
+        "{}",
+        json!({
+            "kind": "consume",
+            "topic": topic,
+            "records": n,
+            "expected": count,
+            "bytes": bytes,
+            "errors": errors,
+            "seconds": secs,
+            "first_record_after_s": first.map(|f| (f - start).as_secs_f64()),
+            "records_per_sec": n.saturating_sub(1) as f64 / secs,
+            "mb_per_sec": bytes as f64 / secs / 1e6,
+        })
+    );
+    if n < count {
+        bail!("consumed {n} of {count} records before the deadline");
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn e2e(
+    bootstrap: &str,
+    topic: &str,
+    size: usize,
+    acks: Acks,
+    codec: Codec,
+    rate: u64,
+    seconds: f64,
+) -> Result<()> {
+    if size < 16 {
+        bail!("--size must be at least 16 (the record carries its send time)");
+    }
+    let base = Instant::now();
+    let stats = Arc::new(Stats::new(base));
+    let producer: BaseProducer<Ctx> =
+        producer_config(bootstrap, acks, codec, 0)?.create_with_context(Ctx(Arc::clone(&stats)))?;
+    let c = consumer(bootstrap)?;
+    assign_from_beginning(&c, topic)?;
+    let mut value = payload_pool(size, 1).remove(0);
+
+    let send = |value: &mut Vec<u8>, seq: u64| -> Result<()> {
+        let now = base.elapsed().as_nanos() as u64;
+        value[..8].copy_from_slice(&now.to_le_bytes());
+        value[8..16].copy_from_slice(&seq.to_le_bytes());
+        let rec = BaseRecord::<(), [u8], usize>::with_opaque_to(topic, now as usize)
+            .partition(0)
+            .payload(value.as_slice());
+        producer
+            .send(rec)
+            .map_err(|(e, _)| anyhow::anyhow!("send: {e}"))?;
+        producer.poll(Duration::ZERO);
+        Ok(())
+    };
+    let decode = |m: &rdkafka::message::BorrowedMessage<'_>| -> Option<(u64, u64)> {
+        let p = m.payload()?;
+        let ts = u64::from_le_bytes(p.get(..8)?.try_into().ok()?);
+        let seq = u64::from_le_bytes(p.get(8..16)?.try_into().ok()?);
+        Some((ts, seq))
+    };
+
+    // Warm-up: one record must make the whole round trip first.
+    send(&mut value, u64::MAX)?;
+    let warm_deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        producer.poll(Duration::ZERO);
+        if let Some(Ok(m)) = c.poll(Duration::from_millis(50)) {
+            if decode(&m).is_some_and(|(_, s)| s == u64::MAX) {
+                break;
+            }
+        }
+        if Instant::now() > warm_deadline {
+            bail!("warm-up record did not come back within 30 s");
+        }
+    }
+
+    // The consumer runs on its own thread; the producer paces on this one.
+    let total = ((rate as f64) * seconds).round().max(1.0) as u64;
+    let consumer_deadline = Duration::from_secs_f64(seconds + 15.0);
+    let reader = thread::spawn(move || {
+        let mut lat_us: Vec<u32> = Vec::with_capacity(total as usize);
+        let t0 = Instant::now();
+        while (lat_us.len() as u64) < total && t0.elapsed() < consumer_deadline {
+            if let Some(Ok(m)) = c.poll(Duration::from_millis(50)) {
+                let now = base.elapsed().as_nanos() as u64;
+                if let Some((ts, seq)) = decode(&m) {
+                    if seq != u64::MAX {
+                        lat_us
+                            .push((now.saturating_sub(ts) / 1000).min(u64::from(u32::MAX)) as u32);
+                    }
+                }
+            }
+        }
+        lat_us
+    });
+    let start = Instant::now();
+    let interval = Duration::from_secs_f64(1.0 / rate.max(1) as f64);
+    for seq in 0..total {
+        let due = start + interval.mul_f64(seq as f64);
+        let now = Instant::now();
+        if due > now {
+            thread::sleep(due - now);
+        }
+        send(&mut value, seq)?;
+    }
+    producer.flush(Duration::from_secs(30))?;
+    let mut lat = reader
+        .join()
+        .map_err(|_| anyhow::anyhow!("consumer thread panicked"))?;
+    lat.sort_unstable();
+    println!(
+        "{}",
+        json!({
+            "kind": "e2e",
+            "topic": topic,
+            "size": size,
+            "acks": acks.as_str(),
+            "compression": codec.as_str(),
+            "rate": rate,
+            "sent": total,
+            "received": lat.len(),
+            "p50_ms": pct_ms(&lat, 50.0),
+            "p99_ms": pct_ms(&lat, 99.0),
+            "p999_ms": pct_ms(&lat, 99.9),
+            "max_ms": lat.last().map(|v| f64::from(*v) / 1000.0),
+        })
+    );
+    if (lat.len() as u64) < total {
+        bail!("received {} of {total} records", lat.len());
+    }
+    Ok(())
+}
+
+fn tcp(seconds: f64, chunk: usize) -> Result<()> {
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let addr = listener.local_addr()?;
+    let server = thread::spawn(move || -> Result<(u64, f64)> {
+        let (mut s, _) = listener.accept()?;
+        let mut buf = vec![0u8; chunk];
+        let mut total = 0u64;
+        let mut first: Option<Instant> = None;
+        loop {
+            let n = s.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            first.get_or_insert_with(Instant::now);
+            total += n as u64;
+        }
+        let secs = first.map_or(1e-9, |f| f.elapsed().as_secs_f64());
+        Ok((total, secs))
+    });
+    let mut s = TcpStream::connect(addr)?;
+    let buf = vec![0x5au8; chunk];
+    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
+    while Instant::now() < deadline {
+        s.write_all(&buf)?;
+    }
+    drop(s);
+    let (total, secs) = server
+        .join()
+        .map_err(|_| anyhow::anyhow!("server thread panicked"))??;
+    println!(
+        "{}",
+        json!({"kind": "tcp", "bytes": total, "seconds": secs, "mb_per_sec": total as f64 / secs / 1e6})
+    );
+    Ok(())
+}

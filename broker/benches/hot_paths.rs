@@ -1,0 +1,268 @@
+//! Criterion micro-benchmarks of the broker's per-request hot paths:
+//! batch validation, log append, offset-index lookup (through
+//! `PartitionLog::read`), Produce request decode / response encode and Fetch
+//! request decode / response encode.
+//!
+//! Run: `cargo bench -p moldau-broker --bench hot_paths` (quick defaults:
+//! 1 s warm-up, 3 s measurement, 30 samples; override on the command line,
+//! e.g. `-- --measurement-time 10`).
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{
+    ApiKey, BrokerId, FetchRequest, ProduceRequest, ProduceResponse, TopicName,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+use moldau_broker::handlers::encode_response;
+use moldau_broker::protocol::fetch_encode::{
+    encode_fetch_response, FetchOut, PartitionOut, TopicOut,
+};
+use moldau_broker::storage::batch::validate_batches;
+use moldau_broker::storage::{LogConfig, PartitionLog};
+
+/// One v2 batch of `n` records of `value_len` bytes each (no keys).
+fn batch(n: usize, value_len: usize, compression: Compression) -> Vec<u8> {
+    let value: Vec<u8> = (0..value_len).map(|i| b"moldau stream "[i % 14]).collect();
+    let value = Bytes::from(value);
+    let records: Vec<Record> = (0..n)
+        .map(|i| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            sequence: i as i32 - 1,
+            timestamp: 1_700_000_000_000 + i as i64,
+            key: None,
+            value: Some(value.clone()),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        &records,
+        &RecordEncodeOptions {
+            version: 2,
+            compression,
+        },
+    )
+    .expect("encode batch");
+    buf.to_vec()
+}
+
+/// The shapes measured: (label, records per batch, value bytes).
+const SHAPES: &[(&str, usize, usize)] = &[("16x1KiB", 16, 1024), ("160x100B", 160, 100)];
+
+fn bench_validate(c: &mut Criterion) {
+    let mut g = c.benchmark_group("validate_batches");
+    for &(label, n, len) in SHAPES {
+        // A produce payload of 4 batches, as a client with linger sends them.
+        let one = batch(n, len, Compression::None);
+        let payload: Vec<u8> = one.iter().copied().cycle().take(one.len() * 4).collect();
+        g.throughput(Throughput::Bytes(payload.len() as u64));
+        g.bench_function(label, |b| {
+            b.iter(|| validate_batches(black_box(&payload), 1 << 20).expect("valid"))
+        });
+    }
+    g.finish();
+}
+
+fn bench_append(c: &mut Criterion) {
+    let mut g = c.benchmark_group("partition_log_append");
+    for &(label, n, len) in SHAPES {
+        let template = batch(n, len, Compression::None);
+        g.throughput(Throughput::Bytes(template.len() as u64));
+        g.bench_function(label, |b| {
+            // A fresh log per sample, so the temp dir never grows beyond one
+            // sample's appends (page cache only: no fsync, as in the broker).
+            b.iter_custom(|iters| {
+                let dir = tempfile::tempdir().expect("tempdir");
+                let mut log =
+                    PartitionLog::open(dir.path().join("bench-0"), LogConfig::default(), 0)
+                        .expect("open log");
+                let mut buf = template.clone();
+                let start = Instant::now();
+                for _ in 0..iters {
+                    log.append(black_box(&mut buf), 0, 1_700_000_000_000)
+                        .expect("append");
+                }
+                start.elapsed()
+            })
+        });
+    }
+    g.finish();
+}
+
+fn bench_read(c: &mut Criterion) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut log =
+        PartitionLog::open(dir.path().join("read-0"), LogConfig::default(), 0).expect("open log");
+    // 20 000 batches of 16 records (320 000 offsets, ~11 MB): index entries
+    // every 4 KiB as configured by default.
+    let mut b16 = batch(16, 32, Compression::None);
+    for _ in 0..20_000 {
+        log.append(&mut b16, 0, 1_700_000_000_000).expect("append");
+    }
+    let end = log.log_end_offset();
+    let mut g = c.benchmark_group("partition_log_read");
+    g.bench_function("random_offset_lookup", |b| {
+        let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+        b.iter(|| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let offset = (state % end as u64) as i64;
+            let slice = log.read(black_box(offset), 1 << 20, end).expect("read");
+            black_box(slice.position)
+        })
+    });
+    g.finish();
+}
+
+fn produce_request(topics: usize, batch_bytes: &Bytes) -> ProduceRequest {
+    ProduceRequest::default()
+        .with_acks(1)
+        .with_timeout_ms(30_000)
+        .with_topic_data(
+            (0..topics)
+                .map(|t| {
+                    TopicProduceData::default()
+                        .with_name(TopicName(StrBytes::from_string(format!("bench-topic-{t}"))))
+                        .with_partition_data(vec![PartitionProduceData::default()
+                            .with_index(0)
+                            .with_records(Some(batch_bytes.clone()))])
+                })
+                .collect(),
+        )
+}
+
+fn bench_produce_codec(c: &mut Criterion) {
+    const VERSION: i16 = 9;
+    let mut g = c.benchmark_group("produce");
+    let records = Bytes::from(batch(16, 1024, Compression::None));
+    let mut wire = BytesMut::new();
+    produce_request(1, &records)
+        .encode(&mut wire, VERSION)
+        .expect("encode request");
+    let wire = wire.freeze();
+    g.throughput(Throughput::Bytes(wire.len() as u64));
+    g.bench_function("request_decode_v9_16KiB", |b| {
+        b.iter(|| {
+            let mut buf = wire.clone();
+            ProduceRequest::decode(black_box(&mut buf), VERSION).expect("decode")
+        })
+    });
+    let response = ProduceResponse::default().with_responses(vec![TopicProduceResponse::default()
+        .with_name(TopicName(StrBytes::from_static_str("bench-topic-0")))
+        .with_partition_responses(vec![PartitionProduceResponse::default()
+            .with_index(0)
+            .with_base_offset(123_456)
+            .with_log_append_time_ms(-1)
+            .with_log_start_offset(0)])]);
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("response_encode_v9", |b| {
+        b.iter(|| {
+            encode_response(ApiKey::Produce, VERSION, 7, black_box(&response)).expect("encode")
+        })
+    });
+    g.finish();
+}
+
+fn bench_fetch_codec(c: &mut Criterion) {
+    const VERSION: i16 = 12;
+    let mut g = c.benchmark_group("fetch");
+    let request = FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(500)
+        .with_min_bytes(1)
+        .with_max_bytes(50 << 20)
+        .with_topics(
+            (0..4)
+                .map(|t| {
+                    FetchTopic::default()
+                        .with_topic(TopicName(StrBytes::from_string(format!("bench-topic-{t}"))))
+                        .with_partitions(
+                            (0..4)
+                                .map(|p| {
+                                    FetchPartition::default()
+                                        .with_partition(p)
+                                        .with_fetch_offset(1_000_000)
+                                        .with_partition_max_bytes(1 << 20)
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        );
+    let mut wire = BytesMut::new();
+    request.encode(&mut wire, VERSION).expect("encode request");
+    let wire = wire.freeze();
+    g.bench_function("request_decode_v12_4x4", |b| {
+        b.iter(|| {
+            let mut buf = wire.clone();
+            FetchRequest::decode(black_box(&mut buf), VERSION).expect("decode")
+        })
+    });
+
+    // A response naming 4 topics x 4 partitions, each with a file region.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut log =
+        PartitionLog::open(dir.path().join("fetch-0"), LogConfig::default(), 0).expect("open");
+    let mut b16 = batch(16, 1024, Compression::None);
+    for _ in 0..64 {
+        log.append(&mut b16, 0, 1_700_000_000_000).expect("append");
+    }
+    let slice = log.read(0, 1 << 20, log.log_end_offset()).expect("read");
+    let out = FetchOut {
+        throttle_time_ms: 0,
+        error_code: 0,
+        session_id: 0,
+        topics: (0..4)
+            .map(|t| TopicOut {
+                name: format!("bench-topic-{t}"),
+                partitions: (0..4)
+                    .map(|p| PartitionOut {
+                        index: p,
+                        error_code: 0,
+                        high_watermark: 1024,
+                        last_stable_offset: 1024,
+                        log_start_offset: 0,
+                        records: Some(slice.clone()),
+                    })
+                    .collect(),
+            })
+            .collect(),
+    };
+    g.bench_function("response_encode_v12_4x4", |b| {
+        b.iter(|| encode_fetch_response(7, VERSION, black_box(&out)))
+    });
+    g.finish();
+}
+
+fn quick() -> Criterion {
+    Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+        .sample_size(30)
+        .configure_from_args()
+}
+
+criterion_group! {
+    name = benches;
+    config = quick();
+    targets = bench_validate, bench_append, bench_read, bench_produce_codec, bench_fetch_codec
+}
+criterion_main!(benches);
