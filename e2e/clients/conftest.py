@@ -2,8 +2,9 @@
 
 - `broker`: one broker process for the whole session (Moldau or Apache Kafka,
   see harness/broker.py), on 127.0.0.1 with a free port and a fresh data dir.
-- `restart_broker`: a second broker process for one module, which tests may
-  stop, kill and restart; it never disturbs `broker`.
+- `restart_broker` (alias `own_broker`): a broker process of one module's own,
+  which its tests may stop, kill, restart or feed malformed bytes; it never
+  disturbs `broker`.
 - `new_topic(partitions=1, configs=None)`: creates a uniquely named topic with
   the confluent-kafka AdminClient and waits until its leaders are known.
 - `check_healthy(broker)`: a real client still produces and consumes.
@@ -35,6 +36,14 @@ def pytest_report_header(config):
     return [f"broker under test: {t}{extra}", f"broker logs: {STATE}"]
 
 
+def pytest_collection_modifyitems(config, items):
+    if brokers.target() == "moldau" and os.environ.get("MOLDAU_TEST_LATER") != "1":
+        skip = pytest.mark.skip(reason="needs consumer groups (later); MOLDAU_TEST_LATER=1 runs it")
+        for item in items:
+            if "later" in item.keywords:
+                item.add_marker(skip)
+
+
 def _start(name: str) -> brokers.Broker:
     b = brokers.new_broker(STATE / name)
     try:
@@ -62,9 +71,13 @@ def broker():
 
 @pytest.fixture(scope="module")
 def restart_broker(request):
-    b = _start(f"restart-{request.module.__name__}")
+    b = _start(f"own-{request.module.__name__}")
     yield b
     _close(b)
+
+
+# a broker of the module's own, for tests that may break or crash it
+own_broker = restart_broker
 
 
 def unique(prefix: str = "t") -> str:

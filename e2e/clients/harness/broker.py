@@ -35,6 +35,17 @@ START_TIMEOUT = float(os.environ.get("MOLDAU_TEST_START_TIMEOUT", "120"))
 STOP_TIMEOUT = float(os.environ.get("MOLDAU_TEST_STOP_TIMEOUT", "60"))
 
 
+def _die_with_parent() -> None:
+    """preexec_fn: the broker gets SIGKILL if pytest dies (no orphaned brokers)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001 - best effort
+        pass
+
+
 def target() -> str:
     t = os.environ.get("MOLDAU_TEST_TARGET", "moldau").strip().lower()
     if t not in ("moldau", "kafka"):
@@ -176,7 +187,7 @@ class MoldauBroker(Broker):
         env.setdefault("RUST_LOG", "info")
         env.setdefault("RUST_BACKTRACE", "1")
         log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, preexec_fn=_die_with_parent)
         log.close()
         deadline = time.monotonic() + START_TIMEOUT
         url = f"http://{self.host}:{self.http_port}/readyz"
@@ -208,7 +219,9 @@ class KafkaBroker(Broker):
         cmd = [str(KAFKA_DIST / "kafka-up.sh"), str(self.port), str(self.data_dir)]
         log = open(self.log_path, "wb")
         # kafka-up.sh without --daemon execs the JVM: self.proc is the broker.
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent
+        )
         log.close()
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:

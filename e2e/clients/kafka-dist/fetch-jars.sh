@@ -9,6 +9,6 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
 rm -rf "$here/jars"
-mvn -q -B -f "$here/pom.xml" dependency:copy-dependencies \
+mvn -q -B -Dstyle.color=never -f "$here/pom.xml" dependency:copy-dependencies \
   -DincludeScope=runtime -DoutputDirectory="$here/jars" >&2
 echo "$want" > "$stamp"

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Installs everything the tests need, on a fresh Debian machine or again on a
+# used one (idempotent; each part is skipped when already in place):
+#   1. Debian packages: kcat, openssl (+ java/maven/python venv if missing)
+#   2. the Python venv <repo>/.venv with e2e/clients/requirements.txt (pinned)
+#   3. Maven: the Java client driver (e2e/clients/java) and the Apache Kafka
+#      reference broker's jars (e2e/clients/kafka-dist/jars)
+# Rust itself (cargo, rustfmt, clippy) comes with the machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo="$(pwd)"
+t0=$SECONDS
+log() { echo "[install-test-deps +$((SECONDS - t0))s] $*"; }
+
+# --- 1. Debian packages --------------------------------------------------------
+missing=()
+have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+have_pkg kcat || missing+=(kcat)
+have_pkg openssl || missing+=(openssl)
+have_pkg ca-certificates || missing+=(ca-certificates)
+command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jdk-headless)
+command -v mvn >/dev/null 2>&1 || missing+=(maven)
+command -v python3 >/dev/null 2>&1 || missing+=(python3)
+if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+  missing+=(python3-venv)
+fi
+if [ ${#missing[@]} -gt 0 ]; then
+  log "apt-get install ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" = 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  log "Debian packages present"
+fi
+
+# --- 2. Python venv ------------------------------------------------------------
+req="$repo/e2e/clients/requirements.txt"
+stamp="$repo/.venv/.requirements.sha256"
+want="$(sha256sum "$req" | cut -d' ' -f1)"
+if [ -x "$repo/.venv/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  log "venv up to date"
+else
+  log "creating/updating .venv from e2e/clients/requirements.txt"
+  [ -x "$repo/.venv/bin/python" ] || python3 -m venv "$repo/.venv"
+  "$repo/.venv/bin/python" -m pip install -q --disable-pip-version-check -r "$req"
+  echo "$want" > "$stamp"
+fi
+
+# --- 3. Maven ------------------------------------------------------------------
+java_dir="$repo/e2e/clients/java"
+jstamp="$java_dir/target/.build.sha256"
+jwant="$(cat "$java_dir/pom.xml" $(find "$java_dir/src" -type f | sort) | sha256sum | cut -d' ' -f1)"
+if [ -f "$jstamp" ] && [ "$(cat "$jstamp")" = "$jwant" ] && [ -d "$java_dir/target/lib" ]; then
+  log "Java client driver up to date"
+else
+  log "building the Java client driver (kafka-clients from Maven Central)"
+  mvn -q -B -Dstyle.color=never -f "$java_dir/pom.xml" package dependency:copy-dependencies \
+    -DincludeScope=runtime -DoutputDirectory="$java_dir/target/lib"
+  echo "$jwant" > "$jstamp"
+fi
+log "Apache Kafka reference broker jars"
+"$repo/e2e/clients/kafka-dist/fetch-jars.sh"
+
+log "done in $((SECONDS - t0))s"
