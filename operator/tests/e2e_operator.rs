@@ -11,6 +11,7 @@
 
 mod support;
 
+use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -84,13 +85,17 @@ struct Operator {
 
 impl Operator {
     fn start(namespace: &str, identity: &str) -> Result<Operator> {
+        Self::start_with(namespace, identity, &paths::kubeconfig())
+    }
+
+    fn start_with(namespace: &str, identity: &str, kubeconfig: &Path) -> Result<Operator> {
         let http: SocketAddr = format!("127.0.0.1:{}", free_port()).parse()?;
         let logs = paths::state_dir().join("logs");
         std::fs::create_dir_all(&logs)?;
         let log = logs.join(format!("operator-{namespace}-{identity}.log"));
         let file = std::fs::File::create(&log)?;
         let child = Command::new(env!("CARGO_BIN_EXE_moldau-operator"))
-            .env("KUBECONFIG", paths::kubeconfig())
+            .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", "info,kube=warn,moldau_operator=debug")
             .args([
                 "--namespace",
@@ -565,5 +570,94 @@ async fn leader_stops_when_it_loses_the_lease() -> Result<()> {
         Some("intruder"),
         "the deposed leader must not overwrite the Lease"
     );
+    Ok(())
+}
+
+/// Deletes a cluster-scoped object on drop.
+struct ClusterScoped(&'static str, String);
+
+impl Drop for ClusterScoped {
+    fn drop(&mut self) {
+        let _ = moldau_e2e::kubectl(&["delete", self.0, &self.1, "--wait=false"]);
+    }
+}
+
+/// A kubeconfig for the admin's server and CA, authenticated with `token`.
+fn kubeconfig_with_token(token: &str, out: &Path) -> Result<()> {
+    let text = std::fs::read_to_string(paths::kubeconfig())?;
+    let mut kc: serde_yaml::Value = serde_yaml::from_str(&text)?;
+    let users = kc
+        .get_mut("users")
+        .and_then(|u| u.as_sequence_mut())
+        .ok_or_else(|| anyhow!("kubeconfig has no users"))?;
+    for user in users.iter_mut() {
+        user["user"] = serde_yaml::to_value(BTreeMap::from([("token", token.trim())]))?;
+    }
+    std::fs::write(out, serde_yaml::to_string(&kc)?)?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_runs_with_only_its_clusterrole() -> Result<()> {
+    if !enabled() {
+        return Ok(());
+    }
+    apply_crds()?;
+    pod_runner()?;
+    let ns = TestNamespace::new("op-rbac").await?;
+    let role = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/clusterrole.yaml");
+    kubectl_ok(&[
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "-f",
+        &role.to_string_lossy(),
+    ])?;
+    ns.kubectl_ok(&["create", "serviceaccount", "moldau-operator"])?;
+    let binding = format!("moldau-operator-{}", ns.name);
+    let _binding = ClusterScoped("clusterrolebinding", binding.clone());
+    kubectl_ok(&[
+        "create",
+        "clusterrolebinding",
+        &binding,
+        "--clusterrole=moldau-operator",
+        &format!("--serviceaccount={}:moldau-operator", ns.name),
+    ])?;
+    let token = ns.kubectl_ok(&["create", "token", "moldau-operator", "--duration=1h"])?;
+    let kubeconfig = paths::state_dir().join(format!("{}.kubeconfig", ns.name));
+    kubeconfig_with_token(&token, &kubeconfig)?;
+    let op = Operator::start_with(&ns.name, "op-rbac", &kubeconfig)?;
+
+    let clusters: Api<KafkaCluster> = ns.api();
+    let topics: Api<KafkaTopic> = ns.api();
+    let pp = PostParams::default();
+    let kc: KafkaCluster = serde_json::from_value(json!({
+        "apiVersion": "moldau.io/v1alpha1",
+        "kind": "KafkaCluster",
+        "metadata": {"name": "rb"},
+        "spec": {"replicas": 1, "image": "moldau/broker:e2e", "storage": {"size": "1Gi", "deleteClaim": true}},
+    }))?;
+    clusters.create(&pp, &kc).await?;
+    cluster_condition(&clusters, "rb", "Ready", "True").await?;
+    topics
+        .create(&pp, &topic("events", "rb", 1, 1, json!({}))?)
+        .await?;
+    topic_where(&topics, "events", "topic events Ready", |kt| {
+        has_condition(kt, "Ready", "True", None)
+    })
+    .await?;
+    topics.delete("events", &DeleteParams::default()).await?;
+    wait_for(SHORT, "KafkaTopic events gone", || async {
+        Ok(topics.get_opt("events").await?.is_none().then_some(()))
+    })
+    .await?;
+    assert!(events_with_reason(&ns, "TopicDeleted").await? >= 1);
+    let log = std::fs::read_to_string(&op.log)?;
+    assert!(
+        !log.contains("forbidden"),
+        "the operator hit a permission error; see {}",
+        op.log.display()
+    );
+    let _ = std::fs::remove_file(&kubeconfig);
     Ok(())
 }
