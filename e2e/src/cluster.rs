@@ -21,14 +21,53 @@ use crate::paths;
 /// Name of the Node the test pod runner registers.
 pub const NODE_NAME: &str = "moldau-e2e-node";
 
+static TOOLS: OnceLock<Result<(), String>> = OnceLock::new();
 static CONTROL_PLANE: OnceLock<Result<(), String>> = OnceLock::new();
 static POD_RUNNER: OnceLock<Result<u32, String>> = OnceLock::new();
 
-/// Starts the control plane unless it is already running (the up script is
-/// idempotent). Runs the script at most once per test process.
+/// Builds the tools unless they are up to date (`build-tools.sh` takes well
+/// under a second then; about ten minutes on a machine with empty Go
+/// caches). `MOLDAU_E2E_BUILD=0` skips this step.
+pub fn ensure_tools() -> Result<()> {
+    TOOLS
+        .get_or_init(build_tools)
+        .clone()
+        .map_err(|e| anyhow!(e))
+}
+
+fn build_tools() -> Result<(), String> {
+    if std::env::var("MOLDAU_E2E_BUILD").as_deref() == Ok("0") {
+        return Ok(());
+    }
+    let script = paths::e2e_dir().join("scripts/build-tools.sh");
+    eprintln!(
+        "moldau-e2e: running {} (slow only the first time)",
+        script.display()
+    );
+    let out = run_with_timeout(
+        Command::new("bash").arg(&script),
+        Duration::from_secs(45 * 60),
+    )
+    .map_err(|e| format!("running {}: {e:#}", script.display()))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} failed ({}):\n{}",
+            script.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// Builds the tools if needed and starts the control plane unless it is
+/// already running (the up script is idempotent). Runs the scripts at most
+/// once per test process.
 pub fn ensure_control_plane() -> Result<()> {
     CONTROL_PLANE
         .get_or_init(|| {
+            ensure_tools().map_err(|e| format!("{e:#}"))?;
             let script = paths::e2e_dir().join("scripts/controlplane-up.sh");
             let out = run_with_timeout(Command::new("bash").arg(&script), Duration::from_secs(360))
                 .map_err(|e| format!("running {}: {e:#}", script.display()))?;
@@ -124,6 +163,7 @@ pub fn kubectl_ok(args: &[&str]) -> Result<String> {
 
 /// Runs the built helm (with the admin kubeconfig in its environment).
 pub fn helm(args: &[&str]) -> Result<Output> {
+    ensure_tools()?;
     let home = paths::state_dir().join("helm-home");
     run_with_timeout(
         Command::new(paths::tool("helm"))
