@@ -34,6 +34,73 @@ async fn api_server_answers() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Listening TCP sockets (address, port) from /proc/net/tcp and tcp6.
+fn listeners() -> Vec<(String, u16)> {
+    let mut out = vec![];
+    for (file, v6) in [("/proc/net/tcp", false), ("/proc/net/tcp6", true)] {
+        let Ok(text) = std::fs::read_to_string(file) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() < 4 || f[3] != "0A" {
+                continue;
+            }
+            let Some((addr, port)) = f[1].split_once(':') else {
+                continue;
+            };
+            let port = u16::from_str_radix(port, 16).unwrap_or(0);
+            let addr = if v6 {
+                format!("[{addr}]")
+            } else {
+                let n = u32::from_str_radix(addr, 16).unwrap_or(0);
+                std::net::Ipv4Addr::from(n.swap_bytes()).to_string()
+            };
+            out.push((addr, port));
+        }
+    }
+    out
+}
+
+fn port_env(name: &str, default: u16) -> u16 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+#[tokio::test]
+async fn control_plane_listens_on_loopback_only() -> anyhow::Result<()> {
+    if !paths::e2e_enabled() {
+        eprintln!("MOLDAU_E2E=0: skipped");
+        return Ok(());
+    }
+    moldau_e2e::ensure_control_plane()?;
+    let ports = [
+        port_env("MOLDAU_E2E_ETCD_PORT", 12379),
+        port_env("MOLDAU_E2E_ETCD_PEER_PORT", 12380),
+        port_env("MOLDAU_E2E_APISERVER_PORT", 16443),
+        port_env("MOLDAU_E2E_KCM_PORT", 10257),
+        port_env("MOLDAU_E2E_SCHEDULER_PORT", 10259),
+    ];
+    let l = listeners();
+    for port in ports {
+        let on: Vec<&String> = l
+            .iter()
+            .filter(|(_, p)| *p == port)
+            .map(|(a, _)| a)
+            .collect();
+        assert!(!on.is_empty(), "nothing listens on port {port}");
+        for a in on {
+            assert!(
+                a.starts_with("127."),
+                "port {port} is bound to {a}, outside 127.0.0.0/8"
+            );
+        }
+    }
+    Ok(())
+}
+
 #[tokio::test]
 async fn crd_server_side_apply_and_validation() -> anyhow::Result<()> {
     if !paths::e2e_enabled() {
