@@ -29,6 +29,9 @@ pub struct TopicMeta {
 pub struct MetadataDoc {
     pub cluster_id: String,
     pub topics: BTreeMap<String, TopicMeta>,
+    /// Producer ids below this may have been handed out.
+    #[serde(default)]
+    pub producer_id_block_end: i64,
 }
 
 /// Reads and writes the metadata document of a data directory.
@@ -59,6 +62,7 @@ impl MetadataFile {
                 let doc = MetadataDoc {
                     cluster_id: new_cluster_id(),
                     topics: BTreeMap::new(),
+                    producer_id_block_end: 0,
                 };
                 self.save(&doc)?;
                 Ok(doc)

@@ -17,6 +17,9 @@ use uuid::Uuid;
 
 use crate::config::BrokerConfig;
 use crate::metadata::{validate_topic_name, MetadataDoc, MetadataFile, TopicMeta};
+use crate::producer::ids::ProducerIdBlocks;
+use crate::producer::state::{last_sequence as producer_last_sequence, ProducerStates, SeqCheck};
+use crate::storage::batch::{BatchHeader, BATCH_HEADER_LEN};
 use crate::storage::{self, AppendResult, FetchSlice, PartitionLog, StorageError};
 use crate::topic_config;
 
@@ -55,6 +58,14 @@ pub fn storage_error_code(e: &StorageError) -> ResponseError {
     }
 }
 
+/// What is guarded by a partition's lock: the log and the producer
+/// sequence state, so checking a batch and appending it are one step.
+#[derive(Debug)]
+struct PartitionState {
+    log: PartitionLog,
+    producers: ProducerStates,
+}
+
 /// One partition this broker hosts: its log behind a lock, and a watch of
 /// its high watermark that long-polling fetches wait on.
 #[derive(Debug)]
@@ -62,8 +73,50 @@ pub struct Partition {
     pub topic: String,
     pub topic_id: Uuid,
     pub index: i32,
-    log: Mutex<PartitionLog>,
+    state: Mutex<PartitionState>,
     high_watermark: watch::Sender<i64>,
+}
+
+/// The outcome of an append.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Appended {
+    New(AppendResult),
+    /// A retried idempotent batch already in the log, at `base_offset`.
+    Duplicate {
+        base_offset: i64,
+        log_start_offset: i64,
+    },
+}
+
+/// Rebuilds producer sequence state by reading every batch header of the
+/// log (headers only, one `pread` each).
+fn scan_producers(log: &PartitionLog) -> storage::Result<ProducerStates> {
+    use std::os::unix::fs::FileExt;
+    let mut states = ProducerStates::default();
+    let end = log.log_end_offset();
+    let mut offset = log.log_start_offset();
+    while offset < end {
+        let slice = log.read(offset, 1 << 20, end)?;
+        if slice.is_empty() {
+            break;
+        }
+        let mut pos = slice.position;
+        let stop = slice.position + slice.len;
+        let mut next = offset;
+        let mut header = [0u8; BATCH_HEADER_LEN];
+        while pos + BATCH_HEADER_LEN as u64 <= stop {
+            slice.file.read_exact_at(&mut header, pos)?;
+            let h = BatchHeader::parse(&header)?;
+            states.replay(&h);
+            next = h.last_offset() + 1;
+            pos += h.total_size() as u64;
+        }
+        if next <= offset {
+            break;
+        }
+        offset = next;
+    }
+    Ok(states)
 }
 
 impl Partition {
@@ -79,30 +132,104 @@ impl Partition {
         // The checkpointed value may lag after an unclean stop.
         let hw = log.log_end_offset();
         log.set_high_watermark(hw);
+        let producers = scan_producers(&log)?;
         let (tx, _) = watch::channel(hw);
         Ok(Self {
             topic: topic.name.clone(),
             topic_id: topic.id,
             index,
-            log: Mutex::new(log),
+            state: Mutex::new(PartitionState { log, producers }),
             high_watermark: tx,
         })
     }
 
-    /// Appends validated batches. On a single broker the high watermark is
-    /// the log end once the write is in the page cache.
-    pub fn append(&self, batches: &mut [u8]) -> storage::Result<AppendResult> {
+    /// Appends validated batches (`headers` are theirs, in order). Batches
+    /// of idempotent producers are checked against the producer state
+    /// first: a retry of a batch already in the log is reported as
+    /// [`Appended::Duplicate`] and not written again. On a single broker
+    /// the high watermark is the log end once the write is in the page cache.
+    pub fn append(
+        &self,
+        batches: &mut [u8],
+        headers: &[BatchHeader],
+    ) -> Result<Appended, TopicError> {
         let now = now_ms();
         let result = {
-            let mut log = self.log.lock();
-            let result = log.append(batches, 0, now)?;
-            let leo = log.log_end_offset();
-            log.set_high_watermark(leo);
-            log.maybe_flush(now)?;
+            let mut state = self.state.lock();
+            let mut duplicate = None;
+            let mut fresh = 0;
+            // Later batches of one request may follow earlier ones of the
+            // same producer: check against a scratch copy as we go.
+            let mut scratch: Option<ProducerStates> = None;
+            for h in headers.iter().filter(|h| h.producer_id >= 0) {
+                if h.is_transactional() {
+                    return Err(TopicError::new(
+                        ResponseError::InvalidRecord,
+                        "transactional batches are not supported yet",
+                    ));
+                }
+                let view = scratch.as_ref().unwrap_or(&state.producers);
+                let last_seq = producer_last_sequence(h);
+                match view.check(h.producer_id, h.producer_epoch, h.base_sequence, last_seq) {
+                    SeqCheck::Append => {
+                        fresh += 1;
+                        let s = scratch.get_or_insert_with(|| state.producers.clone());
+                        s.record(
+                            h.producer_id,
+                            h.producer_epoch,
+                            h.base_sequence,
+                            last_seq,
+                            -1,
+                        );
+                    }
+                    SeqCheck::Duplicate { first_offset } => {
+                        duplicate.get_or_insert(first_offset);
+                    }
+                    SeqCheck::Reject(code) => {
+                        return Err(TopicError::new(
+                            code,
+                            format!(
+                                "producer {} epoch {} sequences {}..={}",
+                                h.producer_id, h.producer_epoch, h.base_sequence, last_seq
+                            ),
+                        ))
+                    }
+                }
+            }
+            if let Some(base_offset) = duplicate {
+                if fresh > 0 {
+                    return Err(TopicError::new(
+                        ResponseError::OutOfOrderSequenceNumber,
+                        "a request mixing retried and new batches of one producer",
+                    ));
+                }
+                return Ok(Appended::Duplicate {
+                    base_offset,
+                    log_start_offset: state.log.log_start_offset(),
+                });
+            }
+            let result = state.log.append(batches, 0, now)?;
+            let mut offset = result.base_offset;
+            for h in headers {
+                if h.producer_id >= 0 {
+                    let last_seq = producer_last_sequence(h);
+                    state.producers.record(
+                        h.producer_id,
+                        h.producer_epoch,
+                        h.base_sequence,
+                        last_seq,
+                        offset,
+                    );
+                }
+                offset += h.last_offset_delta as i64 + 1;
+            }
+            let leo = state.log.log_end_offset();
+            state.log.set_high_watermark(leo);
+            state.log.maybe_flush(now)?;
             result
         };
         self.high_watermark.send_replace(result.last_offset + 1);
-        Ok(result)
+        Ok(Appended::New(result))
     }
 
     pub fn read(
@@ -110,14 +237,14 @@ impl Partition {
         offset: i64,
         max_bytes: u64,
     ) -> storage::Result<(FetchSlice, PartitionOffsets)> {
-        let log = self.log.lock();
-        let hw = log.high_watermark();
-        let slice = log.read(offset, max_bytes, hw)?;
-        Ok((slice, offsets_of(&log)))
+        let state = self.state.lock();
+        let hw = state.log.high_watermark();
+        let slice = state.log.read(offset, max_bytes, hw)?;
+        Ok((slice, offsets_of(&state.log)))
     }
 
     pub fn offsets(&self) -> PartitionOffsets {
-        offsets_of(&self.log.lock())
+        offsets_of(&self.state.lock().log)
     }
 
     pub fn subscribe(&self) -> watch::Receiver<i64> {
@@ -126,11 +253,11 @@ impl Partition {
 
     /// Runs `f` with the log locked (for operations other modules own).
     pub fn with_log<T>(&self, f: impl FnOnce(&mut PartitionLog) -> T) -> T {
-        f(&mut self.log.lock())
+        f(&mut self.state.lock().log)
     }
 
     pub fn size_bytes(&self) -> u64 {
-        self.log.lock().size_bytes()
+        self.state.lock().log.size_bytes()
     }
 }
 
@@ -176,6 +303,8 @@ pub struct TopicManager {
     topics: RwLock<BTreeMap<String, Arc<Topic>>>,
     /// Serialises admin changes so each persisted document is consistent.
     admin: Mutex<()>,
+    /// Producer id blocks; its persisted end is part of the metadata document.
+    producer_ids: Mutex<ProducerIdBlocks>,
 }
 
 fn partition_dir(data_dir: &Path, topic: &str, index: i32) -> PathBuf {
@@ -208,6 +337,7 @@ impl TopicManager {
             broker,
             data_dir: data_dir.to_path_buf(),
             file,
+            producer_ids: Mutex::new(ProducerIdBlocks::resume(doc.producer_id_block_end)),
             cluster_id: doc.cluster_id,
             topics: RwLock::new(topics),
             admin: Mutex::new(()),
@@ -245,16 +375,48 @@ impl TopicManager {
     }
 
     fn persist(&self, topics: &BTreeMap<String, Arc<Topic>>) -> Result<(), TopicError> {
+        let block_end = self.producer_ids.lock().persisted_end();
+        self.save_doc(topics, block_end)
+    }
+
+    fn save_doc(
+        &self,
+        topics: &BTreeMap<String, Arc<Topic>>,
+        producer_id_block_end: i64,
+    ) -> Result<(), TopicError> {
         let doc = MetadataDoc {
             cluster_id: self.cluster_id.clone(),
             topics: topics
                 .iter()
                 .map(|(k, t)| (k.clone(), t.meta.clone()))
                 .collect(),
+            producer_id_block_end,
         };
         self.file
             .save(&doc)
             .map_err(|e| TopicError::new(ResponseError::KafkaStorageError, e.to_string()))
+    }
+
+    /// A new producer id, unique across restarts (InitProducerId).
+    pub fn allocate_producer_id(&self) -> Result<i64, TopicError> {
+        let _guard = self.admin.lock();
+        let mut ids = self.producer_ids.lock();
+        if let Some(end) = ids.needs_new_block() {
+            let topics = self.topics.read().clone();
+            self.save_doc(&topics, end)?;
+            ids.block_persisted(end);
+        }
+        ids.take().ok_or_else(|| {
+            TopicError::new(
+                ResponseError::UnknownServerError,
+                "no producer id available",
+            )
+        })
+    }
+
+    /// Whether `id` was handed out by this broker (now or before a restart).
+    pub fn producer_id_issued(&self, id: i64) -> bool {
+        self.producer_ids.lock().issued(id)
     }
 
     /// Checks a create request without doing it (`validate_only`, and the
@@ -518,7 +680,7 @@ impl TopicManager {
             if let Ok(topic) = Arc::try_unwrap(topic) {
                 for p in topic.partitions {
                     if let Ok(p) = Arc::try_unwrap(p) {
-                        if let Err(e) = p.log.into_inner().close() {
+                        if let Err(e) = p.state.into_inner().log.close() {
                             tracing::error!(error = %e, "closing log failed");
                         }
                     }

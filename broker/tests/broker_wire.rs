@@ -107,6 +107,12 @@ async fn closed(stream: &mut TcpStream) -> bool {
 }
 
 fn batch(values: &[&str]) -> Bytes {
+    idempotent_batch(values, -1, -1, -1)
+}
+
+/// A batch of producer `pid`/`epoch` whose first record has sequence `seq`
+/// (`pid == -1`: a plain, non-idempotent batch).
+fn idempotent_batch(values: &[&str], pid: i64, epoch: i16, seq: i32) -> Bytes {
     let records: Vec<Record> = values
         .iter()
         .enumerate()
@@ -115,13 +121,17 @@ fn batch(values: &[&str]) -> Bytes {
             control: false,
             delete_horizon: false,
             partition_leader_epoch: -1,
-            producer_id: -1,
-            producer_epoch: -1,
+            producer_id: pid,
+            producer_epoch: epoch,
             timestamp_type: TimestampType::Creation,
             offset: i as i64,
-            // offset - sequence must stay constant for one batch; the first
-            // record's -1 keeps the batch's base sequence at "none".
-            sequence: i as i32 - 1,
+            // offset - sequence must stay constant for one batch; for plain
+            // batches the first record's -1 keeps the base sequence "none".
+            sequence: if pid < 0 {
+                i as i32 - 1
+            } else {
+                seq + i as i32
+            },
             timestamp: 1_700_000_000_000 + i as i64,
             key: Some(Bytes::from(format!("k{i}"))),
             value: Some(Bytes::from(v.to_string())),
@@ -153,6 +163,16 @@ async fn produce(stream: &mut TcpStream, topic: &str, records: Bytes) -> (i16, i
     let resp: ProduceResponse = call(stream, ApiKey::Produce, 9, &req).await;
     let p = &resp.responses[0].partition_responses[0];
     (p.error_code, p.base_offset)
+}
+
+/// Creates `topic` through Metadata auto-creation.
+async fn ensure_topic(stream: &mut TcpStream, topic: &str) {
+    let req = MetadataRequest::default()
+        .with_allow_auto_topic_creation(true)
+        .with_topics(Some(vec![MetadataRequestTopic::default()
+            .with_name(Some(TopicName(StrBytes::from_string(topic.into()))))]));
+    let meta: MetadataResponse = call(stream, ApiKey::Metadata, 12, &req).await;
+    assert_eq!(meta.topics[0].error_code, 0);
 }
 
 async fn fetch_values(
@@ -212,8 +232,8 @@ async fn produce_fetch_restart_and_version_negotiation() {
         versions
             .api_keys
             .iter()
-            .all(|k| k.api_key != ApiKey::InitProducerId as i16),
-        "not implemented, not advertised"
+            .all(|k| k.api_key != ApiKey::EndTxn as i16),
+        "transactions are not implemented, so not advertised"
     );
 
     let meta: MetadataResponse = call(
@@ -357,6 +377,127 @@ async fn bad_frames_close_only_their_connection() {
             .0,
         3,
         "unknown topic on produce"
+    );
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotent_producer_retries_are_not_duplicated_even_after_restart() {
+    use kafka_protocol::messages::{
+        InitProducerIdRequest, InitProducerIdResponse, TransactionalId,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start(dir.path(), &[]).await;
+    let mut s = TcpStream::connect(broker.addrs.kafka).await.unwrap();
+    let init: InitProducerIdResponse = call(
+        &mut s,
+        ApiKey::InitProducerId,
+        4,
+        &InitProducerIdRequest::default()
+            .with_transactional_id(None)
+            .with_transaction_timeout_ms(60_000),
+    )
+    .await;
+    assert_eq!(init.error_code, 0);
+    let (pid, epoch) = (init.producer_id.0, init.producer_epoch);
+    assert!(pid >= 0);
+    assert_eq!(epoch, 0);
+    let other: InitProducerIdResponse = call(
+        &mut s,
+        ApiKey::InitProducerId,
+        4,
+        &InitProducerIdRequest::default().with_transactional_id(None),
+    )
+    .await;
+    assert_ne!(other.producer_id.0, pid, "ids are unique");
+    let txn: InitProducerIdResponse = call(
+        &mut s,
+        ApiKey::InitProducerId,
+        4,
+        &InitProducerIdRequest::default()
+            .with_transactional_id(Some(TransactionalId(StrBytes::from_static_str("tx")))),
+    )
+    .await;
+    assert_eq!(
+        txn.error_code, 35,
+        "transactions are refused until implemented"
+    );
+
+    ensure_topic(&mut s, "idem").await;
+    assert_eq!(
+        produce(&mut s, "idem", idempotent_batch(&["a", "b"], pid, epoch, 0)).await,
+        (0, 0)
+    );
+    assert_eq!(
+        produce(&mut s, "idem", idempotent_batch(&["c"], pid, epoch, 2)).await,
+        (0, 2)
+    );
+    // A retry of the first batch: acknowledged with its original offset, not appended.
+    assert_eq!(
+        produce(&mut s, "idem", idempotent_batch(&["a", "b"], pid, epoch, 0)).await,
+        (0, 0)
+    );
+    // A gap in the sequence.
+    assert_eq!(
+        produce(&mut s, "idem", idempotent_batch(&["z"], pid, epoch, 9))
+            .await
+            .0,
+        45
+    );
+    // An older epoch is fenced.
+    let bumped: InitProducerIdResponse = call(
+        &mut s,
+        ApiKey::InitProducerId,
+        4,
+        &InitProducerIdRequest::default()
+            .with_transactional_id(None)
+            .with_producer_id(kafka_protocol::messages::ProducerId(pid))
+            .with_producer_epoch(epoch),
+    )
+    .await;
+    assert_eq!((bumped.producer_id.0, bumped.producer_epoch), (pid, 1));
+    assert_eq!(
+        produce(&mut s, "idem", idempotent_batch(&["d"], pid, 1, 0)).await,
+        (0, 3)
+    );
+    assert_eq!(
+        produce(&mut s, "idem", idempotent_batch(&["e"], pid, 0, 3))
+            .await
+            .0,
+        47
+    );
+
+    drop(s);
+    broker.stop().await;
+    let broker = start(dir.path(), &[]).await;
+    let mut s = TcpStream::connect(broker.addrs.kafka).await.unwrap();
+    // The producer state is rebuilt from the log: the retry is still a duplicate.
+    assert_eq!(
+        produce(&mut s, "idem", idempotent_batch(&["d"], pid, 1, 0)).await,
+        (0, 3)
+    );
+    assert_eq!(
+        produce(&mut s, "idem", idempotent_batch(&["f"], pid, 1, 1)).await,
+        (0, 4)
+    );
+    let values: Vec<String> = fetch_values(&mut s, "idem", 0, 12)
+        .await
+        .into_iter()
+        .map(|(_, v)| v)
+        .collect();
+    assert_eq!(values, ["a", "b", "c", "d", "f"]);
+    let again: InitProducerIdResponse = call(
+        &mut s,
+        ApiKey::InitProducerId,
+        4,
+        &InitProducerIdRequest::default().with_transactional_id(None),
+    )
+    .await;
+    assert!(
+        again.producer_id.0 > other.producer_id.0,
+        "ids stay unique across restarts: {} then {}",
+        other.producer_id.0,
+        again.producer_id.0
     );
     broker.stop().await;
 }

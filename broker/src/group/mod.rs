@@ -264,7 +264,8 @@ impl GroupCoordinator {
             },
         )
         .map_err(|e| TopicError::new(ResponseError::UnknownServerError, e.to_string()))?;
-        partition.append(&mut buf)?;
+        let headers = crate::storage::batch::validate_batches(&buf, usize::MAX)?;
+        partition.append(&mut buf, &headers)?;
         Ok(())
     }
 

@@ -13,6 +13,7 @@ mod groups;
 mod list_offsets;
 mod metadata;
 mod produce;
+mod producers;
 
 use std::sync::Arc;
 
@@ -126,6 +127,9 @@ pub async fn handle(
         RequestKind::AlterConfigs(r) => encode_response(api, version, cid, &configs::alter(b, r)),
         RequestKind::IncrementalAlterConfigs(r) => {
             encode_response(api, version, cid, &configs::incremental_alter(b, r))
+        }
+        RequestKind::InitProducerId(r) => {
+            encode_response(api, version, cid, &producers::init_producer_id(b, r))
         }
         RequestKind::FindCoordinator(r) => {
             encode_response(api, version, cid, &groups::find_coordinator(b, r, version))

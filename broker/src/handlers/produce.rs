@@ -13,7 +13,7 @@ use super::str_bytes;
 use crate::broker::Broker;
 use crate::metrics::Metrics;
 use crate::storage::batch;
-use crate::topics::storage_error_code;
+use crate::topics::{storage_error_code, Appended};
 
 fn partition_error(index: i32, code: ResponseError, message: String) -> PartitionProduceResponse {
     PartitionProduceResponse::default()
@@ -84,8 +84,21 @@ pub fn handle(broker: &Broker, req: ProduceRequest, _version: i16) -> Option<Pro
                 }
             };
             let mut buf = records.to_vec();
-            match partition.append(&mut buf) {
-                Ok(r) => {
+            match partition.append(&mut buf, &headers) {
+                Ok(Appended::Duplicate {
+                    base_offset,
+                    log_start_offset,
+                }) => {
+                    tracing::debug!(topic = %name, partition = index, base_offset, "duplicate idempotent batch");
+                    partition_responses.push(
+                        PartitionProduceResponse::default()
+                            .with_index(index)
+                            .with_base_offset(base_offset)
+                            .with_log_append_time_ms(-1)
+                            .with_log_start_offset(log_start_offset),
+                    );
+                }
+                Ok(Appended::New(r)) => {
                     let label = Metrics::topic(&name);
                     broker
                         .metrics
@@ -107,12 +120,12 @@ pub fn handle(broker: &Broker, req: ProduceRequest, _version: i16) -> Option<Pro
                     );
                 }
                 Err(e) => {
-                    tracing::warn!(topic = %name, partition = index, error = %e, "append failed");
-                    partition_responses.push(partition_error(
-                        index,
-                        storage_error_code(&e),
-                        e.to_string(),
-                    ));
+                    if e.code == ResponseError::KafkaStorageError {
+                        tracing::warn!(topic = %name, partition = index, error = %e, "append failed");
+                    } else {
+                        tracing::debug!(topic = %name, partition = index, error = %e, "append refused");
+                    }
+                    partition_responses.push(partition_error(index, e.code, e.message));
                 }
             }
         }

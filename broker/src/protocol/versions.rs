@@ -30,6 +30,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeGroups, 0, 5),
     (ApiKey::ListGroups, 0, 4),
     (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::InitProducerId, 0, 4),
 ];
 
 /// The supported range of `api`, if it is implemented at all.

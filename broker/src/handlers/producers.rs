@@ -1,0 +1,39 @@
+//! InitProducerId for idempotent producers: a new producer id with epoch 0,
+//! or (v3+, KIP-360) the same id with its epoch bumped when the producer
+//! asks to recover from a sequence error.
+//!
+//! Transactional producers (a non-null `transactional_id`) are refused with
+//! UNSUPPORTED_VERSION until transactions exist, so clients fail fast with
+//! "the broker does not support transactions" instead of retrying.
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
+
+use crate::broker::Broker;
+
+pub fn init_producer_id(broker: &Broker, req: InitProducerIdRequest) -> InitProducerIdResponse {
+    let resp = InitProducerIdResponse::default()
+        .with_producer_id(ProducerId(-1))
+        .with_producer_epoch(-1);
+    match &req.transactional_id {
+        None => {}
+        Some(id) if id.0.is_empty() => {
+            return resp.with_error_code(ResponseError::InvalidRequest.code())
+        }
+        Some(_) => return resp.with_error_code(ResponseError::UnsupportedVersion.code()),
+    }
+    let pid = req.producer_id.0;
+    let epoch = req.producer_epoch;
+    if pid >= 0 && epoch >= 0 && broker.topics.producer_id_issued(pid) && epoch < i16::MAX - 1 {
+        return resp
+            .with_producer_id(ProducerId(pid))
+            .with_producer_epoch(epoch + 1);
+    }
+    match broker.topics.allocate_producer_id() {
+        Ok(id) => resp.with_producer_id(ProducerId(id)).with_producer_epoch(0),
+        Err(e) => {
+            tracing::warn!(error = %e, "allocating a producer id failed");
+            resp.with_error_code(e.code.code())
+        }
+    }
+}

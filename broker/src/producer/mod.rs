@@ -1,0 +1,10 @@
+//! Idempotent producers: producer ids and, per partition, the sequence
+//! state that turns retried batches into duplicates instead of copies.
+//!
+//! [`state`] is the pure per-partition bookkeeping; [`ids`] hands out
+//! producer ids that stay unique across restarts. Partitions own their
+//! [`state::ProducerStates`] next to their log (see `topics`), so the check
+//! and the append happen under one lock.
+
+pub mod ids;
+pub mod state;

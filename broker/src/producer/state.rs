@@ -1,0 +1,244 @@
+//! Per-partition producer sequence state, as Kafka keeps it: for each
+//! producer id the current epoch and the metadata of its last five
+//! batches. Pure logic; the partition calls it under its lock.
+
+use std::collections::{HashMap, VecDeque};
+
+use kafka_protocol::error::ResponseError;
+
+use crate::storage::batch::BatchHeader;
+
+/// How many recent batches per producer are remembered for duplicate
+/// detection (the producer's `max.in.flight.requests.per.connection` limit).
+pub const BATCHES_PER_PRODUCER: usize = 5;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct BatchMeta {
+    first_seq: i32,
+    last_seq: i32,
+    first_offset: i64,
+}
+
+#[derive(Debug, Clone, Default)]
+struct ProducerEntry {
+    epoch: i16,
+    batches: VecDeque<BatchMeta>,
+}
+
+/// What to do with an idempotent batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SeqCheck {
+    Append,
+    /// Already in the log: answer with its first offset, append nothing.
+    Duplicate {
+        first_offset: i64,
+    },
+    Reject(ResponseError),
+}
+
+/// The sequence numbers a batch covers.
+pub fn last_sequence(h: &BatchHeader) -> i32 {
+    // Sequences wrap from i32::MAX to 0, as in Kafka.
+    let next = h.base_sequence as i64 + h.last_offset_delta as i64;
+    if next > i32::MAX as i64 {
+        (next - i32::MAX as i64 - 1) as i32
+    } else {
+        next as i32
+    }
+}
+
+fn next_sequence(seq: i32) -> i32 {
+    if seq == i32::MAX {
+        0
+    } else {
+        seq + 1
+    }
+}
+
+/// The producer state of one partition.
+#[derive(Debug, Clone, Default)]
+pub struct ProducerStates {
+    producers: HashMap<i64, ProducerEntry>,
+}
+
+impl ProducerStates {
+    /// Decides about a batch of producer `pid` with `epoch` covering
+    /// sequences `first_seq..=last_seq`.
+    pub fn check(&self, pid: i64, epoch: i16, first_seq: i32, last_seq: i32) -> SeqCheck {
+        if first_seq < 0 {
+            return SeqCheck::Reject(ResponseError::InvalidRecord);
+        }
+        let Some(entry) = self.producers.get(&pid) else {
+            return if first_seq == 0 {
+                SeqCheck::Append
+            } else {
+                // State lost (e.g. retention removed the producer's batches):
+                // the client resets its sequence under a bumped epoch.
+                SeqCheck::Reject(ResponseError::UnknownProducerId)
+            };
+        };
+        if epoch < entry.epoch {
+            return SeqCheck::Reject(ResponseError::InvalidProducerEpoch);
+        }
+        if epoch > entry.epoch {
+            return if first_seq == 0 {
+                SeqCheck::Append
+            } else {
+                SeqCheck::Reject(ResponseError::OutOfOrderSequenceNumber)
+            };
+        }
+        if let Some(b) = entry
+            .batches
+            .iter()
+            .find(|b| b.first_seq == first_seq && b.last_seq == last_seq)
+        {
+            return SeqCheck::Duplicate {
+                first_offset: b.first_offset,
+            };
+        }
+        match entry.batches.back() {
+            Some(last) if first_seq == next_sequence(last.last_seq) => SeqCheck::Append,
+            None if first_seq == 0 => SeqCheck::Append,
+            _ => SeqCheck::Reject(ResponseError::OutOfOrderSequenceNumber),
+        }
+    }
+
+    /// Remembers an appended (or replayed) batch.
+    pub fn record(
+        &mut self,
+        pid: i64,
+        epoch: i16,
+        first_seq: i32,
+        last_seq: i32,
+        first_offset: i64,
+    ) {
+        let entry = self.producers.entry(pid).or_default();
+        if epoch != entry.epoch {
+            entry.epoch = epoch;
+            entry.batches.clear();
+        }
+        entry.batches.push_back(BatchMeta {
+            first_seq,
+            last_seq,
+            first_offset,
+        });
+        while entry.batches.len() > BATCHES_PER_PRODUCER {
+            entry.batches.pop_front();
+        }
+    }
+
+    /// Replays a batch found in the log while rebuilding the state.
+    pub fn replay(&mut self, h: &BatchHeader) {
+        if h.producer_id >= 0 && h.base_sequence >= 0 && !h.is_control() {
+            self.record(
+                h.producer_id,
+                h.producer_epoch,
+                h.base_sequence,
+                last_sequence(h),
+                h.base_offset,
+            );
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.producers.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.producers.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn in_order_batches_append_and_retries_are_duplicates() {
+        let mut s = ProducerStates::default();
+        assert_eq!(s.check(7, 0, 0, 4), SeqCheck::Append);
+        s.record(7, 0, 0, 4, 100);
+        assert_eq!(s.check(7, 0, 5, 9), SeqCheck::Append);
+        s.record(7, 0, 5, 9, 105);
+        assert_eq!(
+            s.check(7, 0, 0, 4),
+            SeqCheck::Duplicate { first_offset: 100 }
+        );
+        assert_eq!(
+            s.check(7, 0, 5, 9),
+            SeqCheck::Duplicate { first_offset: 105 }
+        );
+        assert_eq!(
+            s.check(7, 0, 11, 12),
+            SeqCheck::Reject(ResponseError::OutOfOrderSequenceNumber)
+        );
+        assert_eq!(s.check(7, 0, 10, 12), SeqCheck::Append);
+    }
+
+    #[test]
+    fn epochs_fence_and_reset_sequences() {
+        let mut s = ProducerStates::default();
+        s.record(7, 3, 0, 0, 0);
+        assert_eq!(
+            s.check(7, 2, 1, 1),
+            SeqCheck::Reject(ResponseError::InvalidProducerEpoch)
+        );
+        assert_eq!(
+            s.check(7, 4, 5, 5),
+            SeqCheck::Reject(ResponseError::OutOfOrderSequenceNumber)
+        );
+        assert_eq!(s.check(7, 4, 0, 0), SeqCheck::Append);
+        s.record(7, 4, 0, 0, 1);
+        assert_eq!(s.check(7, 4, 0, 0), SeqCheck::Duplicate { first_offset: 1 });
+    }
+
+    #[test]
+    fn unknown_producers_must_start_at_zero() {
+        let s = ProducerStates::default();
+        assert_eq!(s.check(9, 0, 0, 3), SeqCheck::Append);
+        assert_eq!(
+            s.check(9, 0, 4, 5),
+            SeqCheck::Reject(ResponseError::UnknownProducerId)
+        );
+        assert_eq!(
+            s.check(9, 0, -1, 0),
+            SeqCheck::Reject(ResponseError::InvalidRecord)
+        );
+    }
+
+    #[test]
+    fn only_the_last_five_batches_are_remembered() {
+        let mut s = ProducerStates::default();
+        for i in 0..7 {
+            s.record(1, 0, i, i, i as i64);
+        }
+        assert_eq!(s.check(1, 0, 6, 6), SeqCheck::Duplicate { first_offset: 6 });
+        assert_eq!(s.check(1, 0, 2, 2), SeqCheck::Duplicate { first_offset: 2 });
+        assert_eq!(
+            s.check(1, 0, 1, 1),
+            SeqCheck::Reject(ResponseError::OutOfOrderSequenceNumber)
+        );
+    }
+
+    #[test]
+    fn sequences_wrap_at_int_max() {
+        let mut s = ProducerStates::default();
+        s.record(1, 0, i32::MAX - 1, i32::MAX, 0);
+        assert_eq!(s.check(1, 0, 0, 3), SeqCheck::Append);
+        let h = BatchHeader {
+            base_offset: 0,
+            batch_length: 0,
+            partition_leader_epoch: 0,
+            magic: 2,
+            crc: 0,
+            attributes: 0,
+            last_offset_delta: 3,
+            base_timestamp: 0,
+            max_timestamp: 0,
+            producer_id: 1,
+            producer_epoch: 0,
+            base_sequence: i32::MAX - 1,
+            records_count: 4,
+        };
+        assert_eq!(last_sequence(&h), 1);
+    }
+}
