@@ -1,0 +1,104 @@
+{{/* Chart name, overridable. */}}
+{{- define "moldau.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Full name of the operator's objects: <release>-moldau, or the release name when it already contains the chart name. */}}
+{{- define "moldau.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "moldau.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels on every object of the chart. */}}
+{{- define "moldau.labels" -}}
+helm.sh/chart: {{ include "moldau.chart" . }}
+{{ include "moldau.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: moldau
+{{- end }}
+
+{{/* Selector labels of the operator pods. */}}
+{{- define "moldau.selectorLabels" -}}
+app.kubernetes.io/name: moldau-operator
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "moldau.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "moldau.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The operator image reference. */}}
+{{- define "moldau.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/*
+RBAC rules of the operator for the namespaces it manages. Least privilege,
+from what the operator really does (operator/src):
+- KafkaClusters/KafkaTopics: watch, finalizers (patch), status (patch);
+  finalizers subresource for ownerReferences with blockOwnerDeletion;
+- children applied server-side (create + patch), the ones it watches also
+  get/list/watch; broker pods deleted one at a time by the rolling restart;
+- leases and configmaps with every verb the brokers' Role grants: RBAC lets
+  the operator create that Role (and bind it) only if it holds the same rights;
+- events.k8s.io Events (kube-runtime Recorder: create + patch).
+*/}}
+{{- define "moldau.operatorRules" -}}
+- apiGroups: [moldau.io]
+  resources: [kafkaclusters, kafkatopics]
+  verbs: [get, list, watch, patch, update]
+- apiGroups: [moldau.io]
+  resources: [kafkaclusters/status, kafkatopics/status]
+  verbs: [get, patch, update]
+- apiGroups: [moldau.io]
+  resources: [kafkaclusters/finalizers, kafkatopics/finalizers]
+  verbs: [update]
+- apiGroups: [apps]
+  resources: [statefulsets]
+  verbs: [get, list, watch, create, patch]
+- apiGroups: [""]
+  resources: [services]
+  verbs: [get, list, watch, create, patch]
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch, delete]
+- apiGroups: [""]
+  resources: [serviceaccounts]
+  verbs: [get, create, patch]
+- apiGroups: [rbac.authorization.k8s.io]
+  resources: [roles, rolebindings]
+  verbs: [get, create, patch]
+- apiGroups: [policy]
+  resources: [poddisruptionbudgets]
+  verbs: [get, create, patch]
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get, list, watch, create, update, patch, delete]
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  verbs: [get, list, watch, create, update, patch, delete]
+- apiGroups: [events.k8s.io]
+  resources: [events]
+  verbs: [create, patch]
+{{- end }}
