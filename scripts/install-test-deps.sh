@@ -63,4 +63,21 @@ fi
 log "Apache Kafka reference broker jars"
 "$repo/e2e/clients/kafka-dist/fetch-jars.sh"
 
+# --- 4. Packaging (owner: packaging, e2e/tests/packaging_images.rs) -----------------
+# buildah builds the Dockerfile's images without a daemon (--isolation chroot,
+# vfs storage); debootstrap can make a Debian minbase runtime base locally.
+pkg_missing=()
+have_pkg buildah || pkg_missing+=(buildah)
+have_pkg debootstrap || pkg_missing+=(debootstrap)
+if [ ${#pkg_missing[@]} -gt 0 ]; then
+  log "apt-get install ${pkg_missing[*]} (packaging)"
+  SUDO=""
+  [ "$(id -u)" = 0 ] || SUDO="sudo"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${pkg_missing[@]}" >/dev/null \
+    || { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${pkg_missing[@]}" >/dev/null; }
+else
+  log "buildah, debootstrap present"
+fi
+# --- end of packaging block ---------------------------------------------------------
+
 log "done in $((SECONDS - t0))s"
