@@ -360,15 +360,15 @@ pub fn runner_state_dir() -> PathBuf {
 }
 
 fn pid_alive(pid: u32) -> bool {
-    // SAFETY: kill with signal 0 only checks for existence.
-    unsafe { libc::kill(pid as libc::pid_t, 0) == 0 }
+    process_alive(pid)
 }
 
 /// Starts one pod runner for this test process (the first call wins; later
 /// calls return its pid). `images` maps image names (prefix, tag ignored) to
 /// local binaries. The runner watches this process and exits, stopping its
-/// pods, when it is gone. Any pod runner left over from an earlier test
-/// process is stopped first, since they would share the Node.
+/// pods, when it is gone. Runners share the Node, so while another test
+/// process's runner is alive this waits for it to exit
+/// (`MOLDAU_E2E_RUNNER_WAIT` seconds, default 600, then stops it).
 pub fn ensure_pod_runner(exe: &Path, images: &[(&str, &Path)]) -> Result<u32> {
     ensure_control_plane()?;
     POD_RUNNER
@@ -389,11 +389,27 @@ fn start_pod_runner(exe: &Path, images: &[(&str, &Path)]) -> Result<u32> {
                 .and_then(|s| s.trim().parse::<u32>().ok())
                 .unwrap_or(0);
             if pid > 1 && pid_alive(pid) {
-                // SAFETY: plain signal to a process we recorded.
-                unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+                // Another test process is using the Node: wait for it to
+                // finish (its runner exits with it), then take over.
+                let wait = std::env::var("MOLDAU_E2E_RUNNER_WAIT")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(600);
+                eprintln!(
+                    "moldau-e2e: pod runner {pid} of another test process is running; \
+                     waiting up to {wait}s for it to exit"
+                );
                 let t = Instant::now();
-                while pid_alive(pid) && t.elapsed() < Duration::from_secs(20) {
-                    std::thread::sleep(Duration::from_millis(100));
+                while pid_alive(pid) && t.elapsed() < Duration::from_secs(wait) {
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                if pid_alive(pid) {
+                    // SAFETY: plain signal to a process we recorded.
+                    unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+                    let t = Instant::now();
+                    while pid_alive(pid) && t.elapsed() < Duration::from_secs(20) {
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
                 }
             }
             let _ = std::fs::remove_file(entry.path());
@@ -432,16 +448,20 @@ fn start_pod_runner(exe: &Path, images: &[(&str, &Path)]) -> Result<u32> {
             "node",
             NODE_NAME,
             "-o",
-            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status} {.spec.taints[*].key}",
         ])?;
-        if out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "True" {
+        // Ready, and the controller-manager has lifted the not-ready /
+        // unreachable taints a previous runner's exit left (else new pods
+        // wait for the scheduler's back-off).
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if out.status.success() && text.trim() == "True" {
             return Ok(pid);
         }
         if let Some(status) = child.try_wait()? {
             bail!("pod runner exited ({status}); see {}", logs.display());
         }
         if Instant::now() > deadline {
-            bail!("node {NODE_NAME} not Ready after 60s");
+            bail!("node {NODE_NAME} not Ready and untainted after 60s: {text}");
         }
         std::thread::sleep(Duration::from_millis(200));
     }
