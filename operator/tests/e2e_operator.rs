@@ -661,3 +661,105 @@ async fn operator_runs_with_only_its_clusterrole() -> Result<()> {
     let _ = std::fs::remove_file(&kubeconfig);
     Ok(())
 }
+
+// Ignored until the pod runner stops writing a replaced pod's status into its
+// successor (same name, new uid): the strategic-merge status patch then holds
+// two podIPs, every later status update is rejected and the new pod never
+// turns Ready. Run with `cargo test -p moldau-operator --test e2e_operator -- --ignored`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "pod runner race on recreated StatefulSet pods (status of the old uid patched into the new pod)"]
+async fn scale_then_roll_one_broker_at_a_time() -> Result<()> {
+    if !enabled() {
+        return Ok(());
+    }
+    apply_crds()?;
+    pod_runner()?;
+    let ns = TestNamespace::new("op-roll").await?;
+    let _op = Operator::start(&ns.name, "op-roll")?;
+    let clusters: Api<KafkaCluster> = ns.api();
+    let pods: Api<Pod> = ns.api();
+    let kc: KafkaCluster = serde_json::from_value(json!({
+        "apiVersion": "moldau.io/v1alpha1",
+        "kind": "KafkaCluster",
+        "metadata": {"name": "roll"},
+        "spec": {"replicas": 2, "image": "moldau/broker:e2e", "storage": {"size": "1Gi", "deleteClaim": true}},
+    }))?;
+    clusters.create(&PostParams::default(), &kc).await?;
+    cluster_condition(&clusters, "roll", "Ready", "True").await?;
+
+    // The scale subresource drives spec.replicas.
+    ns.kubectl_ok(&["scale", "kafkacluster/roll", "--replicas=3"])?;
+    let kc = cluster_condition(&clusters, "roll", "Ready", "True").await?;
+    assert_eq!(kc.spec.replicas, 3);
+    assert_eq!(kc.status.as_ref().map(|s| s.ready_replicas), Some(3));
+    let scale = ns.kubectl_ok(&[
+        "get",
+        "--raw",
+        &format!(
+            "/apis/moldau.io/v1alpha1/namespaces/{}/kafkaclusters/roll/scale",
+            ns.name
+        ),
+    ])?;
+    let scale: serde_json::Value = serde_json::from_str(&scale)?;
+    assert_eq!(scale["status"]["replicas"], 3);
+    assert!(scale["status"]["selector"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("moldau.io/cluster=roll"));
+    assert!(events_with_reason(&ns, "ClusterScaled").await? >= 1);
+
+    // A config change: pods are replaced highest ordinal first, one at a time.
+    let uid = |p: &Pod| p.metadata.uid.clone().unwrap_or_default();
+    let list = pods
+        .list(&ListParams::default().labels("moldau.io/cluster=roll"))
+        .await?;
+    let original: BTreeMap<String, String> = list
+        .items
+        .iter()
+        .map(|p| (p.metadata.name.clone().unwrap_or_default(), uid(p)))
+        .collect();
+    clusters
+        .patch(
+            "roll",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"config": {"log.retention.ms": "7200000"}}})),
+        )
+        .await?;
+    let mut order: Vec<String> = Vec::new();
+    let mut max_unavailable = 0;
+    let deadline = std::time::Instant::now() + LONG;
+    loop {
+        let list = pods
+            .list(&ListParams::default().labels("moldau.io/cluster=roll"))
+            .await?;
+        let ready = list
+            .items
+            .iter()
+            .filter(|p| pod_is_ready(p) && p.metadata.deletion_timestamp.is_none())
+            .count();
+        max_unavailable = max_unavailable.max(3 - ready.min(3));
+        for p in &list.items {
+            let name = p.metadata.name.clone().unwrap_or_default();
+            if original.get(&name) != Some(&uid(p)) && !order.contains(&name) {
+                order.push(name);
+            }
+        }
+        let replaced_and_ready = order.len() == 3 && ready == 3;
+        if replaced_and_ready {
+            break;
+        }
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "rolling restart incomplete: replaced {order:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(order, vec!["roll-2", "roll-1", "roll-0"]);
+    assert!(
+        max_unavailable <= 1,
+        "{max_unavailable} brokers were unavailable at once"
+    );
+    cluster_condition(&clusters, "roll", "Ready", "True").await?;
+    assert!(events_with_reason(&ns, "RollingRestart").await? >= 1);
+    Ok(())
+}

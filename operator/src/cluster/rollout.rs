@@ -3,9 +3,9 @@
 //! template revision.
 //!
 //! Policy: one pod at a time, highest ordinal first, and only when every other
-//! pod is Ready. An outdated pod that is already not Ready may be replaced
-//! first (it is not serving, so replacing it costs no availability and may be
-//! the fix). Owns only the decision; deleting is the controller's job.
+//! pod exists and is Ready, so at most one broker is ever down. An outdated pod
+//! that is the only one not Ready is replaced first (it is not serving, so
+//! replacing it costs no availability, and the new template may be the fix). Owns only the decision; deleting is the controller's job.
 
 /// What the planner knows about one broker pod.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -55,17 +55,20 @@ pub fn next_step(desired: i32, update_revision: Option<&str>, pods: &[PodState])
     if let Some(p) = pods.iter().find(|p| p.terminating) {
         return RolloutStep::Wait(format!("pod {} is terminating", p.name));
     }
-    if let Some(p) = pods.iter().find(|p| !p.ready && outdated(p)) {
-        return RolloutStep::Delete {
-            name: p.name.clone(),
-            ordinal: p.ordinal,
-        };
-    }
-    if let Some(p) = pods.iter().find(|p| !p.ready) {
-        return RolloutStep::Wait(format!("pod {} is not ready", p.name));
-    }
     if (pods.len() as i32) < desired {
         return RolloutStep::Wait(format!("{} of {} pods exist", pods.len(), desired));
+    }
+    let not_ready: Vec<&PodState> = pods.iter().copied().filter(|p| !p.ready).collect();
+    match not_ready[..] {
+        [] => {}
+        // The only unavailable broker may be replaced: at most one stays down.
+        [p] if outdated(p) => {
+            return RolloutStep::Delete {
+                name: p.name.clone(),
+                ordinal: p.ordinal,
+            };
+        }
+        [p, ..] => return RolloutStep::Wait(format!("pod {} is not ready", p.name)),
     }
     match pods.iter().find(|p| outdated(p)) {
         Some(p) => RolloutStep::Delete {
@@ -163,6 +166,21 @@ mod tests {
                 ordinal: 0
             }
         );
+    }
+
+    #[test]
+    fn never_a_second_broker_down() {
+        // demo-1 was just replaced and is starting; demo-0 flaps not-ready.
+        let pods = [pod(0, "r1", false), pod(1, "r2", false), pod(2, "r2", true)];
+        assert!(matches!(
+            next_step(3, Some("r2"), &pods),
+            RolloutStep::Wait(_)
+        ));
+        let pods = [pod(0, "r1", false), pod(1, "r1", false), pod(2, "r1", true)];
+        assert!(matches!(
+            next_step(3, Some("r2"), &pods),
+            RolloutStep::Wait(_)
+        ));
     }
 
     #[test]
