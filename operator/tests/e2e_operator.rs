@@ -639,6 +639,31 @@ async fn operator_runs_with_only_its_clusterrole() -> Result<()> {
     }))?;
     clusters.create(&pp, &kc).await?;
     cluster_condition(&clusters, "rb", "Ready", "True").await?;
+
+    // The scale subresource drives spec.replicas and reports status.replicas
+    // and the pod selector.
+    ns.kubectl_ok(&["scale", "kafkacluster/rb", "--replicas=2"])?;
+    wait_for(LONG, "rb scaled to 2 Ready brokers", || async {
+        let kc = clusters.get("rb").await?;
+        Ok((kc.status.as_ref().map(|s| s.ready_replicas) == Some(2)).then_some(()))
+    })
+    .await?;
+    let scale = ns.kubectl_ok(&[
+        "get",
+        "--raw",
+        &format!(
+            "/apis/moldau.io/v1alpha1/namespaces/{}/kafkaclusters/rb/scale",
+            ns.name
+        ),
+    ])?;
+    let scale: serde_json::Value = serde_json::from_str(&scale)?;
+    assert_eq!(scale["spec"]["replicas"], 2);
+    assert_eq!(scale["status"]["replicas"], 2);
+    assert!(scale["status"]["selector"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("moldau.io/cluster=rb"));
+    assert!(events_with_reason(&ns, "ClusterScaled").await? >= 1);
     topics
         .create(&pp, &topic("events", "rb", 1, 1, json!({}))?)
         .await?;
