@@ -16,7 +16,7 @@
 # --storage-root DIR: buildah storage in DIR instead of the default (tests).
 #
 # Images: moldau/broker:TAG and moldau/operator:TAG (default TAG: dev). Prints
-# "image NAME SIZE_BYTES" per image at the end. Needs buildah (root here:
+# "image NAME UNCOMPRESSED_BYTES COMPRESSED_BYTES" per image at the end. Needs buildah (root here:
 # --isolation chroot --storage-driver vfs, so no daemon and no overlay mounts).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -105,11 +105,17 @@ for t in $targets; do
     -f "$repo/Dockerfile" --target "$t" -t "moldau/$t:$tag" "${build_args[@]}" "$context" >&2
 done
 
+# Sizes: uncompressed (the image's root filesystem) and compressed (the
+# gzip layers of an OCI archive, what a registry stores and nodes pull).
 for t in $targets; do
-  size="$("${bah[@]}" inspect --type image --format '{{.ImageSize}}' "moldau/$t:$tag" 2>/dev/null || true)"
-  if [ -z "$size" ] || [ "$size" = "<no value>" ]; then
-    size="$("${bah[@]}" images --json "moldau/$t:$tag" | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["size"])')"
-  fi
-  echo "image moldau/$t:$tag $size"
+  ctr="$("${bah[@]}" from --pull-never "moldau/$t:$tag")"
+  mnt="$("${bah[@]}" mount "$ctr")"
+  raw="$(du -sb "$mnt" | cut -f1)"
+  "${bah[@]}" umount "$ctr" >/dev/null
+  "${bah[@]}" rm "$ctr" >/dev/null
+  "${bah[@]}" push --quiet "moldau/$t:$tag" "oci-archive:$work/$t.tar" >/dev/null
+  gz="$(stat -c %s "$work/$t.tar")"
+  rm -f "$work/$t.tar"
+  echo "image moldau/$t:$tag $raw $gz"
 done
 log "done"
