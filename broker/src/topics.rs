@@ -284,6 +284,14 @@ pub struct Topic {
     pub partitions: Vec<Arc<Partition>>,
 }
 
+impl Topic {
+    /// The partition with this index, if the topic has it (any `i32` from
+    /// the wire is fine, negative ones included).
+    pub fn partition(&self, index: i32) -> Option<&Arc<Partition>> {
+        usize::try_from(index).ok().and_then(|i| self.partitions.get(i))
+    }
+}
+
 /// How an IncrementalAlterConfigs entry changes a config.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AlterOp {
@@ -364,10 +372,7 @@ impl TopicManager {
     }
 
     pub fn partition(&self, topic: &str, index: i32) -> Option<Arc<Partition>> {
-        let t = self.get(topic)?;
-        usize::try_from(index)
-            .ok()
-            .and_then(|i| t.partitions.get(i).cloned())
+        self.get(topic)?.partition(index).cloned()
     }
 
     pub fn all(&self) -> Vec<Arc<Topic>> {

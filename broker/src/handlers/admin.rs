@@ -259,11 +259,9 @@ pub fn delete_records(broker: &Broker, req: DeleteRecordsRequest) -> DeleteRecor
                 .map(|p| {
                     let entry = DeleteRecordsPartitionResult::default()
                         .with_partition_index(p.partition_index);
-                    let Some(partition) = topic.as_ref().and_then(|t| {
-                        usize::try_from(p.partition_index)
-                            .ok()
-                            .and_then(|i| t.partitions.get(i))
-                    }) else {
+                    let Some(partition) =
+                        topic.as_ref().and_then(|t| t.partition(p.partition_index))
+                    else {
                         return entry
                             .with_low_watermark(-1)
                             .with_error_code(ResponseError::UnknownTopicOrPartition.code());

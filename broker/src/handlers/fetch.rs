@@ -42,11 +42,7 @@ fn gather(broker: &Broker, req: &FetchRequest) -> Gathered {
         let topic = broker.topics.get(name);
         let mut partitions = Vec::with_capacity(ft.partitions.len());
         for fp in &ft.partitions {
-            let partition = topic.as_ref().and_then(|t| {
-                usize::try_from(fp.partition)
-                    .ok()
-                    .and_then(|i| t.partitions.get(i))
-            });
+            let partition = topic.as_ref().and_then(|t| t.partition(fp.partition));
             let Some(partition) = partition else {
                 any_error = true;
                 partitions.push(PartitionOut {
@@ -127,11 +123,7 @@ fn watches(broker: &Broker, req: &FetchRequest) -> Vec<watch::Receiver<i64>> {
             ft.partitions.iter().filter_map(move |fp| {
                 topic
                     .as_ref()
-                    .and_then(|t| {
-                        usize::try_from(fp.partition)
-                            .ok()
-                            .and_then(|i| t.partitions.get(i))
-                    })
+                    .and_then(|t| t.partition(fp.partition))
                     .map(|p| p.subscribe())
             })
         })

@@ -242,6 +242,17 @@ fn fetch_group(
     broker.groups.fetch_offsets(group, wanted)
 }
 
+/// Offset, leader epoch and metadata of a committed offset, or Kafka's
+/// "nothing committed" values.
+fn committed_fields(
+    c: Option<crate::group::offsets::CommittedOffset>,
+) -> (i64, i32, Option<StrBytes>) {
+    match c {
+        Some(c) => (c.offset, c.leader_epoch, Some(str_bytes(&c.metadata))),
+        None => (-1, -1, Some(str_bytes(""))),
+    }
+}
+
 pub fn offset_fetch(broker: &Broker, req: OffsetFetchRequest, version: i16) -> OffsetFetchResponse {
     if version >= 8 {
         let groups = req
@@ -262,14 +273,7 @@ pub fn offset_fetch(broker: &Broker, req: OffsetFetchRequest, version: i16) -> O
                                 parts
                                     .into_iter()
                                     .map(|(p, c)| {
-                                        let (offset, epoch, meta) = match c {
-                                            Some(c) => (
-                                                c.offset,
-                                                c.leader_epoch,
-                                                Some(str_bytes(&c.metadata)),
-                                            ),
-                                            None => (-1, -1, Some(str_bytes(""))),
-                                        };
+                                        let (offset, epoch, meta) = committed_fields(c);
                                         OffsetFetchResponsePartitions::default()
                                             .with_partition_index(p)
                                             .with_committed_offset(offset)
@@ -301,10 +305,7 @@ pub fn offset_fetch(broker: &Broker, req: OffsetFetchRequest, version: i16) -> O
                     parts
                         .into_iter()
                         .map(|(p, c)| {
-                            let (offset, epoch, meta) = match c {
-                                Some(c) => (c.offset, c.leader_epoch, Some(str_bytes(&c.metadata))),
-                                None => (-1, -1, Some(str_bytes(""))),
-                            };
+                            let (offset, epoch, meta) = committed_fields(c);
                             OffsetFetchResponsePartition::default()
                                 .with_partition_index(p)
                                 .with_committed_offset(offset)

@@ -30,11 +30,9 @@ pub fn handle(broker: &Broker, req: ListOffsetsRequest, version: i16) -> ListOff
                         .with_timestamp(-1)
                         .with_offset(-1)
                         .with_leader_epoch(if version >= 4 { 0 } else { -1 });
-                    let Some(partition) = topic.as_ref().and_then(|t| {
-                        usize::try_from(p.partition_index)
-                            .ok()
-                            .and_then(|i| t.partitions.get(i))
-                    }) else {
+                    let Some(partition) =
+                        topic.as_ref().and_then(|t| t.partition(p.partition_index))
+                    else {
                         return base
                             .with_error_code(ResponseError::UnknownTopicOrPartition.code())
                             .with_leader_epoch(-1);

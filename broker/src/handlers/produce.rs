@@ -50,11 +50,7 @@ pub fn handle(broker: &Broker, req: ProduceRequest, _version: i16) -> Option<Pro
                 ));
                 continue;
             }
-            let Some(partition) = topic.as_ref().and_then(|t| {
-                usize::try_from(index)
-                    .ok()
-                    .and_then(|i| t.partitions.get(i))
-            }) else {
+            let Some(partition) = topic.as_ref().and_then(|t| t.partition(index)) else {
                 partition_responses.push(partition_error(
                     index,
                     ResponseError::UnknownTopicOrPartition,
