@@ -361,13 +361,11 @@ fn storage_offset_for_timestamp_and_max_timestamp() {
     assert!(log.segment_count() > 2);
     for &(b, l, ts) in &ranges {
         let max = ts + (l - b);
-        assert_eq!(
-            log.offset_for_timestamp(ts).expect("lookup"),
-            Some((b, max))
-        );
+        // The record's own timestamp, not the batch max.
+        assert_eq!(log.offset_for_timestamp(ts).expect("lookup"), Some((b, ts)));
         assert_eq!(
             log.offset_for_timestamp(ts - 500).expect("lookup"),
-            Some((b, max))
+            Some((b, ts))
         );
         // Record-level precision inside an uncompressed batch.
         assert_eq!(
@@ -386,15 +384,16 @@ fn storage_offset_for_timestamp_and_max_timestamp() {
     log.delete_records_before(ranges[20].0 + 1).expect("delete");
     assert_eq!(
         log.offset_for_timestamp(0).expect("lookup"),
-        Some((ranges[20].0 + 1, 20_002))
+        Some((ranges[20].0 + 1, 20_001))
     );
     // Same answers after a clean reopen (time index read back from disk).
     log.close().expect("close");
     let log = PartitionLog::open(dir.path(), config(), NOW).expect("reopen");
     for &(b, l, ts) in &ranges[21..] {
+        assert_eq!(log.offset_for_timestamp(ts).expect("lookup"), Some((b, ts)));
         assert_eq!(
-            log.offset_for_timestamp(ts).expect("lookup"),
-            Some((b, ts + (l - b)))
+            log.offset_for_timestamp(ts + (l - b)).expect("lookup"),
+            Some((l, ts + (l - b)))
         );
     }
     assert_eq!(
@@ -405,28 +404,90 @@ fn storage_offset_for_timestamp_and_max_timestamp() {
 
 #[test]
 fn storage_offset_for_timestamp_with_compressed_batches() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut log = PartitionLog::open(dir.path(), config(), NOW).expect("open");
-    let mut b = batch_with(4, 100, kafka_protocol::records::Compression::Gzip, 50);
-    log.append(&mut b, 0, NOW).expect("append");
-    let mut b = batch_with(4, 200, kafka_protocol::records::Compression::Gzip, 50);
-    log.append(&mut b, 0, NOW).expect("append");
-    // Compressed: batch granularity.
-    assert_eq!(
-        log.offset_for_timestamp(202).expect("lookup"),
-        Some((4, 203))
-    );
-    assert_eq!(
-        log.offset_for_timestamp(150).expect("lookup"),
-        Some((4, 203))
-    );
-    assert_eq!(
-        log.offset_for_timestamp(103).expect("lookup"),
-        Some((0, 103))
-    );
-    let sets = decode(&slice_bytes(&log.read(0, 1 << 20, 8).expect("read")));
-    assert_eq!(sets.len(), 2);
-    assert_eq!(sets[1].records[3].offset, 7);
+    use kafka_protocol::records::Compression;
+    for compression in [
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut log = PartitionLog::open(dir.path(), config(), NOW).expect("open");
+        let mut b = batch_with(4, 100, compression, 50);
+        log.append(&mut b, 0, NOW).expect("append");
+        let mut b = batch_with(4, 200, compression, 50);
+        log.append(&mut b, 0, NOW).expect("append");
+        // Exact to the record, with the record's own timestamp.
+        assert_eq!(
+            log.offset_for_timestamp(202).expect("lookup"),
+            Some((6, 202)),
+            "{compression:?}"
+        );
+        assert_eq!(
+            log.offset_for_timestamp(150).expect("lookup"),
+            Some((4, 200))
+        );
+        assert_eq!(
+            log.offset_for_timestamp(103).expect("lookup"),
+            Some((3, 103))
+        );
+        assert_eq!(
+            log.offset_for_timestamp(101).expect("lookup"),
+            Some((1, 101))
+        );
+        assert_eq!(log.offset_for_timestamp(204).expect("lookup"), None);
+        assert_eq!(log.max_timestamp(), Some((203, 7)));
+        // Records below the log start are skipped inside a compressed batch.
+        log.delete_records_before(2).expect("delete");
+        assert_eq!(log.offset_for_timestamp(0).expect("lookup"), Some((2, 102)));
+        let sets = decode(&slice_bytes(&log.read(2, 1 << 20, 8).expect("read")));
+        assert_eq!(sets.len(), 2);
+        assert_eq!(sets[1].records[3].offset, 7);
+    }
+}
+
+#[test]
+fn storage_max_timestamp_is_the_first_record_with_it() {
+    use kafka_protocol::records::Compression;
+    for compression in [Compression::None, Compression::Gzip, Compression::Zstd] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut log = PartitionLog::open(dir.path(), config(), NOW).expect("open");
+        // Offsets 0..5 with timestamps out of order; the max (900) first at
+        // offset 2 and again at 4; a later batch never exceeds it.
+        let mut b = batch_with_timestamps(&[500, 100, 900, 300, 900, 200], compression);
+        log.append(&mut b, 0, NOW).expect("append");
+        let mut b = batch_with_timestamps(&[800, 900, 850], compression);
+        log.append(&mut b, 0, NOW).expect("append");
+        assert_eq!(log.max_timestamp(), Some((900, 2)), "{compression:?}");
+        // Lookups in offset order: the first record at or after the time.
+        assert_eq!(
+            log.offset_for_timestamp(150).expect("lookup"),
+            Some((0, 500))
+        );
+        assert_eq!(
+            log.offset_for_timestamp(600).expect("lookup"),
+            Some((2, 900))
+        );
+        assert_eq!(
+            log.offset_for_timestamp(850).expect("lookup"),
+            Some((2, 900))
+        );
+        log.delete_records_before(3).expect("delete");
+        assert_eq!(log.max_timestamp(), Some((900, 4)));
+        assert_eq!(
+            log.offset_for_timestamp(850).expect("lookup"),
+            Some((4, 900))
+        );
+        log.delete_records_before(5).expect("delete");
+        assert_eq!(
+            log.offset_for_timestamp(250).expect("lookup"),
+            Some((6, 800))
+        );
+        // Same after a clean reopen (max timestamp from the time index).
+        log.close().expect("close");
+        let log = PartitionLog::open(dir.path(), config(), NOW).expect("reopen");
+        assert_eq!(log.max_timestamp(), Some((900, 7)));
+    }
 }
 
 #[test]
@@ -457,15 +518,30 @@ fn storage_log_append_time_rewrites_and_crc_valid() {
         .records
         .iter()
         .all(|r| r.timestamp_type == kafka_protocol::records::TimestampType::LogAppend));
-    assert_eq!(log.max_timestamp(), Some((NOW + 42, 2)));
+    // Every record carries the batch's LogAppendTime: the first one has it.
+    assert_eq!(log.max_timestamp(), Some((NOW + 42, 0)));
     assert_eq!(
         log.offset_for_timestamp(NOW).expect("lookup"),
         Some((0, NOW + 42))
     );
-    // Recovery accepts the rewritten batch.
+    assert_eq!(log.offset_for_timestamp(NOW + 43).expect("lookup"), None);
+    let mut b = batch_with(3, 5, kafka_protocol::records::Compression::Lz4, 20);
+    log.append(&mut b, 9, NOW + 50).expect("append");
+    assert_eq!(
+        log.offset_for_timestamp(NOW + 43).expect("lookup"),
+        Some((3, NOW + 50))
+    );
+    assert_eq!(log.max_timestamp(), Some((NOW + 50, 3)));
+    log.delete_records_before(4).expect("delete");
+    assert_eq!(
+        log.offset_for_timestamp(0).expect("lookup"),
+        Some((4, NOW + 50))
+    );
+    assert_eq!(log.max_timestamp(), Some((NOW + 50, 4)));
+    // Recovery accepts the rewritten batches.
     drop(log);
     let log = PartitionLog::open(dir.path(), config(), NOW).expect("reopen");
-    assert_eq!(log.log_end_offset(), 3);
+    assert_eq!(log.log_end_offset(), 6);
 }
 
 #[test]

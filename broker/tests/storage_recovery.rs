@@ -211,9 +211,10 @@ fn check_lookups(log: &PartitionLog, ranges: &Ranges) {
             );
         }
         let max = ts + (l - b);
+        assert_eq!(log.offset_for_timestamp(ts).expect("lookup"), Some((b, ts)));
         assert_eq!(
-            log.offset_for_timestamp(ts).expect("lookup"),
-            Some((b, max))
+            log.offset_for_timestamp(max).expect("lookup"),
+            Some((l, max))
         );
     }
     let &(b, l, ts) = ranges.last().expect("last");

@@ -1,10 +1,12 @@
 //! Record batch (format v2, "magic 2") header parsing, validation and the
 //! few in-place rewrites the broker is allowed to make.
 //!
-//! This module owns the byte layout of one batch: it never touches files
-//! and never decompresses records. Every function here accepts untrusted
-//! bytes (produce payloads, possibly corrupt log files) and must not panic:
-//! all reads go through bounds-checked helpers.
+//! This module owns the byte layout of one batch: it never touches files.
+//! Records are decoded (and decompressed) only through `kafka_protocol`'s
+//! `RecordBatchDecoder`, for timestamp lookups, key validation of compacted
+//! topics and the cleaner. Every function here accepts untrusted bytes
+//! (produce payloads, possibly corrupt log files) and must not panic: all
+//! reads go through bounds-checked helpers.
 //!
 //! Layout of a v2 batch (big endian):
 //! baseOffset i64 | batchLength i32 | partitionLeaderEpoch i32 | magic i8 |
@@ -12,6 +14,9 @@
 //! maxTimestamp i64 | producerId i64 | producerEpoch i16 | baseSequence i32 |
 //! recordsCount i32 | records...
 //! The CRC-32C covers everything from `attributes` to the end of the batch.
+
+use bytes::Bytes;
+use kafka_protocol::records::{Record, RecordBatchDecoder};
 
 use super::{Result, StorageError};
 
@@ -328,6 +333,87 @@ pub fn first_record_at_or_after(
     None
 }
 
+/// Decodes the records of the one whole batch held by `batch` (any codec:
+/// gzip, snappy, lz4 and zstd are decompressed). The decoder checks the
+/// CRC again; anything it rejects is `CorruptBatch`.
+pub fn decode_records(batch: &[u8]) -> Result<Vec<Record>> {
+    let header = BatchHeader::parse(batch)?;
+    let whole = batch
+        .get(..header.total_size())
+        .ok_or_else(|| corrupt("batch runs past the end of the buffer"))?;
+    let set = RecordBatchDecoder::decode(&mut Bytes::copy_from_slice(whole))
+        .map_err(|e| corrupt(format!("cannot decode the records: {e}")))?;
+    Ok(set.records)
+}
+
+/// The timestamp a record really carries: the batch max timestamp for
+/// LogAppendTime batches, else its own (CreateTime) timestamp.
+pub fn record_timestamp(header: &BatchHeader, record: &Record) -> i64 {
+    if header.is_log_append_time() {
+        header.max_timestamp
+    } else {
+        record.timestamp
+    }
+}
+
+/// `(offset, timestamp)` of the first record of the whole batch `batch`
+/// whose offset is `>= min_offset` and whose timestamp is `>= timestamp`;
+/// `Ok(None)` when no record qualifies. Exact for every codec and for
+/// LogAppendTime (all records then carry the batch max timestamp).
+/// `CorruptBatch` when the records cannot be decoded.
+pub fn find_record_at_or_after(
+    batch: &[u8],
+    timestamp: i64,
+    min_offset: i64,
+) -> Result<Option<(i64, i64)>> {
+    let header = BatchHeader::parse(batch)?;
+    if header.is_log_append_time() {
+        let qualifies = header.max_timestamp >= timestamp && header.last_offset() >= min_offset;
+        return Ok(qualifies.then(|| (header.base_offset.max(min_offset), header.max_timestamp)));
+    }
+    if header.compression() == 0 {
+        let min_delta =
+            i32::try_from(min_offset.saturating_sub(header.base_offset).max(0)).unwrap_or(i32::MAX);
+        if let Some((delta, ts)) = first_record_at_or_after(batch, timestamp, min_delta) {
+            return Ok(Some((header.base_offset + i64::from(delta), ts)));
+        }
+        // Nothing found by the fast walk: the decoder below tells "no
+        // record qualifies" from "records do not parse".
+    }
+    Ok(decode_records(batch)?
+        .iter()
+        .map(|r| (r.offset, record_timestamp(&header, r)))
+        .find(|&(o, ts)| o >= min_offset && ts >= timestamp))
+}
+
+/// Checks that every record of every batch of a produce payload (already
+/// validated by [`validate_batches`]) has a key, as compacted topics
+/// require (Kafka answers `INVALID_RECORD` otherwise). Control batches
+/// (transaction markers) are exempt. Records that cannot be decoded are
+/// `CorruptBatch`; a record without a key is [`StorageError::InvalidRecord`].
+pub fn validate_keys_for_compaction(buf: &[u8]) -> Result<()> {
+    let mut pos = 0usize;
+    while pos < buf.len() {
+        let rest = buf.get(pos..).unwrap_or(&[]);
+        let header = BatchHeader::parse(rest)?;
+        let size = header.total_size();
+        let Some(one) = rest.get(..size) else {
+            return Err(corrupt("batch runs past the end of the record set"));
+        };
+        if !header.is_control() {
+            let records = decode_records(one)?;
+            if let Some(r) = records.iter().find(|r| r.key.is_none()) {
+                return Err(StorageError::InvalidRecord(format!(
+                    "compacted topic: record at offset delta {} has no key",
+                    r.offset - header.base_offset
+                )));
+            }
+        }
+        pos += size;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -512,6 +598,9 @@ mod tests {
             let _ = validate_batches(&b, 1 << 20);
             let _ = BatchHeader::parse(&b);
             let _ = first_record_at_or_after(&b, 8, 0);
+            let _ = find_record_at_or_after(&b, 8, 0);
+            let _ = validate_keys_for_compaction(&b);
+            let _ = decode_records(&b);
             set_base_offset_and_epoch(&mut b, 1, 2);
             set_log_append_time(&mut b, 3);
         }
@@ -542,5 +631,87 @@ mod tests {
         assert_eq!(first_record_at_or_after(&b, 1_003, 0), Some((3, 1_003)));
         assert_eq!(first_record_at_or_after(&b, 1_001, 2), Some((2, 1_002)));
         assert_eq!(first_record_at_or_after(&b, 1_005, 0), None);
+    }
+
+    #[test]
+    fn record_search_is_exact_for_every_codec() {
+        for c in [
+            Compression::None,
+            Compression::Gzip,
+            Compression::Snappy,
+            Compression::Lz4,
+            Compression::Zstd,
+        ] {
+            let mut b = encode(5, 1_000, c);
+            set_base_offset_and_epoch(&mut b, 100, 0);
+            assert_eq!(
+                find_record_at_or_after(&b, 1_003, 0).expect("decodes"),
+                Some((103, 1_003)),
+                "{c:?}"
+            );
+            assert_eq!(
+                find_record_at_or_after(&b, 0, 102).expect("decodes"),
+                Some((102, 1_002))
+            );
+            assert_eq!(
+                find_record_at_or_after(&b, 1_005, 0).expect("decodes"),
+                None
+            );
+            set_log_append_time(&mut b, 7_000);
+            assert_eq!(
+                find_record_at_or_after(&b, 1_000, 102).expect("decodes"),
+                Some((102, 7_000))
+            );
+            assert_eq!(
+                find_record_at_or_after(&b, 7_001, 0).expect("decodes"),
+                None
+            );
+        }
+        let mut bad = encode(3, 1, Compression::Gzip);
+        let last = bad.len() - 1;
+        bad[last] ^= 0xff;
+        assert!(find_record_at_or_after(&bad, 0, 0).is_err());
+    }
+
+    #[test]
+    fn keys_required_for_compaction() {
+        let good = encode(3, 1, Compression::Lz4);
+        let mut two = good.clone();
+        two.extend(encode(2, 5, Compression::None));
+        assert!(validate_keys_for_compaction(&two).is_ok());
+        let records = vec![Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: 0,
+            sequence: -1,
+            timestamp: 1,
+            key: None,
+            value: Some(Bytes::from_static(b"v")),
+            headers: Default::default(),
+        }];
+        let mut keyless = BytesMut::new();
+        RecordBatchEncoder::encode(
+            &mut keyless,
+            &records,
+            &RecordEncodeOptions {
+                version: 2,
+                compression: Compression::Gzip,
+            },
+        )
+        .expect("encode");
+        two.extend_from_slice(&keyless);
+        assert!(matches!(
+            validate_keys_for_compaction(&two),
+            Err(StorageError::InvalidRecord(_))
+        ));
+        assert!(matches!(
+            validate_keys_for_compaction(&good[..good.len() - 1]),
+            Err(StorageError::CorruptBatch(_))
+        ));
     }
 }

@@ -481,12 +481,14 @@ impl PartitionLog {
         self.segments.iter().map(Segment::size).sum()
     }
 
-    /// The first offset whose record timestamp is `>= timestamp`, with that
-    /// record's batch max timestamp, as `(offset, timestamp)`; `None` if no
-    /// record is that recent. Offsets below the log start are never
-    /// returned. The offset is exact for uncompressed CreateTime batches;
-    /// for compressed or LogAppendTime batches it is the batch's first
-    /// offset (clients skip earlier records themselves).
+    /// ListOffsets by timestamp: `(offset, timestamp)` of the first record
+    /// (in offset order, at or after the log start) whose timestamp is
+    /// `>= timestamp`, with that record's own timestamp; `None` if no record
+    /// is that recent. Exact to the record for every codec (compressed
+    /// batches are decoded); in a LogAppendTime batch every record carries
+    /// the batch max timestamp, so the answer is the batch's first offset
+    /// (not below the log start) with that timestamp. Only the batch holding
+    /// the answer is read whole; the others are skipped by header.
     pub fn offset_for_timestamp(&self, timestamp: i64) -> Result<Option<(i64, i64)>> {
         let log_start = self.log_start_offset;
         for seg in &self.segments {
@@ -507,22 +509,17 @@ impl PartitionLog {
                 let h = seg.header_at(pos)?;
                 let size = h.total_size() as u64;
                 if h.max_timestamp >= timestamp && h.last_offset() >= log_start {
-                    if h.compression() != 0 || h.is_log_append_time() {
-                        return Ok(Some((h.base_offset.max(log_start), h.max_timestamp)));
-                    }
-                    let min_delta =
-                        i32::try_from((log_start - h.base_offset).max(0)).unwrap_or(i32::MAX);
                     let bytes = seg.read_batch(pos, size)?;
-                    if let Some((delta, _)) =
-                        batch::first_record_at_or_after(&bytes, timestamp, min_delta)
-                    {
-                        return Ok(Some((h.base_offset + i64::from(delta), h.max_timestamp)));
-                    }
-                    // No record matched although the batch's max timestamp
-                    // does: if its records cannot be parsed at all, answer
-                    // with the batch (clients skip earlier records).
-                    if batch::first_record_at_or_after(&bytes, i64::MIN, min_delta).is_none() {
-                        return Ok(Some((h.base_offset.max(log_start), h.max_timestamp)));
+                    match batch::find_record_at_or_after(&bytes, timestamp, log_start) {
+                        Ok(Some(found)) => return Ok(Some(found)),
+                        // Only records below the log start qualify.
+                        Ok(None) => {}
+                        Err(e) => {
+                            // Records that cannot be decoded: answer with the
+                            // batch (clients skip earlier records themselves).
+                            tracing::warn!(path = %seg.log_path().display(), position = pos, error = %e, "timestamp lookup at batch granularity");
+                            return Ok(Some((h.base_offset.max(log_start), h.max_timestamp)));
+                        }
                     }
                 }
                 pos += size;
@@ -531,22 +528,38 @@ impl PartitionLog {
         Ok(None)
     }
 
-    /// The largest timestamp in the log and the offset of its batch's last
-    /// record, as `(timestamp, offset)` (ListOffsets MAX_TIMESTAMP); `None`
-    /// for an empty log or one without timestamps.
+    /// ListOffsets MAX_TIMESTAMP (KIP-734, as Apache Kafka 3.x/4.x answers
+    /// it): the largest record timestamp in the log and the offset of the
+    /// first record carrying it, as `(timestamp, offset)`; `None` for an
+    /// empty log or one without timestamps. Segments track their max
+    /// timestamp and its batch, so only that one batch is read and decoded.
+    /// If it cannot be read (or every record with the max lies below the
+    /// log start), the answer falls back to the batch's last offset.
     pub fn max_timestamp(&self) -> Option<(i64, i64)> {
-        let mut best: Option<(i64, i64)> = None;
+        let mut best: Option<(&Segment, i64, i64)> = None;
         for seg in &self.segments {
             if seg.next_offset() <= self.log_start_offset {
                 continue;
             }
             if let Some((ts, off)) = seg.max_timestamp() {
-                if best.is_none_or(|(b, _)| ts > b) {
-                    best = Some((ts, off));
+                if best.is_none_or(|(_, b, _)| ts > b) {
+                    best = Some((seg, ts, off));
                 }
             }
         }
-        best
+        let (_, ts, batch_offset) = best?;
+        // The first record at or after the log start with a timestamp
+        // `>= ts` is the first one carrying the max: only the segment's
+        // max batch (or a later one, if the max lies below the log start)
+        // is decoded.
+        match self.offset_for_timestamp(ts) {
+            Ok(Some((offset, found))) if found == ts => Some((ts, offset)),
+            Ok(_) => Some((ts, batch_offset.max(self.log_start_offset))),
+            Err(e) => {
+                tracing::warn!(dir = %self.dir.display(), error = %e, "max timestamp lookup at batch granularity");
+                Some((ts, batch_offset.max(self.log_start_offset)))
+            }
+        }
     }
 
     fn checkpoint_log_start(&self) -> Result<()> {

@@ -39,6 +39,10 @@ pub enum StorageError {
     /// A batch larger than `max.message.bytes` (`MESSAGE_TOO_LARGE`).
     #[error("record batch of {size} bytes exceeds max.message.bytes {max}")]
     MessageTooLarge { size: usize, max: usize },
+    /// A record the topic's settings forbid, such as a record without a key
+    /// in a compacted topic (`INVALID_RECORD`).
+    #[error("invalid record: {0}")]
+    InvalidRecord(String),
     /// A timestamp outside what the topic accepts (`INVALID_TIMESTAMP`).
     #[error("invalid timestamp: {0}")]
     InvalidTimestamp(String),

@@ -56,6 +56,40 @@ pub fn batch_with(n: usize, ts: i64, compression: Compression, value_len: usize)
     v
 }
 
+/// One v2 batch whose records (offsets 0..) carry exactly `timestamps`.
+pub fn batch_with_timestamps(timestamps: &[i64], compression: Compression) -> Vec<u8> {
+    let records: Vec<Record> = timestamps
+        .iter()
+        .enumerate()
+        .map(|(i, &ts)| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            sequence: i as i32 - 1,
+            timestamp: ts,
+            key: Some(Bytes::from(format!("k{i}"))),
+            value: Some(Bytes::from_static(b"v")),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        &records,
+        &RecordEncodeOptions {
+            version: 2,
+            compression,
+        },
+    )
+    .expect("encode");
+    buf.to_vec()
+}
+
 pub fn config() -> LogConfig {
     LogConfig {
         segment_bytes: 1024,
