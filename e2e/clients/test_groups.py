@@ -73,7 +73,7 @@ def _start_with_props(b: brokers.Broker, props: dict[str, str]) -> None:
 
 @pytest.fixture(scope="module")
 def gb():
-    b = brokers.new_broker(STATE / "own-test_groups")
+    b = brokers.new_broker(STATE / f"own-test_groups-{brokers.target()}")
     try:
         _start_with_props(b, GROUP_PROPS)
     except Exception:
@@ -145,25 +145,44 @@ def wait_until(pred, timeout: float, what: str, step=None, interval: float = 0.1
     raise AssertionError(f"not within {timeout}s: {what}")
 
 
+COORDINATOR_ERRORS = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE)
+
+
+def retry_coordinator(fn, timeout: float = 60.0):
+    """Call fn(); retry on retriable errors and on the coordinator errors real clients
+    retry (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE:
+    the coordinator is moving or loading its groups, e.g. right after a start)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return fn()
+        except KafkaException as e:
+            err = e.args[0] if e.args else None
+            ok = err is not None and (err.retriable() or err.code() in COORDINATOR_ERRORS)
+            if not ok or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 def describe(b, group: str):
     a = admin_for(b)
-    return retry_retriable(lambda: a.describe_consumer_groups([group], request_timeout=15)[group].result(20))
+    return retry_coordinator(lambda: a.describe_consumer_groups([group], request_timeout=15)[group].result(20))
 
 
 def committed_offsets(b, group: str, topic: str | None = None) -> dict[tuple[str, int], int]:
     a = admin_for(b)
-    res = retry_retriable(
+    res = retry_coordinator(
         lambda: a.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)], request_timeout=15)[group].result(20)
     )
     return {(tp.topic, tp.partition): tp.offset for tp in res.topic_partitions if topic is None or tp.topic == topic}
 
 
-def member_partitions(desc, topic: str) -> dict[str, set[int]]:
-    """client id -> partitions of `topic` assigned to that member (DescribeGroups)."""
+def member_partitions(desc, topic: str, by: str = "client_id") -> dict[str, set[int]]:
+    """client id (or `by`) -> partitions of `topic` assigned to that member (DescribeGroups)."""
     out: dict[str, set[int]] = {}
     for m in desc.members:
         ps = {tp.partition for tp in (m.assignment.topic_partitions if m.assignment else []) if tp.topic == topic}
-        out.setdefault(m.client_id, set()).update(ps)
+        out.setdefault(getattr(m, by), set()).update(ps)
     return out
 
 
@@ -300,7 +319,10 @@ def test_kcat_balanced_consumer_group(gb):
             )
 
         def ready():
-            d = describe(gb, group)
+            try:
+                d = describe(gb, group)
+            except KafkaException:
+                return None  # not known yet
             if d.state != ConsumerGroupState.STABLE or len(d.members) != 2:
                 return None
             mp = member_partitions(d, topic)
@@ -458,48 +480,75 @@ def test_java_cooperative_sticky_moves_only_what_it_must(gb):
         j1.close()
 
 
+STATIC_LEADER_BUG = (
+    "Moldau bug: a static member that is the group LEADER rejoining a Stable group (JoinGroup v9, "
+    "empty member id, same group.instance.id) gets leader=<its new id>, members=[] and skipAssignment=false; "
+    "the Java leader then assigns over an empty member list, its assignment snapshot mismatches and it "
+    "rejoins: a full rebalance (generation +1, the other member revoked). Kafka (KIP-814) answers with the "
+    "current members and skipAssignment=true, and the generation stays the same."
+)
+
+
 @pytest.mark.timeout(300)
-def test_java_static_member_restart_keeps_partitions_without_rebalance(gb):
+@pytest.mark.parametrize(
+    "restarted",
+    [
+        pytest.param("leader", marks=pytest.mark.xfail(is_moldau(), strict=True, reason=STATIC_LEADER_BUG)),
+        "follower",
+    ],
+)
+def test_java_static_member_restart_keeps_partitions_without_rebalance(gb, restarted):
     topic = create_topic(gb, unique("static"), 6)
     group = unique("staticgrp")
     props = {"session.timeout.ms": "45000", "heartbeat.interval.ms": "500"}
+    # the first member is the group's leader (it stays leader while it rejoins)
     j1 = JavaMember(gb, group, topic, "s1", **{"group.instance.id": "inst-1"}, **props)
+    wait_until(lambda: (j1.owned() or (0, set()))[1] == set(range(6)), 90, "java-s1 owns all 6 partitions", interval=0.2)
     j2 = JavaMember(gb, group, topic, "s2", **{"group.instance.id": "inst-2"}, **props)
-    j1b = None
+    members = {"inst-1": j1, "inst-2": j2}
     try:
         wait_until(lambda: java_balanced([j1, j2], 6), 90, "two static members share 6 partitions", interval=0.2)
         time.sleep(3)
         (g1, o1), (g2, o2) = java_balanced([j1, j2], 6)
         assert g1 == g2, (g1, g2)
+        owned_before = {"inst-1": o1, "inst-2": o2}
         d = describe(gb, group)
         assert sorted(m.group_instance_id for m in d.members) == ["inst-1", "inst-2"]
-        mark = len(j2.events())
+        assert member_partitions(d, topic, by="group_instance_id") == owned_before
+        inst, other = ("inst-1", "inst-2") if restarted == "leader" else ("inst-2", "inst-1")
+        mark = len(members[other].events())
 
         # a static member stops (no LeaveGroup) and comes back with the same instance id
-        j1.close()
+        members[inst].close()
         d = describe(gb, group)
         assert sorted(m.group_instance_id for m in d.members) == ["inst-1", "inst-2"], "static member left on close"
-        j1b = JavaMember(gb, group, topic, "s1b", **{"group.instance.id": "inst-1"}, **props)
-        wait_until(lambda: j1b.owned(), 90, "restarted static member assigned", interval=0.2)
+        back = JavaMember(gb, group, topic, f"{inst}-again", **{"group.instance.id": inst}, **props)
+        members[inst] = back
+        wait_until(lambda: back.owned(), 90, "restarted static member assigned", interval=0.2)
         time.sleep(3)
-        gb1, ob1 = j1b.owned()
-        assert ob1 == o1, f"restarted static member got {sorted(ob1)}, had {sorted(o1)}"
-        assert gb1 == g1, f"generation changed from {g1} to {gb1}: the group rebalanced"
-        assert j2.events()[mark:] == [], f"the other member saw a rebalance: {j2.events()[mark:]}"
+        gen_back, owned_back = back.owned()
+        assert owned_back == owned_before[inst], f"restarted static member got {sorted(owned_back)}, had {sorted(owned_before[inst])}"
+        assert gen_back == g1, f"generation changed from {g1} to {gen_back}: the group rebalanced"
+        seen = members[other].events()[mark:]
+        assert seen == [], f"the other member saw a rebalance: {seen}"
         d = describe(gb, group)
         assert d.state == ConsumerGroupState.STABLE
-        assert member_partitions(d, topic) == {"java-s1b": o1, "java-s2": o2}
+        assert member_partitions(d, topic, by="group_instance_id") == owned_before
 
         # both consume
         expected = produce(gb, topic, {p: 5 for p in range(6)}, tag="static")
-        wait_until(lambda: len(j1b.records()) + len(j2.records()) >= 30, 60, "30 records consumed")
-        recs = j1b.records() + j2.records()
+        js = list(members.values())
+        wait_until(lambda: sum(len(j.records()) for j in js) >= 30, 60, "30 records consumed")
+        recs = [r for j in js for r in j.records()]
         assert {(p, off): v for p, off, v in recs} == expected and len(recs) == 30
-        assert {p for p, _, _ in j1b.records()} <= o1
+        assert {p for p, _, _ in back.records()} <= owned_before[inst]
     finally:
-        for m in (j1, j2, j1b):
-            if m is not None:
-                m.close()
+        for m in members.values():
+            m.close()
+        if members["inst-1"] is not j1 and j1.proc.p.poll() is None:
+            j1.close()
+        if members["inst-2"] is not j2 and j2.proc.p.poll() is None:
+            j2.close()
 
 
 # ---------------------------------------------------------------------------
@@ -642,10 +691,14 @@ def test_admin_list_describe_offsets_alter_delete_groups(gb):
         with pytest.raises(KafkaException) as ei:
             f.result(20)
         assert ei.value.args[0].code() == KafkaError.NON_EMPTY_GROUP, ei.value
+        # nor may its offsets be altered by a non-member (a simple commit to a non-empty group)
         f = a.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0, 1)])], request_timeout=15)[group]
-        with pytest.raises(KafkaException) as ei:
-            f.result(20)
-        assert ei.value.args[0].code() == KafkaError.UNKNOWN_MEMBER_ID, ei.value
+        try:
+            r = f.result(20)
+            codes = [tp.error.code() if tp.error else 0 for tp in r.topic_partitions]
+        except KafkaException as e:
+            codes = [e.args[0].code()]
+        assert codes == [KafkaError.UNKNOWN_MEMBER_ID], codes
 
         c1.close()
         c2.close()
@@ -831,6 +884,47 @@ def test_wire_member_crashing_mid_rebalance_is_expired(gb):
         assert err == 0
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.xfail(is_moldau(), strict=True, reason=STATIC_LEADER_BUG)
+def test_wire_static_leader_rejoin_gets_members_and_same_generation(gb):
+    """KIP-345/814 on the wire: the restarted static leader is told who the members are
+    (JoinGroup v5 has no skipAssignment field; Kafka fills `members` for the leader)."""
+    topic = create_topic(gb, unique("wstat"), 2)
+    group = unique("wstatgrp")
+    proto = [("range", kgroup.consumer_subscription([topic]))]
+    kw = dict(protocols=proto, session_timeout_ms=20000, rebalance_timeout_ms=20000)
+    n = kgroup.name
+    with gconn(gb) as a, gconn(gb) as b:
+        ja = a.join_two_step(group, instance_id="inst-a", **kw)
+        assert ja.error == 0 and ja.leader == ja.member_id, n(ja.error)
+        assert a.sync_group(group, ja.generation, ja.member_id, [(ja.member_id, kgroup.consumer_assignment({topic: [0, 1]}))], instance_id="inst-a")[0] == 0
+        box: queue.Queue = queue.Queue()
+        t = threading.Thread(target=lambda: box.put(b.join_two_step(group, instance_id="inst-b", **kw)), daemon=True)
+        t.start()
+        wait_until(lambda: a.heartbeat(group, ja.generation, ja.member_id, "inst-a") == kgroup.REBALANCE_IN_PROGRESS, 20, "A told to rejoin", interval=0.3)
+        j2 = a.join_group(group, member_id=ja.member_id, instance_id="inst-a", **kw)
+        jb = box.get(timeout=20)
+        assert j2.error == 0 and jb.error == 0 and j2.generation == jb.generation, (n(j2.error), n(jb.error))
+        asg = [(j2.member_id, kgroup.consumer_assignment({topic: [0]})), (jb.member_id, kgroup.consumer_assignment({topic: [1]}))]
+        assert a.sync_group(group, j2.generation, j2.member_id, asg, instance_id="inst-a")[0] == 0
+        err, got = b.sync_group(group, jb.generation, jb.member_id, instance_id="inst-b")
+        assert err == 0 and kgroup.decode_assignment(got) == {topic: [1]}
+        # A restarts: a new connection, no member id, the same instance id
+        with gconn(gb) as a2:
+            j3 = a2.join_group(group, member_id="", instance_id="inst-a", **kw)
+            assert j3.error == 0, n(j3.error)
+            assert j3.generation == j2.generation, "the static leader's rejoin started a rebalance"
+            assert j3.member_id and j3.member_id != j2.member_id
+            assert j3.leader == j3.member_id
+            assert sorted(inst for _, inst, _ in j3.members) == ["inst-a", "inst-b"], j3.members
+            err, got = a2.sync_group(group, j3.generation, j3.member_id, [], instance_id="inst-a")
+            assert err == 0 and kgroup.decode_assignment(got) == {topic: [0]}
+            assert b.heartbeat(group, jb.generation, jb.member_id, "inst-b") == 0
+            assert a2.heartbeat(group, j3.generation, j3.member_id, "inst-a") == 0
+            # the old incarnation is fenced
+            assert n(a.heartbeat(group, j2.generation, j2.member_id, "inst-a")) == n(82)
+
+
 # ---------------------------------------------------------------------------
 # lag in /metrics
 def metric_value(text: str, name: str, labels: dict[str, str]) -> float | None:
@@ -914,7 +1008,7 @@ def test_committed_offsets_survive_broker_restart(gb, how):
 
     c2 = gconsumer(gb, group)
     try:
-        tps = retry_retriable(lambda: c2.committed([TopicPartition(topic, p) for p in range(3)], timeout=20), timeout=60)
+        tps = retry_coordinator(lambda: c2.committed([TopicPartition(topic, p) for p in range(3)], timeout=20), timeout=60)
         assert {tp.partition: (tp.offset, tp.metadata) for tp in tps} == {p: (o, f"{how}-{p}") for p, o in want.items()}
         c2.subscribe([topic])
         rest = {}
