@@ -18,32 +18,24 @@ pub fn topic_status(
     now: &str,
 ) -> KafkaTopicStatus {
     let (ready, degraded) = match (problems.first(), observed) {
-        (Some(p), _) => (
-            Condition::new(
-                "Ready",
-                observed.is_some(),
-                if observed.is_some() {
-                    "TopicExists"
-                } else {
-                    &p.reason
-                },
-                if observed.is_some() {
-                    "the topic exists but does not match the spec; see Degraded".to_string()
-                } else {
-                    p.message.clone()
-                },
-            ),
-            Condition::new(
-                "Degraded",
-                true,
-                &p.reason,
-                problems
-                    .iter()
-                    .map(|p| p.message.clone())
-                    .collect::<Vec<_>>()
-                    .join("; "),
-            ),
-        ),
+        (Some(p), observed) => {
+            let all = problems
+                .iter()
+                .map(|p| p.message.as_str())
+                .collect::<Vec<_>>()
+                .join("; ");
+            let ready = match observed {
+                // The topic is usable; the spec is what cannot be honoured.
+                Some(_) => Condition::new(
+                    "Ready",
+                    true,
+                    "TopicExists",
+                    "the topic exists but differs from the spec; see Degraded",
+                ),
+                None => Condition::new("Ready", false, &p.reason, p.message.clone()),
+            };
+            (ready, Condition::new("Degraded", true, &p.reason, all))
+        }
         (None, Some(_)) => (
             Condition::new(
                 "Ready",
@@ -112,6 +104,21 @@ mod tests {
         assert_eq!(s.partitions, Some(3));
         assert_eq!(s.config["retention.ms"], "1000");
         assert_eq!(s.observed_generation, Some(2));
+    }
+
+    #[test]
+    fn existing_topic_with_unhonoured_spec_is_ready_and_degraded() {
+        let p = Problem {
+            reason: "PartitionDecreaseNotAllowed".into(),
+            message: "cannot shrink".into(),
+        };
+        let s = topic_status(None, Some(3), "orders", Some(&obs()), &[p], "t0");
+        let ready = find_condition(&s.conditions, "Ready").unwrap();
+        assert!(ready.is_true());
+        assert_eq!(ready.reason, "TopicExists");
+        let degraded = find_condition(&s.conditions, "Degraded").unwrap();
+        assert_eq!(degraded.reason, "PartitionDecreaseNotAllowed");
+        assert_eq!(s.partitions, Some(3));
     }
 
     #[test]
