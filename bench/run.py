@@ -43,7 +43,7 @@ CODECS = ["none", "lz4"]
 MODES = {
     "quick": {
         "produce_count": {100: 5_000_000, 1024: 1_000_000},
-        "produce_seconds": 4.0,
+        "produce_seconds": 3.0,
         "consume_seconds": 20.0,
         "e2e_rate": 1000,
         "e2e_seconds": 1.5,
@@ -254,6 +254,7 @@ class Runner:
         info = {"broker": broker.name, "rep": rep, "startup_seconds": startup,
                 "flush_policy": broker.flush_policy}
         try:
+            self.warm_up(bootstrap)
             for size in SIZES:
                 for acks in ACKS:
                     for codec in CODECS:
@@ -271,6 +272,20 @@ class Runner:
             self.raw["brokers"].append(info)
             self.save()
             log(f"rep {rep} {broker.name}: peak RSS {(info['peak_rss_kib'] or 0) / 1024:.0f} MiB")
+
+    def warm_up(self, bootstrap: str) -> None:
+        """Unrecorded load first, so that a JVM's JIT and every broker's
+        caches are warm before the first measured configuration."""
+        try:
+            self.tool("create-topic", "--bootstrap", bootstrap, "--topic", "bench-warmup", timeout=60)
+            for size in SIZES:
+                self.tool("produce", "--bootstrap", bootstrap, "--topic", "bench-warmup",
+                              "--size", str(size), "--count", "500000", "--max-seconds", "1.5",
+                              timeout=90)
+            self.tool("consume", "--bootstrap", bootstrap, "--topic", "bench-warmup",
+                      "--count", "100000", "--max-seconds", "10", timeout=60)
+        except Exception as e:  # noqa: BLE001 - recorded, run goes on
+            self.raw["errors"].append(f"warm-up: {e}")
 
     def run_config(self, broker, bootstrap, pid, rep, size, acks, codec) -> None:
         m = self.mode
@@ -368,7 +383,12 @@ def machine_info(out: Path) -> dict:
             mem_kib = int(line.split()[1])
     df = subprocess.run(["df", "-hP", str(out)], capture_output=True, text=True).stdout.splitlines()
     java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no",
+                            "--", "broker"], capture_output=True, text=True).stdout.strip()
     return {
+        "git": head + (" + uncommitted broker changes" if dirty else ""),
         "cpus": os.cpu_count(),
         "cpu_model": cpu,
         "mem_gib": round(mem_kib / (1 << 20), 1),
@@ -379,7 +399,12 @@ def machine_info(out: Path) -> dict:
     }
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main() -> int:
+    signal.signal(signal.SIGTERM, _interrupt)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="smaller loads (about 10 minutes)")
     ap.add_argument("--reps", type=int, default=3, help="repetitions per broker (default 3)")
