@@ -740,6 +740,20 @@ def gconn(b) -> kgroup.GroupConn:
     return c
 
 
+def wait_coordinator(b, group: str, timeout: float = 60) -> None:
+    """Until the group's coordinator answers (a fresh broker creates and loads
+    __consumer_offsets first: COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR or
+    COORDINATOR_LOAD_IN_PROGRESS meanwhile, which real clients retry)."""
+    with gconn(b) as c:
+
+        def ok():
+            if c.find_coordinator(group)[0] != 0:
+                return False
+            return c.describe_group(group)["error"] == 0
+
+        wait_until(ok, timeout, f"coordinator of {group} available", interval=0.5)
+
+
 def join_and_sync(c: kgroup.GroupConn, group: str, topic: str, **kw) -> kgroup.JoinResult:
     j = c.join_two_step(group, protocols=[("range", kgroup.consumer_subscription([topic]))], **kw)
     assert j.error == kgroup.NONE, kgroup.name(j.error)
@@ -755,6 +769,7 @@ def join_and_sync(c: kgroup.GroupConn, group: str, topic: str, **kw) -> kgroup.J
 def test_wire_two_step_join_unknown_member_illegal_generation_inconsistent_protocol(gb):
     topic = create_topic(gb, unique("wire"), 1)
     group = unique("wiregrp")
+    wait_coordinator(gb, group)
     n = kgroup.name
     with gconn(gb) as c:
         err, node, host, port = c.find_coordinator(group)
@@ -808,6 +823,7 @@ def test_wire_two_step_join_unknown_member_illegal_generation_inconsistent_proto
 def test_wire_offset_commit_unknown_partition(gb):
     topic = create_topic(gb, unique("wireoc"), 2)
     group = unique("wireocgrp")
+    wait_coordinator(gb, group)
     with gconn(gb) as c:
         res = c.offset_commit(group, {topic: {0: 3, 1: 4, 7: 5}, unique("absent"): {0: 1}})
     absent = [k for k in res if k[0] != topic][0]
@@ -824,6 +840,7 @@ def test_wire_offset_commit_unknown_partition(gb):
 def test_wire_member_crashing_mid_rebalance_is_expired(gb):
     topic = create_topic(gb, unique("crash"), 2)
     group = unique("crashgrp")
+    wait_coordinator(gb, group)
     proto = [("range", kgroup.consumer_subscription([topic]))]
     n = kgroup.name
     with gconn(gb) as a:
@@ -887,10 +904,12 @@ def test_wire_member_crashing_mid_rebalance_is_expired(gb):
 @pytest.mark.timeout(120)
 @pytest.mark.xfail(is_moldau(), strict=True, reason=STATIC_LEADER_BUG)
 def test_wire_static_leader_rejoin_gets_members_and_same_generation(gb):
-    """KIP-345/814 on the wire: the restarted static leader is told who the members are
-    (JoinGroup v5 has no skipAssignment field; Kafka fills `members` for the leader)."""
+    """KIP-345/814 on the wire (JoinGroup v9, what the Java client sends): the restarted
+    static leader keeps the generation, is told it leads, gets the members and
+    skipAssignment=true, and its old incarnation is fenced."""
     topic = create_topic(gb, unique("wstat"), 2)
     group = unique("wstatgrp")
+    wait_coordinator(gb, group)
     proto = [("range", kgroup.consumer_subscription([topic]))]
     kw = dict(protocols=proto, session_timeout_ms=20000, rebalance_timeout_ms=20000)
     n = kgroup.name
@@ -911,11 +930,13 @@ def test_wire_static_leader_rejoin_gets_members_and_same_generation(gb):
         assert err == 0 and kgroup.decode_assignment(got) == {topic: [1]}
         # A restarts: a new connection, no member id, the same instance id
         with gconn(gb) as a2:
-            j3 = a2.join_group(group, member_id="", instance_id="inst-a", **kw)
+            j3 = a2.join_group_v9(group, member_id="", instance_id="inst-a", **kw)
+
             assert j3.error == 0, n(j3.error)
             assert j3.generation == j2.generation, "the static leader's rejoin started a rebalance"
             assert j3.member_id and j3.member_id != j2.member_id
             assert j3.leader == j3.member_id
+            assert j3.skip_assignment is True, "the leader must not reassign (KIP-814)"
             assert sorted(inst for _, inst, _ in j3.members) == ["inst-a", "inst-b"], j3.members
             err, got = a2.sync_group(group, j3.generation, j3.member_id, [], instance_id="inst-a")
             assert err == 0 and kgroup.decode_assignment(got) == {topic: [0]}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .kwire import Conn, Reader, i8, i16, i32, i64, string
+from .kwire import TAGS_NONE, Conn, Reader, compact_bytes, compact_string, i8, i16, i32, i64, string, uvarint
 
 FIND_COORDINATOR = 10
 JOIN_GROUP = 11
@@ -86,6 +86,7 @@ class JoinResult:
     leader: str
     member_id: str
     members: list[tuple[str, str | None, bytes]]
+    skip_assignment: bool | None = None  # v9+ only
 
 
 class GroupConn(Conn):
@@ -140,6 +141,54 @@ class GroupConn(Conn):
             meta = _bytes(r) or b""
             members.append((m, inst, meta))
         return JoinResult(err, gen, proto, leader, mid, members)
+
+    def join_group_v9(
+        self,
+        group: str,
+        member_id: str = "",
+        protocol_type: str = "consumer",
+        protocols: list[tuple[str, bytes]] | None = None,
+        session_timeout_ms: int = 10000,
+        rebalance_timeout_ms: int = 10000,
+        instance_id: str | None = None,
+        reason: str | None = None,
+    ) -> JoinResult:
+        """JoinGroup v9 (flexible; the version with skipAssignment, KIP-814)."""
+        if protocols is None:
+            protocols = [("range", consumer_subscription(["t"]))]
+        body = (
+            compact_string(group)
+            + i32(session_timeout_ms)
+            + i32(rebalance_timeout_ms)
+            + compact_string(member_id)
+            + compact_string(instance_id)
+            + compact_string(protocol_type)
+            + uvarint(len(protocols) + 1)
+        )
+        for n, meta in protocols:
+            body += compact_string(n) + compact_bytes(meta) + TAGS_NONE
+        body += compact_string(reason) + TAGS_NONE
+        _, resp = self.request(JOIN_GROUP, 9, body, flexible=True)
+        r = Reader(resp)
+        r.skip_tags()  # response header v1
+        r.i32()
+        err = r.i16()
+        gen = r.i32()
+        r.compact_string()  # protocol type
+        proto = r.compact_string()
+        leader = r.compact_string() or ""
+        skip = r.i8() != 0
+        mid = r.compact_string() or ""
+        members = []
+        for _ in range(r.uvarint() - 1):
+            m = r.compact_string() or ""
+            inst = r.compact_string()
+            n = r.uvarint()
+            meta = r._take(n - 1) if n else b""
+            r.skip_tags()
+            members.append((m, inst, meta))
+        r.skip_tags()
+        return JoinResult(err, gen, proto, leader, mid, members, skip)
 
     def join_two_step(self, group: str, **kw) -> JoinResult:
         """JoinGroup v4+: the first join without a member id gets MEMBER_ID_REQUIRED and an id."""
