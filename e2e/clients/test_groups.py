@@ -482,10 +482,10 @@ def test_java_cooperative_sticky_moves_only_what_it_must(gb):
 
 STATIC_LEADER_BUG = (
     "Moldau bug: a static member that is the group LEADER rejoining a Stable group (JoinGroup v9, "
-    "empty member id, same group.instance.id) gets leader=<its new id>, members=[] and skipAssignment=false; "
-    "the Java leader then assigns over an empty member list, its assignment snapshot mismatches and it "
-    "rejoins: a full rebalance (generation +1, the other member revoked). Kafka (KIP-814) answers with the "
-    "current members and skipAssignment=true, and the generation stays the same."
+    "empty member id, same group.instance.id) gets leader=<its new id> but members=[] and "
+    "skipAssignment=false, so the Java client acts as a leader that must assign over no members and "
+    "the group rebalances (generation 2 -> 3). Kafka (KIP-814) answers with the current members and "
+    "skipAssignment=true; the Java member resumes with the same generation and no other member is revoked."
 )
 
 
@@ -944,6 +944,74 @@ def test_wire_static_leader_rejoin_gets_members_and_same_generation(gb):
             assert a2.heartbeat(group, j3.generation, j3.member_id, "inst-a") == 0
             # the old incarnation is fenced
             assert n(a.heartbeat(group, j2.generation, j2.member_id, "inst-a")) == n(82)
+
+
+@pytest.mark.timeout(120)
+def test_wire_offset_metadata_too_large_and_offset_delete(gb):
+    topic = create_topic(gb, unique("wod"), 2)
+    group = unique("wodgrp")
+    wait_coordinator(gb, group)
+    n = kgroup.name
+    with gconn(gb) as c:
+        # offset.metadata.max.bytes is 4096 on both brokers
+        res = c.offset_commit(group, {topic: {0: 1}}, metadata="m" * 5000)
+        assert {k: n(v) for k, v in res.items()} == {(topic, 0): n(12)}
+        res = c.offset_commit(group, {topic: {0: 2, 1: 3}}, metadata="m" * 4096)
+        assert res == {(topic, 0): 0, (topic, 1): 0}
+        # a member subscribed to the topic: its offsets may not be deleted
+        j = join_and_sync(c, group, topic)
+        err, parts = c.offset_delete(group, {topic: [0]})
+        assert (n(err), {k: n(v) for k, v in parts.items()}) == (n(0), {(topic, 0): n(86)})
+        err, _ = c.leave_group(group, [(j.member_id, None)])
+        assert err == 0
+        # empty: deleted, the other partition kept
+        err, parts = c.offset_delete(group, {topic: [0]})
+        assert (n(err), parts) == (n(0), {(topic, 0): 0})
+    assert committed_offsets(gb, group, topic) == {(topic, 1): 3}
+    with gconn(gb) as c:
+        err, _ = c.offset_delete(unique("nogroup"), {topic: [0]})
+        assert n(err) == n(69)  # GROUP_ID_NOT_FOUND
+
+
+@pytest.mark.timeout(180)
+def test_crashed_real_member_partitions_move_after_session_timeout(gb):
+    """A kcat -G member is killed (SIGKILL: no LeaveGroup); a confluent consumer in the
+    group gets its partitions once the session timeout has passed, not before."""
+    topic = create_topic(gb, unique("crashk"), 4)
+    group = unique("crashkgrp")
+    c = gconsumer(gb, group, **{"client.id": "survivor"})
+    k = Proc(
+        [
+            kcat_bin(), "-b", gb.bootstrap, "-G", group, topic, "-X", "client.id=victim",
+            "-X", "auto.offset.reset=earliest", "-X", f"session.timeout.ms={SESSION_MS}",
+            "-X", "heartbeat.interval.ms=500", "-u", "-f", "%p|%o|%s\n",
+        ],
+        STATE / f"kcat-{group}-victim.log",
+    )
+    try:
+        c.subscribe([topic])
+        wait_until(lambda: len(owned(c)) == 2 and len(describe(gb, group).members) == 2, 60, "kcat and confluent share 4 partitions",
+                   step=lambda: c.poll(0.1))
+        d = describe(gb, group)
+        assert member_partitions(d, topic) == {"survivor": owned(c), "victim": set(range(4)) - owned(c)}
+        k.stop(signal.SIGKILL)
+        t0 = time.monotonic()
+        wait_until(lambda: owned(c) == set(range(4)), SESSION_MS / 1000 + 30, "survivor owns all 4", step=lambda: c.poll(0.1))
+        took = time.monotonic() - t0
+        print(f"partitions of the killed member moved after {took:.1f}s (session {SESSION_MS} ms)")
+        assert took >= SESSION_MS / 1000 - 1.5, f"moved after {took:.1f}s: before the session timeout"
+        assert took <= SESSION_MS / 1000 + 10, f"moved only after {took:.1f}s"
+        expected = produce(gb, topic, {p: 3 for p in range(4)}, tag="crashk")
+        got = {}
+        deadline = time.monotonic() + 30
+        while len(got) < 12 and time.monotonic() < deadline:
+            m = c.poll(0.2)
+            if m is not None and not m.error():
+                got[(m.partition(), m.offset())] = m.value().decode()
+        assert got == expected
+    finally:
+        k.stop(signal.SIGKILL)
+        c.close()
 
 
 # ---------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """Raw consumer-group requests for the group bad-input tests, on top of kwire.
 
 Owns the encoding of FindCoordinator v2, JoinGroup v5, SyncGroup v3,
-Heartbeat v3, LeaveGroup v3, OffsetCommit v7 and DescribeGroups v4 (all
-non-flexible versions that both Moldau and Apache Kafka 4.x accept), written
+Heartbeat v3, LeaveGroup v3, OffsetCommit v7, OffsetDelete v0 and DescribeGroups v4
+(non-flexible versions that both Moldau and Apache Kafka 4.x accept), written
 from the protocol specification (kafka.apache.org/protocol), and just enough
 response decoding to read error codes, generations and member ids. It must not
 depend on any client library; it never retries or interprets errors.
@@ -21,6 +21,7 @@ LEAVE_GROUP = 13
 SYNC_GROUP = 14
 DESCRIBE_GROUPS = 15
 OFFSET_COMMIT = 8
+OFFSET_DELETE = 47
 
 # error codes
 NONE = 0
@@ -46,6 +47,9 @@ ERROR_NAMES = {
     69: "GROUP_ID_NOT_FOUND",
     79: "MEMBER_ID_REQUIRED",
     82: "FENCED_INSTANCE_ID",
+    12: "OFFSET_METADATA_TOO_LARGE",
+    68: "NON_EMPTY_GROUP",
+    86: "GROUP_SUBSCRIBED_TO_TOPIC",
 }
 
 
@@ -256,6 +260,22 @@ class GroupConn(Conn):
                 p = r.i32()
                 out[(t, p)] = r.i16()
         return out
+
+    def offset_delete(self, group: str, parts: dict[str, list[int]]) -> tuple[int, dict[tuple[str, int], int]]:
+        """OffsetDelete v0; returns (group error, {(topic, partition): error})."""
+        body = string(group) + i32(len(parts))
+        for t, ps in parts.items():
+            body += string(t) + i32(len(ps)) + b"".join(i32(p) for p in ps)
+        r = self._req(OFFSET_DELETE, 0, body)
+        err = r.i16()
+        r.i32()  # throttle
+        out = {}
+        for _ in range(r.i32()):
+            t = r.string() or ""
+            for _ in range(r.i32()):
+                p = r.i32()
+                out[(t, p)] = r.i16()
+        return err, out
 
     def describe_group(self, group: str) -> dict:
         r = self._req(DESCRIBE_GROUPS, 4, i32(1) + string(group) + i8(0))
