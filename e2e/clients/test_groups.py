@@ -1067,6 +1067,67 @@ def test_metrics_group_lag(gb):
 
 
 # ---------------------------------------------------------------------------
+# offsets retention (a broker of its own: offsets.retention.minutes=1)
+@pytest.fixture(scope="module")
+def retention_broker():
+    b = brokers.new_broker(STATE / f"own-test_groups-retention-{brokers.target()}")
+    try:
+        _start_with_props(b, {**GROUP_PROPS, "offsets.retention.minutes": "1", "offsets.retention.check.interval.ms": "1000"})
+    except Exception:
+        b.close(keep=True)
+        raise
+    yield b
+    b.close(keep=True)
+    import shutil
+
+    shutil.rmtree(b.data_dir, ignore_errors=True)
+
+
+@pytest.mark.timeout(300)
+def test_offsets_of_empty_groups_expire_after_retention(retention_broker):
+    b = retention_broker
+    topic = create_topic(b, unique("ret"), 2)
+    produce(b, topic, {0: 5, 1: 5}, tag="ret")
+    g_left, g_simple, g_active = unique("ret-left"), unique("ret-simple"), unique("ret-active")
+    # a member that commits then leaves: the group is Empty
+    c = gconsumer(b, g_left)
+    c.subscribe([topic])
+    wait_until(lambda: owned(c) == {0, 1}, 60, "member assigned", step=lambda: c.poll(0.1))
+    c.commit(offsets=[TopicPartition(topic, 0, 2), TopicPartition(topic, 1, 3)], asynchronous=False)
+    c.close()
+    # a simple (generation -1) commit: never had members
+    c = gconsumer(b, g_simple)
+    c.commit(offsets=[TopicPartition(topic, 0, 4)], asynchronous=False)
+    c.close()
+    # a Stable group subscribed to the topic keeps its offsets however old
+    active = gconsumer(b, g_active)
+    active.subscribe([topic])
+    wait_until(lambda: owned(active) == {0, 1}, 60, "active member assigned", step=lambda: active.poll(0.1))
+    active.commit(offsets=[TopicPartition(topic, 0, 1), TopicPartition(topic, 1, 1)], asynchronous=False)
+    t0 = time.monotonic()
+    try:
+        assert committed_offsets(b, g_left, topic) == {(topic, 0): 2, (topic, 1): 3}
+        assert committed_offsets(b, g_simple, topic) == {(topic, 0): 4}
+
+        def gone(g):
+            return {k: v for k, v in committed_offsets(b, g, topic).items() if v >= 0} == {}
+
+        expired_at = None
+        while time.monotonic() - t0 < 150:
+            active.poll(0.5)
+            if gone(g_left) and gone(g_simple):
+                expired_at = time.monotonic() - t0
+                break
+            time.sleep(1)
+        assert expired_at is not None, "offsets of empty groups still there 150 s after commit (retention 1 min)"
+        print(f"offsets of empty groups expired {expired_at:.0f}s after commit")
+        assert expired_at >= 55, f"expired after {expired_at:.0f}s, before offsets.retention.minutes=1"
+        assert committed_offsets(b, g_active, topic) == {(topic, 0): 1, (topic, 1): 1}
+    finally:
+        active.close()
+
+
+# ---------------------------------------------------------------------------
 # restarts (last: they restart the module's broker)
 @pytest.mark.restart
 @pytest.mark.timeout(400)
