@@ -290,6 +290,15 @@ pub fn log_config(overrides: &BTreeMap<String, String>, broker: &BrokerConfig) -
             .unwrap_or(fallback)
     };
     let d = LogConfig::default();
+    // `cleanup.policy`: a list of `delete` and/or `compact`.
+    let policy: Vec<String> = eff.get("cleanup.policy").map_or_else(
+        || vec!["delete".to_string()],
+        |(v, _)| {
+            v.split(',')
+                .map(|p| p.trim().to_ascii_lowercase())
+                .collect()
+        },
+    );
     LogConfig {
         segment_bytes: long("segment.bytes", d.segment_bytes as i64).max(1024) as u64,
         segment_ms: long("segment.ms", d.segment_ms).max(1),
@@ -306,6 +315,15 @@ pub fn log_config(overrides: &BTreeMap<String, String>, broker: &BrokerConfig) -
             .get("message.timestamp.type")
             .is_some_and(|(v, _)| v == "LogAppendTime"),
         file_delete_delay_ms: long("file.delete.delay.ms", d.file_delete_delay_ms).max(0),
+        compact: policy.iter().any(|p| p == "compact"),
+        delete: policy.iter().any(|p| p == "delete"),
+        delete_retention_ms: long("delete.retention.ms", d.delete_retention_ms).max(0),
+        min_cleanable_dirty_ratio: eff
+            .get("min.cleanable.dirty.ratio")
+            .and_then(|(v, _)| v.trim().parse::<f64>().ok())
+            .filter(|r| r.is_finite())
+            .map_or(d.min_cleanable_dirty_ratio, |r| r.clamp(0.0, 1.0)),
+        min_compaction_lag_ms: long("min.compaction.lag.ms", d.min_compaction_lag_ms).max(0),
     }
 }
 
@@ -331,6 +349,20 @@ mod tests {
         let lc = log_config(&o, &broker);
         assert_eq!(lc.segment_bytes, 4096);
         assert_eq!(lc.retention_ms, 1000);
+        assert!(lc.delete && !lc.compact);
+        assert_eq!(lc.delete_retention_ms, 86_400_000);
+        assert_eq!(lc.min_cleanable_dirty_ratio, 0.5);
+        o.insert("cleanup.policy".to_string(), "compact,delete".to_string());
+        o.insert("min.cleanable.dirty.ratio".to_string(), "0.1".to_string());
+        o.insert("delete.retention.ms".to_string(), "5".to_string());
+        o.insert("min.compaction.lag.ms".to_string(), "7".to_string());
+        let lc = log_config(&o, &broker);
+        assert!(lc.delete && lc.compact);
+        assert_eq!(lc.min_cleanable_dirty_ratio, 0.1);
+        assert_eq!((lc.delete_retention_ms, lc.min_compaction_lag_ms), (5, 7));
+        o.insert("cleanup.policy".to_string(), "compact".to_string());
+        let lc = log_config(&o, &broker);
+        assert!(!lc.delete && lc.compact);
     }
 
     #[test]

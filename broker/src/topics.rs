@@ -648,6 +648,11 @@ impl TopicManager {
             for p in &topic.partitions {
                 let outcome = p.with_log(|log| {
                     let r = log.enforce_retention(now);
+                    if log.config().compact {
+                        if let Err(e) = log.compact(now) {
+                            tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "compaction failed");
+                        }
+                    }
                     if let Err(e) = log.maybe_flush(now) {
                         tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "flush failed");
                     }

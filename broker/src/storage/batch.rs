@@ -285,6 +285,42 @@ pub fn set_log_append_time(batch: &mut [u8], timestamp: i64) {
     write_bytes(batch, CRC_POS, &crc.to_be_bytes());
 }
 
+/// Sets `lastOffsetDelta` and recomputes the CRC (the cleaner keeps a
+/// rewritten batch ending at its original last offset, as Kafka does, so
+/// the producer's last sequence and the segment's end do not move). Does
+/// nothing to a buffer shorter than a batch header.
+pub fn set_last_offset_delta(batch: &mut [u8], delta: i32) {
+    if batch.len() < BATCH_HEADER_LEN {
+        return;
+    }
+    write_bytes(batch, LAST_OFFSET_DELTA_POS, &delta.to_be_bytes());
+    let crc = compute_crc(batch);
+    write_bytes(batch, CRC_POS, &crc.to_be_bytes());
+}
+
+/// A header-only copy (no records, no compression) of the batch at the
+/// start of `batch`, keeping its offsets, timestamps, producer id, epoch,
+/// sequence and transactional/control/timestamp-type flags: what the
+/// cleaner leaves of a producer's last batch when all its records go, so
+/// that the producer's state survives (as Kafka does).
+pub fn empty_copy(batch: &[u8]) -> Result<Vec<u8>> {
+    let header = BatchHeader::parse(batch)?;
+    let mut out = batch
+        .get(..BATCH_HEADER_LEN)
+        .ok_or_else(|| corrupt("short batch header"))?
+        .to_vec();
+    write_bytes(&mut out, LENGTH_POS, &MIN_BATCH_LENGTH.to_be_bytes());
+    write_bytes(
+        &mut out,
+        ATTRIBUTES_POS,
+        &(header.attributes & !0x07).to_be_bytes(),
+    );
+    write_bytes(&mut out, RECORDS_COUNT_POS, &0i32.to_be_bytes());
+    let crc = compute_crc(&out);
+    write_bytes(&mut out, CRC_POS, &crc.to_be_bytes());
+    Ok(out)
+}
+
 /// Reads a zig-zag varint (Kafka's `varint`/`varlong`) at `*pos`.
 fn read_varlong(buf: &[u8], pos: &mut usize) -> Option<i64> {
     let mut value: u64 = 0;

@@ -2,8 +2,8 @@
 //! directory.
 //!
 //! This module owns only the small metadata files next to the segments
-//! (recovery point, log start offset, high watermark, clean-shutdown
-//! marker); it never reads or writes segments. A checkpoint is written to
+//! (recovery point, log start offset, high watermark, cleaner offset,
+//! clean-shutdown marker); it never reads or writes segments. A checkpoint is written to
 //! `<name>.tmp`, fsynced, renamed over `<name>` and the directory is
 //! fsynced, so a reader sees either the old or the new value, never a torn
 //! one. The content is one line, `moldau-checkpoint 1 <value>`; a file that
@@ -21,6 +21,9 @@ pub const RECOVERY_POINT_FILE: &str = "recovery-point.checkpoint";
 pub const LOG_START_OFFSET_FILE: &str = "log-start-offset.checkpoint";
 /// Last high watermark the broker reported.
 pub const HIGH_WATERMARK_FILE: &str = "high-watermark.checkpoint";
+/// The cleaner's "cleaned up to" offset: segments below it were compacted
+/// (their offsets may have gaps); bytes from it on are dirty.
+pub const CLEANER_OFFSET_FILE: &str = "cleaner-offset.checkpoint";
 /// Present only between a clean close and the next open.
 pub const CLEAN_SHUTDOWN_FILE: &str = ".clean-shutdown";
 /// Suffix of checkpoint files being written.

@@ -1,7 +1,7 @@
 //! Per-partition log settings, named after their Kafka topic configs.
 
 /// Settings of one partition's log. Field names follow Kafka topic configs.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LogConfig {
     /// `segment.bytes`: roll the active segment when it would exceed this.
     pub segment_bytes: u64,
@@ -25,6 +25,20 @@ pub struct LogConfig {
     pub log_append_time: bool,
     /// `file.delete.delay.ms`: how long a deleted segment lingers (renamed `.deleted`).
     pub file_delete_delay_ms: i64,
+    /// `cleanup.policy` contains `compact`: the cleaner keeps the last
+    /// record per key (see `cleaner`).
+    pub compact: bool,
+    /// `cleanup.policy` contains `delete`: time and size retention apply.
+    pub delete: bool,
+    /// `delete.retention.ms`: how long a tombstone (null value) is kept in
+    /// a compacted log, counted from the tombstone's timestamp.
+    pub delete_retention_ms: i64,
+    /// `min.cleanable.dirty.ratio`: clean once the bytes not yet cleaned
+    /// are at least this share of the cleanable log.
+    pub min_cleanable_dirty_ratio: f64,
+    /// `min.compaction.lag.ms`: a segment is cleaned only once its newest
+    /// record is at least this old.
+    pub min_compaction_lag_ms: i64,
 }
 
 impl Default for LogConfig {
@@ -41,6 +55,11 @@ impl Default for LogConfig {
             flush_ms: i64::MAX,
             log_append_time: false,
             file_delete_delay_ms: 60_000,
+            compact: false,
+            delete: true,
+            delete_retention_ms: 24 * 3600 * 1000,
+            min_cleanable_dirty_ratio: 0.5,
+            min_compaction_lag_ms: 0,
         }
     }
 }

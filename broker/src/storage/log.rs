@@ -25,6 +25,7 @@ use std::sync::Arc;
 
 use super::batch::{self, BatchHeader};
 use super::checkpoint;
+use super::cleaner::{self, CleanStats, CompactionOutcome};
 use super::segment::{self, BatchInfo, Segment};
 use super::{LogConfig, Result, StorageError};
 
@@ -73,7 +74,8 @@ pub const HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS: i64 = 5_000;
 pub struct PartitionLog {
     dir: PathBuf,
     config: LogConfig,
-    /// Sorted by base offset, contiguous, never empty; the last is active.
+    /// Sorted by base offset, never empty; the last is active. Contiguous
+    /// except below the cleaner checkpoint, where compaction leaves gaps.
     segments: Vec<Segment>,
     log_start_offset: i64,
     recovery_point: i64,
@@ -82,6 +84,13 @@ pub struct PartitionLog {
     last_hw_checkpoint_ms: i64,
     unflushed_messages: i64,
     first_unflushed_ms: Option<i64>,
+    /// The cleaner checkpoint: segments below it were compacted (their
+    /// offsets may have gaps). `None` if the log was never compacted.
+    cleaned_to: Option<i64>,
+    /// Earliest time a tombstone kept by the last clean expires; a clean
+    /// runs then even if the dirty ratio is low. Unknown after open
+    /// (`Some(i64::MIN)` for a log compacted before: check once).
+    tombstone_due: Option<i64>,
 }
 
 fn out_of_range(requested: i64, log_start: i64, log_end: i64) -> StorageError {
@@ -118,6 +127,9 @@ impl PartitionLog {
             }
         }
         let clean = checkpoint::has_clean_shutdown(&dir);
+        // An interrupted compaction: discard uncommitted copies, complete
+        // committed swaps (their segments' indexes are rebuilt below).
+        cleaner::recover_leftovers(&dir)?;
 
         // Inventory of the directory.
         let mut bases = Vec::new();
@@ -149,6 +161,13 @@ impl PartitionLog {
         let checkpointed_recovery =
             checkpoint::read_checkpoint(&dir, checkpoint::RECOVERY_POINT_FILE)?;
         let checkpointed_hw = checkpoint::read_checkpoint(&dir, checkpoint::HIGH_WATERMARK_FILE)?;
+        let checkpointed_cleaned =
+            checkpoint::read_checkpoint(&dir, checkpoint::CLEANER_OFFSET_FILE)?;
+        // Compacted segments (wholly below the cleaner checkpoint) may have
+        // offset gaps inside and end before the next segment starts; all
+        // others must be contiguous, which keeps torn-tail detection strict
+        // where appends happen.
+        let allow_gaps = |base: i64| checkpointed_cleaned.is_some_and(|c| base < c);
         let clean = clean && checkpointed_recovery.is_some();
 
         // Segments wholly below the log start offset are leftovers of a
@@ -181,8 +200,13 @@ impl PartitionLog {
             let mut must_recover = i >= recover_from;
             if !must_recover {
                 let problem = if indexes_present {
-                    seg.load_trusted(next_base, config.index_interval_bytes, now_ms)?
-                        .err()
+                    seg.load_trusted(
+                        next_base,
+                        config.index_interval_bytes,
+                        now_ms,
+                        allow_gaps(base),
+                    )?
+                    .err()
                 } else {
                     Some("index file missing".to_string())
                 };
@@ -191,15 +215,20 @@ impl PartitionLog {
                     must_recover = true;
                 }
             }
+            let mut truncated = false;
             if must_recover {
-                seg.recover(
+                let cut = seg.recover(
                     config.index_interval_bytes,
                     config.segment_index_bytes,
                     now_ms,
+                    allow_gaps(base),
                 )?;
+                truncated = cut > 0;
             }
             recovered.push(must_recover);
-            let consistent = next_base.is_none_or(|n| n == seg.next_offset());
+            let consistent = next_base.is_none_or(|n| {
+                n == seg.next_offset() || (allow_gaps(base) && !truncated && n > seg.next_offset())
+            });
             segments.push(seg);
             if !consistent {
                 // The rest of the log cannot follow a truncated segment.
@@ -254,6 +283,8 @@ impl PartitionLog {
             last_hw_checkpoint_ms: now_ms,
             unflushed_messages: log_end - recovery_point,
             first_unflushed_ms: (recovery_point < log_end).then_some(now_ms),
+            cleaned_to: checkpointed_cleaned.map(|c| c.min(log_end)),
+            tombstone_due: checkpointed_cleaned.map(|_| i64::MIN),
         };
         // Checkpoints pointing past what survived are pulled back.
         if checkpointed_start.is_some_and(|s| s != log_start_offset) {
@@ -265,6 +296,11 @@ impl PartitionLog {
                 checkpoint::RECOVERY_POINT_FILE,
                 recovery_point,
             )?;
+        }
+        if let (Some(c), Some(now)) = (checkpointed_cleaned, log.cleaned_to) {
+            if c != now {
+                checkpoint::write_checkpoint(&log.dir, checkpoint::CLEANER_OFFSET_FILE, now)?;
+            }
         }
         checkpoint::remove_clean_shutdown(&log.dir)?;
         tracing::debug!(
@@ -615,8 +651,9 @@ impl PartitionLog {
         Ok(self.log_start_offset)
     }
 
-    /// Time (`retention.ms`) and size (`retention.bytes`) retention: deletes
-    /// whole non-active segments and advances the log start offset. Also
+    /// Time (`retention.ms`) and size (`retention.bytes`) retention, only
+    /// when the cleanup policy contains `delete`: deletes whole non-active
+    /// segments and advances the log start offset. Also
     /// rolls the active segment when `segment.ms` has passed. When every
     /// segment, the active one included, is past `retention.ms`, the active
     /// segment is rolled first and deleted in the same pass (as Kafka does).
@@ -627,15 +664,17 @@ impl PartitionLog {
         if self.segment_expired_by_age(self.active(), now_ms) {
             self.roll()?;
         }
-        if self.config.retention_ms >= 0 {
+        if self.config.delete && self.config.retention_ms >= 0 {
             let retention = self.config.retention_ms;
             let expired = |s: &Segment| {
                 !s.is_empty() && now_ms.saturating_sub(s.retention_timestamp()) > retention
             };
             let n = self.segments.len();
+            // A non-active segment compaction emptied holds nothing: it
+            // does not hold back the ones after it.
             let mut count = self.segments[..n - 1]
                 .iter()
-                .take_while(|s| expired(s))
+                .take_while(|s| s.is_empty() || expired(s))
                 .count();
             if count == n - 1 && expired(self.active()) {
                 self.roll()?;
@@ -648,7 +687,7 @@ impl PartitionLog {
                 outcome.bytes_deleted += bytes;
             }
         }
-        if self.config.retention_bytes >= 0 {
+        if self.config.delete && self.config.retention_bytes >= 0 {
             let mut excess = self
                 .size_bytes()
                 .saturating_sub(self.config.retention_bytes as u64);
@@ -669,6 +708,150 @@ impl PartitionLog {
             }
         }
         outcome.log_start_offset = self.log_start_offset;
+        Ok(outcome)
+    }
+
+    /// The cleaner checkpoint: segments below it are compacted.
+    pub fn cleaned_up_to(&self) -> Option<i64> {
+        self.cleaned_to
+    }
+
+    /// One compaction pass when the cleanup policy contains `compact` (see
+    /// `cleaner` for what survives and how the swap is crash-safe).
+    ///
+    /// Cleanable are the leading non-active segments that end at or below
+    /// the high watermark and whose newest record is at least
+    /// `min.compaction.lag.ms` old; the active segment is never touched.
+    /// A pass runs when the dirty ratio (bytes of cleanable segments at or
+    /// after the cleaner checkpoint / bytes of all cleanable segments) is
+    /// at least `min.cleanable.dirty.ratio` (and some bytes are dirty), or
+    /// when a tombstone kept by an earlier pass has expired. It builds the
+    /// latest offset per key over all cleanable segments, writes cleaned
+    /// copies of the segments that lose records, checkpoints the cleaner
+    /// offset (the end of the cleaned range), swaps the copies in oldest
+    /// first, and removes segments other than the first that end up empty.
+    /// Offsets of kept records never change; reads across the gaps return
+    /// the next batch.
+    pub fn compact(&mut self, now_ms: i64) -> Result<CompactionOutcome> {
+        let first_base = self.segments[0].base_offset();
+        let mut outcome = CompactionOutcome {
+            cleaned_up_to: self.cleaned_to.unwrap_or(first_base),
+            ..CompactionOutcome::default()
+        };
+        if !self.config.compact {
+            return Ok(outcome);
+        }
+        let n = self.segments.len();
+        let lag = self.config.min_compaction_lag_ms;
+        let mut k = 0;
+        while k + 1 < n {
+            if self.segments[k + 1].base_offset() > self.high_watermark {
+                break;
+            }
+            let seg = &self.segments[k];
+            if lag > 0 && now_ms.saturating_sub(seg.retention_timestamp()) < lag {
+                break;
+            }
+            k += 1;
+        }
+        outcome.segments_cleanable = k;
+        if k == 0 {
+            return Ok(outcome);
+        }
+        let cleaned_to = self.cleaned_to.unwrap_or(i64::MIN);
+        let (mut dirty, mut total) = (0u64, 0u64);
+        for seg in &self.segments[..k] {
+            total += seg.size();
+            if seg.base_offset() >= cleaned_to {
+                dirty += seg.size();
+            }
+        }
+        outcome.dirty_ratio = if total == 0 {
+            0.0
+        } else {
+            dirty as f64 / total as f64
+        };
+        let dirty_enough =
+            dirty > 0 && outcome.dirty_ratio >= self.config.min_cleanable_dirty_ratio;
+        let tombstones_due = self.tombstone_due.is_some_and(|t| now_ms >= t);
+        if !dirty_enough && !tombstones_due {
+            return Ok(outcome);
+        }
+        outcome.ran = true;
+        outcome.bytes_before = total;
+
+        let map = cleaner::build_offset_map(&self.segments[..k])?;
+        let mut stats = CleanStats::default();
+        let mut changed = Vec::new();
+        for i in 0..k {
+            let written = cleaner::write_cleaned(
+                &self.segments[i],
+                &map,
+                now_ms,
+                self.config.delete_retention_ms,
+                &mut stats,
+            );
+            match written {
+                Ok(true) => changed.push(i),
+                Ok(false) => {}
+                Err(e) => {
+                    for &j in &changed {
+                        cleaner::discard_cleaned(&self.dir, self.segments[j].base_offset())?;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        // The checkpoint goes first: once a copy is committed, recovery
+        // must already know that its offsets may have gaps.
+        let new_cleaned_to = self.segments[k].base_offset();
+        checkpoint::write_checkpoint(&self.dir, checkpoint::CLEANER_OFFSET_FILE, new_cleaned_to)?;
+        self.cleaned_to = Some(new_cleaned_to);
+        for &i in &changed {
+            let base = self.segments[i].base_offset();
+            cleaner::commit_swap(&self.dir, base)?;
+            cleaner::finish_swap(&self.dir, base)?;
+            let mut seg = Segment::open(&self.dir, base)?;
+            seg.recover(
+                self.config.index_interval_bytes,
+                self.config.segment_index_bytes,
+                now_ms,
+                true,
+            )?;
+            seg.seal()?;
+            self.segments[i] = seg;
+        }
+        outcome.segments_rewritten = changed.len();
+        // Segments left empty (other than the first, which keeps the log
+        // start in place) hold nothing: remove them.
+        let mut i = 1;
+        let mut end = k;
+        while i < end {
+            if self.segments[i].is_empty() {
+                let seg = self.segments.remove(i);
+                tracing::debug!(path = %seg.log_path().display(), "removing a segment compaction emptied");
+                seg.delete()?;
+                outcome.segments_deleted += 1;
+                end -= 1;
+            } else {
+                i += 1;
+            }
+        }
+        self.tombstone_due = stats.next_tombstone_expiry;
+        outcome.records_removed = stats.records_removed;
+        outcome.tombstones_removed = stats.tombstones_removed;
+        outcome.bytes_after = self.segments[..end].iter().map(Segment::size).sum();
+        outcome.cleaned_up_to = new_cleaned_to;
+        if outcome.records_removed > 0 {
+            tracing::info!(
+                dir = %self.dir.display(),
+                records = outcome.records_removed,
+                tombstones = outcome.tombstones_removed,
+                bytes_before = outcome.bytes_before,
+                bytes_after = outcome.bytes_after,
+                "compacted log"
+            );
+        }
         Ok(outcome)
     }
 

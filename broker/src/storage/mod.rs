@@ -11,16 +11,21 @@
 //!   epoch rewritten by the broker (neither is covered by the batch CRC);
 //! - `<base>.index`: sparse, memory-mapped offset → file position;
 //! - `<base>.timeindex`: sparse, memory-mapped timestamp → offset;
-//! - checkpoint files (recovery point, log start offset, high watermark),
-//!   each written atomically (temp file, fsync, rename, fsync directory).
+//! - checkpoint files (recovery point, log start offset, high watermark,
+//!   cleaner offset), each written atomically (temp file, fsync, rename,
+//!   fsync directory);
+//! - transiently, `<base>.log.cleaned` / `<base>.log.swap` while the
+//!   cleaner (`cleanup.policy=compact`) swaps in a compacted segment.
 
 pub mod batch;
 pub mod checkpoint;
+pub mod cleaner;
 pub mod config;
 pub mod index;
 pub mod log;
 pub mod segment;
 
+pub use cleaner::CompactionOutcome;
 pub use config::LogConfig;
 pub use log::{AppendResult, FetchSlice, PartitionLog, RetentionOutcome};
 

@@ -26,6 +26,11 @@ pub const INDEX_SUFFIX: &str = ".index";
 pub const TIME_INDEX_SUFFIX: &str = ".timeindex";
 /// Suffix appended to the files of a segment being deleted.
 pub const DELETED_SUFFIX: &str = ".deleted";
+/// Suffix of a compacted `.log` being written (discarded by recovery).
+pub const CLEANED_SUFFIX: &str = ".cleaned";
+/// Suffix of a compacted `.log` committed but not yet renamed into place
+/// (recovery completes the swap).
+pub const SWAP_SUFFIX: &str = ".swap";
 
 /// Smallest preallocation of an index (a few entries), whatever
 /// `segment.index.bytes` says, so that an active segment can always index.
@@ -358,7 +363,14 @@ impl Segment {
     /// Scans batch headers (no CRC) from `pos`, where a batch with base
     /// offset `expected` must start, to the end of the file. `None` when the
     /// headers are not a consistent chain ending exactly at the file end.
-    fn scan_headers(&self, mut pos: u64, mut expected: i64) -> Result<Option<HeaderScan>> {
+    /// With `allow_gaps` (compacted segments) a batch may start after the
+    /// expected offset, never before it.
+    fn scan_headers(
+        &self,
+        mut pos: u64,
+        mut expected: i64,
+        allow_gaps: bool,
+    ) -> Result<Option<HeaderScan>> {
         let start = pos;
         let mut scan = HeaderScan {
             next_offset: expected,
@@ -373,7 +385,12 @@ impl Segment {
                 Err(StorageError::Io(e)) => return Err(e.into()),
                 Err(_) => return Ok(None),
             };
-            if h.base_offset != expected || h.last_offset_delta < 0 {
+            let in_order = if allow_gaps {
+                h.base_offset >= expected
+            } else {
+                h.base_offset == expected
+            };
+            if !in_order || h.last_offset_delta < 0 {
                 return Ok(None);
             }
             if h.max_timestamp > scan.max_timestamp {
@@ -393,12 +410,15 @@ impl Segment {
     /// segment end. `next_segment_base` is the base offset of the following
     /// segment, `None` for the last one (whose tail after the last index
     /// entry is then scanned). Returns a description of the problem when
-    /// the segment must be recovered instead.
+    /// the segment must be recovered instead. `allow_gaps`: the segment was
+    /// compacted, so offsets may jump between batches and it may end before
+    /// the next segment starts.
     pub fn load_trusted(
         &mut self,
         next_segment_base: Option<i64>,
         index_interval: u64,
         now_ms: i64,
+        allow_gaps: bool,
     ) -> Result<std::result::Result<(), String>> {
         let bound = next_segment_base.unwrap_or(i64::MAX);
         if self.offset_index.entries() == 0 && self.size > index_interval.saturating_mul(2) {
@@ -448,7 +468,7 @@ impl Segment {
         let must_scan =
             next_segment_base.is_none() || (self.size > 0 && self.time_index.entries() == 0);
         if must_scan {
-            let Some(scan) = self.scan_headers(scan_pos, scan_offset)? else {
+            let Some(scan) = self.scan_headers(scan_pos, scan_offset, allow_gaps)? else {
                 return Ok(Err(format!(
                     "inconsistent batch headers after position {scan_pos}"
                 )));
@@ -460,7 +480,7 @@ impl Segment {
             self.next_offset = scan.next_offset;
             self.bytes_since_last_index_entry = scan.bytes;
             if let Some(next) = next_segment_base {
-                if next != scan.next_offset {
+                if next < scan.next_offset || (!allow_gaps && next != scan.next_offset) {
                     return Ok(Err(format!(
                         "segment ends at {} but the next one starts at {next}",
                         scan.next_offset
@@ -502,7 +522,15 @@ impl Segment {
     /// Re-validates every batch (length, magic, CRC-32C, contiguous offsets
     /// from the segment base), rebuilds both indexes, and truncates the file
     /// after the last valid batch. Returns the number of bytes cut off.
-    pub fn recover(&mut self, index_interval: u64, index_bytes: u64, now_ms: i64) -> Result<u64> {
+    /// With `allow_gaps` (a compacted segment) offsets must only increase:
+    /// a batch may start after the previous one's end, never inside it.
+    pub fn recover(
+        &mut self,
+        index_interval: u64,
+        index_bytes: u64,
+        now_ms: i64,
+        allow_gaps: bool,
+    ) -> Result<u64> {
         self.offset_index.reset();
         self.time_index.reset();
         self.make_active(index_bytes)?;
@@ -536,7 +564,12 @@ impl Segment {
                 Ok(h) => h,
                 Err(e) => break Some(e.to_string()),
             };
-            if h.base_offset != self.next_offset {
+            let in_order = if allow_gaps {
+                h.base_offset >= self.next_offset
+            } else {
+                h.base_offset == self.next_offset
+            };
+            if !in_order {
                 break Some(format!(
                     "base offset {} where {} was expected",
                     h.base_offset, self.next_offset

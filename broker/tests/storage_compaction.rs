@@ -1,0 +1,657 @@
+//! Log compaction (`cleanup.policy=compact`): what survives a clean, the
+//! offsets and batch fields it keeps, reads across the gaps it leaves, and
+//! recovery from a crash at every step of the swap.
+
+#[path = "storage_common/mod.rs"]
+mod common;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::Path;
+
+use bytes::{Bytes, BytesMut};
+use common::*;
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+use moldau_broker::storage::batch::{self, BatchHeader};
+use moldau_broker::storage::{checkpoint, LogConfig, PartitionLog};
+
+const NOW: i64 = 1_700_000_000_000;
+const DAY: i64 = 24 * 3600 * 1000;
+
+fn compact_config() -> LogConfig {
+    LogConfig {
+        compact: true,
+        delete: false,
+        ..config()
+    }
+}
+
+/// One batch of `(key, value)` records (value `None` = tombstone), all
+/// with timestamp `ts`, from producer `pid` (-1: none) with base sequence
+/// `seq`.
+fn keyed_with(
+    recs: &[(&str, Option<&str>)],
+    ts: i64,
+    compression: Compression,
+    pid: i64,
+    seq: i32,
+) -> Vec<u8> {
+    let records: Vec<Record> = recs
+        .iter()
+        .enumerate()
+        .map(|(i, (k, v))| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: pid,
+            producer_epoch: if pid >= 0 { 2 } else { -1 },
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            sequence: if pid >= 0 {
+                seq + i as i32
+            } else {
+                i as i32 - 1
+            },
+            timestamp: ts + i as i64,
+            key: (!k.is_empty()).then(|| Bytes::from(k.to_string())),
+            value: v.map(|v| Bytes::from(v.to_string())),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        &records,
+        &RecordEncodeOptions {
+            version: 2,
+            compression,
+        },
+    )
+    .expect("encode");
+    buf.to_vec()
+}
+
+fn keyed(recs: &[(&str, Option<&str>)], ts: i64) -> Vec<u8> {
+    keyed_with(recs, ts, Compression::None, -1, -1)
+}
+
+/// A record as read back: `(offset, key, value, timestamp)`.
+type Rec = (i64, String, Option<String>, i64);
+
+fn text(b: &Option<Bytes>) -> Option<String> {
+    b.as_ref().map(|b| String::from_utf8_lossy(b).into_owned())
+}
+
+/// Every batch header and record of the log, in order, read through
+/// `PartitionLog::read` as a consumer would (whole batches, across gaps).
+fn read_all(log: &PartitionLog) -> (Vec<BatchHeader>, Vec<Rec>) {
+    let end = log.log_end_offset();
+    let (mut hs, mut recs) = (Vec::new(), Vec::new());
+    let mut o = log.log_start_offset();
+    while o < end {
+        let bytes = slice_bytes(&log.read(o, 1 << 20, end).expect("read"));
+        assert!(!bytes.is_empty(), "no batch at or after {o} (end {end})");
+        let mut pos = 0;
+        for h in headers(&bytes) {
+            batch::validate_one(&bytes[pos..pos + h.total_size()]).expect("valid batch");
+            pos += h.total_size();
+            hs.push(h);
+        }
+        for set in decode(&bytes) {
+            for r in set.records {
+                recs.push((
+                    r.offset,
+                    text(&r.key).unwrap_or_default(),
+                    text(&r.value),
+                    r.timestamp,
+                ));
+            }
+        }
+        o = hs.last().expect("progress").last_offset() + 1;
+    }
+    (hs, recs)
+}
+
+/// Latest `(offset, value)` per key in `recs`.
+fn latest(recs: &[Rec]) -> BTreeMap<String, (i64, Option<String>)> {
+    recs.iter()
+        .map(|(o, k, v, _)| (k.clone(), (*o, v.clone())))
+        .collect()
+}
+
+fn append(log: &mut PartitionLog, mut b: Vec<u8>) -> (i64, i64) {
+    let r = log.append(&mut b, 0, NOW).expect("append");
+    let end = log.log_end_offset();
+    log.set_high_watermark(end);
+    (r.base_offset, r.last_offset)
+}
+
+/// Appends 12 rounds over 8 keys (value `r<round>-<key>`), 4 records per
+/// batch, until several segments exist; returns what was written.
+fn fill_rounds(log: &mut PartitionLog, rounds: usize) -> Vec<Rec> {
+    let mut written = Vec::new();
+    for round in 0..rounds {
+        for chunk in 0..2 {
+            let keys: Vec<String> = (0..4).map(|i| format!("key{}", chunk * 4 + i)).collect();
+            let vals: Vec<String> = keys.iter().map(|k| format!("r{round}-{k}")).collect();
+            let recs: Vec<(&str, Option<&str>)> = keys
+                .iter()
+                .zip(&vals)
+                .map(|(k, v)| (k.as_str(), Some(v.as_str())))
+                .collect();
+            let ts = NOW + round as i64 * 10;
+            let (base, _) = append(log, keyed(&recs, ts));
+            for (i, (k, v)) in keys.iter().zip(&vals).enumerate() {
+                written.push((base + i as i64, k.clone(), Some(v.clone()), ts + i as i64));
+            }
+        }
+    }
+    written
+}
+
+fn active_log_bytes(dir: &Path) -> Vec<u8> {
+    let last = files_with_suffix(dir, ".log").pop().expect("a segment");
+    fs::read(dir.join(last)).expect("read")
+}
+
+#[test]
+fn storage_compaction_keeps_exactly_the_last_value_per_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut log = PartitionLog::open(dir.path(), compact_config(), NOW).expect("open");
+    let written = fill_rounds(&mut log, 12);
+    assert!(log.segment_count() >= 4, "{}", log.segment_count());
+    let end = log.log_end_offset();
+    let active_base = *log.segment_base_offsets().last().expect("active");
+    let active_before = active_log_bytes(dir.path());
+
+    let out = log.compact(NOW).expect("compact");
+    assert!(out.ran);
+    assert_eq!(out.dirty_ratio, 1.0);
+    assert_eq!(out.cleaned_up_to, active_base);
+    assert!(out.records_removed > 0 && out.bytes_after < out.bytes_before);
+    assert_eq!(log.cleaned_up_to(), Some(active_base));
+    // The log end and the active segment do not change.
+    assert_eq!(log.log_end_offset(), end);
+    assert_eq!(active_log_bytes(dir.path()), active_before);
+
+    let (_, recs) = read_all(&log);
+    // Each kept record is exactly what was written at that offset.
+    let by_offset: BTreeMap<i64, &Rec> = written.iter().map(|r| (r.0, r)).collect();
+    for r in &recs {
+        assert_eq!(by_offset[&r.0], r, "record at {} changed", r.0);
+    }
+    // Below the cleaned offset: each key once, with its last value there.
+    let cleaned: Vec<&Rec> = recs.iter().filter(|r| r.0 < active_base).collect();
+    let mut expect = BTreeMap::new();
+    for w in written.iter().filter(|w| w.0 < active_base) {
+        expect.insert(w.1.clone(), w.clone());
+    }
+    let got: BTreeMap<String, Rec> = cleaned
+        .iter()
+        .map(|r| (r.1.clone(), (*r).clone()))
+        .collect();
+    assert_eq!(got.len(), cleaned.len(), "a key appears twice: {cleaned:?}");
+    assert_eq!(got, expect);
+    // The active segment is whole: everything written there is still read.
+    let active: Vec<&Rec> = recs.iter().filter(|r| r.0 >= active_base).collect();
+    let written_active: Vec<&Rec> = written.iter().filter(|w| w.0 >= active_base).collect();
+    assert_eq!(active, written_active);
+    // What a consumer reading everything ends with: the last value per key.
+    assert_eq!(latest(&recs), latest(&written));
+
+    // Nothing new is dirty: a second call does not run.
+    let again = log.compact(NOW).expect("compact");
+    assert!(!again.ran);
+    assert_eq!(again.dirty_ratio, 0.0);
+
+    // The same after a clean reopen and after a crash (re-validation with gaps).
+    log.close().expect("close");
+    let log = PartitionLog::open(dir.path(), compact_config(), NOW).expect("reopen");
+    assert_eq!(read_all(&log).1, recs);
+    assert_eq!(log.cleaned_up_to(), Some(active_base));
+    drop(log);
+    for f in files_with_suffix(dir.path(), "index") {
+        fs::remove_file(dir.path().join(f)).expect("rm index");
+    }
+    fs::remove_file(dir.path().join(checkpoint::RECOVERY_POINT_FILE)).ok();
+    let log = PartitionLog::open(dir.path(), compact_config(), NOW).expect("recover");
+    assert_eq!(log.log_end_offset(), end);
+    assert_eq!(read_all(&log).1, recs);
+}
+
+#[test]
+fn storage_compaction_only_when_configured_dirty_and_old_enough() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = LogConfig {
+        compact: false,
+        ..compact_config()
+    };
+    let mut log = PartitionLog::open(dir.path(), cfg.clone(), NOW).expect("open");
+    let written = fill_rounds(&mut log, 8);
+    // Not a compacted log: nothing happens.
+    assert!(!log.compact(NOW).expect("compact").ran);
+    // min.compaction.lag.ms: segments newer than the lag are not cleanable.
+    log.set_config(LogConfig {
+        compact: true,
+        min_compaction_lag_ms: 1_000,
+        ..cfg.clone()
+    });
+    let out = log.compact(NOW + 500).expect("compact");
+    assert_eq!((out.ran, out.segments_cleanable), (false, 0));
+    // Not above the high watermark.
+    log.set_config(LogConfig {
+        compact: true,
+        ..cfg.clone()
+    });
+    let bases = log.segment_base_offsets();
+    log.set_high_watermark(bases[1]);
+    let out = log.compact(NOW).expect("compact");
+    assert_eq!(out.segments_cleanable, 1);
+    assert_eq!(out.cleaned_up_to, bases[1]);
+    let end = log.log_end_offset();
+    log.set_high_watermark(end);
+    // A little more dirty data: the ratio decides.
+    log.set_config(LogConfig {
+        compact: true,
+        min_cleanable_dirty_ratio: 0.99,
+        ..cfg.clone()
+    });
+    let out = log.compact(NOW).expect("compact");
+    assert!(
+        !out.ran && out.dirty_ratio > 0.0 && out.dirty_ratio < 0.99,
+        "{out:?}"
+    );
+    log.set_config(LogConfig {
+        compact: true,
+        min_cleanable_dirty_ratio: 0.0,
+        ..cfg
+    });
+    let out = log.compact(NOW).expect("compact");
+    assert!(out.ran);
+    assert_eq!(latest(&read_all(&log).1), latest(&written));
+}
+
+#[test]
+fn storage_compaction_tombstones_kept_until_delete_retention() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = LogConfig {
+        delete_retention_ms: DAY,
+        ..compact_config()
+    };
+    let mut log = PartitionLog::open(dir.path(), cfg, NOW).expect("open");
+    append(
+        &mut log,
+        keyed(&[("gone", Some("v1")), ("kept", Some("k1"))], NOW),
+    );
+    append(&mut log, keyed(&[("gone", Some("v2"))], NOW));
+    let (tomb, _) = append(&mut log, keyed(&[("gone", None)], NOW + 5));
+    // Filler so that the tombstone's segment is not the active one.
+    fill_rounds(&mut log, 6);
+    let out = log.compact(NOW + 10).expect("compact");
+    assert!(out.ran);
+    assert_eq!(out.tombstones_removed, 0);
+    let recs = read_all(&log).1;
+    let gone: Vec<&Rec> = recs.iter().filter(|r| r.1 == "gone").collect();
+    assert_eq!(gone, vec![&(tomb, "gone".to_string(), None, NOW + 5)]);
+    assert!(recs.iter().any(|r| r.1 == "kept"));
+
+    // Still there just before delete.retention.ms has passed (the clean
+    // runs because a tombstone was kept, not because of dirty bytes).
+    let out = log.compact(NOW + 5 + DAY).expect("compact");
+    assert_eq!(out.tombstones_removed, 0);
+    assert!(read_all(&log).1.iter().any(|r| r.1 == "gone"));
+    // Then removed, with nothing dirty to trigger a clean.
+    let out = log.compact(NOW + 6 + DAY).expect("compact");
+    assert!(out.ran);
+    assert_eq!(out.tombstones_removed, 1);
+    let recs = read_all(&log).1;
+    assert!(recs.iter().all(|r| r.1 != "gone"), "{recs:?}");
+    assert!(recs.iter().any(|r| r.1 == "kept"));
+    assert!(!log.compact(NOW + 2 * DAY).expect("compact").ran);
+}
+
+#[test]
+fn storage_compaction_reads_across_gaps() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut log = PartitionLog::open(dir.path(), compact_config(), NOW).expect("open");
+    let written = fill_rounds(&mut log, 12);
+    let before = log.segment_count();
+    let end = log.log_end_offset();
+    let out = log.compact(NOW).expect("compact");
+    // Whole segments of superseded values disappear (not the first).
+    assert!(out.segments_deleted > 0, "{out:?}");
+    assert_eq!(log.segment_count(), before - out.segments_deleted);
+    let (_, recs) = read_all(&log);
+    let kept: Vec<i64> = recs.iter().map(|r| r.0).collect();
+    // A fetch from any offset, kept or compacted away, returns whole
+    // batches starting with the first kept record at or after it.
+    for w in &written {
+        let o = w.0;
+        let bytes = slice_bytes(&log.read(o, 1, end).expect("read"));
+        let next = kept
+            .iter()
+            .copied()
+            .find(|&k| k >= o)
+            .expect("active part is kept");
+        let first = decode(&bytes)
+            .into_iter()
+            .flat_map(|s| s.records)
+            .map(|r| r.offset)
+            .find(|&x| x >= o)
+            .expect("a record at or after the fetch offset");
+        assert_eq!(first, next, "fetch at {o}");
+        let h = &headers(&bytes)[0];
+        assert!(h.last_offset() >= o);
+    }
+    // Timestamp lookups still land on kept records.
+    let (o, _) = log.offset_for_timestamp(0).expect("lookup").expect("some");
+    assert_eq!(o, kept[0]);
+    assert_eq!(
+        log.max_timestamp().map(|(_, o)| kept.contains(&o)),
+        Some(true)
+    );
+}
+
+#[test]
+fn storage_compaction_compressed_batches_and_batch_fields() {
+    for compression in [
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut log = PartitionLog::open(dir.path(), compact_config(), NOW).expect("open");
+        // Producer 7: a batch whose first and last records get superseded.
+        let first = keyed_with(
+            &[
+                ("a", Some("a1")),
+                ("b", Some("b1")),
+                ("c", Some("c1")),
+                ("d", Some("d1")),
+            ],
+            NOW,
+            compression,
+            7,
+            100,
+        );
+        let (b0, l0) = append(&mut log, first);
+        // Producer 9: its only batch is wholly superseded later.
+        let (b9, l9) = append(
+            &mut log,
+            keyed_with(&[("e", Some("e1"))], NOW, compression, 9, 5),
+        );
+        append(
+            &mut log,
+            keyed_with(
+                &[
+                    ("a", Some("a2")),
+                    ("d", Some("d2")),
+                    ("e", Some("e2")),
+                    ("", Some("nokey")),
+                ],
+                NOW + 1,
+                compression,
+                -1,
+                -1,
+            ),
+        );
+        fill_rounds(&mut log, 6);
+        let out = log.compact(NOW).expect("compact");
+        assert!(out.ran);
+        let (hs, recs) = read_all(&log);
+        // The rewritten batch of producer 7: b and c kept at their offsets,
+        // same codec and producer fields, sequences of the kept records and
+        // the original last offset (so the producer's last sequence).
+        let h = hs.iter().find(|h| h.producer_id == 7).expect("batch of 7");
+        assert_eq!(h.compression(), compression as u8);
+        assert_eq!((h.base_offset, h.last_offset()), (b0 + 1, l0));
+        assert_eq!((h.producer_epoch, h.base_sequence), (2, 101));
+        assert_eq!(h.records_count, 2);
+        let got: Vec<(i64, String)> = recs
+            .iter()
+            .filter(|r| r.0 <= l0)
+            .map(|r| (r.0, r.2.clone().unwrap_or_default()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![(b0 + 1, "b1".to_string()), (b0 + 2, "c1".to_string())]
+        );
+        let ts: Vec<i64> = recs.iter().filter(|r| r.0 <= l0).map(|r| r.3).collect();
+        assert_eq!(ts, vec![NOW + 1, NOW + 2]);
+        // Producer 9 keeps a header-only batch (its state survives).
+        let h9 = hs.iter().find(|h| h.producer_id == 9).expect("batch of 9");
+        assert_eq!(
+            (h9.base_offset, h9.last_offset(), h9.records_count),
+            (b9, l9, 0)
+        );
+        assert_eq!((h9.producer_epoch, h9.base_sequence), (2, 5));
+        // The keyless record is dropped; the others survive.
+        assert!(recs.iter().all(|r| r.2.as_deref() != Some("nokey")));
+        for v in ["a2", "d2", "e2"] {
+            assert!(recs.iter().any(|r| r.2.as_deref() == Some(v)), "{v}");
+        }
+    }
+}
+
+#[test]
+fn storage_compaction_log_append_time_batches() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = LogConfig {
+        log_append_time: true,
+        ..compact_config()
+    };
+    let mut log = PartitionLog::open(dir.path(), cfg, NOW).expect("open");
+    let mut b = keyed(&[("x", Some("x1")), ("y", Some("y1"))], 5);
+    log.append(&mut b, 0, NOW + 100).expect("append");
+    let mut b = keyed(&[("x", Some("x2"))], 5);
+    log.append(&mut b, 0, NOW + 200).expect("append");
+    fill_rounds(&mut log, 6);
+    let end = log.log_end_offset();
+    log.set_high_watermark(end);
+    assert!(log.compact(NOW).expect("compact").ran);
+    let (hs, recs) = read_all(&log);
+    assert_eq!(recs[0].0, 1);
+    assert_eq!(recs[0].2.as_deref(), Some("y1"));
+    assert!(hs[0].is_log_append_time());
+    assert_eq!(hs[0].max_timestamp, NOW + 100);
+    assert_eq!(
+        log.offset_for_timestamp(NOW + 50).expect("lookup"),
+        Some((1, NOW + 100))
+    );
+}
+
+#[test]
+fn storage_compaction_compact_delete_applies_retention() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = LogConfig {
+        retention_ms: 1_000,
+        ..compact_config()
+    };
+    // compact only: retention does not delete.
+    let mut log = PartitionLog::open(dir.path(), cfg.clone(), NOW).expect("open");
+    fill_rounds(&mut log, 8);
+    let end = log.log_end_offset();
+    let out = log.enforce_retention(NOW + 10 * DAY).expect("retention");
+    assert_eq!(out.segments_deleted, 0);
+    assert_eq!(log.log_start_offset(), 0);
+    assert_eq!(read_all(&log).1.len() as i64, end);
+    // compact,delete: both apply.
+    log.set_config(LogConfig {
+        delete: true,
+        ..cfg
+    });
+    assert!(log.compact(NOW).expect("compact").ran);
+    let out = log.enforce_retention(NOW + 10 * DAY).expect("retention");
+    assert!(out.segments_deleted > 0);
+    assert_eq!(log.log_start_offset(), log.log_end_offset());
+}
+
+/// Files of one partition directory.
+fn snapshot(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    fs::read_dir(dir)
+        .expect("ls")
+        .map(|e| e.expect("entry"))
+        .map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let bytes = fs::read(e.path()).expect("read");
+            (name, bytes)
+        })
+        .collect()
+}
+
+fn restore(dir: &Path, files: &BTreeMap<String, Vec<u8>>) {
+    if dir.exists() {
+        fs::remove_dir_all(dir).expect("clear");
+    }
+    fs::create_dir_all(dir).expect("mkdir");
+    for (name, bytes) in files {
+        fs::write(dir.join(name), bytes).expect("write");
+    }
+}
+
+#[test]
+fn storage_compaction_crash_at_every_step_of_the_swap() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let orig = tmp.path().join("orig");
+    let mut log = PartitionLog::open(&orig, compact_config(), NOW).expect("open");
+    let written = fill_rounds(&mut log, 12);
+    // A tombstone whose older values are in earlier segments, then filler.
+    append(&mut log, keyed(&[("key3", None)], NOW + 500));
+    let mut written = written;
+    written.push((log.log_end_offset() - 1, "key3".into(), None, NOW + 500));
+    fill_rounds(&mut log, 3)
+        .into_iter()
+        .for_each(|w| written.push(w));
+    let end = log.log_end_offset();
+    drop(log); // crash, no clean shutdown
+    let before = snapshot(&orig);
+
+    // The finished result, to take the cleaned segment bytes from.
+    let done_dir = tmp.path().join("done");
+    restore(&done_dir, &before);
+    let mut done = PartitionLog::open(&done_dir, compact_config(), NOW).expect("open");
+    done.set_high_watermark(end);
+    let out = done.compact(NOW).expect("compact");
+    assert!(out.ran && out.segments_rewritten >= 2, "{out:?}");
+    let cleaned_to = out.cleaned_up_to;
+    let expected_after = read_all(&done).1;
+    drop(done);
+    let after = snapshot(&done_dir);
+    let want = latest(&written);
+    // Segments the clean changed, oldest first: (base name, new bytes or
+    // None when the segment was removed).
+    let changed: Vec<(String, Option<Vec<u8>>)> = before
+        .iter()
+        .filter(|(n, _)| n.ends_with(".log"))
+        .filter(|(n, b)| after.get(*n) != Some(*b))
+        .map(|(n, _)| (n.clone(), after.get(n).cloned()))
+        .collect();
+    assert!(changed.len() >= 2);
+
+    let check = |state: &BTreeMap<String, Vec<u8>>, what: &str| {
+        let dir = tmp.path().join("crash");
+        restore(&dir, state);
+        let log = PartitionLog::open(&dir, compact_config(), NOW).expect(what);
+        assert_eq!(log.log_end_offset(), end, "{what}");
+        let (_, recs) = read_all(&log);
+        assert_eq!(latest(&recs), want, "{what}: latest values");
+        let names = files_with_suffix(&dir, "");
+        assert!(
+            names
+                .iter()
+                .all(|n| !n.ends_with(".cleaned") && !n.ends_with(".swap")),
+            "{what}: {names:?}"
+        );
+        recs
+    };
+    let checkpoint_file = |state: &mut BTreeMap<String, Vec<u8>>| {
+        state.insert(
+            checkpoint::CLEANER_OFFSET_FILE.to_string(),
+            format!("moldau-checkpoint 1 {cleaned_to}\n").into_bytes(),
+        );
+    };
+    let index_names = |log_name: &str| {
+        let stem = log_name.trim_end_matches(".log").to_string();
+        [format!("{stem}.index"), format!("{stem}.timeindex")]
+    };
+
+    // 1. Crash while writing the copies: some `.cleaned` (one torn), no checkpoint.
+    let mut s = before.clone();
+    for (i, (name, new)) in changed.iter().enumerate() {
+        let mut bytes = new.clone().unwrap_or_default();
+        if i == changed.len() - 1 {
+            bytes.truncate(bytes.len() / 2);
+        }
+        s.insert(format!("{name}.cleaned"), bytes);
+    }
+    let recs = check(&s, "copies written");
+    assert_eq!(recs.len(), written.len(), "nothing committed, nothing lost");
+    // 2. Copies written and the cleaner checkpoint too.
+    checkpoint_file(&mut s);
+    assert_eq!(check(&s, "checkpoint written").len(), written.len());
+    // 3. Committed one by one, oldest first: `.swap` for the first j,
+    // `.cleaned` for the rest; with the swap of segment j half finished
+    // (indexes removed, then also one renamed back) or fully finished.
+    for j in 0..changed.len() {
+        let mut s = before.clone();
+        checkpoint_file(&mut s);
+        for (i, (name, new)) in changed.iter().enumerate() {
+            let bytes = new.clone().unwrap_or_default();
+            if i < j {
+                // Fully swapped earlier segments.
+                s.insert(name.clone(), bytes);
+                for idx in index_names(name) {
+                    s.remove(&idx);
+                }
+            } else if i == j {
+                s.insert(format!("{name}.swap"), bytes);
+            } else {
+                s.insert(format!("{name}.cleaned"), bytes);
+            }
+        }
+        check(&s, &format!("committed up to {j}"));
+        // Swap of j finishing: its indexes already removed.
+        let name = &changed[j].0;
+        for idx in index_names(name) {
+            s.remove(&idx);
+        }
+        check(&s, &format!("finishing {j}"));
+        // Swap of j done (log renamed), the rest not committed.
+        let bytes = s.remove(&format!("{name}.swap")).expect("swap");
+        s.insert(name.clone(), bytes);
+        check(&s, &format!("finished {j}"));
+    }
+    // 4. All swapped (empty segments not yet removed): the final state.
+    let mut s = before.clone();
+    checkpoint_file(&mut s);
+    for (name, new) in &changed {
+        s.insert(name.clone(), new.clone().unwrap_or_default());
+        for idx in index_names(name) {
+            s.remove(&idx);
+        }
+    }
+    assert_eq!(check(&s, "all swapped"), expected_after);
+
+    // Strictness is kept where appends happen: a torn tail of the active
+    // segment of the compacted log is still cut.
+    let dir = tmp.path().join("torn");
+    restore(&dir, &after);
+    let last = files_with_suffix(&dir, ".log").pop().expect("active");
+    let path = dir.join(&last);
+    let len = fs::metadata(&path).expect("stat").len();
+    let f = fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .expect("open");
+    f.set_len(len - 3).expect("truncate");
+    drop(f);
+    let log = PartitionLog::open(&dir, compact_config(), NOW).expect("recover");
+    assert!(log.log_end_offset() < end);
+    assert!(log
+        .cleaned_up_to()
+        .is_some_and(|c| c <= log.log_end_offset()));
+}
