@@ -264,6 +264,87 @@ def test_three_confluent_consumers_share_and_move_partitions_exactly_once(gb):
             cs[n].close()
 
 
+@pytest.mark.timeout(300)
+def test_confluent_group_churn_while_producing_no_committed_record_redelivered(gb):
+    """Members leave and join while records keep arriving. With a synchronous commit
+    after each record, every record is consumed, and a record is consumed twice only
+    if the commit after its first delivery failed (e.g. REBALANCE_IN_PROGRESS)."""
+    topic = create_topic(gb, unique("churn"), 6)
+    group = unique("churngrp")
+    cs: dict[str, Consumer] = {}
+    active: list[str] = []
+    seen: list[tuple[str, int, int, str]] = []
+    uncommitted: set[tuple[int, int]] = set()
+
+    def join(n):
+        cs[n] = gconsumer(gb, group, **{"client.id": f"churn-{n}"})
+        cs[n].subscribe([topic])
+        active.append(n)
+
+    def step():
+        for n in list(active):
+            m = cs[n].poll(0.05)
+            if m is None:
+                continue
+            assert not m.error(), f"{n}: {m.error()}"
+            seen.append((n, m.partition(), m.offset(), m.value().decode()))
+            try:
+                cs[n].commit(message=m, asynchronous=False)
+            except KafkaException:
+                uncommitted.add((m.partition(), m.offset()))
+
+    produced: dict[tuple[int, int], str] = {}
+    done = threading.Event()
+    perr: list[BaseException] = []
+
+    def producer():
+        try:
+            for i in range(20):
+                produced.update(produce(gb, topic, {p: 10 for p in range(6)}, tag=f"churn{i}"))
+                time.sleep(0.4)
+        except BaseException as e:  # noqa: BLE001 - reported by the test
+            perr.append(e)
+        finally:
+            done.set()
+
+    try:
+        for n in ("a", "b", "c"):
+            join(n)
+        wait_until(lambda: balanced([owned(cs[n]) for n in active], 6), 60, "3 members share 6 partitions", step)
+        t = threading.Thread(target=producer, daemon=True)
+        t.start()
+        churn = [("leave", "c"), ("join", "d"), ("leave", "a"), ("join", "e")]
+        next_at = time.monotonic() + 1.5
+        while not done.is_set() or churn:
+            step()
+            if churn and time.monotonic() >= next_at:
+                what, n = churn.pop(0)
+                if what == "leave":
+                    active.remove(n)
+                    cs[n].close()
+                else:
+                    join(n)
+                next_at = time.monotonic() + 1.5
+        t.join(60)
+        assert not perr, perr
+        assert len(produced) == 1200
+        wait_until(lambda: {(p, o) for _, p, o, _ in seen} >= set(produced), 90, "every record consumed", step)
+        for _ in range(20):
+            step()
+        counts: dict[tuple[int, int], int] = {}
+        for _, p, o, v in seen:
+            assert produced[(p, o)] == v
+            counts[(p, o)] = counts.get((p, o), 0) + 1
+        dups = {k for k, v in counts.items() if v > 1}
+        print(f"{len(seen)} deliveries of {len(produced)} records; {len(uncommitted)} failed commits; {len(dups)} redelivered")
+        bad = sorted(dups - uncommitted)
+        assert not bad, f"redelivered although their commit succeeded: {bad[:10]}"
+        assert balanced([owned(cs[n]) for n in active], 6)
+    finally:
+        for n in active:
+            cs[n].close()
+
+
 # ---------------------------------------------------------------------------
 # kcat -G
 class Proc:
