@@ -114,6 +114,9 @@ for i in $(seq 1 600); do
 done
 
 # --- kube-apiserver ----------------------------------------------------------
+# --kubelet-preferred-address-types=InternalIP: the API server reaches nodes
+# (kubectl logs/exec) only by their InternalIP, 127.0.0.1, never by resolving
+# a hostname. The endpoint reconciler is off (see lib.sh).
 start kube-apiserver \
   --etcd-servers="$etcd_url" \
   --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$APISERVER_PORT" \
@@ -126,7 +129,8 @@ start kube-apiserver \
   --service-account-signing-key-file="$PKI/sa.key" \
   --service-cluster-ip-range="$SERVICE_CIDR" \
   --allow-privileged=true --profiling=false \
-  --endpoint-reconciler-type=none
+  --endpoint-reconciler-type=none \
+  --kubelet-preferred-address-types=InternalIP
 
 kcm_args=(
   --kubeconfig="$STATE/kcm.kubeconfig"

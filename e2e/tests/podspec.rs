@@ -1,6 +1,6 @@
 //! Pod runner details beyond the StatefulSet: env from ConfigMaps/Secrets,
-//! ConfigMap volumes, mount-path rewriting inside scripts, restart policies
-//! and liveness-probe restarts.
+//! ConfigMap volumes, mount-path rewriting inside scripts, restart policies,
+//! liveness-probe restarts and `kubectl logs`.
 
 use std::path::Path;
 use std::time::Duration;
@@ -135,7 +135,11 @@ async fn restart_policies_and_liveness() -> Result<()> {
             },
         })
     };
-    create(&pods, sh("done", "Never", "exit 0")).await?;
+    create(
+        &pods,
+        sh("done", "Never", "echo first; echo done-output; exit 0"),
+    )
+    .await?;
     create(&pods, sh("failed", "Never", "exit 3")).await?;
     create(&pods, sh("crashloop", "Always", "exit 1")).await?;
     create(&pods, sh("onfailure", "OnFailure", "exit 0")).await?;
@@ -178,6 +182,11 @@ async fn restart_policies_and_liveness() -> Result<()> {
         })
         .await?;
     }
+    // kubectl logs goes API server -> the runner's kubelet endpoint on 127.0.0.1.
+    let logs = ns.kubectl_ok(&["logs", "done"])?;
+    assert_eq!(logs, "first\ndone-output\n");
+    let logs = ns.kubectl_ok(&["logs", "done", "--tail=1"])?;
+    assert_eq!(logs, "done-output\n");
     let failed = pods.get("failed").await?;
     let term = failed.status.unwrap().container_statuses.unwrap()[0]
         .state

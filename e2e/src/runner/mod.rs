@@ -7,13 +7,16 @@
 //! works on Linux loopback); processes are expected to bind it (`POD_IP`
 //! through the downward API). Nothing is dialed outside 127.0.0.0/8.
 //!
+//! Container output goes to `<state>/pods/<ns>_<pod>_<uid>/logs/`, served to
+//! `kubectl logs` by a small kubelet API on 127.0.0.1 (see [`kubelet`]).
+//!
 //! It does not do: images, namespaces/cgroups isolation, resource limits,
-//! container ports/hostPorts, Service networking, `kubectl logs/exec`
-//! (logs are files under `<state>/pods/<ns>_<pod>_<uid>/logs/`),
+//! container ports/hostPorts, Service networking, `kubectl exec/attach`,
 //! lifecycle hooks, sidecar (restartable init) containers, ephemeral
 //! containers, propagation of ConfigMap/Secret updates into volumes.
 
 pub mod envs;
+pub mod kubelet;
 pub mod node;
 pub mod pods;
 pub mod probe;
@@ -214,9 +217,18 @@ pub async fn run(args: Args) -> Result<()> {
         ca_pem,
     });
 
+    // `kubectl logs` support (see kubelet.rs).
+    let (kubelet_listener, acceptor) = kubelet::bind(&args.state_dir).await?;
+    let kubelet_port = kubelet_listener.local_addr()?.port();
+    let kubelet_api = tokio::spawn(kubelet::serve(
+        kubelet_listener,
+        acceptor,
+        args.state_dir.clone(),
+    ));
+
     let node = node::register(&client, &args.node_name).await?;
     let since = super::runner::now_rfc3339();
-    node::update_status(&client, &args.node_name, true, &since).await?;
+    node::update_status(&client, &args.node_name, true, &since, kubelet_port).await?;
     let hb = Duration::from_secs(args.heartbeat_seconds.max(1));
     let lease_duration = Duration::from_secs(40);
     if let Err(e) = node::renew_lease(&client, &node, lease_duration).await {
@@ -234,7 +246,9 @@ pub async fn run(args: Args) -> Result<()> {
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(hb).await;
-                if let Err(e) = node::update_status(&client, &name, true, &since).await {
+                if let Err(e) =
+                    node::update_status(&client, &name, true, &since, kubelet_port).await
+                {
                     tracing::warn!("node status: {e:#}");
                 }
                 if let Err(e) = node::renew_lease(&client, &node, lease_duration).await {
@@ -345,6 +359,7 @@ pub async fn run(args: Args) -> Result<()> {
     tracing::info!("stopping {} pod(s)", tasks.len());
     heartbeat.abort();
     provisioner.abort();
+    kubelet_api.abort();
     let mut handles = vec![];
     for (_, t) in tasks.drain() {
         let _ = t.tx.send(Signal::Shutdown);
@@ -365,6 +380,7 @@ pub async fn run(args: Args) -> Result<()> {
             &args.node_name,
             false,
             &super::runner::now_rfc3339(),
+            kubelet_port,
         ),
     )
     .await;

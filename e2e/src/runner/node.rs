@@ -51,7 +51,13 @@ pub async fn register(client: &Client, name: &str) -> Result<Node> {
 }
 
 /// Writes the node status (Ready or not) with a fresh heartbeat.
-pub async fn update_status(client: &Client, name: &str, ready: bool, since: &str) -> Result<()> {
+pub async fn update_status(
+    client: &Client,
+    name: &str,
+    ready: bool,
+    since: &str,
+    kubelet_port: u16,
+) -> Result<()> {
     let api: Api<Node> = Api::all(client.clone());
     let now = now_rfc3339();
     let cap: serde_json::Map<String, serde_json::Value> = CAPACITY
@@ -85,7 +91,7 @@ pub async fn update_status(client: &Client, name: &str, ready: bool, since: &str
                 {"type": "InternalIP", "address": "127.0.0.1"},
                 {"type": "Hostname", "address": name},
             ],
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet_port}},
             "nodeInfo": {
                 "machineID": "moldau-e2e", "systemUUID": "moldau-e2e", "bootID": "moldau-e2e",
                 "kernelVersion": "host", "osImage": "moldau-podrunner (host processes)",
