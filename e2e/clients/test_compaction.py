@@ -1,0 +1,157 @@
+"""Log compaction read back with a real client (issue 5, cleanup.policy=compact).
+
+Runs against Moldau and Apache Kafka (MOLDAU_TEST_TARGET=kafka) with a broker of
+the module's own whose cleaner runs often: log.retention.check.interval.ms=500
+(Moldau's housekeeping, which runs the cleaner) and log.cleaner.backoff.ms=500
+(Kafka's cleaner threads). Segments roll by time (segment.ms) on both, and by
+size on Moldau too (Kafka 4 refuses segment.bytes below 1 MiB).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+from conftest import STATE, create_topic, unique
+from harness import broker as brokers
+from harness.clients import RDKAFKA_LOGGER
+
+BROKER_PROPS = {
+    "log.retention.check.interval.ms": "500",
+    "log.cleaner.backoff.ms": "500",
+    "group.initial.rebalance.delay.ms": "0",
+    "offsets.topic.num.partitions": "3",
+}
+
+
+@pytest.fixture(scope="module")
+def cb():
+    b = brokers.new_broker(STATE / f"own-test_compaction-{brokers.target()}")
+    path = b.workdir / "compaction-test.properties"
+    path.write_text("".join(f"{k}={v}\n" for k, v in BROKER_PROPS.items()))
+    key = "MOLDAU_CONFIG_FILE" if b.kind == "moldau" else "KAFKA_EXTRA_PROPS"
+    old = os.environ.get(key)
+    os.environ[key] = str(path)
+    try:
+        b.start()
+    except Exception:
+        b.close(keep=True)
+        raise
+    finally:
+        if old is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = old
+    yield b
+    b.close(keep=True)
+    shutil.rmtree(b.data_dir, ignore_errors=True)
+
+
+def produce_keyed(b, topic: str, records: list[tuple[bytes, bytes | None]]) -> list[int]:
+    p = Producer({"bootstrap.servers": b.bootstrap, "acks": "all", "linger.ms": 5, "logger": RDKAFKA_LOGGER})
+    offsets: list[int | None] = [None] * len(records)
+    errors = []
+
+    def cb(i):
+        def on_delivery(err, msg):
+            if err is not None:
+                errors.append(err)
+            else:
+                offsets[i] = msg.offset()
+
+        return on_delivery
+
+    for i, (k, v) in enumerate(records):
+        p.produce(topic, key=k, value=v, partition=0, on_delivery=cb(i))
+        p.poll(0)
+    assert p.flush(60) == 0 and not errors, errors
+    return offsets
+
+
+def read_all(b, topic: str) -> tuple[list[tuple[int, bytes | None, bytes | None]], int, int]:
+    """Every record of partition 0 from the log start to the high watermark."""
+    c = Consumer(
+        {
+            "bootstrap.servers": b.bootstrap,
+            "group.id": "moldau-e2e-compaction-reader",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "error",
+            "logger": RDKAFKA_LOGGER,
+        }
+    )
+    try:
+        lo, hi = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=20)
+        out = []
+        if hi <= lo:
+            return out, lo, hi
+        c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is None:
+                continue
+            assert not m.error(), m.error()
+            out.append((m.offset(), m.key(), m.value()))
+            if m.offset() >= hi - 1:
+                return out, lo, hi
+        raise AssertionError(f"could not read up to {hi} within 30s (got {len(out)})")
+    finally:
+        c.close()
+
+
+@pytest.mark.timeout(300)
+def test_compacted_topic_keeps_last_value_per_key(cb):
+    configs = {
+        "cleanup.policy": "compact",
+        "segment.ms": "300",
+        "min.cleanable.dirty.ratio": "0.01",
+        "delete.retention.ms": "100",
+        "min.compaction.lag.ms": "0",
+    }
+    if cb.kind == "moldau":
+        configs["segment.bytes"] = "16384"
+    topic = create_topic(cb, unique("compact"), 1, configs)
+    keys = [f"key-{i:02d}".encode() for i in range(20)]
+    deleted = set(keys[:3])
+    last: dict[bytes, tuple[int, bytes | None]] = {}
+    total = 0
+    # 10 waves of updates (every key each wave), each in its own segment(s)
+    for wave in range(10):
+        recs = []
+        for k in keys:
+            v = None if wave == 9 and k in deleted else f"{k.decode()}={wave}:".encode() + b"x" * 80
+            recs.append((k, v))
+        offs = produce_keyed(cb, topic, recs)
+        for (k, v), o in zip(recs, offs):
+            last[k] = (o, v)
+        total += len(recs)
+        time.sleep(0.4)
+    # one more record, so that the last updates are out of the active segment
+    time.sleep(0.5)
+    (sentinel_off,) = produce_keyed(cb, topic, [(b"sentinel", b"end")])
+    assert sentinel_off == total
+
+    expected = [(o, k, v) for k, (o, v) in last.items() if v is not None]
+    expected.append((sentinel_off, b"sentinel", b"end"))
+    expected.sort()
+
+    t0 = time.monotonic()
+    seen = None
+    while time.monotonic() - t0 < 180:
+        seen, lo, hi = read_all(cb, topic)
+        if seen == expected:
+            break
+        time.sleep(2)
+    took = time.monotonic() - t0
+    kept_tombstones = sorted(k for _, k, v in (seen or []) if v is None)
+    print(f"compacted in {took:.0f}s: {len(seen or [])} records left of {total + 1}; tombstones left {kept_tombstones}")
+    # exactly the last value per key, at the offset it was written at; deleted keys gone
+    assert seen == expected, (
+        f"after {took:.0f}s: {len(seen)} records, first differences: "
+        f"{[x for x in seen if x not in expected][:5]} missing {[x for x in expected if x not in seen][:5]}"
+    )
+    assert hi == total + 1, "the high watermark moved"
