@@ -655,3 +655,32 @@ fn storage_compaction_crash_at_every_step_of_the_swap() {
         .cleaned_up_to()
         .is_some_and(|c| c <= log.log_end_offset()));
 }
+
+#[test]
+fn storage_compaction_keeps_batches_it_cannot_decode() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut log = PartitionLog::open(dir.path(), compact_config(), NOW).expect("open");
+    // A batch with a valid header and CRC whose records are garbage.
+    let mut bad = keyed(&[("a", Some("a1")), ("b", Some("b1"))], NOW);
+    let header_len = 61;
+    for (i, b) in bad.iter_mut().enumerate().skip(header_len) {
+        *b = (i * 37) as u8;
+    }
+    let crc = batch::compute_crc(&bad);
+    bad[17..21].copy_from_slice(&crc.to_be_bytes());
+    batch::validate_one(&bad).expect("CRC valid");
+    assert!(batch::decode_records(&bad).is_err());
+    assert!(batch::validate_keys_for_compaction(&bad).is_err());
+    let (b0, l0) = append(&mut log, bad.clone());
+    append(
+        &mut log,
+        keyed(&[("a", Some("a2")), ("b", Some("b2"))], NOW),
+    );
+    fill_rounds(&mut log, 6);
+    let out = log.compact(NOW).expect("compact");
+    assert!(out.ran);
+    // The undecodable batch is still there, byte for byte (but its offsets).
+    let bytes = slice_bytes(&log.read(b0, 1, l0 + 1).expect("read"));
+    assert_eq!(&bytes[header_len..], &bad[header_len..]);
+    assert_eq!(headers(&bytes)[0].base_offset, b0);
+}

@@ -1,11 +1,15 @@
 //! `PartitionLog`: the ordered list of segments of one partition, with
-//! append, read, recovery, rolling, retention and checkpoints.
+//! append, read, recovery, rolling, retention, compaction and checkpoints.
 //!
 //! This module owns the partition directory as a whole: which segments
 //! exist, the log start offset, recovery point and high watermark, and
 //! their checkpoints. It delegates the bytes of each segment to `segment`
 //! and never parses the Kafka protocol; callers (the protocol layer)
-//! validate produce payloads with `batch::validate_batches` first.
+//! validate produce payloads with `batch::validate_batches` first (and,
+//! for compacted topics, `batch::validate_keys_for_compaction`). The rules
+//! of a compaction pass and its crash-safe swap live in `cleaner`; this
+//! module chooses what to clean, keeps the cleaner checkpoint and swaps
+//! the in-memory segments.
 //!
 //! Deleted segments (retention, DeleteRecords, truncation in recovery) are
 //! renamed with the `.deleted` suffix and removed at once rather than after
@@ -117,7 +121,12 @@ impl PartitionLog {
     /// the last valid batch (later segments are then dropped) and its
     /// indexes are rebuilt. Other segments are trusted, but their indexes are
     /// sanity-checked and rebuilt (by the same validation) when missing or
-    /// corrupt. Leftover `.deleted` and `.tmp` files are removed.
+    /// corrupt. Leftover `.deleted` and `.tmp` files are removed; an
+    /// interrupted compaction is discarded (`.cleaned`) or completed
+    /// (`.swap`). Segments wholly below the cleaner checkpoint were
+    /// compacted: their offsets may jump between batches and they may end
+    /// before the next segment starts; everywhere else offsets must be
+    /// contiguous.
     pub fn open(dir: impl AsRef<Path>, config: LogConfig, now_ms: i64) -> Result<Self> {
         let dir = dir.as_ref().to_path_buf();
         if !dir.is_dir() {
