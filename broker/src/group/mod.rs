@@ -62,6 +62,16 @@ impl Inner {
         for e in effects {
             match e {
                 Effect::Join { member_id, result } => {
+                    if result.error == 0 && result.leader == member_id {
+                        tracing::info!(
+                            group,
+                            generation = result.generation_id,
+                            members = result.members.len(),
+                            protocol = result.protocol_name.as_deref().unwrap_or(""),
+                            leader = %member_id,
+                            "group rebalanced"
+                        );
+                    }
                     if let Some(tx) = self.join_waiters.remove(&(group.to_string(), member_id)) {
                         let _ = tx.send(result);
                     }
@@ -291,9 +301,20 @@ impl GroupCoordinator {
             if group.state == GroupState::Dead {
                 *group = Group::new(group_id);
             }
+            let instance = req.group_instance_id.clone();
             let (reply, effects) = group.join(req, now_ms(), &self.settings.group);
             match reply {
                 Reply::Now(r) => {
+                    if r.error == 0 {
+                        tracing::info!(
+                            group = group_id,
+                            member = %r.member_id,
+                            instance = instance.as_deref().unwrap_or(""),
+                            generation = r.generation_id,
+                            skip_assignment = r.skip_assignment,
+                            "member rejoined a stable group without a rebalance"
+                        );
+                    }
                     inner.deliver(group_id, effects);
                     return r;
                 }
@@ -711,6 +732,7 @@ fn error_join(code: ResponseError, member_id: &str) -> JoinResult {
         leader: String::new(),
         member_id: member_id.to_string(),
         members: Vec::new(),
+        skip_assignment: false,
     }
 }
 

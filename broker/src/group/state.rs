@@ -122,6 +122,9 @@ pub struct JoinResult {
     pub member_id: String,
     /// Filled for the leader only.
     pub members: Vec<JoinMember>,
+    /// KIP-814: a restarted static leader gets the members but must not
+    /// compute a new assignment (the group keeps its generation).
+    pub skip_assignment: bool,
 }
 
 impl JoinResult {
@@ -134,6 +137,7 @@ impl JoinResult {
             leader: String::new(),
             member_id: member_id.to_string(),
             members: Vec::new(),
+            skip_assignment: false,
         }
     }
 }
@@ -463,13 +467,40 @@ impl Group {
 
         // A static member coming back into a stable group with the same
         // subscription gets its old assignment without a rebalance.
-        if replaced_static && self.state == GroupState::Stable && !protocols_changed {
+        // Kafka checks only that the group would select the same protocol,
+        // not the metadata bytes: a restarted consumer's subscription no
+        // longer lists its owned partitions.
+        let same_selection = replaced_static && self.state == GroupState::Stable && {
+            let mut trial = self.clone();
+            if let Some(m) = trial.members.get_mut(&member_id) {
+                m.protocols = req.protocols.clone();
+            }
+            trial.select_protocol() == self.protocol_name
+        };
+        if same_selection {
             let m = self.members.get_mut(&member_id).expect("inserted above");
+            m.protocols = req.protocols.clone();
             m.last_heartbeat_ms = now;
             m.session_timeout_ms = req.session_timeout_ms;
             m.rebalance_timeout_ms = req.rebalance_timeout_ms;
             m.client_id = req.client_id.clone();
             m.client_host = req.client_host.clone();
+            // The restarted leader learns the members but keeps the
+            // group's assignment (KIP-814); followers just learn the leader.
+            let is_leader = self.leader.as_deref() == Some(member_id.as_str());
+            let members = if is_leader {
+                let protocol = self.protocol_name.clone().unwrap_or_default();
+                self.members
+                    .values()
+                    .map(|m| JoinMember {
+                        member_id: m.id.clone(),
+                        group_instance_id: m.group_instance_id.clone(),
+                        metadata: m.metadata_for(&protocol),
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            };
             let result = JoinResult {
                 error: ok(),
                 generation_id: self.generation_id,
@@ -477,7 +508,8 @@ impl Group {
                 protocol_name: self.protocol_name.clone(),
                 leader: self.leader.clone().unwrap_or_default(),
                 member_id: member_id.clone(),
-                members: Vec::new(),
+                members,
+                skip_assignment: is_leader,
             };
             return (Reply::Now(result), effects);
         }
@@ -501,6 +533,7 @@ impl Group {
                     leader: self.leader.clone().unwrap_or_default(),
                     member_id,
                     members: Vec::new(),
+                    skip_assignment: false,
                 }),
                 effects,
             );
@@ -611,6 +644,7 @@ impl Group {
                     } else {
                         Vec::new()
                     },
+                    skip_assignment: false,
                 },
             });
         }
@@ -1146,6 +1180,11 @@ mod tests {
         assert!(effects.is_empty());
         assert_eq!(again.error, 0);
         assert_eq!(again.generation_id, 1, "no new generation");
+        assert!(
+            again.skip_assignment,
+            "the restarted leader keeps the assignment (KIP-814)"
+        );
+        assert_eq!(again.members.len(), 1, "but learns the members");
         assert_ne!(again.member_id, old_id);
         assert_eq!(g.state, GroupState::Stable);
         let (r, _) = g.sync(&again.member_id, Some("pod-0"), 1, None, None, vec![], 6);
@@ -1156,6 +1195,40 @@ mod tests {
             g.heartbeat(&old_id, Some("pod-0"), 1, 7),
             ResponseError::FencedInstanceId.code()
         );
+    }
+
+    #[test]
+    fn static_rejoin_with_new_metadata_but_same_protocol_keeps_the_generation() {
+        let mut g = Group::new("g");
+        let (_, effects) = g.join(join_req("", Some("pod-0"), &["range"]), 0, &settings());
+        let id = joined(&effects)[0].member_id.clone();
+        g.sync(
+            &id,
+            Some("pod-0"),
+            1,
+            None,
+            None,
+            vec![(id.clone(), Bytes::from_static(b"a"))],
+            1,
+        );
+        let mut again = join_req("", Some("pod-0"), &["range"]);
+        again.protocols = vec![(
+            "range".into(),
+            Bytes::from_static(b"no owned partitions now"),
+        )];
+        let (r, _) = g.join(again, 2, &settings());
+        assert!(matches!(
+            r,
+            Reply::Now(JoinResult {
+                generation_id: 1,
+                ..
+            })
+        ));
+        assert_eq!(g.state, GroupState::Stable);
+        // A protocol the group would not select any more forces a rebalance.
+        let other = join_req("", Some("pod-0"), &["roundrobin", "range"]);
+        let (r, _) = g.join(other, 3, &settings());
+        assert!(matches!(r, Reply::Later(_)));
     }
 
     #[test]

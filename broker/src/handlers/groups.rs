@@ -97,13 +97,20 @@ pub async fn join_group(
             .collect(),
         require_known_member_id: version >= 4,
     };
-    let r = broker.groups.join(req.group_id.0.as_str(), join).await;
+    let mut r = broker.groups.join(req.group_id.0.as_str(), join).await;
+    // Before v9 a leader cannot be told to skip the assignment: it gets no
+    // members, and the group's stored assignment is what SyncGroup returns.
+    if r.skip_assignment && version < 9 {
+        r.members.clear();
+        r.skip_assignment = false;
+    }
     JoinGroupResponse::default()
         .with_error_code(r.error)
         .with_generation_id(r.generation_id)
         .with_protocol_type(r.protocol_type.as_deref().map(str_bytes))
         .with_protocol_name(Some(str_bytes(r.protocol_name.as_deref().unwrap_or(""))))
         .with_leader(str_bytes(&r.leader))
+        .with_skip_assignment(r.skip_assignment)
         .with_member_id(str_bytes(&r.member_id))
         .with_members(
             r.members
