@@ -24,6 +24,9 @@ pub const HIGH_WATERMARK_FILE: &str = "high-watermark.checkpoint";
 /// The cleaner's "cleaned up to" offset: segments below it were compacted
 /// (their offsets may have gaps); bytes from it on are dirty.
 pub const CLEANER_OFFSET_FILE: &str = "cleaner-offset.checkpoint";
+/// When the earliest tombstone kept by the last clean expires
+/// (`i64::MAX`: none), so that a restart does not force a clean.
+pub const CLEANER_TOMBSTONE_DUE_FILE: &str = "cleaner-tombstone-due.checkpoint";
 /// Present only between a clean close and the next open.
 pub const CLEAN_SHUTDOWN_FILE: &str = ".clean-shutdown";
 /// Suffix of checkpoint files being written.

@@ -92,8 +92,9 @@ pub struct PartitionLog {
     /// offsets may have gaps). `None` if the log was never compacted.
     cleaned_to: Option<i64>,
     /// Earliest time a tombstone kept by the last clean expires; a clean
-    /// runs then even if the dirty ratio is low. Unknown after open
-    /// (`Some(i64::MIN)` for a log compacted before: check once).
+    /// runs then even if the dirty ratio is low. Checkpointed after each
+    /// pass; when that checkpoint is missing for a log compacted before,
+    /// `Some(i64::MIN)` (check once).
     tombstone_due: Option<i64>,
 }
 
@@ -172,6 +173,8 @@ impl PartitionLog {
         let checkpointed_hw = checkpoint::read_checkpoint(&dir, checkpoint::HIGH_WATERMARK_FILE)?;
         let checkpointed_cleaned =
             checkpoint::read_checkpoint(&dir, checkpoint::CLEANER_OFFSET_FILE)?;
+        let checkpointed_due =
+            checkpoint::read_checkpoint(&dir, checkpoint::CLEANER_TOMBSTONE_DUE_FILE)?;
         // Compacted segments (wholly below the cleaner checkpoint) may have
         // offset gaps inside and end before the next segment starts; all
         // others must be contiguous, which keeps torn-tail detection strict
@@ -293,7 +296,11 @@ impl PartitionLog {
             unflushed_messages: log_end - recovery_point,
             first_unflushed_ms: (recovery_point < log_end).then_some(now_ms),
             cleaned_to: checkpointed_cleaned.map(|c| c.min(log_end)),
-            tombstone_due: checkpointed_cleaned.map(|_| i64::MIN),
+            tombstone_due: match checkpointed_due {
+                Some(i64::MAX) => None,
+                Some(due) => Some(due),
+                None => checkpointed_cleaned.map(|_| i64::MIN),
+            },
         };
         // Checkpoints pointing past what survived are pulled back.
         if checkpointed_start.is_some_and(|s| s != log_start_offset) {
@@ -847,6 +854,11 @@ impl PartitionLog {
             }
         }
         self.tombstone_due = stats.next_tombstone_expiry;
+        checkpoint::write_checkpoint(
+            &self.dir,
+            checkpoint::CLEANER_TOMBSTONE_DUE_FILE,
+            self.tombstone_due.unwrap_or(i64::MAX),
+        )?;
         outcome.records_removed = stats.records_removed;
         outcome.tombstones_removed = stats.tombstones_removed;
         outcome.bytes_after = self.segments[..end].iter().map(Segment::size).sum();
