@@ -47,3 +47,13 @@ pub struct Context {
     /// Tunables.
     pub tunables: Tunables,
 }
+
+/// Logs what a controller stream yields: reconcile failures are already
+/// logged by the error policies; watch and queue failures are logged here.
+pub fn log_controller_error<E: std::fmt::Display>(kind: &str, err: &E, reconciler_failed: bool) {
+    if reconciler_failed {
+        tracing::debug!(kind, error = %err, "reconcile failed");
+    } else {
+        tracing::warn!(kind, error = %err, "controller watch or queue error");
+    }
+}

@@ -294,7 +294,9 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
         .run(reconcile, error_policy, ctx)
         .for_each(|res| async move {
             if let Err(e) = res {
-                tracing::debug!(error = %e, "KafkaCluster controller event");
+                let reconciler =
+                    matches!(e, kube::runtime::controller::Error::ReconcilerFailed(..));
+                crate::context::log_controller_error("KafkaCluster", &e, reconciler);
             }
         })
         .await;

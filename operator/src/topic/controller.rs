@@ -13,6 +13,7 @@ use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{finalizer, Event as FinalizerEvent};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{watcher, Controller};
 use kube::{Resource, ResourceExt};
 
@@ -316,17 +317,39 @@ pub fn error_policy(kt: Arc<KafkaTopic>, err: &Error, ctx: Arc<Context>) -> Acti
     Action::requeue(ctx.tunables.retry)
 }
 
+/// The topics that reference cluster `kc`.
+pub fn topics_of(topics: &[Arc<KafkaTopic>], kc: &KafkaCluster) -> Vec<ObjectRef<KafkaTopic>> {
+    topics
+        .iter()
+        .filter(|t| t.namespace() == kc.namespace() && t.spec.cluster_ref == kc.name_any())
+        .map(|t| ObjectRef::from_obj(t.as_ref()))
+        .collect()
+}
+
 /// Runs the KafkaTopic controller until the stream ends.
 pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
     let api: Api<KafkaTopic> = match &namespace {
         Some(ns) => Api::namespaced(ctx.client.clone(), ns),
         None => Api::all(ctx.client.clone()),
     };
-    Controller::new(api, watcher::Config::default())
+    let clusters: Api<KafkaCluster> = match &namespace {
+        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
+        None => Api::all(ctx.client.clone()),
+    };
+    let controller = Controller::new(api, watcher::Config::default());
+    let topics = controller.store();
+    // A change of a cluster (e.g. it became Ready, or is being deleted)
+    // reconciles its topics at once instead of at their next retry.
+    controller
+        .watches(clusters, watcher::Config::default(), move |kc| {
+            topics_of(&topics.state(), &kc)
+        })
         .run(reconcile, error_policy, ctx)
         .for_each(|res| async move {
             if let Err(e) = res {
-                tracing::debug!(error = %e, "KafkaTopic controller event");
+                let reconciler =
+                    matches!(e, kube::runtime::controller::Error::ReconcilerFailed(..));
+                crate::context::log_controller_error("KafkaTopic", &e, reconciler);
             }
         })
         .await;
@@ -371,6 +394,29 @@ mod tests {
                 k8s_openapi::jiff::Timestamp::from_second(created).unwrap(),
             ));
         kt
+    }
+
+    #[test]
+    fn cluster_changes_map_to_its_topics() {
+        let mut kc = KafkaCluster::new(
+            "c",
+            serde_json::from_value(serde_json::json!({
+                "replicas": 1, "image": "i", "storage": {"size": "1Gi"}
+            }))
+            .unwrap(),
+        );
+        kc.metadata.namespace = Some("ns".into());
+        let mine = named("a", None, "c", 1);
+        let other_cluster = named("b", None, "d", 1);
+        let mut other_ns = named("c", None, "c", 1);
+        other_ns.metadata.namespace = Some("elsewhere".into());
+        let all: Vec<Arc<KafkaTopic>> = [mine, other_cluster, other_ns]
+            .into_iter()
+            .map(Arc::new)
+            .collect();
+        let refs = topics_of(&all, &kc);
+        assert_eq!(refs.len(), 1);
+        assert_eq!(refs[0].name, "a");
     }
 
     #[test]
