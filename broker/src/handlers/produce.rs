@@ -66,8 +66,17 @@ pub fn handle(broker: &Broker, req: ProduceRequest, _version: i16) -> Option<Pro
                 ));
                 continue;
             };
-            let max = partition.with_log(|log| log.config().max_message_bytes);
-            let headers = match batch::validate_batches(&records, max) {
+            let (max, compacted) =
+                partition.with_log(|log| (log.config().max_message_bytes, log.config().compact));
+            let validated = batch::validate_batches(&records, max).and_then(|h| {
+                // Compaction keeps the last record per key: keyless records
+                // have no place in such a topic (INVALID_RECORD, as Kafka).
+                if compacted {
+                    batch::validate_keys_for_compaction(&records)?;
+                }
+                Ok(h)
+            });
+            let headers = match validated {
                 Ok(h) => h,
                 Err(e) => {
                     tracing::debug!(topic = %name, partition = index, error = %e, "rejected produce");
