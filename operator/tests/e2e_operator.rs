@@ -416,6 +416,47 @@ async fn cluster_and_topic_lifecycle() -> Result<()> {
         1
     );
 
+    // deletionPolicy Retain: the KafkaTopic goes, the Kafka topic stays.
+    let mut kept = topic("kept", "demo", 1, 1, json!({}))?;
+    kept.spec.deletion_policy = moldau_operator::crd::DeletionPolicy::Retain;
+    topics.create(&pp, &kept).await?;
+    topic_where(&topics, "kept", "topic kept Ready", |kt| {
+        has_condition(kt, "Ready", "True", None)
+    })
+    .await?;
+    topics.delete("kept", &DeleteParams::default()).await?;
+    wait_for(SHORT, "KafkaTopic kept gone", || async {
+        Ok(topics.get_opt("kept").await?.is_none().then_some(()))
+    })
+    .await?;
+    let mut admin =
+        AdminClient::connect(broker_addr(&pods, "demo-0").await?, Duration::from_secs(10)).await?;
+    assert_eq!(
+        admin
+            .metadata(Some(&["kept".to_string()]))
+            .await?
+            .topics
+            .len(),
+        1
+    );
+
+    // A cluster whose config the operator must refuse: a condition, no StatefulSet.
+    let bad: KafkaCluster = serde_json::from_value(json!({
+        "apiVersion": "moldau.io/v1alpha1",
+        "kind": "KafkaCluster",
+        "metadata": {"name": "bad"},
+        "spec": {"replicas": 1, "image": "moldau/broker:e2e", "storage": {"size": "1Gi"},
+                 "config": {"listeners": "PLAINTEXT://0.0.0.0:1"}},
+    }))?;
+    clusters.create(&pp, &bad).await?;
+    let kc = cluster_condition(&clusters, "bad", "Degraded", "True").await?;
+    let reason = kc
+        .status
+        .and_then(|s| condition(&s.conditions, "Degraded"))
+        .map(|(_, r)| r);
+    assert_eq!(reason.as_deref(), Some("InvalidConfig"));
+    assert!(sts.get_opt("bad").await?.is_none());
+
     // (Rolling restarts: `scale_then_roll_one_broker_at_a_time`, ignored until
     // the pod runner bug it hits is fixed.)
 
