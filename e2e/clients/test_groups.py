@@ -561,23 +561,8 @@ def test_java_cooperative_sticky_moves_only_what_it_must(gb):
         j1.close()
 
 
-STATIC_LEADER_BUG = (
-    "Moldau bug: a static member that is the group LEADER rejoining a Stable group (JoinGroup v9, "
-    "empty member id, same group.instance.id) gets leader=<its new id> but members=[] and "
-    "skipAssignment=false, so the Java client acts as a leader that must assign over no members and "
-    "the group rebalances (generation 2 -> 3). Kafka (KIP-814) answers with the current members and "
-    "skipAssignment=true; the Java member resumes with the same generation and no other member is revoked."
-)
-
-
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize(
-    "restarted",
-    [
-        pytest.param("leader", marks=pytest.mark.xfail(is_moldau(), strict=True, reason=STATIC_LEADER_BUG)),
-        "follower",
-    ],
-)
+@pytest.mark.parametrize("restarted", ["leader", "follower"])
 def test_java_static_member_restart_keeps_partitions_without_rebalance(gb, restarted):
     topic = create_topic(gb, unique("static"), 6)
     group = unique("staticgrp")
@@ -983,7 +968,6 @@ def test_wire_member_crashing_mid_rebalance_is_expired(gb):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.xfail(is_moldau(), strict=True, reason=STATIC_LEADER_BUG)
 def test_wire_static_leader_rejoin_gets_members_and_same_generation(gb):
     """KIP-345/814 on the wire (JoinGroup v9, what the Java client sends): the restarted
     static leader keeps the generation, is told it leads, gets the members and
