@@ -833,12 +833,20 @@ impl PodRt {
             .patch_status(
                 &name,
                 &PatchParams::default(),
-                &Patch::Strategic(json!({"status": st})),
+                // The uid makes the patch fail (uid is immutable) when the
+                // name now belongs to a new pod, e.g. a recreated StatefulSet
+                // pod while this task still finishes the old one.
+                &Patch::Strategic(json!({"metadata": {"uid": self.uid}, "status": st})),
             )
             .await
         {
             Ok(_) => self.last_report = Some(st),
-            Err(kube::Error::Api(s)) if s.code == 404 => self.last_report = Some(st),
+            Err(kube::Error::Api(s))
+                if s.code == 404 || (s.code == 422 && s.message.contains("metadata.uid")) =>
+            {
+                // Gone or replaced: nothing of ours to report to any more.
+                self.last_report = Some(st)
+            }
             Err(e) => tracing::warn!(pod = %self.key, "status update failed: {e}"),
         }
     }
