@@ -87,9 +87,13 @@ pub async fn update_status(
                 cond("PIDPressure", "False", "KubeletHasSufficientPID", "ok"),
                 cond("Ready", rs, rr, rm),
             ],
+            // Only the InternalIP: the API server reaches a node by the
+            // first address of its preferred types, and a Hostname would be
+            // resolved through DNS. `$patch: replace` drops any other
+            // address an older runner reported.
             "addresses": [
+                {"$patch": "replace"},
                 {"type": "InternalIP", "address": "127.0.0.1"},
-                {"type": "Hostname", "address": name},
             ],
             "daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet_port}},
             "nodeInfo": {
