@@ -81,6 +81,12 @@ async fn topic_lifecycle_against_the_real_broker() {
         .await
         .unwrap();
 
+    // What the topic controller asks first: brokers and controller, no topics.
+    let md = admin.metadata(Some(&[])).await.unwrap();
+    assert_eq!(md.brokers.len(), 1);
+    assert!(md.topics.is_empty());
+    assert_eq!(md.brokers[0].port, i32::from(broker.addr.port()));
+
     let want = spec(2, &[("retention.ms", "3600000")]);
     let out = sync_topic(&mut admin, "orders", &want).await.unwrap();
     assert!(out.problems.is_empty(), "{:?}", out.problems);

@@ -33,11 +33,14 @@ const KIND: &str = "KafkaTopic";
 /// Finalizer that applies `deletionPolicy`.
 pub const FINALIZER: &str = "moldau.io/topic-deletion";
 
-/// The address of the Ready broker with the lowest ordinal: its pod IP and
-/// the listener port.
-pub fn pick_broker(pods: &[Pod], port: i32) -> Option<SocketAddr> {
-    let port = u16::try_from(port).ok()?;
-    pods.iter()
+/// The Ready broker pods of a cluster as (broker id = pod ordinal, pod IP and
+/// listener port), lowest ordinal first.
+pub fn ready_brokers(pods: &[Pod], port: i32) -> Vec<(i32, SocketAddr)> {
+    let Ok(port) = u16::try_from(port) else {
+        return Vec::new();
+    };
+    let mut out: Vec<(i32, SocketAddr)> = pods
+        .iter()
         .filter_map(|p| {
             let state = pod_state(p)?;
             if !state.ready || state.terminating {
@@ -46,8 +49,43 @@ pub fn pick_broker(pods: &[Pod], port: i32) -> Option<SocketAddr> {
             let ip: IpAddr = p.status.as_ref()?.pod_ip.as_ref()?.parse().ok()?;
             Some((state.ordinal, SocketAddr::new(ip, port)))
         })
-        .min_by_key(|(ordinal, _)| *ordinal)
-        .map(|(_, addr)| addr)
+        .collect();
+    out.sort_by_key(|(ordinal, _)| *ordinal);
+    out
+}
+
+/// The address of the Ready broker with the lowest ordinal.
+pub fn pick_broker(pods: &[Pod], port: i32) -> Option<SocketAddr> {
+    ready_brokers(pods, port).first().map(|(_, addr)| *addr)
+}
+
+/// The pod address of the active controller (broker id = pod ordinal), if it
+/// is one of the Ready brokers.
+pub fn controller_address(ready: &[(i32, SocketAddr)], controller_id: i32) -> Option<SocketAddr> {
+    ready
+        .iter()
+        .find(|(id, _)| *id == controller_id)
+        .map(|(_, addr)| *addr)
+}
+
+/// An admin connection to the controller: asks the lowest-ordinal Ready
+/// broker who the controller is and reconnects there when it is another pod.
+async fn connect_admin(
+    ctx: &Context,
+    brokers: &[(i32, SocketAddr)],
+) -> std::result::Result<(AdminClient, SocketAddr), crate::kafka::KafkaError> {
+    let timeout = ctx.tunables.kafka_timeout;
+    let Some(&(_, first)) = brokers.first() else {
+        return Err(crate::kafka::KafkaError::Protocol(
+            "no broker to connect to".into(),
+        ));
+    };
+    let mut admin = AdminClient::connect(first, timeout).await?;
+    let md = admin.metadata(Some(&[])).await?;
+    match controller_address(brokers, md.controller_id) {
+        Some(addr) if addr != first => Ok((AdminClient::connect(addr, timeout).await?, addr)),
+        _ => Ok((admin, first)),
+    }
 }
 
 /// Whether deleting this KafkaTopic must delete a topic in Kafka: only with
@@ -83,7 +121,8 @@ pub fn conflicting_owner(me: &KafkaTopic, all: &[KafkaTopic]) -> Option<String> 
 
 /// Where to reach the cluster of a topic, or why it cannot be reached.
 enum Target {
-    Broker(SocketAddr),
+    /// Ready brokers (id, pod address), lowest id first; never empty.
+    Broker(Vec<(i32, SocketAddr)>),
     Unavailable(Problem),
     /// The cluster does not exist or is being deleted.
     Gone(Problem),
@@ -111,9 +150,10 @@ async fn target(ctx: &Context, kt: &KafkaTopic) -> Result<Target> {
     let list = pods
         .list(&ListParams::default().labels(&selector_string(cluster_name)))
         .await?;
-    Ok(match pick_broker(&list.items, kc.spec.listener_port) {
-        Some(addr) => Target::Broker(addr),
-        None => Target::Unavailable(Problem {
+    let brokers = ready_brokers(&list.items, kc.spec.listener_port);
+    Ok(match brokers.is_empty() {
+        false => Target::Broker(brokers),
+        true => Target::Unavailable(Problem {
             reason: "NoBrokerReady".into(),
             message: format!("no Ready broker pod with an IP in KafkaCluster {ns}/{cluster_name}"),
         }),
@@ -194,15 +234,19 @@ async fn apply_topic(kt: Arc<KafkaTopic>, ctx: Arc<Context>) -> Result<Action> {
         write_status(&ctx, &kt, &reference, None, &[p]).await?;
         return Ok(Action::requeue(ctx.tunables.topic_resync));
     }
-    let addr = match target(&ctx, &kt).await? {
-        Target::Broker(addr) => addr,
+    let brokers = match target(&ctx, &kt).await? {
+        Target::Broker(brokers) => brokers,
         Target::Unavailable(p) | Target::Gone(p) => {
             write_status(&ctx, &kt, &reference, None, &[p]).await?;
             return Ok(Action::requeue(ctx.tunables.retry));
         }
     };
-    let outcome = match AdminClient::connect(addr, ctx.tunables.kafka_timeout).await {
-        Ok(mut admin) => sync_topic(&mut admin, &name, &kt.spec).await,
+    let mut addr = brokers[0].1;
+    let outcome = match connect_admin(&ctx, &brokers).await {
+        Ok((mut admin, controller)) => {
+            addr = controller;
+            sync_topic(&mut admin, &name, &kt.spec).await
+        }
         Err(e) => Err(e),
     };
     let outcome = match outcome {
@@ -272,8 +316,8 @@ async fn cleanup_topic(kt: Arc<KafkaTopic>, ctx: Arc<Context>) -> Result<Action>
             "cannot delete topic {name} yet: {}",
             p.message
         ))),
-        Target::Broker(addr) => {
-            let mut admin = AdminClient::connect(addr, ctx.tunables.kafka_timeout).await?;
+        Target::Broker(brokers) => {
+            let (mut admin, _) = connect_admin(&ctx, &brokers).await?;
             admin.delete_topic(&name).await?;
             ctx.events
                 .normal(
@@ -464,6 +508,26 @@ mod tests {
             pick_broker(&pods, 9092),
             Some("127.0.0.2:9092".parse().unwrap())
         );
+    }
+
+    #[test]
+    fn controller_is_found_among_ready_brokers() {
+        let pods = [
+            pod(2, Some("127.0.0.3"), true),
+            pod(0, Some("127.0.0.1"), true),
+            pod(1, Some("127.0.0.2"), false),
+        ];
+        let ready = ready_brokers(&pods, 9092);
+        assert_eq!(
+            ready.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
+            vec![0, 2]
+        );
+        assert_eq!(
+            controller_address(&ready, 2),
+            Some("127.0.0.3:9092".parse().unwrap())
+        );
+        assert_eq!(controller_address(&ready, 1), None, "not ready");
+        assert_eq!(controller_address(&ready, -1), None, "unknown controller");
     }
 
     #[test]
