@@ -94,11 +94,19 @@ struct Operator {
 }
 
 impl Operator {
+    /// Short lease timings (seconds): duration, renew deadline, retry period.
+    const FAST_LEASE: [&'static str; 3] = ["6", "4", "1"];
+
     fn start(namespace: &str, identity: &str) -> Result<Operator> {
-        Self::start_with(namespace, identity, &paths::kubeconfig())
+        Self::start_with(namespace, identity, &paths::kubeconfig(), Self::FAST_LEASE)
     }
 
-    fn start_with(namespace: &str, identity: &str, kubeconfig: &Path) -> Result<Operator> {
+    fn start_with(
+        namespace: &str,
+        identity: &str,
+        kubeconfig: &Path,
+        lease: [&str; 3],
+    ) -> Result<Operator> {
         let http: SocketAddr = format!("127.0.0.1:{}", free_port()).parse()?;
         let logs = paths::state_dir().join("logs");
         std::fs::create_dir_all(&logs)?;
@@ -128,12 +136,11 @@ impl Operator {
             ])
             .args([
                 "--lease-duration",
-                "6",
+                lease[0],
                 "--lease-renew-deadline",
-                "4",
-                "--lease-retry-period",
-                "1",
+                lease[1],
             ])
+            .args(["--lease-retry-period", lease[2]])
             .stdin(Stdio::null())
             .stdout(file.try_clone()?)
             .stderr(file)
@@ -501,12 +508,14 @@ async fn leader_election_fails_over() -> Result<()> {
                 .and_then(|s| s.holder_identity),
         )
     };
-    let mut a = Operator::start(&ns.name, "op-a")?;
+    // A long lease: a takeover well within it can only come from the release.
+    let lease = ["30", "20", "1"];
+    let mut a = Operator::start_with(&ns.name, "op-a", &paths::kubeconfig(), lease)?;
     wait_for(SHORT, "op-a leads", || async {
         Ok((holder().await?.as_deref() == Some("op-a")).then_some(()))
     })
     .await?;
-    let b = Operator::start(&ns.name, "op-b")?;
+    let b = Operator::start_with(&ns.name, "op-b", &paths::kubeconfig(), lease)?;
     wait_for(SHORT, "op-b serving", || async {
         Ok(b.metrics().await.ok().map(|_| ()))
     })
@@ -537,7 +546,7 @@ async fn leader_election_fails_over() -> Result<()> {
     })
     .await?;
     assert!(
-        t.elapsed() < Duration::from_secs(6),
+        t.elapsed() < Duration::from_secs(15),
         "takeover took {:?}",
         t.elapsed()
     );
@@ -662,7 +671,7 @@ async fn operator_runs_with_only_its_clusterrole() -> Result<()> {
     let token = ns.kubectl_ok(&["create", "token", "moldau-operator", "--duration=1h"])?;
     let kubeconfig = paths::state_dir().join(format!("{}.kubeconfig", ns.name));
     kubeconfig_with_token(&token, &kubeconfig)?;
-    let op = Operator::start_with(&ns.name, "op-rbac", &kubeconfig)?;
+    let op = Operator::start_with(&ns.name, "op-rbac", &kubeconfig, Operator::FAST_LEASE)?;
 
     let clusters: Api<KafkaCluster> = ns.api();
     let topics: Api<KafkaTopic> = ns.api();
