@@ -289,7 +289,9 @@ impl Topic {
     /// The partition with this index, if the topic has it (any `i32` from
     /// the wire is fine, negative ones included).
     pub fn partition(&self, index: i32) -> Option<&Arc<Partition>> {
-        usize::try_from(index).ok().and_then(|i| self.partitions.get(i))
+        usize::try_from(index)
+            .ok()
+            .and_then(|i| self.partitions.get(i))
     }
 }
 
