@@ -265,6 +265,7 @@ async fn cluster_and_topic_lifecycle() -> Result<()> {
     apply_crds()?;
     pod_runner()?;
     let ns = TestNamespace::new("op-e2e").await?;
+    let _release = ReleaseTopics(ns.name.clone());
     let _op = Operator::start(&ns.name, "op-lifecycle")?;
     let clusters: Api<KafkaCluster> = ns.api();
     let topics: Api<KafkaTopic> = ns.api();
@@ -618,6 +619,32 @@ async fn leader_stops_when_it_loses_the_lease() -> Result<()> {
     Ok(())
 }
 
+/// Removes the finalizers of every KafkaTopic in a namespace on drop, so a
+/// failed test (whose operator is gone) cannot leave its namespace stuck in
+/// Terminating. Declare it after the `TestNamespace` so it drops first.
+struct ReleaseTopics(String);
+
+impl Drop for ReleaseTopics {
+    fn drop(&mut self) {
+        let Ok(names) =
+            moldau_e2e::kubectl_ok(&["-n", &self.0, "get", "kafkatopics", "-o", "name"])
+        else {
+            return;
+        };
+        for name in names.lines().filter(|l| !l.is_empty()) {
+            let _ = moldau_e2e::kubectl(&[
+                "-n",
+                &self.0,
+                "patch",
+                name,
+                "--type=merge",
+                "-p",
+                r#"{"metadata":{"finalizers":null}}"#,
+            ]);
+        }
+    }
+}
+
 /// Deletes a cluster-scoped object on drop.
 struct ClusterScoped(&'static str, String);
 
@@ -650,6 +677,7 @@ async fn operator_runs_with_only_its_clusterrole() -> Result<()> {
     apply_crds()?;
     pod_runner()?;
     let ns = TestNamespace::new("op-rbac").await?;
+    let _release = ReleaseTopics(ns.name.clone());
     let role = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/clusterrole.yaml");
     kubectl_ok(&[
         "apply",
@@ -842,6 +870,7 @@ async fn operator_deployment_fails_over_between_pods() -> Result<()> {
     apply_crds()?;
     pod_runner()?;
     let ns = TestNamespace::new("op-deploy").await?;
+    let _release = ReleaseTopics(ns.name.clone());
     let deploy_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
     kubectl_ok(&[
         "apply",
