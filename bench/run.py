@@ -386,7 +386,7 @@ def machine_info(out: Path) -> dict:
     head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
                           capture_output=True, text=True).stdout.strip()
     dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no",
-                            "--", "broker"], capture_output=True, text=True).stdout.strip()
+                            "--", "broker/src", "broker/Cargo.toml"], capture_output=True, text=True).stdout.strip()
     return {
         "git": head + (" + uncommitted broker changes" if dirty else ""),
         "cpus": os.cpu_count(),

@@ -118,17 +118,26 @@ fn bench_read(c: &mut Criterion) {
     }
     let end = log.log_end_offset();
     let mut g = c.benchmark_group("partition_log_read");
-    g.bench_function("random_offset_lookup", |b| {
-        let mut state: u64 = 0x2545_f491_4f6c_dd1d;
-        b.iter(|| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            let offset = (state % end as u64) as i64;
-            let slice = log.read(black_box(offset), 1 << 20, end).expect("read");
-            black_box(slice.position)
-        })
-    });
+    // Random offset, then the slice a fetch would send: a small max_bytes
+    // measures the index lookup (plus the scan to the batch); 1 MiB (the
+    // consumers' default max.partition.fetch.bytes) adds the walk over the
+    // batch headers that sizes the slice.
+    for (label, max_bytes) in [
+        ("random_offset_max_4KiB", 4u64 << 10),
+        ("random_offset_max_1MiB", 1 << 20),
+    ] {
+        g.bench_function(label, |b| {
+            let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+            b.iter(|| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                let offset = (state % end as u64) as i64;
+                let slice = log.read(black_box(offset), max_bytes, end).expect("read");
+                black_box(slice.len)
+            })
+        });
+    }
     g.finish();
 }
 
