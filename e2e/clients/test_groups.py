@@ -6,7 +6,8 @@ started with the same group settings for both targets:
 group.initial.rebalance.delay.ms=0 and offsets.topic.num.partitions=3 (what
 kafka-dist/kafka-up.sh sets for Kafka), given to Moldau as a properties file
 (MOLDAU_CONFIG_FILE) and to Kafka through KAFKA_EXTRA_PROPS. The restart tests
-restart that broker, so they come last.
+restart that broker, so they come last. The offsets-retention test has a second
+broker (`retention_broker`, offsets.retention.minutes=1).
 
 Clients: confluent-kafka (librdkafka), kcat -G, the Java client (GroupCheck,
 a long-running consumer that reports its rebalance callbacks on stdout),
