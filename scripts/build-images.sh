@@ -5,8 +5,8 @@
 #       [--runtime-image IMAGE | --local-base] [--builder-image IMAGE]
 #       [--targets "broker operator"] [--storage-root DIR]
 #
-# --mode prebuilt (default): `cargo build --release` on this machine (stripped,
-#     into $CARGO_TARGET_DIR, default ./target), then the Dockerfile's
+# --mode prebuilt (default): `cargo build --release` on this machine (into
+#     $CARGO_TARGET_DIR, default ./target; debug info stripped), then the Dockerfile's
 #     BINARIES=prebuilt path copies them from a context holding only dist/.
 # --mode build: the Dockerfile compiles them in its build stage
 #     (BUILDER_IMAGE, default rust:1-bookworm; needs a registry).
@@ -65,12 +65,15 @@ build_args=(--build-arg "VERSION=$version" --build-arg "REVISION=$revision" --bu
 context="$repo"
 if [ "$mode" = prebuilt ]; then
   target_dir="${CARGO_TARGET_DIR:-$repo/target}"
-  log "cargo build --release (stripped) into $target_dir"
-  CARGO_TARGET_DIR="$target_dir" CARGO_PROFILE_RELEASE_DEBUG=0 CARGO_PROFILE_RELEASE_STRIP=symbols \
-    cargo build --release --locked -p moldau-broker -p moldau-operator >&2
+  log "cargo build --release into $target_dir"
+  CARGO_TARGET_DIR="$target_dir" cargo build --release --locked -p moldau-broker -p moldau-operator >&2
   context="$work/context"
   mkdir -p "$context/dist"
-  cp "$target_dir/release/moldau-broker" "$target_dir/release/moldau-operator" "$context/dist/"
+  # The release profile keeps line tables (debug = 1) for profiling; images
+  # do without them (the Dockerfile's build stage sets debug = 0 likewise).
+  for b in moldau-broker moldau-operator; do
+    strip --strip-debug -o "$context/dist/$b" "$target_dir/release/$b"
+  done
   build_args+=(--build-arg BINARIES=prebuilt)
 fi
 
@@ -85,7 +88,7 @@ if [ "$local_base" = 1 ]; then
   printf 'root:x:0:\nnonroot:x:65532:\n' > "$rootfs/etc/group"
   for bin in "$context/dist/moldau-broker" "$context/dist/moldau-operator"; do
     # "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)" and "/lib64/ld-linux-x86-64.so.2 (0x...)"
-    ldd "$bin" | awk '/=> \//{print $3} /^\s*\//{print $1}'
+    ldd "$bin" | awk '/=> \//{print $3} /^[ \t]*\//{print $1}'
   done | sort -u | while read -r lib; do
     mkdir -p "$rootfs$(dirname "$lib")"
     cp -L "$lib" "$rootfs$lib"
