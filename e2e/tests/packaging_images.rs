@@ -168,6 +168,39 @@ fn images_build_and_run_from_their_own_rootfs() -> Result<()> {
     Ok(())
 }
 
+/// `entrypoint args` as a container runtime with `readOnlyRootFilesystem`
+/// would run it: in a private mount namespace the image's root filesystem is
+/// bind-mounted read-only, a tmpfs is mounted on its /tmp (the emptyDir the
+/// operator gives brokers), and the process is chrooted there as 65532:65532
+/// with only the image's PATH in its environment (plus `env`).
+fn read_only_chroot(root: &Path, entrypoint: &[String], args: &[&str]) -> Command {
+    let script = r#"set -e
+ro="$1"; shift
+mkdir -p "$ro"
+mount --bind "$ROOTFS" "$ro"
+mount -o remount,bind,ro "$ro"
+mount -t tmpfs -o mode=1777,size=64m tmpfs "$ro/tmp"
+exec env -i PATH="$IMAGE_PATH" $EXTRA_ENV chroot --userspec=65532:65532 "$ro" "$@""#;
+    // Only a mount point: the mounts live in the private namespace.
+    let ro = target_dir().join("buildah-storage/ro-rootfs");
+    let mut c = Command::new("unshare");
+    c.args([
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        script,
+        "sh",
+    ])
+    .arg(&ro)
+    .args(entrypoint)
+    .args(args)
+    .env("ROOTFS", root)
+    .env("IMAGE_PATH", IMAGE_PATH);
+    c
+}
+
 /// Runs `entrypoint args` chrooted into `root` as 65532:65532 with only `env`.
 fn chroot_run(
     root: &Path,
@@ -175,37 +208,29 @@ fn chroot_run(
     args: &[&str],
     env: &[(&str, &str)],
 ) -> Result<String> {
-    let mut c = Command::new("chroot");
-    c.arg("--userspec=65532:65532")
-        .arg(root)
-        .args(entrypoint)
-        .args(args)
-        .env_clear()
-        .env("PATH", IMAGE_PATH);
-    for (k, v) in env {
-        c.env(k, v);
-    }
+    let mut c = read_only_chroot(root, entrypoint, args);
+    let extra: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    c.env("EXTRA_ENV", extra.join(" "));
     ok(
         &format!("chroot {} {entrypoint:?}", root.display()),
         run_with_timeout(&mut c, Duration::from_secs(60))?,
     )
 }
 
-/// Starts the broker from the image's root filesystem on a loopback port,
-/// writing only under /tmp, and asks it for metadata with kcat.
+/// Starts the broker from the image's read-only root filesystem on a
+/// loopback port, writing only its data under /tmp (a tmpfs), and asks it for
+/// metadata with kcat.
 fn broker_serves_from_rootfs(root: &Path, entrypoint: &[String]) -> Result<()> {
     let port = free_port();
     let http = free_port();
     let listen = format!("127.0.0.1:{port}");
-    let mut child = Command::new("chroot")
-        .arg("--userspec=65532:65532")
-        .arg(root)
-        .args(entrypoint)
-        .env_clear()
-        .env("PATH", IMAGE_PATH)
-        .env("MOLDAU_LISTEN", &listen)
-        .env("MOLDAU_HTTP_LISTEN", format!("127.0.0.1:{http}"))
-        .env("MOLDAU_DATA_DIR", "/tmp/moldau-data")
+    let mut child = read_only_chroot(root, entrypoint, &[])
+        .env(
+            "EXTRA_ENV",
+            format!(
+                "MOLDAU_LISTEN={listen} MOLDAU_HTTP_LISTEN=127.0.0.1:{http} MOLDAU_DATA_DIR=/tmp/moldau-data"
+            ),
+        )
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
