@@ -1,15 +1,17 @@
-//! The admin client and the topic sync against a fake broker on 127.0.0.1.
+//! The admin client and the topic sync against a real `moldau-broker`
+//! process on 127.0.0.1: every call round-trips, drift made by another
+//! admin client is repaired, impossible specs become problems.
 
-mod common;
+mod support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::FakeBroker;
 use moldau_operator::crd::{DeletionPolicy, KafkaTopicSpec};
 use moldau_operator::kafka::{AdminClient, ConfigOp};
 use moldau_operator::topic::plan::TopicAction;
 use moldau_operator::topic::sync::sync_topic;
+use support::start_broker;
 
 const T: Duration = Duration::from_secs(5);
 
@@ -29,11 +31,16 @@ fn spec(partitions: i32, rf: i32, config: &[(&str, &str)]) -> KafkaTopicSpec {
 
 #[tokio::test]
 async fn admin_calls_round_trip() {
-    let broker = FakeBroker::start().await;
+    let broker = start_broker().await;
     let mut admin = AdminClient::connect(broker.addr, T).await.unwrap();
     let md = admin.metadata(None).await.unwrap();
     assert_eq!(md.brokers.len(), 1);
-    assert!(md.topics.is_empty());
+    let names: Vec<&str> = md.topics.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["__consumer_offsets"],
+        "a new broker has only its internal topic"
+    );
 
     let cfg = BTreeMap::from([("retention.ms".to_string(), "1000".to_string())]);
     let id = admin.create_topic("orders", 2, 1, &cfg).await.unwrap();
@@ -70,12 +77,13 @@ async fn admin_calls_round_trip() {
 
     admin.delete_topic("orders").await.unwrap();
     admin.delete_topic("orders").await.unwrap(); // already gone: fine
-    assert!(broker.topic("orders").is_none());
+    let md = admin.metadata(Some(&["orders".to_string()])).await.unwrap();
+    assert!(md.topics.is_empty(), "deleted topic still listed");
 }
 
 #[tokio::test]
 async fn sync_creates_then_repairs_drift() {
-    let broker = FakeBroker::start().await;
+    let broker = start_broker().await;
     let mut admin = AdminClient::connect(broker.addr, T).await.unwrap();
     let want = spec(3, 1, &[("retention.ms", "1000")]);
 
@@ -91,17 +99,32 @@ async fn sync_creates_then_repairs_drift() {
     assert!(out.performed.is_empty());
 
     // someone changes the topic behind the operator's back
-    broker.with_topic("orders", |t| {
-        t.partitions = 5;
-        t.config.insert("retention.ms".into(), "1".into());
-        t.config.insert("segment.bytes".into(), "1024".into());
-    });
+    let mut other = AdminClient::connect(broker.addr, T).await.unwrap();
+    other.create_partitions("orders", 5).await.unwrap();
+    other
+        .alter_topic_config(
+            "orders",
+            &[
+                ConfigOp::Set("retention.ms".into(), "1".into()),
+                ConfigOp::Set("segment.bytes".into(), "1048576".into()),
+            ],
+        )
+        .await
+        .unwrap();
     let out = sync_topic(&mut admin, "orders", &want).await.unwrap();
     assert_eq!(out.problems[0].reason, "PartitionDecreaseNotAllowed");
-    let t = broker.topic("orders").unwrap();
+    let overrides: BTreeMap<String, String> = other
+        .describe_topic_config("orders")
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.source == 1)
+        .map(|e| (e.name, e.value.unwrap_or_default()))
+        .collect();
     assert_eq!(
-        t.config,
-        BTreeMap::from([("retention.ms".to_string(), "1000".to_string())])
+        overrides,
+        BTreeMap::from([("retention.ms".to_string(), "1000".to_string())]),
+        "config drift repaired"
     );
 
     // the spec grows partitions
@@ -113,19 +136,21 @@ async fn sync_creates_then_repairs_drift() {
     .await
     .unwrap();
     assert!(out.problems.is_empty());
-    assert_eq!(broker.topic("orders").unwrap().partitions, 6);
+    let md = other.metadata(Some(&["orders".to_string()])).await.unwrap();
+    assert_eq!(md.topics[0].partitions, 6);
 }
 
 #[tokio::test]
 async fn impossible_specs_become_problems() {
-    let broker = FakeBroker::start().await;
+    let broker = start_broker().await;
     let mut admin = AdminClient::connect(broker.addr, T).await.unwrap();
     let out = sync_topic(&mut admin, "wide", &spec(1, 3, &[]))
         .await
         .unwrap();
     assert_eq!(out.problems[0].reason, "ReplicationFactorTooHigh");
     assert!(out.observed.is_none());
-    assert!(broker.topic("wide").is_none());
+    let md = admin.metadata(Some(&["wide".to_string()])).await.unwrap();
+    assert!(md.topics.is_empty(), "nothing was created");
 }
 
 #[tokio::test]

@@ -3,62 +3,13 @@
 
 mod support;
 
-use std::net::{SocketAddr, TcpListener};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use support::start_broker;
+
+use std::time::Duration;
 
 use moldau_operator::crd::{DeletionPolicy, KafkaTopicSpec};
 use moldau_operator::kafka::{AdminClient, ConfigOp};
 use moldau_operator::topic::sync::sync_topic;
-
-struct Broker {
-    child: Child,
-    addr: SocketAddr,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-async fn start_broker() -> Broker {
-    let bin = support::workspace_bin("moldau-broker", "moldau-broker");
-    let dir = tempfile::tempdir().unwrap();
-    let (kafka, http) = (free_port(), free_port());
-    let addr: SocketAddr = format!("127.0.0.1:{kafka}").parse().unwrap();
-    let child = Command::new(bin)
-        .env("MOLDAU_LISTEN", addr.to_string())
-        .env("MOLDAU_ADVERTISED_LISTENER", addr.to_string())
-        .env("MOLDAU_HTTP_LISTEN", format!("127.0.0.1:{http}"))
-        .env("MOLDAU_DATA_DIR", dir.path())
-        .env("MOLDAU_NODE_ID", "0")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawning moldau-broker");
-    let broker = Broker {
-        child,
-        addr,
-        _dir: dir,
-    };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while tokio::net::TcpStream::connect(addr).await.is_err() {
-        assert!(Instant::now() < deadline, "broker did not listen on {addr}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    broker
-}
 
 fn spec(partitions: i32, config: &[(&str, &str)]) -> KafkaTopicSpec {
     KafkaTopicSpec {
