@@ -90,6 +90,14 @@ fn images_build_and_run_from_their_own_rootfs() -> Result<()> {
             .env("CARGO_TARGET_DIR", target_dir()),
         Duration::from_secs(60 * 60),
     )?;
+    for line in String::from_utf8_lossy(&out.stderr).lines() {
+        if line.starts_with("[build-images")
+            || line.contains("Compiling")
+            || line.contains("Blocking")
+        {
+            eprintln!("{line}");
+        }
+    }
     let stdout = ok("scripts/build-images.sh", out)?;
     eprintln!("build-images.sh took {:?}", t.elapsed());
     // "image NAME UNCOMPRESSED COMPRESSED"
