@@ -48,14 +48,14 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
             max,
         });
     }
-    let mut buf = BytesMut::zeroed(size);
-    let mut read = 0;
-    while read < size {
-        let n = reader.read(&mut buf[read..]).await?;
-        if n == 0 {
+    // Read into spare capacity (no zeroing of large produce frames), never
+    // past this frame: the next frame's bytes stay in the socket.
+    let mut buf = BytesMut::with_capacity(size);
+    let mut limited = (&mut *reader).take(size as u64);
+    while buf.len() < size {
+        if limited.read_buf(&mut buf).await? == 0 {
             return Err(FrameError::Truncated);
         }
-        read += n;
     }
     Ok(buf.freeze())
 }
@@ -68,6 +68,13 @@ mod tests {
     async fn frames_are_read_and_bad_ones_refused() {
         let mut ok: &[u8] = &[0, 0, 0, 3, 1, 2, 3];
         assert_eq!(&read_frame(&mut ok, 10).await.unwrap()[..], &[1, 2, 3]);
+        let mut two: &[u8] = &[0, 0, 0, 1, 9, 0, 0, 0, 2, 8, 7];
+        assert_eq!(&read_frame(&mut two, 10).await.unwrap()[..], &[9]);
+        assert_eq!(
+            &read_frame(&mut two, 10).await.unwrap()[..],
+            &[8, 7],
+            "no over-read"
+        );
         let mut empty: &[u8] = &[];
         assert!(matches!(
             read_frame(&mut empty, 10).await,

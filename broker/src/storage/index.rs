@@ -204,6 +204,27 @@ impl OffsetIndex {
         lo.checked_sub(1).and_then(|i| self.entry(i))
     }
 
+    /// The position of the last indexed batch start in `(after, limit]`
+    /// whose base offset is below `max_offset`, if any. Entries grow in both
+    /// offset and position, so this is two binary searches.
+    pub fn last_boundary_within(&self, after: u64, limit: u64, max_offset: i64) -> Option<u64> {
+        let count_while = |keep: &dyn Fn(i64, u64) -> bool| {
+            let (mut lo, mut hi) = (0usize, self.inner.entries);
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                match self.entry(mid) {
+                    Some((o, p)) if keep(o, p) => lo = mid + 1,
+                    _ => hi = mid,
+                }
+            }
+            lo
+        };
+        let within = count_while(&|_, p| p <= limit);
+        let below = count_while(&|o, _| o < max_offset);
+        let (_, position) = self.entry(within.min(below).checked_sub(1)?)?;
+        (position > after).then_some(position)
+    }
+
     /// Adds an entry; returns false (adding nothing) if the index is full or
     /// the entry would not be strictly after the last one or does not fit.
     pub fn append(&mut self, offset: i64, position: u64) -> bool {
@@ -411,6 +432,35 @@ impl TimeIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn last_boundary_within_respects_range_and_max_offset() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut idx = OffsetIndex::open(&dir.path().join("0.index"), 0).expect("open");
+        idx.resize(80).expect("prealloc");
+        assert_eq!(
+            idx.last_boundary_within(0, u64::MAX, i64::MAX),
+            None,
+            "empty"
+        );
+        for (o, p) in [(10, 1000), (20, 2000), (30, 3000)] {
+            assert!(idx.append(o, p));
+        }
+        assert_eq!(idx.last_boundary_within(0, 2500, i64::MAX), Some(2000));
+        assert_eq!(idx.last_boundary_within(0, 3000, i64::MAX), Some(3000));
+        assert_eq!(idx.last_boundary_within(0, 999, i64::MAX), None);
+        assert_eq!(
+            idx.last_boundary_within(0, 5000, 30),
+            Some(2000),
+            "base 30 is not below 30"
+        );
+        assert_eq!(
+            idx.last_boundary_within(2000, 2500, i64::MAX),
+            None,
+            "strictly after `after`"
+        );
+        assert_eq!(idx.last_boundary_within(1000, 2500, i64::MAX), Some(2000));
+    }
 
     #[test]
     fn offset_index_append_lookup_trim_reopen() {

@@ -340,7 +340,15 @@ impl Segment {
     /// `max_offset`, then more while they fit in `max_bytes` and their base
     /// offset is below `max_offset`.
     pub fn slice_len(&self, start: u64, max_bytes: u64, max_offset: i64) -> Result<u64> {
-        let mut pos = start;
+        // The sparse index points at batch starts: everything between `start`
+        // and the last indexed start within `max_bytes` is whole batches, so
+        // only the tail past that entry needs its headers read. Without this
+        // jump a 1 MiB fetch of small batches would read every header.
+        let limit = start.saturating_add(max_bytes);
+        let mut pos = self
+            .offset_index
+            .last_boundary_within(start, limit, max_offset)
+            .unwrap_or(start);
         let ahead = usize::try_from(max_bytes.clamp(LOG_OVERHEAD as u64, READ_AHEAD as u64))
             .unwrap_or(READ_AHEAD);
         let mut reader = HeaderReader::new(self, ahead);
