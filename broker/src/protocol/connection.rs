@@ -98,8 +98,38 @@ async fn serve_inner(
     }
 }
 
+/// Sets `TCP_CORK`: while set, the kernel sends only full segments, so a
+/// response header written from a buffer and the log bytes that follow via
+/// `sendfile` leave in the same packets instead of a tiny one first.
+fn set_cork(stream: &TcpStream, on: bool) {
+    let value: libc::c_int = on.into();
+    // SAFETY: the descriptor is a valid TCP socket owned by `stream`, and the
+    // option value points at a live c_int of the size passed.
+    let _ = unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_CORK,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+}
+
 /// Writes buffers normally and file regions with `sendfile(2)`.
 pub async fn write_pieces(stream: &mut TcpStream, pieces: &[Piece]) -> std::io::Result<()> {
+    let corked = pieces.len() > 1;
+    if corked {
+        set_cork(stream, true);
+    }
+    let result = write_all_pieces(stream, pieces).await;
+    if corked {
+        set_cork(stream, false);
+    }
+    result
+}
+
+async fn write_all_pieces(stream: &mut TcpStream, pieces: &[Piece]) -> std::io::Result<()> {
     for piece in pieces {
         match piece {
             Piece::Bytes(b) => stream.write_all(b).await?,
