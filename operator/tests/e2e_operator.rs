@@ -765,7 +765,6 @@ async fn operator_runs_with_only_its_clusterrole() -> Result<()> {
 // two podIPs, every later status update is rejected and the new pod never
 // turns Ready. Run with `cargo test -p moldau-operator --test e2e_operator -- --ignored`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "pod runner race on recreated StatefulSet pods (status of the old uid patched into the new pod)"]
 async fn scale_then_roll_one_broker_at_a_time() -> Result<()> {
     if !enabled() {
         return Ok(());
