@@ -38,6 +38,11 @@ async fn metrics(State(broker): State<Arc<Broker>>) -> impl IntoResponse {
                 .set(offsets.log_start);
         }
     }
+    // A single broker is every partition's only replica and its leader: no
+    // partition can be under-replicated or offline while it serves. The
+    // gauges exist so alerts written for replicated clusters work unchanged.
+    broker.metrics.under_replicated_partitions.set(0);
+    broker.metrics.offline_partitions.set(0);
     // Groups and partitions that went away must not linger in the output.
     broker.metrics.group_committed_offset.clear();
     broker.metrics.group_lag.clear();

@@ -49,6 +49,10 @@ pub struct Metrics {
     pub log_start_offset: Family<PartitionLabel, Gauge>,
     pub group_committed_offset: Family<GroupPartitionLabel, Gauge>,
     pub group_lag: Family<GroupPartitionLabel, Gauge>,
+    /// Partitions led here whose ISR is smaller than their replica set.
+    pub under_replicated_partitions: Gauge,
+    /// Partitions led here that have no live leader.
+    pub offline_partitions: Gauge,
     pub connections: Gauge,
     pub closed_bad_connections: Counter,
 }
@@ -67,6 +71,8 @@ impl Default for Metrics {
             log_start_offset: Family::default(),
             group_committed_offset: Family::default(),
             group_lag: Family::default(),
+            under_replicated_partitions: Gauge::default(),
+            offline_partitions: Gauge::default(),
             connections: Gauge::default(),
             closed_bad_connections: Counter::default(),
         }
@@ -137,6 +143,16 @@ impl Metrics {
             "group_lag",
             "High watermark minus committed offset, per consumer group and partition",
             self.group_lag.clone(),
+        );
+        registry.register(
+            "under_replicated_partitions",
+            "Partitions led by this broker whose in-sync replicas are fewer than their replicas",
+            self.under_replicated_partitions.clone(),
+        );
+        registry.register(
+            "offline_partitions",
+            "Partitions of this broker without a live leader",
+            self.offline_partitions.clone(),
         );
         registry.register(
             "connections",
