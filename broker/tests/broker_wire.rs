@@ -97,6 +97,19 @@ async fn read_frame(stream: &mut TcpStream) -> Option<Bytes> {
     Some(Bytes::from(buf))
 }
 
+/// A plain HTTP/1.1 GET; returns the whole response (status line included).
+async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
+        .await
+        .unwrap()
+        .unwrap();
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// True when the broker closed the connection (EOF) within a few seconds.
 async fn closed(stream: &mut TcpStream) -> bool {
     let mut b = [0u8; 1];
@@ -269,6 +282,24 @@ async fn produce_fetch_restart_and_version_negotiation() {
     let last = bad.len() - 1;
     bad[last] ^= 0xff;
     assert_eq!(produce(&mut s, "wire", bad.freeze()).await.0, 2);
+
+    let metrics = http_get(broker.addrs.http, "/metrics").await;
+    for expected in [
+        "moldau_bytes_in_total{topic=\"wire\"}",
+        "moldau_records_in_total{topic=\"wire\"} 5",
+        "moldau_log_end_offset{topic=\"wire\",partition=\"0\"} 5",
+        "moldau_requests_total{api=\"Produce\"}",
+        "moldau_under_replicated_partitions 0",
+        "moldau_offline_partitions 0",
+    ] {
+        assert!(
+            metrics.contains(expected),
+            "/metrics lacks {expected}:\n{metrics}"
+        );
+    }
+    assert!(http_get(broker.addrs.http, "/readyz")
+        .await
+        .starts_with("HTTP/1.1 200"));
 
     drop(s);
     broker.stop().await;
