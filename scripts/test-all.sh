@@ -84,7 +84,8 @@ stage() {
 stage install 1200 -- ./scripts/install-test-deps.sh
 stage fmt 300 -- cargo fmt --all -- --check
 stage clippy 1800 -- cargo clippy --workspace --all-targets -- -D warnings
-stage build 1800 -- cargo build --release -p moldau-broker
+# the operator too: the image tests package both release binaries
+stage build 1800 -- cargo build --release -p moldau-broker -p moldau-operator
 k8s=0
 if [ -x e2e/scripts/build-tools.sh ] && want k8s-e2e; then k8s=1; fi
 # The moldau-e2e crate's tests (a workspace member) need the control plane:
@@ -100,7 +101,7 @@ stage clients 1800 needs=install,build -- e2e/clients/run.sh ${PYTEST_ARGS:-}
 if [ -x e2e/scripts/build-tools.sh ]; then
   stage k8s-tools 1800 -- e2e/scripts/build-tools.sh
   stage k8s-up 600 needs=k8s-tools,build -- e2e/scripts/controlplane-up.sh
-  stage k8s-e2e 1800 needs=k8s-up -- cargo test -p moldau-e2e
+  stage k8s-e2e 2400 needs=k8s-up -- cargo test -p moldau-e2e -p moldau-operator
   # tear down whenever bring-up was attempted, whatever the tests did
   if [ -x e2e/scripts/controlplane-down.sh ] && [ -n "${status[k8s-up]:-}" ] && [ "${status[k8s-up]}" != skip ]; then
     stage k8s-down 300 -- e2e/scripts/controlplane-down.sh

@@ -36,14 +36,6 @@ def pytest_report_header(config):
     return [f"broker under test: {t}{extra}", f"broker logs: {STATE}"]
 
 
-def pytest_collection_modifyitems(config, items):
-    if brokers.target() == "moldau" and os.environ.get("MOLDAU_TEST_LATER") != "1":
-        skip = pytest.mark.skip(reason="needs consumer groups (later); MOLDAU_TEST_LATER=1 runs it")
-        for item in items:
-            if "later" in item.keywords:
-                item.add_marker(skip)
-
-
 def _start(name: str) -> brokers.Broker:
     b = brokers.new_broker(STATE / name)
     try:

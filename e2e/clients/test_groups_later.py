@@ -1,19 +1,16 @@
-"""Consumer groups (subscribe, commit, resume). Marked `later`: the broker gets
-group support after the rest; these run against Apache Kafka always, and against
-Moldau when MOLDAU_TEST_LATER=1."""
+"""Consumer groups: subscribe, commit, resume (the broad group suite is
+test_groups.py)."""
 
 from __future__ import annotations
 
 import time
 
-import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from conftest import unique
 from harness.clients import RDKAFKA_LOGGER, ConfluentClient
 from harness.records import Consumed, Record, assert_same, gen_records
 
-pytestmark = pytest.mark.later
 
 
 def group_consumer(bootstrap, group):
