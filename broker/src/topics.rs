@@ -160,8 +160,16 @@ impl Partition {
             let mut duplicate = None;
             let mut fresh = 0;
             // Later batches of one request may follow earlier ones of the
-            // same producer: check against a scratch copy as we go.
+            // same producer: check against a scratch copy of just this
+            // request's producers as we go (not the whole table: this is
+            // the produce hot path).
             let mut scratch: Option<ProducerStates> = None;
+            let request_pids = || {
+                headers
+                    .iter()
+                    .map(|h| h.producer_id)
+                    .filter(|pid| *pid >= 0)
+            };
             for h in headers.iter().filter(|h| h.producer_id >= 0) {
                 if h.is_transactional() {
                     return Err(TopicError::new(
@@ -174,7 +182,8 @@ impl Partition {
                 match view.check(h.producer_id, h.producer_epoch, h.base_sequence, last_seq) {
                     SeqCheck::Append => {
                         fresh += 1;
-                        let s = scratch.get_or_insert_with(|| state.producers.clone());
+                        let s =
+                            scratch.get_or_insert_with(|| state.producers.subset(request_pids()));
                         s.record(
                             h.producer_id,
                             h.producer_epoch,

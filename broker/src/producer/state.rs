@@ -127,6 +127,15 @@ impl ProducerStates {
         }
     }
 
+    /// A copy holding only the producers in `pids`.
+    pub fn subset(&self, pids: impl IntoIterator<Item = i64>) -> ProducerStates {
+        let producers = pids
+            .into_iter()
+            .filter_map(|pid| self.producers.get(&pid).map(|e| (pid, e.clone())))
+            .collect();
+        ProducerStates { producers }
+    }
+
     /// Replays a batch found in the log while rebuilding the state.
     pub fn replay(&mut self, h: &BatchHeader) {
         if h.producer_id >= 0 && h.base_sequence >= 0 && !h.is_control() {
@@ -189,6 +198,23 @@ mod tests {
         assert_eq!(s.check(7, 4, 0, 0), SeqCheck::Append);
         s.record(7, 4, 0, 0, 1);
         assert_eq!(s.check(7, 4, 0, 0), SeqCheck::Duplicate { first_offset: 1 });
+    }
+
+    #[test]
+    fn subset_keeps_only_the_named_producers() {
+        let mut s = ProducerStates::default();
+        s.record(1, 0, 0, 0, 10);
+        s.record(2, 0, 0, 0, 11);
+        let sub = s.subset([2, 3]);
+        assert_eq!(sub.len(), 1);
+        assert_eq!(
+            sub.check(2, 0, 0, 0),
+            SeqCheck::Duplicate { first_offset: 11 }
+        );
+        assert_eq!(
+            sub.check(1, 0, 1, 1),
+            SeqCheck::Reject(ResponseError::UnknownProducerId)
+        );
     }
 
     #[test]
