@@ -16,7 +16,7 @@ use std::os::unix::fs::FileExt;
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
@@ -198,10 +198,9 @@ impl GroupCoordinator {
                     if end > bytes.len() {
                         break;
                     }
-                    let mut batch = Bytes::copy_from_slice(&bytes[pos..end]);
-                    match RecordBatchDecoder::decode(&mut batch) {
-                        Ok(set) => {
-                            for r in set.records {
+                    match crate::storage::batch::decode_records(&bytes[pos..end]) {
+                        Ok(records_of_batch) => {
+                            for r in records_of_batch {
                                 if r.control {
                                     continue;
                                 }

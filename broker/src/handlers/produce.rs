@@ -1,5 +1,7 @@
 //! Produce: validates each partition's batches (magic 2, CRC-32C,
-//! `max.message.bytes`) and appends them. With acks=0 nothing is answered.
+//! `max.message.bytes`, then every record as Kafka's `LogValidator` does:
+//! counts, lengths, offset deltas, bounded decompression, keys on compacted
+//! topics) and appends them. With acks=0 nothing is answered.
 //!
 //! Durability: on this single broker, acks=1 and acks=all both answer once
 //! the batches are in the page cache (the topic's flush policy may add an
@@ -68,12 +70,10 @@ pub fn handle(broker: &Broker, req: ProduceRequest, _version: i16) -> Option<Pro
             };
             let (max, compacted) =
                 partition.with_log(|log| (log.config().max_message_bytes, log.config().compact));
+            // Compaction keeps the last record per key: keyless records
+            // have no place in such a topic (INVALID_RECORD, as Kafka).
             let validated = batch::validate_batches(&records, max).and_then(|h| {
-                // Compaction keeps the last record per key: keyless records
-                // have no place in such a topic (INVALID_RECORD, as Kafka).
-                if compacted {
-                    batch::validate_keys_for_compaction(&records)?;
-                }
+                batch::validate_records(&records, &h, compacted)?;
                 Ok(h)
             });
             let headers = match validated {

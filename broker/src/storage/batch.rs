@@ -18,7 +18,7 @@
 use bytes::Bytes;
 use kafka_protocol::records::{Record, RecordBatchDecoder};
 
-use super::{Result, StorageError};
+use super::{compression, Result, StorageError};
 
 /// Bytes before the records of a v2 batch.
 pub const BATCH_HEADER_LEN: usize = 61;
@@ -370,15 +370,22 @@ pub fn first_record_at_or_after(
 }
 
 /// Decodes the records of the one whole batch held by `batch` (any codec:
-/// gzip, snappy, lz4 and zstd are decompressed). The decoder checks the
-/// CRC again; anything it rejects is `CorruptBatch`.
+/// gzip, snappy, lz4 and zstd are decompressed, bounded by
+/// [`compression::MAX_DECOMPRESSED_BATCH_BYTES`]). The decoder checks the
+/// CRC again; anything it rejects is `CorruptBatch`. Safe on any bytes,
+/// including batches an older version stored without record validation:
+/// counts that lie fail (the patched `kafka_protocol` never allocates from
+/// them), they do not abort.
 pub fn decode_records(batch: &[u8]) -> Result<Vec<Record>> {
     let header = BatchHeader::parse(batch)?;
     let whole = batch
         .get(..header.total_size())
         .ok_or_else(|| corrupt("batch runs past the end of the buffer"))?;
-    let set = RecordBatchDecoder::decode(&mut Bytes::copy_from_slice(whole))
-        .map_err(|e| corrupt(format!("cannot decode the records: {e}")))?;
+    let set = RecordBatchDecoder::decode_with_custom_compression(
+        &mut Bytes::copy_from_slice(whole),
+        Some(compression::decompress),
+    )
+    .map_err(|e| corrupt(format!("cannot decode the records: {e}")))?;
     Ok(set.records)
 }
 
@@ -422,30 +429,247 @@ pub fn find_record_at_or_after(
         .find(|&(o, ts)| o >= min_offset && ts >= timestamp))
 }
 
-/// Checks that every record of every batch of a produce payload (already
-/// validated by [`validate_batches`]) has a key, as compacted topics
-/// require (Kafka answers `INVALID_RECORD` otherwise). Control batches
-/// (transaction markers) are exempt. Records that cannot be decoded are
-/// `CorruptBatch`; a record without a key is [`StorageError::InvalidRecord`].
-pub fn validate_keys_for_compaction(buf: &[u8]) -> Result<()> {
+/// Checks the records of every batch of a produce payload whose structure
+/// and CRCs [`validate_batches`] already accepted (`headers` is its output),
+/// as Kafka's `LogValidator` does for batches from clients, so nothing
+/// inconsistent is ever stored:
+///
+/// - `recordsCount` is positive and equals `lastOffsetDelta + 1`;
+/// - exactly `recordsCount` records are present, no byte left over;
+/// - each record's length covers exactly its fields (attributes, timestamp
+///   delta, offset delta, key, value, headers with their own lengths);
+/// - offset deltas run 0, 1, 2, … (the broker stores batches as sent, so
+///   the offsets it assigns must be the ones inside);
+/// - compressed records decompress, to at most
+///   [`compression::MAX_DECOMPRESSED_BATCH_BYTES`] (else `MessageTooLarge`);
+/// - with `require_keys` (compacted topics) every record has a key.
+///
+/// Control batches (transaction markers) are exempt from the key rule.
+/// Record structure errors are [`StorageError::InvalidRecord`], as Kafka's
+/// `InvalidRecordException` (`INVALID_RECORD`); undecompressable payloads
+/// are `CorruptBatch` (`CORRUPT_MESSAGE`). Memory stays bounded by the
+/// largest single record: compressed payloads are streamed.
+pub fn validate_records(buf: &[u8], headers: &[BatchHeader], require_keys: bool) -> Result<()> {
     let mut pos = 0usize;
-    while pos < buf.len() {
-        let rest = buf.get(pos..).unwrap_or(&[]);
-        let header = BatchHeader::parse(rest)?;
+    for header in headers {
         let size = header.total_size();
-        let Some(one) = rest.get(..size) else {
-            return Err(corrupt("batch runs past the end of the record set"));
-        };
-        if !header.is_control() {
-            let records = decode_records(one)?;
-            if let Some(r) = records.iter().find(|r| r.key.is_none()) {
-                return Err(StorageError::InvalidRecord(format!(
-                    "compacted topic: record at offset delta {} has no key",
-                    r.offset - header.base_offset
-                )));
+        let batch = pos
+            .checked_add(size)
+            .and_then(|end| buf.get(pos..end))
+            .ok_or_else(|| corrupt("batch runs past the end of the record set"))?;
+        validate_batch_records(batch, header, require_keys && !header.is_control())?;
+        pos += size;
+    }
+    Ok(())
+}
+
+fn invalid(msg: impl Into<String>) -> StorageError {
+    StorageError::InvalidRecord(msg.into())
+}
+
+fn validate_batch_records(batch: &[u8], header: &BatchHeader, require_key: bool) -> Result<()> {
+    let count = header.records_count;
+    if count <= 0 {
+        return Err(invalid(format!("invalid record count {count}")));
+    }
+    if i64::from(header.last_offset_delta) + 1 != i64::from(count) {
+        return Err(invalid(format!(
+            "lastOffsetDelta {} does not match the record count {count}",
+            header.last_offset_delta
+        )));
+    }
+    let payload = batch
+        .get(BATCH_HEADER_LEN..)
+        .ok_or_else(|| corrupt("short batch"))?;
+    let codec = compression::codec_of(header.compression())
+        .map_err(|e| corrupt(e.to_string()))?;
+    if header.compression() == 0 {
+        return walk_records(&mut SliceRecords(payload), count, require_key);
+    }
+    let reader = compression::decoder(payload, codec, compression::MAX_DECOMPRESSED_BATCH_BYTES)
+        .map_err(decompress_error)?;
+    walk_records(&mut StreamRecords::new(reader), count, require_key)
+}
+
+fn decompress_error(e: compression::DecompressError) -> StorageError {
+    match e {
+        compression::DecompressError::TooLarge { limit } => StorageError::MessageTooLarge {
+            size: limit.saturating_add(1),
+            max: limit,
+        },
+        other => corrupt(other.to_string()),
+    }
+}
+
+/// Where [`walk_records`] takes records from: the bytes of an uncompressed
+/// batch in place, or a decompressing stream.
+trait RecordSource {
+    /// The next record's length prefix; `None` at a clean end.
+    fn next_length(&mut self) -> Result<Option<i64>>;
+    /// The next `len` bytes (the record body), at most `len` allocated and
+    /// only as they really arrive.
+    fn body(&mut self, len: usize) -> Result<&[u8]>;
+}
+
+struct SliceRecords<'a>(&'a [u8]);
+
+impl RecordSource for SliceRecords<'_> {
+    fn next_length(&mut self) -> Result<Option<i64>> {
+        if self.0.is_empty() {
+            return Ok(None);
+        }
+        let mut pos = 0;
+        let len = read_varlong(self.0, &mut pos)
+            .ok_or_else(|| invalid("truncated record length"))?;
+        self.0 = &self.0[pos..];
+        Ok(Some(len))
+    }
+    fn body(&mut self, len: usize) -> Result<&[u8]> {
+        if len > self.0.len() {
+            return Err(invalid(format!(
+                "record of {len} bytes runs past the {} bytes left",
+                self.0.len()
+            )));
+        }
+        let (body, rest) = self.0.split_at(len);
+        self.0 = rest;
+        Ok(body)
+    }
+}
+
+struct StreamRecords<R> {
+    reader: R,
+    body: Vec<u8>,
+}
+
+impl<R: std::io::Read> StreamRecords<R> {
+    fn new(reader: R) -> Self {
+        Self {
+            reader,
+            body: Vec::new(),
+        }
+    }
+    fn read_byte(&mut self) -> Result<Option<u8>> {
+        let mut b = [0u8; 1];
+        loop {
+            match self.reader.read(&mut b) {
+                Ok(0) => return Ok(None),
+                Ok(_) => return Ok(Some(b[0])),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(decompress_error(compression::classify(e))),
             }
         }
-        pos += size;
+    }
+}
+
+impl<R: std::io::Read> RecordSource for StreamRecords<R> {
+    fn next_length(&mut self) -> Result<Option<i64>> {
+        let mut raw = [0u8; 10];
+        for i in 0..raw.len() {
+            let Some(byte) = self.read_byte()? else {
+                if i == 0 {
+                    return Ok(None);
+                }
+                return Err(invalid("truncated record length"));
+            };
+            raw[i] = byte;
+            if byte & 0x80 == 0 {
+                let mut pos = 0;
+                return read_varlong(&raw[..=i], &mut pos)
+                    .map(Some)
+                    .ok_or_else(|| invalid("bad record length"));
+            }
+        }
+        Err(invalid("record length varint longer than 10 bytes"))
+    }
+    fn body(&mut self, len: usize) -> Result<&[u8]> {
+        use std::io::Read;
+        self.body.clear();
+        let got = (&mut self.reader)
+            .take(len as u64)
+            .read_to_end(&mut self.body)
+            .map_err(|e| decompress_error(compression::classify(e)))?;
+        if got != len {
+            return Err(invalid(format!(
+                "record of {len} bytes runs past the {got} bytes left"
+            )));
+        }
+        Ok(&self.body)
+    }
+}
+
+fn walk_records(source: &mut impl RecordSource, count: i32, require_key: bool) -> Result<()> {
+    for expected_delta in 0..count {
+        let len = source.next_length()?.ok_or_else(|| {
+            invalid(format!(
+                "record count {count} declared, only {expected_delta} present"
+            ))
+        })?;
+        let len = usize::try_from(len).map_err(|_| invalid(format!("negative record length {len}")))?;
+        check_record(source.body(len)?, expected_delta, require_key)?;
+    }
+    if source.next_length()?.is_some() {
+        return Err(invalid(format!(
+            "bytes left after the {count} declared records"
+        )));
+    }
+    Ok(())
+}
+
+/// A varint that must fit in an `i32` (Kafka's `varint`).
+fn read_varint32(buf: &[u8], pos: &mut usize) -> Option<i32> {
+    i32::try_from(read_varlong(buf, pos)?).ok()
+}
+
+/// Skips a length-prefixed field (`-1` = null when `nullable`); returns
+/// whether it was null.
+fn skip_field(body: &[u8], pos: &mut usize, nullable: bool, what: &str) -> Result<bool> {
+    let len = read_varint32(body, pos).ok_or_else(|| invalid(format!("bad {what} length")))?;
+    if len == -1 && nullable {
+        return Ok(true);
+    }
+    let len = usize::try_from(len).map_err(|_| invalid(format!("negative {what} length {len}")))?;
+    let end = pos
+        .checked_add(len)
+        .filter(|&end| end <= body.len())
+        .ok_or_else(|| invalid(format!("{what} of {len} bytes runs past its record")))?;
+    *pos = end;
+    Ok(false)
+}
+
+/// Checks one record body (what follows its length prefix).
+fn check_record(body: &[u8], expected_delta: i32, require_key: bool) -> Result<()> {
+    let mut pos = 1usize; // attributes
+    if body.is_empty() {
+        return Err(invalid("empty record"));
+    }
+    read_varlong(body, &mut pos).ok_or_else(|| invalid("bad timestamp delta"))?;
+    let delta = read_varint32(body, &mut pos).ok_or_else(|| invalid("bad offset delta"))?;
+    if delta != expected_delta {
+        return Err(invalid(format!(
+            "record offset delta {delta} where {expected_delta} was expected"
+        )));
+    }
+    let key_is_null = skip_field(body, &mut pos, true, "key")?;
+    if require_key && key_is_null {
+        return Err(invalid(format!(
+            "compacted topic: record at offset delta {delta} has no key"
+        )));
+    }
+    skip_field(body, &mut pos, true, "value")?;
+    let headers = read_varint32(body, &mut pos).ok_or_else(|| invalid("bad header count"))?;
+    if headers < 0 {
+        return Err(invalid(format!("negative header count {headers}")));
+    }
+    for _ in 0..headers {
+        skip_field(body, &mut pos, false, "header key")?;
+        skip_field(body, &mut pos, true, "header value")?;
+    }
+    if pos != body.len() {
+        return Err(invalid(format!(
+            "record length {} does not match its {pos} bytes of fields",
+            body.len()
+        )));
     }
     Ok(())
 }
@@ -635,7 +859,9 @@ mod tests {
             let _ = BatchHeader::parse(&b);
             let _ = first_record_at_or_after(&b, 8, 0);
             let _ = find_record_at_or_after(&b, 8, 0);
-            let _ = validate_keys_for_compaction(&b);
+            if let Ok(h) = validate_batches(&b, 1 << 20) {
+                let _ = validate_records(&b, &h, true);
+            }
             let _ = decode_records(&b);
             set_base_offset_and_epoch(&mut b, 1, 2);
             set_log_append_time(&mut b, 3);
@@ -714,7 +940,7 @@ mod tests {
         let good = encode(3, 1, Compression::Lz4);
         let mut two = good.clone();
         two.extend(encode(2, 5, Compression::None));
-        assert!(validate_keys_for_compaction(&two).is_ok());
+        assert!(validate_records(&two, &validate_batches(&two, 1 << 20).unwrap(), true).is_ok());
         let records = vec![Record {
             transactional: false,
             control: false,
@@ -741,13 +967,136 @@ mod tests {
         )
         .expect("encode");
         two.extend_from_slice(&keyless);
+        let hs = validate_batches(&two, 1 << 20).unwrap();
         assert!(matches!(
-            validate_keys_for_compaction(&two),
+            validate_records(&two, &hs, true),
             Err(StorageError::InvalidRecord(_))
         ));
+        assert!(
+            validate_records(&two, &hs, false).is_ok(),
+            "keyless records are fine outside compacted topics"
+        );
+    }
+
+    /// Overwrites an `i32` field of a batch and recomputes the CRC.
+    fn patched(mut b: Vec<u8>, pos: usize, value: i32) -> Vec<u8> {
+        b[pos..pos + 4].copy_from_slice(&value.to_be_bytes());
+        let crc = compute_crc(&b);
+        b[CRC_POS..CRC_POS + 4].copy_from_slice(&crc.to_be_bytes());
+        b
+    }
+
+    fn check(b: &[u8], require_keys: bool) -> Result<()> {
+        let hs = validate_batches(b, 1 << 20)?;
+        validate_records(b, &hs, require_keys)
+    }
+
+    #[test]
+    fn consistent_batches_of_every_codec_pass_record_validation() {
+        for c in [
+            Compression::None,
+            Compression::Gzip,
+            Compression::Snappy,
+            Compression::Lz4,
+            Compression::Zstd,
+        ] {
+            let mut two = encode(7, 1_000, c);
+            two.extend(encode(1, 2_000, c));
+            check(&two, true).unwrap_or_else(|e| panic!("{c:?}: {e}"));
+        }
+    }
+
+    #[test]
+    fn lying_record_counts_are_invalid_records() {
+        for c in [Compression::None, Compression::Zstd] {
+            let good = encode(1, 1, c);
+            // recordsCount 2^31-1 with one record (the poisoned batch that
+            // used to be stored, then crash ListOffsets and the cleaner).
+            let huge = patched(good.clone(), RECORDS_COUNT_POS, i32::MAX);
+            assert!(matches!(check(&huge, false), Err(StorageError::InvalidRecord(_))));
+            let huge = patched(huge, LAST_OFFSET_DELTA_POS, i32::MAX - 1);
+            assert!(matches!(check(&huge, false), Err(StorageError::InvalidRecord(_))));
+            // a batch of 3 that declares 2 (and a matching lastOffsetDelta)
+            let three = encode(3, 1, c);
+            let fewer = patched(patched(three, RECORDS_COUNT_POS, 2), LAST_OFFSET_DELTA_POS, 1);
+            assert!(matches!(check(&fewer, false), Err(StorageError::InvalidRecord(_))), "{c:?}");
+            for count in [0, -1] {
+                let b = patched(good.clone(), RECORDS_COUNT_POS, count);
+                assert!(check(&b, false).is_err(), "count {count}");
+            }
+        }
+    }
+
+    #[test]
+    fn inconsistent_record_fields_are_invalid_records() {
+        // One uncompressed record: [len][attr][tsDelta][offDelta][keyLen]...
+        let good = encode(1, 1, Compression::None);
+        assert!(check(&good, false).is_ok());
+        let rec = BATCH_HEADER_LEN;
+        let mut offset_delta = good.clone();
+        offset_delta[rec + 3] = 2; // zig-zag 1: the first record says delta 1
+        let offset_delta = patched(offset_delta, LENGTH_POS, (good.len() - LOG_OVERHEAD) as i32);
+        assert!(matches!(check(&offset_delta, false), Err(StorageError::InvalidRecord(_))));
+        // A header count that claims 2^31-1 headers.
+        let mut lying_headers = good.clone();
+        let last = lying_headers.len() - 1; // headers count 0 is the last byte
+        lying_headers[last] = 0xfe;
+        lying_headers.extend_from_slice(&[0xff, 0xff, 0xff, 0x0f]);
+        lying_headers[rec] += 4; // the record length covers the longer varint
+        let len = (lying_headers.len() - LOG_OVERHEAD) as i32;
+        let lying_headers = patched(lying_headers, LENGTH_POS, len);
+        assert!(matches!(check(&lying_headers, false), Err(StorageError::InvalidRecord(_))));
+        // Trailing garbage inside the batch after the declared records.
+        let mut trailing = good.clone();
+        trailing.extend_from_slice(&[0x02, 0x00]);
+        let len = (trailing.len() - LOG_OVERHEAD) as i32;
+        let trailing = patched(trailing, LENGTH_POS, len);
+        assert!(matches!(check(&trailing, false), Err(StorageError::InvalidRecord(_))));
+    }
+
+    #[test]
+    fn a_compression_bomb_is_refused_not_inflated() {
+        // One record whose value is 80 MiB of zeros: zstd makes it a few KiB.
+        let big = Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: 0,
+            sequence: -1,
+            timestamp: 1,
+            key: Some(Bytes::from_static(b"k")),
+            value: Some(Bytes::from(vec![0u8; 80 << 20])),
+            headers: Default::default(),
+        };
+        let mut buf = BytesMut::new();
+        RecordBatchEncoder::encode(
+            &mut buf,
+            &[big],
+            &RecordEncodeOptions {
+                version: 2,
+                compression: Compression::Zstd,
+            },
+        )
+        .expect("encode");
+        assert!(buf.len() < 1 << 20, "the bomb is small: {} bytes", buf.len());
         assert!(matches!(
-            validate_keys_for_compaction(&good[..good.len() - 1]),
-            Err(StorageError::CorruptBatch(_))
+            check(&buf, false),
+            Err(StorageError::MessageTooLarge { .. })
         ));
+        assert!(decode_records(&buf).is_err(), "decoding a stored bomb fails too");
+    }
+
+    #[test]
+    fn stored_batches_with_lying_counts_decode_to_errors() {
+        // What an older version may have stored: must not abort the reader.
+        let huge = patched(encode(1, 1, Compression::None), RECORDS_COUNT_POS, i32::MAX);
+        assert!(decode_records(&huge).is_err());
+        assert!(find_record_at_or_after(&huge, 5, 0).is_err());
+        let huge = patched(encode(1, 1, Compression::Gzip), RECORDS_COUNT_POS, i32::MAX);
+        assert!(decode_records(&huge).is_err());
     }
 }

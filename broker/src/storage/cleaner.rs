@@ -11,7 +11,7 @@
 //! What survives, per record of a cleaned segment (as Kafka's cleaner):
 //! - the record is the latest one for its key among all cleaned segments;
 //! - records without a key are dropped (compacted topics reject them at
-//!   produce time, see `batch::validate_keys_for_compaction`);
+//!   produce time, see `batch::validate_records`);
 //! - a tombstone (null value) that is the latest for its key is kept while
 //!   `now - its timestamp <= delete.retention.ms`, then dropped. The
 //!   timestamp is the record's own (the batch max for LogAppendTime): the

@@ -6,7 +6,7 @@
 //! their checkpoints. It delegates the bytes of each segment to `segment`
 //! and never parses the Kafka protocol; callers (the protocol layer)
 //! validate produce payloads with `batch::validate_batches` first (and,
-//! for compacted topics, `batch::validate_keys_for_compaction`). The rules
+//! for compacted topics, `batch::validate_records`). The rules
 //! of a compaction pass and its crash-safe swap live in `cleaner`; this
 //! module chooses what to clean, keeps the cleaner checkpoint and swaps
 //! the in-memory segments.

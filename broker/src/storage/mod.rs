@@ -20,6 +20,7 @@
 pub mod batch;
 pub mod checkpoint;
 pub mod cleaner;
+pub mod compression;
 pub mod config;
 pub mod index;
 pub mod log;
