@@ -4,8 +4,11 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use std::sync::Arc;
+
 use crate::group::GroupCoordinator;
 use crate::metrics::Metrics;
+use crate::protocol::limits::{ConnectionLimitSettings, ConnectionLimiter, RequestBudget};
 use crate::topics::TopicManager;
 
 #[derive(Debug)]
@@ -16,6 +19,10 @@ pub struct Broker {
     pub topics: TopicManager,
     pub groups: GroupCoordinator,
     pub metrics: Metrics,
+    /// Connection slots (`max.connections`, `max.connections.per.ip`).
+    pub connection_limits: Arc<ConnectionLimiter>,
+    /// Request bytes in flight (`queued.max.request.bytes`).
+    pub request_budget: RequestBudget,
     ready: AtomicBool,
 }
 
@@ -26,8 +33,17 @@ impl Broker {
         advertised_port: i32,
         topics: TopicManager,
         groups: GroupCoordinator,
+        connection_limits: ConnectionLimitSettings,
     ) -> Self {
+        let config = topics.broker_config();
+        let budget = match usize::try_from(config.queued_max_request_bytes) {
+            Ok(bytes) => bytes,
+            Err(_) => usize::MAX, // -1: unbounded, as Kafka's default
+        };
+        let request_budget = RequestBudget::new(budget, config.socket_request_max_bytes);
         Self {
+            connection_limits: ConnectionLimiter::new(connection_limits),
+            request_budget,
             node_id,
             advertised_host,
             advertised_port,

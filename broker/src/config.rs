@@ -98,6 +98,24 @@ pub struct BrokerConfig {
     pub offsets_retention_minutes: i64,
     pub offset_metadata_max_bytes: i32,
     pub offsets_retention_check_interval_ms: i64,
+    /// `max.connections`: open client connections in all (Kafka's default,
+    /// unlimited, is further capped at start to half the process's file
+    /// descriptor limit, so connections can never starve the logs).
+    pub max_connections: usize,
+    /// `max.connections.per.ip` and `max.connections.per.ip.overrides`.
+    pub max_connections_per_ip: usize,
+    pub max_connections_per_ip_overrides: String,
+    /// `connections.max.idle.ms`: a connection with no request for this
+    /// long is closed.
+    pub connections_max_idle_ms: i64,
+    /// `queued.max.request.bytes`: request bytes in flight across the
+    /// broker; `-1` is unbounded (Kafka's default). Moldau's default is
+    /// 256 MiB, raised to `socket.request.max.bytes` when that is larger.
+    pub queued_max_request_bytes: i64,
+    /// `socket.request.read.timeout.ms` (Moldau's own; Kafka has none): a
+    /// request whose bytes do not all arrive within this time of its first
+    /// byte closes the connection (slow or stalled senders).
+    pub socket_request_read_timeout_ms: i64,
     /// Every property as given (file, then overrides), for DescribeConfigs.
     pub raw: BTreeMap<String, String>,
 }
@@ -131,6 +149,12 @@ impl Default for BrokerConfig {
             offsets_retention_minutes: 7 * 24 * 60,
             offset_metadata_max_bytes: 4096,
             offsets_retention_check_interval_ms: 600_000,
+            max_connections: i32::MAX as usize,
+            max_connections_per_ip: i32::MAX as usize,
+            max_connections_per_ip_overrides: String::new(),
+            connections_max_idle_ms: 600_000,
+            queued_max_request_bytes: 256 * 1024 * 1024,
+            socket_request_read_timeout_ms: 60_000,
             raw: BTreeMap::new(),
         }
     }
@@ -226,6 +250,23 @@ impl BrokerConfig {
                 "offset.metadata.max.bytes" => c.offset_metadata_max_bytes = parse_num(k, v)?,
                 "offsets.retention.check.interval.ms" => {
                     c.offsets_retention_check_interval_ms = parse_num(k, v)?
+                }
+                "max.connections" => c.max_connections = parse_num(k, v)?,
+                "max.connections.per.ip" => c.max_connections_per_ip = parse_num(k, v)?,
+                "max.connections.per.ip.overrides" => {
+                    crate::protocol::limits::parse_per_ip_overrides(v).map_err(|reason| {
+                        ConfigError::Invalid {
+                            key: k.clone(),
+                            value: v.clone(),
+                            reason,
+                        }
+                    })?;
+                    c.max_connections_per_ip_overrides = v.clone()
+                }
+                "connections.max.idle.ms" => c.connections_max_idle_ms = parse_num(k, v)?,
+                "queued.max.request.bytes" => c.queued_max_request_bytes = parse_num(k, v)?,
+                "socket.request.read.timeout.ms" => {
+                    c.socket_request_read_timeout_ms = parse_num(k, v)?
                 }
                 "log.message.timestamp.type" => {
                     if v != "CreateTime" && v != "LogAppendTime" {

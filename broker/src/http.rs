@@ -41,6 +41,15 @@ async fn metrics(State(broker): State<Arc<Broker>>) -> impl IntoResponse {
     // A single broker is every partition's only replica and its leader: no
     // partition can be under-replicated or offline while it serves. The
     // gauges exist so alerts written for replicated clusters work unchanged.
+    let budget = &broker.request_budget;
+    broker
+        .metrics
+        .request_bytes_in_flight
+        .set(i64::try_from(budget.in_use()).unwrap_or(i64::MAX));
+    broker
+        .metrics
+        .request_bytes_budget
+        .set(i64::try_from(budget.capacity()).unwrap_or(i64::MAX));
     broker.metrics.under_replicated_partitions.set(0);
     broker.metrics.offline_partitions.set(0);
     // Groups and partitions that went away must not linger in the output.

@@ -15,6 +15,11 @@ pub struct TopicLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ApiLabel {
     pub api: String,
 }
@@ -55,6 +60,15 @@ pub struct Metrics {
     pub offline_partitions: Gauge,
     pub connections: Gauge,
     pub closed_bad_connections: Counter,
+    /// New connections closed at once by a connection limit, per limit.
+    pub connections_refused: Family<ReasonLabel, Counter>,
+    /// Connections closed after `connections.max.idle.ms` without a request.
+    pub connections_closed_idle: Counter,
+    /// Connections closed because a request did not arrive in time.
+    pub requests_read_timed_out: Counter,
+    /// Request bytes reserved right now, and the budget (set at scrape).
+    pub request_bytes_in_flight: Gauge,
+    pub request_bytes_budget: Gauge,
 }
 
 impl Default for Metrics {
@@ -75,6 +89,11 @@ impl Default for Metrics {
             offline_partitions: Gauge::default(),
             connections: Gauge::default(),
             closed_bad_connections: Counter::default(),
+            connections_refused: Family::default(),
+            connections_closed_idle: Counter::default(),
+            requests_read_timed_out: Counter::default(),
+            request_bytes_in_flight: Gauge::default(),
+            request_bytes_budget: Gauge::default(),
         }
     }
 }
@@ -163,6 +182,31 @@ impl Metrics {
             "closed_bad_connections",
             "Connections closed because of malformed or unsupported requests",
             self.closed_bad_connections.clone(),
+        );
+        registry.register(
+            "connections_refused",
+            "New connections closed at once by a connection limit, per limit",
+            self.connections_refused.clone(),
+        );
+        registry.register(
+            "connections_closed_idle",
+            "Connections closed after connections.max.idle.ms without a request",
+            self.connections_closed_idle.clone(),
+        );
+        registry.register(
+            "requests_read_timed_out",
+            "Connections closed because a request did not arrive within socket.request.read.timeout.ms",
+            self.requests_read_timed_out.clone(),
+        );
+        registry.register(
+            "request_bytes_in_flight",
+            "Bytes of requests being read or handled (queued.max.request.bytes budget in use)",
+            self.request_bytes_in_flight.clone(),
+        );
+        registry.register(
+            "request_bytes_budget",
+            "The queued.max.request.bytes budget in effect",
+            self.request_bytes_budget.clone(),
         );
         let mut out = String::new();
         if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &registry) {

@@ -13,6 +13,8 @@ use crate::broker::Broker;
 use crate::config::{BrokerConfig, Cli};
 use crate::group::state::GroupSettings;
 use crate::group::{CoordinatorSettings, GroupCoordinator};
+use crate::metrics::ReasonLabel;
+use crate::protocol::limits::{parse_per_ip_overrides, ConnectionLimitSettings};
 use crate::topics::TopicManager;
 
 fn coordinator_settings(c: &BrokerConfig) -> CoordinatorSettings {
@@ -95,7 +97,13 @@ pub async fn run_reporting(
         elapsed_ms = started.elapsed().as_millis() as u64,
         "logs recovered"
     );
-    let broker = Arc::new(Broker::new(cli.node_id, host, port, topics, groups));
+    let limits = connection_limit_settings(topics.broker_config())?;
+    tracing::info!(
+        max_connections = limits.max_connections,
+        max_connections_per_ip = limits.max_connections_per_ip,
+        "connection limits"
+    );
+    let broker = Arc::new(Broker::new(cli.node_id, host, port, topics, groups, limits));
 
     let group_broker = broker.clone();
     let mut group_shutdown = shutdown.clone();
@@ -175,6 +183,7 @@ pub async fn run_reporting(
     tracing::info!(listen = %bound, advertised = %advertised, http = %cli.http_listen, node_id = cli.node_id, "broker ready");
 
     let mut connections = tokio::task::JoinSet::new();
+    let mut refusal_log = RateLimitedLog::new(Duration::from_secs(10));
     let signals = async {
         if handle_signals {
             wait_for_signal().await
@@ -186,9 +195,25 @@ pub async fn run_reporting(
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    connections.spawn(crate::protocol::connection::serve(broker.clone(), stream, peer));
-                }
+                Ok((stream, peer)) => match broker.connection_limits.admit(peer.ip()) {
+                    Ok(slot) => {
+                        let b = broker.clone();
+                        connections.spawn(async move {
+                            crate::protocol::connection::serve(b, stream, peer).await;
+                            drop(slot);
+                        });
+                    }
+                    Err(refusal) => {
+                        // Accepted and closed at once, as Kafka does.
+                        drop(stream);
+                        broker
+                            .metrics
+                            .connections_refused
+                            .get_or_create(&ReasonLabel { reason: refusal.label().into() })
+                            .inc();
+                        refusal_log.warn(|| tracing::warn!(%peer, limit = refusal.label(), "connection refused by a limit"));
+                    }
+                },
                 Err(e) => {
                     tracing::warn!(error = %e, "accept failed");
                     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -215,6 +240,55 @@ pub async fn run_reporting(
     tokio::task::spawn_blocking(move || b.topics.close()).await?;
     tracing::info!("logs closed; bye");
     Ok(())
+}
+
+/// Logs at most once per interval (a flood of refused connections must not
+/// flood the log too).
+struct RateLimitedLog {
+    every: Duration,
+    last: Option<std::time::Instant>,
+}
+
+impl RateLimitedLog {
+    fn new(every: Duration) -> Self {
+        Self { every, last: None }
+    }
+    fn warn(&mut self, log: impl FnOnce()) {
+        let now = std::time::Instant::now();
+        if self
+            .last
+            .is_none_or(|t| now.duration_since(t) >= self.every)
+        {
+            self.last = Some(now);
+            log();
+        }
+    }
+}
+
+/// The soft limit on open file descriptors of this process.
+fn open_files_limit() -> Option<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the rlimit struct we pass, nothing else.
+    let rc = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+    (rc == 0 && limit.rlim_cur != libc::RLIM_INFINITY).then_some(limit.rlim_cur)
+}
+
+/// Connection limits from the config. `max.connections` is capped at half
+/// the open-files limit: the other half stays for segment and index files,
+/// so clients can never lock the logs out of descriptors.
+fn connection_limit_settings(c: &BrokerConfig) -> anyhow::Result<ConnectionLimitSettings> {
+    let by_files = open_files_limit()
+        .map(|n| usize::try_from(n / 2).unwrap_or(usize::MAX))
+        .unwrap_or(usize::MAX);
+    Ok(ConnectionLimitSettings {
+        max_connections: c.max_connections.min(by_files),
+        max_connections_per_ip: c.max_connections_per_ip,
+        per_ip_overrides: parse_per_ip_overrides(&c.max_connections_per_ip_overrides)
+            .map_err(anyhow::Error::msg)?,
+    })
 }
 
 async fn wait_for_signal() {

@@ -101,6 +101,23 @@ fn describe_broker(
             "log.message.timestamp.type",
             cfg.log_message_timestamp_type.clone(),
         ),
+        ("max.connections", cfg.max_connections.to_string()),
+        (
+            "max.connections.per.ip",
+            cfg.max_connections_per_ip.to_string(),
+        ),
+        (
+            "connections.max.idle.ms",
+            cfg.connections_max_idle_ms.to_string(),
+        ),
+        (
+            "queued.max.request.bytes",
+            cfg.queued_max_request_bytes.to_string(),
+        ),
+        (
+            "socket.request.read.timeout.ms",
+            cfg.socket_request_read_timeout_ms.to_string(),
+        ),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), (v, ConfigSource::Default)))

@@ -5,17 +5,24 @@
 //! Malformed frames, unknown APIs and unsupported versions close the
 //! connection (logged once per connection); ApiVersions with a version we
 //! do not know gets the KIP-511 answer instead.
+//!
+//! Limits (see [`super::limits`]): a connection idle for
+//! `connections.max.idle.ms` between requests is closed; once a request's
+//! first byte arrives, all of it must arrive within
+//! `socket.request.read.timeout.ms`; its bytes are reserved from the
+//! broker's `queued.max.request.bytes` budget as they arrive (before the
+//! buffer grows), and released when the response is written.
 
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::ApiKey;
 use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 
 use super::fetch_encode::Piece;
-use super::frame::{read_frame, FrameError};
+use super::frame::{read_frame_body_reserving, read_frame_size, FrameError};
 use super::versions::supported_range;
 use crate::broker::Broker;
 use crate::handlers::{self, Reply};
@@ -41,14 +48,40 @@ async fn serve_inner(
     peer: std::net::SocketAddr,
 ) -> Result<(), String> {
     let max = broker.socket_request_max_bytes();
+    let config = broker.topics.broker_config();
+    let idle = Duration::from_millis(config.connections_max_idle_ms.max(1) as u64);
+    let read_timeout = Duration::from_millis(config.socket_request_read_timeout_ms.max(1) as u64);
     loop {
-        let frame = match read_frame(stream, max).await {
-            Ok(f) => f,
-            Err(FrameError::Closed) => return Ok(()),
-            Err(FrameError::Io(e)) if e.kind() == std::io::ErrorKind::ConnectionReset => {
-                return Ok(())
+        // Idle until the next request's first byte (peek takes nothing).
+        match tokio::time::timeout(idle, stream.peek(&mut [0u8; 1])).await {
+            Err(_) => {
+                broker.metrics.connections_closed_idle.inc();
+                tracing::debug!(%peer, "closing idle connection");
+                return Ok(());
             }
-            Err(e) => return Err(e.to_string()),
+            Ok(Ok(0)) => return Ok(()),
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionReset => return Ok(()),
+            Ok(Err(e)) => return Err(e.to_string()),
+        }
+        let size = match tokio::time::timeout(read_timeout, read_frame_size(stream, max)).await {
+            Err(_) => {
+                broker.metrics.requests_read_timed_out.inc();
+                return Err("request size not received in time".into());
+            }
+            Ok(r) => frame_result(r)?,
+        };
+        let Some(size) = size else { return Ok(()) };
+        let body = read_frame_body_reserving(stream, size, &broker.request_budget);
+        let (frame, reserved) = match tokio::time::timeout(read_timeout, body).await {
+            Err(_) => {
+                broker.metrics.requests_read_timed_out.inc();
+                return Err(format!("request of {size} bytes not received in time"));
+            }
+            Ok(r) => match frame_result(r)? {
+                Some(read) => read,
+                None => return Ok(()),
+            },
         };
         if frame.len() < 8 {
             return Err(format!(
@@ -95,6 +128,18 @@ async fn serve_inner(
                 return Ok(());
             }
         }
+        drop(reserved);
+    }
+}
+
+/// A frame read's outcome: the value, `None` when the peer closed or reset
+/// the connection, or why to close it.
+fn frame_result<T>(r: Result<T, FrameError>) -> Result<Option<T>, String> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(FrameError::Closed) => Ok(None),
+        Err(FrameError::Io(e)) if e.kind() == std::io::ErrorKind::ConnectionReset => Ok(None),
+        Err(e) => Err(e.to_string()),
     }
 }
 

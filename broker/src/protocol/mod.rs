@@ -9,4 +9,5 @@
 pub mod connection;
 pub mod fetch_encode;
 pub mod frame;
+pub mod limits;
 pub mod versions;

@@ -481,8 +481,7 @@ fn validate_batch_records(batch: &[u8], header: &BatchHeader, require_key: bool)
     let payload = batch
         .get(BATCH_HEADER_LEN..)
         .ok_or_else(|| corrupt("short batch"))?;
-    let codec = compression::codec_of(header.compression())
-        .map_err(|e| corrupt(e.to_string()))?;
+    let codec = compression::codec_of(header.compression()).map_err(|e| corrupt(e.to_string()))?;
     if header.compression() == 0 {
         return walk_records(&mut SliceRecords(payload), count, require_key);
     }
@@ -519,8 +518,8 @@ impl RecordSource for SliceRecords<'_> {
             return Ok(None);
         }
         let mut pos = 0;
-        let len = read_varlong(self.0, &mut pos)
-            .ok_or_else(|| invalid("truncated record length"))?;
+        let len =
+            read_varlong(self.0, &mut pos).ok_or_else(|| invalid("truncated record length"))?;
         self.0 = &self.0[pos..];
         Ok(Some(len))
     }
@@ -605,7 +604,8 @@ fn walk_records(source: &mut impl RecordSource, count: i32, require_key: bool) -
                 "record count {count} declared, only {expected_delta} present"
             ))
         })?;
-        let len = usize::try_from(len).map_err(|_| invalid(format!("negative record length {len}")))?;
+        let len =
+            usize::try_from(len).map_err(|_| invalid(format!("negative record length {len}")))?;
         check_record(source.body(len)?, expected_delta, require_key)?;
     }
     if source.next_length()?.is_some() {
@@ -1013,13 +1013,26 @@ mod tests {
             // recordsCount 2^31-1 with one record (the poisoned batch that
             // used to be stored, then crash ListOffsets and the cleaner).
             let huge = patched(good.clone(), RECORDS_COUNT_POS, i32::MAX);
-            assert!(matches!(check(&huge, false), Err(StorageError::InvalidRecord(_))));
+            assert!(matches!(
+                check(&huge, false),
+                Err(StorageError::InvalidRecord(_))
+            ));
             let huge = patched(huge, LAST_OFFSET_DELTA_POS, i32::MAX - 1);
-            assert!(matches!(check(&huge, false), Err(StorageError::InvalidRecord(_))));
+            assert!(matches!(
+                check(&huge, false),
+                Err(StorageError::InvalidRecord(_))
+            ));
             // a batch of 3 that declares 2 (and a matching lastOffsetDelta)
             let three = encode(3, 1, c);
-            let fewer = patched(patched(three, RECORDS_COUNT_POS, 2), LAST_OFFSET_DELTA_POS, 1);
-            assert!(matches!(check(&fewer, false), Err(StorageError::InvalidRecord(_))), "{c:?}");
+            let fewer = patched(
+                patched(three, RECORDS_COUNT_POS, 2),
+                LAST_OFFSET_DELTA_POS,
+                1,
+            );
+            assert!(
+                matches!(check(&fewer, false), Err(StorageError::InvalidRecord(_))),
+                "{c:?}"
+            );
             for count in [0, -1] {
                 let b = patched(good.clone(), RECORDS_COUNT_POS, count);
                 assert!(check(&b, false).is_err(), "count {count}");
@@ -1036,7 +1049,10 @@ mod tests {
         let mut offset_delta = good.clone();
         offset_delta[rec + 3] = 2; // zig-zag 1: the first record says delta 1
         let offset_delta = patched(offset_delta, LENGTH_POS, (good.len() - LOG_OVERHEAD) as i32);
-        assert!(matches!(check(&offset_delta, false), Err(StorageError::InvalidRecord(_))));
+        assert!(matches!(
+            check(&offset_delta, false),
+            Err(StorageError::InvalidRecord(_))
+        ));
         // A header count that claims 2^31-1 headers.
         let mut lying_headers = good.clone();
         let last = lying_headers.len() - 1; // headers count 0 is the last byte
@@ -1045,13 +1061,19 @@ mod tests {
         lying_headers[rec] += 4; // the record length covers the longer varint
         let len = (lying_headers.len() - LOG_OVERHEAD) as i32;
         let lying_headers = patched(lying_headers, LENGTH_POS, len);
-        assert!(matches!(check(&lying_headers, false), Err(StorageError::InvalidRecord(_))));
+        assert!(matches!(
+            check(&lying_headers, false),
+            Err(StorageError::InvalidRecord(_))
+        ));
         // Trailing garbage inside the batch after the declared records.
         let mut trailing = good.clone();
         trailing.extend_from_slice(&[0x02, 0x00]);
         let len = (trailing.len() - LOG_OVERHEAD) as i32;
         let trailing = patched(trailing, LENGTH_POS, len);
-        assert!(matches!(check(&trailing, false), Err(StorageError::InvalidRecord(_))));
+        assert!(matches!(
+            check(&trailing, false),
+            Err(StorageError::InvalidRecord(_))
+        ));
     }
 
     #[test]
@@ -1082,12 +1104,19 @@ mod tests {
             },
         )
         .expect("encode");
-        assert!(buf.len() < 1 << 20, "the bomb is small: {} bytes", buf.len());
+        assert!(
+            buf.len() < 1 << 20,
+            "the bomb is small: {} bytes",
+            buf.len()
+        );
         assert!(matches!(
             check(&buf, false),
             Err(StorageError::MessageTooLarge { .. })
         ));
-        assert!(decode_records(&buf).is_err(), "decoding a stored bomb fails too");
+        assert!(
+            decode_records(&buf).is_err(),
+            "decoding a stored bomb fails too"
+        );
     }
 
     #[test]

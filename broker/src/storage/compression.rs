@@ -70,7 +70,9 @@ impl<R: Read> Read for Limited<R> {
         let want = buf.len().min(self.left.saturating_add(1));
         let n = self.inner.read(&mut buf[..want])?;
         if n > self.left {
-            return Err(io::Error::other(DecompressError::TooLarge { limit: self.limit }));
+            return Err(io::Error::other(DecompressError::TooLarge {
+                limit: self.limit,
+            }));
         }
         self.left -= n;
         Ok(n)
@@ -80,7 +82,10 @@ impl<R: Read> Read for Limited<R> {
 /// Turns an error from a [`decoder`] read into the matching kind.
 pub fn classify(e: io::Error) -> DecompressError {
     let message = e.to_string();
-    match e.into_inner().map(|inner| inner.downcast::<DecompressError>()) {
+    match e
+        .into_inner()
+        .map(|inner| inner.downcast::<DecompressError>())
+    {
         Some(Ok(known)) => *known,
         _ => DecompressError::Corrupt(message),
     }
@@ -152,8 +157,8 @@ struct SnappyReader<'a> {
 
 impl<'a> SnappyReader<'a> {
     fn new(input: &'a [u8], limit: usize) -> Self {
-        let framed = input.len() >= SNAPPY_XERIAL_HEADER_LEN
-            && input.starts_with(SNAPPY_XERIAL_MAGIC);
+        let framed =
+            input.len() >= SNAPPY_XERIAL_HEADER_LEN && input.starts_with(SNAPPY_XERIAL_MAGIC);
         Self {
             rest: if framed {
                 &input[SNAPPY_XERIAL_HEADER_LEN..]
@@ -197,7 +202,9 @@ impl<'a> SnappyReader<'a> {
         // or larger than snappy can expand its input (a 3-byte copy yields
         // at most 64 bytes), is refused.
         if size > self.limit {
-            return Err(io::Error::other(DecompressError::TooLarge { limit: self.limit }));
+            return Err(io::Error::other(DecompressError::TooLarge {
+                limit: self.limit,
+            }));
         }
         if size > compressed.len().saturating_mul(22).saturating_add(64) {
             return Err(io::Error::other("snappy: block claims an impossible size"));
@@ -329,9 +336,6 @@ mod tests {
     fn codec_ids_map_like_kafka() {
         assert!(matches!(codec_of(0), Ok(Compression::None)));
         assert!(matches!(codec_of(4), Ok(Compression::Zstd)));
-        assert!(matches!(
-            codec_of(5),
-            Err(DecompressError::UnknownCodec(5))
-        ));
+        assert!(matches!(codec_of(5), Err(DecompressError::UnknownCodec(5))));
     }
 }

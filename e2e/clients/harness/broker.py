@@ -81,6 +81,18 @@ class Broker:
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
 
+    def status(self, field: str) -> int:
+        """A `kB` field of /proc/<pid>/status (VmRSS, VmHWM, …), in bytes."""
+        assert self.proc is not None
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+        raise KeyError(field)
+
+    def open_fds(self) -> int:
+        assert self.proc is not None
+        return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
+
     @property
     def log_path(self) -> Path:
         return self.workdir / f"broker-{self.starts}.log"
@@ -162,9 +174,11 @@ class Broker:
 class MoldauBroker(Broker):
     kind = "moldau"
 
-    def __init__(self, workdir: Path | None = None):
+    def __init__(self, workdir: Path | None = None, settings: dict[str, str] | None = None):
         super().__init__(workdir)
         self.http_port = free_port()
+        # broker properties passed as `--set key=value`
+        self.settings = dict(settings or {})
         self.bin = Path(os.environ.get("MOLDAU_BROKER_BIN", REPO / "target" / "release" / "moldau-broker"))
 
     def start(self) -> None:
@@ -183,6 +197,8 @@ class MoldauBroker(Broker):
             "--data-dir", str(self.data_dir),
             "--node-id", "1",
         ]
+        for key, value in self.settings.items():
+            cmd += ["--set", f"{key}={value}"]
         env = dict(os.environ)
         env.setdefault("RUST_LOG", "info")
         env.setdefault("RUST_BACKTRACE", "1")

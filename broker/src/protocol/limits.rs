@@ -1,0 +1,244 @@
+//! What one client may take of a broker: connection slots (in all and per
+//! client IP) and the bytes of requests in flight across the broker.
+//!
+//! Kafka's names and meaning: `max.connections`, `max.connections.per.ip`
+//! (with `max.connections.per.ip.overrides`), `queued.max.request.bytes`.
+//! A connection over a limit is accepted and closed at once, as Kafka does.
+//! Request bytes are reserved as they arrive, a 64 KiB chunk ahead of the
+//! buffer (`frame::read_frame_body_reserving`), and released when the
+//! response is written, so a flood of large frames waits (those clients are
+//! simply not read) instead of exhausting memory, and a client that
+//! announces a large frame but sends little holds little. Each connection has at most one request in flight: the
+//! next frame is read only after the previous response is written, so
+//! pipelined requests wait in the socket's kernel buffer, which bounds them.
+//!
+//! This module holds counters only; the accept loop and the connection task
+//! (`server`, `protocol::connection`) call it.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// Connection limits, from the broker config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectionLimitSettings {
+    pub max_connections: usize,
+    pub max_connections_per_ip: usize,
+    /// Per-IP limits that replace `max_connections_per_ip` for those IPs.
+    pub per_ip_overrides: HashMap<IpAddr, usize>,
+}
+
+/// Why a new connection was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// `max.connections` reached.
+    Broker,
+    /// `max.connections.per.ip` (or its override) reached for this IP.
+    PerIp,
+}
+
+impl Refusal {
+    pub fn label(self) -> &'static str {
+        match self {
+            Refusal::Broker => "max_connections",
+            Refusal::PerIp => "max_connections_per_ip",
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Counts {
+    total: usize,
+    per_ip: HashMap<IpAddr, usize>,
+}
+
+/// Open connections, counted in all and per IP.
+#[derive(Debug)]
+pub struct ConnectionLimiter {
+    settings: ConnectionLimitSettings,
+    counts: Mutex<Counts>,
+}
+
+/// A connection slot; dropping it frees the slot.
+#[derive(Debug)]
+pub struct ConnectionSlot {
+    limiter: Arc<ConnectionLimiter>,
+    ip: IpAddr,
+}
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        let mut c = self.limiter.counts.lock();
+        c.total = c.total.saturating_sub(1);
+        if let Some(n) = c.per_ip.get_mut(&self.ip) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                c.per_ip.remove(&self.ip);
+            }
+        }
+    }
+}
+
+impl ConnectionLimiter {
+    pub fn new(settings: ConnectionLimitSettings) -> Arc<Self> {
+        Arc::new(Self {
+            settings,
+            counts: Mutex::new(Counts::default()),
+        })
+    }
+
+    /// Takes a slot for a new connection from `ip`, or says which limit
+    /// refuses it.
+    pub fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<ConnectionSlot, Refusal> {
+        let mut c = self.counts.lock();
+        if c.total >= self.settings.max_connections {
+            return Err(Refusal::Broker);
+        }
+        let per_ip_max = self
+            .settings
+            .per_ip_overrides
+            .get(&ip)
+            .copied()
+            .unwrap_or(self.settings.max_connections_per_ip);
+        let mine = c.per_ip.get(&ip).copied().unwrap_or(0);
+        if mine >= per_ip_max {
+            return Err(Refusal::PerIp);
+        }
+        c.total += 1;
+        *c.per_ip.entry(ip).or_insert(0) += 1;
+        Ok(ConnectionSlot {
+            limiter: self.clone(),
+            ip,
+        })
+    }
+
+    pub fn open(&self) -> usize {
+        self.counts.lock().total
+    }
+}
+
+/// Bytes of requests in flight across the broker (`queued.max.request.bytes`).
+#[derive(Debug)]
+pub struct RequestBudget {
+    semaphore: Arc<Semaphore>,
+    capacity: usize,
+}
+
+impl RequestBudget {
+    /// A budget of `capacity` bytes. It is raised to `largest_frame` when
+    /// smaller, so that every frame the broker accepts can be admitted.
+    pub fn new(capacity: usize, largest_frame: usize) -> Self {
+        let capacity = capacity.max(largest_frame).min(Semaphore::MAX_PERMITS);
+        Self {
+            semaphore: Arc::new(Semaphore::new(capacity)),
+            capacity,
+        }
+    }
+
+    /// Waits until `bytes` can be reserved; the permit releases them on drop.
+    pub async fn reserve(&self, bytes: usize) -> OwnedSemaphorePermit {
+        let n = u32::try_from(bytes.min(self.capacity)).unwrap_or(u32::MAX);
+        self.semaphore
+            .clone()
+            .acquire_many_owned(n)
+            .await
+            .expect("the request budget's semaphore is never closed")
+    }
+
+    /// Bytes reserved right now.
+    pub fn in_use(&self) -> usize {
+        self.capacity
+            .saturating_sub(self.semaphore.available_permits())
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+}
+
+/// Parses `max.connections.per.ip.overrides` (`host:count,host:count`,
+/// hosts as IP literals; Kafka also allows names, which a broker without
+/// DNS lookups on this path refuses).
+pub fn parse_per_ip_overrides(text: &str) -> Result<HashMap<IpAddr, usize>, String> {
+    let mut out = HashMap::new();
+    for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (host, count) = item
+            .rsplit_once(':')
+            .ok_or_else(|| format!("{item:?} is not host:count"))?;
+        let ip: IpAddr = host
+            .trim_matches(['[', ']'])
+            .parse()
+            .map_err(|_| format!("{host:?} is not an IP address"))?;
+        let count: usize = count
+            .parse()
+            .map_err(|_| format!("{count:?} is not a connection count"))?;
+        out.insert(ip, count);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limiter(total: usize, per_ip: usize) -> Arc<ConnectionLimiter> {
+        ConnectionLimiter::new(ConnectionLimitSettings {
+            max_connections: total,
+            max_connections_per_ip: per_ip,
+            per_ip_overrides: parse_per_ip_overrides("127.0.0.9:0, [::1]:5").unwrap(),
+        })
+    }
+
+    #[test]
+    fn slots_are_counted_per_ip_and_in_all_and_freed_on_drop() {
+        let l = limiter(3, 2);
+        let a: IpAddr = "127.0.0.1".parse().unwrap();
+        let b: IpAddr = "127.0.0.2".parse().unwrap();
+        let a1 = l.admit(a).unwrap();
+        let _a2 = l.admit(a).unwrap();
+        assert_eq!(l.admit(a).unwrap_err(), Refusal::PerIp);
+        let b1 = l.admit(b).unwrap();
+        assert_eq!(l.admit(b).unwrap_err(), Refusal::Broker);
+        assert_eq!(l.open(), 3);
+        drop(a1);
+        assert_eq!(l.open(), 2);
+        let _a3 = l.admit(a).expect("a slot freed by drop");
+        drop(b1);
+        let _b2 = l.admit(b).unwrap();
+    }
+
+    #[test]
+    fn overrides_replace_the_per_ip_limit() {
+        let l = limiter(100, 2);
+        let blocked: IpAddr = "127.0.0.9".parse().unwrap();
+        assert_eq!(l.admit(blocked).unwrap_err(), Refusal::PerIp);
+        let v6: IpAddr = "::1".parse().unwrap();
+        let slots: Vec<_> = (0..5).map(|_| l.admit(v6).unwrap()).collect();
+        assert_eq!(l.admit(v6).unwrap_err(), Refusal::PerIp);
+        assert_eq!(slots.len(), 5);
+        assert!(parse_per_ip_overrides("nohost").is_err());
+        assert!(parse_per_ip_overrides("example:3").is_err());
+        assert!(parse_per_ip_overrides("").unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_budget_holds_back_frames_until_bytes_are_released() {
+        let budget = Arc::new(RequestBudget::new(100, 10));
+        let first = budget.reserve(70).await;
+        assert_eq!(budget.in_use(), 70);
+        let b = budget.clone();
+        let waiting = tokio::spawn(async move { b.reserve(50).await });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "70 + 50 exceeds the budget of 100");
+        drop(first);
+        let second = waiting.await.unwrap();
+        assert_eq!(budget.in_use(), 50);
+        drop(second);
+        assert_eq!(budget.in_use(), 0);
+        // a budget smaller than the largest frame grows to it
+        assert_eq!(RequestBudget::new(10, 1000).capacity(), 1000);
+    }
+}
