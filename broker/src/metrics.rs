@@ -55,6 +55,10 @@ pub struct Metrics {
     pub offline_partitions: Gauge,
     pub connections: Gauge,
     pub closed_bad_connections: Counter,
+    /// Open file descriptors of the process (counted at scrape).
+    pub open_fds: Gauge,
+    /// The soft RLIMIT_NOFILE (read at scrape).
+    pub max_fds: Gauge,
 }
 
 impl Default for Metrics {
@@ -75,6 +79,8 @@ impl Default for Metrics {
             offline_partitions: Gauge::default(),
             connections: Gauge::default(),
             closed_bad_connections: Counter::default(),
+            open_fds: Gauge::default(),
+            max_fds: Gauge::default(),
         }
     }
 }
@@ -163,6 +169,22 @@ impl Metrics {
             "closed_bad_connections",
             "Connections closed because of malformed or unsupported requests",
             self.closed_bad_connections.clone(),
+        );
+        if let Some(n) = crate::resources::open_fds() {
+            self.open_fds.set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+        if let Ok((soft, _)) = crate::resources::nofile_limits() {
+            self.max_fds.set(i64::try_from(soft).unwrap_or(i64::MAX));
+        }
+        registry.register(
+            "open_fds",
+            "Open file descriptors of the broker process",
+            self.open_fds.clone(),
+        );
+        registry.register(
+            "max_fds",
+            "The broker's open file limit (soft RLIMIT_NOFILE)",
+            self.max_fds.clone(),
         );
         let mut out = String::new();
         if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &registry) {

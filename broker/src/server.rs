@@ -64,6 +64,7 @@ pub async fn run_reporting(
     report_to: Option<tokio::sync::oneshot::Sender<BoundAddresses>>,
 ) -> anyhow::Result<()> {
     let broker_config = BrokerConfig::load(cli.config_file.as_deref(), &cli.overrides)?;
+    crate::resources::raise_nofile_limit();
     let listener = TcpListener::bind(cli.listen)
         .await
         .with_context(|| format!("binding the Kafka listener on {}", cli.listen))?;
@@ -183,16 +184,15 @@ pub async fn run_reporting(
         }
     };
     tokio::pin!(signals);
+    let mut accept_backoff = crate::resources::AcceptBackoff::default();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
+                    accept_backoff.on_success();
                     connections.spawn(crate::protocol::connection::serve(broker.clone(), stream, peer));
                 }
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
+                Err(e) => tokio::time::sleep(accept_backoff.on_error(&e)).await,
             },
             r = shutdown.changed() => if r.is_err() || *shutdown.borrow() { break },
             _ = &mut signals => break,
