@@ -19,7 +19,7 @@ pub fn nofile_limits() -> io::Result<(u64, u64)> {
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok((lim.rlim_cur as u64, lim.rlim_max as u64))
+    Ok((lim.rlim_cur, lim.rlim_max))
 }
 
 /// Raises the soft `RLIMIT_NOFILE` to the hard limit (each partition costs
@@ -36,8 +36,8 @@ pub fn raise_nofile_limit() -> Option<(u64, u64, u64)> {
     let mut after = soft;
     if soft < hard {
         let lim = libc::rlimit {
-            rlim_cur: hard as libc::rlim_t,
-            rlim_max: hard as libc::rlim_t,
+            rlim_cur: hard,
+            rlim_max: hard,
         };
         // SAFETY: setrlimit reads the struct we pass.
         if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } == 0 {
@@ -125,7 +125,10 @@ mod tests {
 
     #[test]
     fn fd_count_and_limits_are_readable() {
-        assert!(open_fds().expect("/proc/self/fd") >= 3, "stdin, stdout, stderr");
+        assert!(
+            open_fds().expect("/proc/self/fd") >= 3,
+            "stdin, stdout, stderr"
+        );
         let (soft, hard) = nofile_limits().expect("limits");
         assert!(soft <= hard);
     }

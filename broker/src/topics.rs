@@ -1001,3 +1001,71 @@ fn remove_orphans(data_dir: &Path, doc: &MetadataDoc) -> std::io::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(m: &TopicManager) -> Vec<String> {
+        m.all().iter().map(|t| t.meta.name.clone()).collect()
+    }
+
+    #[test]
+    fn a_deletion_interrupted_after_its_first_rename_completes_at_start() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let m = TopicManager::open(dir.path(), BrokerConfig::default()).expect("open");
+        m.create("gone", 2, 1, BTreeMap::new()).expect("create");
+        m.create("kept", 1, 1, BTreeMap::new()).expect("create");
+        let id = m.get("gone").expect("gone").meta.id;
+        drop(m);
+        // A crash right after the commit point: one partition renamed, the
+        // metadata document still naming the topic.
+        std::fs::rename(
+            partition_dir(dir.path(), "gone", 0),
+            delete_dir(dir.path(), "gone", 0, id),
+        )
+        .expect("rename");
+        let m = TopicManager::open(dir.path(), BrokerConfig::default()).expect("reopen");
+        assert_eq!(names(&m), ["kept"], "not resurrected, others kept");
+        drop(m);
+        let doc = MetadataFile::new(dir.path()).load_or_init().expect("doc");
+        assert!(!doc.topics.contains_key("gone"), "persisted");
+        assert!(doc.topics.contains_key("kept"));
+        for _ in 0..500 {
+            let left = std::fs::read_dir(dir.path())
+                .expect("ls")
+                .filter_map(|e| e.ok())
+                .any(|e| e.file_name().to_string_lossy().starts_with("gone-"));
+            if !left {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!("directories of the deleted topic remain");
+    }
+
+    #[test]
+    fn a_delete_dir_of_an_older_topic_does_not_delete_a_new_one_of_the_same_name() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let m = TopicManager::open(dir.path(), BrokerConfig::default()).expect("open");
+        let old = m
+            .create("t", 1, 1, BTreeMap::new())
+            .expect("create")
+            .meta
+            .id;
+        m.delete("t").expect("delete");
+        // Leave a -delete directory of the old topic behind.
+        std::fs::create_dir_all(delete_dir(dir.path(), "t", 0, old)).expect("mkdir");
+        let new = m
+            .create("t", 1, 1, BTreeMap::new())
+            .expect("recreate")
+            .meta
+            .id;
+        assert_ne!(old, new);
+        drop(m);
+        let m = TopicManager::open(dir.path(), BrokerConfig::default()).expect("reopen");
+        assert_eq!(m.get("t").map(|t| t.meta.id), Some(new));
+        assert!(parse_delete_dir(&format!("a.b-c-7.{}-delete", new.as_simple())) == Some(new));
+        assert_eq!(parse_delete_dir("t-0"), None);
+    }
+}

@@ -42,7 +42,12 @@ async fn big_create_topics_does_not_stall_another_connection() {
     let broker = start(dir.path(), &[]).await;
     let mut other = broker.connect().await;
     assert_eq!(create_topic(&mut other, "other", 1).await.0, 0);
-    assert_eq!(produce(&mut other, "other", batch(&[b"x".to_vec()])).await.0, 0);
+    assert_eq!(
+        produce(&mut other, "other", batch(&[b"x".to_vec()]))
+            .await
+            .0,
+        0
+    );
 
     let mut admin = broker.connect().await;
     let req = CreateTopicsRequest::default()
@@ -64,17 +69,29 @@ async fn big_create_topics_does_not_stall_another_connection() {
     }
     // Another connection is served meanwhile...
     assert_eq!(topic_error(&mut other, "other").await, 0);
-    assert_eq!(produce(&mut other, "other", batch(&[b"y".to_vec()])).await, (0, 1));
+    assert_eq!(
+        produce(&mut other, "other", batch(&[b"y".to_vec()])).await,
+        (0, 1)
+    );
     // ...before the CreateTopics response exists.
     assert!(
         !has_pending_bytes(&admin),
         "CreateTopics finished before a request sent after it started was answered"
     );
     let last = dir.path().join(format!("wide-{}", PARTITIONS - 1));
-    assert!(!last.exists(), "creation already complete: the test proves nothing");
+    assert!(
+        !last.exists(),
+        "creation already complete: the test proves nothing"
+    );
 
-    let resp: CreateTopicsResponse =
-        receive(&mut admin, ApiKey::CreateTopics, 7, 11, Duration::from_secs(600)).await;
+    let resp: CreateTopicsResponse = receive(
+        &mut admin,
+        ApiKey::CreateTopics,
+        7,
+        11,
+        Duration::from_secs(600),
+    )
+    .await;
     assert_eq!(resp.topics[0].error_code, 0);
     assert_eq!(resp.topics[0].num_partitions, PARTITIONS);
     assert!(last.exists());
@@ -196,7 +213,10 @@ async fn running_out_of_file_descriptors_fails_one_request_not_the_broker() {
 
     let m = broker.metrics().await;
     assert_eq!(metric(&m, "moldau_max_fds"), Some(LIMIT), "{m}");
-    assert!(metric(&m, "moldau_open_fds").is_some_and(|n| n > 3 && n < LIMIT), "{m}");
+    assert!(
+        metric(&m, "moldau_open_fds").is_some_and(|n| n > 3 && n < LIMIT),
+        "{m}"
+    );
 
     assert_eq!(create_topic(&mut c, "fits", 4).await.0, 0);
     // Each partition costs at least 3 descriptors: 200 cannot fit in 256.
@@ -213,7 +233,10 @@ async fn running_out_of_file_descriptors_fails_one_request_not_the_broker() {
     assert!(huge.is_empty(), "left over: {huge:?}");
     assert_eq!(topic_error(&mut c, "huge").await, 3);
     // The broker goes on serving, this connection and new ones.
-    assert_eq!(produce(&mut c, "fits", batch(&[b"a".to_vec()])).await, (0, 0));
+    assert_eq!(
+        produce(&mut c, "fits", batch(&[b"a".to_vec()])).await,
+        (0, 0)
+    );
     let mut c2 = broker.connect(Duration::from_secs(30)).await;
     assert_eq!(topic_error(&mut c2, "fits").await, 0);
 
@@ -226,7 +249,11 @@ async fn running_out_of_file_descriptors_fails_one_request_not_the_broker() {
             Err(_) => break,
         }
     }
-    assert!(flood.len() as u64 > LIMIT, "only {} connections", flood.len());
+    assert!(
+        flood.len() as u64 > LIMIT,
+        "only {} connections",
+        flood.len()
+    );
     tokio::time::sleep(Duration::from_millis(500)).await;
     // An existing connection still works while the broker is at its limit.
     assert_eq!(topic_error(&mut c, "fits").await, 0);

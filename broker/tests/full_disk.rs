@@ -50,7 +50,7 @@ async fn full_tmpfs_fails_produce_keeps_reads_survives_restart_and_recovers() {
     let mut small_acked = Vec::new();
     for i in 0..5 {
         let v = value(i, 100);
-        let (code, offset) = produce(&mut c, "small", batch(&[v.clone()])).await;
+        let (code, offset) = produce(&mut c, "small", batch(std::slice::from_ref(&v))).await;
         assert_eq!(code, 0);
         small_acked.push((offset, v));
     }
@@ -61,7 +61,7 @@ async fn full_tmpfs_fails_produce_keeps_reads_survives_restart_and_recovers() {
     let mut errors = Vec::new();
     for (i, len) in (0..).zip((0..400).map(|_| 60 << 10).chain((0..400).map(|_| 1 << 10))) {
         let v = value(i, len);
-        let (code, offset) = produce(&mut c, "big", batch(&[v.clone()])).await;
+        let (code, offset) = produce(&mut c, "big", batch(std::slice::from_ref(&v))).await;
         if code == 0 {
             big_acked.push((offset, v));
         } else {
@@ -101,11 +101,19 @@ async fn full_tmpfs_fails_produce_keeps_reads_survives_restart_and_recovers() {
 
     // Deleting the big topic works while full and frees its space.
     let free_before = fs.free_bytes();
-    assert_eq!(delete_topic(&mut c, "big").await, 0, "DeleteTopics while full");
+    assert_eq!(
+        delete_topic(&mut c, "big").await,
+        0,
+        "DeleteTopics while full"
+    );
     assert_eq!(topic_error(&mut c, "big").await, UNKNOWN_TOPIC_OR_PARTITION);
     let mut waited = 0;
     while fs.free_bytes() < free_before + (8 << 20) {
-        assert!(waited < 300, "space not freed: {} bytes free", fs.free_bytes());
+        assert!(
+            waited < 300,
+            "space not freed: {} bytes free",
+            fs.free_bytes()
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
         waited += 1;
     }
@@ -113,13 +121,17 @@ async fn full_tmpfs_fails_produce_keeps_reads_survives_restart_and_recovers() {
     // Produce works again by itself.
     for i in 5..10 {
         let v = value(i, 60 << 10);
-        let (code, offset) = produce(&mut c, "small", batch(&[v.clone()])).await;
+        let (code, offset) = produce(&mut c, "small", batch(std::slice::from_ref(&v))).await;
         assert_eq!(code, 0, "produce after space returned");
         small_acked.push((offset, v));
     }
     assert_eq!(create_topic(&mut c, "big", 1).await.0, 0, "recreate");
     let (code, offset) = produce(&mut c, "big", batch(&[value(1, 1000)])).await;
-    assert_eq!((code, offset), (0, 0), "a new topic of the same name starts empty");
+    assert_eq!(
+        (code, offset),
+        (0, 0),
+        "a new topic of the same name starts empty"
+    );
 
     // And all of it survives another restart; the old "big" stays deleted.
     drop(c);

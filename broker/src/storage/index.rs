@@ -576,7 +576,6 @@ impl OffsetIndex {
         }
         Ok(())
     }
-
 }
 
 /// Sparse map from timestamps to offsets: entry `(t, o)` says every record
@@ -676,7 +675,6 @@ impl TimeIndex {
         }
         Ok(())
     }
-
 }
 
 #[cfg(test)]

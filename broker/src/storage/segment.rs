@@ -259,9 +259,10 @@ impl Segment {
         if adds_entry {
             // Make room for the final entry that records the max timestamp
             // (past `segment.index.bytes` if need be).
-            let len = self.time_index.file_len().max(
-                (self.time_index.entries() + 1) as u64 * super::index::TIME_ENTRY_SIZE as u64,
-            );
+            let len = self
+                .time_index
+                .file_len()
+                .max((self.time_index.entries() + 1) as u64 * super::index::TIME_ENTRY_SIZE as u64);
             self.time_index.set_max_bytes(len);
             if let Err(e) = self.time_index.reserve(1) {
                 // A full disk: without its final entry the file would

@@ -188,14 +188,19 @@ pub async fn create_topic(
             .with_replication_factor(1)]);
     let resp: CreateTopicsResponse = call(stream, ApiKey::CreateTopics, 7, &req).await;
     let t = &resp.topics[0];
-    (t.error_code, t.error_message.as_ref().map(|m| m.to_string()))
+    (
+        t.error_code,
+        t.error_message.as_ref().map(|m| m.to_string()),
+    )
 }
 
 /// DeleteTopics of one topic by name: its error code.
 pub async fn delete_topic(stream: &mut TcpStream, topic: &str) -> i16 {
     let req = DeleteTopicsRequest::default()
         .with_timeout_ms(600_000)
-        .with_topics(vec![DeleteTopicState::default().with_name(Some(name(topic)))]);
+        .with_topics(vec![
+            DeleteTopicState::default().with_name(Some(name(topic)))
+        ]);
     let resp: DeleteTopicsResponse = call(stream, ApiKey::DeleteTopics, 6, &req).await;
     resp.responses[0].error_code
 }
@@ -280,8 +285,8 @@ impl Tmpfs {
     }
     /// Free bytes (for unprivileged users) of the filesystem.
     pub fn free_bytes(&self) -> u64 {
-        let c = std::ffi::CString::new(self.dir.path().as_os_str().as_encoded_bytes())
-            .expect("path");
+        let c =
+            std::ffi::CString::new(self.dir.path().as_os_str().as_encoded_bytes()).expect("path");
         let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
         // SAFETY: valid C string and out pointer.
         assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
