@@ -15,6 +15,7 @@ pub mod metadata;
 pub mod metrics;
 pub mod producer;
 pub mod protocol;
+pub mod resources;
 pub mod server;
 pub mod storage;
 pub mod topic_config;

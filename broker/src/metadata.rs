@@ -103,10 +103,15 @@ fn new_cluster_id() -> String {
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let tmp = path.with_extension("tmp");
-    {
-        let mut f = File::create(&tmp)?;
+    let written = File::create(&tmp).and_then(|mut f| {
         f.write_all(bytes)?;
-        f.sync_all()?;
+        f.sync_all()
+    });
+    if let Err(e) = written {
+        // A full disk: the old file is intact; do not leave a partial temp
+        // file holding space behind.
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
     }
     fs::rename(&tmp, path)?;
     File::open(dir)?.sync_all()

@@ -69,6 +69,10 @@ pub struct Metrics {
     /// Request bytes reserved right now, and the budget (set at scrape).
     pub request_bytes_in_flight: Gauge,
     pub request_bytes_budget: Gauge,
+    /// Open file descriptors of the process (counted at scrape).
+    pub open_fds: Gauge,
+    /// The soft RLIMIT_NOFILE (read at scrape).
+    pub max_fds: Gauge,
 }
 
 impl Default for Metrics {
@@ -94,6 +98,8 @@ impl Default for Metrics {
             requests_read_timed_out: Counter::default(),
             request_bytes_in_flight: Gauge::default(),
             request_bytes_budget: Gauge::default(),
+            open_fds: Gauge::default(),
+            max_fds: Gauge::default(),
         }
     }
 }
@@ -207,6 +213,22 @@ impl Metrics {
             "request_bytes_budget",
             "The queued.max.request.bytes budget in effect",
             self.request_bytes_budget.clone(),
+        );
+        if let Some(n) = crate::resources::open_fds() {
+            self.open_fds.set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+        if let Ok((soft, _)) = crate::resources::nofile_limits() {
+            self.max_fds.set(i64::try_from(soft).unwrap_or(i64::MAX));
+        }
+        registry.register(
+            "open_fds",
+            "Open file descriptors of the broker process",
+            self.open_fds.clone(),
+        );
+        registry.register(
+            "max_fds",
+            "The broker's open file limit (soft RLIMIT_NOFILE)",
+            self.max_fds.clone(),
         );
         let mut out = String::new();
         if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &registry) {

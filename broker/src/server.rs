@@ -66,6 +66,7 @@ pub async fn run_reporting(
     report_to: Option<tokio::sync::oneshot::Sender<BoundAddresses>>,
 ) -> anyhow::Result<()> {
     let broker_config = BrokerConfig::load(cli.config_file.as_deref(), &cli.overrides)?;
+    crate::resources::raise_nofile_limit();
     let listener = TcpListener::bind(cli.listen)
         .await
         .with_context(|| format!("binding the Kafka listener on {}", cli.listen))?;
@@ -192,32 +193,33 @@ pub async fn run_reporting(
         }
     };
     tokio::pin!(signals);
+    let mut accept_backoff = crate::resources::AcceptBackoff::default();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => match broker.connection_limits.admit(peer.ip()) {
-                    Ok(slot) => {
-                        let b = broker.clone();
-                        connections.spawn(async move {
-                            crate::protocol::connection::serve(b, stream, peer).await;
-                            drop(slot);
-                        });
+                Ok((stream, peer)) => {
+                    accept_backoff.on_success();
+                    match broker.connection_limits.admit(peer.ip()) {
+                        Ok(slot) => {
+                            let b = broker.clone();
+                            connections.spawn(async move {
+                                crate::protocol::connection::serve(b, stream, peer).await;
+                                drop(slot);
+                            });
+                        }
+                        Err(refusal) => {
+                            // Accepted and closed at once, as Kafka does.
+                            drop(stream);
+                            broker
+                                .metrics
+                                .connections_refused
+                                .get_or_create(&ReasonLabel { reason: refusal.label().into() })
+                                .inc();
+                            refusal_log.warn(|| tracing::warn!(%peer, limit = refusal.label(), "connection refused by a limit"));
+                        }
                     }
-                    Err(refusal) => {
-                        // Accepted and closed at once, as Kafka does.
-                        drop(stream);
-                        broker
-                            .metrics
-                            .connections_refused
-                            .get_or_create(&ReasonLabel { reason: refusal.label().into() })
-                            .inc();
-                        refusal_log.warn(|| tracing::warn!(%peer, limit = refusal.label(), "connection refused by a limit"));
-                    }
-                },
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
                 }
+                Err(e) => tokio::time::sleep(accept_backoff.on_error(&e)).await,
             },
             r = shutdown.changed() => if r.is_err() || *shutdown.borrow() { break },
             _ = &mut signals => break,
@@ -265,23 +267,14 @@ impl RateLimitedLog {
     }
 }
 
-/// The soft limit on open file descriptors of this process.
-fn open_files_limit() -> Option<u64> {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes into the rlimit struct we pass, nothing else.
-    let rc = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
-    (rc == 0 && limit.rlim_cur != libc::RLIM_INFINITY).then_some(limit.rlim_cur)
-}
-
 /// Connection limits from the config. `max.connections` is capped at half
 /// the open-files limit: the other half stays for segment and index files,
 /// so clients can never lock the logs out of descriptors.
 fn connection_limit_settings(c: &BrokerConfig) -> anyhow::Result<ConnectionLimitSettings> {
-    let by_files = open_files_limit()
-        .map(|n| usize::try_from(n / 2).unwrap_or(usize::MAX))
+    let by_files = crate::resources::nofile_limits()
+        .ok()
+        .filter(|&(soft, _)| soft != libc::RLIM_INFINITY)
+        .map(|(soft, _)| usize::try_from(soft / 2).unwrap_or(usize::MAX))
         .unwrap_or(usize::MAX);
     Ok(ConnectionLimitSettings {
         max_connections: c.max_connections.min(by_files),

@@ -1,8 +1,15 @@
 //! Topic administration: CreateTopics, DeleteTopics, CreatePartitions,
 //! DeleteRecords, DescribeCluster. The decisions live in `topics`; this
 //! module translates requests and results.
+//!
+//! CreateTopics, DeleteTopics and CreatePartitions create and remove files,
+//! map indexes, fsync and rewrite the metadata document: they run on
+//! tokio's blocking pool (`*_off_runtime`), never on a runtime worker, so a
+//! 3,000-partition CreateTopics does not stall other connections. Their
+//! bodies stay synchronous.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
@@ -24,6 +31,98 @@ use super::str_bytes;
 use crate::broker::Broker;
 use crate::topic_config;
 use crate::topics::{storage_error_code, TopicError};
+
+/// Runs `f` on tokio's blocking pool; `Err` if it panicked.
+async fn off_runtime<T: Send + 'static>(
+    broker: &Arc<Broker>,
+    f: impl FnOnce(&Broker) -> T + Send + 'static,
+) -> Result<T, String> {
+    let b = broker.clone();
+    tokio::task::spawn_blocking(move || f(&b))
+        .await
+        .map_err(|e| format!("the request handler failed: {e}"))
+}
+
+/// [`create_topics`] off the runtime's worker threads.
+pub async fn create_topics_off_runtime(
+    broker: &Arc<Broker>,
+    req: CreateTopicsRequest,
+    version: i16,
+) -> CreateTopicsResponse {
+    let names: Vec<TopicName> = req.topics.iter().map(|t| t.name.clone()).collect();
+    match off_runtime(broker, move |b| create_topics(b, req, version)).await {
+        Ok(resp) => resp,
+        Err(msg) => CreateTopicsResponse::default().with_topics(
+            names
+                .into_iter()
+                .map(|n| {
+                    CreatableTopicResult::default()
+                        .with_name(n)
+                        .with_error_code(ResponseError::UnknownServerError.code())
+                        .with_error_message(Some(str_bytes(&msg)))
+                        .with_num_partitions(-1)
+                        .with_replication_factor(-1)
+                })
+                .collect(),
+        ),
+    }
+}
+
+/// [`delete_topics`] off the runtime's worker threads.
+pub async fn delete_topics_off_runtime(
+    broker: &Arc<Broker>,
+    req: DeleteTopicsRequest,
+    version: i16,
+) -> DeleteTopicsResponse {
+    let targets: Vec<(Option<TopicName>, uuid::Uuid)> = if version >= 6 {
+        req.topics
+            .iter()
+            .map(|t| (t.name.clone(), t.topic_id))
+            .collect()
+    } else {
+        req.topic_names
+            .iter()
+            .map(|n| (Some(n.clone()), uuid::Uuid::nil()))
+            .collect()
+    };
+    match off_runtime(broker, move |b| delete_topics(b, req, version)).await {
+        Ok(resp) => resp,
+        Err(msg) => DeleteTopicsResponse::default().with_responses(
+            targets
+                .into_iter()
+                .map(|(name, id)| {
+                    DeletableTopicResult::default()
+                        .with_name(name)
+                        .with_topic_id(id)
+                        .with_error_code(ResponseError::UnknownServerError.code())
+                        .with_error_message(Some(str_bytes(&msg)))
+                })
+                .collect(),
+        ),
+    }
+}
+
+/// [`create_partitions`] off the runtime's worker threads.
+pub async fn create_partitions_off_runtime(
+    broker: &Arc<Broker>,
+    req: CreatePartitionsRequest,
+) -> CreatePartitionsResponse {
+    let names: Vec<TopicName> = req.topics.iter().map(|t| t.name.clone()).collect();
+    match off_runtime(broker, move |b| create_partitions(b, req)).await {
+        Ok(resp) => resp,
+        Err(msg) => CreatePartitionsResponse::default().with_results(
+            names
+                .into_iter()
+                .map(|n| {
+                    CreatePartitionsTopicResult::default()
+                        .with_name(n)
+                        .with_error_code(ResponseError::UnknownServerError.code())
+                        .with_error_message(Some(str_bytes(&msg)))
+                })
+                .collect(),
+        ),
+    }
+}
 
 fn assignment_error(broker: &Broker, replicas: &[BrokerId]) -> Option<TopicError> {
     if replicas.len() != 1 || replicas[0].0 != broker.node_id {

@@ -106,14 +106,18 @@ pub async fn handle(
         RequestKind::ListOffsets(r) => {
             encode_response(api, version, cid, &list_offsets::handle(b, r, version))
         }
+        // Blocking file work: off the runtime's worker threads.
         RequestKind::CreateTopics(r) => {
-            encode_response(api, version, cid, &admin::create_topics(b, r, version))
+            let resp = admin::create_topics_off_runtime(broker, r, version).await;
+            encode_response(api, version, cid, &resp)
         }
         RequestKind::DeleteTopics(r) => {
-            encode_response(api, version, cid, &admin::delete_topics(b, r, version))
+            let resp = admin::delete_topics_off_runtime(broker, r, version).await;
+            encode_response(api, version, cid, &resp)
         }
         RequestKind::CreatePartitions(r) => {
-            encode_response(api, version, cid, &admin::create_partitions(b, r))
+            let resp = admin::create_partitions_off_runtime(broker, r).await;
+            encode_response(api, version, cid, &resp)
         }
         RequestKind::DeleteRecords(r) => {
             encode_response(api, version, cid, &admin::delete_records(b, r))

@@ -44,14 +44,19 @@ pub fn fsync_dir(dir: &Path) -> std::io::Result<()> {
 pub fn write_checkpoint(dir: &Path, name: &str, value: i64) -> Result<()> {
     let path = dir.join(name);
     let tmp = dir.join(format!("{name}{TMP_SUFFIX}"));
-    {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)?;
-        f.write_all(format!("{MAGIC} {VERSION} {value}\n").as_bytes())?;
-        f.sync_all()?;
+    let written = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&tmp)
+        .and_then(|mut f| {
+            f.write_all(format!("{MAGIC} {VERSION} {value}\n").as_bytes())?;
+            f.sync_all()
+        });
+    if let Err(e) = written {
+        // A full disk: do not leave a temp file holding space behind.
+        let _ = fs::remove_file(&tmp);
+        return Err(e.into());
     }
     fs::rename(&tmp, &path)?;
     fsync_dir(dir)?;

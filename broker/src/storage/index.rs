@@ -6,40 +6,109 @@
 //! The segment decides when to add entries and asks for sanity checks; a
 //! failed check makes the segment rebuild the index from its log.
 //!
-//! Files are preallocated (zero-filled) to `segment.index.bytes` while their
-//! segment is active and trimmed to their entries on roll and close, as in
-//! Kafka. The number of entries is recovered from the content: entries are
-//! strictly increasing and an all-zero entry marks the end (no real entry is
-//! all zeros: offset index entries always have a position > 0, because the
-//! first batch of a segment is never indexed, and the time index never
-//! stores a `(0, 0)` entry).
+//! While their segment is active, index files grow on demand, page by page
+//! (doubling), up to `segment.index.bytes`, and are trimmed to their entries
+//! on roll and close, as in Kafka. The number of entries is recovered from
+//! the content: entries are strictly increasing and an all-zero entry marks
+//! the end (no real entry is all zeros: offset index entries always have a
+//! position > 0, because the first batch of a segment is never indexed, and
+//! the time index never stores a `(0, 0)` entry).
+//!
+//! **Space is reserved before it is mapped.** Every byte of a mapping is
+//! backed by blocks reserved with `posix_fallocate` (never a sparse
+//! `ftruncate`), so a store through the map can never raise SIGBUS on a
+//! full filesystem (tmpfs included): when the reservation fails the
+//! operation fails with an I/O error instead. An existing file is checked
+//! the same way when opened (it may be sparse: written by an older version
+//! or copied); if its holes cannot be reserved it is trimmed to its entries,
+//! and if even that cannot be backed the index is *detached*: its entries
+//! are kept in anonymous memory and the file is removed, so the segment's
+//! indexes are rebuilt at the next start. Reads keep working either way.
+//!
+//! Sealed indexes do not keep a file descriptor: only the mapping stays
+//! (`msync` makes it durable); the file is reopened by path if it must be
+//! resized again.
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
+use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
-use memmap2::MmapMut;
+use memmap2::{MmapMut, MmapOptions};
 
 /// Bytes of one offset index entry.
 pub const OFFSET_ENTRY_SIZE: usize = 8;
 /// Bytes of one time index entry.
 pub const TIME_ENTRY_SIZE: usize = 12;
 
+/// Growth step of an active index (and its first reservation): one page.
+const GROWTH_STEP: u64 = 4096;
+
+/// Reserves (allocates) `len` bytes at `offset` of `file`, extending it if
+/// needed, with `posix_fallocate` (which falls back to writing zeros into
+/// holes on filesystems without `fallocate`). Afterwards every page of the
+/// range is backed, so stores through a mapping cannot fail for space.
+pub fn reserve_space(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    let (Ok(off), Ok(n)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
+        return Err(io::Error::from_raw_os_error(libc::EFBIG));
+    };
+    loop {
+        // SAFETY: plain syscall wrapper on a valid open descriptor.
+        let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), off, n) };
+        match rc {
+            0 => return Ok(()),
+            libc::EINTR => continue,
+            e => return Err(io::Error::from_raw_os_error(e)),
+        }
+    }
+}
+
 /// A memory-mapped file of fixed-size entries.
 #[derive(Debug)]
 struct IndexFile {
     path: PathBuf,
-    file: File,
+    /// Open while the index may grow; `None` once sealed (reopened by path
+    /// on demand) or when detached.
+    file: Option<File>,
+    /// Every byte of it is reserved on disk (or anonymous when detached).
     mmap: MmapMut,
     entry_size: usize,
     entries: usize,
+    /// Largest length growth may reach (whole entries).
+    max_len: u64,
+    /// The file was removed and the entries live in anonymous memory only.
+    detached: bool,
 }
 
-fn map(file: &File) -> io::Result<MmapMut> {
+fn map(file: &File, len: u64) -> io::Result<MmapMut> {
+    if len == 0 {
+        return MmapMut::map_anon(0);
+    }
+    let len = usize::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
     // SAFETY: the index file is private to this partition directory and
     // only this process (which holds the partition lock) changes it; its
-    // length only changes through `IndexFile::resize`, which remaps.
-    unsafe { MmapMut::map_mut(file) }
+    // length only changes through `IndexFile::resize`, which remaps, and
+    // the whole mapped range is reserved (`reserve_space`) beforehand.
+    unsafe { MmapOptions::new().len(len).map_mut(file) }
+}
+
+/// Reads the whole file with `pread` (which never allocates blocks for holes).
+fn read_all(file: &File, len: u64) -> io::Result<Vec<u8>> {
+    let n = usize::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+    let mut buf = vec![0u8; n];
+    file.read_exact_at(&mut buf, 0)?;
+    Ok(buf)
+}
+
+fn count_entries(bytes: &[u8], entry_size: usize, is_end: &dyn Fn(&[u8]) -> bool) -> usize {
+    bytes
+        .chunks(entry_size)
+        .take_while(|e| e.len() == entry_size && !is_end(e))
+        .count()
 }
 
 impl IndexFile {
@@ -50,13 +119,18 @@ impl IndexFile {
             .create(true)
             .truncate(false)
             .open(path)?;
-        let mmap = map(&file)?;
-        let mut index = IndexFile {
-            path: path.to_path_buf(),
-            file,
-            mmap,
-            entry_size,
-            entries: 0,
+        let len = file.metadata()?.len();
+        let mut index = match reserve_space(&file, 0, len) {
+            Ok(()) => IndexFile {
+                path: path.to_path_buf(),
+                mmap: map(&file, len)?,
+                file: Some(file),
+                entry_size,
+                entries: 0,
+                max_len: len,
+                detached: false,
+            },
+            Err(e) => Self::open_degraded(path, file, len, entry_size, &is_end, e)?,
         };
         let slots = index.mmap.len() / entry_size;
         index.entries = (0..slots)
@@ -65,8 +139,81 @@ impl IndexFile {
         Ok(index)
     }
 
+    /// The file has holes that cannot be reserved (a full filesystem):
+    /// trim it to its entries (written bytes are backed); if even that
+    /// cannot be reserved, detach.
+    fn open_degraded(
+        path: &Path,
+        file: File,
+        len: u64,
+        entry_size: usize,
+        is_end: &dyn Fn(&[u8]) -> bool,
+        cause: io::Error,
+    ) -> io::Result<Self> {
+        let bytes = read_all(&file, len)?;
+        let used = (count_entries(&bytes, entry_size, is_end) * entry_size) as u64;
+        tracing::warn!(path = %path.display(), error = %cause, len, used, "cannot reserve space for an index; trimming it to its entries");
+        let trimmed = file
+            .set_len(used)
+            .and_then(|()| reserve_space(&file, 0, used))
+            .and_then(|()| map(&file, used));
+        match trimmed {
+            Ok(mmap) => Ok(IndexFile {
+                path: path.to_path_buf(),
+                file: Some(file),
+                mmap,
+                entry_size,
+                entries: 0,
+                max_len: used,
+                detached: false,
+            }),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "keeping the index in memory only; it is rebuilt at the next start");
+                let keep = usize::try_from(used).unwrap_or(0).min(bytes.len());
+                let mut index = IndexFile {
+                    path: path.to_path_buf(),
+                    file: None,
+                    mmap: MmapMut::map_anon(keep)?,
+                    entry_size,
+                    entries: 0,
+                    max_len: used,
+                    detached: false,
+                };
+                if let (Some(dst), Some(src)) = (index.mmap.get_mut(..keep), bytes.get(..keep)) {
+                    dst.copy_from_slice(src);
+                }
+                drop(file);
+                index.detach();
+                Ok(index)
+            }
+        }
+    }
+
+    /// Moves the entries to anonymous memory and removes the file (which
+    /// frees its space), so that a later start rebuilds the index from the
+    /// log. Used when the filesystem cannot back the index any more.
+    fn detach(&mut self) {
+        if !self.detached {
+            if let Ok(mut anon) = MmapMut::map_anon(self.mmap.len()) {
+                anon.copy_from_slice(&self.mmap);
+                self.mmap = anon;
+            }
+            // If that allocation failed the file mapping stays: it is
+            // wholly reserved, so it is still safe to use.
+            self.file = None;
+            self.detached = true;
+            match fs::remove_file(&self.path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    tracing::warn!(path = %self.path.display(), error = %e, "cannot remove a detached index")
+                }
+            }
+        }
+    }
+
     fn capacity(&self) -> usize {
-        self.mmap.len() / self.entry_size
+        self.max_len.max(self.mmap.len() as u64) as usize / self.entry_size
     }
 
     fn is_full(&self) -> bool {
@@ -79,9 +226,41 @@ impl IndexFile {
         self.mmap.get(start..start.checked_add(self.entry_size)?)
     }
 
+    /// Makes sure `extra` more entries fit without growing (up to the
+    /// maximum length), growing the file (and its reservation) if needed.
+    fn reserve(&mut self, extra: usize) -> io::Result<()> {
+        let es = self.entry_size as u64;
+        let cap = self.capacity() as u64 * es;
+        let want = ((self.entries.saturating_add(extra)) as u64)
+            .saturating_mul(es)
+            .min(cap);
+        let len = self.mmap.len() as u64;
+        if want <= len {
+            return Ok(());
+        }
+        let target = want
+            .max(len.saturating_mul(2))
+            .max(GROWTH_STEP)
+            .div_ceil(GROWTH_STEP)
+            .saturating_mul(GROWTH_STEP)
+            .min(cap);
+        self.resize(target - target % es)
+    }
+
+    /// Adds an entry; false if the index is at its maximum length. Growing
+    /// the file may fail on a full filesystem: the index is then detached
+    /// (callers that must not degrade call `reserve` first).
     fn push(&mut self, bytes: &[u8]) -> bool {
         if self.is_full() || bytes.len() != self.entry_size {
             return false;
+        }
+        if let Err(e) = self.reserve(1) {
+            tracing::warn!(path = %self.path.display(), error = %e, "cannot grow an index; keeping it in memory only");
+            self.detach();
+            if let Err(e) = self.reserve(1) {
+                tracing::warn!(path = %self.path.display(), error = %e, "cannot grow a detached index");
+                return false;
+            }
         }
         let start = self.entries * self.entry_size;
         match self.mmap.get_mut(start..start + self.entry_size) {
@@ -112,18 +291,64 @@ impl IndexFile {
         None
     }
 
+    /// The open file, reopening it by path if it was closed.
+    fn ensure_file(&mut self) -> io::Result<&File> {
+        if self.file.is_none() {
+            let f = OpenOptions::new().read(true).write(true).open(&self.path)?;
+            self.file = Some(f);
+        }
+        self.file
+            .as_ref()
+            .ok_or_else(|| io::Error::other("index file not open"))
+    }
+
     /// Changes the file length to `len` bytes (rounded down to whole
-    /// entries, never below the current entries) and remaps.
+    /// entries, never below the current entries) and remaps. Growing
+    /// reserves the new bytes first and fails (changing nothing) when they
+    /// cannot be reserved.
     fn resize(&mut self, len: u64) -> io::Result<()> {
+        let es = self.entry_size as u64;
         let min = (self.entries * self.entry_size) as u64;
-        let len = (len - len % self.entry_size as u64).max(min);
-        if len == self.mmap.len() as u64 {
+        let len = (len - len % es).max(min);
+        let cur = self.mmap.len() as u64;
+        if len == cur {
             return Ok(());
         }
-        self.mmap.flush()?;
-        self.file.set_len(len)?;
-        self.mmap = map(&self.file)?;
+        if self.detached {
+            let n = usize::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+            let mut anon = MmapMut::map_anon(n)?;
+            let keep = n.min(self.mmap.len());
+            if let (Some(dst), Some(src)) = (anon.get_mut(..keep), self.mmap.get(..keep)) {
+                dst.copy_from_slice(src);
+            }
+            self.mmap = anon;
+            return Ok(());
+        }
+        let mmap = {
+            let file = self.ensure_file()?;
+            if len > cur {
+                if let Err(e) = reserve_space(file, cur, len - cur) {
+                    // posix_fallocate may have extended the file before failing.
+                    if let Err(e2) = file.set_len(cur) {
+                        tracing::warn!(error = %e2, "cannot undo a failed index reservation");
+                    }
+                    return Err(e);
+                }
+                map(file, len)?
+            } else {
+                // Map the shorter length before cutting the file, so the
+                // mapping in use never reaches past the end of the file.
+                let m = map(file, len)?;
+                file.set_len(len)?;
+                m
+            }
+        };
+        self.mmap = mmap;
         Ok(())
+    }
+
+    fn set_max_len(&mut self, bytes: u64) {
+        self.max_len = bytes - bytes % self.entry_size as u64;
     }
 
     /// Removes every entry (zero-fills them).
@@ -136,9 +361,95 @@ impl IndexFile {
     }
 
     fn flush(&self) -> io::Result<()> {
+        if self.detached {
+            return Ok(());
+        }
+        // msync(MS_SYNC) is an fdatasync of the mapped range (file size
+        // included); the descriptor, when still open, also syncs metadata.
         self.mmap.flush()?;
-        self.file.sync_all()
+        if let Some(file) = &self.file {
+            file.sync_all()?;
+        }
+        Ok(())
     }
+
+    fn rename(&mut self, to: PathBuf) -> io::Result<()> {
+        if !self.detached {
+            fs::rename(&self.path, &to)?;
+        }
+        self.path = to;
+        Ok(())
+    }
+}
+
+/// Methods both index kinds share.
+macro_rules! common_index_methods {
+    () => {
+        pub fn path(&self) -> &Path {
+            &self.inner.path
+        }
+        pub fn entries(&self) -> usize {
+            self.inner.entries
+        }
+        /// Whether no entry can be added without passing the maximum length.
+        pub fn is_full(&self) -> bool {
+            self.inner.is_full()
+        }
+        /// Current length of the file in bytes.
+        pub fn file_len(&self) -> u64 {
+            self.inner.mmap.len() as u64
+        }
+        /// Removes all entries.
+        pub fn reset(&mut self) {
+            self.inner.reset();
+        }
+        /// Grows (reserving the space) or shrinks the file to `bytes`
+        /// (never below its entries).
+        pub fn resize(&mut self, bytes: u64) -> io::Result<()> {
+            self.inner.resize(bytes)
+        }
+        /// Lets the file grow on demand up to `bytes` (`segment.index.bytes`).
+        pub fn set_max_bytes(&mut self, bytes: u64) {
+            self.inner.set_max_len(bytes);
+        }
+        /// Makes room for `extra` more entries (up to the maximum length),
+        /// reserving disk space; fails with the I/O error (ENOSPC…) when
+        /// the space cannot be reserved.
+        pub fn reserve(&mut self, extra: usize) -> io::Result<()> {
+            self.inner.reserve(extra)
+        }
+        /// Shrinks the file to exactly its entries.
+        pub fn trim(&mut self) -> io::Result<()> {
+            self.inner.resize(0)
+        }
+        pub fn flush(&self) -> io::Result<()> {
+            self.inner.flush()
+        }
+        /// Closes the file descriptor (the mapping stays valid and is
+        /// synced with msync); it is reopened if the index must grow.
+        pub fn close_file(&mut self) {
+            self.inner.file = None;
+        }
+        /// Whether the index lives in memory only (its file was removed
+        /// because the filesystem could not back it).
+        pub fn is_detached(&self) -> bool {
+            self.inner.detached
+        }
+        /// Keeps the entries in memory only and removes the file.
+        pub fn detach(&mut self) {
+            self.inner.detach();
+        }
+        /// Renames the file (the mapping stays valid).
+        pub fn rename(&mut self, to: PathBuf) -> io::Result<()> {
+            self.inner.rename(to)
+        }
+        /// Follows a rename of the directory holding the file.
+        pub fn relocate(&mut self, dir: &Path) {
+            if let Some(name) = self.inner.path.file_name() {
+                self.inner.path = dir.join(name);
+            }
+        }
+    };
 }
 
 /// Sparse map from offsets to positions in the segment's `.log` file.
@@ -158,19 +469,7 @@ impl OffsetIndex {
         Ok(OffsetIndex { base_offset, inner })
     }
 
-    pub fn path(&self) -> &Path {
-        &self.inner.path
-    }
-    pub fn entries(&self) -> usize {
-        self.inner.entries
-    }
-    pub fn is_full(&self) -> bool {
-        self.inner.is_full()
-    }
-    /// Current length of the file in bytes.
-    pub fn file_len(&self) -> u64 {
-        self.inner.mmap.len() as u64
-    }
+    common_index_methods!();
 
     /// Entry `i` as an absolute offset and a position.
     pub fn entry(&self, i: usize) -> Option<(i64, u64)> {
@@ -277,28 +576,6 @@ impl OffsetIndex {
         }
         Ok(())
     }
-
-    /// Removes all entries.
-    pub fn reset(&mut self) {
-        self.inner.reset();
-    }
-    /// Grows or shrinks the file to `bytes` (never below its entries).
-    pub fn resize(&mut self, bytes: u64) -> io::Result<()> {
-        self.inner.resize(bytes)
-    }
-    /// Shrinks the file to exactly its entries.
-    pub fn trim(&mut self) -> io::Result<()> {
-        self.inner.resize(0)
-    }
-    pub fn flush(&self) -> io::Result<()> {
-        self.inner.flush()
-    }
-    /// Renames the file (the mapping stays valid).
-    pub fn rename(&mut self, to: PathBuf) -> io::Result<()> {
-        fs::rename(&self.inner.path, &to)?;
-        self.inner.path = to;
-        Ok(())
-    }
 }
 
 /// Sparse map from timestamps to offsets: entry `(t, o)` says every record
@@ -317,18 +594,7 @@ impl TimeIndex {
         Ok(TimeIndex { base_offset, inner })
     }
 
-    pub fn path(&self) -> &Path {
-        &self.inner.path
-    }
-    pub fn entries(&self) -> usize {
-        self.inner.entries
-    }
-    pub fn is_full(&self) -> bool {
-        self.inner.is_full()
-    }
-    pub fn file_len(&self) -> u64 {
-        self.inner.mmap.len() as u64
-    }
+    common_index_methods!();
 
     /// Entry `i` as a timestamp and an absolute offset.
     pub fn entry(&self, i: usize) -> Option<(i64, i64)> {
@@ -407,24 +673,6 @@ impl TimeIndex {
             }
             prev = Some((t, o));
         }
-        Ok(())
-    }
-
-    pub fn reset(&mut self) {
-        self.inner.reset();
-    }
-    pub fn resize(&mut self, bytes: u64) -> io::Result<()> {
-        self.inner.resize(bytes)
-    }
-    pub fn trim(&mut self) -> io::Result<()> {
-        self.inner.resize(0)
-    }
-    pub fn flush(&self) -> io::Result<()> {
-        self.inner.flush()
-    }
-    pub fn rename(&mut self, to: PathBuf) -> io::Result<()> {
-        fs::rename(&self.inner.path, &to)?;
-        self.inner.path = to;
         Ok(())
     }
 }
@@ -556,5 +804,133 @@ mod tests {
         let idx = TimeIndex::open(&path, 10).expect("reopen");
         assert_eq!(idx.entries(), 3);
         assert_eq!(idx.file_len(), 36);
+    }
+
+    /// A small tmpfs mounted on a temporary directory for one test (needs
+    /// root); unmounted on drop. Without root the test fails loudly unless
+    /// `MOLDAU_SKIP_MOUNT_TESTS=1`.
+    struct Tmpfs {
+        dir: tempfile::TempDir,
+    }
+
+    impl Tmpfs {
+        fn mount(size: &str) -> Option<Self> {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let out = std::process::Command::new("mount")
+                .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+                .arg(dir.path())
+                .output();
+            match out {
+                Ok(o) if o.status.success() => Some(Tmpfs { dir }),
+                other => {
+                    let why = format!("cannot mount a tmpfs (root needed): {other:?}");
+                    if std::env::var("MOLDAU_SKIP_MOUNT_TESTS").as_deref() == Ok("1") {
+                        eprintln!("SKIPPED (MOLDAU_SKIP_MOUNT_TESTS=1): {why}");
+                        None
+                    } else {
+                        panic!("{why}; set MOLDAU_SKIP_MOUNT_TESTS=1 to skip");
+                    }
+                }
+            }
+        }
+        fn path(&self) -> &Path {
+            self.dir.path()
+        }
+        /// Writes a file until the filesystem is full.
+        fn fill(&self) -> PathBuf {
+            use std::io::Write;
+            let path = self.path().join("filler");
+            let mut f = File::create(&path).expect("filler");
+            let chunk = vec![0xa5u8; 4096];
+            while f.write_all(&chunk).is_ok() {}
+            path
+        }
+    }
+
+    impl Drop for Tmpfs {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(self.dir.path())
+                .status();
+        }
+    }
+
+    fn is_enospc(e: &io::Error) -> bool {
+        e.raw_os_error() == Some(libc::ENOSPC)
+    }
+
+    #[test]
+    fn index_growth_on_a_full_tmpfs_is_an_error_not_sigbus() {
+        let Some(fs_) = Tmpfs::mount("256k") else {
+            return;
+        };
+        let path = fs_.path().join("00000000000000000000.index");
+        let mut idx = OffsetIndex::open(&path, 0).expect("open");
+        idx.set_max_bytes(1 << 20);
+        idx.reserve(1).expect("first page while there is space");
+        assert_eq!(idx.file_len(), 4096);
+        let filler = fs_.fill();
+        // The reserved page takes its 512 entries on a full filesystem.
+        for i in 1..=512i64 {
+            assert!(idx.append(i, i as u64 * 10), "entry {i}");
+        }
+        // Growing past it cannot be backed: an error, never a signal.
+        let err = idx.reserve(1).expect_err("reservation on a full tmpfs");
+        assert!(is_enospc(&err), "{err}");
+        assert_eq!(idx.file_len(), 4096, "a failed reservation changes nothing");
+        assert_eq!(fs::metadata(&path).expect("meta").len(), 4096);
+        assert_eq!(idx.lookup(300), Some((300, 3000)));
+        // A plain resize fails the same way.
+        assert!(idx.resize(8192).is_err());
+        // Appending past the reservation (recovery's path) degrades to a
+        // memory-only index: the file goes away (freeing its space).
+        assert!(idx.append(513, 5130));
+        assert!(idx.is_detached());
+        assert!(!path.exists());
+        assert_eq!(idx.lookup(600), Some((513, 5130)));
+        assert_eq!(idx.entries(), 513);
+        // Space returns: a new index reserves again.
+        fs::remove_file(filler).expect("free space");
+        let mut idx2 = TimeIndex::open(&fs_.path().join("1.timeindex"), 0).expect("open");
+        idx2.set_max_bytes(1 << 20);
+        idx2.reserve(400).expect("space is back");
+        assert!(idx2.file_len() >= 400 * TIME_ENTRY_SIZE as u64);
+    }
+
+    #[test]
+    fn sparse_index_on_a_full_tmpfs_opens_and_serves_without_sigbus() {
+        let Some(fs_) = Tmpfs::mount("256k") else {
+            return;
+        };
+        // What older versions left: a sparse file (ftruncate to 1 MiB)
+        // with a few entries written at its start.
+        let path = fs_.path().join("00000000000000000000.index");
+        {
+            let f = File::create(&path).expect("create");
+            f.set_len(1 << 20).expect("sparse");
+            let mut bytes = Vec::new();
+            for (r, p) in [(10u32, 100u32), (20, 200), (30, 300)] {
+                bytes.extend_from_slice(&r.to_be_bytes());
+                bytes.extend_from_slice(&p.to_be_bytes());
+            }
+            f.write_all_at(&bytes, 0).expect("entries");
+        }
+        let _filler = fs_.fill();
+        let mut idx = OffsetIndex::open(&path, 0).expect("open on a full tmpfs");
+        assert_eq!(idx.entries(), 3);
+        assert_eq!(idx.lookup(25), Some((20, 200)));
+        assert!(idx.sanity_check(1000, 100).is_ok());
+        assert!(
+            idx.file_len() < 1 << 20,
+            "the unbacked holes are not mapped"
+        );
+        // Appending (as recovery does) must not touch an unbacked page.
+        idx.set_max_bytes(1 << 20);
+        for i in 4..2000i64 {
+            idx.append(i * 10, i as u64 * 100);
+        }
+        assert!(idx.entries() >= 3);
+        assert_eq!(idx.lookup(25), Some((20, 200)));
     }
 }

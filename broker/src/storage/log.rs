@@ -225,6 +225,9 @@ impl PartitionLog {
                 if let Some(problem) = problem {
                     tracing::warn!(path = %seg.log_path().display(), %problem, "rebuilding segment indexes");
                     must_recover = true;
+                } else if next_base.is_some() {
+                    // A sealed segment keeps only its `.log` descriptor.
+                    seg.close_index_files();
                 }
             }
             let mut truncated = false;
@@ -264,7 +267,11 @@ impl PartitionLog {
         {
             seg.seal()?;
         }
-        segments[last].make_active(config.segment_index_bytes)?;
+        if let Err(e) = segments[last].make_active(config.segment_index_bytes) {
+            // A full disk: the log still opens and serves reads; appends
+            // fail (KAFKA_STORAGE_ERROR) until space returns.
+            tracing::warn!(path = %segments[last].log_path().display(), error = %e, "cannot reserve index space for the active segment");
+        }
 
         let first_base = segments[0].base_offset();
         let log_end = segments[last].next_offset();
@@ -302,20 +309,22 @@ impl PartitionLog {
                 None => checkpointed_cleaned.map(|_| i64::MIN),
             },
         };
-        // Checkpoints pointing past what survived are pulled back.
+        // Checkpoints pointing past what survived are pulled back. Failing
+        // to (a full disk) is harmless: the next open clamps them again.
+        let pull_back = |name: &str, value: i64| {
+            if let Err(e) = checkpoint::write_checkpoint(&log.dir, name, value) {
+                tracing::warn!(dir = %log.dir.display(), checkpoint = name, error = %e, "cannot rewrite a checkpoint");
+            }
+        };
         if checkpointed_start.is_some_and(|s| s != log_start_offset) {
-            log.checkpoint_log_start()?;
+            pull_back(checkpoint::LOG_START_OFFSET_FILE, log_start_offset);
         }
         if checkpointed_recovery.is_some_and(|r| r != recovery_point) {
-            checkpoint::write_checkpoint(
-                &log.dir,
-                checkpoint::RECOVERY_POINT_FILE,
-                recovery_point,
-            )?;
+            pull_back(checkpoint::RECOVERY_POINT_FILE, recovery_point);
         }
         if let (Some(c), Some(now)) = (checkpointed_cleaned, log.cleaned_to) {
             if c != now {
-                checkpoint::write_checkpoint(&log.dir, checkpoint::CLEANER_OFFSET_FILE, now)?;
+                pull_back(checkpoint::CLEANER_OFFSET_FILE, now);
             }
         }
         checkpoint::remove_clean_shutdown(&log.dir)?;
@@ -892,8 +901,13 @@ impl PartitionLog {
             && now_ms.saturating_sub(self.last_hw_checkpoint_ms)
                 >= HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS
         {
-            self.checkpoint_high_watermark()?;
             self.last_hw_checkpoint_ms = now_ms;
+            // Not a reason to fail the append that got us here (it is in
+            // the log already): a full disk only delays the checkpoint,
+            // which is retried at the next interval.
+            if let Err(e) = self.checkpoint_high_watermark() {
+                tracing::warn!(dir = %self.dir.display(), error = %e, "cannot checkpoint the high watermark");
+            }
         }
         Ok(())
     }
@@ -954,6 +968,18 @@ impl PartitionLog {
         self.checkpoint_log_start()?;
         self.checkpoint_high_watermark()?;
         checkpoint::write_clean_shutdown(&self.dir)?;
+        Ok(())
+    }
+
+    /// Renames the partition directory to `to` (same filesystem) and makes
+    /// every later file operation of this log happen there: a log being
+    /// deleted can never touch a new directory of the same name.
+    pub fn rename_dir(&mut self, to: &Path) -> Result<()> {
+        fs::rename(&self.dir, to)?;
+        self.dir = to.to_path_buf();
+        for seg in &mut self.segments {
+            seg.relocate(to);
+        }
         Ok(())
     }
 

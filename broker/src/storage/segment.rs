@@ -99,24 +99,38 @@ fn corrupt(msg: impl Into<String>) -> StorageError {
 
 impl Segment {
     /// Creates an empty segment (truncating any file of the same name) with
-    /// indexes preallocated to `index_bytes`.
+    /// indexes that may grow to `index_bytes` (their first page reserved).
+    /// On failure (a full disk, no file descriptors left) the files it
+    /// created are removed again.
     pub fn create(dir: &Path, base_offset: i64, index_bytes: u64) -> Result<Self> {
         let log_path = dir.join(file_name(base_offset, LOG_SUFFIX));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&log_path)?;
         let index_path = dir.join(file_name(base_offset, INDEX_SUFFIX));
         let time_path = dir.join(file_name(base_offset, TIME_INDEX_SUFFIX));
-        for p in [&index_path, &time_path] {
-            File::create(p)?;
+        let created = (|| -> Result<Self> {
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&log_path)?;
+            for p in [&index_path, &time_path] {
+                File::create(p)?;
+            }
+            let mut seg = Segment::from_files(log_path.clone(), file, 0, base_offset)?;
+            seg.make_active(index_bytes)?;
+            seg.dirty = true;
+            Ok(seg)
+        })();
+        if created.is_err() {
+            for p in [&log_path, &index_path, &time_path] {
+                if let Err(e) = fs::remove_file(p) {
+                    if e.kind() != io::ErrorKind::NotFound {
+                        tracing::warn!(path = %p.display(), error = %e, "cannot remove a half-created segment file");
+                    }
+                }
+            }
         }
-        let mut seg = Segment::from_files(log_path, file, 0, base_offset)?;
-        seg.make_active(index_bytes)?;
-        seg.dirty = true;
-        Ok(seg)
+        created
     }
 
     /// Opens an existing segment without validating anything; call
@@ -206,12 +220,32 @@ impl Segment {
             .map_or(-1, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
     }
 
-    /// Preallocates the indexes for appends.
+    /// Lets the indexes grow to `index_bytes` for appends and reserves
+    /// room for the next entries (their first page). Fails when the space
+    /// cannot be reserved; the segment stays readable.
     pub fn make_active(&mut self, index_bytes: u64) -> Result<()> {
         let index_bytes = index_bytes.max(MIN_INDEX_BYTES);
-        self.offset_index.resize(index_bytes)?;
-        self.time_index.resize(index_bytes)?;
+        self.offset_index.set_max_bytes(index_bytes);
+        self.time_index.set_max_bytes(index_bytes);
+        self.offset_index.reserve(1)?;
+        self.time_index.reserve(1)?;
         Ok(())
+    }
+
+    /// Closes the index files' descriptors (sealed segments keep only their
+    /// mappings and the `.log` descriptor).
+    pub fn close_index_files(&mut self) {
+        self.offset_index.close_file();
+        self.time_index.close_file();
+    }
+
+    /// Follows a rename of the partition directory (no file is touched).
+    pub fn relocate(&mut self, dir: &Path) {
+        if let Some(name) = self.log_path.file_name() {
+            self.log_path = dir.join(name);
+        }
+        self.offset_index.relocate(dir);
+        self.time_index.relocate(dir);
     }
 
     /// Called when the segment stops being active (roll, close): adds the
@@ -222,15 +256,28 @@ impl Segment {
                 .time_index
                 .last_entry()
                 .is_none_or(|(t, _)| self.max_timestamp > t);
-        if adds_entry && self.time_index.is_full() {
-            // Make room for the final entry that records the max timestamp.
-            let len = self.time_index.file_len() + super::index::TIME_ENTRY_SIZE as u64;
-            self.time_index.resize(len)?;
+        if adds_entry {
+            // Make room for the final entry that records the max timestamp
+            // (past `segment.index.bytes` if need be).
+            let len = self
+                .time_index
+                .file_len()
+                .max((self.time_index.entries() + 1) as u64 * super::index::TIME_ENTRY_SIZE as u64);
+            self.time_index.set_max_bytes(len);
+            if let Err(e) = self.time_index.reserve(1) {
+                // A full disk: without its final entry the file would
+                // understate the segment's max timestamp; keep the index in
+                // memory instead (the file is removed and rebuilt at the
+                // next start).
+                tracing::warn!(path = %self.time_index.path().display(), error = %e, "cannot reserve the final time index entry");
+                self.time_index.detach();
+            }
         }
         self.time_index
             .maybe_append(self.max_timestamp, self.offset_of_max_timestamp);
         self.offset_index.trim()?;
         self.time_index.trim()?;
+        self.close_index_files();
         self.dirty = true;
         Ok(())
     }
@@ -246,6 +293,10 @@ impl Segment {
         index_interval: u64,
         now_ms: i64,
     ) -> Result<()> {
+        // Index space first: a full disk fails the append before any byte
+        // is written (an index store can then never hit an unbacked page).
+        self.offset_index.reserve(batches.len())?;
+        self.time_index.reserve(batches.len())?;
         if let Err(e) = self.file.write_all_at(buf, self.size) {
             if let Err(e2) = self.file.set_len(self.size) {
                 tracing::error!(path = %self.log_path.display(), error = %e2, "cannot undo a failed append");
@@ -541,7 +592,11 @@ impl Segment {
     ) -> Result<u64> {
         self.offset_index.reset();
         self.time_index.reset();
-        self.make_active(index_bytes)?;
+        if let Err(e) = self.make_active(index_bytes) {
+            // A full disk: rebuild anyway; an index that cannot grow is kept
+            // in memory (see `index`), so the segment stays readable.
+            tracing::warn!(path = %self.log_path.display(), error = %e, "cannot reserve index space while recovering");
+        }
         self.max_timestamp = -1;
         self.offset_of_max_timestamp = self.base_offset;
         self.bytes_since_last_index_entry = 0;

@@ -1,0 +1,135 @@
+//! Process resources the broker manages itself: the open file limit
+//! (`RLIMIT_NOFILE`, raised from the soft to the hard limit at start), the
+//! number of open descriptors (for `/metrics`), and the pacing of a
+//! listener whose `accept` fails (EMFILE/ENFILE), so it neither spins nor
+//! floods the log while descriptors are exhausted.
+//!
+//! It owns no descriptors and touches no files other than `/proc/self/fd`.
+
+use std::io;
+use std::time::{Duration, Instant};
+
+/// The soft and hard `RLIMIT_NOFILE`.
+pub fn nofile_limits() -> io::Result<(u64, u64)> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we pass.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((lim.rlim_cur, lim.rlim_max))
+}
+
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit (each partition costs
+/// descriptors; see the README) and logs both. Returns `(before, after,
+/// hard)`; failures are logged and leave the limit as it was.
+pub fn raise_nofile_limit() -> Option<(u64, u64, u64)> {
+    let (soft, hard) = match nofile_limits() {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read RLIMIT_NOFILE");
+            return None;
+        }
+    };
+    let mut after = soft;
+    if soft < hard {
+        let lim = libc::rlimit {
+            rlim_cur: hard,
+            rlim_max: hard,
+        };
+        // SAFETY: setrlimit reads the struct we pass.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } == 0 {
+            after = hard;
+        } else {
+            let e = io::Error::last_os_error();
+            tracing::warn!(error = %e, soft, hard, "cannot raise the open file limit");
+        }
+    }
+    tracing::info!(
+        soft_before = soft,
+        soft = after,
+        hard,
+        "open file limit (RLIMIT_NOFILE)"
+    );
+    Some((soft, after, hard))
+}
+
+/// Number of open descriptors of this process (entries of `/proc/self/fd`,
+/// not counting the one used to list them).
+pub fn open_fds() -> Option<u64> {
+    let n = std::fs::read_dir("/proc/self/fd").ok()?.count() as u64;
+    Some(n.saturating_sub(1))
+}
+
+/// Paces a listener whose `accept` fails: the pause doubles from 50 ms to
+/// 1 s while errors repeat (a descriptor shortage lasts until connections
+/// close), and the error is logged at most every 10 s with the number of
+/// failures in between.
+#[derive(Debug, Default)]
+pub struct AcceptBackoff {
+    consecutive: u32,
+    last_log: Option<Instant>,
+    suppressed: u64,
+}
+
+impl AcceptBackoff {
+    const LOG_EVERY: Duration = Duration::from_secs(10);
+
+    /// Call on a failed `accept`; returns how long to pause.
+    pub fn on_error(&mut self, e: &io::Error) -> Duration {
+        self.consecutive = self.consecutive.saturating_add(1);
+        let due = self.last_log.is_none_or(|t| t.elapsed() >= Self::LOG_EVERY);
+        if due {
+            let fds = matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE));
+            tracing::warn!(
+                error = %e,
+                out_of_file_descriptors = fds,
+                failures_since_last_report = self.suppressed,
+                "accept failed; pausing the listener"
+            );
+            self.last_log = Some(Instant::now());
+            self.suppressed = 0;
+        } else {
+            self.suppressed += 1;
+        }
+        Self::pause(self.consecutive)
+    }
+
+    /// Call on a successful `accept`.
+    pub fn on_success(&mut self) {
+        self.consecutive = 0;
+    }
+
+    fn pause(consecutive: u32) -> Duration {
+        let exp = consecutive.saturating_sub(1).min(5);
+        Duration::from_millis(50u64 << exp).min(Duration::from_secs(1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accept_backoff_grows_then_resets_and_logs_rarely() {
+        let mut b = AcceptBackoff::default();
+        let e = io::Error::from_raw_os_error(libc::EMFILE);
+        let pauses: Vec<u64> = (0..8).map(|_| b.on_error(&e).as_millis() as u64).collect();
+        assert_eq!(pauses, [50, 100, 200, 400, 800, 1000, 1000, 1000]);
+        assert_eq!(b.suppressed, 7, "only the first failure was logged");
+        b.on_success();
+        assert_eq!(b.on_error(&e), Duration::from_millis(50));
+    }
+
+    #[test]
+    fn fd_count_and_limits_are_readable() {
+        assert!(
+            open_fds().expect("/proc/self/fd") >= 3,
+            "stdin, stdout, stderr"
+        );
+        let (soft, hard) = nofile_limits().expect("limits");
+        assert!(soft <= hard);
+    }
+}

@@ -1,0 +1,273 @@
+//! Admin operations and descriptor limits on a real broker:
+//! - a 2,000-partition CreateTopics runs off the runtime's worker threads:
+//!   on a single-threaded runtime, requests of another connection are
+//!   answered while it is still in progress (an ordering, not a timing);
+//! - a broker process with a low RLIMIT_NOFILE answers a CreateTopics that
+//!   runs out of descriptors with an error for that topic, cleans up what it
+//!   created, keeps serving, and accepts connections again once a flood of
+//!   connections that exhausted its descriptors goes away.
+
+mod wire_common;
+
+use std::os::unix::io::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::time::Duration;
+
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::{ApiKey, CreateTopicsRequest, CreateTopicsResponse};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use wire_common::*;
+
+/// Whether a response (any byte) is waiting on `stream`, without waiting.
+fn has_pending_bytes(stream: &TcpStream) -> bool {
+    let mut b = [0u8; 1];
+    // SAFETY: recv into a 1-byte buffer on a valid socket; MSG_PEEK leaves
+    // the data in place and MSG_DONTWAIT never blocks.
+    let n = unsafe {
+        libc::recv(
+            stream.as_raw_fd(),
+            b.as_mut_ptr().cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    n > 0
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn big_create_topics_does_not_stall_another_connection() {
+    const PARTITIONS: i32 = 2000;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = start(dir.path(), &[]).await;
+    let mut other = broker.connect().await;
+    assert_eq!(create_topic(&mut other, "other", 1).await.0, 0);
+    assert_eq!(
+        produce(&mut other, "other", batch(&[b"x".to_vec()]))
+            .await
+            .0,
+        0
+    );
+
+    let mut admin = broker.connect().await;
+    let req = CreateTopicsRequest::default()
+        .with_timeout_ms(600_000)
+        .with_topics(vec![CreatableTopic::default()
+            .with_name(name("wide"))
+            .with_num_partitions(PARTITIONS)
+            .with_replication_factor(1)]);
+    send(&mut admin, ApiKey::CreateTopics, 7, 11, &req).await;
+    // The creation has started once its first partition exists. (On this
+    // single-threaded runtime, a handler blocking the runtime would run to
+    // its end before this task could even look.)
+    let first = dir.path().join("wide-0");
+    let mut polls = 0;
+    while !first.exists() {
+        assert!(polls < 60_000, "creation never started");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        polls += 1;
+    }
+    // Another connection is served meanwhile...
+    assert_eq!(topic_error(&mut other, "other").await, 0);
+    assert_eq!(
+        produce(&mut other, "other", batch(&[b"y".to_vec()])).await,
+        (0, 1)
+    );
+    // ...before the CreateTopics response exists.
+    assert!(
+        !has_pending_bytes(&admin),
+        "CreateTopics finished before a request sent after it started was answered"
+    );
+    let last = dir.path().join(format!("wide-{}", PARTITIONS - 1));
+    assert!(
+        !last.exists(),
+        "creation already complete: the test proves nothing"
+    );
+
+    let resp: CreateTopicsResponse = receive(
+        &mut admin,
+        ApiKey::CreateTopics,
+        7,
+        11,
+        Duration::from_secs(600),
+    )
+    .await;
+    assert_eq!(resp.topics[0].error_code, 0);
+    assert_eq!(resp.topics[0].num_partitions, PARTITIONS);
+    assert!(last.exists());
+    assert_eq!(delete_topic(&mut admin, "wide").await, 0);
+    drop((admin, other));
+    broker.stop().await;
+}
+
+/// A child broker process with `RLIMIT_NOFILE` = `limit`; killed on drop.
+struct Child {
+    child: std::process::Child,
+    kafka: std::net::SocketAddr,
+    http: std::net::SocketAddr,
+    log: std::path::PathBuf,
+}
+
+impl Child {
+    fn spawn(data: &std::path::Path, limit: u64) -> Child {
+        let free = || {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .expect("bind")
+                .local_addr()
+                .expect("addr")
+        };
+        let (kafka, http) = (free(), free());
+        let log = data.with_extension("log");
+        let out = std::fs::File::create(&log).expect("log file");
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_moldau-broker"));
+        cmd.args(["--listen", &kafka.to_string()])
+            .args(["--http-listen", &http.to_string()])
+            .arg("--data-dir")
+            .arg(data)
+            .args(["--set", "offsets.topic.num.partitions=1"])
+            .env("NO_COLOR", "1")
+            .stdout(out.try_clone().expect("dup"))
+            .stderr(out);
+        // SAFETY: only async-signal-safe calls (setrlimit) between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                let lim = libc::rlimit {
+                    rlim_cur: limit as libc::rlim_t,
+                    rlim_max: limit as libc::rlim_t,
+                };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().expect("spawn moldau-broker");
+        Child {
+            child,
+            kafka,
+            http,
+            log,
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Connects, retrying while the broker starts (or until it accepts again).
+    async fn connect(&self, within: Duration) -> TcpStream {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Ok(mut s) = TcpStream::connect(self.kafka).await {
+                // Accepted and served, not just queued in the backlog.
+                let served = tokio::time::timeout(Duration::from_secs(2), async {
+                    topic_error(&mut s, "__probe").await
+                })
+                .await;
+                if served.is_ok() {
+                    return s;
+                }
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "broker not serving new connections; log:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn metrics(&self) -> String {
+        let mut s = TcpStream::connect(self.http).await.expect("http");
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+            .await
+            .expect("write");
+        let mut out = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
+            .await
+            .expect("metrics timed out")
+            .expect("read");
+        String::from_utf8_lossy(&out).into_owned()
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn metric(text: &str, name: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn running_out_of_file_descriptors_fails_one_request_not_the_broker() {
+    const LIMIT: u64 = 256;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path().join("data");
+    let broker = Child::spawn(&data, LIMIT);
+    let mut c = broker.connect(Duration::from_secs(60)).await;
+
+    let m = broker.metrics().await;
+    assert_eq!(metric(&m, "moldau_max_fds"), Some(LIMIT), "{m}");
+    assert!(
+        metric(&m, "moldau_open_fds").is_some_and(|n| n > 3 && n < LIMIT),
+        "{m}"
+    );
+
+    assert_eq!(create_topic(&mut c, "fits", 4).await.0, 0);
+    // Each partition costs at least 3 descriptors: 200 cannot fit in 256.
+    let (code, message) = create_topic(&mut c, "huge", 200).await;
+    assert_eq!(code, 56, "KAFKA_STORAGE_ERROR; message {message:?}");
+    let message = message.unwrap_or_default();
+    assert!(message.contains("file descriptors"), "{message}");
+    // What it created half-way is gone, and it does not exist.
+    let huge: Vec<_> = std::fs::read_dir(&data)
+        .expect("ls")
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("huge-"))
+        .collect();
+    assert!(huge.is_empty(), "left over: {huge:?}");
+    assert_eq!(topic_error(&mut c, "huge").await, 3);
+    // The broker goes on serving, this connection and new ones.
+    assert_eq!(
+        produce(&mut c, "fits", batch(&[b"a".to_vec()])).await,
+        (0, 0)
+    );
+    let mut c2 = broker.connect(Duration::from_secs(30)).await;
+    assert_eq!(topic_error(&mut c2, "fits").await, 0);
+
+    // A flood of connections exhausts the descriptors; the accept loop
+    // backs off, and serves again once they are gone.
+    let mut flood = Vec::new();
+    for _ in 0..LIMIT + 100 {
+        match TcpStream::connect(broker.kafka).await {
+            Ok(s) => flood.push(s),
+            Err(_) => break,
+        }
+    }
+    assert!(
+        flood.len() as u64 > LIMIT,
+        "only {} connections",
+        flood.len()
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // An existing connection still works while the broker is at its limit.
+    assert_eq!(topic_error(&mut c, "fits").await, 0);
+    drop(flood);
+    let mut c3 = broker.connect(Duration::from_secs(60)).await;
+    assert_eq!(delete_topic(&mut c3, "fits").await, 0);
+    let mut c4 = broker.connect(Duration::from_secs(30)).await;
+    assert_eq!(topic_error(&mut c4, "fits").await, 3);
+    assert_eq!(create_topic(&mut c4, "again", 4).await.0, 0);
+    let log = broker.log();
+    let accept_warnings = log.matches("accept failed").count();
+    assert!(
+        (1..=20).contains(&accept_warnings),
+        "accept errors must be logged, rate-limited ({accept_warnings} lines):\n{log}"
+    );
+    drop((c, c2, c3, c4));
+}

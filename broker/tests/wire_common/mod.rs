@@ -1,0 +1,304 @@
+//! Helpers shared by the wire-level tests that start a real broker
+//! (in-process, or as a child process) on 127.0.0.1 and speak the Kafka
+//! protocol to it with the `kafka-protocol` codec.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    ApiKey, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
+    FetchRequest, FetchResponse, MetadataRequest, MetadataResponse, ProduceRequest,
+    ProduceResponse, RequestHeader, ResponseHeader, TopicName,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+use moldau_broker::config::Cli;
+use moldau_broker::server::{run_reporting, BoundAddresses};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{oneshot, watch};
+
+pub struct Running {
+    pub addrs: BoundAddresses,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+/// Starts an in-process broker on 127.0.0.1 (ephemeral ports).
+pub async fn start(dir: &Path, extra: &[&str]) -> Running {
+    let mut args = vec![
+        "moldau-broker".to_string(),
+        "--listen".into(),
+        "127.0.0.1:0".into(),
+        "--http-listen".into(),
+        "127.0.0.1:0".into(),
+        "--data-dir".into(),
+        dir.display().to_string(),
+        "--set".into(),
+        "offsets.topic.num.partitions=1".into(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let cli = <Cli as clap::Parser>::parse_from(args);
+    let (stop, rx) = watch::channel(false);
+    let (tx, bound) = oneshot::channel();
+    let task = tokio::spawn(run_reporting(cli, rx, false, Some(tx)));
+    let addrs = tokio::time::timeout(Duration::from_secs(60), bound)
+        .await
+        .expect("broker start timed out")
+        .expect("broker failed to start");
+    Running { addrs, stop, task }
+}
+
+impl Running {
+    pub async fn stop(self) {
+        self.stop.send(true).expect("stop");
+        self.task.await.expect("join").expect("broker run");
+    }
+    pub async fn connect(&self) -> TcpStream {
+        TcpStream::connect(self.addrs.kafka).await.expect("connect")
+    }
+}
+
+pub fn name(s: &str) -> TopicName {
+    TopicName(StrBytes::from_string(s.into()))
+}
+
+pub async fn send<Req: Encodable>(
+    stream: &mut TcpStream,
+    api: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    req: &Req,
+) {
+    let header = RequestHeader::default()
+        .with_request_api_key(api as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(correlation_id)
+        .with_client_id(Some(StrBytes::from_static_str("wire-test")));
+    let mut body = BytesMut::new();
+    header
+        .encode(&mut body, api.request_header_version(version))
+        .expect("encode header");
+    req.encode(&mut body, version).expect("encode request");
+    let mut frame = BytesMut::new();
+    frame.put_i32(body.len() as i32);
+    frame.extend_from_slice(&body);
+    stream.write_all(&frame).await.expect("write");
+}
+
+pub async fn receive<Resp: Decodable>(
+    stream: &mut TcpStream,
+    api: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    timeout: Duration,
+) -> Resp {
+    let mut len = [0u8; 4];
+    tokio::time::timeout(timeout, stream.read_exact(&mut len))
+        .await
+        .expect("response timed out")
+        .expect("read");
+    let mut buf = vec![0u8; i32::from_be_bytes(len) as usize];
+    stream.read_exact(&mut buf).await.expect("read body");
+    let mut resp = Bytes::from(buf);
+    let h = ResponseHeader::decode(&mut resp, api.response_header_version(version)).expect("hdr");
+    assert_eq!(h.correlation_id, correlation_id);
+    Resp::decode(&mut resp, version).expect("decode response")
+}
+
+pub async fn call<Req: Encodable, Resp: Decodable>(
+    stream: &mut TcpStream,
+    api: ApiKey,
+    version: i16,
+    req: &Req,
+) -> Resp {
+    send(stream, api, version, 7, req).await;
+    receive(stream, api, version, 7, Duration::from_secs(60)).await
+}
+
+/// One uncompressed batch of `values` (keys `k0`, `k1`, …).
+pub fn batch(values: &[Vec<u8>]) -> Bytes {
+    let records: Vec<Record> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            sequence: i as i32 - 1,
+            timestamp: 1_700_000_000_000 + i as i64,
+            key: Some(Bytes::from(format!("k{i}"))),
+            value: Some(Bytes::from(v.clone())),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        &records,
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .expect("encode batch");
+    buf.freeze()
+}
+
+/// Produces one batch to partition 0 (acks=all): `(error code, base offset)`.
+pub async fn produce(stream: &mut TcpStream, topic: &str, records: Bytes) -> (i16, i64) {
+    let req = ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(5000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(name(topic))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(0)
+                .with_records(Some(records))])]);
+    let resp: ProduceResponse = call(stream, ApiKey::Produce, 9, &req).await;
+    let p = &resp.responses[0].partition_responses[0];
+    (p.error_code, p.base_offset)
+}
+
+/// CreateTopics of one topic: `(error code, message)`.
+pub async fn create_topic(
+    stream: &mut TcpStream,
+    topic: &str,
+    partitions: i32,
+) -> (i16, Option<String>) {
+    let req = CreateTopicsRequest::default()
+        .with_timeout_ms(600_000)
+        .with_topics(vec![CreatableTopic::default()
+            .with_name(name(topic))
+            .with_num_partitions(partitions)
+            .with_replication_factor(1)]);
+    let resp: CreateTopicsResponse = call(stream, ApiKey::CreateTopics, 7, &req).await;
+    let t = &resp.topics[0];
+    (
+        t.error_code,
+        t.error_message.as_ref().map(|m| m.to_string()),
+    )
+}
+
+/// DeleteTopics of one topic by name: its error code.
+pub async fn delete_topic(stream: &mut TcpStream, topic: &str) -> i16 {
+    let req = DeleteTopicsRequest::default()
+        .with_timeout_ms(600_000)
+        .with_topics(vec![
+            DeleteTopicState::default().with_name(Some(name(topic)))
+        ]);
+    let resp: DeleteTopicsResponse = call(stream, ApiKey::DeleteTopics, 6, &req).await;
+    resp.responses[0].error_code
+}
+
+/// Metadata of `topic` (no auto-creation): its error code.
+pub async fn topic_error(stream: &mut TcpStream, topic: &str) -> i16 {
+    let req = MetadataRequest::default()
+        .with_allow_auto_topic_creation(false)
+        .with_topics(Some(vec![
+            MetadataRequestTopic::default().with_name(Some(name(topic)))
+        ]));
+    let meta: MetadataResponse = call(stream, ApiKey::Metadata, 12, &req).await;
+    meta.topics[0].error_code
+}
+
+/// Every record of partition 0 from `offset` to the high watermark.
+pub async fn fetch_all(stream: &mut TcpStream, topic: &str, mut offset: i64) -> Vec<(i64, Bytes)> {
+    let mut out = Vec::new();
+    loop {
+        let req = FetchRequest::default()
+            .with_max_wait_ms(0)
+            .with_min_bytes(0)
+            .with_max_bytes(4 << 20)
+            .with_topics(vec![FetchTopic::default()
+                .with_topic(name(topic))
+                .with_partitions(vec![FetchPartition::default()
+                    .with_partition(0)
+                    .with_fetch_offset(offset)
+                    .with_partition_max_bytes(1 << 20)])]);
+        let resp: FetchResponse = call(stream, ApiKey::Fetch, 12, &req).await;
+        let p = &resp.responses[0].partitions[0];
+        assert_eq!(p.error_code, 0, "fetch {topic} at {offset}");
+        let mut records = p.records.clone().unwrap_or_default();
+        let before = out.len();
+        while records.has_remaining() {
+            let set = RecordBatchDecoder::decode(&mut records).expect("decode batch");
+            for r in set.records {
+                out.push((r.offset, r.value.unwrap_or_default()));
+            }
+        }
+        if out.len() == before {
+            assert!(
+                offset >= p.high_watermark,
+                "no progress at {offset} below the high watermark {}",
+                p.high_watermark
+            );
+            return out;
+        }
+        offset = out.last().map(|(o, _)| o + 1).unwrap_or(offset);
+    }
+}
+
+/// A tmpfs mounted for one test (root needed), unmounted (lazily) on
+/// drop. Without root the test fails loudly unless
+/// `MOLDAU_SKIP_MOUNT_TESTS=1`, in which case `None` is returned.
+pub struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    pub fn mount(size: &str) -> Option<Self> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .output();
+        match out {
+            Ok(o) if o.status.success() => Some(Tmpfs { dir }),
+            other => {
+                let why = format!("cannot mount a tmpfs (root needed): {other:?}");
+                if std::env::var("MOLDAU_SKIP_MOUNT_TESTS").as_deref() == Ok("1") {
+                    eprintln!("SKIPPED (MOLDAU_SKIP_MOUNT_TESTS=1): {why}");
+                    None
+                } else {
+                    panic!("{why}; set MOLDAU_SKIP_MOUNT_TESTS=1 to skip");
+                }
+            }
+        }
+    }
+    pub fn path(&self) -> PathBuf {
+        self.dir.path().to_path_buf()
+    }
+    /// Free bytes (for unprivileged users) of the filesystem.
+    pub fn free_bytes(&self) -> u64 {
+        let c =
+            std::ffi::CString::new(self.dir.path().as_os_str().as_encoded_bytes()).expect("path");
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: valid C string and out pointer.
+        assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
+        st.f_bavail as u64 * st.f_frsize as u64
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
+}
