@@ -41,8 +41,9 @@ pub const CONFIG_KEY: &str = "server.properties";
 pub const CONFIG_HASH_ANNOTATION: &str = "moldau.io/config-hash";
 /// Label naming the cluster on every child object.
 pub const CLUSTER_LABEL: &str = "moldau.io/cluster";
-/// User id the broker runs as.
-pub const BROKER_UID: i64 = 10001;
+/// User (and group) id the broker runs as: the images' non-root user
+/// (`USER 65532:65532` in the Dockerfile, the distroless `nonroot` convention).
+pub const BROKER_UID: i64 = 65532;
 
 /// Why desired objects could not be built.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
