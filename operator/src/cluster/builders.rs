@@ -347,6 +347,12 @@ fn value_env(name: &str, value: impl Into<String>) -> EnvVar {
 
 /// Environment of the broker container, per the broker's flag/env contract.
 /// `POD_IP` comes first so later values can expand `$(POD_IP)`.
+///
+/// The listeners bind the pod IP only (no wildcard address). On an IPv6 pod
+/// `$(POD_IP):port` expands to an unbracketed `fd00::5:9093`: the broker
+/// accepts that form for `--listen`/`--http-listen` and the advertised
+/// listener (the text after the last `:` is the port), since Kubernetes env
+/// expansion cannot add brackets for one family only.
 pub fn broker_env(cluster: &str, listener_port: i32) -> Vec<EnvVar> {
     vec![
         field_env("POD_IP", "status.podIP"),
