@@ -19,14 +19,16 @@ use clap::Parser;
     about = "Moldau: a Kafka-compatible streaming log broker"
 )]
 pub struct Cli {
-    /// Address the Kafka listener binds.
-    #[arg(long, env = "MOLDAU_LISTEN", default_value = "127.0.0.1:9092")]
+    /// Address the Kafka listener binds: `ip:port`, `[ipv6]:port` or
+    /// `ipv6:port` (what `$(POD_IP):9092` expands to on an IPv6 pod).
+    #[arg(long, env = "MOLDAU_LISTEN", default_value = "127.0.0.1:9092", value_parser = parse_listen_addr)]
     pub listen: SocketAddr,
     /// host:port clients are told to connect to (defaults to the listen address).
     #[arg(long, env = "MOLDAU_ADVERTISED_LISTENER")]
     pub advertised_listener: Option<String>,
-    /// Address of the HTTP endpoint serving /metrics, /healthz and /readyz.
-    #[arg(long, env = "MOLDAU_HTTP_LISTEN", default_value = "127.0.0.1:9644")]
+    /// Address of the HTTP endpoint serving /metrics, /healthz and /readyz
+    /// (same forms as `--listen`).
+    #[arg(long, env = "MOLDAU_HTTP_LISTEN", default_value = "127.0.0.1:9644", value_parser = parse_listen_addr)]
     pub http_listen: SocketAddr,
     /// Directory holding the partitions' logs and the broker's metadata.
     #[arg(long, env = "MOLDAU_DATA_DIR", default_value = "moldau-data")]
@@ -278,6 +280,22 @@ fn unescape_properties(s: &str) -> Result<String, &'static str> {
         units.extend_from_slice(c.encode_utf16(&mut buf));
     }
     String::from_utf16(&units).map_err(|_| "unpaired UTF-16 surrogate in a \\uXXXX escape")
+}
+
+/// Parses a listen address given as `ip:port`, `[ipv6]:port` or an
+/// unbracketed `ipv6:port`. The last form is what the operator's
+/// `$(POD_IP):port` expands to on an IPv6 pod (Kubernetes env expansion cannot
+/// add brackets); since a port is required, the text after the last `:` is
+/// always the port, so the form is unambiguous.
+pub fn parse_listen_addr(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = s.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    let unbracketed = s.rsplit_once(':').and_then(|(host, port)| {
+        let ip = host.parse::<std::net::Ipv6Addr>().ok()?;
+        Some(SocketAddr::new(ip.into(), port.parse().ok()?))
+    });
+    unbracketed.ok_or_else(|| format!("{s:?} is not ip:port, [ipv6]:port or ipv6:port"))
 }
 
 fn parse_num<T: std::str::FromStr>(key: &str, value: &str) -> Result<T, ConfigError>
@@ -581,6 +599,29 @@ mod tests {
         assert_eq!(c.log_message_timestamp_type, "LogAppendTime");
         // Shown as given.
         assert_eq!(c.raw["x"], "y ");
+    }
+
+    #[test]
+    fn listen_addresses_of_both_families_with_or_without_brackets() {
+        let ok = |s: &str| parse_listen_addr(s).unwrap().to_string();
+        assert_eq!(ok("10.1.2.3:9092"), "10.1.2.3:9092");
+        assert_eq!(ok("[fd00::5]:9092"), "[fd00::5]:9092");
+        // `$(POD_IP):9092` on an IPv6 pod.
+        assert_eq!(ok("fd00::5:9092"), "[fd00::5]:9092");
+        assert_eq!(ok("::1:9092"), "[::1]:9092");
+        for bad in ["10.1.2.3", "fd00::5", "localhost:9092", "[fd00::5]", ""] {
+            assert!(parse_listen_addr(bad).is_err(), "{bad}");
+        }
+        let cli = Cli::try_parse_from([
+            "moldau-broker",
+            "--listen",
+            "fd00::5:9093",
+            "--http-listen",
+            "fd00::5:9644",
+        ])
+        .unwrap();
+        assert_eq!(cli.listen.to_string(), "[fd00::5]:9093");
+        assert_eq!(cli.http_listen.to_string(), "[fd00::5]:9644");
     }
 
     #[test]
