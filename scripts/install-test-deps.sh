@@ -12,6 +12,34 @@ repo="$(pwd)"
 t0=$SECONDS
 log() { echo "[install-test-deps +$((SECONDS - t0))s] $*"; }
 
+SUDO=""
+[ "$(id -u)" = 0 ] || SUDO="sudo"
+# apt-get that waits for the dpkg/apt locks another process holds (a parallel
+# install, unattended-upgrades on a fresh machine) instead of failing at once:
+# DPkg::Lock::Timeout for the dpkg lock, and a retry while apt still reports
+# a held lock (older apt, or the lists lock of `update`), for up to
+# APT_LOCK_WAIT seconds in all (default 600).
+APT_LOCK_WAIT="${APT_LOCK_WAIT:-600}"
+apt_get() {
+  local deadline=$((SECONDS + APT_LOCK_WAIT)) err rc
+  err="$(mktemp)"
+  while :; do
+    if $SUDO env DEBIAN_FRONTEND=noninteractive \
+        apt-get -o DPkg::Lock::Timeout="$APT_LOCK_WAIT" "$@" 2>"$err"; then
+      cat "$err" >&2; rm -f "$err"; return 0
+    else
+      rc=$?
+    fi
+    if grep -qiE 'could not get lock|unable to (acquire|lock)|another process' "$err" \
+        && [ "$SECONDS" -lt "$deadline" ]; then
+      log "apt is locked by another process; waiting ($((deadline - SECONDS))s left)"
+      sleep 5
+      continue
+    fi
+    cat "$err" >&2; rm -f "$err"; return "$rc"
+  done
+}
+
 # --- 1. Debian packages --------------------------------------------------------
 missing=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
@@ -26,11 +54,8 @@ if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import ensurepip, venv' >
 fi
 if [ ${#missing[@]} -gt 0 ]; then
   log "apt-get install ${missing[*]}"
-  SUDO=""
-  [ "$(id -u)" = 0 ] || SUDO="sudo"
-  export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  apt_get update -qq
+  apt_get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 else
   log "Debian packages present"
 fi
@@ -71,10 +96,8 @@ have_pkg buildah || pkg_missing+=(buildah)
 have_pkg debootstrap || pkg_missing+=(debootstrap)
 if [ ${#pkg_missing[@]} -gt 0 ]; then
   log "apt-get install ${pkg_missing[*]} (packaging)"
-  SUDO=""
-  [ "$(id -u)" = 0 ] || SUDO="sudo"
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${pkg_missing[@]}" >/dev/null \
-    || { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${pkg_missing[@]}" >/dev/null; }
+  apt_get install -y -qq --no-install-recommends "${pkg_missing[@]}" >/dev/null \
+    || { apt_get update -qq && apt_get install -y -qq --no-install-recommends "${pkg_missing[@]}" >/dev/null; }
 else
   log "buildah, debootstrap present"
 fi

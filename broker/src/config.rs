@@ -19,14 +19,16 @@ use clap::Parser;
     about = "Moldau: a Kafka-compatible streaming log broker"
 )]
 pub struct Cli {
-    /// Address the Kafka listener binds.
-    #[arg(long, env = "MOLDAU_LISTEN", default_value = "127.0.0.1:9092")]
+    /// Address the Kafka listener binds: `ip:port`, `[ipv6]:port` or
+    /// `ipv6:port` (what `$(POD_IP):9092` expands to on an IPv6 pod).
+    #[arg(long, env = "MOLDAU_LISTEN", default_value = "127.0.0.1:9092", value_parser = parse_listen_addr)]
     pub listen: SocketAddr,
     /// host:port clients are told to connect to (defaults to the listen address).
     #[arg(long, env = "MOLDAU_ADVERTISED_LISTENER")]
     pub advertised_listener: Option<String>,
-    /// Address of the HTTP endpoint serving /metrics, /healthz and /readyz.
-    #[arg(long, env = "MOLDAU_HTTP_LISTEN", default_value = "127.0.0.1:9644")]
+    /// Address of the HTTP endpoint serving /metrics, /healthz and /readyz
+    /// (same forms as `--listen`).
+    #[arg(long, env = "MOLDAU_HTTP_LISTEN", default_value = "127.0.0.1:9644", value_parser = parse_listen_addr)]
     pub http_listen: SocketAddr,
     /// Directory holding the partitions' logs and the broker's metadata.
     #[arg(long, env = "MOLDAU_DATA_DIR", default_value = "moldau-data")]
@@ -160,31 +162,173 @@ impl Default for BrokerConfig {
     }
 }
 
-/// Parses Java-properties text (`key=value` or `key: value`, `#`/`!` comments).
+/// Parses Java-properties text with the semantics of `java.util.Properties.load`:
+///
+/// - natural lines end at `\n`, `\r` or `\r\n`; leading whitespace (space,
+///   tab, form feed) of each line is skipped, and lines that are then empty
+///   or start with `#` or `!` are comments (a comment never continues);
+/// - a line ending in an odd number of backslashes continues on the next
+///   line, whose leading whitespace is dropped (the last backslash goes);
+/// - the key ends at the first unescaped `=`, `:` or whitespace; whitespace
+///   around the separator is skipped, and a key alone on its line has the
+///   empty value;
+/// - in keys and values `\t`, `\n`, `\r`, `\f` and `\uXXXX` (UTF-16 code
+///   units; a surrogate pair makes one character) are decoded and any other
+///   escaped character stands for itself (`\\`, `\=`, `\:`, `\ `, `\#`, …),
+///   so an escaped leading space of a value is kept. Trailing whitespace of a
+///   value is part of it, as in Java.
+///
+/// A later duplicate key wins. Errors only on a malformed `\uXXXX` escape or
+/// an unpaired surrogate, which Java would reject or could not hand over as a
+/// string either.
 pub fn parse_properties(text: &str) -> Result<BTreeMap<String, String>, ConfigError> {
+    fn is_ws(c: char) -> bool {
+        matches!(c, ' ' | '\t' | '\x0c')
+    }
+    // Natural lines with their 1-based numbers; `\r\n`, `\r` and `\n` end
+    // one. Whether the text ends in `\r\n` matters for one Java quirk below.
+    let mut natural: Vec<(usize, &str)> = Vec::new();
+    let ends_in_crlf = text.ends_with("\r\n");
+    let mut rest = text;
+    let mut number = 1;
+    while !rest.is_empty() {
+        let (line, next) = match rest.find(['\r', '\n']) {
+            Some(i) if rest[i..].starts_with("\r\n") => (&rest[..i], &rest[i + 2..]),
+            Some(i) => (&rest[..i], &rest[i + 1..]),
+            None => (rest, ""),
+        };
+        natural.push((number, line));
+        number += 1;
+        rest = next;
+    }
+
     let mut out = BTreeMap::new();
-    for (i, line) in text.lines().enumerate() {
-        let trimmed = line.trim();
-        if trimmed.is_empty() || trimmed.starts_with('#') || trimmed.starts_with('!') {
+    let mut next = 0;
+    'lines: while let Some(&(first, line)) = natural.get(next) {
+        next += 1;
+        let line = line.trim_start_matches(is_ws);
+        if line.is_empty() || line.starts_with(['#', '!']) {
             continue;
         }
-        let split = trimmed
-            .find(['=', ':'])
-            .ok_or_else(|| ConfigError::Syntax {
-                line: i + 1,
-                text: trimmed.to_string(),
-            })?;
-        let (k, v) = trimmed.split_at(split);
-        out.insert(k.trim().to_string(), v[1..].trim().to_string());
+        // Join continuation lines into one logical line.
+        let mut logical = String::from(line);
+        while ends_in_odd_backslashes(&logical) {
+            logical.pop();
+            match natural.get(next) {
+                // As in Java, a logical line still empty after its
+                // continuation starts afresh on the next line (which may be
+                // blank or a comment)…
+                Some(_) if logical.is_empty() => continue 'lines,
+                Some((_, more)) => {
+                    next += 1;
+                    logical.push_str(more.trim_start_matches(is_ws));
+                }
+                // … and at the end of the input it is the empty key, unless
+                // that last line ended in `\r\n` (Java's LineReader then
+                // sees the end of input before it returns the line).
+                None if logical.is_empty() && ends_in_crlf => continue 'lines,
+                None => break,
+            }
+        }
+        let syntax = |what: &str| ConfigError::Syntax {
+            line: first,
+            text: format!("{what} in {logical:?}"),
+        };
+        let (key, value) = split_key_value(&logical);
+        let key = unescape_properties(key).map_err(syntax)?;
+        let value = unescape_properties(value).map_err(syntax)?;
+        out.insert(key, value);
     }
     Ok(out)
+}
+
+fn ends_in_odd_backslashes(s: &str) -> bool {
+    s.bytes().rev().take_while(|&b| b == b'\\').count() % 2 == 1
+}
+
+/// Splits a logical line (leading whitespace already gone) into the raw,
+/// still escaped key and value, as `Properties.load` does.
+fn split_key_value(line: &str) -> (&str, &str) {
+    let is_ws = |c: char| matches!(c, ' ' | '\t' | '\x0c');
+    let mut escaped = false;
+    let mut key_end = line.len();
+    let mut has_separator = false;
+    for (i, c) in line.char_indices() {
+        if !escaped && (c == '=' || c == ':' || is_ws(c)) {
+            key_end = i;
+            has_separator = c == '=' || c == ':';
+            break;
+        }
+        escaped = c == '\\' && !escaped;
+    }
+    let key = &line[..key_end];
+    // Skip the terminator, then whitespace, then at most one `=`/`:` (when
+    // the key ended at whitespace), then whitespace.
+    let mut value = line[key_end..].get(1..).unwrap_or("");
+    value = value.trim_start_matches(is_ws);
+    if !has_separator {
+        if let Some(v) = value.strip_prefix(['=', ':']) {
+            value = v.trim_start_matches(is_ws);
+        }
+    }
+    (key, value)
+}
+
+/// Undoes the escapes of a properties key or value.
+fn unescape_properties(s: &str) -> Result<String, &'static str> {
+    let mut units: Vec<u16> = Vec::with_capacity(s.len());
+    let mut chars = s.chars();
+    let mut buf = [0u16; 2];
+    while let Some(c) = chars.next() {
+        let c = if c == '\\' {
+            match chars.next() {
+                // A lone trailing backslash (only at the very end of input).
+                None => break,
+                Some('t') => '\t',
+                Some('n') => '\n',
+                Some('r') => '\r',
+                Some('f') => '\x0c',
+                Some('u') => {
+                    let hex: String = chars.by_ref().take(4).collect();
+                    if hex.len() != 4 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                        return Err("malformed \\uXXXX escape");
+                    }
+                    units.push(u16::from_str_radix(&hex, 16).map_err(|_| "bad \\uXXXX")?);
+                    continue;
+                }
+                Some(other) => other,
+            }
+        } else {
+            c
+        };
+        units.extend_from_slice(c.encode_utf16(&mut buf));
+    }
+    String::from_utf16(&units).map_err(|_| "unpaired UTF-16 surrogate in a \\uXXXX escape")
+}
+
+/// Parses a listen address given as `ip:port`, `[ipv6]:port` or an
+/// unbracketed `ipv6:port`. The last form is what the operator's
+/// `$(POD_IP):port` expands to on an IPv6 pod (Kubernetes env expansion cannot
+/// add brackets); since a port is required, the text after the last `:` is
+/// always the port, so the form is unambiguous.
+pub fn parse_listen_addr(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = s.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    let unbracketed = s.rsplit_once(':').and_then(|(host, port)| {
+        let ip = host.parse::<std::net::Ipv6Addr>().ok()?;
+        Some(SocketAddr::new(ip.into(), port.parse().ok()?))
+    });
+    unbracketed.ok_or_else(|| format!("{s:?} is not ip:port, [ipv6]:port or ipv6:port"))
 }
 
 fn parse_num<T: std::str::FromStr>(key: &str, value: &str) -> Result<T, ConfigError>
 where
     T::Err: std::fmt::Display,
 {
-    value.parse::<T>().map_err(|e| ConfigError::Invalid {
+    // Kafka's ConfigDef trims typed values (Java properties keep trailing
+    // whitespace).
+    value.trim().parse::<T>().map_err(|e| ConfigError::Invalid {
         key: key.into(),
         value: value.into(),
         reason: e.to_string(),
@@ -192,7 +336,7 @@ where
 }
 
 fn parse_bool(key: &str, value: &str) -> Result<bool, ConfigError> {
-    match value.to_ascii_lowercase().as_str() {
+    match value.trim().to_ascii_lowercase().as_str() {
         "true" => Ok(true),
         "false" => Ok(false),
         _ => Err(ConfigError::Invalid {
@@ -238,7 +382,7 @@ impl BrokerConfig {
                 "log.index.interval.bytes" => c.log_index_interval_bytes = parse_num(k, v)?,
                 "log.index.size.max.bytes" => c.log_index_size_max_bytes = parse_num(k, v)?,
                 "log.segment.delete.delay.ms" => c.log_segment_delete_delay_ms = parse_num(k, v)?,
-                "log.cleanup.policy" => c.log_cleanup_policy = v.clone(),
+                "log.cleanup.policy" => c.log_cleanup_policy = v.trim().to_string(),
                 "group.initial.rebalance.delay.ms" => {
                     c.group_initial_rebalance_delay_ms = parse_num(k, v)?
                 }
@@ -269,14 +413,15 @@ impl BrokerConfig {
                     c.socket_request_read_timeout_ms = parse_num(k, v)?
                 }
                 "log.message.timestamp.type" => {
+                    let v = v.trim();
                     if v != "CreateTime" && v != "LogAppendTime" {
                         return Err(ConfigError::Invalid {
                             key: k.clone(),
-                            value: v.clone(),
+                            value: v.to_string(),
                             reason: "expected CreateTime or LogAppendTime".into(),
                         });
                     }
-                    c.log_message_timestamp_type = v.clone();
+                    c.log_message_timestamp_type = v.to_string();
                 }
                 _ => {}
             }
@@ -332,7 +477,135 @@ mod tests {
             parse_properties("# c\n! c\n\nnum.partitions=3\nlog.retention.ms : 1000\n").unwrap();
         assert_eq!(p["num.partitions"], "3");
         assert_eq!(p["log.retention.ms"], "1000");
-        assert!(parse_properties("novalue\n").is_err());
+        // As in Java, a key alone on its line has the empty value.
+        assert_eq!(parse_properties("novalue\n").unwrap()["novalue"], "");
+    }
+
+    fn props(text: &str) -> Vec<(String, String)> {
+        parse_properties(text).unwrap().into_iter().collect()
+    }
+
+    fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+        let mut v: Vec<(String, String)> = list
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn properties_separators_and_whitespace_as_in_java() {
+        assert_eq!(
+            props("a=1\nb = 2\n  c:3\nd : 4\ne 5\nf\t\x0c=  6\ng   :7\nh==8\ni::9\nj = 10  \n"),
+            pairs(&[
+                ("a", "1"),
+                ("b", "2"),
+                ("c", "3"),
+                ("d", "4"),
+                ("e", "5"),
+                ("f", "6"),
+                ("g", "7"),
+                ("h", "=8"),
+                ("i", ":9"),
+                // trailing whitespace is part of a value, as in Java
+                ("j", "10  "),
+            ])
+        );
+        // Blank and whitespace-only lines, both comment markers after
+        // indentation, and every line terminator.
+        assert_eq!(
+            props("\n   \n\t# c\n  ! c\r\nk=v\rl=w\r\n#x=y"),
+            pairs(&[("k", "v"), ("l", "w")])
+        );
+        assert_eq!(props("=empty key\n"), pairs(&[("", "empty key")]));
+        // A later duplicate wins.
+        assert_eq!(props("k=1\nk=2\n"), pairs(&[("k", "2")]));
+    }
+
+    #[test]
+    fn properties_escapes_as_in_java() {
+        assert_eq!(
+            props(concat!(
+                r"back\\slash=C:\\dir\\x",
+                "\n",
+                r"key\=with\:seps\ and\ space=v",
+                "\n",
+                r"lead=\  two spaces",
+                "\n",
+                r"ctl=a\tb\nc\rd\fe",
+                "\n",
+                r"other=\q\#\!\=\:",
+                "\n",
+                r"\#hash=1",
+                "\n",
+                r"\!bang=2",
+                "\n",
+                r"uni=\u00e9\u20AC\ud83d\ude00",
+                "\n",
+                "raw=\u{e9}\u{1F600}\n",
+            )),
+            pairs(&[
+                ("back\\slash", "C:\\dir\\x"),
+                ("key=with:seps and space", "v"),
+                ("lead", "  two spaces"),
+                ("ctl", "a\tb\nc\rd\x0ce"),
+                ("other", "q#!=:"),
+                ("#hash", "1"),
+                ("!bang", "2"),
+                ("uni", "\u{e9}\u{20ac}\u{1F600}"),
+                ("raw", "\u{e9}\u{1F600}"),
+            ])
+        );
+    }
+
+    #[test]
+    fn properties_line_continuations_as_in_java() {
+        // Odd backslashes continue; the continuation's indentation goes.
+        assert_eq!(
+            props("list=a,\\\n    b,\\\n\tc\nnext=1\n"),
+            pairs(&[("list", "a,b,c"), ("next", "1")])
+        );
+        // Even backslashes are an escaped backslash, no continuation.
+        assert_eq!(props("p=x\\\\\nq=y\n"), pairs(&[("p", "x\\"), ("q", "y")]));
+        // Three: an escaped backslash, then a continuation.
+        assert_eq!(props("p=x\\\\\\\n  y\n"), pairs(&[("p", "x\\y")]));
+        // A continued key; a continuation line is never a comment.
+        assert_eq!(
+            props("lo\\\n  ng=v\\\n  # not a comment\n"),
+            pairs(&[("long", "v# not a comment")])
+        );
+        // A comment does not continue; an empty continuation line ends the
+        // value; a backslash at the end of input is dropped.
+        assert_eq!(
+            props("# c \\\nk=v\\\n\nm=w\\"),
+            pairs(&[("k", "v"), ("m", "w")])
+        );
+        // Windows line ends.
+        assert_eq!(props("k=a\\\r\n  b\r\n"), pairs(&[("k", "ab")]));
+        // Java's LineReader quirks (checked against Java 17): a line that is
+        // only a continuation leaves the next line a new one (here a comment),
+        // and at the end of input it is the empty key unless ended by CRLF.
+        assert_eq!(props("  \\\n# c\nk=v\n"), pairs(&[("k", "v")]));
+        assert_eq!(props("k=v\n\\\n"), pairs(&[("", ""), ("k", "v")]));
+        assert_eq!(props("k=v\n\\\r\n"), pairs(&[("k", "v")]));
+    }
+
+    #[test]
+    fn properties_reject_malformed_unicode_escapes() {
+        for bad in [
+            r"k=\u12",
+            r"k=\u12g4",
+            r"k=\uD800",
+            r"k=\uDC00x",
+            r"\u+123=v",
+        ] {
+            let err = parse_properties(&format!("a=1\n{bad}\n")).unwrap_err();
+            assert!(
+                matches!(err, ConfigError::Syntax { line: 2, .. }),
+                "{bad}: {err}"
+            );
+        }
     }
 
     #[test]
@@ -352,6 +625,44 @@ mod tests {
         assert!(!c.auto_create_topics_enable);
         let hours = BrokerConfig::load(None, &["log.retention.hours=2".into()]).unwrap();
         assert_eq!(hours.log_retention_ms, 7_200_000);
+    }
+
+    #[test]
+    fn typed_values_are_trimmed_as_kafka_does() {
+        let p = parse_properties(
+            "num.partitions = 4 \nauto.create.topics.enable=false\t\nlog.cleanup.policy=compact \nlog.message.timestamp.type=LogAppendTime \nx=y \n",
+        )
+        .unwrap();
+        let c = BrokerConfig::from_properties(p).unwrap();
+        assert_eq!(c.num_partitions, 4);
+        assert!(!c.auto_create_topics_enable);
+        assert_eq!(c.log_cleanup_policy, "compact");
+        assert_eq!(c.log_message_timestamp_type, "LogAppendTime");
+        // Shown as given.
+        assert_eq!(c.raw["x"], "y ");
+    }
+
+    #[test]
+    fn listen_addresses_of_both_families_with_or_without_brackets() {
+        let ok = |s: &str| parse_listen_addr(s).unwrap().to_string();
+        assert_eq!(ok("10.1.2.3:9092"), "10.1.2.3:9092");
+        assert_eq!(ok("[fd00::5]:9092"), "[fd00::5]:9092");
+        // `$(POD_IP):9092` on an IPv6 pod.
+        assert_eq!(ok("fd00::5:9092"), "[fd00::5]:9092");
+        assert_eq!(ok("::1:9092"), "[::1]:9092");
+        for bad in ["10.1.2.3", "fd00::5", "localhost:9092", "[fd00::5]", ""] {
+            assert!(parse_listen_addr(bad).is_err(), "{bad}");
+        }
+        let cli = Cli::try_parse_from([
+            "moldau-broker",
+            "--listen",
+            "fd00::5:9093",
+            "--http-listen",
+            "fd00::5:9644",
+        ])
+        .unwrap();
+        assert_eq!(cli.listen.to_string(), "[fd00::5]:9093");
+        assert_eq!(cli.http_listen.to_string(), "[fd00::5]:9644");
     }
 
     #[test]

@@ -17,11 +17,14 @@ use moldau_operator::{cluster, topic};
 #[derive(Parser, Debug)]
 #[command(version)]
 struct Args {
-    /// Address of the HTTP endpoints (/metrics, /healthz, /readyz).
+    /// Address of the HTTP endpoints (/metrics, /healthz, /readyz): `ip:port`,
+    /// `[ipv6]:port` or `ipv6:port` (so `$(POD_IP):8080` works on IPv6 pods).
+    /// The chart binds the pod IP only, never a wildcard address.
     #[arg(
         long,
         env = "MOLDAU_OPERATOR_HTTP_LISTEN",
-        default_value = "0.0.0.0:8080"
+        default_value = "0.0.0.0:8080",
+        value_parser = telemetry::parse_listen_addr
     )]
     http_listen: SocketAddr,
     /// The operator's own namespace (holds the leader Lease).

@@ -168,6 +168,22 @@ pub fn router(metrics_state: Arc<Metrics>) -> Router {
         .with_state(metrics_state)
 }
 
+/// Parses a listen address given as `ip:port`, `[ipv6]:port` or an
+/// unbracketed `ipv6:port`. The last form is what `$(POD_IP):8080` expands to
+/// on an IPv6 pod (Kubernetes env expansion cannot add brackets); since a port
+/// is required, the text after the last `:` is always the port, so the form is
+/// unambiguous. Host names are refused: the endpoint binds one address.
+pub fn parse_listen_addr(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = s.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    let unbracketed = s.rsplit_once(':').and_then(|(host, port)| {
+        let ip = host.parse::<std::net::Ipv6Addr>().ok()?;
+        Some(SocketAddr::new(ip.into(), port.parse().ok()?))
+    });
+    unbracketed.ok_or_else(|| format!("{s:?} is not ip:port, [ipv6]:port or ipv6:port"))
+}
+
 /// Binds `addr` and serves the routes until the task is dropped. Returns the
 /// bound address (useful with port 0) and the server future.
 pub async fn serve(
@@ -186,6 +202,29 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn listen_addresses_of_both_families_with_or_without_brackets() {
+        let ok = |s: &str| parse_listen_addr(s).unwrap().to_string();
+        assert_eq!(ok("10.1.2.3:8080"), "10.1.2.3:8080");
+        assert_eq!(ok("0.0.0.0:8080"), "0.0.0.0:8080");
+        assert_eq!(ok("[fd00::5]:8080"), "[fd00::5]:8080");
+        // `$(POD_IP):8080` on an IPv6 pod.
+        assert_eq!(ok("fd00::5:8080"), "[fd00::5]:8080");
+        assert_eq!(ok("fd00:1:2:3:4:5:6:7:8080"), "[fd00:1:2:3:4:5:6:7]:8080");
+        assert_eq!(ok("::1:8080"), "[::1]:8080");
+        assert_eq!(ok("::ffff:10.1.2.3:8080"), "[::ffff:10.1.2.3]:8080");
+        for bad in [
+            "10.1.2.3",
+            "fd00::5",
+            "localhost:8080",
+            "10.1.2.3:http",
+            "[fd00::5]",
+            "",
+        ] {
+            assert!(parse_listen_addr(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn metrics_render_with_kind_labels() {

@@ -220,6 +220,15 @@ fn has_condition(kt: &KafkaTopic, t: &str, status: &str, reason: Option<&str>) -
         .is_some_and(|(s, r)| s == status && reason.is_none_or(|want| want == r))
 }
 
+/// Waits (up to [`SHORT`]) until object `name` exists, and returns it.
+async fn wait_exists<K>(api: &Api<K>, name: &str) -> Result<K>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let what = format!("{} {name}", K::kind(&()));
+    wait_for(SHORT, &what, || async { Ok(api.get_opt(name).await?) }).await
+}
+
 async fn broker_addr(pods: &Api<Pod>, name: &str) -> Result<SocketAddr> {
     let pod = pods.get(name).await?;
     let ip: IpAddr = pod
@@ -297,20 +306,26 @@ async fn cluster_and_topic_lifecycle() -> Result<()> {
         Some("OnDelete")
     );
     assert_eq!(spec.pod_management_policy.as_deref(), Some("Parallel"));
+    // Every other child is waited for too: the operator applies them one
+    // after another, and under load those after the StatefulSet (the PDB)
+    // can still be missing when it appears.
     let svc: Api<Service> = ns.api();
-    let headless = svc.get("demo-brokers").await?;
+    let headless = wait_exists(&svc, "demo-brokers").await?;
     assert_eq!(
         headless.spec.unwrap().publish_not_ready_addresses,
         Some(true)
     );
-    svc.get("demo-bootstrap").await?;
+    wait_exists(&svc, "demo-bootstrap").await?;
     let cm: Api<ConfigMap> = ns.api();
-    let props = cm.get("demo-config").await?.data.unwrap_or_default();
+    let props = wait_exists(&cm, "demo-config")
+        .await?
+        .data
+        .unwrap_or_default();
     assert!(props["server.properties"].contains("auto.create.topics.enable=false"));
-    ns.api::<PodDisruptionBudget>().get("demo").await?;
-    ns.api::<ServiceAccount>().get("demo-broker").await?;
-    ns.api::<Role>().get("demo-broker").await?;
-    ns.api::<RoleBinding>().get("demo-broker").await?;
+    wait_exists(&ns.api::<PodDisruptionBudget>(), "demo").await?;
+    wait_exists(&ns.api::<ServiceAccount>(), "demo-broker").await?;
+    wait_exists(&ns.api::<Role>(), "demo-broker").await?;
+    wait_exists(&ns.api::<RoleBinding>(), "demo-broker").await?;
 
     let kc = cluster_condition(&clusters, "demo", "Ready", "True").await?;
     let status = kc.status.unwrap();

@@ -3,7 +3,7 @@
 
 mod support;
 
-use support::start_broker;
+use support::{start_broker, start_broker_with_env};
 
 use std::time::Duration;
 
@@ -85,4 +85,68 @@ async fn topic_lifecycle_against_the_real_broker() {
     admin.delete_topic("orders").await.unwrap();
     let md = admin.metadata(Some(&["orders".to_string()])).await.unwrap();
     assert!(md.topics.is_empty());
+}
+
+/// The properties round trip through the real broker binary: the
+/// `server.properties` the operator renders for awkward values, read by a
+/// broker process, comes back unchanged in the broker's DescribeConfigs.
+/// (The exhaustive in-process round trip is `e2e/tests/properties_round_trip.rs`.)
+#[tokio::test]
+async fn rendered_properties_reach_the_broker_unchanged() {
+    use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+    use kafka_protocol::messages::DescribeConfigsRequest;
+    use kafka_protocol::protocol::StrBytes;
+    use moldau_operator::cluster::builders::render_properties;
+    use moldau_operator::kafka::wire;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let config: std::collections::BTreeMap<String, String> = [
+        ("num.partitions", "3"),
+        ("custom.backslash", "C:\\dir\\sub\\"),
+        ("custom.separators", "a=b:c #d !e"),
+        ("custom.leading", "  two leading, two trailing  "),
+        ("custom.comment.like", "#!"),
+        ("custom.empty", ""),
+        ("custom.unicode", "é € 漢字 😀"),
+        ("custom.control", "tab\there\nnewline\x0cff"),
+        ("custom key:with=separators", "v"),
+        ("#custom.hash.key", "!bang"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("server.properties");
+    std::fs::write(&file, render_properties(&config)).unwrap();
+    let broker = start_broker_with_env(&[("MOLDAU_CONFIG_FILE", file.as_os_str())]).await;
+
+    let mut stream = tokio::net::TcpStream::connect(broker.addr).await.unwrap();
+    let req =
+        DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
+            .with_resource_type(4) // BROKER
+            .with_resource_name(StrBytes::from_static_str("0"))
+            .with_configuration_keys(None)]);
+    let version = 1;
+    let frame = wire::encode_request(&req, version, 7, "round-trip-test").unwrap();
+    stream.write_all(&frame).await.unwrap();
+    let mut prefix = [0u8; 4];
+    stream.read_exact(&mut prefix).await.unwrap();
+    let mut body = vec![0u8; wire::frame_len(prefix).unwrap()];
+    stream.read_exact(&mut body).await.unwrap();
+    let resp = wire::decode_response::<DescribeConfigsRequest>(body.into(), version, 7).unwrap();
+    let result = &resp.results[0];
+    assert_eq!(result.error_code, 0, "{:?}", result.error_message);
+    let described: std::collections::BTreeMap<String, Option<String>> = result
+        .configs
+        .iter()
+        .map(|c| {
+            (
+                c.name.as_str().to_string(),
+                c.value.as_ref().map(|v| v.as_str().to_string()),
+            )
+        })
+        .collect();
+    for (k, v) in &config {
+        assert_eq!(described.get(k), Some(&Some(v.clone())), "{k:?}");
+    }
 }

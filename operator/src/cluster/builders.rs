@@ -41,8 +41,9 @@ pub const CONFIG_KEY: &str = "server.properties";
 pub const CONFIG_HASH_ANNOTATION: &str = "moldau.io/config-hash";
 /// Label naming the cluster on every child object.
 pub const CLUSTER_LABEL: &str = "moldau.io/cluster";
-/// User id the broker runs as.
-pub const BROKER_UID: i64 = 10001;
+/// User (and group) id the broker runs as: the images' non-root user
+/// (`USER 65532:65532` in the Dockerfile, the distroless `nonroot` convention).
+pub const BROKER_UID: i64 = 65532;
 
 /// Why desired objects could not be built.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -346,6 +347,12 @@ fn value_env(name: &str, value: impl Into<String>) -> EnvVar {
 
 /// Environment of the broker container, per the broker's flag/env contract.
 /// `POD_IP` comes first so later values can expand `$(POD_IP)`.
+///
+/// The listeners bind the pod IP only (no wildcard address). On an IPv6 pod
+/// `$(POD_IP):port` expands to an unbracketed `fd00::5:9093`: the broker
+/// accepts that form for `--listen`/`--http-listen` and the advertised
+/// listener (the text after the last `:` is the port), since Kubernetes env
+/// expansion cannot add brackets for one family only.
 pub fn broker_env(cluster: &str, listener_port: i32) -> Vec<EnvVar> {
     vec![
         field_env("POD_IP", "status.podIP"),
@@ -588,34 +595,48 @@ fn stateful_set(
 }
 
 /// Renders broker config overrides as a Java properties file, sorted by key.
+///
+/// Escaped as `java.util.Properties.store` does, so that `Properties.load`
+/// (and the broker's parser, which implements it) gives back exactly the
+/// map: `\\`, `\t`, `\n`, `\r`, `\f`; in keys also `=`, `:`, `#`, `!` and
+/// spaces; in values a leading space; every other control or non-ASCII
+/// character as `\uXXXX` (UTF-16 units), so the file is plain ASCII and reads
+/// the same whatever charset a reader assumes (Kafka's own loader reads
+/// ISO-8859-1). Characters that need no escape are left alone, so ordinary
+/// configs render as they are written.
 pub fn render_properties(config: &BTreeMap<String, String>) -> String {
     let mut out = String::from("# Managed by moldau-operator from KafkaCluster spec.config\n");
     for (key, value) in config {
-        out.push_str(&escape_properties(key, true));
+        escape_properties(&mut out, key, true);
         out.push('=');
-        out.push_str(&escape_properties(value, false));
+        escape_properties(&mut out, value, false);
         out.push('\n');
     }
     out
 }
 
-fn escape_properties(s: &str, is_key: bool) -> String {
-    let mut out = String::with_capacity(s.len());
+fn escape_properties(out: &mut String, s: &str, is_key: bool) {
     for (i, c) in s.chars().enumerate() {
         match c {
             '\\' => out.push_str("\\\\"),
+            '\t' => out.push_str("\\t"),
             '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
+            '\x0c' => out.push_str("\\f"),
             '=' | ':' | '#' | '!' if is_key => {
                 out.push('\\');
                 out.push(c);
             }
             ' ' if is_key || i == 0 => out.push_str("\\ "),
-            c => out.push(c),
+            ' '..='~' => out.push(c),
+            _ => {
+                let mut units = [0u16; 2];
+                for unit in c.encode_utf16(&mut units) {
+                    out.push_str(&format!("\\u{unit:04X}"));
+                }
+            }
         }
     }
-    out
 }
 
 /// Hex SHA-256 of the rendered config (the pod template annotation).
@@ -848,6 +869,38 @@ mod tests {
         let text = render_properties(&cfg);
         let lines: Vec<&str> = text.lines().skip(1).collect();
         assert_eq!(lines, vec!["a\\=b=\\ lead", "b=x\\ny"]);
+    }
+
+    #[test]
+    fn properties_escaping_is_java_store_escaping() {
+        let cases = [
+            // (key, value, line) with the line as Java's Properties.store
+            // writes it (checked with Java 17), except that `=`, `:`, `#` and
+            // `!` in values and spaces after the first are left alone.
+            ("plain.key", "plain value", "plain.key=plain value"),
+            ("k", "C:\\dir\\", "k=C:\\\\dir\\\\"),
+            ("k", "  two", "k=\\  two"),
+            ("k", "trail  ", "k=trail  "),
+            ("k", "\t\x0c\r\n", "k=\\t\\f\\r\\n"),
+            ("k", "a=b:c#d!e", "k=a=b:c#d!e"),
+            ("k", "#!", "k=#!"),
+            ("k", "", "k="),
+            ("a key:x=y", "v", "a\\ key\\:x\\=y=v"),
+            ("#k", "v", "\\#k=v"),
+            ("!k", "v", "\\!k=v"),
+            ("", "v", "=v"),
+            (
+                "k",
+                "\u{e9}\u{20ac}\u{1F600}",
+                "k=\\u00E9\\u20AC\\uD83D\\uDE00",
+            ),
+            ("k", "\u{0}\u{1b}\u{7f}", "k=\\u0000\\u001B\\u007F"),
+        ];
+        for (key, value, line) in cases {
+            let text = render_properties(&BTreeMap::from([(key.to_string(), value.to_string())]));
+            assert_eq!(text.lines().nth(1), Some(line), "{key:?}={value:?}");
+            assert!(text.is_ascii());
+        }
     }
 
     #[test]

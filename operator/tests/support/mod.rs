@@ -71,6 +71,11 @@ fn free_port() -> u16 {
 
 /// Starts a broker and waits until it accepts connections.
 pub async fn start_broker() -> Broker {
+    start_broker_with_env(&[]).await
+}
+
+/// [`start_broker`] with extra environment variables (e.g. `MOLDAU_CONFIG_FILE`).
+pub async fn start_broker_with_env(env: &[(&str, &std::ffi::OsStr)]) -> Broker {
     use std::process::{Command, Stdio};
     use std::time::{Duration, Instant};
     let bin = workspace_bin("moldau-broker", "moldau-broker");
@@ -83,6 +88,7 @@ pub async fn start_broker() -> Broker {
         .env("MOLDAU_HTTP_LISTEN", format!("127.0.0.1:{http}"))
         .env("MOLDAU_DATA_DIR", dir.path())
         .env("MOLDAU_NODE_ID", "0")
+        .envs(env.iter().copied())
         .args(["--set", "offsets.topic.num.partitions=1"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
