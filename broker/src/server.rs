@@ -267,17 +267,23 @@ impl RateLimitedLog {
     }
 }
 
-/// Connection limits from the config. `max.connections` is capped at half
-/// the open-files limit: the other half stays for segment and index files,
-/// so clients can never lock the logs out of descriptors.
+/// Connection limits from the config. Unless `max.connections` is set, it
+/// is capped at half the open-files limit: the other half stays for segment
+/// and index files, so clients can never lock the logs out of descriptors.
+/// An explicit setting is honoured as given.
 fn connection_limit_settings(c: &BrokerConfig) -> anyhow::Result<ConnectionLimitSettings> {
     let by_files = crate::resources::nofile_limits()
         .ok()
         .filter(|&(soft, _)| soft != libc::RLIM_INFINITY)
         .map(|(soft, _)| usize::try_from(soft / 2).unwrap_or(usize::MAX))
         .unwrap_or(usize::MAX);
+    let explicit = c.raw.contains_key("max.connections");
     Ok(ConnectionLimitSettings {
-        max_connections: c.max_connections.min(by_files),
+        max_connections: if explicit {
+            c.max_connections
+        } else {
+            c.max_connections.min(by_files)
+        },
         max_connections_per_ip: c.max_connections_per_ip,
         per_ip_overrides: parse_per_ip_overrides(&c.max_connections_per_ip_overrides)
             .map_err(anyhow::Error::msg)?,

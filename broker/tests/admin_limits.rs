@@ -125,6 +125,10 @@ impl Child {
             .arg("--data-dir")
             .arg(data)
             .args(["--set", "offsets.topic.num.partitions=1"])
+            // An explicit max.connections is honoured even above half the
+            // descriptor limit (the default is capped there): this test
+            // wants the accept loop itself to run out of descriptors.
+            .args(["--set", "max.connections=100000"])
             .env("NO_COLOR", "1")
             .stdout(out.try_clone().expect("dup"))
             .stderr(out);
