@@ -13,6 +13,7 @@ pub mod handlers;
 pub mod http;
 pub mod metadata;
 pub mod metrics;
+pub mod offload;
 pub mod producer;
 pub mod protocol;
 pub mod resources;

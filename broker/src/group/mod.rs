@@ -6,6 +6,14 @@
 //! JoinGroup/SyncGroup requests; the offsets topic's log is reached only
 //! through [`TopicManager`]. The wire format of the group APIs belongs to
 //! `handlers::groups`.
+//!
+//! The state is sharded as Kafka shards it: one shard per
+//! `__consumer_offsets` partition, holding the groups that hash to it (the
+//! unit a coordinator will load and unload in a cluster). Each shard has two
+//! locks: `state` (groups, offsets, waiters), taken briefly by every group
+//! request, and `writes`, which orders the shard's appends to its offsets
+//! partition with their application to `state`. No append ever runs while
+//! `state` is held, so heartbeats and joins never wait on the log.
 
 pub mod offsets;
 pub mod state;
@@ -110,9 +118,19 @@ pub struct CommitItem {
     pub metadata: Option<String>,
 }
 
+/// The groups of one `__consumer_offsets` partition.
+#[derive(Default)]
+struct Shard {
+    state: Mutex<Inner>,
+    /// Held across "append to the log, then apply to `state`", so the
+    /// in-memory offsets follow the log's order; never taken while `state`
+    /// is held.
+    writes: Mutex<()>,
+}
+
 pub struct GroupCoordinator {
     settings: CoordinatorSettings,
-    inner: Mutex<Inner>,
+    shards: Vec<Shard>,
 }
 
 impl std::fmt::Debug for GroupCoordinator {
@@ -148,10 +166,17 @@ fn subscribed_topics(metadata: &[u8]) -> Vec<String> {
 
 impl GroupCoordinator {
     pub fn new(settings: CoordinatorSettings) -> Self {
-        Self {
-            settings,
-            inner: Mutex::new(Inner::default()),
-        }
+        let shards = (0..settings.offsets_partitions.max(1))
+            .map(|_| Shard::default())
+            .collect();
+        Self { settings, shards }
+    }
+
+    /// The shard of `group`: the one of its `__consumer_offsets` partition.
+    fn shard(&self, group: &str) -> &Shard {
+        let index = offsets::partition_for(group, self.shards.len() as i32);
+        let index = usize::try_from(index).unwrap_or(0);
+        &self.shards[index.min(self.shards.len() - 1)]
     }
 
     pub fn settings(&self) -> &CoordinatorSettings {
@@ -221,7 +246,19 @@ impl GroupCoordinator {
                 offset = next;
             }
         }
-        self.inner.lock().offsets = table;
+        let mut per_shard: Vec<OffsetTable> = (0..self.shards.len())
+            .map(|_| OffsetTable::default())
+            .collect();
+        for group in table.groups() {
+            let index = offsets::partition_for(group, self.shards.len() as i32);
+            let target = &mut per_shard[usize::try_from(index).unwrap_or(0)];
+            for ((topic, partition), c) in table.group(group) {
+                target.put(group, topic, *partition, c.clone());
+            }
+        }
+        for (shard, offsets) in self.shards.iter().zip(per_shard) {
+            shard.state.lock().offsets = offsets;
+        }
         Ok(records)
     }
 
@@ -292,7 +329,7 @@ impl GroupCoordinator {
             return error_join(e, &req.member_id);
         }
         let rx = {
-            let mut inner = self.inner.lock();
+            let mut inner = self.shard(group_id).state.lock();
             let group = inner
                 .groups
                 .entry(group_id.to_string())
@@ -344,7 +381,7 @@ impl GroupCoordinator {
         assignments: Vec<(String, Bytes)>,
     ) -> SyncResult {
         let rx = {
-            let mut inner = self.inner.lock();
+            let mut inner = self.shard(group_id).state.lock();
             let Some(group) = inner.groups.get_mut(group_id) else {
                 return error_sync(ResponseError::UnknownMemberId);
             };
@@ -383,7 +420,7 @@ impl GroupCoordinator {
         instance: Option<&str>,
         generation_id: i32,
     ) -> i16 {
-        let mut inner = self.inner.lock();
+        let mut inner = self.shard(group_id).state.lock();
         match inner.groups.get_mut(group_id) {
             Some(g) => g.heartbeat(member_id, instance, generation_id, now_ms()),
             None => ResponseError::UnknownMemberId.code(),
@@ -395,7 +432,7 @@ impl GroupCoordinator {
         group_id: &str,
         members: &[(String, Option<String>)],
     ) -> Result<Vec<i16>, ResponseError> {
-        let mut inner = self.inner.lock();
+        let mut inner = self.shard(group_id).state.lock();
         let Some(group) = inner.groups.get_mut(group_id) else {
             return Err(ResponseError::UnknownMemberId);
         };
@@ -407,57 +444,64 @@ impl GroupCoordinator {
     /// Expires sessions, completes due rebalances; call periodically.
     pub fn tick(&self) {
         let now = now_ms();
-        let mut inner = self.inner.lock();
-        let ids: Vec<String> = inner.groups.keys().cloned().collect();
-        for id in ids {
-            let effects = match inner.groups.get_mut(&id) {
-                Some(g) => g.tick(now, &self.settings.group),
-                None => continue,
-            };
-            inner.deliver(&id, effects);
+        for shard in &self.shards {
+            let mut inner = shard.state.lock();
+            let ids: Vec<String> = inner.groups.keys().cloned().collect();
+            for id in ids {
+                let effects = match inner.groups.get_mut(&id) {
+                    Some(g) => g.tick(now, &self.settings.group),
+                    None => continue,
+                };
+                inner.deliver(&id, effects);
+            }
+            // Forget empty groups without offsets.
+            let Inner {
+                groups, offsets, ..
+            } = &mut *inner;
+            groups.retain(|id, g| {
+                !(g.is_empty()
+                    && g.state != GroupState::PreparingRebalance
+                    && !offsets.has_group(id))
+            });
         }
-        // Forget empty groups without offsets.
-        let Inner {
-            groups, offsets, ..
-        } = &mut *inner;
-        groups.retain(|id, g| {
-            !(g.is_empty() && g.state != GroupState::PreparingRebalance && !offsets.has_group(id))
-        });
     }
 
     /// Removes offsets of groups without members that nobody committed for
     /// `offsets.retention.minutes`; returns how many were removed.
     pub fn expire_offsets(&self, topics: &TopicManager) -> usize {
         let cutoff = now_ms() - self.settings.offsets_retention_ms;
-        let mut inner = self.inner.lock();
-        let candidates: Vec<String> = inner
-            .offsets
-            .groups()
-            .filter(|g| {
-                inner
-                    .groups
-                    .get(*g)
-                    .is_none_or(|grp| grp.members.is_empty())
-            })
-            .cloned()
-            .collect();
         let mut removed = 0;
-        for group in candidates {
-            let expired = inner.offsets.expired(&group, cutoff);
-            if expired.is_empty() {
-                continue;
-            }
-            let tombstones = expired
-                .iter()
-                .map(|(t, p)| (offsets::encode_key(&group, t, *p), None))
-                .collect();
-            if let Err(e) = self.persist(topics, &group, tombstones) {
-                tracing::warn!(group, error = %e.message, "could not write offset tombstones");
-                continue;
-            }
-            for (t, p) in expired {
-                inner.offsets.remove(&group, &t, p);
-                removed += 1;
+        for shard in &self.shards {
+            let _writes = shard.writes.lock();
+            let expired: Vec<(String, Vec<(String, i32)>)> = {
+                let inner = shard.state.lock();
+                inner
+                    .offsets
+                    .groups()
+                    .filter(|g| {
+                        inner
+                            .groups
+                            .get(*g)
+                            .is_none_or(|grp| grp.members.is_empty())
+                    })
+                    .map(|g| (g.clone(), inner.offsets.expired(g, cutoff)))
+                    .filter(|(_, expired)| !expired.is_empty())
+                    .collect()
+            };
+            for (group, expired) in expired {
+                let tombstones = expired
+                    .iter()
+                    .map(|(t, p)| (offsets::encode_key(&group, t, *p), None))
+                    .collect();
+                if let Err(e) = self.persist(topics, &group, tombstones) {
+                    tracing::warn!(group, error = %e.message, "could not write offset tombstones");
+                    continue;
+                }
+                let mut inner = shard.state.lock();
+                for (t, p) in expired {
+                    inner.offsets.remove(&group, &t, p);
+                    removed += 1;
+                }
             }
         }
         removed
@@ -478,8 +522,9 @@ impl GroupCoordinator {
         if let Err(e) = Self::validate_group_id(group_id) {
             return all(e);
         }
-        let mut inner = self.inner.lock();
-        match inner.groups.get(group_id) {
+        let shard = self.shard(group_id);
+        let _writes = shard.writes.lock();
+        match shard.state.lock().groups.get(group_id) {
             Some(g) if !g.members.is_empty() => {
                 if let Err(e) = g.check_member(member_id, instance, generation_id) {
                     return all(e);
@@ -534,6 +579,7 @@ impl GroupCoordinator {
             }
             return codes;
         }
+        let mut inner = shard.state.lock();
         for (_, item, c) in accepted {
             inner.offsets.put(group_id, &item.topic, item.partition, c);
         }
@@ -547,7 +593,7 @@ impl GroupCoordinator {
         group_id: &str,
         wanted: Option<Vec<(String, Vec<i32>)>>,
     ) -> FetchedOffsets {
-        let inner = self.inner.lock();
+        let inner = self.shard(group_id).state.lock();
         match wanted {
             Some(list) => list
                 .into_iter()
@@ -581,7 +627,9 @@ impl GroupCoordinator {
         group_id: &str,
         wanted: &[(String, Vec<i32>)],
     ) -> Result<PartitionCodes, ResponseError> {
-        let mut inner = self.inner.lock();
+        let shard = self.shard(group_id);
+        let _writes = shard.writes.lock();
+        let inner = shard.state.lock();
         let group = inner.groups.get(group_id);
         if group.is_none() && !inner.offsets.has_group(group_id) {
             return Err(ResponseError::GroupIdNotFound);
@@ -627,8 +675,10 @@ impl GroupCoordinator {
                 .collect();
             result.push((topic.clone(), codes));
         }
+        drop(inner);
         self.persist(topics, group_id, tombstones)
             .map_err(|e| e.code)?;
+        let mut inner = shard.state.lock();
         for (t, p) in to_remove {
             inner.offsets.remove(group_id, &t, p);
         }
@@ -637,7 +687,9 @@ impl GroupCoordinator {
 
     /// DeleteGroups: an empty group and its offsets are removed.
     pub fn delete_group(&self, topics: &TopicManager, group_id: &str) -> Result<(), ResponseError> {
-        let mut inner = self.inner.lock();
+        let shard = self.shard(group_id);
+        let _writes = shard.writes.lock();
+        let mut inner = shard.state.lock();
         let exists = inner
             .groups
             .get(group_id)
@@ -657,8 +709,10 @@ impl GroupCoordinator {
             .iter()
             .map(|(t, p)| (offsets::encode_key(group_id, t, *p), None))
             .collect();
+        drop(inner);
         self.persist(topics, group_id, tombstones)
             .map_err(|e| e.code)?;
+        let mut inner = shard.state.lock();
         for (t, p) in keys {
             inner.offsets.remove(group_id, &t, p);
         }
@@ -667,7 +721,7 @@ impl GroupCoordinator {
     }
 
     pub fn describe(&self, group_id: &str) -> Option<GroupDescription> {
-        let inner = self.inner.lock();
+        let inner = self.shard(group_id).state.lock();
         match inner.groups.get(group_id) {
             Some(g) => Some(GroupDescription {
                 state: g.state.name(),
@@ -693,17 +747,19 @@ impl GroupCoordinator {
 
     /// Every known group: `(id, protocol type, state)`.
     pub fn list(&self) -> Vec<(String, String, &'static str)> {
-        let inner = self.inner.lock();
         let mut out: BTreeMap<String, (String, &'static str)> = BTreeMap::new();
-        for id in inner.offsets.groups() {
-            out.insert(id.clone(), (String::new(), "Empty"));
-        }
-        for (id, g) in &inner.groups {
-            if g.state != GroupState::Dead {
-                out.insert(
-                    id.clone(),
-                    (g.protocol_type.clone().unwrap_or_default(), g.state.name()),
-                );
+        for shard in &self.shards {
+            let inner = shard.state.lock();
+            for id in inner.offsets.groups() {
+                out.insert(id.clone(), (String::new(), "Empty"));
+            }
+            for (id, g) in &inner.groups {
+                if g.state != GroupState::Dead {
+                    out.insert(
+                        id.clone(),
+                        (g.protocol_type.clone().unwrap_or_default(), g.state.name()),
+                    );
+                }
             }
         }
         out.into_iter().map(|(id, (t, s))| (id, t, s)).collect()
@@ -711,11 +767,13 @@ impl GroupCoordinator {
 
     /// `(group, topic, partition, committed offset)` for the lag metrics.
     pub fn committed(&self) -> Vec<(String, String, i32, i64)> {
-        let inner = self.inner.lock();
         let mut out = Vec::new();
-        for g in inner.offsets.groups() {
-            for ((t, p), c) in inner.offsets.group(g) {
-                out.push((g.clone(), t.clone(), *p, c.offset));
+        for shard in &self.shards {
+            let inner = shard.state.lock();
+            for g in inner.offsets.groups() {
+                for ((t, p), c) in inner.offsets.group(g) {
+                    out.push((g.clone(), t.clone(), *p, c.offset));
+                }
             }
         }
         out
@@ -764,5 +822,50 @@ mod tests {
             subscribed_topics(&[0, 1, 0, 0, 0, 9, 0, 50]),
             Vec::<String>::new()
         );
+    }
+
+    /// Runs `f` on another thread and says whether it finished in time
+    /// (a generous bound: a deadlock never finishes).
+    fn finishes<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> bool {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(10)).is_ok()
+    }
+
+    fn coordinator(partitions: i32) -> std::sync::Arc<GroupCoordinator> {
+        std::sync::Arc::new(GroupCoordinator::new(CoordinatorSettings {
+            offsets_partitions: partitions,
+            ..CoordinatorSettings::default()
+        }))
+    }
+
+    #[test]
+    fn heartbeats_never_wait_for_a_shard_write_in_progress() {
+        let c = coordinator(4);
+        // A commit, delete or expiry of this shard holds `writes` across its
+        // append to the log; heartbeats of the same shard must not wait.
+        let _append_in_progress = c.shard("g").writes.lock();
+        let c2 = c.clone();
+        assert!(finishes(move || c2.heartbeat("g", "m", None, 1)));
+        let c3 = c.clone();
+        assert!(finishes(move || c3.describe("g").is_none()));
+        let c4 = c.clone();
+        assert!(finishes(move || c4.fetch_offsets("g", None).len()));
+    }
+
+    #[test]
+    fn groups_of_other_shards_are_independent() {
+        let c = coordinator(8);
+        let a = "group-a";
+        let b = (0..100)
+            .map(|i| format!("group-{i}"))
+            .find(|g| offsets::partition_for(g, 8) != offsets::partition_for(a, 8))
+            .expect("some group hashes elsewhere");
+        let _busy = c.shard(a).state.lock();
+        let c2 = c.clone();
+        assert!(finishes(move || c2.heartbeat(&b, "m", None, 1)));
+        assert_eq!(c.shards.len(), 8, "one shard per offsets partition");
     }
 }

@@ -46,7 +46,10 @@ pub fn handle(broker: &Broker, req: ListOffsetsRequest, version: i16) -> ListOff
                             None => base,
                         },
                         ts if ts < 0 => base.with_error_code(ResponseError::InvalidRequest.code()),
-                        ts => match partition.with_log(|log| log.offset_for_timestamp(ts)) {
+                        // May read and decompress a batch from disk: off the worker.
+                        ts => match crate::offload::blocking(|| {
+                            partition.with_log(|log| log.offset_for_timestamp(ts))
+                        }) {
                             Ok(Some((offset, found_ts))) => {
                                 base.with_offset(offset).with_timestamp(found_ts)
                             }

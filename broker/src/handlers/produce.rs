@@ -72,8 +72,14 @@ pub fn handle(broker: &Broker, req: ProduceRequest, _version: i16) -> Option<Pro
                 partition.with_log(|log| (log.config().max_message_bytes, log.config().compact));
             // Compaction keeps the last record per key: keyless records
             // have no place in such a topic (INVALID_RECORD, as Kafka).
+            // Compressed records are decompressed to be checked: that work
+            // leaves the runtime's worker (uncompressed ones are a cheap walk).
             let validated = batch::validate_batches(&records, max).and_then(|h| {
-                batch::validate_records(&records, &h, compacted)?;
+                if h.iter().any(|b| b.compression() != 0) {
+                    crate::offload::blocking(|| batch::validate_records(&records, &h, compacted))?;
+                } else {
+                    batch::validate_records(&records, &h, compacted)?;
+                }
                 Ok(h)
             });
             let headers = match validated {
