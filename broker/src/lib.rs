@@ -8,6 +8,7 @@
 
 pub mod broker;
 pub mod config;
+pub mod controller;
 pub mod group;
 pub mod handlers;
 pub mod http;
