@@ -14,6 +14,7 @@
 //! buffer grows), and released when the response is written.
 
 use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -28,6 +29,42 @@ use crate::broker::Broker;
 use crate::handlers::{self, Reply};
 use crate::metrics::ApiLabel;
 
+static BAD_CONNECTION_LOG: LogRate = LogRate::new(1_000);
+
+/// Lets a log line through at most once per interval, across threads, and
+/// counts the ones held back in between.
+struct LogRate {
+    every_ms: u64,
+    last_ms: AtomicU64,
+    held_back: AtomicU64,
+}
+
+impl LogRate {
+    const fn new(every_ms: u64) -> Self {
+        Self {
+            every_ms,
+            last_ms: AtomicU64::new(0),
+            held_back: AtomicU64::new(0),
+        }
+    }
+
+    /// `Some(lines held back since the last one)` when this line may go out.
+    fn admit(&self) -> Option<u64> {
+        let now = crate::topics::now_ms().max(0) as u64;
+        let last = self.last_ms.load(Ordering::Relaxed);
+        if now.saturating_sub(last) >= self.every_ms
+            && self
+                .last_ms
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            return Some(self.held_back.swap(0, Ordering::Relaxed));
+        }
+        self.held_back.fetch_add(1, Ordering::Relaxed);
+        None
+    }
+}
+
 /// Serves one connection until the peer closes it or sends something we
 /// must refuse.
 pub async fn serve(broker: Arc<Broker>, mut stream: TcpStream, peer: std::net::SocketAddr) {
@@ -36,7 +73,11 @@ pub async fn serve(broker: Arc<Broker>, mut stream: TcpStream, peer: std::net::S
     if let Err(reason) = serve_inner(&broker, &mut stream, peer).await {
         if !reason.is_empty() {
             broker.metrics.closed_bad_connections.inc();
-            tracing::warn!(%peer, %reason, "closing connection");
+            // At most one line a second: a flood of bad connections must
+            // not become a flood of log lines (the metric counts them all).
+            if let Some(suppressed) = BAD_CONNECTION_LOG.admit() {
+                tracing::warn!(%peer, %reason, suppressed, "closing connection");
+            }
         }
     }
     broker.metrics.connections.dec();
@@ -213,4 +254,19 @@ async fn write_all_pieces(stream: &mut TcpStream, pieces: &[Piece]) -> std::io::
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LogRate;
+
+    #[test]
+    fn log_rate_lets_one_line_through_per_interval_and_counts_the_rest() {
+        let rate = LogRate::new(60_000);
+        assert_eq!(rate.admit(), Some(0));
+        assert_eq!(rate.admit(), None);
+        assert_eq!(rate.admit(), None);
+        let fast = LogRate::new(0);
+        assert_eq!(fast.admit(), Some(0));
+    }
 }
