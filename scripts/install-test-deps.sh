@@ -5,6 +5,7 @@
 #   2. the Python venv <repo>/.venv with e2e/clients/requirements.txt (pinned)
 #   3. Maven: the Java client driver (e2e/clients/java) and the Apache Kafka
 #      reference broker's jars (e2e/clients/kafka-dist/jars)
+#   5. cargo-fuzz (scripts/fuzz.sh), with the nightly toolchain it needs
 # Rust itself (cargo, rustfmt, clippy) comes with the machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -102,5 +103,24 @@ else
   log "buildah, debootstrap present"
 fi
 # --- end of packaging block ---------------------------------------------------------
+
+# --- 5. cargo-fuzz (owner: fuzzing, scripts/fuzz.sh) ----------------------------------
+# Pinned; builds from source with the stable toolchain. The fuzz targets
+# themselves need nightly (-Zsanitizer), which the machine normally has.
+CARGO_FUZZ_VERSION=0.13.1
+if cargo fuzz --version 2>/dev/null | grep -q "$CARGO_FUZZ_VERSION"; then
+  log "cargo-fuzz $CARGO_FUZZ_VERSION present"
+else
+  log "cargo install cargo-fuzz $CARGO_FUZZ_VERSION"
+  # not fatal here: only scripts/fuzz.sh needs it, and it says so
+  cargo install cargo-fuzz --version "$CARGO_FUZZ_VERSION" --locked -q \
+    || log "WARNING: cargo-fuzz could not be installed; scripts/fuzz.sh will fail"
+fi
+if ! rustup run nightly rustc --version >/dev/null 2>&1; then
+  log "WARNING: no nightly toolchain (cargo fuzz needs it): trying rustup toolchain install nightly"
+  rustup toolchain install nightly --profile minimal \
+    || log "WARNING: nightly not installed; scripts/fuzz.sh will fail"
+fi
+# --- end of cargo-fuzz block ----------------------------------------------------------
 
 log "done in $((SECONDS - t0))s"

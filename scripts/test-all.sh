@@ -2,11 +2,12 @@
 # The project's one test command: every test, on a fresh machine too.
 #
 # Stages (each named, timed, and reported in the summary):
-#   install      scripts/install-test-deps.sh (apt, .venv, Maven)
+#   install      scripts/install-test-deps.sh (apt, .venv, Maven, cargo-fuzz)
 #   fmt          cargo fmt --all -- --check
 #   clippy       cargo clippy --workspace --all-targets -- -D warnings
 #   build        cargo build --release -p moldau-broker
 #   unit         cargo test --workspace
+#   fuzz         scripts/fuzz.sh 30: every cargo-fuzz target for 30 s (fuzz/)
 #   clients      pytest e2e/clients: real Kafka clients against the built broker
 #   k8s-tools, k8s-up, k8s-e2e, k8s-down
 #                the Kubernetes e2e stage, once e2e/scripts/build-tools.sh exists
@@ -95,6 +96,7 @@ if [ $k8s = 1 ]; then
 else
   stage unit 1800 -- cargo test --workspace
 fi
+stage fuzz 1200 needs=install -- ./scripts/fuzz.sh 30
 # shellcheck disable=SC2086
 stage clients 1800 needs=install,build -- e2e/clients/run.sh ${PYTEST_ARGS:-}
 

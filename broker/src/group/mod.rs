@@ -142,7 +142,8 @@ impl std::fmt::Debug for GroupCoordinator {
 }
 
 /// Topics named in a consumer-protocol subscription (`ConsumerProtocolSubscription`).
-fn subscribed_topics(metadata: &[u8]) -> Vec<String> {
+/// Public for the fuzz target `group_codecs` (it parses client-supplied bytes).
+pub fn subscribed_topics(metadata: &[u8]) -> Vec<String> {
     let mut buf = Bytes::copy_from_slice(metadata);
     let mut out = Vec::new();
     use bytes::Buf;
