@@ -9,10 +9,11 @@
 //! - `1` record: one offset-commit record, `key length u16 | key | value`,
 //!   given to `group::offsets::decode_key` / `decode_value` and applied to
 //!   an `OffsetTable` as a loaded record;
-//! - `2` log: bytes of a `__consumer_offsets` segment walked as
-//!   `GroupCoordinator::load` walks them (batch headers, then
-//!   `RecordBatchDecoder::decode`, non-control records applied to an
-//!   `OffsetTable`), on the input and on a copy with the batch CRCs fixed.
+//! - `2` log: bytes of a `__consumer_offsets` segment given to
+//!   `group::apply_offsets_batches`, the batch walk of
+//!   `GroupCoordinator::load` (headers, bounded record decoding, non-control
+//!   records applied to an `OffsetTable`), on the input and on a copy with
+//!   the batch CRCs fixed.
 //!
 //! Asserts: no panic, abort or out-of-memory; garbage is ignored. For a
 //! subscription that the `kafka-protocol` codec decodes (read as v0, whose
@@ -28,13 +29,11 @@ mod common;
 use bytes::Bytes;
 use kafka_protocol::messages::ConsumerProtocolSubscription;
 use kafka_protocol::protocol::Decodable;
-use kafka_protocol::records::RecordBatchDecoder;
 use libfuzzer_sys::fuzz_target;
 use moldau_broker::group::offsets::{
     decode_key, decode_value, encode_key, encode_value, OffsetTable,
 };
-use moldau_broker::group::subscribed_topics;
-use moldau_broker::storage::batch::{BatchHeader, BATCH_HEADER_LEN};
+use moldau_broker::group::{apply_offsets_batches, subscribed_topics};
 
 fn subscription(meta: &[u8]) {
     let topics = subscribed_topics(meta);
@@ -88,28 +87,11 @@ fn record(data: &[u8]) {
     }
 }
 
-/// The batch walk of `GroupCoordinator::load` over one read of the log.
+/// The batch walk of `GroupCoordinator::load` over one read of the log
+/// (the very function the coordinator calls).
 fn load(bytes: &[u8]) {
     let mut table = OffsetTable::default();
-    let mut pos = 0usize;
-    while pos + BATCH_HEADER_LEN <= bytes.len() {
-        let Ok(header) = BatchHeader::parse(&bytes[pos..]) else {
-            break;
-        };
-        let end = pos + header.total_size();
-        if end > bytes.len() {
-            break;
-        }
-        let mut batch = Bytes::copy_from_slice(&bytes[pos..end]);
-        if let Ok(set) = RecordBatchDecoder::decode(&mut batch) {
-            for r in set.records {
-                if !r.control {
-                    table.apply_record(r.key, r.value);
-                }
-            }
-        }
-        pos = end;
-    }
+    let _ = apply_offsets_batches(bytes, 0, &mut table, 0);
     let groups: Vec<String> = table.groups().cloned().collect();
     for g in groups {
         let _ = table.expired(&g, 0);

@@ -10,8 +10,8 @@
 //! - the input split batch by batch and each checked with `validate_one`,
 //!   as log recovery does; for every batch that validates, rebased at
 //!   offset 0 as the broker stores it (`set_base_offset_and_epoch`):
-//!   `decode_records` (decompression included), `validate_keys_for_compaction`
-//!   (produce to a compacted topic), `find_record_at_or_after` and
+//!   `decode_records` (decompression included), `validate_records`
+//!   (record-level produce checks, keys required as on a compacted topic), `find_record_at_or_after` and
 //!   `first_record_at_or_after` (ListOffsets by timestamp) at a few
 //!   timestamps and offsets.
 //!
@@ -33,8 +33,8 @@ mod common;
 use libfuzzer_sys::fuzz_target;
 use moldau_broker::storage::batch::{
     decode_records, find_record_at_or_after, first_record_at_or_after, read_offset_and_length,
-    set_base_offset_and_epoch, validate_batches, validate_keys_for_compaction, validate_one,
-    BatchHeader, LOG_OVERHEAD,
+    set_base_offset_and_epoch, validate_batches, validate_one, validate_records, BatchHeader,
+    LOG_OVERHEAD,
 };
 
 /// `max.message.bytes` for the produce check (the broker's default is 1 MiB + 12).
@@ -66,7 +66,9 @@ fn readers(batch: &[u8], header: &BatchHeader) {
     let mut stored = batch.to_vec();
     set_base_offset_and_epoch(&mut stored, 0, 0);
     let decoded = decode_records(&stored);
-    let _ = validate_keys_for_compaction(&stored);
+    if let Ok(h) = BatchHeader::parse(&stored) {
+        let _ = validate_records(&stored, &[h], true);
+    }
     let last_delta = header.last_offset_delta;
     for ts in [i64::MIN, header.base_timestamp, header.max_timestamp] {
         for min in [0, last_delta / 2, last_delta] {
@@ -97,7 +99,9 @@ fn check(data: &[u8]) {
         );
         let covered: usize = headers.iter().map(BatchHeader::total_size).sum();
         assert_eq!(covered, data.len(), "validated batches cover the payload");
-        let _ = validate_keys_for_compaction(data);
+        // the produce path: record-level checks, with and without keys required
+        let _ = validate_records(data, &headers, true);
+        let _ = validate_records(data, &headers, false);
     }
     for (batch, header) in &batches {
         readers(batch, header);

@@ -141,6 +141,46 @@ impl std::fmt::Debug for GroupCoordinator {
     }
 }
 
+/// Applies the whole batches at the start of `bytes` (read from an offsets
+/// partition at `offset`) to `table`, skipping control records and batches
+/// whose records do not decode (logged). Returns the records applied and
+/// the offset after the last whole batch (`offset` if none was whole). The
+/// coordinator's load and the `group_codecs` fuzz target share it.
+pub fn apply_offsets_batches(
+    bytes: &[u8],
+    offset: i64,
+    table: &mut OffsetTable,
+    partition: i32,
+) -> Result<(usize, i64), TopicError> {
+    let mut records = 0usize;
+    let mut pos = 0usize;
+    let mut next = offset;
+    while pos + BATCH_HEADER_LEN <= bytes.len() {
+        let header = BatchHeader::parse(&bytes[pos..])?;
+        let end = pos + header.total_size();
+        if end > bytes.len() {
+            break;
+        }
+        match crate::storage::batch::decode_records(&bytes[pos..end]) {
+            Ok(records_of_batch) => {
+                for r in records_of_batch {
+                    if r.control {
+                        continue;
+                    }
+                    records += 1;
+                    table.apply_record(r.key, r.value);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(partition, error = %e, "skipping undecodable offsets batch")
+            }
+        }
+        next = header.last_offset().saturating_add(1);
+        pos = end;
+    }
+    Ok((records, next))
+}
+
 /// Topics named in a consumer-protocol subscription (`ConsumerProtocolSubscription`).
 /// Public for the fuzz target `group_codecs` (it parses client-supplied bytes).
 pub fn subscribed_topics(metadata: &[u8]) -> Vec<String> {
@@ -216,31 +256,8 @@ impl GroupCoordinator {
                     .map_err(|e| {
                         TopicError::new(ResponseError::KafkaStorageError, e.to_string())
                     })?;
-                let mut pos = 0usize;
-                let mut next = offset;
-                while pos + BATCH_HEADER_LEN <= bytes.len() {
-                    let header = BatchHeader::parse(&bytes[pos..])?;
-                    let end = pos + header.total_size();
-                    if end > bytes.len() {
-                        break;
-                    }
-                    match crate::storage::batch::decode_records(&bytes[pos..end]) {
-                        Ok(records_of_batch) => {
-                            for r in records_of_batch {
-                                if r.control {
-                                    continue;
-                                }
-                                records += 1;
-                                table.apply_record(r.key, r.value);
-                            }
-                        }
-                        Err(e) => {
-                            tracing::warn!(partition = p.index, error = %e, "skipping undecodable offsets batch")
-                        }
-                    }
-                    next = header.last_offset() + 1;
-                    pos = end;
-                }
+                let (applied, next) = apply_offsets_batches(&bytes, offset, &mut table, p.index)?;
+                records += applied;
                 if next <= offset {
                     break;
                 }

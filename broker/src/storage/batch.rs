@@ -418,7 +418,10 @@ pub fn find_record_at_or_after(
         let min_delta =
             i32::try_from(min_offset.saturating_sub(header.base_offset).max(0)).unwrap_or(i32::MAX);
         if let Some((delta, ts)) = first_record_at_or_after(batch, timestamp, min_delta) {
-            return Ok(Some((header.base_offset.saturating_add(i64::from(delta)), ts)));
+            return Ok(Some((
+                header.base_offset.saturating_add(i64::from(delta)),
+                ts,
+            )));
         }
         // Nothing found by the fast walk: the decoder below tells "no
         // record qualifies" from "records do not parse".
