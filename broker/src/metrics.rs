@@ -73,6 +73,11 @@ pub struct Metrics {
     pub open_fds: Gauge,
     /// The soft RLIMIT_NOFILE (read at scrape).
     pub max_fds: Gauge,
+    /// What the last start had to recover (set once at start): partitions
+    /// found without a clean-shutdown marker, and segments re-validated
+    /// with their indexes rebuilt. Both 0 after a clean stop.
+    pub recovery_unclean_partitions: Gauge,
+    pub recovery_segments_recovered: Gauge,
 }
 
 impl Default for Metrics {
@@ -100,6 +105,8 @@ impl Default for Metrics {
             request_bytes_budget: Gauge::default(),
             open_fds: Gauge::default(),
             max_fds: Gauge::default(),
+            recovery_unclean_partitions: Gauge::default(),
+            recovery_segments_recovered: Gauge::default(),
         }
     }
 }
@@ -229,6 +236,16 @@ impl Metrics {
             "max_fds",
             "The broker's open file limit (soft RLIMIT_NOFILE)",
             self.max_fds.clone(),
+        );
+        registry.register(
+            "log_recovery_unclean_partitions",
+            "Partitions the last start found without a clean-shutdown marker",
+            self.recovery_unclean_partitions.clone(),
+        );
+        registry.register(
+            "log_recovery_segments_recovered",
+            "Segments the last start re-validated (CRC) and re-indexed",
+            self.recovery_segments_recovered.clone(),
         );
         let mut out = String::new();
         if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &registry) {

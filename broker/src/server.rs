@@ -92,9 +92,13 @@ pub async fn run_reporting(
         Ok((topics, groups))
     })
     .await??;
+    let recovery = topics.recovery_stats();
     tracing::info!(
         data_dir = %cli.data_dir.display(),
         topics = topics.all().len(),
+        partitions = recovery.partitions,
+        unclean_partitions = recovery.unclean_partitions,
+        segments_recovered = recovery.segments_recovered,
         elapsed_ms = started.elapsed().as_millis() as u64,
         "logs recovered"
     );
@@ -105,6 +109,14 @@ pub async fn run_reporting(
         "connection limits"
     );
     let broker = Arc::new(Broker::new(cli.node_id, host, port, topics, groups, limits));
+    broker
+        .metrics
+        .recovery_unclean_partitions
+        .set(i64::try_from(recovery.unclean_partitions).unwrap_or(i64::MAX));
+    broker
+        .metrics
+        .recovery_segments_recovered
+        .set(i64::try_from(recovery.segments_recovered).unwrap_or(i64::MAX));
 
     let group_broker = broker.clone();
     let mut group_shutdown = shutdown.clone();
@@ -239,8 +251,12 @@ pub async fn run_reporting(
     group_task.abort();
     http_task.abort();
     let b = broker.clone();
+    let closing = std::time::Instant::now();
     tokio::task::spawn_blocking(move || b.topics.close()).await?;
-    tracing::info!("logs closed; bye");
+    tracing::info!(
+        elapsed_ms = closing.elapsed().as_millis() as u64,
+        "logs closed; bye"
+    );
     Ok(())
 }
 

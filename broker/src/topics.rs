@@ -101,6 +101,37 @@ struct PartitionState {
     producers: ProducerStates,
 }
 
+/// How long a runtime worker may wait for a partition's lock before the
+/// wait is moved off the worker (`block_in_place`): longer than any append
+/// into the page cache, far shorter than a segment roll or an fsync.
+const LOCK_WAIT_ON_WORKER: std::time::Duration = std::time::Duration::from_micros(500);
+
+/// Runs `f`, which may block on file I/O, without stalling the async
+/// runtime when called on one of its worker threads: on a multi-threaded
+/// runtime through `block_in_place` (the worker's other tasks move to
+/// another thread meanwhile); elsewhere (blocking pool, plain threads, a
+/// current-thread runtime, where `block_in_place` is not allowed) inline.
+pub fn off_worker<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
+    }
+}
+
+/// A test hook: called (off the runtime's workers) right before an append
+/// that will do blocking file work (a roll, an index growth, an fsync),
+/// with the partition's lock held. Lets a test hold such an append in
+/// progress and prove other requests are served meanwhile.
+#[doc(hidden)]
+pub static BLOCKING_APPEND_HOOK: std::sync::OnceLock<BlockingAppendHook> =
+    std::sync::OnceLock::new();
+
+/// The type of [`BLOCKING_APPEND_HOOK`]: called with the topic and partition.
+#[doc(hidden)]
+pub type BlockingAppendHook = Box<dyn Fn(&str, i32) + Send + Sync>;
+
 /// One partition this broker hosts: its log behind a lock, and a watch of
 /// its high watermark that long-polling fetches wait on.
 #[derive(Debug)]
@@ -183,96 +214,138 @@ impl Partition {
     /// first: a retry of a batch already in the log is reported as
     /// [`Appended::Duplicate`] and not written again. On a single broker
     /// the high watermark is the log end once the write is in the page cache.
+    ///
+    /// An append into the page cache runs inline (the hot path). One that
+    /// will roll the segment, grow an index or fsync (flush policy, high
+    /// watermark checkpoint) runs through [`off_worker`], and so does
+    /// waiting for the lock while another request holds it longer than
+    /// an append takes.
     pub fn append(
         &self,
         batches: &mut [u8],
         headers: &[BatchHeader],
     ) -> Result<Appended, TopicError> {
         let now = now_ms();
-        let result = {
-            let mut state = self.state.lock();
-            let mut duplicate = None;
-            let mut fresh = 0;
-            // Later batches of one request may follow earlier ones of the
-            // same producer: check against a scratch copy of just this
-            // request's producers as we go (not the whole table: this is
-            // the produce hot path).
-            let mut scratch: Option<ProducerStates> = None;
-            let request_pids = || {
-                headers
-                    .iter()
-                    .map(|h| h.producer_id)
-                    .filter(|pid| *pid >= 0)
-            };
-            for h in headers.iter().filter(|h| h.producer_id >= 0) {
-                if h.is_transactional() {
-                    return Err(TopicError::new(
-                        ResponseError::InvalidRecord,
-                        "transactional batches are not supported yet",
-                    ));
+        let records: i64 = headers
+            .iter()
+            .map(|h| i64::from(h.last_offset_delta) + 1)
+            .sum();
+        let mut state = self.lock();
+        let blocking =
+            state
+                .log
+                .append_may_block(batches.len() as u64, headers.len(), records, now);
+        let result = if blocking {
+            off_worker(|| {
+                if let Some(hook) = BLOCKING_APPEND_HOOK.get() {
+                    hook(&self.topic, self.index);
                 }
-                let view = scratch.as_ref().unwrap_or(&state.producers);
-                let last_seq = producer_last_sequence(h);
-                match view.check(h.producer_id, h.producer_epoch, h.base_sequence, last_seq) {
-                    SeqCheck::Append => {
-                        fresh += 1;
-                        let s =
-                            scratch.get_or_insert_with(|| state.producers.subset(request_pids()));
-                        s.record(
-                            h.producer_id,
-                            h.producer_epoch,
-                            h.base_sequence,
-                            last_seq,
-                            -1,
-                        );
-                    }
-                    SeqCheck::Duplicate { first_offset } => {
-                        duplicate.get_or_insert(first_offset);
-                    }
-                    SeqCheck::Reject(code) => {
-                        return Err(TopicError::new(
-                            code,
-                            format!(
-                                "producer {} epoch {} sequences {}..={}",
-                                h.producer_id, h.producer_epoch, h.base_sequence, last_seq
-                            ),
-                        ))
-                    }
-                }
+                Self::append_locked(&mut state, batches, headers, now)
+            })
+        } else {
+            Self::append_locked(&mut state, batches, headers, now)
+        };
+        drop(state);
+        let result = result?;
+        if let Appended::New(r) = result {
+            self.high_watermark.send_replace(r.last_offset + 1);
+        }
+        Ok(result)
+    }
+
+    /// The partition's lock: waits on the calling thread only briefly, then
+    /// off the runtime's worker (the holder may be rolling or fsyncing).
+    fn lock(&self) -> parking_lot::MutexGuard<'_, PartitionState> {
+        match self.state.try_lock_for(LOCK_WAIT_ON_WORKER) {
+            Some(guard) => guard,
+            None => off_worker(|| self.state.lock()),
+        }
+    }
+
+    fn append_locked(
+        state: &mut PartitionState,
+        batches: &mut [u8],
+        headers: &[BatchHeader],
+        now: i64,
+    ) -> Result<Appended, TopicError> {
+        let mut duplicate = None;
+        let mut fresh = 0;
+        // Later batches of one request may follow earlier ones of the
+        // same producer: check against a scratch copy of just this
+        // request's producers as we go (not the whole table: this is
+        // the produce hot path).
+        let mut scratch: Option<ProducerStates> = None;
+        let request_pids = || {
+            headers
+                .iter()
+                .map(|h| h.producer_id)
+                .filter(|pid| *pid >= 0)
+        };
+        for h in headers.iter().filter(|h| h.producer_id >= 0) {
+            if h.is_transactional() {
+                return Err(TopicError::new(
+                    ResponseError::InvalidRecord,
+                    "transactional batches are not supported yet",
+                ));
             }
-            if let Some(base_offset) = duplicate {
-                if fresh > 0 {
-                    return Err(TopicError::new(
-                        ResponseError::OutOfOrderSequenceNumber,
-                        "a request mixing retried and new batches of one producer",
-                    ));
-                }
-                return Ok(Appended::Duplicate {
-                    base_offset,
-                    log_start_offset: state.log.log_start_offset(),
-                });
-            }
-            let result = state.log.append(batches, 0, now)?;
-            let mut offset = result.base_offset;
-            for h in headers {
-                if h.producer_id >= 0 {
-                    let last_seq = producer_last_sequence(h);
-                    state.producers.record(
+            let view = scratch.as_ref().unwrap_or(&state.producers);
+            let last_seq = producer_last_sequence(h);
+            match view.check(h.producer_id, h.producer_epoch, h.base_sequence, last_seq) {
+                SeqCheck::Append => {
+                    fresh += 1;
+                    let s = scratch.get_or_insert_with(|| state.producers.subset(request_pids()));
+                    s.record(
                         h.producer_id,
                         h.producer_epoch,
                         h.base_sequence,
                         last_seq,
-                        offset,
+                        -1,
                     );
                 }
-                offset += h.last_offset_delta as i64 + 1;
+                SeqCheck::Duplicate { first_offset } => {
+                    duplicate.get_or_insert(first_offset);
+                }
+                SeqCheck::Reject(code) => {
+                    return Err(TopicError::new(
+                        code,
+                        format!(
+                            "producer {} epoch {} sequences {}..={}",
+                            h.producer_id, h.producer_epoch, h.base_sequence, last_seq
+                        ),
+                    ))
+                }
             }
-            let leo = state.log.log_end_offset();
-            state.log.set_high_watermark(leo);
-            state.log.maybe_flush(now)?;
-            result
-        };
-        self.high_watermark.send_replace(result.last_offset + 1);
+        }
+        if let Some(base_offset) = duplicate {
+            if fresh > 0 {
+                return Err(TopicError::new(
+                    ResponseError::OutOfOrderSequenceNumber,
+                    "a request mixing retried and new batches of one producer",
+                ));
+            }
+            return Ok(Appended::Duplicate {
+                base_offset,
+                log_start_offset: state.log.log_start_offset(),
+            });
+        }
+        let result = state.log.append(batches, 0, now)?;
+        let mut offset = result.base_offset;
+        for h in headers {
+            if h.producer_id >= 0 {
+                let last_seq = producer_last_sequence(h);
+                state.producers.record(
+                    h.producer_id,
+                    h.producer_epoch,
+                    h.base_sequence,
+                    last_seq,
+                    offset,
+                );
+            }
+            offset += h.last_offset_delta as i64 + 1;
+        }
+        let leo = state.log.log_end_offset();
+        state.log.set_high_watermark(leo);
+        state.log.maybe_flush(now)?;
         Ok(Appended::New(result))
     }
 
@@ -281,14 +354,14 @@ impl Partition {
         offset: i64,
         max_bytes: u64,
     ) -> storage::Result<(FetchSlice, PartitionOffsets)> {
-        let state = self.state.lock();
+        let state = self.lock();
         let hw = state.log.high_watermark();
         let slice = state.log.read(offset, max_bytes, hw)?;
         Ok((slice, offsets_of(&state.log)))
     }
 
     pub fn offsets(&self) -> PartitionOffsets {
-        offsets_of(&self.state.lock().log)
+        offsets_of(&self.lock().log)
     }
 
     pub fn subscribe(&self) -> watch::Receiver<i64> {
@@ -296,12 +369,15 @@ impl Partition {
     }
 
     /// Runs `f` with the log locked (for operations other modules own).
+    /// Waiting for the lock moves off a runtime worker after a moment;
+    /// `f` itself runs where the caller is (callers doing file work call
+    /// from the blocking pool).
     pub fn with_log<T>(&self, f: impl FnOnce(&mut PartitionLog) -> T) -> T {
-        f(&mut self.state.lock().log)
+        f(&mut self.lock().log)
     }
 
     pub fn size_bytes(&self) -> u64 {
-        self.state.lock().log.size_bytes()
+        self.lock().log.size_bytes()
     }
 }
 
@@ -359,6 +435,19 @@ pub struct TopicManager {
     admin: Mutex<()>,
     /// Producer id blocks; its persisted end is part of the metadata document.
     producer_ids: Mutex<ProducerIdBlocks>,
+    /// What opening the logs at start had to recover.
+    recovery: RecoveryStats,
+}
+
+/// What [`TopicManager::open`] found: after a clean stop, no partition is
+/// unclean and no segment is recovered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RecoveryStats {
+    pub partitions: usize,
+    /// Partitions with segments but no clean-shutdown marker.
+    pub unclean_partitions: usize,
+    /// Segments re-validated (CRC) with their indexes rebuilt.
+    pub segments_recovered: usize,
 }
 
 fn partition_dir(data_dir: &Path, topic: &str, index: i32) -> PathBuf {
@@ -485,7 +574,15 @@ impl TopicManager {
             topics.insert(meta.name.clone(), Arc::new(topic));
         }
         remove_orphans(data_dir, &doc)?;
+        let mut recovery = RecoveryStats::default();
+        for p in topics.values().flat_map(|t| t.partitions.iter()) {
+            let report = p.with_log(|log| log.open_report());
+            recovery.partitions += 1;
+            recovery.unclean_partitions += usize::from(report.unclean);
+            recovery.segments_recovered += report.segments_recovered;
+        }
         Ok(Self {
+            recovery,
             broker,
             data_dir: data_dir.to_path_buf(),
             file,
@@ -498,6 +595,10 @@ impl TopicManager {
 
     pub fn cluster_id(&self) -> &str {
         &self.cluster_id
+    }
+    /// What opening the logs at start had to recover.
+    pub fn recovery_stats(&self) -> RecoveryStats {
+        self.recovery
     }
     pub fn broker_config(&self) -> &BrokerConfig {
         &self.broker
@@ -870,30 +971,53 @@ impl TopicManager {
         }
     }
 
-    /// Clean shutdown: flush and close every log.
+    /// Clean shutdown: closes every partition's log in place (see
+    /// [`PartitionLog::close_in_place`]: fsync what changed, checkpoints,
+    /// clean-shutdown marker), on up to [`CLOSE_THREADS`] threads at once.
+    /// The work is fsyncs, which the filesystem batches into shared journal
+    /// commits when they come from many threads, so a broker with thousands
+    /// of partitions closes in seconds instead of one fsync after another.
+    /// Logs refuse appends once closed, so a request still in flight cannot
+    /// write behind a marker.
     pub fn close(&self) {
-        for topic in self.all() {
-            for p in &topic.partitions {
-                let result = p.with_log(|log| log.flush());
-                if let Err(e) = result {
-                    tracing::error!(topic = %p.topic, partition = p.index, error = %e, "flush on shutdown failed");
+        let partitions: Vec<Arc<Partition>> = self
+            .all()
+            .iter()
+            .flat_map(|t| t.partitions.iter().cloned())
+            .collect();
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let failed = std::sync::atomic::AtomicUsize::new(0);
+        let work = || loop {
+            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some(p) = partitions.get(i) else { break };
+            if let Err(e) = p.state.lock().log.close_in_place() {
+                failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tracing::error!(topic = %p.topic, partition = p.index, error = %e, "closing log failed; the next start recovers it");
+            }
+        };
+        let threads = CLOSE_THREADS.min(partitions.len());
+        std::thread::scope(|scope| {
+            for n in 1..threads {
+                let spawned = std::thread::Builder::new()
+                    .name(format!("moldau-close-{n}"))
+                    .spawn_scoped(scope, work);
+                if let Err(e) = spawned {
+                    tracing::warn!(error = %e, "cannot start another thread to close logs");
+                    break;
                 }
             }
-        }
-        let topics = std::mem::take(&mut *self.topics.write());
-        for (_, topic) in topics {
-            if let Ok(topic) = Arc::try_unwrap(topic) {
-                for p in topic.partitions {
-                    if let Ok(p) = Arc::try_unwrap(p) {
-                        if let Err(e) = p.state.into_inner().log.close() {
-                            tracing::error!(error = %e, "closing log failed");
-                        }
-                    }
-                }
-            }
-        }
+            work();
+        });
+        tracing::info!(
+            partitions = partitions.len(),
+            failed = failed.into_inner(),
+            "logs closed"
+        );
     }
 }
+
+/// At most this many threads close logs at shutdown.
+pub const CLOSE_THREADS: usize = 16;
 
 fn open_partition(
     data_dir: &Path,
@@ -981,6 +1105,7 @@ fn finish_deletions(
 /// Removes partition directories no topic in `doc` owns (left by a delete
 /// that was interrupted, or by a partition count that was never persisted).
 fn remove_orphans(data_dir: &Path, doc: &MetadataDoc) -> std::io::Result<()> {
+    let mut orphans = Vec::new();
     for entry in std::fs::read_dir(data_dir)? {
         let entry = entry?;
         if !entry.file_type()?.is_dir() {
@@ -996,9 +1121,20 @@ fn remove_orphans(data_dir: &Path, doc: &MetadataDoc) -> std::io::Result<()> {
         let owned = doc.topics.get(topic).is_some_and(|t| index < t.partitions);
         if !owned && entry.path().join(PARTITION_METADATA).exists() {
             tracing::warn!(dir = %entry.path().display(), "removing partition directory of a deleted topic");
-            std::fs::remove_dir_all(entry.path())?;
+            // Renamed now (cheap; a new topic of that name cannot meet
+            // it), removed in the background. The random id names no
+            // topic, so if a crash leaves it, the next start only removes it.
+            let to = delete_dir(data_dir, topic, index, Uuid::new_v4());
+            match std::fs::rename(entry.path(), &to) {
+                Ok(()) => orphans.push(to),
+                Err(e) => {
+                    tracing::warn!(dir = %entry.path().display(), error = %e, "cannot rename an orphan; removing it now");
+                    std::fs::remove_dir_all(entry.path())?;
+                }
+            }
         }
     }
+    remove_dirs_in_background(orphans);
     Ok(())
 }
 

@@ -447,3 +447,56 @@ fn storage_roll_when_index_full() {
     let log = PartitionLog::open(tmp.path(), cfg, NOW).expect("reopen");
     assert_holds_exactly(&log, &ranges);
 }
+
+/// A clean close (in place, as the broker closes its logs at shutdown)
+/// makes the next open recover nothing; a closed log refuses changes; a
+/// crash makes the next open re-validate from the recovery point.
+#[test]
+fn storage_clean_close_in_place_then_open_recovers_nothing() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("p");
+    let ranges = build(&dir, 40, Some(10));
+    // The crash in `build` is seen and repaired.
+    let mut log = PartitionLog::open(&dir, config(), NOW).expect("open");
+    let report = log.open_report();
+    assert!(report.unclean, "{report:?}");
+    assert!(report.segments_recovered >= 1, "{report:?}");
+    assert_holds_exactly(&log, &ranges);
+    let segments = log.segment_count();
+
+    log.close_in_place().expect("close");
+    assert!(log.is_closed());
+    log.close_in_place().expect("closing twice is a no-op");
+    assert!(matches!(
+        log.append(&mut batch(1, 0), 1, NOW),
+        Err(StorageError::Io(_))
+    ));
+    assert!(log.delete_records_before(1).is_err());
+    let far_future = NOW + 10 * 365 * 24 * 3600 * 1000;
+    let outcome = log.enforce_retention(far_future).expect("retention");
+    assert_eq!(outcome.segments_deleted, 0, "a closed log changes nothing");
+    log.flush().expect("flush is a no-op");
+    assert_eq!(log.segment_count(), segments);
+    drop(log);
+    assert!(dir.join(".clean-shutdown").is_file());
+
+    let log = PartitionLog::open(&dir, config(), NOW).expect("reopen");
+    assert_eq!(
+        log.open_report(),
+        Default::default(),
+        "a clean stop leaves nothing to recover"
+    );
+    assert_eq!(log.recovery_point(), log.log_end_offset());
+    assert_holds_exactly(&log, &ranges);
+    assert!(!dir.join(".clean-shutdown").exists(), "marker consumed");
+    drop(log);
+
+    // Crash after that clean start: everything was flushed, so the
+    // recovery point is the log end and only the last segment (the one
+    // holding it) is re-validated.
+    let log = PartitionLog::open(&dir, config(), NOW).expect("reopen");
+    let report = log.open_report();
+    assert!(report.unclean);
+    assert_eq!(report.segments_recovered, 1, "{report:?}");
+    assert_holds_exactly(&log, &ranges);
+}

@@ -44,6 +44,21 @@ fn error_entry(name: Option<&str>, id: uuid::Uuid, code: ResponseError) -> Metad
         .with_topic_authorized_operations(NO_AUTHORIZED_OPERATIONS)
 }
 
+/// Whether answering `req` may create a topic (a named topic is unknown
+/// and auto-creation is allowed): such requests run on the blocking pool.
+pub fn may_create_topics(broker: &Broker, req: &MetadataRequest, version: i16) -> bool {
+    let allowed = (version < 4 || req.allow_auto_topic_creation)
+        && broker.topics.broker_config().auto_create_topics_enable;
+    allowed
+        && req.topics.as_ref().is_some_and(|list| {
+            list.iter().any(|t| {
+                t.name
+                    .as_ref()
+                    .is_some_and(|n| broker.topics.get(n.0.as_str()).is_none())
+            })
+        })
+}
+
 pub fn handle(broker: &Broker, req: MetadataRequest, version: i16) -> MetadataResponse {
     // v0 and an empty list meant "all topics" before v1 made null mean that.
     let requested = match req.topics {

@@ -49,6 +49,25 @@ pub enum RequestError {
         version: i16,
         reason: String,
     },
+    #[error("the {api:?} handler failed: {reason}")]
+    Failed { api: ApiKey, reason: String },
+}
+
+/// Runs a handler that may do blocking file work (fsync, metadata
+/// rewrites, file creation, waiting for the admin lock behind a big
+/// CreateTopics) on tokio's blocking pool, never on a runtime worker.
+async fn blocking<T: Send + 'static>(
+    broker: &Arc<Broker>,
+    api: ApiKey,
+    f: impl FnOnce(&Broker) -> T + Send + 'static,
+) -> Result<T, RequestError> {
+    let b = broker.clone();
+    tokio::task::spawn_blocking(move || f(&b))
+        .await
+        .map_err(|e| RequestError::Failed {
+            api,
+            reason: e.to_string(),
+        })
 }
 
 /// Encodes a complete response frame (size, header, body).
@@ -95,6 +114,11 @@ pub async fn handle(
     let b = broker.as_ref();
     match request {
         RequestKind::ApiVersions(_) => encode_response(api, version, cid, &api_versions::handle(b)),
+        // Auto-creating a topic creates files and rewrites the metadata.
+        RequestKind::Metadata(r) if metadata::may_create_topics(b, &r, version) => {
+            let resp = blocking(broker, api, move |b| metadata::handle(b, r, version)).await?;
+            encode_response(api, version, cid, &resp)
+        }
         RequestKind::Metadata(r) => {
             encode_response(api, version, cid, &metadata::handle(b, r, version))
         }
@@ -119,8 +143,10 @@ pub async fn handle(
             let resp = admin::create_partitions_off_runtime(broker, r).await;
             encode_response(api, version, cid, &resp)
         }
+        // Rolls segments, checkpoints (fsync), deletes files.
         RequestKind::DeleteRecords(r) => {
-            encode_response(api, version, cid, &admin::delete_records(b, r))
+            let resp = blocking(broker, api, move |b| admin::delete_records(b, r)).await?;
+            encode_response(api, version, cid, &resp)
         }
         RequestKind::DescribeCluster(r) => {
             encode_response(api, version, cid, &admin::describe_cluster(b, r))
@@ -128,12 +154,19 @@ pub async fn handle(
         RequestKind::DescribeConfigs(r) => {
             encode_response(api, version, cid, &configs::describe(b, r))
         }
-        RequestKind::AlterConfigs(r) => encode_response(api, version, cid, &configs::alter(b, r)),
+        // These take the admin lock (which a big CreateTopics holds for
+        // long) and rewrite the metadata document.
+        RequestKind::AlterConfigs(r) => {
+            let resp = blocking(broker, api, move |b| configs::alter(b, r)).await?;
+            encode_response(api, version, cid, &resp)
+        }
         RequestKind::IncrementalAlterConfigs(r) => {
-            encode_response(api, version, cid, &configs::incremental_alter(b, r))
+            let resp = blocking(broker, api, move |b| configs::incremental_alter(b, r)).await?;
+            encode_response(api, version, cid, &resp)
         }
         RequestKind::InitProducerId(r) => {
-            encode_response(api, version, cid, &producers::init_producer_id(b, r))
+            let resp = blocking(broker, api, move |b| producers::init_producer_id(b, r)).await?;
+            encode_response(api, version, cid, &resp)
         }
         RequestKind::FindCoordinator(r) => {
             encode_response(api, version, cid, &groups::find_coordinator(b, r, version))

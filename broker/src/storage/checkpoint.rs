@@ -42,23 +42,41 @@ pub fn fsync_dir(dir: &Path) -> std::io::Result<()> {
 
 /// Atomically replaces `dir/name` with a checkpoint holding `value`.
 pub fn write_checkpoint(dir: &Path, name: &str, value: i64) -> Result<()> {
-    let path = dir.join(name);
-    let tmp = dir.join(format!("{name}{TMP_SUFFIX}"));
-    let written = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&tmp)
-        .and_then(|mut f| {
-            f.write_all(format!("{MAGIC} {VERSION} {value}\n").as_bytes())?;
-            f.sync_all()
-        });
-    if let Err(e) = written {
-        // A full disk: do not leave a temp file holding space behind.
-        let _ = fs::remove_file(&tmp);
-        return Err(e.into());
+    write_checkpoints(dir, &[(name, value)])
+}
+
+/// Atomically replaces several checkpoints of `dir`: each is written to
+/// its temp file and fsynced, then all are renamed into place and the
+/// directory is fsynced once. Each file is still replaced atomically (a
+/// reader, or a crash at any point, sees the old or the new value of each,
+/// never a torn one); only the directory fsync is shared, after the last
+/// rename, which makes every rename durable before this returns.
+pub fn write_checkpoints(dir: &Path, checkpoints: &[(&str, i64)]) -> Result<()> {
+    if checkpoints.is_empty() {
+        return Ok(());
     }
-    fs::rename(&tmp, &path)?;
+    for &(name, value) in checkpoints {
+        let tmp = dir.join(format!("{name}{TMP_SUFFIX}"));
+        let written = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)
+            .and_then(|mut f| {
+                f.write_all(format!("{MAGIC} {VERSION} {value}\n").as_bytes())?;
+                f.sync_all()
+            });
+        if let Err(e) = written {
+            // A full disk: do not leave temp files holding space behind.
+            for &(n, _) in checkpoints {
+                let _ = fs::remove_file(dir.join(format!("{n}{TMP_SUFFIX}")));
+            }
+            return Err(e.into());
+        }
+    }
+    for &(name, _) in checkpoints {
+        fs::rename(dir.join(format!("{name}{TMP_SUFFIX}")), dir.join(name))?;
+    }
     fsync_dir(dir)?;
     Ok(())
 }
@@ -148,6 +166,19 @@ mod tests {
             .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
             .collect();
         assert!(names.iter().all(|n| !n.ends_with(TMP_SUFFIX)), "{names:?}");
+        // Several at once: each replaced, no temp file left.
+        write_checkpoints(d, &[(RECOVERY_POINT_FILE, 7), (LOG_START_OFFSET_FILE, 3)])
+            .expect("write several");
+        assert_eq!(
+            read_checkpoint(d, RECOVERY_POINT_FILE).expect("read"),
+            Some(7)
+        );
+        assert_eq!(
+            read_checkpoint(d, LOG_START_OFFSET_FILE).expect("read"),
+            Some(3)
+        );
+        write_checkpoints(d, &[]).expect("nothing to write");
+        write_checkpoint(d, RECOVERY_POINT_FILE, i64::MAX).expect("overwrite");
         // A leftover temp file from a crash mid-write does not affect the value.
         fs::write(
             d.join(format!("{RECOVERY_POINT_FILE}{TMP_SUFFIX}")),

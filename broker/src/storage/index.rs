@@ -247,6 +247,16 @@ impl IndexFile {
         self.resize(target - target % es)
     }
 
+    /// Whether [`IndexFile::reserve`] of `extra` entries would grow the file.
+    fn needs_growth(&self, extra: usize) -> bool {
+        let es = self.entry_size as u64;
+        let cap = self.capacity() as u64 * es;
+        let want = (self.entries.saturating_add(extra) as u64)
+            .saturating_mul(es)
+            .min(cap);
+        want > self.mmap.len() as u64
+    }
+
     /// Adds an entry; false if the index is at its maximum length. Growing
     /// the file may fail on a full filesystem: the index is then detached
     /// (callers that must not degrade call `reserve` first).
@@ -417,6 +427,11 @@ macro_rules! common_index_methods {
         /// the space cannot be reserved.
         pub fn reserve(&mut self, extra: usize) -> io::Result<()> {
             self.inner.reserve(extra)
+        }
+        /// Whether `reserve(extra)` would have to grow the file (reserve
+        /// disk space and map it again).
+        pub fn needs_growth(&self, extra: usize) -> bool {
+            self.inner.needs_growth(extra)
         }
         /// Shrinks the file to exactly its entries.
         pub fn trim(&mut self) -> io::Result<()> {

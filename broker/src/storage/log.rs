@@ -69,6 +69,18 @@ pub struct RetentionOutcome {
     pub log_start_offset: i64,
 }
 
+/// What opening a log had to do (for logs and metrics: a clean restart
+/// re-validates nothing).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OpenReport {
+    /// The directory held segments but no clean-shutdown marker (with a
+    /// recovery point checkpoint): the stop before was not clean.
+    pub unclean: bool,
+    /// Segments whose batches were re-validated and indexes rebuilt (after
+    /// an unclean stop, or because an index was missing or corrupt).
+    pub segments_recovered: usize,
+}
+
 /// How often `maybe_flush` checkpoints a changed high watermark (Kafka's
 /// `replica.high.watermark.checkpoint.interval.ms` default).
 pub const HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS: i64 = 5_000;
@@ -85,6 +97,10 @@ pub struct PartitionLog {
     recovery_point: i64,
     high_watermark: i64,
     checkpointed_high_watermark: Option<i64>,
+    /// Values of the recovery point and log start checkpoint files as last
+    /// read or written (`None`: absent), so unchanged ones are not rewritten.
+    checkpointed_recovery_point: Option<i64>,
+    checkpointed_log_start: Option<i64>,
     last_hw_checkpoint_ms: i64,
     unflushed_messages: i64,
     first_unflushed_ms: Option<i64>,
@@ -96,6 +112,9 @@ pub struct PartitionLog {
     /// pass; when that checkpoint is missing for a log compacted before,
     /// `Some(i64::MIN)` (check once).
     tombstone_due: Option<i64>,
+    /// Set by [`PartitionLog::close_in_place`]: the log refuses changes.
+    closed: bool,
+    open_report: OpenReport,
 }
 
 fn out_of_range(requested: i64, log_start: i64, log_end: i64) -> StorageError {
@@ -255,6 +274,10 @@ impl PartitionLog {
                 break;
             }
         }
+        let open_report = OpenReport {
+            unclean: !clean && !bases.is_empty(),
+            segments_recovered: recovered.iter().filter(|&&r| r).count(),
+        };
         if segments.is_empty() {
             let base = checkpointed_start.unwrap_or(0).max(0);
             segments.push(Segment::create(&dir, base, config.segment_index_bytes)?);
@@ -291,7 +314,7 @@ impl PartitionLog {
                 .unwrap_or(first_base)
                 .clamp(first_base, log_end)
         };
-        let log = PartitionLog {
+        let mut log = PartitionLog {
             dir,
             config,
             segments,
@@ -299,6 +322,8 @@ impl PartitionLog {
             recovery_point,
             high_watermark,
             checkpointed_high_watermark: checkpointed_hw,
+            checkpointed_recovery_point: checkpointed_recovery,
+            checkpointed_log_start: checkpointed_start,
             last_hw_checkpoint_ms: now_ms,
             unflushed_messages: log_end - recovery_point,
             first_unflushed_ms: (recovery_point < log_end).then_some(now_ms),
@@ -308,23 +333,37 @@ impl PartitionLog {
                 Some(due) => Some(due),
                 None => checkpointed_cleaned.map(|_| i64::MIN),
             },
+            closed: false,
+            open_report,
         };
         // Checkpoints pointing past what survived are pulled back. Failing
         // to (a full disk) is harmless: the next open clamps them again.
-        let pull_back = |name: &str, value: i64| {
-            if let Err(e) = checkpoint::write_checkpoint(&log.dir, name, value) {
-                tracing::warn!(dir = %log.dir.display(), checkpoint = name, error = %e, "cannot rewrite a checkpoint");
+        let pull_back = |dir: &Path, name: &str, value: i64| match checkpoint::write_checkpoint(
+            dir, name, value,
+        ) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(dir = %dir.display(), checkpoint = name, error = %e, "cannot rewrite a checkpoint");
+                false
             }
         };
-        if checkpointed_start.is_some_and(|s| s != log_start_offset) {
-            pull_back(checkpoint::LOG_START_OFFSET_FILE, log_start_offset);
+        if checkpointed_start.is_some_and(|s| s != log_start_offset)
+            && pull_back(
+                &log.dir,
+                checkpoint::LOG_START_OFFSET_FILE,
+                log_start_offset,
+            )
+        {
+            log.checkpointed_log_start = Some(log_start_offset);
         }
-        if checkpointed_recovery.is_some_and(|r| r != recovery_point) {
-            pull_back(checkpoint::RECOVERY_POINT_FILE, recovery_point);
+        if checkpointed_recovery.is_some_and(|r| r != recovery_point)
+            && pull_back(&log.dir, checkpoint::RECOVERY_POINT_FILE, recovery_point)
+        {
+            log.checkpointed_recovery_point = Some(recovery_point);
         }
         if let (Some(c), Some(now)) = (checkpointed_cleaned, log.cleaned_to) {
             if c != now {
-                pull_back(checkpoint::CLEANER_OFFSET_FILE, now);
+                pull_back(&log.dir, checkpoint::CLEANER_OFFSET_FILE, now);
             }
         }
         checkpoint::remove_clean_shutdown(&log.dir)?;
@@ -341,6 +380,10 @@ impl PartitionLog {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+    /// What [`PartitionLog::open`] had to recover.
+    pub fn open_report(&self) -> OpenReport {
+        self.open_report
     }
     pub fn config(&self) -> &LogConfig {
         &self.config
@@ -406,6 +449,7 @@ impl PartitionLog {
         leader_epoch: i32,
         now_ms: i64,
     ) -> Result<AppendResult> {
+        self.refuse_if_closed()?;
         if batches.is_empty() {
             return Err(StorageError::CorruptBatch("empty record set".to_string()));
         }
@@ -623,12 +667,14 @@ impl PartitionLog {
         }
     }
 
-    fn checkpoint_log_start(&self) -> Result<()> {
+    fn checkpoint_log_start(&mut self) -> Result<()> {
         checkpoint::write_checkpoint(
             &self.dir,
             checkpoint::LOG_START_OFFSET_FILE,
             self.log_start_offset,
-        )
+        )?;
+        self.checkpointed_log_start = Some(self.log_start_offset);
+        Ok(())
     }
 
     /// Moves the log start offset up to `new_start` (checkpointed before any
@@ -656,6 +702,7 @@ impl PartitionLog {
     /// `OffsetOutOfRange`; at or below the log start it changes nothing (as
     /// in Kafka). Returns the new log start offset.
     pub fn delete_records_before(&mut self, offset: i64) -> Result<i64> {
+        self.refuse_if_closed()?;
         let end = self.log_end_offset();
         if offset > end {
             return Err(out_of_range(offset, self.log_start_offset, end));
@@ -686,6 +733,10 @@ impl PartitionLog {
     /// (`file.delete.delay.ms` is not needed: readers keep their open file).
     pub fn enforce_retention(&mut self, now_ms: i64) -> Result<RetentionOutcome> {
         let mut outcome = RetentionOutcome::default();
+        if self.closed {
+            outcome.log_start_offset = self.log_start_offset;
+            return Ok(outcome);
+        }
         if self.segment_expired_by_age(self.active(), now_ms) {
             self.roll()?;
         }
@@ -763,7 +814,7 @@ impl PartitionLog {
             cleaned_up_to: self.cleaned_to.unwrap_or(first_base),
             ..CompactionOutcome::default()
         };
-        if !self.config.compact {
+        if !self.config.compact || self.closed {
             return Ok(outcome);
         }
         let n = self.segments.len();
@@ -889,6 +940,9 @@ impl PartitionLog {
     /// appends and periodically. Also checkpoints a changed high watermark
     /// at most every [`HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS`].
     pub fn maybe_flush(&mut self, now_ms: i64) -> Result<()> {
+        if self.closed {
+            return Ok(());
+        }
         let by_count =
             self.unflushed_messages > 0 && self.unflushed_messages >= self.config.flush_messages;
         let by_time = self
@@ -912,29 +966,65 @@ impl PartitionLog {
         Ok(())
     }
 
-    /// fsyncs all segments and indexes and checkpoints the recovery point
-    /// (and the high watermark if it changed).
+    /// fsyncs what changed in the segments and indexes and checkpoints the
+    /// recovery point (and the high watermark if it changed).
     pub fn flush(&mut self) -> Result<()> {
-        self.flush_inner(false)
+        if self.closed {
+            return Ok(());
+        }
+        self.flush_and_checkpoint()
     }
 
-    /// `flush`; the recovery point checkpoint is rewritten only when it
-    /// moved, unless `always_checkpoint`.
-    fn flush_inner(&mut self, always_checkpoint: bool) -> Result<()> {
+    /// fsyncs the segments changed since the last flush (only the files
+    /// written since), then rewrites the recovery point, high watermark and
+    /// log start checkpoints whose files do not hold the current values,
+    /// all with one directory fsync.
+    fn flush_and_checkpoint(&mut self) -> Result<()> {
         for seg in &mut self.segments {
             seg.flush()?;
         }
         let end = self.log_end_offset();
-        if always_checkpoint || end != self.recovery_point {
-            checkpoint::write_checkpoint(&self.dir, checkpoint::RECOVERY_POINT_FILE, end)?;
+        let mut due = Vec::with_capacity(3);
+        if self.checkpointed_recovery_point != Some(end) {
+            due.push((checkpoint::RECOVERY_POINT_FILE, end));
         }
+        if self.checkpointed_high_watermark != Some(self.high_watermark) {
+            due.push((checkpoint::HIGH_WATERMARK_FILE, self.high_watermark));
+        }
+        if self.checkpointed_log_start != Some(self.log_start_offset) {
+            due.push((checkpoint::LOG_START_OFFSET_FILE, self.log_start_offset));
+        }
+        checkpoint::write_checkpoints(&self.dir, &due)?;
+        self.checkpointed_recovery_point = Some(end);
+        self.checkpointed_high_watermark = Some(self.high_watermark);
+        self.checkpointed_log_start = Some(self.log_start_offset);
         self.recovery_point = end;
         self.unflushed_messages = 0;
         self.first_unflushed_ms = None;
-        if self.checkpointed_high_watermark != Some(self.high_watermark) {
-            self.checkpoint_high_watermark()?;
-        }
         Ok(())
+    }
+
+    /// Whether appending `bytes` bytes in `batches` batches now would do
+    /// blocking file work beyond a write into the page cache: roll the
+    /// segment (create files, reserve and map indexes, seal the old one),
+    /// grow an index, or fsync by the flush policy (`flush.messages`,
+    /// `flush.ms`) or the high watermark checkpoint interval. A few
+    /// comparisons: callers use it to move such appends off an async
+    /// runtime's worker threads. `records` is the number of records.
+    pub fn append_may_block(&self, bytes: u64, batches: usize, records: i64, now_ms: i64) -> bool {
+        let active = self.active();
+        let rolls = !active.is_empty()
+            && (active.size().saturating_add(bytes) > self.max_segment_bytes()
+                || self.segment_expired_by_age(active, now_ms)
+                || active.indexes_full()
+                || self.log_end_offset().saturating_add(records) - active.base_offset()
+                    > i64::from(i32::MAX));
+        let flushes = self.unflushed_messages.saturating_add(records) >= self.config.flush_messages
+            || now_ms.saturating_sub(self.first_unflushed_ms.unwrap_or(now_ms))
+                >= self.config.flush_ms;
+        let checkpoints_hw = now_ms.saturating_sub(self.last_hw_checkpoint_ms)
+            >= HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS;
+        rolls || flushes || checkpoints_hw || active.append_grows_indexes(batches)
     }
 
     /// Sets the high watermark (replication owns its value; a single
@@ -959,15 +1049,46 @@ impl PartitionLog {
         Ok(())
     }
 
-    /// Clean shutdown: flush, trim preallocated indexes, write all
-    /// checkpoints and a clean-shutdown marker so the next open skips
-    /// re-validation.
+    /// Clean shutdown: [`PartitionLog::close_in_place`], consuming the log.
     pub fn close(mut self) -> Result<()> {
+        self.close_in_place()
+    }
+
+    /// Clean shutdown: trims the active segment's preallocated indexes,
+    /// fsyncs what changed since the last flush, brings the recovery point,
+    /// high watermark and log start checkpoints up to date, and only then
+    /// writes the clean-shutdown marker, so the next open trusts the
+    /// segments instead of re-validating them. Afterwards the log refuses
+    /// appends and skips retention, compaction and flushes, so nothing can
+    /// change behind the marker (requests still in flight at shutdown fail
+    /// with `KAFKA_STORAGE_ERROR`).
+    ///
+    /// Cost per partition, at most: one `fdatasync` per segment written
+    /// since the last flush, one `msync` per changed index, one fsync per
+    /// checkpoint whose value changed, one directory fsync for their
+    /// renames, and the marker (its fsync and a directory fsync).
+    pub fn close_in_place(&mut self) -> Result<()> {
+        if self.closed {
+            return Ok(());
+        }
+        self.closed = true;
         self.active_mut().seal()?;
-        self.flush_inner(true)?;
-        self.checkpoint_log_start()?;
-        self.checkpoint_high_watermark()?;
+        self.flush_and_checkpoint()?;
         checkpoint::write_clean_shutdown(&self.dir)?;
+        Ok(())
+    }
+
+    /// Whether [`PartitionLog::close_in_place`] ran.
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    fn refuse_if_closed(&self) -> Result<()> {
+        if self.closed {
+            return Err(StorageError::Io(std::io::Error::other(
+                "the log is closed (the broker is shutting down)",
+            )));
+        }
         Ok(())
     }
 

@@ -89,8 +89,10 @@ pub struct Segment {
     /// while empty.
     roll_base_ms: Option<i64>,
     bytes_since_last_index_entry: u64,
-    /// Written since the last fsync.
-    dirty: bool,
+    /// The `.log` file was written since its last fsync.
+    log_dirty: bool,
+    /// The indexes changed (entries, length) since their last msync.
+    index_dirty: bool,
 }
 
 fn corrupt(msg: impl Into<String>) -> StorageError {
@@ -118,7 +120,8 @@ impl Segment {
             }
             let mut seg = Segment::from_files(log_path.clone(), file, 0, base_offset)?;
             seg.make_active(index_bytes)?;
-            seg.dirty = true;
+            seg.log_dirty = true;
+            seg.index_dirty = true;
             Ok(seg)
         })();
         if created.is_err() {
@@ -162,7 +165,8 @@ impl Segment {
             offset_of_max_timestamp: base_offset,
             roll_base_ms: None,
             bytes_since_last_index_entry: 0,
-            dirty: false,
+            log_dirty: false,
+            index_dirty: false,
         })
     }
 
@@ -198,8 +202,9 @@ impl Segment {
     pub fn roll_base_ms(&self) -> Option<i64> {
         self.roll_base_ms
     }
+    /// Whether anything (log or indexes) changed since the last flush.
     pub fn is_dirty(&self) -> bool {
-        self.dirty
+        self.log_dirty || self.index_dirty
     }
     /// Whether another index entry may not fit (the log then rolls).
     pub fn indexes_full(&self) -> bool {
@@ -278,7 +283,7 @@ impl Segment {
         self.offset_index.trim()?;
         self.time_index.trim()?;
         self.close_index_files();
-        self.dirty = true;
+        self.index_dirty = true;
         Ok(())
     }
 
@@ -311,7 +316,7 @@ impl Segment {
         if self.roll_base_ms.is_none() {
             self.roll_base_ms = Some(now_ms);
         }
-        self.dirty = true;
+        self.log_dirty = true;
         Ok(())
     }
 
@@ -327,6 +332,7 @@ impl Segment {
             if self.offset_index.append(b.base_offset, position) {
                 self.time_index
                     .maybe_append(self.max_timestamp, self.offset_of_max_timestamp);
+                self.index_dirty = true;
             }
             self.bytes_since_last_index_entry = 0;
         }
@@ -334,15 +340,24 @@ impl Segment {
         self.next_offset = b.last_offset.saturating_add(1);
     }
 
-    /// fsyncs the log and the indexes if anything changed.
+    /// fsyncs what changed since the last flush: the log (`fdatasync`)
+    /// and/or the indexes (`msync`), each only if written since.
     pub fn flush(&mut self) -> Result<()> {
-        if self.dirty {
+        if self.log_dirty {
             self.file.sync_data()?;
+            self.log_dirty = false;
+        }
+        if self.index_dirty {
             self.offset_index.flush()?;
             self.time_index.flush()?;
-            self.dirty = false;
+            self.index_dirty = false;
         }
         Ok(())
+    }
+
+    /// Whether appending `batches` batches needs more index space first (a `posix_fallocate` and a new mapping).
+    pub fn append_grows_indexes(&self, batches: usize) -> bool {
+        self.offset_index.needs_growth(batches) || self.time_index.needs_growth(batches)
     }
 
     /// Reads `buf.len()` bytes at `pos` (fails on a short read).
@@ -667,7 +682,8 @@ impl Segment {
             );
             self.file.set_len(pos)?;
         }
-        self.dirty = true;
+        self.log_dirty = true;
+        self.index_dirty = true;
         self.roll_base_ms = self.first_roll_base(now_ms)?;
         Ok(cut)
     }
