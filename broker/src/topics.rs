@@ -106,20 +106,6 @@ struct PartitionState {
 /// into the page cache, far shorter than a segment roll or an fsync.
 const LOCK_WAIT_ON_WORKER: std::time::Duration = std::time::Duration::from_micros(500);
 
-/// Runs `f`, which may block on file I/O, without stalling the async
-/// runtime when called on one of its worker threads: on a multi-threaded
-/// runtime through `block_in_place` (the worker's other tasks move to
-/// another thread meanwhile); elsewhere (blocking pool, plain threads, a
-/// current-thread runtime, where `block_in_place` is not allowed) inline.
-pub fn off_worker<T>(f: impl FnOnce() -> T) -> T {
-    match tokio::runtime::Handle::try_current() {
-        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-            tokio::task::block_in_place(f)
-        }
-        _ => f(),
-    }
-}
-
 /// A test hook: called (off the runtime's workers) right before an append
 /// that will do blocking file work (a roll, an index growth, an fsync),
 /// with the partition's lock held. Lets a test hold such an append in
@@ -217,7 +203,7 @@ impl Partition {
     ///
     /// An append into the page cache runs inline (the hot path). One that
     /// will roll the segment, grow an index or fsync (flush policy, high
-    /// watermark checkpoint) runs through [`off_worker`], and so does
+    /// watermark checkpoint) runs through [`crate::offload::blocking`], and so does
     /// waiting for the lock while another request holds it longer than
     /// an append takes.
     pub fn append(
@@ -236,7 +222,7 @@ impl Partition {
                 .log
                 .append_may_block(batches.len() as u64, headers.len(), records, now);
         let result = if blocking {
-            off_worker(|| {
+            crate::offload::blocking(|| {
                 if let Some(hook) = BLOCKING_APPEND_HOOK.get() {
                     hook(&self.topic, self.index);
                 }
@@ -258,7 +244,7 @@ impl Partition {
     fn lock(&self) -> parking_lot::MutexGuard<'_, PartitionState> {
         match self.state.try_lock_for(LOCK_WAIT_ON_WORKER) {
             Some(guard) => guard,
-            None => off_worker(|| self.state.lock()),
+            None => crate::offload::blocking(|| self.state.lock()),
         }
     }
 
