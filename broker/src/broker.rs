@@ -1,12 +1,17 @@
 //! The broker's shared state: identity (node id, advertised address,
-//! cluster id), the topic manager, metrics and readiness. Handlers get a
-//! `&Broker`; nothing here does network I/O.
+//! cluster id), the current metadata image, the topic manager (the
+//! partitions this broker holds), metrics and readiness. Handlers get a
+//! `&Broker`; nothing here does network I/O. Metadata changes go through
+//! [`Broker::controller`], which publishes a new image.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-
 use std::sync::Arc;
 
+use parking_lot::RwLock;
+
+use crate::controller::Controller;
 use crate::group::GroupCoordinator;
+use crate::image::{BrokerImage, MetadataImage, TopicFacts};
 use crate::metrics::Metrics;
 use crate::protocol::limits::{ConnectionLimitSettings, ConnectionLimiter, RequestBudget};
 use crate::topics::TopicManager;
@@ -23,6 +28,8 @@ pub struct Broker {
     pub connection_limits: Arc<ConnectionLimiter>,
     /// Request bytes in flight (`queued.max.request.bytes`).
     pub request_budget: RequestBudget,
+    /// The current metadata image; replaced whole, never changed in place.
+    image: RwLock<Arc<MetadataImage>>,
     ready: AtomicBool,
 }
 
@@ -41,7 +48,14 @@ impl Broker {
             Err(_) => usize::MAX, // -1: unbounded, as Kafka's default
         };
         let request_budget = RequestBudget::new(budget, config.socket_request_max_bytes);
+        let image = RwLock::new(Arc::new(standalone_image(
+            node_id,
+            &advertised_host,
+            advertised_port,
+            &topics,
+        )));
         Self {
+            image,
             connection_limits: ConnectionLimiter::new(connection_limits),
             request_budget,
             node_id,
@@ -52,6 +66,34 @@ impl Broker {
             metrics: Metrics::default(),
             ready: AtomicBool::new(false),
         }
+    }
+
+    /// The current metadata image (cheap: a shared pointer).
+    pub fn image(&self) -> Arc<MetadataImage> {
+        self.image.read().clone()
+    }
+
+    /// The controller, through which every metadata change goes.
+    pub fn controller(&self) -> Controller<'_> {
+        Controller::new(self)
+    }
+
+    /// Rebuilds the image from the metadata this broker keeps and makes it
+    /// current (standalone mode: the broker is its own controller).
+    pub(crate) fn publish_image(&self) {
+        let image = standalone_image(
+            self.node_id,
+            &self.advertised_host,
+            self.advertised_port,
+            &self.topics,
+        );
+        *self.image.write() = Arc::new(image);
+    }
+
+    /// This broker's role for `topic`-`index` in the current image; `None`
+    /// when the image has no such partition.
+    pub fn role(&self, topic: &str, index: i32) -> Option<crate::image::PartitionRole> {
+        self.image.read().role(topic, index, self.node_id)
     }
 
     pub fn cluster_id(&self) -> &str {
@@ -67,4 +109,20 @@ impl Broker {
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::SeqCst)
     }
+}
+
+/// The image of a standalone broker over the topics it keeps.
+fn standalone_image(node_id: i32, host: &str, port: i32, topics: &TopicManager) -> MetadataImage {
+    let this = BrokerImage {
+        id: node_id,
+        host: host.to_string(),
+        port,
+        rack: None,
+    };
+    let facts = topics.all().into_iter().map(|t| TopicFacts {
+        name: t.meta.name.clone(),
+        id: t.meta.id,
+        partitions: i32::try_from(t.partitions.len()).unwrap_or(i32::MAX),
+    });
+    MetadataImage::standalone(topics.cluster_id(), this, facts)
 }

@@ -12,6 +12,7 @@ pub mod controller;
 pub mod group;
 pub mod handlers;
 pub mod http;
+pub mod image;
 pub mod metadata;
 pub mod metrics;
 pub mod offload;

@@ -34,6 +34,26 @@ pub struct MetadataDoc {
     pub producer_id_block_end: i64,
 }
 
+/// Where the controller keeps the cluster metadata document. Standalone
+/// mode: [`MetadataFile`] in the data directory; cluster mode will keep it
+/// in Kubernetes objects behind the same two calls.
+pub trait MetadataStore: std::fmt::Debug + Send + Sync {
+    /// Loads the document, or a fresh one with a new cluster id.
+    fn load_or_init(&self) -> std::io::Result<MetadataDoc>;
+    /// Replaces the document atomically: after a crash, the old one or
+    /// the new one is read back, never a mix.
+    fn save(&self, doc: &MetadataDoc) -> std::io::Result<()>;
+}
+
+impl MetadataStore for MetadataFile {
+    fn load_or_init(&self) -> std::io::Result<MetadataDoc> {
+        MetadataFile::load_or_init(self)
+    }
+    fn save(&self, doc: &MetadataDoc) -> std::io::Result<()> {
+        MetadataFile::save(self, doc)
+    }
+}
+
 /// Reads and writes the metadata document of a data directory.
 #[derive(Debug, Clone)]
 pub struct MetadataFile {

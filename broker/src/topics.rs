@@ -36,7 +36,7 @@ use tokio::sync::watch;
 use uuid::Uuid;
 
 use crate::config::BrokerConfig;
-use crate::metadata::{validate_topic_name, MetadataDoc, MetadataFile, TopicMeta};
+use crate::metadata::{validate_topic_name, MetadataDoc, MetadataFile, MetadataStore, TopicMeta};
 use crate::producer::ids::ProducerIdBlocks;
 use crate::producer::state::{last_sequence as producer_last_sequence, ProducerStates, SeqCheck};
 use crate::storage::batch::{BatchHeader, BATCH_HEADER_LEN};
@@ -414,7 +414,8 @@ pub enum AlterOp {
 pub struct TopicManager {
     broker: BrokerConfig,
     data_dir: PathBuf,
-    file: MetadataFile,
+    /// The controller's metadata store (standalone: the data directory's file).
+    file: Box<dyn MetadataStore>,
     cluster_id: String,
     topics: RwLock<BTreeMap<String, Arc<Topic>>>,
     /// Serialises admin changes so each persisted document is consistent.
@@ -551,9 +552,18 @@ impl TopicManager {
     /// partition's log, and removes partition directories of deleted topics.
     pub fn open(data_dir: &Path, broker: BrokerConfig) -> anyhow::Result<Self> {
         std::fs::create_dir_all(data_dir)?;
-        let file = MetadataFile::new(data_dir);
+        Self::open_with_store(data_dir, broker, Box::new(MetadataFile::new(data_dir)))
+    }
+
+    /// [`TopicManager::open`] with the metadata kept in `file`.
+    pub fn open_with_store(
+        data_dir: &Path,
+        broker: BrokerConfig,
+        file: Box<dyn MetadataStore>,
+    ) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(data_dir)?;
         let mut doc = file.load_or_init()?;
-        finish_deletions(data_dir, &file, &mut doc)?;
+        finish_deletions(data_dir, file.as_ref(), &mut doc)?;
         let mut topics = BTreeMap::new();
         for meta in doc.topics.values() {
             let topic = open_topic(data_dir, meta, &broker)?;
@@ -1053,7 +1063,7 @@ fn open_topic(
 /// did not need rewriting).
 fn finish_deletions(
     data_dir: &Path,
-    file: &MetadataFile,
+    file: &dyn MetadataStore,
     doc: &mut MetadataDoc,
 ) -> std::io::Result<()> {
     let pending = find_delete_dirs(data_dir)?;

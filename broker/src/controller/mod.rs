@@ -1,10 +1,222 @@
-//! The controller: the only writer of cluster metadata. Its decisions are
-//! pure functions (this module's children), applied through a metadata
-//! store by a thin edge.
+//! The controller: the only writer of cluster metadata (topics and their
+//! ids, partition counts and assignments, leaders and epochs, dynamic
+//! configs, producer ids). Every admin operation goes through
+//! [`Controller`]; after each change it publishes a new
+//! [`MetadataImage`](crate::image::MetadataImage), which is all that
+//! handlers read.
 //!
-//! Today it holds the placement of new partitions' replicas
-//! ([`assignment`]); topic, config and partition-state changes move here as
-//! the cluster controller is built (see `../shared/DESIGN.md`, "Cluster
-//! coordination").
+//! Decisions are pure functions in the children ([`assignment`]); this
+//! module is the thin edge that applies them. In standalone mode (today's
+//! only mode) the broker is its own controller and the metadata lives in its
+//! data directory (`metadata::MetadataFile`, behind
+//! [`crate::metadata::MetadataStore`]); the Kubernetes-backed controller of
+//! cluster mode will be a second store and an elected instance behind the
+//! same calls.
 
 pub mod assignment;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use uuid::Uuid;
+
+use crate::broker::Broker;
+use crate::topics::{Topic, TopicError};
+
+/// The controller as seen from one request: a view over the broker.
+#[derive(Clone, Copy)]
+pub struct Controller<'a> {
+    broker: &'a Broker,
+}
+
+impl<'a> Controller<'a> {
+    pub fn new(broker: &'a Broker) -> Self {
+        Self { broker }
+    }
+
+    /// Checks what `create_topic` would check, changing nothing.
+    pub fn validate_create(
+        &self,
+        name: &str,
+        partitions: i32,
+        replication_factor: i16,
+        configs: &BTreeMap<String, String>,
+    ) -> Result<(), TopicError> {
+        self.broker
+            .topics
+            .validate_create(name, partitions, replication_factor, configs)
+    }
+
+    /// CreateTopics (`-1`: the broker defaults).
+    pub fn create_topic(
+        &self,
+        name: &str,
+        partitions: i32,
+        replication_factor: i16,
+        configs: BTreeMap<String, String>,
+    ) -> Result<Arc<Topic>, TopicError> {
+        let created = self
+            .broker
+            .topics
+            .create(name, partitions, replication_factor, configs);
+        self.publish();
+        created
+    }
+
+    /// A topic created because a client named it (`auto.create.topics.enable`).
+    pub fn auto_create(&self, name: &str) -> Result<Arc<Topic>, TopicError> {
+        let created = self.broker.topics.auto_create(name);
+        self.publish();
+        created
+    }
+
+    /// DeleteTopics; returns the deleted topic's id.
+    pub fn delete_topic(&self, name: &str) -> Result<Uuid, TopicError> {
+        let deleted = self.broker.topics.delete(name);
+        self.publish();
+        deleted
+    }
+
+    /// CreatePartitions: grows `name` to `count` partitions.
+    pub fn create_partitions(
+        &self,
+        name: &str,
+        count: i32,
+        validate_only: bool,
+    ) -> Result<(), TopicError> {
+        let grown = self
+            .broker
+            .topics
+            .create_partitions(name, count, validate_only);
+        if !validate_only {
+            self.publish();
+        }
+        grown
+    }
+
+    /// AlterConfigs / IncrementalAlterConfigs of one topic.
+    pub fn alter_topic_configs(
+        &self,
+        name: &str,
+        change: impl FnOnce(&mut BTreeMap<String, String>) -> Result<(), TopicError>,
+        validate_only: bool,
+    ) -> Result<(), TopicError> {
+        self.broker
+            .topics
+            .alter_configs(name, change, validate_only)
+    }
+
+    /// A new producer id (InitProducerId), never issued before.
+    pub fn allocate_producer_id(&self) -> Result<i64, TopicError> {
+        self.broker.topics.allocate_producer_id()
+    }
+
+    /// Whether `id` was issued by this cluster.
+    pub fn producer_id_issued(&self, id: i64) -> bool {
+        self.broker.topics.producer_id_issued(id)
+    }
+
+    /// Rebuilds the image from the metadata and makes it current. Called
+    /// after every change, whether it succeeded or not (a failed change may
+    /// have done part of its work, and the image must show what is).
+    fn publish(&self) {
+        self.broker.publish_image();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use kafka_protocol::error::ResponseError;
+
+    use super::*;
+    use crate::config::BrokerConfig;
+    use crate::group::{CoordinatorSettings, GroupCoordinator};
+    use crate::image::{BrokerImage, MetadataImage, PartitionImage, PartitionRole};
+    use crate::protocol::limits::ConnectionLimitSettings;
+    use crate::topics::TopicManager;
+
+    fn broker(dir: &std::path::Path) -> Broker {
+        let topics = TopicManager::open(dir, BrokerConfig::default()).expect("open");
+        Broker::new(
+            7,
+            "127.0.0.1".into(),
+            9092,
+            topics,
+            GroupCoordinator::new(CoordinatorSettings::default()),
+            ConnectionLimitSettings {
+                max_connections: 10,
+                max_connections_per_ip: 10,
+                per_ip_overrides: HashMap::new(),
+            },
+        )
+    }
+
+    #[test]
+    fn every_change_through_the_controller_is_in_the_next_image() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let b = broker(dir.path());
+        let c = b.controller();
+        assert!(b.image().topic("t").is_none());
+        c.create_topic("t", 2, 1, BTreeMap::new()).expect("create");
+        let image = b.image();
+        let t = image.topic("t").expect("published");
+        assert_eq!(t.partitions.len(), 2);
+        assert_eq!(
+            image.role("t", 1, 7),
+            Some(PartitionRole::Leader { epoch: 0 })
+        );
+        assert_eq!(image.controller_id, 7);
+        c.create_partitions("t", 5, true).expect("validate only");
+        assert_eq!(b.image().topic("t").unwrap().partitions.len(), 2);
+        c.create_partitions("t", 5, false).expect("grow");
+        assert_eq!(b.image().topic("t").unwrap().partitions.len(), 5);
+        c.auto_create("auto").expect("auto-create");
+        assert!(b.image().topic("auto").is_some());
+        let id = c.delete_topic("t").expect("delete");
+        assert_eq!(b.image().topic_by_id(id), None);
+        assert!(b.image().topic("t").is_none());
+        // a failed change publishes what is (nothing changed)
+        assert!(c.create_topic("auto", 1, 1, BTreeMap::new()).is_err());
+        assert!(b.image().topic("auto").is_some());
+    }
+
+    #[test]
+    fn requests_for_partitions_led_elsewhere_are_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let b = broker(dir.path());
+        b.controller()
+            .create_topic("t", 1, 1, BTreeMap::new())
+            .expect("create");
+        let here = crate::handlers::led_partition(&b, &b.image(), "t", 0);
+        assert_eq!(here.map(|(p, epoch)| (p.index, epoch)).ok(), Some((0, 0)));
+        // The same partition in an image where broker 8 leads it (epoch 3)
+        // and this broker follows.
+        let elsewhere = MetadataImage::new(
+            "c",
+            8,
+            vec![BrokerImage {
+                id: 8,
+                host: "127.0.0.2".into(),
+                port: 9092,
+                rack: None,
+            }],
+            [(
+                "t".to_string(),
+                b.image().topic("t").unwrap().id,
+                vec![PartitionImage {
+                    index: 0,
+                    replicas: vec![8, 7],
+                    leader: 8,
+                    leader_epoch: 3,
+                    isr: vec![8],
+                }],
+            )],
+        );
+        let refused = crate::handlers::led_partition(&b, &elsewhere, "t", 0);
+        assert_eq!(refused.err(), Some(ResponseError::NotLeaderOrFollower));
+        let unknown = crate::handlers::led_partition(&b, &elsewhere, "t", 1);
+        assert_eq!(unknown.err(), Some(ResponseError::UnknownTopicOrPartition));
+    }
+}

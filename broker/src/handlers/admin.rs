@@ -197,7 +197,7 @@ pub fn create_topics(
         let default_rf = broker.topics.broker_config().default_replication_factor;
         let outcome = outcome.and_then(|()| {
             if req.validate_only {
-                broker.topics.validate_create(
+                broker.controller().validate_create(
                     &name,
                     if partitions == -1 {
                         default_partitions
@@ -210,8 +210,8 @@ pub fn create_topics(
                 Ok(None)
             } else {
                 broker
-                    .topics
-                    .create(&name, partitions, rf, configs.clone())
+                    .controller()
+                    .create_topic(&name, partitions, rf, configs.clone())
                     .map(Some)
             }
         });
@@ -300,7 +300,9 @@ pub fn delete_topics(
                         )
                     }),
             };
-            let result = name.clone().and_then(|n| broker.topics.delete(&n));
+            let result = name
+                .clone()
+                .and_then(|n| broker.controller().delete_topic(&n));
             let entry = DeletableTopicResult::default()
                 .with_name(name.ok().map(|n| TopicName(str_bytes(&n))));
             match result {
@@ -331,7 +333,7 @@ pub fn create_partitions(
             let outcome = match assignment_problem {
                 Some(e) => Err(e),
                 None => broker
-                    .topics
+                    .controller()
                     .create_partitions(&name, t.count, req.validate_only),
             };
             let entry = CreatePartitionsTopicResult::default().with_name(t.name);
@@ -398,13 +400,23 @@ pub fn delete_records(broker: &Broker, req: DeleteRecordsRequest) -> DeleteRecor
 }
 
 pub fn describe_cluster(broker: &Broker, _req: DescribeClusterRequest) -> DescribeClusterResponse {
+    let image = broker.image();
     DescribeClusterResponse::default()
-        .with_cluster_id(str_bytes(broker.cluster_id()))
-        .with_controller_id(BrokerId(broker.node_id))
+        .with_cluster_id(str_bytes(&image.cluster_id))
+        .with_controller_id(BrokerId(image.controller_id))
         .with_endpoint_type(1)
-        .with_brokers(vec![DescribeClusterBroker::default()
-            .with_broker_id(BrokerId(broker.node_id))
-            .with_host(str_bytes(&broker.advertised_host))
-            .with_port(broker.advertised_port)])
+        .with_brokers(
+            image
+                .brokers
+                .iter()
+                .map(|b| {
+                    DescribeClusterBroker::default()
+                        .with_broker_id(BrokerId(b.id))
+                        .with_host(str_bytes(&b.host))
+                        .with_port(b.port)
+                        .with_rack(b.rack.as_deref().map(str_bytes))
+                })
+                .collect(),
+        )
         .with_cluster_authorized_operations(i32::MIN)
 }

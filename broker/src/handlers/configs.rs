@@ -199,7 +199,7 @@ pub fn alter(broker: &Broker, req: AlterConfigsRequest) -> AlterConfigsResponse 
                         replacement.insert(c.name.as_str().to_string(), v.as_str().to_string());
                     }
                 }
-                broker.topics.alter_configs(
+                broker.controller().alter_topic_configs(
                     &name,
                     |configs| {
                         *configs = replacement;
@@ -317,7 +317,7 @@ pub fn incremental_alter(
                 .collect();
             let outcome = refuse_non_topic(r.resource_type).and(ops).and_then(|ops| {
                 let broker_cfg = broker.topics.broker_config().clone();
-                broker.topics.alter_configs(
+                broker.controller().alter_topic_configs(
                     &name,
                     |configs| {
                         apply_incremental(configs, &ops, |k| {

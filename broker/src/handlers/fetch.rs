@@ -37,17 +37,20 @@ fn gather(broker: &Broker, req: &FetchRequest) -> Gathered {
     let mut bytes = 0u64;
     let mut any_error = false;
     let mut topics = Vec::with_capacity(req.topics.len());
+    let image = broker.image();
     for ft in &req.topics {
         let name = ft.topic.0.as_str();
-        let topic = broker.topics.get(name);
         let mut partitions = Vec::with_capacity(ft.partitions.len());
         for fp in &ft.partitions {
-            let partition = topic.as_ref().and_then(|t| t.partition(fp.partition));
-            let Some(partition) = partition else {
+            let partition = super::led_partition(broker, &image, name, fp.partition);
+            let Ok((partition, _epoch)) = partition else {
+                let code = partition
+                    .err()
+                    .unwrap_or(ResponseError::UnknownTopicOrPartition);
                 any_error = true;
                 partitions.push(PartitionOut {
                     index: fp.partition,
-                    error_code: ResponseError::UnknownTopicOrPartition.code(),
+                    error_code: code.code(),
                     high_watermark: -1,
                     last_stable_offset: -1,
                     log_start_offset: -1,

@@ -43,18 +43,41 @@ pub fn find_coordinator(
     req: FindCoordinatorRequest,
     version: i16,
 ) -> FindCoordinatorResponse {
-    let key_type_ok = req.key_type == 0 || req.key_type == 1;
+    let image = broker.image();
+    let offsets_partitions = broker.groups.settings().offsets_partitions;
     let coordinator = |key: StrBytes| {
-        let c = Coordinator::default().with_key(key);
-        if key_type_ok {
-            c.with_node_id(BrokerId(broker.node_id))
-                .with_host(str_bytes(&broker.advertised_host))
-                .with_port(broker.advertised_port)
-        } else {
-            c.with_node_id(BrokerId(-1))
+        let c = Coordinator::default().with_key(key.clone());
+        let node = match req.key_type {
+            // a group: the leader of its __consumer_offsets partition
+            0 => {
+                let index = crate::group::offsets::partition_for(key.as_str(), offsets_partitions);
+                image
+                    .partition(crate::group::offsets::OFFSETS_TOPIC, index)
+                    .map(|p| p.leader)
+                    .and_then(|leader| image.broker(leader))
+                    .ok_or(ResponseError::CoordinatorNotAvailable)
+            }
+            // a transactional id: transactions are refused at InitProducerId,
+            // so any broker answers (this one)
+            1 => image
+                .broker(broker.node_id)
+                .ok_or(ResponseError::CoordinatorNotAvailable),
+            _ => Err(ResponseError::InvalidRequest),
+        };
+        match node {
+            Ok(b) => c
+                .with_node_id(BrokerId(b.id))
+                .with_host(str_bytes(&b.host))
+                .with_port(b.port),
+            Err(code) => c
+                .with_node_id(BrokerId(-1))
                 .with_port(-1)
-                .with_error_code(ResponseError::InvalidRequest.code())
-                .with_error_message(Some(str_bytes("unknown coordinator key type")))
+                .with_error_code(code.code())
+                .with_error_message(Some(str_bytes(if code == ResponseError::InvalidRequest {
+                    "unknown coordinator key type"
+                } else {
+                    "the coordinator is not available"
+                }))),
         }
     };
     if version >= 4 {

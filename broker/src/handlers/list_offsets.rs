@@ -20,7 +20,8 @@ pub fn handle(broker: &Broker, req: ListOffsetsRequest, version: i16) -> ListOff
         .topics
         .into_iter()
         .map(|t| {
-            let topic = broker.topics.get(t.name.0.as_str());
+            let image = broker.image();
+            let name = t.name.0.as_str().to_string();
             let partitions = t
                 .partitions
                 .into_iter()
@@ -29,14 +30,13 @@ pub fn handle(broker: &Broker, req: ListOffsetsRequest, version: i16) -> ListOff
                         .with_partition_index(p.partition_index)
                         .with_timestamp(-1)
                         .with_offset(-1)
-                        .with_leader_epoch(if version >= 4 { 0 } else { -1 });
-                    let Some(partition) =
-                        topic.as_ref().and_then(|t| t.partition(p.partition_index))
-                    else {
-                        return base
-                            .with_error_code(ResponseError::UnknownTopicOrPartition.code())
-                            .with_leader_epoch(-1);
-                    };
+                        .with_leader_epoch(-1);
+                    let (partition, epoch) =
+                        match super::led_partition(broker, &image, &name, p.partition_index) {
+                            Ok(found) => found,
+                            Err(code) => return base.with_error_code(code.code()),
+                        };
+                    let base = base.with_leader_epoch(if version >= 4 { epoch } else { -1 });
                     let offsets = partition.offsets();
                     match p.timestamp {
                         LATEST => base.with_offset(offsets.high_watermark),

@@ -1,6 +1,7 @@
 //! Metadata: brokers, cluster id, controller, and topics with their
-//! partitions (auto-creating unknown topics when the broker and the
-//! request allow it).
+//! partitions, leaders, epochs, replicas and ISRs, all from the metadata
+//! image (auto-creating unknown topics through the controller when the
+//! broker and the request allow it).
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::metadata_response::{
@@ -10,28 +11,34 @@ use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, Topi
 
 use super::str_bytes;
 use crate::broker::Broker;
-use crate::topics::Topic;
+use crate::image::{MetadataImage, TopicImage};
 
 const NO_AUTHORIZED_OPERATIONS: i32 = i32::MIN;
 
-fn topic_entry(broker: &Broker, topic: &Topic) -> MetadataResponseTopic {
-    let node = BrokerId(broker.node_id);
+fn topic_entry(topic: &TopicImage) -> MetadataResponseTopic {
+    let ids = |nodes: &[i32]| nodes.iter().map(|n| BrokerId(*n)).collect::<Vec<_>>();
     let partitions = topic
         .partitions
         .iter()
         .map(|p| {
+            let code = if p.leader < 0 {
+                ResponseError::LeaderNotAvailable.code()
+            } else {
+                0
+            };
             MetadataResponsePartition::default()
+                .with_error_code(code)
                 .with_partition_index(p.index)
-                .with_leader_id(node)
-                .with_leader_epoch(0)
-                .with_replica_nodes(vec![node])
-                .with_isr_nodes(vec![node])
+                .with_leader_id(BrokerId(p.leader))
+                .with_leader_epoch(p.leader_epoch)
+                .with_replica_nodes(ids(&p.replicas))
+                .with_isr_nodes(ids(&p.isr))
         })
         .collect();
     MetadataResponseTopic::default()
-        .with_name(Some(TopicName(str_bytes(&topic.meta.name))))
-        .with_topic_id(topic.meta.id)
-        .with_is_internal(topic.meta.name == crate::group::offsets::OFFSETS_TOPIC)
+        .with_name(Some(TopicName(str_bytes(&topic.name))))
+        .with_topic_id(topic.id)
+        .with_is_internal(topic.internal)
         .with_partitions(partitions)
         .with_topic_authorized_operations(NO_AUTHORIZED_OPERATIONS)
 }
@@ -54,7 +61,7 @@ pub fn may_create_topics(broker: &Broker, req: &MetadataRequest, version: i16) -
             list.iter().any(|t| {
                 t.name
                     .as_ref()
-                    .is_some_and(|n| broker.topics.get(n.0.as_str()).is_none())
+                    .is_some_and(|n| broker.image().topic(n.0.as_str()).is_none())
             })
         })
 }
@@ -67,20 +74,16 @@ pub fn handle(broker: &Broker, req: MetadataRequest, version: i16) -> MetadataRe
         Some(list) => Some(list),
     };
     let allow_auto_create = version < 4 || req.allow_auto_topic_creation;
+    let mut image = broker.image();
     let topics = match requested {
-        None => broker
-            .topics
-            .all()
-            .iter()
-            .map(|t| topic_entry(broker, t))
-            .collect(),
+        None => image.topics().map(|t| topic_entry(t)).collect(),
         Some(list) => list
             .iter()
             .map(|wanted| match &wanted.name {
                 Some(name) => {
                     let name = name.0.as_str();
-                    if let Some(t) = broker.topics.get(name) {
-                        return topic_entry(broker, &t);
+                    if let Some(t) = image.topic(name) {
+                        return topic_entry(t);
                     }
                     if crate::metadata::validate_topic_name(name).is_err() {
                         return error_entry(
@@ -96,25 +99,45 @@ pub fn handle(broker: &Broker, req: MetadataRequest, version: i16) -> MetadataRe
                             ResponseError::UnknownTopicOrPartition,
                         );
                     }
-                    match broker.topics.auto_create(name) {
-                        Ok(t) => topic_entry(broker, &t),
+                    match broker.controller().auto_create(name) {
+                        Ok(_) => {
+                            image = broker.image();
+                            match image.topic(name) {
+                                Some(t) => topic_entry(t),
+                                None => error_entry(
+                                    Some(name),
+                                    uuid::Uuid::nil(),
+                                    ResponseError::LeaderNotAvailable,
+                                ),
+                            }
+                        }
                         Err(e) => error_entry(Some(name), uuid::Uuid::nil(), e.code),
                     }
                 }
-                None => match broker.topics.get_by_id(wanted.topic_id) {
-                    Some(t) => topic_entry(broker, &t),
+                None => match image.topic_by_id(wanted.topic_id) {
+                    Some(t) => topic_entry(t),
                     None => error_entry(None, wanted.topic_id, ResponseError::UnknownTopicId),
                 },
             })
             .collect(),
     };
+    let image: &MetadataImage = &image;
     MetadataResponse::default()
-        .with_brokers(vec![MetadataResponseBroker::default()
-            .with_node_id(BrokerId(broker.node_id))
-            .with_host(str_bytes(&broker.advertised_host))
-            .with_port(broker.advertised_port)])
-        .with_cluster_id(Some(str_bytes(broker.cluster_id())))
-        .with_controller_id(BrokerId(broker.node_id))
+        .with_brokers(
+            image
+                .brokers
+                .iter()
+                .map(|b| {
+                    MetadataResponseBroker::default()
+                        .with_node_id(BrokerId(b.id))
+                        .with_host(str_bytes(&b.host))
+                        .with_port(b.port)
+                        .with_rack(b.rack.as_deref().map(str_bytes))
+                })
+                .collect(),
+        )
+        .with_cluster_id(Some(str_bytes(&image.cluster_id)))
+        .with_controller_id(BrokerId(image.controller_id))
         .with_topics(topics)
         .with_cluster_authorized_operations(NO_AUTHORIZED_OPERATIONS)
 }

@@ -210,6 +210,29 @@ pub async fn handle(
     }
 }
 
+/// The partition a Produce, Fetch or ListOffsets may use here, and its
+/// leader epoch: this broker must lead it in the metadata image (else
+/// `NOT_LEADER_OR_FOLLOWER`, or `UNKNOWN_TOPIC_OR_PARTITION` when the image
+/// has no such partition) and hold its log.
+pub(crate) fn led_partition(
+    broker: &Broker,
+    image: &crate::image::MetadataImage,
+    topic: &str,
+    index: i32,
+) -> Result<(Arc<crate::topics::Partition>, i32), kafka_protocol::error::ResponseError> {
+    use crate::image::PartitionRole;
+    use kafka_protocol::error::ResponseError;
+    match image.role(topic, index, broker.node_id) {
+        None => Err(ResponseError::UnknownTopicOrPartition),
+        Some(PartitionRole::Leader { epoch }) => broker
+            .topics
+            .partition(topic, index)
+            .map(|p| (p, epoch))
+            .ok_or(ResponseError::NotLeaderOrFollower),
+        Some(_) => Err(ResponseError::NotLeaderOrFollower),
+    }
+}
+
 pub(crate) fn str_bytes(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_string())
 }

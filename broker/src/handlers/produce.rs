@@ -32,7 +32,7 @@ pub fn handle(broker: &Broker, req: ProduceRequest, _version: i16) -> Option<Pro
     let mut responses = Vec::with_capacity(req.topic_data.len());
     for topic_data in req.topic_data {
         let name = topic_data.name.0.as_str().to_string();
-        let topic = broker.topics.get(&name);
+        let image = broker.image();
         let mut partition_responses = Vec::with_capacity(topic_data.partition_data.len());
         for pd in topic_data.partition_data {
             let index = pd.index;
@@ -52,13 +52,16 @@ pub fn handle(broker: &Broker, req: ProduceRequest, _version: i16) -> Option<Pro
                 ));
                 continue;
             }
-            let Some(partition) = topic.as_ref().and_then(|t| t.partition(index)) else {
-                partition_responses.push(partition_error(
-                    index,
-                    ResponseError::UnknownTopicOrPartition,
-                    format!("{name}-{index} is not hosted here"),
-                ));
-                continue;
+            let partition = match super::led_partition(broker, &image, &name, index) {
+                Ok((partition, _epoch)) => partition,
+                Err(code) => {
+                    partition_responses.push(partition_error(
+                        index,
+                        code,
+                        format!("{name}-{index} is not led by broker {}", broker.node_id),
+                    ));
+                    continue;
+                }
             };
             let Some(records) = pd.records else {
                 partition_responses.push(partition_error(

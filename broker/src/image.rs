@@ -1,0 +1,267 @@
+//! The metadata image: an immutable snapshot of the cluster as handlers see
+//! it — brokers, the controller, topics with their ids, and per partition
+//! its replicas, leader, leader epoch and in-sync replicas.
+//!
+//! Handlers read the current image ([`crate::broker::Broker::image`]) and
+//! never metadata state directly; the controller publishes a new image after
+//! every change it makes (Kafka's `MetadataImage` plays the same part). What
+//! this broker does with a partition follows from its [`PartitionRole`] in
+//! the image, never from "this broker, epoch 0".
+//!
+//! This module owns the image's shape and the pure functions that build and
+//! query it; it holds no locks and does no I/O.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use uuid::Uuid;
+
+/// A broker of the cluster as clients reach it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerImage {
+    pub id: i32,
+    pub host: String,
+    pub port: i32,
+    pub rack: Option<String>,
+}
+
+/// One partition's replica set and leadership.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionImage {
+    pub index: i32,
+    /// Replicas, preferred leader first.
+    pub replicas: Vec<i32>,
+    /// The leader's node id; -1 when the partition has none (offline).
+    pub leader: i32,
+    pub leader_epoch: i32,
+    pub isr: Vec<i32>,
+}
+
+/// What a broker is for one partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PartitionRole {
+    /// It leads the partition in `epoch`: produce and fetch are served here.
+    Leader { epoch: i32 },
+    /// It holds a replica and follows `leader` (-1: no leader now).
+    Follower { leader: i32, epoch: i32 },
+    /// It holds no replica of the partition.
+    NotReplica,
+}
+
+impl PartitionImage {
+    /// The role of broker `node` for this partition.
+    pub fn role_of(&self, node: i32) -> PartitionRole {
+        if self.leader == node && self.leader >= 0 {
+            PartitionRole::Leader {
+                epoch: self.leader_epoch,
+            }
+        } else if self.replicas.contains(&node) {
+            PartitionRole::Follower {
+                leader: self.leader,
+                epoch: self.leader_epoch,
+            }
+        } else {
+            PartitionRole::NotReplica
+        }
+    }
+}
+
+/// A topic: its id, whether it is internal, and its partitions by index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicImage {
+    pub name: String,
+    pub id: Uuid,
+    pub internal: bool,
+    pub partitions: Vec<PartitionImage>,
+}
+
+impl TopicImage {
+    pub fn partition(&self, index: i32) -> Option<&PartitionImage> {
+        let i = usize::try_from(index).ok()?;
+        self.partitions.get(i).filter(|p| p.index == index)
+    }
+}
+
+/// The whole snapshot.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MetadataImage {
+    pub cluster_id: String,
+    /// The active controller's node id (-1: none known).
+    pub controller_id: i32,
+    pub brokers: Vec<BrokerImage>,
+    topics: BTreeMap<String, Arc<TopicImage>>,
+    by_id: HashMap<Uuid, String>,
+}
+
+/// What the image needs to know of a topic to describe it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicFacts {
+    pub name: String,
+    pub id: Uuid,
+    pub partitions: i32,
+}
+
+impl MetadataImage {
+    /// The image of a standalone broker: it is the only broker and the
+    /// controller, and leads every partition (leader epoch 0) with itself
+    /// as the only replica and in-sync replica.
+    pub fn standalone(
+        cluster_id: &str,
+        this: BrokerImage,
+        topics: impl IntoIterator<Item = TopicFacts>,
+    ) -> Self {
+        let node = this.id;
+        let topics = topics.into_iter().map(|t| {
+            let partitions = (0..t.partitions.max(0))
+                .map(|index| PartitionImage {
+                    index,
+                    replicas: vec![node],
+                    leader: node,
+                    leader_epoch: 0,
+                    isr: vec![node],
+                })
+                .collect();
+            (t.name, t.id, partitions)
+        });
+        Self::new(cluster_id, node, vec![this], topics)
+    }
+
+    /// An image from its parts; topic names and ids are indexed.
+    pub fn new(
+        cluster_id: &str,
+        controller_id: i32,
+        brokers: Vec<BrokerImage>,
+        topics: impl IntoIterator<Item = (String, Uuid, Vec<PartitionImage>)>,
+    ) -> Self {
+        let mut by_name = BTreeMap::new();
+        let mut by_id = HashMap::new();
+        for (name, id, partitions) in topics {
+            by_id.insert(id, name.clone());
+            let internal = name == crate::group::offsets::OFFSETS_TOPIC;
+            by_name.insert(
+                name.clone(),
+                Arc::new(TopicImage {
+                    name,
+                    id,
+                    internal,
+                    partitions,
+                }),
+            );
+        }
+        Self {
+            cluster_id: cluster_id.to_string(),
+            controller_id,
+            brokers,
+            topics: by_name,
+            by_id,
+        }
+    }
+
+    pub fn topic(&self, name: &str) -> Option<&Arc<TopicImage>> {
+        self.topics.get(name)
+    }
+
+    pub fn topic_by_id(&self, id: Uuid) -> Option<&Arc<TopicImage>> {
+        self.topics.get(self.by_id.get(&id)?)
+    }
+
+    /// Every topic, by name.
+    pub fn topics(&self) -> impl Iterator<Item = &Arc<TopicImage>> {
+        self.topics.values()
+    }
+
+    pub fn partition(&self, topic: &str, index: i32) -> Option<&PartitionImage> {
+        self.topic(topic)?.partition(index)
+    }
+
+    pub fn broker(&self, id: i32) -> Option<&BrokerImage> {
+        self.brokers.iter().find(|b| b.id == id)
+    }
+
+    /// The role of broker `node` for `topic`-`index`; `None` when the image
+    /// has no such partition.
+    pub fn role(&self, topic: &str, index: i32, node: i32) -> Option<PartitionRole> {
+        Some(self.partition(topic, index)?.role_of(node))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn this() -> BrokerImage {
+        BrokerImage {
+            id: 3,
+            host: "127.0.0.1".into(),
+            port: 9092,
+            rack: None,
+        }
+    }
+
+    #[test]
+    fn a_standalone_broker_leads_every_partition_in_epoch_0() {
+        let id = Uuid::new_v4();
+        let image = MetadataImage::standalone(
+            "c1",
+            this(),
+            [
+                TopicFacts {
+                    name: "orders".into(),
+                    id,
+                    partitions: 3,
+                },
+                TopicFacts {
+                    name: "__consumer_offsets".into(),
+                    id: Uuid::new_v4(),
+                    partitions: 1,
+                },
+            ],
+        );
+        assert_eq!(image.controller_id, 3);
+        assert_eq!(image.brokers, vec![this()]);
+        assert_eq!(
+            image.topic_by_id(id).map(|t| t.name.as_str()),
+            Some("orders")
+        );
+        assert!(image.topic("__consumer_offsets").unwrap().internal);
+        assert!(!image.topic("orders").unwrap().internal);
+        for p in 0..3 {
+            assert_eq!(
+                image.role("orders", p, 3),
+                Some(PartitionRole::Leader { epoch: 0 })
+            );
+        }
+        assert_eq!(image.role("orders", 3, 3), None);
+        assert_eq!(image.role("orders", -1, 3), None);
+        assert_eq!(image.role("nope", 0, 3), None);
+        assert_eq!(image.role("orders", 0, 4), Some(PartitionRole::NotReplica));
+    }
+
+    #[test]
+    fn roles_follow_leadership_and_replicas() {
+        let p = PartitionImage {
+            index: 0,
+            replicas: vec![1, 2, 3],
+            leader: 2,
+            leader_epoch: 7,
+            isr: vec![2, 3],
+        };
+        assert_eq!(p.role_of(2), PartitionRole::Leader { epoch: 7 });
+        assert_eq!(
+            p.role_of(1),
+            PartitionRole::Follower {
+                leader: 2,
+                epoch: 7
+            }
+        );
+        assert_eq!(p.role_of(9), PartitionRole::NotReplica);
+        let offline = PartitionImage { leader: -1, ..p };
+        assert_eq!(
+            offline.role_of(2),
+            PartitionRole::Follower {
+                leader: -1,
+                epoch: 7
+            }
+        );
+    }
+}
