@@ -5,7 +5,10 @@
 //! [`MetadataImage`](crate::image::MetadataImage), which is all that
 //! handlers read.
 //!
-//! Decisions are pure functions in the children ([`assignment`]); this
+//! Decisions are pure functions in the children: replica placement
+//! ([`assignment`]), broker registrations and fencing ([`registry`]),
+//! leader election and ISR changes ([`leadership`]), controller-epoch
+//! fencing ([`fencing`]); this
 //! module is the thin edge that applies them. In standalone mode (today's
 //! only mode) the broker is its own controller and the metadata lives in its
 //! data directory (`metadata::MetadataFile`, behind
@@ -14,6 +17,9 @@
 //! same calls.
 
 pub mod assignment;
+pub mod fencing;
+pub mod leadership;
+pub mod registry;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -1,0 +1,362 @@
+//! Leader election and ISR decisions: what happens to partitions when a
+//! broker is fenced or comes back, when preferred leaders should be
+//! restored, and whether a leader's ISR change request is current. Pure
+//! functions over partition states; the controller persists what they
+//! return (each change bumps the partition's epoch, a compare-and-swap key
+//! for later requests) and publishes it in the next image.
+//!
+//! Rules, as Kafka's with `unclean.leader.election.enable=false` by
+//! default:
+//! - a new leader is the first replica (in replica order, so the preferred
+//!   one when it can) that is in the ISR and live;
+//! - when no ISR member is live, the partition has no leader (-1) and keeps
+//!   its ISR, so the first ISR member to return leads again without loss;
+//!   only a topic that allows unclean election takes any live replica, and
+//!   the caller logs it as possible data loss;
+//! - a fenced broker leaves every ISR, except that the last ISR member is
+//!   kept (it is the only one known to have every acknowledged record);
+//! - a leader change bumps the leader epoch; any change bumps the
+//!   partition epoch.
+
+use std::collections::BTreeSet;
+
+/// A partition's replication state as the controller keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionState {
+    pub topic: String,
+    pub index: i32,
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+    /// -1: no leader.
+    pub leader: i32,
+    pub leader_epoch: i32,
+    /// Bumped by every change of this state (leader or ISR).
+    pub partition_epoch: i32,
+}
+
+/// How a leader was chosen, for logs and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Election {
+    /// From the ISR: no acknowledged record can be lost.
+    Clean,
+    /// Outside the ISR (the topic allows it): records may be lost.
+    Unclean,
+    /// Nobody can lead now.
+    None,
+}
+
+/// One decided change: the new state and how its leader was chosen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    pub state: PartitionState,
+    pub election: Election,
+}
+
+fn elect(p: &PartitionState, live: &BTreeSet<i32>, unclean_allowed: bool) -> (i32, Election) {
+    if let Some(leader) = p
+        .replicas
+        .iter()
+        .find(|r| p.isr.contains(r) && live.contains(r))
+    {
+        return (*leader, Election::Clean);
+    }
+    if unclean_allowed {
+        if let Some(leader) = p.replicas.iter().find(|r| live.contains(r)) {
+            return (*leader, Election::Unclean);
+        }
+    }
+    (-1, Election::None)
+}
+
+fn changed(p: &PartitionState, leader: i32, isr: Vec<i32>, election: Election) -> Option<Change> {
+    if leader == p.leader && isr == p.isr {
+        return None;
+    }
+    let mut state = p.clone();
+    if leader != p.leader {
+        state.leader_epoch += 1;
+    }
+    state.leader = leader;
+    state.isr = isr;
+    state.partition_epoch += 1;
+    Some(Change { state, election })
+}
+
+/// After `fenced` brokers left service (`live` is who remains): new leaders
+/// and ISRs of the partitions they touched. `unclean_allowed(topic)` is the
+/// topic's `unclean.leader.election.enable`.
+pub fn on_brokers_fenced(
+    partitions: &[PartitionState],
+    fenced: &BTreeSet<i32>,
+    live: &BTreeSet<i32>,
+    unclean_allowed: impl Fn(&str) -> bool,
+) -> Vec<Change> {
+    partitions
+        .iter()
+        .filter(|p| p.replicas.iter().any(|r| fenced.contains(r)))
+        .filter_map(|p| {
+            let mut isr: Vec<i32> = p
+                .isr
+                .iter()
+                .copied()
+                .filter(|r| !fenced.contains(r))
+                .collect();
+            if isr.is_empty() {
+                // keep the last in-sync replica: it alone has every record
+                isr = p.isr.clone();
+            }
+            let (leader, election) = if live.contains(&p.leader) && isr.contains(&p.leader) {
+                (p.leader, Election::Clean)
+            } else {
+                let narrowed = PartitionState {
+                    isr: isr.clone(),
+                    ..p.clone()
+                };
+                elect(&narrowed, live, unclean_allowed(&p.topic))
+            };
+            if election == Election::Unclean {
+                isr = vec![leader];
+            }
+            changed(p, leader, isr, election)
+        })
+        .collect()
+}
+
+/// After `returned` came back into service: leaderless partitions it can
+/// lead again (it is in their ISR, or unclean election is allowed).
+pub fn on_broker_returned(
+    partitions: &[PartitionState],
+    live: &BTreeSet<i32>,
+    unclean_allowed: impl Fn(&str) -> bool,
+) -> Vec<Change> {
+    partitions
+        .iter()
+        .filter(|p| p.leader < 0)
+        .filter_map(|p| {
+            let (leader, election) = elect(p, live, unclean_allowed(&p.topic));
+            if leader < 0 {
+                return None;
+            }
+            let isr = if election == Election::Unclean {
+                vec![leader]
+            } else {
+                p.isr.clone()
+            };
+            changed(p, leader, isr, election)
+        })
+        .collect()
+}
+
+/// Preferred leaders to restore (auto leader rebalance): partitions whose
+/// first replica is live and in sync but does not lead.
+pub fn preferred_leader_moves(partitions: &[PartitionState], live: &BTreeSet<i32>) -> Vec<Change> {
+    partitions
+        .iter()
+        .filter_map(|p| {
+            let preferred = *p.replicas.first()?;
+            let ready =
+                preferred != p.leader && live.contains(&preferred) && p.isr.contains(&preferred);
+            ready
+                .then(|| changed(p, preferred, p.isr.clone(), Election::Clean))
+                .flatten()
+        })
+        .collect()
+}
+
+/// A leader's request to change its partition's ISR.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IsrChange {
+    pub leader: i32,
+    pub leader_epoch: i32,
+    pub partition_epoch: i32,
+    pub isr: Vec<i32>,
+}
+
+/// Why an ISR change is refused (Kafka's AlterPartition errors).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IsrError {
+    #[error("broker {0} is not the leader")]
+    NotLeader(i32),
+    #[error("leader epoch {sent} is not the current {current}")]
+    FencedLeaderEpoch { sent: i32, current: i32 },
+    #[error("partition epoch {sent} is not the current {current}")]
+    InvalidUpdateVersion { sent: i32, current: i32 },
+    #[error("the new ISR {0:?} must be replicas, include the leader, and name live brokers")]
+    InvalidIsr(Vec<i32>),
+}
+
+/// Applies an ISR change if it is current (a compare-and-swap on the
+/// partition epoch) and sound.
+pub fn alter_isr(
+    p: &PartitionState,
+    req: &IsrChange,
+    live: &BTreeSet<i32>,
+) -> Result<PartitionState, IsrError> {
+    if req.leader != p.leader {
+        return Err(IsrError::NotLeader(req.leader));
+    }
+    if req.leader_epoch != p.leader_epoch {
+        return Err(IsrError::FencedLeaderEpoch {
+            sent: req.leader_epoch,
+            current: p.leader_epoch,
+        });
+    }
+    if req.partition_epoch != p.partition_epoch {
+        return Err(IsrError::InvalidUpdateVersion {
+            sent: req.partition_epoch,
+            current: p.partition_epoch,
+        });
+    }
+    let unique: BTreeSet<i32> = req.isr.iter().copied().collect();
+    let sound = unique.len() == req.isr.len()
+        && req.isr.contains(&p.leader)
+        && req.isr.iter().all(|r| p.replicas.contains(r))
+        // a broker may only join the ISR while it is in service
+        && req
+            .isr
+            .iter()
+            .all(|r| p.isr.contains(r) || live.contains(r));
+    if !sound {
+        return Err(IsrError::InvalidIsr(req.isr.clone()));
+    }
+    let mut next = p.clone();
+    next.isr = req.isr.clone();
+    next.partition_epoch += 1;
+    Ok(next)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(replicas: &[i32], isr: &[i32], leader: i32) -> PartitionState {
+        PartitionState {
+            topic: "t".into(),
+            index: 0,
+            replicas: replicas.to_vec(),
+            isr: isr.to_vec(),
+            leader,
+            leader_epoch: 5,
+            partition_epoch: 9,
+        }
+    }
+
+    fn set(ids: &[i32]) -> BTreeSet<i32> {
+        ids.iter().copied().collect()
+    }
+
+    #[test]
+    fn a_fenced_leader_is_replaced_from_the_isr_and_epochs_grow() {
+        let parts = [p(&[1, 2, 3], &[1, 2, 3], 1)];
+        let changes = on_brokers_fenced(&parts, &set(&[1]), &set(&[2, 3]), |_| false);
+        assert_eq!(changes.len(), 1);
+        let s = &changes[0].state;
+        assert_eq!((s.leader, s.isr.clone()), (2, vec![2, 3]));
+        assert_eq!((s.leader_epoch, s.partition_epoch), (6, 10));
+        assert_eq!(changes[0].election, Election::Clean);
+    }
+
+    #[test]
+    fn a_fenced_follower_only_leaves_the_isr() {
+        let parts = [p(&[1, 2, 3], &[1, 2, 3], 1), p(&[4, 5], &[4, 5], 4)];
+        let changes = on_brokers_fenced(&parts, &set(&[3]), &set(&[1, 2, 4, 5]), |_| false);
+        assert_eq!(changes.len(), 1, "the untouched partition does not change");
+        let s = &changes[0].state;
+        assert_eq!(
+            (s.leader, s.leader_epoch),
+            (1, 5),
+            "leader and its epoch stay"
+        );
+        assert_eq!((s.isr.clone(), s.partition_epoch), (vec![1, 2], 10));
+    }
+
+    #[test]
+    fn without_a_live_isr_member_nobody_leads_unless_unclean_is_allowed() {
+        // 2 and 3 fell out of the ISR earlier; now 1 dies.
+        let parts = [p(&[1, 2, 3], &[1], 1)];
+        let clean = on_brokers_fenced(&parts, &set(&[1]), &set(&[2, 3]), |_| false);
+        let s = &clean[0].state;
+        assert_eq!(s.leader, -1);
+        assert_eq!(s.isr, vec![1], "the last in-sync replica is remembered");
+        assert_eq!(clean[0].election, Election::None);
+        let unclean = on_brokers_fenced(&parts, &set(&[1]), &set(&[2, 3]), |_| true);
+        assert_eq!(unclean[0].state.leader, 2);
+        assert_eq!(unclean[0].state.isr, vec![2]);
+        assert_eq!(unclean[0].election, Election::Unclean);
+        // when 1 returns, it leads again, cleanly
+        let back = on_broker_returned(std::slice::from_ref(s), &set(&[1, 2, 3]), |_| false);
+        assert_eq!(back[0].state.leader, 1);
+        assert_eq!(back[0].election, Election::Clean);
+        assert!(back[0].state.leader_epoch > s.leader_epoch);
+        // a returning broker outside the ISR does not lead cleanly
+        assert!(on_broker_returned(std::slice::from_ref(s), &set(&[2, 3]), |_| false).is_empty());
+    }
+
+    #[test]
+    fn preferred_leaders_are_restored_once_in_sync() {
+        let moved = p(&[1, 2, 3], &[2, 3], 2);
+        assert!(
+            preferred_leader_moves(std::slice::from_ref(&moved), &set(&[1, 2, 3])).is_empty(),
+            "1 is back but not in sync yet"
+        );
+        let caught_up = PartitionState {
+            isr: vec![2, 3, 1],
+            ..moved
+        };
+        let changes = preferred_leader_moves(&[caught_up], &set(&[1, 2, 3]));
+        assert_eq!(changes[0].state.leader, 1);
+        assert_eq!(changes[0].state.leader_epoch, 6);
+        assert!(preferred_leader_moves(&[p(&[1, 2], &[1, 2], 1)], &set(&[1, 2])).is_empty());
+    }
+
+    #[test]
+    fn isr_changes_are_a_compare_and_swap_on_the_partition_epoch() {
+        let cur = p(&[1, 2, 3], &[1, 2], 1);
+        let live = set(&[1, 2, 3]);
+        let ok = IsrChange {
+            leader: 1,
+            leader_epoch: 5,
+            partition_epoch: 9,
+            isr: vec![1, 2, 3],
+        };
+        let next = alter_isr(&cur, &ok, &live).unwrap();
+        assert_eq!(
+            (next.isr.clone(), next.partition_epoch),
+            (vec![1, 2, 3], 10)
+        );
+        // the same request again is stale now
+        assert_eq!(
+            alter_isr(&next, &ok, &live),
+            Err(IsrError::InvalidUpdateVersion {
+                sent: 9,
+                current: 10
+            })
+        );
+        let old_leader = IsrChange {
+            leader_epoch: 4,
+            ..ok.clone()
+        };
+        assert!(matches!(
+            alter_isr(&cur, &old_leader, &live),
+            Err(IsrError::FencedLeaderEpoch { .. })
+        ));
+        let not_leader = IsrChange {
+            leader: 2,
+            ..ok.clone()
+        };
+        assert_eq!(
+            alter_isr(&cur, &not_leader, &live),
+            Err(IsrError::NotLeader(2))
+        );
+        for bad in [vec![2], vec![1, 1], vec![1, 9]] {
+            let req = IsrChange {
+                isr: bad.clone(),
+                ..ok.clone()
+            };
+            assert_eq!(alter_isr(&cur, &req, &live), Err(IsrError::InvalidIsr(bad)));
+        }
+        // a fenced broker cannot join the ISR
+        let join_dead = IsrChange { ..ok };
+        assert!(alter_isr(&cur, &join_dead, &set(&[1, 2])).is_err());
+    }
+}

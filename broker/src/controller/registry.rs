@@ -1,0 +1,271 @@
+//! Broker registrations as the controller keeps them: who is registered,
+//! with which incarnation and broker epoch, and who is fenced because its
+//! heartbeats stopped. Pure state and decisions; the gRPC edge feeds it
+//! requests and a clock.
+//!
+//! The rules (Kafka's KRaft registration, adapted):
+//! - a node id registers with an incarnation id (new at every process
+//!   start) and gets a broker epoch that only grows across the cluster;
+//! - the same incarnation registering again is a retry: same epoch;
+//! - a new incarnation of a node id is refused while the old one is live
+//!   (two processes claiming one id is a configuration error that must not
+//!   be papered over), and accepted once the old one is fenced (a restart);
+//! - a heartbeat must carry the current incarnation and epoch, else it is
+//!   stale and the sender must register again;
+//! - a broker whose last heartbeat is older than the session timeout is
+//!   fenced: it leads nothing and is not in any ISR until it registers and
+//!   heartbeats again.
+
+use std::collections::BTreeMap;
+
+use uuid::Uuid;
+
+/// What a broker sends to register.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Registration {
+    pub node_id: i32,
+    pub incarnation: Uuid,
+    pub host: String,
+    pub port: i32,
+    pub rack: Option<String>,
+}
+
+/// A registered broker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Registered {
+    pub registration: Registration,
+    pub broker_epoch: i64,
+    pub last_heartbeat_ms: i64,
+    pub fenced: bool,
+}
+
+/// Why a registration or heartbeat is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegistryError {
+    #[error("node id {node_id} is held by a live broker (incarnation {live}); refusing incarnation {refused}")]
+    DuplicateNodeId {
+        node_id: i32,
+        live: Uuid,
+        refused: Uuid,
+    },
+    #[error("node id {0} must be between 0 and 2^31-1")]
+    BadNodeId(i32),
+    #[error(
+        "heartbeat from node {node_id} carries a stale incarnation or broker epoch; register again"
+    )]
+    StaleBroker { node_id: i32 },
+}
+
+/// Every registration the controller knows.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Registry {
+    brokers: BTreeMap<i32, Registered>,
+    next_epoch: i64,
+}
+
+impl Registry {
+    /// A registry that hands out broker epochs from `next_epoch` (a new
+    /// controller resumes from the persisted value so epochs never repeat).
+    pub fn resuming(next_epoch: i64) -> Self {
+        Self {
+            brokers: BTreeMap::new(),
+            next_epoch,
+        }
+    }
+
+    /// Registers (or re-registers) a broker at `now_ms`; returns its
+    /// broker epoch.
+    pub fn register(
+        &mut self,
+        r: Registration,
+        now_ms: i64,
+        session_timeout_ms: i64,
+    ) -> Result<i64, RegistryError> {
+        if r.node_id < 0 {
+            return Err(RegistryError::BadNodeId(r.node_id));
+        }
+        if let Some(current) = self.brokers.get_mut(&r.node_id) {
+            if current.registration.incarnation == r.incarnation {
+                // a retry of the same registration (address may be updated)
+                current.registration = r;
+                current.last_heartbeat_ms = now_ms;
+                return Ok(current.broker_epoch);
+            }
+            let live = !current.fenced && !expired(current, now_ms, session_timeout_ms);
+            if live {
+                return Err(RegistryError::DuplicateNodeId {
+                    node_id: r.node_id,
+                    live: current.registration.incarnation,
+                    refused: r.incarnation,
+                });
+            }
+        }
+        let epoch = self.next_epoch;
+        self.next_epoch += 1;
+        self.brokers.insert(
+            r.node_id,
+            Registered {
+                registration: r,
+                broker_epoch: epoch,
+                last_heartbeat_ms: now_ms,
+                // registered, but not in service until its first heartbeat
+                // after the controller has sent it the metadata
+                fenced: true,
+            },
+        );
+        Ok(epoch)
+    }
+
+    /// A heartbeat. `ready` means the broker has caught up with the
+    /// metadata and can lead partitions: it is then unfenced. Returns
+    /// whether this heartbeat unfenced it.
+    pub fn heartbeat(
+        &mut self,
+        node_id: i32,
+        incarnation: Uuid,
+        broker_epoch: i64,
+        ready: bool,
+        now_ms: i64,
+    ) -> Result<bool, RegistryError> {
+        let current = self
+            .brokers
+            .get_mut(&node_id)
+            .filter(|c| c.registration.incarnation == incarnation && c.broker_epoch == broker_epoch)
+            .ok_or(RegistryError::StaleBroker { node_id })?;
+        current.last_heartbeat_ms = now_ms;
+        let unfenced = current.fenced && ready;
+        if unfenced {
+            current.fenced = false;
+        }
+        Ok(unfenced)
+    }
+
+    /// Fences every live broker whose heartbeats stopped; returns their ids.
+    pub fn expire(&mut self, now_ms: i64, session_timeout_ms: i64) -> Vec<i32> {
+        let mut fenced = Vec::new();
+        for (id, b) in &mut self.brokers {
+            if !b.fenced && expired(b, now_ms, session_timeout_ms) {
+                b.fenced = true;
+                fenced.push(*id);
+            }
+        }
+        fenced
+    }
+
+    /// Brokers in service (registered and not fenced), by node id.
+    pub fn live(&self) -> impl Iterator<Item = &Registered> {
+        self.brokers.values().filter(|b| !b.fenced)
+    }
+
+    pub fn is_live(&self, node_id: i32) -> bool {
+        self.brokers.get(&node_id).is_some_and(|b| !b.fenced)
+    }
+
+    pub fn get(&self, node_id: i32) -> Option<&Registered> {
+        self.brokers.get(&node_id)
+    }
+
+    /// The next broker epoch to hand out (to persist).
+    pub fn next_epoch(&self) -> i64 {
+        self.next_epoch
+    }
+}
+
+fn expired(b: &Registered, now_ms: i64, session_timeout_ms: i64) -> bool {
+    now_ms.saturating_sub(b.last_heartbeat_ms) > session_timeout_ms
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SESSION: i64 = 9_000;
+
+    fn reg(node_id: i32, incarnation: Uuid) -> Registration {
+        Registration {
+            node_id,
+            incarnation,
+            host: format!("127.0.0.{}", node_id + 1),
+            port: 9092,
+            rack: None,
+        }
+    }
+
+    #[test]
+    fn a_broker_serves_after_registering_and_a_ready_heartbeat() {
+        let mut r = Registry::resuming(100);
+        let inc = Uuid::new_v4();
+        let epoch = r.register(reg(0, inc), 0, SESSION).unwrap();
+        assert_eq!(epoch, 100);
+        assert!(!r.is_live(0), "fenced until caught up");
+        assert_eq!(r.heartbeat(0, inc, epoch, false, 10), Ok(false));
+        assert!(!r.is_live(0));
+        assert_eq!(r.heartbeat(0, inc, epoch, true, 20), Ok(true));
+        assert!(r.is_live(0));
+        assert_eq!(r.heartbeat(0, inc, epoch, true, 30), Ok(false));
+        assert_eq!(r.next_epoch(), 101);
+    }
+
+    #[test]
+    fn a_retry_keeps_the_epoch_and_a_second_process_with_the_same_id_is_refused() {
+        let mut r = Registry::default();
+        let first = Uuid::new_v4();
+        let e = r.register(reg(1, first), 0, SESSION).unwrap();
+        r.heartbeat(1, first, e, true, 1).unwrap();
+        assert_eq!(r.register(reg(1, first), 5, SESSION), Ok(e));
+        let second = Uuid::new_v4();
+        assert_eq!(
+            r.register(reg(1, second), 6, SESSION),
+            Err(RegistryError::DuplicateNodeId {
+                node_id: 1,
+                live: first,
+                refused: second
+            })
+        );
+        assert!(r.is_live(1), "the live broker keeps its registration");
+    }
+
+    #[test]
+    fn silence_fences_and_a_restart_rejoins_with_a_new_epoch() {
+        let mut r = Registry::default();
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        let ea = r.register(reg(0, a), 0, SESSION).unwrap();
+        let eb = r.register(reg(1, b), 0, SESSION).unwrap();
+        r.heartbeat(0, a, ea, true, 1).unwrap();
+        r.heartbeat(1, b, eb, true, 1).unwrap();
+        r.heartbeat(1, b, eb, true, 8_000).unwrap();
+        assert_eq!(r.expire(9_001, SESSION), Vec::<i32>::new());
+        assert_eq!(r.expire(9_002, SESSION), vec![0]);
+        assert_eq!(r.expire(9_003, SESSION), Vec::<i32>::new(), "fenced once");
+        assert_eq!(
+            r.live().map(|x| x.registration.node_id).collect::<Vec<_>>(),
+            vec![1]
+        );
+        // the old incarnation's heartbeat is stale once replaced
+        let restarted = Uuid::new_v4();
+        let e2 = r.register(reg(0, restarted), 10_000, SESSION).unwrap();
+        assert!(e2 > eb);
+        assert_eq!(
+            r.heartbeat(0, a, ea, true, 10_001),
+            Err(RegistryError::StaleBroker { node_id: 0 })
+        );
+        assert_eq!(r.heartbeat(0, restarted, e2, true, 10_002), Ok(true));
+        assert!(r.is_live(0));
+    }
+
+    #[test]
+    fn an_expired_but_not_yet_fenced_broker_can_be_replaced() {
+        let mut r = Registry::default();
+        let old = Uuid::new_v4();
+        let e = r.register(reg(2, old), 0, SESSION).unwrap();
+        r.heartbeat(2, old, e, true, 0).unwrap();
+        // no expire() pass ran, but the session is over
+        assert!(r
+            .register(reg(2, Uuid::new_v4()), SESSION + 1, SESSION)
+            .is_ok());
+        assert_eq!(
+            r.register(reg(-1, Uuid::new_v4()), 0, SESSION),
+            Err(RegistryError::BadNodeId(-1))
+        );
+    }
+}
