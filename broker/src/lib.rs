@@ -1,10 +1,16 @@
 //! Moldau broker: a Kafka-compatible streaming log.
 //!
 //! - [`storage`] owns the bytes on disk (segments, indexes, recovery);
-//! - [`topics`] owns the live topics and partitions, [`metadata`] their
-//!   persisted description, [`topic_config`] the topic config rules;
-//! - [`protocol`] is the wire edge, [`handlers`] answer each API;
-//! - [`http`] serves metrics and health; [`server`] starts and stops it all.
+//! - [`topics`] owns the partitions this broker holds, [`metadata`] the
+//!   persisted description behind the `MetadataStore` trait,
+//!   [`topic_config`] the topic config rules;
+//! - [`controller`] is the only writer of cluster metadata (its decisions
+//!   are pure functions) and publishes the [`image`] that handlers read;
+//! - [`group`] is the group coordinator, [`producer`] the producer state;
+//! - [`protocol`] is the wire edge (framing, limits), [`handlers`] answer
+//!   each API, [`offload`] keeps blocking work off the runtime's workers;
+//! - [`http`] serves metrics and health, [`resources`] watches descriptors;
+//!   [`server`] starts and stops it all.
 
 pub mod broker;
 pub mod config;
