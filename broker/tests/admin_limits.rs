@@ -9,31 +9,12 @@
 
 mod wire_common;
 
-use std::os::unix::io::AsRawFd;
-use std::os::unix::process::CommandExt;
 use std::time::Duration;
 
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::{ApiKey, CreateTopicsRequest, CreateTopicsResponse};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use wire_common::*;
-
-/// Whether a response (any byte) is waiting on `stream`, without waiting.
-fn has_pending_bytes(stream: &TcpStream) -> bool {
-    let mut b = [0u8; 1];
-    // SAFETY: recv into a 1-byte buffer on a valid socket; MSG_PEEK leaves
-    // the data in place and MSG_DONTWAIT never blocks.
-    let n = unsafe {
-        libc::recv(
-            stream.as_raw_fd(),
-            b.as_mut_ptr().cast(),
-            1,
-            libc::MSG_PEEK | libc::MSG_DONTWAIT,
-        )
-    };
-    n > 0
-}
 
 #[tokio::test(flavor = "current_thread")]
 async fn big_create_topics_does_not_stall_another_connection() {
@@ -100,119 +81,22 @@ async fn big_create_topics_does_not_stall_another_connection() {
     broker.stop().await;
 }
 
-/// A child broker process with `RLIMIT_NOFILE` = `limit`; killed on drop.
-struct Child {
-    child: std::process::Child,
-    kafka: std::net::SocketAddr,
-    http: std::net::SocketAddr,
-    log: std::path::PathBuf,
-}
-
-impl Child {
-    fn spawn(data: &std::path::Path, limit: u64) -> Child {
-        let free = || {
-            std::net::TcpListener::bind("127.0.0.1:0")
-                .expect("bind")
-                .local_addr()
-                .expect("addr")
-        };
-        let (kafka, http) = (free(), free());
-        let log = data.with_extension("log");
-        let out = std::fs::File::create(&log).expect("log file");
-        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_moldau-broker"));
-        cmd.args(["--listen", &kafka.to_string()])
-            .args(["--http-listen", &http.to_string()])
-            .arg("--data-dir")
-            .arg(data)
-            .args(["--set", "offsets.topic.num.partitions=1"])
-            // An explicit max.connections is honoured even above half the
-            // descriptor limit (the default is capped there): this test
-            // wants the accept loop itself to run out of descriptors.
-            .args(["--set", "max.connections=100000"])
-            .env("NO_COLOR", "1")
-            .stdout(out.try_clone().expect("dup"))
-            .stderr(out);
-        // SAFETY: only async-signal-safe calls (setrlimit) between fork and exec.
-        unsafe {
-            cmd.pre_exec(move || {
-                let lim = libc::rlimit {
-                    rlim_cur: limit as libc::rlim_t,
-                    rlim_max: limit as libc::rlim_t,
-                };
-                if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let child = cmd.spawn().expect("spawn moldau-broker");
-        Child {
-            child,
-            kafka,
-            http,
-            log,
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Connects, retrying while the broker starts (or until it accepts again).
-    async fn connect(&self, within: Duration) -> TcpStream {
-        let deadline = tokio::time::Instant::now() + within;
-        loop {
-            if let Ok(mut s) = TcpStream::connect(self.kafka).await {
-                // Accepted and served, not just queued in the backlog.
-                let served = tokio::time::timeout(Duration::from_secs(2), async {
-                    topic_error(&mut s, "__probe").await
-                })
-                .await;
-                if served.is_ok() {
-                    return s;
-                }
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "broker not serving new connections; log:\n{}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    async fn metrics(&self) -> String {
-        let mut s = TcpStream::connect(self.http).await.expect("http");
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
-            .await
-            .expect("write");
-        let mut out = Vec::new();
-        tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
-            .await
-            .expect("metrics timed out")
-            .expect("read");
-        String::from_utf8_lossy(&out).into_owned()
-    }
-}
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn metric(text: &str, name: &str) -> Option<u64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn running_out_of_file_descriptors_fails_one_request_not_the_broker() {
     const LIMIT: u64 = 256;
     let tmp = tempfile::tempdir().expect("tempdir");
     let data = tmp.path().join("data");
-    let broker = Child::spawn(&data, LIMIT);
+    let broker = Child::spawn(
+        &data,
+        data.with_extension("log"),
+        ChildOptions {
+            // An explicit max.connections is honoured even above half the
+            // descriptor limit (the default is capped there): this test
+            // wants the accept loop itself to run out of descriptors.
+            settings: &["max.connections=100000"],
+            open_files: Some(LIMIT),
+        },
+    );
     let mut c = broker.connect(Duration::from_secs(60)).await;
 
     let m = broker.metrics().await;

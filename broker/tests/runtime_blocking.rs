@@ -13,7 +13,6 @@
 
 mod wire_common;
 
-use std::os::unix::io::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -26,25 +25,8 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use moldau_broker::topics::BLOCKING_APPEND_HOOK;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use wire_common::*;
-
-/// Whether a response (any byte) is waiting on `stream`, without waiting.
-fn has_pending_bytes(stream: &TcpStream) -> bool {
-    let mut b = [0u8; 1];
-    // SAFETY: recv into a 1-byte buffer on a valid socket; MSG_PEEK leaves
-    // the data in place and MSG_DONTWAIT never blocks.
-    let n = unsafe {
-        libc::recv(
-            stream.as_raw_fd(),
-            b.as_mut_ptr().cast(),
-            1,
-            libc::MSG_PEEK | libc::MSG_DONTWAIT,
-        )
-    };
-    n > 0
-}
 
 async fn create_with_configs(stream: &mut TcpStream, topic: &str, configs: &[(&str, &str)]) {
     let req = CreateTopicsRequest::default()
@@ -222,114 +204,6 @@ async fn appends_that_roll_or_fsync_do_not_stall_other_connections() {
     broker.stop().await;
 }
 
-/// A child broker process; killed on drop.
-struct Child {
-    child: std::process::Child,
-    kafka: std::net::SocketAddr,
-    http: std::net::SocketAddr,
-    log: std::path::PathBuf,
-}
-
-impl Child {
-    fn spawn(data: &std::path::Path, log_name: &str) -> Child {
-        let free = || {
-            std::net::TcpListener::bind("127.0.0.1:0")
-                .expect("bind")
-                .local_addr()
-                .expect("addr")
-        };
-        let (kafka, http) = (free(), free());
-        let log = data.with_file_name(log_name);
-        let out = std::fs::File::create(&log).expect("log file");
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_moldau-broker"))
-            .args(["--listen", &kafka.to_string()])
-            .args(["--http-listen", &http.to_string()])
-            .arg("--data-dir")
-            .arg(data)
-            .args(["--set", "offsets.topic.num.partitions=1"])
-            .env("NO_COLOR", "1")
-            .stdout(out.try_clone().expect("dup"))
-            .stderr(out)
-            .spawn()
-            .expect("spawn moldau-broker");
-        Child {
-            child,
-            kafka,
-            http,
-            log,
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    async fn connect(&self) -> TcpStream {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-        loop {
-            if let Ok(mut s) = TcpStream::connect(self.kafka).await {
-                let served = tokio::time::timeout(Duration::from_secs(5), async {
-                    topic_error(&mut s, "__probe").await
-                })
-                .await;
-                if served.is_ok() {
-                    return s;
-                }
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "broker not serving; log:\n{}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    async fn metrics(&self) -> String {
-        let mut s = TcpStream::connect(self.http).await.expect("http");
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
-            .await
-            .expect("write");
-        let mut out = Vec::new();
-        tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut out))
-            .await
-            .expect("metrics timed out")
-            .expect("read");
-        String::from_utf8_lossy(&out).into_owned()
-    }
-
-    /// Sends `signal` and waits (at most `within`) for the process to exit.
-    async fn stop(&mut self, signal: i32, within: Duration) -> std::process::ExitStatus {
-        // SAFETY: kill(2) on our own child's pid.
-        let rc = unsafe { libc::kill(self.child.id() as libc::pid_t, signal) };
-        assert_eq!(rc, 0, "kill");
-        let deadline = tokio::time::Instant::now() + within;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("wait") {
-                return status;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "broker still running {within:?} after signal {signal}; log:\n{}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-}
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn metric(text: &str, name: &str) -> Option<u64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-}
-
 /// Produces one small batch to each of `partitions` partitions of `topic`
 /// in one request; all must succeed.
 async fn produce_everywhere(stream: &mut TcpStream, topic: &str, partitions: i32) {
@@ -360,8 +234,12 @@ async fn sigterm_with_2000_partitions_exits_and_the_next_start_recovers_nothing(
     const PARTITIONS: i32 = 2000;
     let tmp = tempfile::tempdir().expect("tempdir");
     let data = tmp.path().join("data");
-    let mut broker = Child::spawn(&data, "first.log");
-    let mut c = broker.connect().await;
+    let mut broker = Child::spawn(
+        &data,
+        data.with_file_name("first.log"),
+        ChildOptions::default(),
+    );
+    let mut c = broker.connect(Duration::from_secs(120)).await;
     let req = CreateTopicsRequest::default()
         .with_timeout_ms(600_000)
         .with_topics(vec![CreatableTopic::default()
@@ -398,8 +276,12 @@ async fn sigterm_with_2000_partitions_exits_and_the_next_start_recovers_nothing(
     assert_eq!(markers, PARTITIONS as usize, "every partition marked clean");
 
     // A clean stop: the next start re-validates nothing and serves the data.
-    let mut broker = Child::spawn(&data, "second.log");
-    let mut c = broker.connect().await;
+    let mut broker = Child::spawn(
+        &data,
+        data.with_file_name("second.log"),
+        ChildOptions::default(),
+    );
+    let mut c = broker.connect(Duration::from_secs(120)).await;
     let m = broker.metrics().await;
     assert_eq!(
         metric(&m, "moldau_log_recovery_unclean_partitions"),
@@ -426,8 +308,12 @@ async fn sigterm_with_2000_partitions_exits_and_the_next_start_recovers_nothing(
 
     // The control: after kill -9 the same counts are positive.
     broker.stop(libc::SIGKILL, Duration::from_secs(25)).await;
-    let broker = Child::spawn(&data, "third.log");
-    let mut c = broker.connect().await;
+    let broker = Child::spawn(
+        &data,
+        data.with_file_name("third.log"),
+        ChildOptions::default(),
+    );
+    let mut c = broker.connect(Duration::from_secs(120)).await;
     let m = broker.metrics().await;
     assert_eq!(
         metric(&m, "moldau_log_recovery_unclean_partitions"),

@@ -302,3 +302,161 @@ impl Drop for Tmpfs {
             .status();
     }
 }
+
+/// Whether a response (any byte) is waiting on `stream`, without waiting.
+pub fn has_pending_bytes(stream: &TcpStream) -> bool {
+    use std::os::unix::io::AsRawFd;
+    let mut b = [0u8; 1];
+    // SAFETY: recv into a 1-byte buffer on a valid socket; MSG_PEEK leaves
+    // the data in place and MSG_DONTWAIT never blocks.
+    let n = unsafe {
+        libc::recv(
+            stream.as_raw_fd(),
+            b.as_mut_ptr().cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    n > 0
+}
+
+/// A value of the Prometheus text `text` for the unlabelled metric `name`.
+pub fn metric(text: &str, name: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// How to start a [`Child`] broker.
+#[derive(Default)]
+pub struct ChildOptions<'a> {
+    /// Extra `--set key=value` properties.
+    pub settings: &'a [&'a str],
+    /// `RLIMIT_NOFILE` (soft and hard) of the child.
+    pub open_files: Option<u64>,
+}
+
+/// A broker child process (the binary built with these tests) on
+/// 127.0.0.1; killed on drop.
+pub struct Child {
+    pub child: std::process::Child,
+    pub kafka: std::net::SocketAddr,
+    pub http: std::net::SocketAddr,
+    log: PathBuf,
+}
+
+impl Child {
+    /// Starts a broker on `data`, logging to `log`.
+    pub fn spawn(data: &Path, log: PathBuf, options: ChildOptions<'_>) -> Child {
+        use std::os::unix::process::CommandExt;
+        let free = || {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .expect("bind")
+                .local_addr()
+                .expect("addr")
+        };
+        let (kafka, http) = (free(), free());
+        let out = std::fs::File::create(&log).expect("log file");
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_moldau-broker"));
+        cmd.args(["--listen", &kafka.to_string()])
+            .args(["--http-listen", &http.to_string()])
+            .arg("--data-dir")
+            .arg(data)
+            .args(["--set", "offsets.topic.num.partitions=1"])
+            .env("NO_COLOR", "1")
+            .stdout(out.try_clone().expect("dup"))
+            .stderr(out);
+        for setting in options.settings {
+            cmd.args(["--set", setting]);
+        }
+        if let Some(limit) = options.open_files {
+            // SAFETY: only async-signal-safe calls (setrlimit) between fork
+            // and exec.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let lim = libc::rlimit {
+                        rlim_cur: limit as libc::rlim_t,
+                        rlim_max: limit as libc::rlim_t,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let child = cmd.spawn().expect("spawn moldau-broker");
+        Child {
+            child,
+            kafka,
+            http,
+            log,
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Connects, retrying while the broker starts (or until it accepts
+    /// again): accepted and served, not just queued in the backlog.
+    pub async fn connect(&self, within: Duration) -> TcpStream {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Ok(mut s) = TcpStream::connect(self.kafka).await {
+                let served = tokio::time::timeout(Duration::from_secs(5), async {
+                    topic_error(&mut s, "__probe").await
+                })
+                .await;
+                if served.is_ok() {
+                    return s;
+                }
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "broker not serving new connections; log:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The `/metrics` page.
+    pub async fn metrics(&self) -> String {
+        let mut s = TcpStream::connect(self.http).await.expect("http");
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+            .await
+            .expect("write");
+        let mut out = Vec::new();
+        tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut out))
+            .await
+            .expect("metrics timed out")
+            .expect("read");
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    /// Sends `signal` and waits (at most `within`) for the process to exit.
+    pub async fn stop(&mut self, signal: i32, within: Duration) -> std::process::ExitStatus {
+        // SAFETY: kill(2) on our own child's pid.
+        let rc = unsafe { libc::kill(self.child.id() as libc::pid_t, signal) };
+        assert_eq!(rc, 0, "kill");
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return status;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "broker still running {within:?} after signal {signal}; log:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
