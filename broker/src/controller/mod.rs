@@ -8,7 +8,8 @@
 //! Decisions are pure functions in the children: replica placement
 //! ([`assignment`]), broker registrations and fencing ([`registry`]),
 //! leader election and ISR changes ([`leadership`]), controller-epoch
-//! fencing ([`fencing`]); this
+//! fencing ([`fencing`]); [`rpc`] is the gRPC edge brokers register,
+//! heartbeat and fetch metadata through (`proto/controller.proto`); this
 //! module is the thin edge that applies them. In standalone mode (today's
 //! only mode) the broker is its own controller and the metadata lives in its
 //! data directory (`metadata::MetadataFile`, behind
@@ -20,6 +21,7 @@ pub mod assignment;
 pub mod fencing;
 pub mod leadership;
 pub mod registry;
+pub mod rpc;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
