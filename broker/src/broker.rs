@@ -30,6 +30,9 @@ pub struct Broker {
     pub request_budget: RequestBudget,
     /// The current metadata image; replaced whole, never changed in place.
     image: RwLock<Arc<MetadataImage>>,
+    /// Whether the image comes from a remote controller (cluster mode)
+    /// rather than from this broker's own metadata (standalone).
+    remote_image: AtomicBool,
     ready: AtomicBool,
 }
 
@@ -56,6 +59,7 @@ impl Broker {
         )));
         Self {
             image,
+            remote_image: AtomicBool::new(false),
             connection_limits: ConnectionLimiter::new(connection_limits),
             request_budget,
             node_id,
@@ -81,12 +85,23 @@ impl Broker {
     /// Rebuilds the image from the metadata this broker keeps and makes it
     /// current (standalone mode: the broker is its own controller).
     pub(crate) fn publish_image(&self) {
+        if self.remote_image.load(Ordering::SeqCst) {
+            // cluster mode: only the controller's images are installed
+            return;
+        }
         let image = standalone_image(
             self.node_id,
             &self.advertised_host,
             self.advertised_port,
             &self.topics,
         );
+        *self.image.write() = Arc::new(image);
+    }
+
+    /// Installs an image received from the controller (cluster mode); from
+    /// then on this broker's own metadata no longer makes images.
+    pub fn install_image(&self, image: MetadataImage) {
+        self.remote_image.store(true, Ordering::SeqCst);
         *self.image.write() = Arc::new(image);
     }
 

@@ -43,6 +43,12 @@ pub struct Cli {
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub overrides: Vec<String>,
     /// Name of the cluster this broker belongs to (reported as cluster id).
+    /// Cluster mode (in progress): the gRPC address (`http://host:port`) of
+    /// the controller this broker registers with and takes its metadata
+    /// image from. Without it the broker is a standalone cluster of one.
+    #[arg(long, env = "MOLDAU_CONTROLLER_ADDRESS")]
+    pub controller_address: Option<String>,
+
     #[arg(long, env = "MOLDAU_CLUSTER_NAME", default_value = "moldau")]
     pub cluster_name: String,
     /// Log filter (tracing `EnvFilter` syntax).
@@ -118,6 +124,9 @@ pub struct BrokerConfig {
     /// request whose bytes do not all arrive within this time of its first
     /// byte closes the connection (slow or stalled senders).
     pub socket_request_read_timeout_ms: i64,
+    /// `broker.heartbeat.interval.ms` (cluster mode): how often this broker
+    /// heartbeats to the controller (KRaft's name and default).
+    pub broker_heartbeat_interval_ms: i64,
     /// Every property as given (file, then overrides), for DescribeConfigs.
     pub raw: BTreeMap<String, String>,
 }
@@ -157,6 +166,7 @@ impl Default for BrokerConfig {
             connections_max_idle_ms: 600_000,
             queued_max_request_bytes: 256 * 1024 * 1024,
             socket_request_read_timeout_ms: 60_000,
+            broker_heartbeat_interval_ms: 2_000,
             raw: BTreeMap::new(),
         }
     }
@@ -412,6 +422,7 @@ impl BrokerConfig {
                 "socket.request.read.timeout.ms" => {
                     c.socket_request_read_timeout_ms = parse_num(k, v)?
                 }
+                "broker.heartbeat.interval.ms" => c.broker_heartbeat_interval_ms = parse_num(k, v)?,
                 "log.message.timestamp.type" => {
                     let v = v.trim();
                     if v != "CreateTime" && v != "LogAppendTime" {

@@ -160,6 +160,24 @@ pub async fn run_reporting(
             .await;
     });
 
+    let session_task = cli.controller_address.clone().map(|controller| {
+        tracing::info!(%controller, "cluster mode: taking metadata from the controller");
+        tokio::spawn(crate::controller::session::run(
+            broker.clone(),
+            crate::controller::session::SessionConfig {
+                controller,
+                heartbeat: Duration::from_millis(
+                    broker
+                        .topics
+                        .broker_config()
+                        .broker_heartbeat_interval_ms
+                        .clamp(10, 60_000) as u64,
+                ),
+            },
+            shutdown.clone(),
+        ))
+    });
+
     let hk_broker = broker.clone();
     let interval = Duration::from_millis(
         broker
@@ -248,6 +266,9 @@ pub async fn run_reporting(
     })
     .await;
     housekeeping.abort();
+    if let Some(t) = session_task {
+        t.abort();
+    }
     group_task.abort();
     http_task.abort();
     let b = broker.clone();

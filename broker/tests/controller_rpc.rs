@@ -23,6 +23,7 @@ const SESSION_MS: i64 = 9_000;
 fn partition(index: i32, replicas: &[i32], leader: i32) -> PartitionState {
     PartitionState {
         topic: "orders".into(),
+        topic_id: Uuid::nil(),
         index,
         replicas: replicas.to_vec(),
         isr: replicas.to_vec(),
@@ -115,6 +116,7 @@ async fn brokers_register_heartbeat_are_fenced_and_rejoin_over_grpc() {
     let clock_now = now.clone();
     let service = ControllerService::new(
         ControllerSettings {
+            cluster_id: "c1".into(),
             controller_id: 0,
             controller_epoch: 4,
             session_timeout_ms: SESSION_MS,

@@ -24,6 +24,8 @@ use std::collections::BTreeSet;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartitionState {
     pub topic: String,
+    /// The topic's id (`Uuid::nil()` when not known yet).
+    pub topic_id: uuid::Uuid,
     pub index: i32,
     pub replicas: Vec<i32>,
     pub isr: Vec<i32>,
@@ -232,6 +234,7 @@ mod tests {
     fn p(replicas: &[i32], isr: &[i32], leader: i32) -> PartitionState {
         PartitionState {
             topic: "t".into(),
+            topic_id: uuid::Uuid::nil(),
             index: 0,
             replicas: replicas.to_vec(),
             isr: isr.to_vec(),

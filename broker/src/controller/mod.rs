@@ -22,6 +22,7 @@ pub mod fencing;
 pub mod leadership;
 pub mod registry;
 pub mod rpc;
+pub mod session;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -31,6 +31,7 @@ pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
 /// Settings of one controller term.
 #[derive(Clone)]
 pub struct ControllerSettings {
+    pub cluster_id: String,
     pub controller_id: i32,
     /// Grows with every term (from the Lease); carried by every answer.
     pub controller_epoch: i64,
@@ -208,6 +209,7 @@ impl pb::controller_server::Controller for ControllerService {
             controller_epoch: self.settings.controller_epoch,
             metadata_offset: state.metadata_offset,
             controller_id: self.settings.controller_id,
+            cluster_id: self.settings.cluster_id.clone(),
             ..Default::default()
         };
         if r.metadata_offset >= state.metadata_offset {
@@ -235,6 +237,7 @@ impl pb::controller_server::Controller for ControllerService {
                 leader: p.leader,
                 leader_epoch: p.leader_epoch,
                 partition_epoch: p.partition_epoch,
+                topic_id: p.topic_id.to_string(),
             })
             .collect();
         Ok(Response::new(out))
