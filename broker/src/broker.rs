@@ -105,12 +105,6 @@ impl Broker {
         *self.image.write() = Arc::new(image);
     }
 
-    /// This broker's role for `topic`-`index` in the current image; `None`
-    /// when the image has no such partition.
-    pub fn role(&self, topic: &str, index: i32) -> Option<crate::image::PartitionRole> {
-        self.image.read().role(topic, index, self.node_id)
-    }
-
     pub fn cluster_id(&self) -> &str {
         self.topics.cluster_id()
     }

@@ -656,12 +656,12 @@ mod tests {
     #[test]
     fn listen_addresses_of_both_families_with_or_without_brackets() {
         let ok = |s: &str| parse_listen_addr(s).unwrap().to_string();
-        assert_eq!(ok("10.1.2.3:9092"), "10.1.2.3:9092");
+        assert_eq!(ok("127.1.2.3:9092"), "127.1.2.3:9092");
         assert_eq!(ok("[fd00::5]:9092"), "[fd00::5]:9092");
         // `$(POD_IP):9092` on an IPv6 pod.
         assert_eq!(ok("fd00::5:9092"), "[fd00::5]:9092");
         assert_eq!(ok("::1:9092"), "[::1]:9092");
-        for bad in ["10.1.2.3", "fd00::5", "localhost:9092", "[fd00::5]", ""] {
+        for bad in ["127.1.2.3", "fd00::5", "localhost:9092", "[fd00::5]", ""] {
             assert!(parse_listen_addr(bad).is_err(), "{bad}");
         }
         let cli = Cli::try_parse_from([

@@ -214,7 +214,8 @@ pub async fn run_reporting(
     tracing::info!(listen = %bound, advertised = %advertised, http = %cli.http_listen, node_id = cli.node_id, "broker ready");
 
     let mut connections = tokio::task::JoinSet::new();
-    let mut refusal_log = RateLimitedLog::new(Duration::from_secs(10));
+    // a flood of refused connections must not flood the log too
+    let refusal_log = crate::protocol::connection::LogRate::new(10_000);
     let signals = async {
         if handle_signals {
             wait_for_signal().await
@@ -245,7 +246,9 @@ pub async fn run_reporting(
                                 .connections_refused
                                 .get_or_create(&ReasonLabel { reason: refusal.label().into() })
                                 .inc();
-                            refusal_log.warn(|| tracing::warn!(%peer, limit = refusal.label(), "connection refused by a limit"));
+                            if let Some(suppressed) = refusal_log.admit() {
+                                tracing::warn!(%peer, limit = refusal.label(), suppressed, "connection refused by a limit");
+                            }
                         }
                     }
                 }
@@ -279,29 +282,6 @@ pub async fn run_reporting(
         "logs closed; bye"
     );
     Ok(())
-}
-
-/// Logs at most once per interval (a flood of refused connections must not
-/// flood the log too).
-struct RateLimitedLog {
-    every: Duration,
-    last: Option<std::time::Instant>,
-}
-
-impl RateLimitedLog {
-    fn new(every: Duration) -> Self {
-        Self { every, last: None }
-    }
-    fn warn(&mut self, log: impl FnOnce()) {
-        let now = std::time::Instant::now();
-        if self
-            .last
-            .is_none_or(|t| now.duration_since(t) >= self.every)
-        {
-            self.last = Some(now);
-            log();
-        }
-    }
 }
 
 /// Connection limits from the config. Unless `max.connections` is set, it

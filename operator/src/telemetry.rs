@@ -206,19 +206,19 @@ mod tests {
     #[test]
     fn listen_addresses_of_both_families_with_or_without_brackets() {
         let ok = |s: &str| parse_listen_addr(s).unwrap().to_string();
-        assert_eq!(ok("10.1.2.3:8080"), "10.1.2.3:8080");
+        assert_eq!(ok("127.1.2.3:8080"), "127.1.2.3:8080");
         assert_eq!(ok("0.0.0.0:8080"), "0.0.0.0:8080");
         assert_eq!(ok("[fd00::5]:8080"), "[fd00::5]:8080");
         // `$(POD_IP):8080` on an IPv6 pod.
         assert_eq!(ok("fd00::5:8080"), "[fd00::5]:8080");
         assert_eq!(ok("fd00:1:2:3:4:5:6:7:8080"), "[fd00:1:2:3:4:5:6:7]:8080");
         assert_eq!(ok("::1:8080"), "[::1]:8080");
-        assert_eq!(ok("::ffff:10.1.2.3:8080"), "[::ffff:10.1.2.3]:8080");
+        assert_eq!(ok("::ffff:127.1.2.3:8080"), "[::ffff:127.1.2.3]:8080");
         for bad in [
-            "10.1.2.3",
+            "127.1.2.3",
             "fd00::5",
             "localhost:8080",
-            "10.1.2.3:http",
+            "127.1.2.3:http",
             "[fd00::5]",
             "",
         ] {

@@ -30,9 +30,9 @@ fn partition_error(index: i32, code: ResponseError, message: String) -> Partitio
 pub fn handle(broker: &Broker, req: ProduceRequest, _version: i16) -> Option<ProduceResponse> {
     let acks = req.acks;
     let mut responses = Vec::with_capacity(req.topic_data.len());
+    let image = broker.image();
     for topic_data in req.topic_data {
         let name = topic_data.name.0.as_str().to_string();
-        let image = broker.image();
         let mut partition_responses = Vec::with_capacity(topic_data.partition_data.len());
         for pd in topic_data.partition_data {
             let index = pd.index;

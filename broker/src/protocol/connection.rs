@@ -33,14 +33,14 @@ static BAD_CONNECTION_LOG: LogRate = LogRate::new(1_000);
 
 /// Lets a log line through at most once per interval, across threads, and
 /// counts the ones held back in between.
-struct LogRate {
+pub(crate) struct LogRate {
     every_ms: u64,
     last_ms: AtomicU64,
     held_back: AtomicU64,
 }
 
 impl LogRate {
-    const fn new(every_ms: u64) -> Self {
+    pub(crate) const fn new(every_ms: u64) -> Self {
         Self {
             every_ms,
             last_ms: AtomicU64::new(0),
@@ -49,7 +49,7 @@ impl LogRate {
     }
 
     /// `Some(lines held back since the last one)` when this line may go out.
-    fn admit(&self) -> Option<u64> {
+    pub(crate) fn admit(&self) -> Option<u64> {
         let now = crate::topics::now_ms().max(0) as u64;
         let last = self.last_ms.load(Ordering::Relaxed);
         if now.saturating_sub(last) >= self.every_ms
