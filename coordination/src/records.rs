@@ -1,0 +1,228 @@
+//! The cluster metadata records, as the controller keeps them in memory and
+//! persists them (one object per record, so objects stay small however many
+//! topics a cluster has). Plain serializable data with the few invariants a
+//! reader must check before trusting a record someone may have edited by
+//! hand ([`TopicRecord::validate`], [`ClusterRecord::validate`]).
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A broker the controller has registered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RegisteredBroker {
+    /// The node id (the StatefulSet ordinal).
+    pub node_id: i32,
+    /// Where clients reach its Kafka listener.
+    pub host: String,
+    pub port: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rack: Option<String>,
+    /// New at every process start (a UUID).
+    pub incarnation: String,
+    /// Grows with every registration of this node id.
+    pub broker_epoch: i64,
+    /// Fenced brokers (heartbeats stopped) lead nothing.
+    #[serde(default)]
+    pub fenced: bool,
+}
+
+/// The cluster-wide record: one per cluster.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterRecord {
+    /// Kafka's cluster id (22 characters of URL-safe base64); never changes.
+    pub cluster_id: String,
+    /// The active controller's node id (-1: none yet).
+    pub controller_id: i32,
+    /// The active controller's gRPC endpoint (`http://host:port`); brokers
+    /// find the controller here, never through cluster DNS.
+    #[serde(default)]
+    pub controller_address: String,
+    /// Producer ids below this may have been handed out (blocks are
+    /// allocated by moving this up, so ids are never reused).
+    #[serde(default)]
+    pub producer_id_block_end: i64,
+    /// The brokers registered with the controller.
+    #[serde(default)]
+    pub brokers: Vec<RegisteredBroker>,
+}
+
+/// One partition's replica set and leadership.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PartitionRecord {
+    pub index: i32,
+    /// Replicas, preferred leader first.
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+    /// -1: no leader (offline).
+    pub leader: i32,
+    /// Grows with every leader change; never goes back.
+    pub leader_epoch: i32,
+    /// Grows with every change of this partition (leader, ISR, replicas).
+    pub partition_epoch: i32,
+}
+
+/// One topic.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TopicRecord {
+    /// The Kafka topic name (may hold characters Kubernetes names cannot).
+    pub name: String,
+    /// The topic id (a UUID).
+    pub topic_id: String,
+    pub replication_factor: i16,
+    /// Topic config overrides.
+    #[serde(default)]
+    pub configs: BTreeMap<String, String>,
+    /// By index, 0..n.
+    pub partitions: Vec<PartitionRecord>,
+}
+
+/// Why a record cannot be trusted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidRecord(pub String);
+
+impl TopicRecord {
+    /// Checks what every reader relies on: a valid id, partitions numbered
+    /// 0..n, each with replicas, a leader among them (or -1), an ISR within
+    /// the replicas, and non-negative epochs.
+    pub fn validate(&self) -> Result<(), InvalidRecord> {
+        let bad = |m: String| Err(InvalidRecord(format!("topic {:?}: {m}", self.name)));
+        if self.name.is_empty() {
+            return bad("empty name".into());
+        }
+        if uuid::Uuid::parse_str(&self.topic_id).is_err() {
+            return bad(format!("topic id {:?} is not a UUID", self.topic_id));
+        }
+        if self.replication_factor < 1 {
+            return bad(format!(
+                "replication factor {} is below 1",
+                self.replication_factor
+            ));
+        }
+        if self.partitions.is_empty() {
+            return bad("no partitions".into());
+        }
+        for (i, p) in self.partitions.iter().enumerate() {
+            if usize::try_from(p.index).ok() != Some(i) {
+                return bad(format!("partition {i} has index {}", p.index));
+            }
+            if p.replicas.is_empty() {
+                return bad(format!("partition {i} has no replicas"));
+            }
+            let mut seen = p.replicas.clone();
+            seen.sort_unstable();
+            seen.dedup();
+            if seen.len() != p.replicas.len() || seen.iter().any(|r| *r < 0) {
+                return bad(format!("partition {i} has replicas {:?}", p.replicas));
+            }
+            if p.leader != -1 && !p.replicas.contains(&p.leader) {
+                return bad(format!(
+                    "partition {i}: leader {} is not a replica",
+                    p.leader
+                ));
+            }
+            if p.isr.iter().any(|r| !p.replicas.contains(r)) {
+                return bad(format!(
+                    "partition {i}: ISR {:?} is not within the replicas",
+                    p.isr
+                ));
+            }
+            if p.leader_epoch < 0 || p.partition_epoch < 0 {
+                return bad(format!("partition {i} has a negative epoch"));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl ClusterRecord {
+    /// Checks a cluster id is present and node ids are unique.
+    pub fn validate(&self) -> Result<(), InvalidRecord> {
+        if self.cluster_id.is_empty() {
+            return Err(InvalidRecord("the cluster record has no cluster id".into()));
+        }
+        let mut ids: Vec<i32> = self.brokers.iter().map(|b| b.node_id).collect();
+        ids.sort_unstable();
+        let n = ids.len();
+        ids.dedup();
+        if ids.len() != n {
+            return Err(InvalidRecord(
+                "the cluster record lists a node id twice".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn topic() -> TopicRecord {
+        TopicRecord {
+            name: "orders".into(),
+            topic_id: uuid::Uuid::new_v4().to_string(),
+            replication_factor: 1,
+            configs: BTreeMap::new(),
+            partitions: vec![
+                PartitionRecord {
+                    index: 0,
+                    replicas: vec![1],
+                    isr: vec![1],
+                    leader: 1,
+                    leader_epoch: 0,
+                    partition_epoch: 0,
+                },
+                PartitionRecord {
+                    index: 1,
+                    replicas: vec![2],
+                    isr: vec![],
+                    leader: -1,
+                    leader_epoch: 3,
+                    partition_epoch: 4,
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn a_well_formed_topic_is_valid() {
+        assert_eq!(topic().validate(), Ok(()));
+    }
+
+    #[test]
+    fn hand_edits_that_break_invariants_are_caught() {
+        let cases: Vec<Box<dyn Fn(&mut TopicRecord)>> = vec![
+            Box::new(|t| t.topic_id = "nope".into()),
+            Box::new(|t| t.partitions.clear()),
+            Box::new(|t| t.partitions[1].index = 5),
+            Box::new(|t| t.partitions[0].replicas.clear()),
+            Box::new(|t| t.partitions[0].replicas = vec![1, 1]),
+            Box::new(|t| t.partitions[0].leader = 9),
+            Box::new(|t| t.partitions[0].isr = vec![7]),
+            Box::new(|t| t.partitions[0].leader_epoch = -1),
+            Box::new(|t| t.replication_factor = 0),
+        ];
+        for (i, break_it) in cases.iter().enumerate() {
+            let mut t = topic();
+            break_it(&mut t);
+            assert!(t.validate().is_err(), "case {i}");
+        }
+    }
+
+    #[test]
+    fn records_serialize_in_camel_case() {
+        let t = topic();
+        let json = serde_json::to_value(&t).unwrap();
+        assert!(json.get("topicId").is_some());
+        assert!(json["partitions"][0].get("leaderEpoch").is_some());
+        let back: TopicRecord = serde_json::from_value(json).unwrap();
+        assert_eq!(back, t);
+    }
+}
