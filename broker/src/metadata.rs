@@ -98,7 +98,7 @@ impl MetadataFile {
 }
 
 /// A Kafka-style cluster id: 16 random bytes, URL-safe base64 without padding.
-fn new_cluster_id() -> String {
+pub fn new_cluster_id() -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     let bytes = Uuid::new_v4().into_bytes();
     let mut out = String::with_capacity(22);

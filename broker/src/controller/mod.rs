@@ -18,11 +18,13 @@
 //! same calls.
 
 pub mod assignment;
+pub mod cluster;
 pub mod fencing;
 pub mod leadership;
 pub mod registry;
 pub mod rpc;
 pub mod session;
+pub mod store;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

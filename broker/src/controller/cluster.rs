@@ -1,0 +1,407 @@
+//! The cluster controller's metadata and its admin decisions, as pure
+//! functions: what a CreateTopics, CreatePartitions, AlterConfigs or a
+//! producer-id block allocation turns the metadata into, or why it is
+//! refused (with Kafka's error code). The controller's edge
+//! ([`super::rpc`]) persists what these decide and only then makes it
+//! current; nothing here does I/O or reads a clock.
+//!
+//! The metadata is the records of `moldau_coordination::records`: one
+//! cluster record and one record per topic (with each partition's
+//! replicas, leader, leader epoch and ISR), so whatever store keeps them
+//! writes one small object per change.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use kafka_protocol::error::ResponseError;
+use moldau_coordination::records::{ClusterRecord, PartitionRecord, TopicRecord};
+use uuid::Uuid;
+
+use super::assignment::{assign_replicas, BrokerSlot, PlacementError, Seeds};
+use super::leadership::{Change, PartitionState};
+use crate::metadata::validate_topic_name;
+use crate::topic_config;
+use crate::topics::TopicError;
+
+/// How many producer ids one allocation hands a broker (Kafka's block size).
+pub const PRODUCER_ID_BLOCK: i64 = 1000;
+
+/// Defaults a create request may leave to the cluster (`-1`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CreateDefaults {
+    pub num_partitions: i32,
+    pub replication_factor: i16,
+}
+
+/// The whole cluster metadata, as the active controller holds it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ClusterState {
+    pub cluster: ClusterRecord,
+    pub topics: BTreeMap<String, TopicRecord>,
+}
+
+fn placement_error(e: PlacementError) -> TopicError {
+    TopicError::new(ResponseError::InvalidReplicationFactor, e.to_string())
+}
+
+fn unknown(name: &str) -> TopicError {
+    TopicError::new(
+        ResponseError::UnknownTopicOrPartition,
+        format!("topic {name} does not exist"),
+    )
+}
+
+/// New partitions `first..first+replicas.len()`, each led by its preferred
+/// (first) replica in leader epoch 0, with every replica in sync (a new
+/// partition is empty everywhere).
+fn new_partitions(first: usize, replicas: Vec<Vec<i32>>) -> Vec<PartitionRecord> {
+    replicas
+        .into_iter()
+        .enumerate()
+        .map(|(i, replicas)| PartitionRecord {
+            index: i32::try_from(first + i).unwrap_or(i32::MAX),
+            leader: replicas[0],
+            isr: replicas.clone(),
+            replicas,
+            leader_epoch: 0,
+            partition_epoch: 0,
+        })
+        .collect()
+}
+
+fn validate_configs(configs: &BTreeMap<String, String>) -> Result<(), TopicError> {
+    for (k, v) in configs {
+        topic_config::validate(k, v)
+            .map_err(|m| TopicError::new(ResponseError::InvalidConfig, m))?;
+    }
+    Ok(())
+}
+
+impl ClusterState {
+    /// The topic a CreateTopics request would create, placed over the live
+    /// `brokers`; the caller picks `seeds` (at random, as Kafka does) and
+    /// the topic id.
+    pub fn plan_create(
+        &self,
+        name: &str,
+        partitions: i32,
+        replication_factor: i16,
+        configs: BTreeMap<String, String>,
+        defaults: CreateDefaults,
+        brokers: &[BrokerSlot],
+        seeds: Seeds,
+        id: Uuid,
+    ) -> Result<TopicRecord, TopicError> {
+        validate_topic_name(name)
+            .map_err(|m| TopicError::new(ResponseError::InvalidTopicException, m))?;
+        if self.topics.contains_key(name) {
+            return Err(TopicError::new(
+                ResponseError::TopicAlreadyExists,
+                format!("topic {name} already exists"),
+            ));
+        }
+        let partitions = if partitions == -1 {
+            defaults.num_partitions
+        } else {
+            partitions
+        };
+        let rf = if replication_factor == -1 {
+            defaults.replication_factor
+        } else {
+            replication_factor
+        };
+        if partitions < 1 {
+            return Err(TopicError::new(
+                ResponseError::InvalidPartitions,
+                format!("number of partitions must be at least 1, got {partitions}"),
+            ));
+        }
+        validate_configs(&configs)?;
+        let count = usize::try_from(partitions).unwrap_or(0);
+        let replicas = assign_replicas(brokers, 0, count, rf, seeds).map_err(placement_error)?;
+        Ok(TopicRecord {
+            name: name.to_string(),
+            topic_id: id.to_string(),
+            replication_factor: rf,
+            configs,
+            partitions: new_partitions(0, replicas),
+        })
+    }
+
+    /// The topic grown to `count` partitions (CreatePartitions), the new
+    /// ones placed over the live `brokers` with the topic's replication
+    /// factor.
+    pub fn plan_create_partitions(
+        &self,
+        name: &str,
+        count: i32,
+        brokers: &[BrokerSlot],
+        seeds: Seeds,
+    ) -> Result<TopicRecord, TopicError> {
+        let current = self.topics.get(name).ok_or_else(|| unknown(name))?;
+        let have = current.partitions.len();
+        if usize::try_from(count).map_or(true, |c| c <= have) {
+            return Err(TopicError::new(
+                ResponseError::InvalidPartitions,
+                format!("topic {name} has {have} partitions; the new count {count} must be larger"),
+            ));
+        }
+        let added = usize::try_from(count).unwrap_or(0) - have;
+        let replicas = assign_replicas(brokers, have, added, current.replication_factor, seeds)
+            .map_err(placement_error)?;
+        let mut next = current.clone();
+        next.partitions.extend(new_partitions(have, replicas));
+        Ok(next)
+    }
+
+    /// The topic with its config overrides changed by `change`, every
+    /// resulting value validated (AlterConfigs, IncrementalAlterConfigs).
+    pub fn plan_alter_configs(
+        &self,
+        name: &str,
+        change: impl FnOnce(&mut BTreeMap<String, String>) -> Result<(), TopicError>,
+    ) -> Result<TopicRecord, TopicError> {
+        let current = self.topics.get(name).ok_or_else(|| unknown(name))?;
+        let mut next = current.clone();
+        change(&mut next.configs)?;
+        validate_configs(&next.configs)?;
+        Ok(next)
+    }
+
+    /// The next producer-id block: `(first id, cluster record with the
+    /// block end moved past it)`. Ids are never handed out twice because
+    /// the end is persisted before the block is used.
+    pub fn plan_producer_block(&self) -> (i64, ClusterRecord) {
+        let first = self.cluster.producer_id_block_end.max(0);
+        let mut next = self.cluster.clone();
+        next.producer_id_block_end = first + PRODUCER_ID_BLOCK;
+        (first, next)
+    }
+
+    /// Every partition as the leadership decisions see it.
+    pub fn partition_states(&self) -> Vec<PartitionState> {
+        self.topics.values().flat_map(partition_states).collect()
+    }
+
+    /// Topics whose records change when `changes` apply, with the changes
+    /// applied (one record per topic, so one write per topic).
+    pub fn topics_changed_by(&self, changes: &[Change]) -> Vec<TopicRecord> {
+        let mut changed: BTreeMap<&str, TopicRecord> = BTreeMap::new();
+        for c in changes {
+            let Some(current) = self.topics.get(&c.state.topic) else {
+                continue;
+            };
+            let record = changed
+                .entry(current.name.as_str())
+                .or_insert_with(|| current.clone());
+            if let Some(p) = usize::try_from(c.state.index)
+                .ok()
+                .and_then(|i| record.partitions.get_mut(i))
+            {
+                p.replicas = c.state.replicas.clone();
+                p.isr = c.state.isr.clone();
+                p.leader = c.state.leader;
+                p.leader_epoch = c.state.leader_epoch;
+                p.partition_epoch = c.state.partition_epoch;
+            }
+        }
+        changed.into_values().collect()
+    }
+
+    /// Topics with unclean leader election enabled.
+    pub fn unclean_topics(&self) -> BTreeSet<String> {
+        self.topics
+            .values()
+            .filter(|t| {
+                t.configs
+                    .get("unclean.leader.election.enable")
+                    .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+            })
+            .map(|t| t.name.clone())
+            .collect()
+    }
+}
+
+/// A topic record's partitions as leadership decisions see them.
+pub fn partition_states(t: &TopicRecord) -> Vec<PartitionState> {
+    let id = Uuid::parse_str(&t.topic_id).unwrap_or(Uuid::nil());
+    t.partitions
+        .iter()
+        .map(|p| PartitionState {
+            topic: t.name.clone(),
+            topic_id: id,
+            index: p.index,
+            replicas: p.replicas.clone(),
+            isr: p.isr.clone(),
+            leader: p.leader,
+            leader_epoch: p.leader_epoch,
+            partition_epoch: p.partition_epoch,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+    use crate::controller::leadership::on_brokers_fenced;
+
+    fn brokers(n: i32) -> Vec<BrokerSlot> {
+        (0..n).map(|id| BrokerSlot { id, rack: None }).collect()
+    }
+
+    const DEFAULTS: CreateDefaults = CreateDefaults {
+        num_partitions: 3,
+        replication_factor: 1,
+    };
+
+    fn create(
+        s: &ClusterState,
+        name: &str,
+        partitions: i32,
+        rf: i16,
+    ) -> Result<TopicRecord, TopicError> {
+        s.plan_create(
+            name,
+            partitions,
+            rf,
+            BTreeMap::new(),
+            DEFAULTS,
+            &brokers(3),
+            Seeds::default(),
+            Uuid::new_v4(),
+        )
+    }
+
+    #[test]
+    fn a_new_topic_spreads_its_leaders_over_every_broker() {
+        let s = ClusterState::default();
+        let t = create(&s, "orders", 12, 1).expect("create");
+        assert_eq!(t.validate(), Ok(()));
+        let mut per_broker = BTreeMap::new();
+        for p in &t.partitions {
+            assert_eq!(p.leader, p.replicas[0]);
+            assert_eq!(p.isr, p.replicas);
+            *per_broker.entry(p.leader).or_insert(0) += 1;
+        }
+        assert_eq!(per_broker, BTreeMap::from([(0, 4), (1, 4), (2, 4)]));
+        let t3 = create(&s, "replicated", 6, 3).expect("rf 3");
+        assert!(t3.partitions.iter().all(|p| p.replicas.len() == 3));
+    }
+
+    #[test]
+    fn creates_are_refused_with_kafkas_codes() {
+        let mut s = ClusterState::default();
+        let t = create(&s, "orders", 1, 1).unwrap();
+        s.topics.insert("orders".into(), t);
+        let code = |r: Result<TopicRecord, TopicError>| r.err().map(|e| e.code);
+        assert_eq!(
+            code(create(&s, "orders", 1, 1)),
+            Some(ResponseError::TopicAlreadyExists)
+        );
+        assert_eq!(
+            code(create(&s, "a b", 1, 1)),
+            Some(ResponseError::InvalidTopicException)
+        );
+        assert_eq!(
+            code(create(&s, "x", 0, 1)),
+            Some(ResponseError::InvalidPartitions)
+        );
+        assert_eq!(
+            code(create(&s, "x", 1, 4)),
+            Some(ResponseError::InvalidReplicationFactor)
+        );
+        assert_eq!(
+            code(create(&s, "x", 1, 0)),
+            Some(ResponseError::InvalidReplicationFactor)
+        );
+        let bad_config = s.plan_create(
+            "x",
+            1,
+            1,
+            [("retention.ms".to_string(), "soon".to_string())].into(),
+            DEFAULTS,
+            &brokers(3),
+            Seeds::default(),
+            Uuid::new_v4(),
+        );
+        assert_eq!(code(bad_config), Some(ResponseError::InvalidConfig));
+        // -1: the defaults
+        let d = create(&s, "d", -1, -1).unwrap();
+        assert_eq!(d.partitions.len(), 3);
+        assert_eq!(d.replication_factor, 1);
+    }
+
+    #[test]
+    fn partitions_grow_where_creation_left_off_and_never_shrink() {
+        let mut s = ClusterState::default();
+        s.topics.insert("t".into(), create(&s, "t", 2, 1).unwrap());
+        let grown = s
+            .plan_create_partitions("t", 5, &brokers(3), Seeds::default())
+            .unwrap();
+        assert_eq!(grown.partitions.len(), 5);
+        assert_eq!(grown.partitions[..2], s.topics["t"].partitions[..]);
+        assert_eq!(grown.validate(), Ok(()));
+        for n in [1, 2] {
+            assert_eq!(
+                s.plan_create_partitions("t", n, &brokers(3), Seeds::default())
+                    .unwrap_err()
+                    .code,
+                ResponseError::InvalidPartitions
+            );
+        }
+        assert_eq!(
+            s.plan_create_partitions("nope", 5, &brokers(3), Seeds::default())
+                .unwrap_err()
+                .code,
+            ResponseError::UnknownTopicOrPartition
+        );
+    }
+
+    #[test]
+    fn config_changes_are_validated_whole() {
+        let mut s = ClusterState::default();
+        s.topics.insert("t".into(), create(&s, "t", 1, 1).unwrap());
+        let ok = s
+            .plan_alter_configs("t", |c| {
+                c.insert("retention.ms".into(), "1000".into());
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(ok.configs["retention.ms"], "1000");
+        let bad = s.plan_alter_configs("t", |c| {
+            c.insert("cleanup.policy".into(), "sometimes".into());
+            Ok(())
+        });
+        assert_eq!(bad.unwrap_err().code, ResponseError::InvalidConfig);
+    }
+
+    #[test]
+    fn producer_id_blocks_never_overlap() {
+        let mut s = ClusterState::default();
+        let (a, next) = s.plan_producer_block();
+        s.cluster = next;
+        let (b, _) = s.plan_producer_block();
+        assert_eq!(a, 0);
+        assert_eq!(b, PRODUCER_ID_BLOCK);
+    }
+
+    #[test]
+    fn leadership_changes_become_one_record_per_topic() {
+        let mut s = ClusterState::default();
+        s.topics.insert("a".into(), create(&s, "a", 6, 1).unwrap());
+        s.topics.insert("b".into(), create(&s, "b", 3, 1).unwrap());
+        let live: BTreeSet<i32> = [0, 2].into();
+        let changes = on_brokers_fenced(&s.partition_states(), &[1].into(), &live, |_| false);
+        assert!(!changes.is_empty());
+        let records = s.topics_changed_by(&changes);
+        assert_eq!(records.len(), 2, "both topics had a partition on broker 1");
+        for r in &records {
+            for p in r.partitions.iter().filter(|p| p.replicas == vec![1]) {
+                assert_eq!(p.leader, -1, "rf 1: nobody else can lead");
+                assert!(p.leader_epoch > 0);
+            }
+            assert_eq!(r.validate(), Ok(()));
+        }
+    }
+}
