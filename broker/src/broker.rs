@@ -21,6 +21,8 @@ pub struct Broker {
     pub node_id: i32,
     pub advertised_host: String,
     pub advertised_port: i32,
+    /// `broker.rack`.
+    pub rack: Option<String>,
     pub topics: TopicManager,
     pub groups: GroupCoordinator,
     pub metrics: Metrics,
@@ -34,6 +36,8 @@ pub struct Broker {
     /// rather than from this broker's own metadata (standalone).
     remote_image: AtomicBool,
     ready: AtomicBool,
+    /// Cluster mode: the link to the active controller.
+    link: std::sync::OnceLock<Arc<crate::controller::link::ControllerLink>>,
 }
 
 impl Broker {
@@ -65,10 +69,12 @@ impl Broker {
             node_id,
             advertised_host,
             advertised_port,
+            rack: config.broker_rack.clone(),
             topics,
             groups,
             metrics: Metrics::default(),
             ready: AtomicBool::new(false),
+            link: std::sync::OnceLock::new(),
         }
     }
 
@@ -105,8 +111,24 @@ impl Broker {
         *self.image.write() = Arc::new(image);
     }
 
-    pub fn cluster_id(&self) -> &str {
-        self.topics.cluster_id()
+    /// Puts the broker in cluster mode: metadata changes go to the
+    /// controller over `link`, and only its images are installed.
+    pub fn join_cluster(&self, link: Arc<crate::controller::link::ControllerLink>) {
+        self.remote_image.store(true, Ordering::SeqCst);
+        let _ = self.link.set(link);
+    }
+
+    /// The link to the active controller (cluster mode only).
+    pub fn controller_link(&self) -> Option<&Arc<crate::controller::link::ControllerLink>> {
+        self.link.get()
+    }
+
+    /// The cluster id: the controller's in cluster mode, else this broker's.
+    pub fn cluster_id(&self) -> String {
+        if self.link.get().is_some() {
+            return self.image().cluster_id.clone();
+        }
+        self.topics.cluster_id().to_string()
     }
     pub fn socket_request_max_bytes(&self) -> usize {
         self.topics.broker_config().socket_request_max_bytes
@@ -131,7 +153,7 @@ fn standalone_image(node_id: i32, host: &str, port: i32, topics: &TopicManager) 
     let facts = topics.all().into_iter().map(|t| TopicFacts {
         name: t.meta.name.clone(),
         id: t.meta.id,
-        partitions: i32::try_from(t.partitions.len()).unwrap_or(i32::MAX),
+        partitions: t.meta.partitions,
     });
     MetadataImage::standalone(topics.cluster_id(), this, facts)
 }

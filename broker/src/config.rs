@@ -42,15 +42,33 @@ pub struct Cli {
     /// A broker property override, `key=value`; may be repeated; wins over the file.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub overrides: Vec<String>,
-    /// Name of the cluster this broker belongs to (reported as cluster id).
-    /// Cluster mode (in progress): the gRPC address (`http://host:port`) of
-    /// the controller this broker registers with and takes its metadata
-    /// image from. Without it the broker is a standalone cluster of one.
-    #[arg(long, env = "MOLDAU_CONTROLLER_ADDRESS")]
-    pub controller_address: Option<String>,
-
+    /// How this broker finds its cluster: `standalone` (the default: a
+    /// cluster of one that keeps its metadata in its data directory),
+    /// `dir` (brokers on one host sharing `--cluster-dir`), or `kubernetes`
+    /// (brokers of `--cluster-name` in `--namespace`, a Lease electing the
+    /// controller, metadata in `MetadataShard` objects).
+    #[arg(long, env = "MOLDAU_CLUSTER", default_value = "standalone", value_parser = ["standalone", "dir", "kubernetes"])]
+    pub cluster: String,
+    /// `--cluster dir`: the directory the brokers share (metadata, and the
+    /// lock that elects the controller).
+    #[arg(long, env = "MOLDAU_CLUSTER_DIR")]
+    pub cluster_dir: Option<PathBuf>,
+    /// Name of the cluster this broker belongs to (its `KafkaCluster`).
     #[arg(long, env = "MOLDAU_CLUSTER_NAME", default_value = "moldau")]
     pub cluster_name: String,
+    /// `--cluster kubernetes`: the namespace of the cluster's Lease and
+    /// metadata objects (credentials: in-cluster, or `KUBECONFIG`).
+    #[arg(long, env = "MOLDAU_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Cluster mode: where this broker serves the controller's gRPC
+    /// endpoint when it is the active controller.
+    #[arg(long, env = "MOLDAU_CONTROLLER_LISTEN", default_value = "127.0.0.1:9093", value_parser = parse_listen_addr)]
+    pub controller_listen: SocketAddr,
+    /// Cluster mode: the address other brokers dial for the controller
+    /// (`host:port`); default: the advertised host with the controller
+    /// listener's port.
+    #[arg(long, env = "MOLDAU_CONTROLLER_ADVERTISED")]
+    pub controller_advertised: Option<String>,
     /// Log filter (tracing `EnvFilter` syntax).
     #[arg(long, env = "MOLDAU_LOG", default_value = "info")]
     pub log: String,
@@ -127,6 +145,11 @@ pub struct BrokerConfig {
     /// `broker.heartbeat.interval.ms` (cluster mode): how often this broker
     /// heartbeats to the controller (KRaft's name and default).
     pub broker_heartbeat_interval_ms: i64,
+    /// `broker.session.timeout.ms` (cluster mode, KRaft's name and
+    /// default): the controller fences a broker silent for this long.
+    pub broker_session_timeout_ms: i64,
+    /// `broker.rack`: replicas of a partition are spread over racks.
+    pub broker_rack: Option<String>,
     /// Every property as given (file, then overrides), for DescribeConfigs.
     pub raw: BTreeMap<String, String>,
 }
@@ -167,6 +190,8 @@ impl Default for BrokerConfig {
             queued_max_request_bytes: 256 * 1024 * 1024,
             socket_request_read_timeout_ms: 60_000,
             broker_heartbeat_interval_ms: 2_000,
+            broker_session_timeout_ms: 9_000,
+            broker_rack: None,
             raw: BTreeMap::new(),
         }
     }
@@ -423,6 +448,8 @@ impl BrokerConfig {
                     c.socket_request_read_timeout_ms = parse_num(k, v)?
                 }
                 "broker.heartbeat.interval.ms" => c.broker_heartbeat_interval_ms = parse_num(k, v)?,
+                "broker.session.timeout.ms" => c.broker_session_timeout_ms = parse_num(k, v)?,
+                "broker.rack" => c.broker_rack = (!v.trim().is_empty()).then(|| v.trim().to_string()),
                 "log.message.timestamp.type" => {
                     let v = v.trim();
                     if v != "CreateTime" && v != "LogAppendTime" {

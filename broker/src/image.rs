@@ -73,6 +73,8 @@ pub struct TopicImage {
     pub id: Uuid,
     pub internal: bool,
     pub partitions: Vec<PartitionImage>,
+    /// Config overrides (cluster mode; standalone brokers read their own).
+    pub configs: BTreeMap<String, String>,
 }
 
 impl TopicImage {
@@ -145,6 +147,7 @@ impl MetadataImage {
                     id,
                     internal,
                     partitions,
+                    configs: BTreeMap::new(),
                 }),
             );
         }
@@ -159,6 +162,44 @@ impl MetadataImage {
 
     pub fn topic(&self, name: &str) -> Option<&Arc<TopicImage>> {
         self.topics.get(name)
+    }
+
+    /// Sets a topic's config overrides (while the image is being built).
+    pub fn set_configs(&mut self, topic: &str, configs: BTreeMap<String, String>) {
+        if let Some(t) = self.topics.get_mut(topic) {
+            Arc::make_mut(t).configs = configs;
+        }
+    }
+
+    /// What this image places on broker `node`: every topic with at least
+    /// one replica there, and which partitions.
+    pub fn assigned_to(&self, node: i32) -> Vec<crate::topics::Assigned> {
+        self.topics
+            .values()
+            .filter_map(|t| {
+                let held: Vec<i32> = t
+                    .partitions
+                    .iter()
+                    .filter(|p| p.replicas.contains(&node))
+                    .map(|p| p.index)
+                    .collect();
+                if held.is_empty() {
+                    return None;
+                }
+                let replication_factor = t
+                    .partitions
+                    .first()
+                    .map_or(1, |p| i16::try_from(p.replicas.len()).unwrap_or(i16::MAX));
+                Some(crate::topics::Assigned {
+                    name: t.name.clone(),
+                    id: t.id,
+                    partitions: i32::try_from(t.partitions.len()).unwrap_or(i32::MAX),
+                    replication_factor,
+                    configs: t.configs.clone(),
+                    held,
+                })
+            })
+            .collect()
     }
 
     pub fn topic_by_id(&self, id: Uuid) -> Option<&Arc<TopicImage>> {
@@ -235,6 +276,35 @@ mod tests {
         assert_eq!(image.role("orders", -1, 3), None);
         assert_eq!(image.role("nope", 0, 3), None);
         assert_eq!(image.role("orders", 0, 4), Some(PartitionRole::NotReplica));
+    }
+
+    #[test]
+    fn a_broker_is_assigned_the_partitions_it_has_replicas_of() {
+        let p = |index, replicas: Vec<i32>| PartitionImage {
+            index,
+            leader: replicas[0],
+            isr: replicas.clone(),
+            replicas,
+            leader_epoch: 0,
+        };
+        let id = Uuid::new_v4();
+        let mut image = MetadataImage::new(
+            "c",
+            1,
+            vec![],
+            [
+                ("a".to_string(), id, vec![p(0, vec![1]), p(1, vec![2]), p(2, vec![3, 1])]),
+                ("b".to_string(), Uuid::new_v4(), vec![p(0, vec![2])]),
+            ],
+        );
+        image.set_configs("a", [("retention.ms".to_string(), "1".to_string())].into());
+        let here = image.assigned_to(1);
+        assert_eq!(here.len(), 1, "nothing of b on broker 1");
+        assert_eq!(here[0].id, id);
+        assert_eq!(here[0].held, vec![0, 2]);
+        assert_eq!(here[0].partitions, 3);
+        assert_eq!(here[0].configs["retention.ms"], "1");
+        assert!(image.assigned_to(9).is_empty());
     }
 
     #[test]

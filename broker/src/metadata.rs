@@ -22,6 +22,20 @@ pub struct TopicMeta {
     pub replication_factor: i16,
     #[serde(default)]
     pub configs: BTreeMap<String, String>,
+    /// Cluster mode: the partitions whose replicas this broker holds (the
+    /// controller places them). `None`: every partition (standalone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<Vec<i32>>,
+}
+
+impl TopicMeta {
+    /// The partitions whose logs this broker keeps.
+    pub fn held_partitions(&self) -> Vec<i32> {
+        match &self.held {
+            Some(held) => held.clone(),
+            None => (0..self.partitions.max(0)).collect(),
+        }
+    }
 }
 
 /// The persisted metadata document.
@@ -189,6 +203,7 @@ mod tests {
                 partitions: 3,
                 replication_factor: 1,
                 configs: [("retention.ms".to_string(), "5".to_string())].into(),
+                held: None,
             },
         );
         f.save(&doc).unwrap();

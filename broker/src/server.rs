@@ -84,11 +84,16 @@ pub async fn run_reporting(
     let data_dir = cli.data_dir.clone();
     let started = std::time::Instant::now();
     let settings = coordinator_settings(&broker_config);
+    let standalone = !crate::controller::mode::is_cluster(&cli);
     let (topics, groups) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
         let topics = TopicManager::open(&data_dir, broker_config)?;
         let groups = GroupCoordinator::new(settings);
-        let loaded = groups.load(&topics)?;
-        tracing::info!(records = loaded, "committed offsets loaded");
+        // Cluster mode: the coordinator serves only the offsets partitions
+        // this broker leads (not yet: see the README's cluster section).
+        if standalone {
+            let loaded = groups.load(&topics)?;
+            tracing::info!(records = loaded, "committed offsets loaded");
+        }
         Ok((topics, groups))
     })
     .await??;
@@ -160,23 +165,11 @@ pub async fn run_reporting(
             .await;
     });
 
-    let session_task = cli.controller_address.clone().map(|controller| {
-        tracing::info!(%controller, "cluster mode: taking metadata from the controller");
-        tokio::spawn(crate::controller::session::run(
-            broker.clone(),
-            crate::controller::session::SessionConfig {
-                controller,
-                heartbeat: Duration::from_millis(
-                    broker
-                        .topics
-                        .broker_config()
-                        .broker_heartbeat_interval_ms
-                        .clamp(10, 60_000) as u64,
-                ),
-            },
-            shutdown.clone(),
-        ))
-    });
+    let cluster_tasks = if crate::controller::mode::is_cluster(&cli) {
+        crate::controller::mode::start(&broker, &cli, shutdown.clone())?
+    } else {
+        Vec::new()
+    };
 
     let hk_broker = broker.clone();
     let interval = Duration::from_millis(
@@ -269,7 +262,7 @@ pub async fn run_reporting(
     })
     .await;
     housekeeping.abort();
-    if let Some(t) = session_task {
+    for t in &cluster_tasks {
         t.abort();
     }
     group_task.abort();

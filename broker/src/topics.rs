@@ -383,21 +383,43 @@ fn offsets_of(log: &PartitionLog) -> PartitionOffsets {
     }
 }
 
-/// A topic and its open partitions.
+/// A topic and the partitions this broker holds, by index (all of them in
+/// standalone mode; those the controller placed here in cluster mode).
 #[derive(Debug)]
 pub struct Topic {
     pub meta: TopicMeta,
+    /// Sorted by index.
     pub partitions: Vec<Arc<Partition>>,
 }
 
 impl Topic {
-    /// The partition with this index, if the topic has it (any `i32` from
-    /// the wire is fine, negative ones included).
+    /// The partition with this index, if this broker holds it (any `i32`
+    /// from the wire is fine, negative ones included).
     pub fn partition(&self, index: i32) -> Option<&Arc<Partition>> {
-        usize::try_from(index)
-            .ok()
-            .and_then(|i| self.partitions.get(i))
+        let at = usize::try_from(index).ok()?;
+        match self.partitions.get(at) {
+            // every partition held (standalone): the index is the position
+            Some(p) if p.index == index => Some(p),
+            _ => self
+                .partitions
+                .binary_search_by_key(&index, |p| p.index)
+                .ok()
+                .map(|i| &self.partitions[i]),
+        }
     }
+}
+
+/// A topic as the controller's image places it on this broker: what
+/// [`TopicManager::apply_assignment`] makes the local logs match.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Assigned {
+    pub name: String,
+    pub id: Uuid,
+    pub partitions: i32,
+    pub replication_factor: i16,
+    pub configs: BTreeMap<String, String>,
+    /// The partitions with a replica on this broker.
+    pub held: Vec<i32>,
 }
 
 /// How an IncrementalAlterConfigs entry changes a config.
@@ -735,6 +757,7 @@ impl TopicManager {
             partitions,
             replication_factor: rf,
             configs,
+            held: None,
         };
         let topic = match open_topic(&self.data_dir, &meta, &self.broker) {
             Ok(t) => Arc::new(t),
@@ -782,6 +805,11 @@ impl TopicManager {
                 "delete.topic.enable is false",
             ));
         }
+        self.delete_locked(name)
+    }
+
+    /// [`delete`](Self::delete) with the admin lock held.
+    fn delete_locked(&self, name: &str) -> Result<Uuid, TopicError> {
         let topic = self.get(name).ok_or_else(|| {
             TopicError::new(
                 ResponseError::UnknownTopicOrPartition,
@@ -932,6 +960,82 @@ impl TopicManager {
         Ok(())
     }
 
+    /// Cluster mode: makes the local logs match what the controller placed
+    /// on this broker. Topics no longer assigned (deleted, or recreated with
+    /// a new id) are deleted as [`delete`](Self::delete) does; assigned
+    /// partitions missing here are created (empty) or opened; config
+    /// changes reach the open logs. The local metadata document records
+    /// what is held, so a restart opens the same logs before the
+    /// controller answers. Returns whether anything changed.
+    pub fn apply_assignment(&self, assigned: &[Assigned]) -> Result<bool, TopicError> {
+        let _guard = self.admin.lock();
+        let wanted: BTreeMap<&str, &Assigned> =
+            assigned.iter().map(|a| (a.name.as_str(), a)).collect();
+        let mut changed = false;
+        let stale: Vec<String> = self
+            .all()
+            .iter()
+            .filter(|t| wanted.get(t.meta.name.as_str()).is_none_or(|a| a.id != t.meta.id))
+            .map(|t| t.meta.name.clone())
+            .collect();
+        for name in stale {
+            self.delete_locked(&name)?;
+            changed = true;
+        }
+        let mut next = self.topics.read().clone();
+        let mut first_error = None;
+        for a in assigned {
+            let mut held = a.held.clone();
+            held.sort_unstable();
+            held.dedup();
+            let meta = TopicMeta {
+                name: a.name.clone(),
+                id: a.id,
+                partitions: a.partitions,
+                replication_factor: a.replication_factor,
+                configs: a.configs.clone(),
+                held: Some(held.clone()),
+            };
+            let current = next.get(&a.name).cloned();
+            if current.as_ref().is_some_and(|t| t.meta == meta) {
+                continue;
+            }
+            let cfg = topic_config::log_config(&meta.configs, &self.broker);
+            let mut partitions = Vec::with_capacity(held.len());
+            for index in &held {
+                let open = current.as_ref().and_then(|t| t.partition(*index).cloned());
+                let p = match open {
+                    Some(p) => {
+                        p.with_log(|log| log.set_config(cfg.clone()));
+                        p
+                    }
+                    None => match open_partition(&self.data_dir, &meta, *index, cfg.clone()) {
+                        Ok(p) => Arc::new(p),
+                        Err(e) => {
+                            tracing::error!(topic = %a.name, partition = index, error = %e.message, "cannot open an assigned partition");
+                            first_error.get_or_insert(e);
+                            continue;
+                        }
+                    },
+                };
+                partitions.push(p);
+            }
+            // Partitions moved away are closed here; their data stays until
+            // reassignment removes it (a later step: nothing moves yet).
+            let topic = Arc::new(Topic { meta, partitions });
+            next.insert(a.name.clone(), topic);
+            changed = true;
+        }
+        if changed {
+            self.persist(&next)?;
+            *self.topics.write() = next;
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(changed),
+        }
+    }
+
     /// Runs retention and the flush policy on every partition.
     pub fn housekeeping(&self) {
         let now = now_ms();
@@ -1047,7 +1151,9 @@ fn open_topic(
     broker: &BrokerConfig,
 ) -> Result<Topic, TopicError> {
     let cfg = topic_config::log_config(&meta.configs, broker);
-    let partitions = (0..meta.partitions)
+    let partitions = meta
+        .held_partitions()
+        .into_iter()
         .map(|i| open_partition(data_dir, meta, i, cfg.clone()).map(Arc::new))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Topic {
@@ -1114,7 +1220,10 @@ fn remove_orphans(data_dir: &Path, doc: &MetadataDoc) -> std::io::Result<()> {
         let Ok(index) = index.parse::<i32>() else {
             continue;
         };
-        let owned = doc.topics.get(topic).is_some_and(|t| index < t.partitions);
+        let owned = doc
+            .topics
+            .get(topic)
+            .is_some_and(|t| t.held_partitions().contains(&index));
         if !owned && entry.path().join(PARTITION_METADATA).exists() {
             tracing::warn!(dir = %entry.path().display(), "removing partition directory of a deleted topic");
             // Renamed now (cheap; a new topic of that name cannot meet

@@ -19,20 +19,26 @@
 
 pub mod assignment;
 pub mod cluster;
+pub mod election;
 pub mod fencing;
+pub mod host;
 pub mod leadership;
+pub mod link;
+pub mod mode;
 pub mod registry;
 pub mod rpc;
 pub mod session;
 pub mod store;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
+use kafka_protocol::error::ResponseError;
 use uuid::Uuid;
 
+use self::link::ControllerLink;
+use self::rpc::pb;
 use crate::broker::Broker;
-use crate::topics::{Topic, TopicError};
+use crate::topics::TopicError;
 
 /// The controller as seen from one request: a view over the broker.
 #[derive(Clone, Copy)]
@@ -40,9 +46,22 @@ pub struct Controller<'a> {
     broker: &'a Broker,
 }
 
+/// What CreateTopics reports about a created topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreatedTopic {
+    pub id: Uuid,
+    pub partitions: i32,
+    pub replication_factor: i16,
+}
+
 impl<'a> Controller<'a> {
     pub fn new(broker: &'a Broker) -> Self {
         Self { broker }
+    }
+
+    /// The active controller, when this broker is in cluster mode.
+    fn remote(&self) -> Option<&ControllerLink> {
+        self.broker.controller_link().map(|l| l.as_ref())
     }
 
     /// Checks what `create_topic` would check, changing nothing.
@@ -53,6 +72,16 @@ impl<'a> Controller<'a> {
         replication_factor: i16,
         configs: &BTreeMap<String, String>,
     ) -> Result<(), TopicError> {
+        if let Some(link) = self.remote() {
+            let request = pb::CreateTopicRequest {
+                name: name.to_string(),
+                partitions,
+                replication_factor: i32::from(replication_factor),
+                configs: configs.clone().into_iter().collect(),
+                validate_only: true,
+            };
+            return link.admin(|mut c| async move { c.create_topic(request).await }).map(drop);
+        }
         self.broker
             .topics
             .validate_create(name, partitions, replication_factor, configs)
@@ -65,24 +94,72 @@ impl<'a> Controller<'a> {
         partitions: i32,
         replication_factor: i16,
         configs: BTreeMap<String, String>,
-    ) -> Result<Arc<Topic>, TopicError> {
+    ) -> Result<CreatedTopic, TopicError> {
+        if let Some(link) = self.remote() {
+            let request = pb::CreateTopicRequest {
+                name: name.to_string(),
+                partitions,
+                replication_factor: i32::from(replication_factor),
+                configs: configs.into_iter().collect(),
+                validate_only: false,
+            };
+            link.admin(|mut c| async move { c.create_topic(request).await })?;
+            let image = self.broker.image();
+            let t = image.topic(name).ok_or_else(|| {
+                TopicError::new(ResponseError::UnknownServerError, "created, but not shown yet")
+            })?;
+            return Ok(CreatedTopic {
+                id: t.id,
+                partitions: i32::try_from(t.partitions.len()).unwrap_or(i32::MAX),
+                replication_factor: t
+                    .partitions
+                    .first()
+                    .map_or(1, |p| i16::try_from(p.replicas.len()).unwrap_or(i16::MAX)),
+            });
+        }
         let created = self
             .broker
             .topics
             .create(name, partitions, replication_factor, configs);
         self.publish();
-        created
+        created.map(|t| CreatedTopic {
+            id: t.meta.id,
+            partitions: t.meta.partitions,
+            replication_factor: t.meta.replication_factor,
+        })
     }
 
     /// A topic created because a client named it (`auto.create.topics.enable`).
-    pub fn auto_create(&self, name: &str) -> Result<Arc<Topic>, TopicError> {
+    pub fn auto_create(&self, name: &str) -> Result<(), TopicError> {
+        if self.remote().is_some() {
+            if self.broker.image().topic(name).is_some() {
+                return Ok(());
+            }
+            if !self.broker.topics.broker_config().auto_create_topics_enable {
+                return Err(TopicError::new(
+                    ResponseError::UnknownTopicOrPartition,
+                    format!("topic {name} does not exist"),
+                ));
+            }
+            return match self.create_topic(name, -1, -1, BTreeMap::new()) {
+                Err(e) if e.code == ResponseError::TopicAlreadyExists => Ok(()),
+                other => other.map(drop),
+            };
+        }
         let created = self.broker.topics.auto_create(name);
         self.publish();
-        created
+        created.map(drop)
     }
 
     /// DeleteTopics; returns the deleted topic's id.
     pub fn delete_topic(&self, name: &str) -> Result<Uuid, TopicError> {
+        if let Some(link) = self.remote() {
+            let request = pb::DeleteTopicRequest {
+                name: name.to_string(),
+            };
+            let id = link.admin(|mut c| async move { c.delete_topic(request).await })?;
+            return Ok(Uuid::parse_str(&id).unwrap_or(Uuid::nil()));
+        }
         let deleted = self.broker.topics.delete(name);
         self.publish();
         deleted
@@ -95,6 +172,16 @@ impl<'a> Controller<'a> {
         count: i32,
         validate_only: bool,
     ) -> Result<(), TopicError> {
+        if let Some(link) = self.remote() {
+            let request = pb::CreatePartitionsRequest {
+                name: name.to_string(),
+                count,
+                validate_only,
+            };
+            return link
+                .admin(|mut c| async move { c.create_partitions(request).await })
+                .map(drop);
+        }
         let grown = self
             .broker
             .topics
@@ -112,6 +199,28 @@ impl<'a> Controller<'a> {
         change: impl FnOnce(&mut BTreeMap<String, String>) -> Result<(), TopicError>,
         validate_only: bool,
     ) -> Result<(), TopicError> {
+        if let Some(link) = self.remote() {
+            let image = self.broker.image();
+            let mut configs = image
+                .topic(name)
+                .ok_or_else(|| {
+                    TopicError::new(
+                        ResponseError::UnknownTopicOrPartition,
+                        format!("topic {name} does not exist"),
+                    )
+                })?
+                .configs
+                .clone();
+            change(&mut configs)?;
+            let request = pb::AlterTopicConfigsRequest {
+                name: name.to_string(),
+                configs: configs.into_iter().collect(),
+                validate_only,
+            };
+            return link
+                .admin(|mut c| async move { c.alter_topic_configs(request).await })
+                .map(drop);
+        }
         self.broker
             .topics
             .alter_configs(name, change, validate_only)
@@ -119,11 +228,19 @@ impl<'a> Controller<'a> {
 
     /// A new producer id (InitProducerId), never issued before.
     pub fn allocate_producer_id(&self) -> Result<i64, TopicError> {
+        if let Some(link) = self.remote() {
+            return link.producer_id();
+        }
         self.broker.topics.allocate_producer_id()
     }
 
-    /// Whether `id` was issued by this cluster.
+    /// Whether `id` was issued by this cluster (in cluster mode: from this
+    /// broker's current block; an older id gets a new one, as Kafka does
+    /// for ids it cannot vouch for).
     pub fn producer_id_issued(&self, id: i64) -> bool {
+        if let Some(link) = self.remote() {
+            return link.issued_here(id);
+        }
         self.broker.topics.producer_id_issued(id)
     }
 

@@ -18,6 +18,7 @@
 
 use std::collections::BTreeMap;
 
+use moldau_coordination::records::RegisteredBroker;
 use uuid::Uuid;
 
 /// What a broker sends to register.
@@ -71,6 +72,57 @@ impl Registry {
             brokers: BTreeMap::new(),
             next_epoch,
         }
+    }
+
+    /// The registrations a new controller term finds persisted: each keeps
+    /// its incarnation, epoch and fenced state, with its session restarted
+    /// at `now_ms`, so brokers carry on heartbeating to the new controller
+    /// without registering again, and one that is gone is fenced a session
+    /// timeout later. Epochs resume above every persisted one.
+    pub fn restore(persisted: &[RegisteredBroker], now_ms: i64) -> Self {
+        let mut brokers = BTreeMap::new();
+        let mut next_epoch = 0;
+        for b in persisted {
+            let Ok(incarnation) = Uuid::parse_str(&b.incarnation) else {
+                continue;
+            };
+            next_epoch = next_epoch.max(b.broker_epoch + 1);
+            brokers.insert(
+                b.node_id,
+                Registered {
+                    registration: Registration {
+                        node_id: b.node_id,
+                        incarnation,
+                        host: b.host.clone(),
+                        port: b.port,
+                        rack: b.rack.clone(),
+                    },
+                    broker_epoch: b.broker_epoch,
+                    last_heartbeat_ms: now_ms,
+                    fenced: b.fenced,
+                },
+            );
+        }
+        Self {
+            brokers,
+            next_epoch,
+        }
+    }
+
+    /// Every registration, as the cluster record persists them.
+    pub fn to_records(&self) -> Vec<RegisteredBroker> {
+        self.brokers
+            .values()
+            .map(|b| RegisteredBroker {
+                node_id: b.registration.node_id,
+                host: b.registration.host.clone(),
+                port: b.registration.port,
+                rack: b.registration.rack.clone(),
+                incarnation: b.registration.incarnation.to_string(),
+                broker_epoch: b.broker_epoch,
+                fenced: b.fenced,
+            })
+            .collect()
     }
 
     /// Registers (or re-registers) a broker at `now_ms`; returns its
@@ -152,6 +204,22 @@ impl Registry {
         fenced
     }
 
+    /// Takes back a fencing that could not be persisted (decided again at
+    /// the next expiry check).
+    pub fn unexpire(&mut self, node_id: i32) {
+        if let Some(b) = self.brokers.get_mut(&node_id) {
+            b.fenced = false;
+        }
+    }
+
+    /// Takes a broker out of service again (its unfencing could not be
+    /// persisted).
+    pub fn fence(&mut self, node_id: i32) {
+        if let Some(b) = self.brokers.get_mut(&node_id) {
+            b.fenced = true;
+        }
+    }
+
     /// Brokers in service (registered and not fenced), by node id.
     pub fn live(&self) -> impl Iterator<Item = &Registered> {
         self.brokers.values().filter(|b| !b.fenced)
@@ -189,6 +257,25 @@ mod tests {
             port: 9092,
             rack: None,
         }
+    }
+
+    #[test]
+    fn a_new_term_restores_registrations_so_heartbeats_carry_on() {
+        let mut old = Registry::resuming(5);
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        let ea = old.register(reg(0, a), 0, SESSION).unwrap();
+        old.heartbeat(0, a, ea, true, 1).unwrap();
+        let eb = old.register(reg(1, b), 0, SESSION).unwrap();
+        let mut new = Registry::restore(&old.to_records(), 50_000);
+        assert!(new.is_live(0));
+        assert!(!new.is_live(1), "still fenced: it never caught up");
+        // broker 0 heartbeats on with what it had
+        assert_eq!(new.heartbeat(0, a, ea, true, 50_001), Ok(false));
+        // epochs never repeat
+        assert!(new.next_epoch() > eb);
+        // a broker gone since is fenced one session later
+        assert_eq!(new.expire(50_000 + SESSION + 1, SESSION), Vec::<i32>::new());
+        assert_eq!(new.expire(50_001 + SESSION + 1, SESSION), vec![0]);
     }
 
     #[test]

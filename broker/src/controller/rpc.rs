@@ -1,24 +1,35 @@
-//! The controller's gRPC edge (`proto/controller.proto`): brokers register,
-//! heartbeat and fetch metadata. A thin layer over the pure decisions of
-//! [`super::registry`] and [`super::leadership`]: each call takes the state
-//! lock, applies one decision, and bumps the metadata offset when the
-//! cluster changed; [`ControllerService::tick`] fences silent brokers and
-//! moves their leaderships.
+//! The active controller's gRPC edge (`proto/controller.proto`): brokers
+//! register, heartbeat and fetch metadata; any broker forwards the admin
+//! operations Kafka clients send it. A thin layer over the pure decisions
+//! of [`super::registry`], [`super::leadership`] and [`super::cluster`]:
+//! each call takes the state lock, decides, **persists** what changed
+//! through the term's [`ClusterStore`] (one object per changed topic, and
+//! the cluster record for registrations and producer-id blocks), and only
+//! then makes it current and bumps the metadata offset.
 //!
-//! What is not here yet: persisting the state (the Kubernetes metadata
-//! store), electing this controller (the Lease), and the broker side that
-//! applies fetched metadata to its image. This edge is complete for what it
-//! does and tested over real gRPC on 127.0.0.1.
+//! A store that answers [`StoreError::Fenced`] (a newer controller has
+//! written) or loses a compare-and-swap deposes this controller: from then
+//! on every call is refused and [`ControllerService::deposed`] turns true,
+//! so its owner stops serving. [`ControllerService::tick`] fences silent
+//! brokers and moves their leaderships; it also retries a registration
+//! write the store could not take (the API server down must not stop
+//! heartbeats, so registrations are persisted best-effort).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use kafka_protocol::error::ResponseError;
+use tokio::sync::{watch, Mutex};
 use tonic::{Request, Response, Status};
 use uuid::Uuid;
 
-use super::leadership::{self, Change, Election, PartitionState};
+use super::assignment::{BrokerSlot, Seeds};
+use super::cluster::{ClusterState, CreateDefaults, PRODUCER_ID_BLOCK};
+use super::leadership::{self, Change, Election};
 use super::registry::{Registration, Registry, RegistryError};
+use super::store::{ClusterStore, Resumed, StoreError};
+use crate::topics::TopicError;
+use moldau_coordination::records::TopicRecord;
 
 /// The generated protocol types and service traits.
 pub mod pb {
@@ -28,31 +39,44 @@ pub mod pb {
 /// Milliseconds since the epoch; tests pass a clock they move by hand.
 pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
 
-/// Settings of one controller term.
+/// The wall clock, in milliseconds since the epoch.
+pub fn system_clock() -> Clock {
+    Arc::new(crate::topics::now_ms)
+}
+
+/// Settings of the controller (the same for every term).
 #[derive(Clone)]
 pub struct ControllerSettings {
-    pub cluster_id: String,
     pub controller_id: i32,
-    /// Grows with every term (from the Lease); carried by every answer.
-    pub controller_epoch: i64,
     /// A broker silent for this long is fenced.
     pub session_timeout_ms: i64,
     pub clock: Clock,
-    /// Topics that allow unclean leader election.
-    pub unclean_topics: BTreeSet<String>,
+    /// `num.partitions` and `default.replication.factor`.
+    pub defaults: CreateDefaults,
+    /// `delete.topic.enable`.
+    pub delete_topic_enable: bool,
 }
 
 struct State {
+    epoch: i64,
+    cluster_id: String,
     registry: Registry,
-    partitions: Vec<PartitionState>,
+    metadata: ClusterState,
+    /// Each topic object's version, for the next compare-and-swap.
+    versions: HashMap<String, String>,
+    cluster_version: String,
     metadata_offset: i64,
+    /// Registrations changed since the cluster record was last written.
+    registry_dirty: bool,
 }
 
-/// The controller's service: one per active controller term.
+/// The controller's service: one per controller term.
 #[derive(Clone)]
 pub struct ControllerService {
     settings: ControllerSettings,
+    store: Arc<dyn ClusterStore>,
     state: Arc<Mutex<State>>,
+    deposed: Arc<watch::Sender<bool>>,
 }
 
 fn registry_status(e: RegistryError) -> Status {
@@ -63,15 +87,51 @@ fn registry_status(e: RegistryError) -> Status {
     }
 }
 
+fn admin_error(e: TopicError) -> pb::AdminResponse {
+    pb::AdminResponse {
+        error_code: i32::from(e.code.code()),
+        message: e.message,
+        ..Default::default()
+    }
+}
+
+fn random_seeds() -> Seeds {
+    let r = Uuid::new_v4().as_u128();
+    Seeds {
+        start: (r & 0xffff) as usize,
+        shift: ((r >> 16) & 0xffff) as usize,
+    }
+}
+
 impl ControllerService {
-    pub fn new(settings: ControllerSettings, partitions: Vec<PartitionState>) -> Self {
+    /// The controller of a term that has taken the store over.
+    pub fn resume(settings: ControllerSettings, store: Arc<dyn ClusterStore>, r: Resumed) -> Self {
+        let now = (settings.clock)();
+        let mut metadata = ClusterState {
+            cluster: r.cluster,
+            topics: Default::default(),
+        };
+        let mut versions = HashMap::new();
+        for (t, v) in r.topics {
+            versions.insert(t.name.clone(), v);
+            metadata.topics.insert(t.name.clone(), t);
+        }
+        let registry = Registry::restore(&metadata.cluster.brokers, now);
+        let (deposed, _) = watch::channel(false);
         Self {
             settings,
+            store,
             state: Arc::new(Mutex::new(State {
-                registry: Registry::default(),
-                partitions,
+                epoch: r.epoch,
+                cluster_id: metadata.cluster.cluster_id.clone(),
+                registry,
+                metadata,
+                versions,
+                cluster_version: r.cluster_version,
                 metadata_offset: 1,
+                registry_dirty: false,
             })),
+            deposed: Arc::new(deposed),
         }
     }
 
@@ -79,28 +139,104 @@ impl ControllerService {
         (self.settings.clock)()
     }
 
-    /// Applies decided partition changes; returns whether any applied.
-    fn apply(state: &mut State, changes: Vec<Change>) -> bool {
-        let mut any = false;
-        for c in changes {
-            if c.election == Election::Unclean {
-                tracing::warn!(
-                    topic = %c.state.topic,
-                    partition = c.state.index,
-                    leader = c.state.leader,
-                    "unclean leader election: acknowledged records may be lost"
-                );
+    /// Turns true when a newer controller has written: stop serving.
+    pub fn deposed(&self) -> watch::Receiver<bool> {
+        self.deposed.subscribe()
+    }
+
+    fn check_active(&self) -> Result<(), Status> {
+        if *self.deposed.borrow() {
+            return Err(Status::failed_precondition(
+                "this controller was deposed by a newer one",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Classifies a store failure; a fencing or a lost compare-and-swap
+    /// (someone else writes our objects) deposes this controller.
+    fn store_failed(&self, e: StoreError) -> Status {
+        match e {
+            StoreError::Fenced(_) | StoreError::Conflict(_) => {
+                tracing::error!(error = %e, "a newer controller has written the metadata; stepping down");
+                self.deposed.send_replace(true);
+                Status::failed_precondition(e.to_string())
             }
-            if let Some(p) = state
-                .partitions
-                .iter_mut()
-                .find(|p| p.topic == c.state.topic && p.index == c.state.index)
-            {
-                *p = c.state;
-                any = true;
+            StoreError::Unavailable(_) => Status::unavailable(e.to_string()),
+        }
+    }
+
+    fn admin_store_failed(&self, e: StoreError) -> pb::AdminResponse {
+        let status = self.store_failed(e);
+        pb::AdminResponse {
+            error_code: i32::from(ResponseError::RequestTimedOut.code()),
+            message: format!(
+                "the controller could not persist the change: {}",
+                status.message()
+            ),
+            ..Default::default()
+        }
+    }
+
+    /// Persists topic records (one write each), then makes them current.
+    async fn put_topics(
+        &self,
+        state: &mut State,
+        records: Vec<TopicRecord>,
+    ) -> Result<(), StoreError> {
+        for t in records {
+            let expected = state.versions.get(&t.name).cloned();
+            let version = self.store.put_topic(&t, expected.as_deref()).await?;
+            state.versions.insert(t.name.clone(), version);
+            state.metadata.topics.insert(t.name.clone(), t);
+        }
+        Ok(())
+    }
+
+    /// Persists and applies decided leadership changes.
+    async fn apply_changes(
+        &self,
+        state: &mut State,
+        changes: Vec<Change>,
+    ) -> Result<bool, StoreError> {
+        for c in changes.iter().filter(|c| c.election == Election::Unclean) {
+            tracing::warn!(
+                topic = %c.state.topic,
+                partition = c.state.index,
+                leader = c.state.leader,
+                "unclean leader election: acknowledged records may be lost"
+            );
+        }
+        let records = state.metadata.topics_changed_by(&changes);
+        let any = !records.is_empty();
+        self.put_topics(state, records).await?;
+        Ok(any)
+    }
+
+    /// Writes the registrations into the cluster record.
+    async fn put_registrations(&self, state: &mut State) -> Result<(), StoreError> {
+        let mut record = state.metadata.cluster.clone();
+        record.brokers = state.registry.to_records();
+        let version = self
+            .store
+            .put_cluster(&record, &state.cluster_version)
+            .await?;
+        state.cluster_version = version;
+        state.metadata.cluster = record;
+        state.registry_dirty = false;
+        Ok(())
+    }
+
+    /// Best-effort: a store that is down only delays the write to the next tick.
+    async fn persist_registrations(&self, state: &mut State) {
+        state.registry_dirty = true;
+        if let Err(e) = self.put_registrations(state).await {
+            if !matches!(e, StoreError::Unavailable(_)) {
+                self.store_failed(e);
+            } else {
+                tracing::warn!(error = %e, "cannot persist broker registrations yet");
             }
         }
-        any
     }
 
     fn live(state: &State) -> BTreeSet<i32> {
@@ -111,29 +247,81 @@ impl ControllerService {
             .collect()
     }
 
-    /// Fences brokers whose heartbeats stopped and moves what they led.
-    /// Returns the fenced node ids. Call it periodically.
-    pub fn tick(&self) -> Vec<i32> {
-        let now = self.now();
-        let mut state = self.state.lock();
-        let fenced = state.registry.expire(now, self.settings.session_timeout_ms);
-        if fenced.is_empty() {
-            return fenced;
+    fn live_slots(state: &State) -> Vec<BrokerSlot> {
+        state
+            .registry
+            .live()
+            .map(|b| BrokerSlot {
+                id: b.registration.node_id,
+                rack: b.registration.rack.clone(),
+            })
+            .collect()
+    }
+
+    /// Fences brokers whose heartbeats stopped and moves what they led;
+    /// retries unpersisted registrations. Returns the fenced node ids.
+    /// Call it periodically.
+    pub async fn tick(&self) -> Vec<i32> {
+        if self.check_active().is_err() {
+            return Vec::new();
         }
-        let live = Self::live(&state);
-        let gone: BTreeSet<i32> = fenced.iter().copied().collect();
-        let unclean = &self.settings.unclean_topics;
-        let changes =
-            leadership::on_brokers_fenced(&state.partitions, &gone, &live, |t| unclean.contains(t));
-        Self::apply(&mut state, changes);
-        state.metadata_offset += 1;
-        tracing::warn!(?fenced, "brokers fenced after missing heartbeats");
+        let now = self.now();
+        let mut state = self.state.lock().await;
+        let fenced = state.registry.expire(now, self.settings.session_timeout_ms);
+        if !fenced.is_empty() {
+            tracing::warn!(?fenced, "brokers fenced after missing heartbeats");
+            let live = Self::live(&state);
+            let gone: BTreeSet<i32> = fenced.iter().copied().collect();
+            let unclean = state.metadata.unclean_topics();
+            let changes = leadership::on_brokers_fenced(
+                &state.metadata.partition_states(),
+                &gone,
+                &live,
+                |t| unclean.contains(t),
+            );
+            if let Err(e) = self.apply_changes(&mut state, changes).await {
+                // undone: the fencing is decided again at the next tick
+                for id in &fenced {
+                    state.registry.unexpire(*id);
+                }
+                tracing::warn!(error = %e, "cannot persist leadership changes yet");
+                self.store_failed(e);
+                return Vec::new();
+            }
+            state.metadata_offset += 1;
+            state.registry_dirty = true;
+        }
+        if state.registry_dirty {
+            self.persist_registrations(&mut state).await;
+        }
         fenced
     }
 
     /// The current partition states (for tests and the status report).
-    pub fn partitions(&self) -> Vec<PartitionState> {
-        self.state.lock().partitions.clone()
+    pub async fn topics(&self) -> Vec<TopicRecord> {
+        self.state
+            .lock()
+            .await
+            .metadata
+            .topics
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// The controller epoch of this term.
+    pub async fn epoch(&self) -> i64 {
+        self.state.lock().await.epoch
+    }
+
+    /// Answers a successful admin change: the offset that shows it.
+    fn done(state: &mut State, topic_id: String) -> pb::AdminResponse {
+        state.metadata_offset += 1;
+        pb::AdminResponse {
+            metadata_offset: state.metadata_offset,
+            topic_id,
+            ..Default::default()
+        }
     }
 }
 
@@ -147,6 +335,7 @@ impl pb::controller_server::Controller for ControllerService {
         &self,
         request: Request<pb::RegisterRequest>,
     ) -> Result<Response<pb::RegisterResponse>, Status> {
+        self.check_active()?;
         let r = request.into_inner();
         let registration = Registration {
             node_id: r.node_id,
@@ -156,15 +345,19 @@ impl pb::controller_server::Controller for ControllerService {
             rack: (!r.rack.is_empty()).then_some(r.rack),
         };
         let now = self.now();
-        let mut state = self.state.lock();
+        let mut state = self.state.lock().await;
         let broker_epoch = state
             .registry
             .register(registration, now, self.settings.session_timeout_ms)
-            .map_err(registry_status)?;
+            .map_err(|e| {
+                tracing::warn!(node_id = r.node_id, error = %e, "registration refused");
+                registry_status(e)
+            })?;
         tracing::info!(node_id = r.node_id, broker_epoch, "broker registered");
+        self.persist_registrations(&mut state).await;
         Ok(Response::new(pb::RegisterResponse {
             broker_epoch,
-            controller_epoch: self.settings.controller_epoch,
+            controller_epoch: state.epoch,
         }))
     }
 
@@ -172,10 +365,11 @@ impl pb::controller_server::Controller for ControllerService {
         &self,
         request: Request<pb::HeartbeatRequest>,
     ) -> Result<Response<pb::HeartbeatResponse>, Status> {
+        self.check_active()?;
         let r = request.into_inner();
         let incarnation = parse_incarnation(&r.incarnation)?;
         let now = self.now();
-        let mut state = self.state.lock();
+        let mut state = self.state.lock().await;
         // Ready once it has applied the current metadata.
         let ready = r.metadata_offset >= state.metadata_offset;
         let unfenced = state
@@ -184,16 +378,25 @@ impl pb::controller_server::Controller for ControllerService {
             .map_err(registry_status)?;
         if unfenced {
             let live = Self::live(&state);
-            let unclean = &self.settings.unclean_topics;
-            let changes =
-                leadership::on_broker_returned(&state.partitions, &live, |t| unclean.contains(t));
-            Self::apply(&mut state, changes);
+            let unclean = state.metadata.unclean_topics();
+            let partitions = state.metadata.partition_states();
+            let mut changes =
+                leadership::on_broker_returned(&partitions, &live, |t| unclean.contains(t));
+            if changes.is_empty() {
+                // auto leader rebalance: give preferred leaders back
+                changes = leadership::preferred_leader_moves(&partitions, &live);
+            }
+            if let Err(e) = self.apply_changes(&mut state, changes).await {
+                state.registry.fence(r.node_id);
+                return Err(self.store_failed(e));
+            }
             // the broker set changed even when no leadership did
             state.metadata_offset += 1;
             tracing::info!(node_id = r.node_id, "broker in service");
+            self.persist_registrations(&mut state).await;
         }
         Ok(Response::new(pb::HeartbeatResponse {
-            controller_epoch: self.settings.controller_epoch,
+            controller_epoch: state.epoch,
             metadata_offset: state.metadata_offset,
             fenced: !state.registry.is_live(r.node_id),
         }))
@@ -203,13 +406,14 @@ impl pb::controller_server::Controller for ControllerService {
         &self,
         request: Request<pb::FetchMetadataRequest>,
     ) -> Result<Response<pb::FetchMetadataResponse>, Status> {
+        self.check_active()?;
         let r = request.into_inner();
-        let state = self.state.lock();
+        let state = self.state.lock().await;
         let mut out = pb::FetchMetadataResponse {
-            controller_epoch: self.settings.controller_epoch,
+            controller_epoch: state.epoch,
             metadata_offset: state.metadata_offset,
             controller_id: self.settings.controller_id,
-            cluster_id: self.settings.cluster_id.clone(),
+            cluster_id: state.cluster_id.clone(),
             ..Default::default()
         };
         if r.metadata_offset >= state.metadata_offset {
@@ -226,20 +430,173 @@ impl pb::controller_server::Controller for ControllerService {
                 rack: b.registration.rack.clone().unwrap_or_default(),
             })
             .collect();
-        out.partitions = state
-            .partitions
-            .iter()
-            .map(|p| pb::Partition {
-                topic: p.topic.clone(),
-                index: p.index,
-                replicas: p.replicas.clone(),
-                isr: p.isr.clone(),
-                leader: p.leader,
-                leader_epoch: p.leader_epoch,
-                partition_epoch: p.partition_epoch,
-                topic_id: p.topic_id.to_string(),
-            })
-            .collect();
+        for t in state.metadata.topics.values() {
+            for p in &t.partitions {
+                out.partitions.push(pb::Partition {
+                    topic: t.name.clone(),
+                    index: p.index,
+                    replicas: p.replicas.clone(),
+                    isr: p.isr.clone(),
+                    leader: p.leader,
+                    leader_epoch: p.leader_epoch,
+                    partition_epoch: p.partition_epoch,
+                    topic_id: t.topic_id.clone(),
+                });
+            }
+            if !t.configs.is_empty() {
+                out.topic_configs.push(pb::TopicConfigs {
+                    topic: t.name.clone(),
+                    configs: t.configs.clone().into_iter().collect(),
+                });
+            }
+        }
         Ok(Response::new(out))
+    }
+
+    async fn create_topic(
+        &self,
+        request: Request<pb::CreateTopicRequest>,
+    ) -> Result<Response<pb::AdminResponse>, Status> {
+        self.check_active()?;
+        let r = request.into_inner();
+        let mut state = self.state.lock().await;
+        let brokers = Self::live_slots(&state);
+        let planned = state.metadata.plan_create(
+            &r.name,
+            r.partitions,
+            i16::try_from(r.replication_factor).unwrap_or(i16::MAX),
+            r.configs.into_iter().collect(),
+            self.settings.defaults,
+            &brokers,
+            random_seeds(),
+            Uuid::new_v4(),
+        );
+        let topic = match planned {
+            Ok(t) => t,
+            Err(e) => return Ok(Response::new(admin_error(e))),
+        };
+        if r.validate_only {
+            return Ok(Response::new(pb::AdminResponse::default()));
+        }
+        let id = topic.topic_id.clone();
+        if let Err(e) = self.put_topics(&mut state, vec![topic]).await {
+            return Ok(Response::new(self.admin_store_failed(e)));
+        }
+        tracing::info!(topic = %r.name, %id, "created topic");
+        Ok(Response::new(Self::done(&mut state, id)))
+    }
+
+    async fn delete_topic(
+        &self,
+        request: Request<pb::DeleteTopicRequest>,
+    ) -> Result<Response<pb::AdminResponse>, Status> {
+        self.check_active()?;
+        let r = request.into_inner();
+        if !self.settings.delete_topic_enable {
+            return Ok(Response::new(admin_error(TopicError::new(
+                ResponseError::TopicDeletionDisabled,
+                "delete.topic.enable is false",
+            ))));
+        }
+        let mut state = self.state.lock().await;
+        let (Some(topic), Some(version)) = (
+            state.metadata.topics.get(&r.name).cloned(),
+            state.versions.get(&r.name).cloned(),
+        ) else {
+            return Ok(Response::new(admin_error(TopicError::new(
+                ResponseError::UnknownTopicOrPartition,
+                format!("topic {} does not exist", r.name),
+            ))));
+        };
+        if let Err(e) = self.store.delete_topic(&r.name, &version).await {
+            return Ok(Response::new(self.admin_store_failed(e)));
+        }
+        state.metadata.topics.remove(&r.name);
+        state.versions.remove(&r.name);
+        tracing::info!(topic = %r.name, "deleted topic");
+        Ok(Response::new(Self::done(&mut state, topic.topic_id)))
+    }
+
+    async fn create_partitions(
+        &self,
+        request: Request<pb::CreatePartitionsRequest>,
+    ) -> Result<Response<pb::AdminResponse>, Status> {
+        self.check_active()?;
+        let r = request.into_inner();
+        let mut state = self.state.lock().await;
+        let brokers = Self::live_slots(&state);
+        let grown =
+            match state
+                .metadata
+                .plan_create_partitions(&r.name, r.count, &brokers, random_seeds())
+            {
+                Ok(t) => t,
+                Err(e) => return Ok(Response::new(admin_error(e))),
+            };
+        if r.validate_only {
+            return Ok(Response::new(pb::AdminResponse::default()));
+        }
+        let id = grown.topic_id.clone();
+        if let Err(e) = self.put_topics(&mut state, vec![grown]).await {
+            return Ok(Response::new(self.admin_store_failed(e)));
+        }
+        tracing::info!(topic = %r.name, partitions = r.count, "added partitions");
+        Ok(Response::new(Self::done(&mut state, id)))
+    }
+
+    async fn alter_topic_configs(
+        &self,
+        request: Request<pb::AlterTopicConfigsRequest>,
+    ) -> Result<Response<pb::AdminResponse>, Status> {
+        self.check_active()?;
+        let r = request.into_inner();
+        let mut state = self.state.lock().await;
+        let altered = match state.metadata.plan_alter_configs(&r.name, |c| {
+            *c = r.configs.into_iter().collect();
+            Ok(())
+        }) {
+            Ok(t) => t,
+            Err(e) => return Ok(Response::new(admin_error(e))),
+        };
+        if r.validate_only {
+            return Ok(Response::new(pb::AdminResponse::default()));
+        }
+        let id = altered.topic_id.clone();
+        if let Err(e) = self.put_topics(&mut state, vec![altered]).await {
+            return Ok(Response::new(self.admin_store_failed(e)));
+        }
+        tracing::info!(topic = %r.name, "altered topic configs");
+        Ok(Response::new(Self::done(&mut state, id)))
+    }
+
+    async fn allocate_producer_ids(
+        &self,
+        request: Request<pb::AllocateProducerIdsRequest>,
+    ) -> Result<Response<pb::AllocateProducerIdsResponse>, Status> {
+        self.check_active()?;
+        let r = request.into_inner();
+        let mut state = self.state.lock().await;
+        if state
+            .registry
+            .get(r.node_id)
+            .is_none_or(|b| b.broker_epoch != r.broker_epoch)
+        {
+            return Err(Status::failed_precondition(
+                "unknown broker or stale broker epoch: register again",
+            ));
+        }
+        let (first, mut record) = state.metadata.plan_producer_block();
+        record.brokers = state.registry.to_records();
+        let version = self
+            .store
+            .put_cluster(&record, &state.cluster_version)
+            .await
+            .map_err(|e| self.store_failed(e))?;
+        state.cluster_version = version;
+        state.metadata.cluster = record;
+        Ok(Response::new(pb::AllocateProducerIdsResponse {
+            first,
+            count: PRODUCER_ID_BLOCK,
+        }))
     }
 }

@@ -19,17 +19,20 @@ use std::time::Duration;
 use tokio::sync::watch;
 use uuid::Uuid;
 
+use super::host::Backend;
+use super::link::{ControllerLink, Session};
 use super::rpc::pb::controller_client::ControllerClient;
 use super::rpc::pb::{self, FetchMetadataRequest, HeartbeatRequest, RegisterRequest};
 use crate::broker::Broker;
 use crate::image::{BrokerImage, MetadataImage, PartitionImage};
 
-/// Where the controller is and how often to heartbeat.
+/// How the session finds the controller and how often it heartbeats.
 #[derive(Debug, Clone)]
 pub struct SessionConfig {
-    /// `http://host:port` of the controller's gRPC endpoint.
-    pub controller: String,
+    /// The controller's address is read from the cluster record here.
+    pub backend: Backend,
     pub heartbeat: Duration,
+    pub link: Arc<ControllerLink>,
 }
 
 /// The image a controller's metadata answer describes.
@@ -64,55 +67,104 @@ pub fn image_from(m: &pb::FetchMetadataResponse) -> MetadataImage {
         partitions.sort_by_key(|p| p.index);
         (name, id, partitions)
     });
-    MetadataImage::new(&m.cluster_id, m.controller_id, brokers, topics)
+    let mut image = MetadataImage::new(&m.cluster_id, m.controller_id, brokers, topics);
+    for c in &m.topic_configs {
+        image.set_configs(&c.topic, c.configs.clone().into_iter().collect());
+    }
+    image
 }
 
 /// Runs the session until `shutdown` turns true.
 pub async fn run(broker: Arc<Broker>, config: SessionConfig, mut shutdown: watch::Receiver<bool>) {
     let incarnation = Uuid::new_v4();
+    let mut applied = Applied::default();
     let mut backoff = Duration::from_millis(100);
     loop {
-        let attempt = session(&broker, &config, incarnation, &mut shutdown).await;
+        let attempt = session(&broker, &config, incarnation, &mut applied, &mut shutdown).await;
+        config.link.set_session(None);
         if *shutdown.borrow() {
             return;
         }
-        if let Err(e) = attempt {
-            tracing::warn!(controller = %config.controller, error = %e, "controller session interrupted; retrying");
+        match attempt {
+            // a session that ran for a while starts the backoff over
+            Err(e) if e.code() != tonic::Code::Ok => {
+                tracing::warn!(error = %e.message(), "controller session interrupted; finding the controller again")
+            }
+            _ => backoff = Duration::from_millis(100),
         }
         tokio::select! {
             _ = tokio::time::sleep(backoff) => {}
             _ = shutdown.changed() => return,
         }
-        backoff = (backoff * 2).min(Duration::from_secs(5));
+        backoff = (backoff * 2).min(Duration::from_secs(1));
     }
+}
+
+/// What this broker has applied, kept across sessions: a new controller
+/// answers with its own offsets, so only the epoch fence carries over.
+#[derive(Default)]
+struct Applied {
+    fence: super::fencing::EpochFence,
+}
+
+/// Makes the local logs match an image (on the blocking pool: it creates
+/// and opens files).
+async fn apply(broker: &Arc<Broker>, image: &MetadataImage) -> Result<(), tonic::Status> {
+    let assigned = image.assigned_to(broker.node_id);
+    let b = broker.clone();
+    tokio::task::spawn_blocking(move || b.topics.apply_assignment(&assigned))
+        .await
+        .map_err(|e| tonic::Status::internal(e.to_string()))?
+        .map(drop)
+        .map_err(|e| tonic::Status::internal(format!("applying the metadata: {}", e.message)))
 }
 
 /// One registration and its heartbeats, until an error or shutdown.
 async fn session(
-    broker: &Broker,
+    broker: &Arc<Broker>,
     config: &SessionConfig,
     incarnation: Uuid,
+    applied: &mut Applied,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<(), tonic::Status> {
-    let mut client = ControllerClient::connect(config.controller.clone())
+    let address = config
+        .backend
+        .controller_address()
         .await
-        .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+        .map_err(|e| tonic::Status::unavailable(e.to_string()))?
+        .ok_or_else(|| tonic::Status::unavailable("no controller elected yet"))?;
+    let channel = tonic::transport::Endpoint::from_shared(address.clone())
+        .map_err(|e| tonic::Status::invalid_argument(e.to_string()))?
+        .connect_timeout(Duration::from_secs(2))
+        .timeout(Duration::from_secs(10))
+        .connect()
+        .await
+        .map_err(|e| tonic::Status::unavailable(format!("{address}: {e}")))?;
+    let mut client = ControllerClient::new(channel);
     let registered = client
         .register(RegisterRequest {
             node_id: broker.node_id,
             incarnation: incarnation.to_string(),
             host: broker.advertised_host.clone(),
             port: broker.advertised_port,
-            rack: String::new(),
+            rack: broker.rack.clone().unwrap_or_default(),
         })
         .await?
         .into_inner();
+    if applied.fence.admit(registered.controller_epoch).is_err() {
+        return Err(tonic::Status::aborted("answer from an older controller"));
+    }
     tracing::info!(
+        %address,
         broker_epoch = registered.broker_epoch,
         controller_epoch = registered.controller_epoch,
         "registered with the controller"
     );
-    let mut fence = super::fencing::EpochFence::default();
+    config.link.set_session(Some(Session {
+        address: address.clone(),
+        node_id: broker.node_id,
+        broker_epoch: registered.broker_epoch,
+    }));
     let mut offset = 0i64;
     let mut wanted = 1i64;
     loop {
@@ -124,13 +176,16 @@ async fn session(
                 })
                 .await?
                 .into_inner();
-            if fence.admit(m.controller_epoch).is_err() {
+            if applied.fence.admit(m.controller_epoch).is_err() {
                 return Err(tonic::Status::aborted("answer from an older controller"));
             }
             if m.changed {
-                broker.install_image(image_from(&m));
+                let image = image_from(&m);
+                apply(broker, &image).await?;
+                broker.install_image(image);
             }
             offset = m.metadata_offset;
+            config.link.set_applied_offset(offset);
         }
         let beat = client
             .heartbeat(HeartbeatRequest {
@@ -141,10 +196,13 @@ async fn session(
             })
             .await?
             .into_inner();
-        if fence.admit(beat.controller_epoch).is_err() {
+        if applied.fence.admit(beat.controller_epoch).is_err() {
             return Err(tonic::Status::aborted("answer from an older controller"));
         }
         wanted = beat.metadata_offset;
+        if wanted > offset {
+            continue; // fetch at once: someone waits for this change
+        }
         tokio::select! {
             _ = tokio::time::sleep(config.heartbeat) => {}
             _ = shutdown.changed() => return Ok(()),

@@ -162,6 +162,13 @@ impl DirStore {
         Ok((store, resumed))
     }
 
+    /// The cluster record as it is now (brokers read where the controller
+    /// is from it): `(epoch, record)`.
+    pub fn read_cluster(dir: &Path) -> Result<Option<(i64, ClusterRecord)>, StoreError> {
+        let stored: Option<Stored<ClusterRecord>> = read(&dir.join("cluster.json"))?;
+        Ok(stored.map(|s| (s.epoch, s.record)))
+    }
+
     fn topic_path(&self, name: &str) -> PathBuf {
         self.dir.join("topics").join(format!("{}.json", hex(name)))
     }
@@ -176,13 +183,22 @@ impl DirStore {
         crate::metadata::write_atomically(path, &bytes).map_err(io)
     }
 
-    /// Checks the object at `path` is at `expected` (None: absent) and was
-    /// not written by a newer term; returns the next version.
+    /// Checks the object at `path` is at `expected` (None: absent) and
+    /// that neither it nor the cluster record was written by a newer term
+    /// (the cluster record covers objects a newer term has not stamped,
+    /// such as a topic being created); returns the next version.
     fn check<T: for<'de> Deserialize<'de>>(
         &self,
         path: &Path,
         expected: Option<&str>,
     ) -> Result<u64, StoreError> {
+        let cluster: Option<Stored<ClusterRecord>> = read(&self.dir.join("cluster.json"))?;
+        if let Some(c) = cluster.filter(|c| c.epoch > self.epoch) {
+            return Err(StoreError::Fenced(format!(
+                "controller epoch {} has taken over; ours is {}",
+                c.epoch, self.epoch
+            )));
+        }
         let current: Option<Stored<T>> = read(path)?;
         if let Some(c) = &current {
             if c.epoch > self.epoch {

@@ -218,7 +218,7 @@ pub fn create_topics(
         results.push(match outcome {
             Ok(created) => {
                 let (id, count, factor) = match &created {
-                    Some(t) => (t.meta.id, t.meta.partitions, t.meta.replication_factor),
+                    Some(t) => (t.id, t.partitions, t.replication_factor),
                     None => (
                         uuid::Uuid::nil(),
                         if partitions == -1 {

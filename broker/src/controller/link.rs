@@ -1,0 +1,147 @@
+//! A cluster-mode broker's link to the active controller: where it is
+//! (set by the [`super::session`] once registered), how far this broker
+//! has applied the controller's metadata, and the calls the
+//! [`super::Controller`] facade forwards — admin changes and producer-id
+//! blocks. Admin calls come from handlers running on the blocking pool, so
+//! they block on the runtime here; a change is answered once this broker's
+//! own image shows it (bounded), so a client that creates a topic and then
+//! asks this broker for metadata finds it.
+
+use std::future::Future;
+use std::time::Duration;
+
+use kafka_protocol::error::ResponseError;
+use parking_lot::Mutex;
+use tokio::sync::watch;
+use tonic::transport::{Channel, Endpoint};
+
+use super::rpc::pb::controller_client::ControllerClient;
+use super::rpc::pb::{AdminResponse, AllocateProducerIdsRequest};
+use crate::topics::TopicError;
+
+/// The registered session with the active controller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Session {
+    pub address: String,
+    pub node_id: i32,
+    pub broker_epoch: i64,
+}
+
+/// How long a forwarded change may take, and how long its answer waits
+/// for this broker's image to show it.
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+const SHOW_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug)]
+pub struct ControllerLink {
+    session: watch::Sender<Option<Session>>,
+    applied_offset: watch::Sender<i64>,
+    /// The current producer-id block: `(next, end)`.
+    producer_ids: Mutex<(i64, i64)>,
+    runtime: tokio::runtime::Handle,
+}
+
+fn not_controller(message: impl Into<String>) -> TopicError {
+    // Retriable: Kafka clients refresh metadata and send again.
+    TopicError::new(ResponseError::NotController, message)
+}
+
+impl ControllerLink {
+    pub fn new(runtime: tokio::runtime::Handle) -> Self {
+        Self {
+            session: watch::channel(None).0,
+            applied_offset: watch::channel(0).0,
+            producer_ids: Mutex::new((0, 0)),
+            runtime,
+        }
+    }
+
+    /// The session sets (or clears) where the controller is.
+    pub fn set_session(&self, session: Option<Session>) {
+        self.session.send_replace(session);
+    }
+
+    /// The session reports the metadata offset this broker has applied.
+    pub fn set_applied_offset(&self, offset: i64) {
+        self.applied_offset.send_replace(offset);
+    }
+
+    async fn client(&self) -> Result<(ControllerClient<Channel>, Session), TopicError> {
+        let mut rx = self.session.subscribe();
+        let session = tokio::time::timeout(SHOW_TIMEOUT, rx.wait_for(Option::is_some))
+            .await
+            .map_err(|_| not_controller("no controller session yet"))?
+            .map_err(|_| not_controller("shutting down"))?
+            .clone()
+            .expect("waited for a session");
+        let endpoint = Endpoint::from_shared(session.address.clone())
+            .map_err(|e| not_controller(e.to_string()))?
+            .connect_timeout(Duration::from_secs(2))
+            .timeout(CALL_TIMEOUT);
+        let channel = endpoint
+            .connect()
+            .await
+            .map_err(|e| not_controller(format!("cannot reach the controller: {e}")))?;
+        Ok((ControllerClient::new(channel), session))
+    }
+
+    /// Forwards one admin change (blocking: called from the blocking pool)
+    /// and returns the topic id it names, once this broker shows it.
+    pub fn admin<F, Fut>(&self, call: F) -> Result<String, TopicError>
+    where
+        F: FnOnce(ControllerClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<AdminResponse>, tonic::Status>>,
+    {
+        self.runtime.block_on(async {
+            let (client, _) = self.client().await?;
+            let r = call(client)
+                .await
+                .map_err(|s| not_controller(format!("the controller refused: {}", s.message())))?
+                .into_inner();
+            if r.error_code != 0 {
+                let code = i16::try_from(r.error_code)
+                    .ok()
+                    .and_then(|c| ResponseError::try_from_code(c))
+                    .unwrap_or(ResponseError::UnknownServerError);
+                return Err(TopicError::new(code, r.message));
+            }
+            if r.metadata_offset > 0 {
+                let mut applied = self.applied_offset.subscribe();
+                let shown = applied.wait_for(|o| *o >= r.metadata_offset);
+                if tokio::time::timeout(SHOW_TIMEOUT, shown).await.is_err() {
+                    tracing::warn!(offset = r.metadata_offset, "a forwarded change is not in this broker's image yet");
+                }
+            }
+            Ok(r.topic_id)
+        })
+    }
+
+    /// A producer id from this broker's current block, asking the
+    /// controller for a new block when it runs out.
+    pub fn producer_id(&self) -> Result<i64, TopicError> {
+        let mut ids = self.producer_ids.lock();
+        if ids.0 >= ids.1 {
+            let block = self.runtime.block_on(async {
+                let (mut client, session) = self.client().await?;
+                client
+                    .allocate_producer_ids(AllocateProducerIdsRequest {
+                        node_id: session.node_id,
+                        broker_epoch: session.broker_epoch,
+                    })
+                    .await
+                    .map(|r| r.into_inner())
+                    .map_err(|s| not_controller(s.message().to_string()))
+            })?;
+            *ids = (block.first, block.first + block.count);
+        }
+        let id = ids.0;
+        ids.0 += 1;
+        Ok(id)
+    }
+
+    /// Whether `id` came from this broker's current block.
+    pub fn issued_here(&self, id: i64) -> bool {
+        let ids = self.producer_ids.lock();
+        id >= ids.1 - super::cluster::PRODUCER_ID_BLOCK && id < ids.0
+    }
+}
