@@ -449,7 +449,9 @@ impl BrokerConfig {
                 }
                 "broker.heartbeat.interval.ms" => c.broker_heartbeat_interval_ms = parse_num(k, v)?,
                 "broker.session.timeout.ms" => c.broker_session_timeout_ms = parse_num(k, v)?,
-                "broker.rack" => c.broker_rack = (!v.trim().is_empty()).then(|| v.trim().to_string()),
+                "broker.rack" => {
+                    c.broker_rack = (!v.trim().is_empty()).then(|| v.trim().to_string())
+                }
                 "log.message.timestamp.type" => {
                     let v = v.trim();
                     if v != "CreateTime" && v != "LogAppendTime" {

@@ -293,7 +293,11 @@ mod tests {
             1,
             vec![],
             [
-                ("a".to_string(), id, vec![p(0, vec![1]), p(1, vec![2]), p(2, vec![3, 1])]),
+                (
+                    "a".to_string(),
+                    id,
+                    vec![p(0, vec![1]), p(1, vec![2]), p(2, vec![3, 1])],
+                ),
                 ("b".to_string(), Uuid::new_v4(), vec![p(0, vec![2])]),
             ],
         );

@@ -975,7 +975,11 @@ impl TopicManager {
         let stale: Vec<String> = self
             .all()
             .iter()
-            .filter(|t| wanted.get(t.meta.name.as_str()).is_none_or(|a| a.id != t.meta.id))
+            .filter(|t| {
+                wanted
+                    .get(t.meta.name.as_str())
+                    .is_none_or(|a| a.id != t.meta.id)
+            })
             .map(|t| t.meta.name.clone())
             .collect();
         for name in stale {

@@ -95,6 +95,7 @@ async fn running_out_of_file_descriptors_fails_one_request_not_the_broker() {
             // wants the accept loop itself to run out of descriptors.
             settings: &["max.connections=100000"],
             open_files: Some(LIMIT),
+            ..Default::default()
         },
     );
     let mut c = broker.connect(Duration::from_secs(60)).await;

@@ -198,7 +198,8 @@ mod tests {
 
     #[test]
     fn hand_edits_that_break_invariants_are_caught() {
-        let cases: Vec<Box<dyn Fn(&mut TopicRecord)>> = vec![
+        type Break = Box<dyn Fn(&mut TopicRecord)>;
+        let cases: Vec<Break> = vec![
             Box::new(|t| t.topic_id = "nope".into()),
             Box::new(|t| t.partitions.clear()),
             Box::new(|t| t.partitions[1].index = 5),

@@ -32,6 +32,15 @@ pub struct CreateDefaults {
     pub replication_factor: i16,
 }
 
+/// A CreateTopics request for one topic (`-1`: the cluster default).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewTopic {
+    pub name: String,
+    pub partitions: i32,
+    pub replication_factor: i16,
+    pub configs: BTreeMap<String, String>,
+}
+
 /// The whole cluster metadata, as the active controller holds it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ClusterState {
@@ -82,15 +91,19 @@ impl ClusterState {
     /// the topic id.
     pub fn plan_create(
         &self,
-        name: &str,
-        partitions: i32,
-        replication_factor: i16,
-        configs: BTreeMap<String, String>,
+        request: NewTopic,
         defaults: CreateDefaults,
         brokers: &[BrokerSlot],
         seeds: Seeds,
         id: Uuid,
     ) -> Result<TopicRecord, TopicError> {
+        let NewTopic {
+            name,
+            partitions,
+            replication_factor,
+            configs,
+        } = request;
+        let name = name.as_str();
         validate_topic_name(name)
             .map_err(|m| TopicError::new(ResponseError::InvalidTopicException, m))?;
         if self.topics.contains_key(name) {
@@ -262,10 +275,12 @@ mod tests {
         rf: i16,
     ) -> Result<TopicRecord, TopicError> {
         s.plan_create(
-            name,
-            partitions,
-            rf,
-            BTreeMap::new(),
+            NewTopic {
+                name: name.into(),
+                partitions,
+                replication_factor: rf,
+                configs: BTreeMap::new(),
+            },
             DEFAULTS,
             &brokers(3),
             Seeds::default(),
@@ -316,10 +331,12 @@ mod tests {
             Some(ResponseError::InvalidReplicationFactor)
         );
         let bad_config = s.plan_create(
-            "x",
-            1,
-            1,
-            [("retention.ms".to_string(), "soon".to_string())].into(),
+            NewTopic {
+                name: "x".into(),
+                partitions: 1,
+                replication_factor: 1,
+                configs: [("retention.ms".to_string(), "soon".to_string())].into(),
+            },
             DEFAULTS,
             &brokers(3),
             Seeds::default(),

@@ -25,9 +25,13 @@ pub fn file_lock(dir: PathBuf, mut shutdown: watch::Receiver<bool>) -> watch::Re
     tokio::spawn(async move {
         let path = dir.join("controller.lock");
         let file = loop {
-            match std::fs::create_dir_all(&dir)
-                .and_then(|_| std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path))
-            {
+            match std::fs::create_dir_all(&dir).and_then(|_| {
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .truncate(false)
+                    .write(true)
+                    .open(&path)
+            }) {
                 Ok(f) => break f,
                 Err(e) => {
                     tracing::warn!(path = %path.display(), error = %e, "cannot open the controller lock");

@@ -104,7 +104,13 @@ pub async fn run(
         tracing::info!(epoch, topics = resumed.topics.len(), address = %cfg.address, "controller term begins");
         let service = ControllerService::resume(cfg.settings.clone(), store, resumed);
         let deposed = service.deposed();
-        let term = serve_term(&cfg, service, deposed.clone(), leading.clone(), shutdown.clone());
+        let term = serve_term(
+            &cfg,
+            service,
+            deposed.clone(),
+            leading.clone(),
+            shutdown.clone(),
+        );
         term.await;
         tracing::warn!(epoch, "controller term ended");
         if *deposed.borrow() {

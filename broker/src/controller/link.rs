@@ -101,7 +101,7 @@ impl ControllerLink {
             if r.error_code != 0 {
                 let code = i16::try_from(r.error_code)
                     .ok()
-                    .and_then(|c| ResponseError::try_from_code(c))
+                    .and_then(ResponseError::try_from_code)
                     .unwrap_or(ResponseError::UnknownServerError);
                 return Err(TopicError::new(code, r.message));
             }
@@ -109,7 +109,10 @@ impl ControllerLink {
                 let mut applied = self.applied_offset.subscribe();
                 let shown = applied.wait_for(|o| *o >= r.metadata_offset);
                 if tokio::time::timeout(SHOW_TIMEOUT, shown).await.is_err() {
-                    tracing::warn!(offset = r.metadata_offset, "a forwarded change is not in this broker's image yet");
+                    tracing::warn!(
+                        offset = r.metadata_offset,
+                        "a forwarded change is not in this broker's image yet"
+                    );
                 }
             }
             Ok(r.topic_id)

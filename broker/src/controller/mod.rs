@@ -80,7 +80,9 @@ impl<'a> Controller<'a> {
                 configs: configs.clone().into_iter().collect(),
                 validate_only: true,
             };
-            return link.admin(|mut c| async move { c.create_topic(request).await }).map(drop);
+            return link
+                .admin(|mut c| async move { c.create_topic(request).await })
+                .map(drop);
         }
         self.broker
             .topics
@@ -106,7 +108,10 @@ impl<'a> Controller<'a> {
             link.admin(|mut c| async move { c.create_topic(request).await })?;
             let image = self.broker.image();
             let t = image.topic(name).ok_or_else(|| {
-                TopicError::new(ResponseError::UnknownServerError, "created, but not shown yet")
+                TopicError::new(
+                    ResponseError::UnknownServerError,
+                    "created, but not shown yet",
+                )
             })?;
             return Ok(CreatedTopic {
                 id: t.id,

@@ -50,8 +50,12 @@ pub fn start(
         other => bail!("cluster mode {other:?} is not available in this build yet"),
     };
     let config = broker.topics.broker_config();
-    let listener = std::net::TcpListener::bind(cli.controller_listen)
-        .with_context(|| format!("binding the controller listener on {}", cli.controller_listen))?;
+    let listener = std::net::TcpListener::bind(cli.controller_listen).with_context(|| {
+        format!(
+            "binding the controller listener on {}",
+            cli.controller_listen
+        )
+    })?;
     let address = controller_address(cli, broker, listener.local_addr()?);
     let link = Arc::new(ControllerLink::new(tokio::runtime::Handle::current()));
     broker.join_cluster(link.clone());

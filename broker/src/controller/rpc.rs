@@ -24,7 +24,7 @@ use tonic::{Request, Response, Status};
 use uuid::Uuid;
 
 use super::assignment::{BrokerSlot, Seeds};
-use super::cluster::{ClusterState, CreateDefaults, PRODUCER_ID_BLOCK};
+use super::cluster::{ClusterState, CreateDefaults, NewTopic, PRODUCER_ID_BLOCK};
 use super::leadership::{self, Change, Election};
 use super::registry::{Registration, Registry, RegistryError};
 use super::store::{ClusterStore, Resumed, StoreError};
@@ -462,10 +462,12 @@ impl pb::controller_server::Controller for ControllerService {
         let mut state = self.state.lock().await;
         let brokers = Self::live_slots(&state);
         let planned = state.metadata.plan_create(
-            &r.name,
-            r.partitions,
-            i16::try_from(r.replication_factor).unwrap_or(i16::MAX),
-            r.configs.into_iter().collect(),
+            NewTopic {
+                name: r.name.clone(),
+                partitions: r.partitions,
+                replication_factor: i16::try_from(r.replication_factor).unwrap_or(i16::MAX),
+                configs: r.configs.into_iter().collect(),
+            },
             self.settings.defaults,
             &brokers,
             random_seeds(),

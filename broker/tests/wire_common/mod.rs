@@ -333,6 +333,8 @@ pub struct ChildOptions<'a> {
     pub settings: &'a [&'a str],
     /// `RLIMIT_NOFILE` (soft and hard) of the child.
     pub open_files: Option<u64>,
+    /// Extra command-line arguments.
+    pub args: &'a [&'a str],
 }
 
 /// A broker child process (the binary built with these tests) on
@@ -368,6 +370,7 @@ impl Child {
         for setting in options.settings {
             cmd.args(["--set", setting]);
         }
+        cmd.args(options.args);
         if let Some(limit) = options.open_files {
             // SAFETY: only async-signal-safe calls (setrlimit) between fork
             // and exec.

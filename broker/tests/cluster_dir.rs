@@ -1,0 +1,258 @@
+//! Three real broker processes on 127.0.0.1 form one cluster (`--cluster
+//! dir`: a shared metadata directory, the controller elected by a lock on
+//! it): every broker's Metadata lists all three and the same controller; a
+//! topic of 12 partitions created through any broker has its leaders on all
+//! three, and records produced to each partition's leader are fetched back;
+//! a broker that does not lead a partition refuses it with
+//! NOT_LEADER_OR_FOLLOWER. kill -9 of the controller: another broker takes
+//! over, fences the dead one after the session timeout, and topics created
+//! before and after are intact; the killed broker restarts on its data and
+//! rejoins, leading its partitions again with their records.
+
+mod wire_common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::Duration;
+
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    ApiKey, MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse,
+};
+use tokio::net::TcpStream;
+use wire_common::*;
+
+fn spawn(node: &str, data: &Path, shared: &Path, logs: &Path) -> Child {
+    let shared = shared.to_str().unwrap().to_string();
+    let args: Vec<&'static str> = vec![
+        "--cluster",
+        "dir",
+        "--cluster-dir",
+        Box::leak(shared.into_boxed_str()),
+        "--node-id",
+        Box::leak(node.to_string().into_boxed_str()),
+        "--controller-listen",
+        "127.0.0.1:0",
+    ];
+    Child::spawn(
+        data,
+        logs.join(format!("broker-{node}.log")),
+        ChildOptions {
+            settings: &[
+                "broker.heartbeat.interval.ms=100",
+                "broker.session.timeout.ms=2000",
+            ],
+            args: Box::leak(args.into_boxed_slice()),
+            ..Default::default()
+        },
+    )
+}
+
+/// `(brokers, controller, {partition: (leader, leader epoch)})` of `topic`.
+type View = (BTreeSet<i32>, i32, BTreeMap<i32, (i32, i32)>);
+
+async fn view(s: &mut TcpStream, topic: &str) -> View {
+    let m: MetadataResponse = call(
+        s,
+        ApiKey::Metadata,
+        12,
+        &MetadataRequest::default().with_topics(None),
+    )
+    .await;
+    let brokers = m.brokers.iter().map(|b| b.node_id.0).collect();
+    let mut parts = BTreeMap::new();
+    for t in m
+        .topics
+        .iter()
+        .filter(|t| t.name.as_ref().map(|n| n.as_str()) == Some(topic))
+    {
+        for p in &t.partitions {
+            parts.insert(p.partition_index, (p.leader_id.0, p.leader_epoch));
+        }
+    }
+    (brokers, m.controller_id.0, parts)
+}
+
+async fn wait_until(
+    s: &mut TcpStream,
+    topic: &str,
+    what: &str,
+    ok: impl Fn(&View) -> bool,
+) -> View {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let v = view(s, topic).await;
+        if ok(&v) {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never {what}; last {v:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Produces one batch to `partition`: its error code.
+async fn produce_to(s: &mut TcpStream, topic: &str, partition: i32, value: &[u8]) -> i16 {
+    let req = ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(5000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(name(topic))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(partition)
+                .with_records(Some(batch(&[value.to_vec()])))])]);
+    let resp: ProduceResponse = call(s, ApiKey::Produce, 9, &req).await;
+    resp.responses[0].partition_responses[0].error_code
+}
+
+/// Every record value of `partition`, read from its leader.
+async fn values(s: &mut TcpStream, topic: &str, partition: i32) -> Vec<Vec<u8>> {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::{FetchRequest, FetchResponse};
+    use kafka_protocol::records::RecordBatchDecoder;
+    let req = FetchRequest::default()
+        .with_max_wait_ms(0)
+        .with_max_bytes(1 << 20)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(name(topic))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(partition)
+                .with_fetch_offset(0)
+                .with_partition_max_bytes(1 << 20)])]);
+    let resp: FetchResponse = call(s, ApiKey::Fetch, 12, &req).await;
+    let p = &resp.responses[0].partitions[0];
+    assert_eq!(p.error_code, 0, "fetch {topic}-{partition}");
+    let mut records = p.records.clone().unwrap_or_default();
+    let mut out = Vec::new();
+    while bytes::Buf::has_remaining(&records) {
+        let set = RecordBatchDecoder::decode(&mut records).expect("decode");
+        out.extend(
+            set.records
+                .into_iter()
+                .map(|r| r.value.unwrap_or_default().to_vec()),
+        );
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_brokers_are_one_cluster_and_survive_losing_the_controller() {
+    let root = tempfile::tempdir().unwrap();
+    let shared = root.path().join("shared");
+    let data = |n: i32| root.path().join(format!("data-{n}"));
+    let mut brokers: BTreeMap<i32, Child> = (0..3)
+        .map(|n| (n, spawn(&n.to_string(), &data(n), &shared, root.path())))
+        .collect();
+    let mut s0 = brokers[&0].connect(Duration::from_secs(30)).await;
+    let all: BTreeSet<i32> = [0, 1, 2].into();
+    let (_, controller, _) = wait_until(&mut s0, "orders", "three brokers", |v| v.0 == all).await;
+    for b in brokers.values() {
+        let mut s = b.connect(Duration::from_secs(10)).await;
+        let v = wait_until(&mut s, "orders", "the same view", |v| v.0 == all).await;
+        assert_eq!(v.1, controller, "one controller for all");
+    }
+
+    // A topic created through a broker that is not the controller.
+    let other = (controller + 1) % 3;
+    let mut s = brokers[&other].connect(Duration::from_secs(10)).await;
+    let (code, message) = create_topic(&mut s, "orders", 12).await;
+    assert_eq!(code, 0, "{message:?}");
+    let (_, _, parts) = wait_until(&mut s0, "orders", "12 partitions", |v| v.2.len() == 12).await;
+    let mut per_leader = BTreeMap::new();
+    for (leader, epoch) in parts.values() {
+        *per_leader.entry(*leader).or_insert(0) += 1;
+        assert_eq!(*epoch, 0);
+    }
+    assert_eq!(
+        per_leader,
+        [(0, 4), (1, 4), (2, 4)].into(),
+        "leaders spread"
+    );
+
+    // Each partition through its leader; refused elsewhere.
+    let mut conns: BTreeMap<i32, TcpStream> = BTreeMap::new();
+    for (n, b) in &brokers {
+        conns.insert(*n, b.connect(Duration::from_secs(10)).await);
+    }
+    for (p, (leader, _)) in &parts {
+        let value = format!("record of {p}");
+        let c = conns.get_mut(leader).unwrap();
+        assert_eq!(produce_to(c, "orders", *p, value.as_bytes()).await, 0);
+        let elsewhere = conns.get_mut(&((leader + 1) % 3)).unwrap();
+        assert_eq!(
+            produce_to(elsewhere, "orders", *p, b"x").await,
+            6,
+            "NOT_LEADER_OR_FOLLOWER from a broker that does not lead {p}"
+        );
+    }
+    for (p, (leader, _)) in &parts {
+        let c = conns.get_mut(leader).unwrap();
+        assert_eq!(
+            values(c, "orders", *p).await,
+            vec![format!("record of {p}").into_bytes()]
+        );
+    }
+
+    // kill -9 of the controller.
+    let mut dead = brokers.remove(&controller).unwrap();
+    dead.stop(libc::SIGKILL, Duration::from_secs(10)).await;
+    conns.remove(&controller);
+    let survivors: BTreeSet<i32> = brokers.keys().copied().collect();
+    let mut s = brokers
+        .values()
+        .next()
+        .unwrap()
+        .connect(Duration::from_secs(10))
+        .await;
+    let v = wait_until(
+        &mut s,
+        "orders",
+        "a new controller and the dead broker fenced",
+        |v| v.0 == survivors && survivors.contains(&v.1),
+    )
+    .await;
+    for (p, (leader, epoch)) in &v.2 {
+        if parts[p].0 == controller {
+            assert_eq!(
+                (*leader, *epoch),
+                (-1, 1),
+                "partition {p}: one replica, now offline"
+            );
+        } else {
+            assert_eq!((*leader, *epoch), parts[p], "partition {p} untouched");
+        }
+    }
+    let (code, message) = create_topic(&mut s, "after", 3).await;
+    assert_eq!(code, 0, "{message:?}");
+    wait_until(&mut s, "after", "the new topic", |v| v.2.len() == 3).await;
+
+    // The killed broker restarts on its data and rejoins.
+    let back = spawn(
+        &controller.to_string(),
+        &data(controller),
+        &shared,
+        root.path(),
+    );
+    let mut sb = back.connect(Duration::from_secs(30)).await;
+    let v = wait_until(&mut sb, "orders", "the broker back and leading", |v| {
+        v.0 == all && v.2.values().all(|(l, _)| *l >= 0)
+    })
+    .await;
+    for (p, (leader, epoch)) in &v.2 {
+        if parts[p].0 == controller {
+            assert_eq!(
+                (*leader, *epoch),
+                (controller, 2),
+                "partition {p} led again"
+            );
+            assert_eq!(
+                values(&mut sb, "orders", *p).await,
+                vec![format!("record of {p}").into_bytes()]
+            );
+        }
+    }
+    let after = view(&mut sb, "after").await;
+    assert_eq!(after.2.len(), 3, "the topic created while it was away");
+}
