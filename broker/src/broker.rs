@@ -35,6 +35,8 @@ pub struct Broker {
     /// Whether the image comes from a remote controller (cluster mode)
     /// rather than from this broker's own metadata (standalone).
     remote_image: AtomicBool,
+    /// Cluster mode: an image from the controller was installed.
+    has_controller_image: AtomicBool,
     ready: AtomicBool,
     /// Cluster mode: the link to the active controller.
     link: std::sync::OnceLock<Arc<crate::controller::link::ControllerLink>>,
@@ -64,6 +66,7 @@ impl Broker {
         Self {
             image,
             remote_image: AtomicBool::new(false),
+            has_controller_image: AtomicBool::new(false),
             connection_limits: ConnectionLimiter::new(connection_limits),
             request_budget,
             node_id,
@@ -108,6 +111,7 @@ impl Broker {
     /// then on this broker's own metadata no longer makes images.
     pub fn install_image(&self, image: MetadataImage) {
         self.remote_image.store(true, Ordering::SeqCst);
+        self.has_controller_image.store(true, Ordering::SeqCst);
         *self.image.write() = Arc::new(image);
     }
 
@@ -137,8 +141,13 @@ impl Broker {
     pub fn set_ready(&self, ready: bool) {
         self.ready.store(ready, Ordering::SeqCst);
     }
+    /// Ready to serve: logs recovered and listener bound, and in cluster
+    /// mode also a first image from the controller installed (after that
+    /// the broker stays ready while the controller is unreachable: the
+    /// data plane does not wait for it).
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::SeqCst)
+            && (self.link.get().is_none() || self.has_controller_image.load(Ordering::SeqCst))
     }
 }
 

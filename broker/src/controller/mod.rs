@@ -231,6 +231,26 @@ impl<'a> Controller<'a> {
             .alter_configs(name, change, validate_only)
     }
 
+    /// Cluster mode: creates `__consumer_offsets` if the image has none
+    /// (`offsets.topic.num.partitions` partitions, compacted). One replica
+    /// each until replication exists.
+    pub fn ensure_offsets_topic(&self) -> Result<(), TopicError> {
+        use crate::group::offsets::OFFSETS_TOPIC;
+        if self.broker.image().topic(OFFSETS_TOPIC).is_some() {
+            return Ok(());
+        }
+        let partitions = self.broker.groups.settings().offsets_partitions;
+        let configs = [
+            ("cleanup.policy".to_string(), "compact".to_string()),
+            ("segment.bytes".to_string(), (100 * 1024 * 1024).to_string()),
+        ]
+        .into();
+        match self.create_topic(OFFSETS_TOPIC, partitions, 1, configs) {
+            Err(e) if e.code == ResponseError::TopicAlreadyExists => Ok(()),
+            other => other.map(drop),
+        }
+    }
+
     /// A new producer id (InitProducerId), never issued before.
     pub fn allocate_producer_id(&self) -> Result<i64, TopicError> {
         if let Some(link) = self.remote() {

@@ -59,6 +59,7 @@ pub fn start(
     let address = controller_address(cli, broker, listener.local_addr()?);
     let link = Arc::new(ControllerLink::new(tokio::runtime::Handle::current()));
     broker.join_cluster(link.clone());
+    broker.groups.start_unowned();
     let leading = match &backend {
         Backend::Dir(dir) => super::election::file_lock(dir.clone(), shutdown.clone()),
     };

@@ -119,6 +119,27 @@ async fn apply(broker: &Arc<Broker>, image: &MetadataImage) -> Result<(), tonic:
         .map_err(|e| tonic::Status::internal(format!("applying the metadata: {}", e.message)))
 }
 
+/// Loads the groups of the offsets partitions this broker now leads and
+/// unloads the rest (after the image is installed, so a moved group's
+/// clients are already sent to its new coordinator).
+async fn follow_coordinators(broker: &Arc<Broker>, image: &MetadataImage) {
+    let Some(offsets) = image.topic(crate::group::offsets::OFFSETS_TOPIC) else {
+        return;
+    };
+    let partitions = i32::try_from(offsets.partitions.len()).unwrap_or(i32::MAX);
+    let led: std::collections::BTreeSet<i32> = offsets
+        .partitions
+        .iter()
+        .filter(|p| p.leader == broker.node_id)
+        .map(|p| p.index)
+        .collect();
+    let b = broker.clone();
+    let _ = tokio::task::spawn_blocking(move || {
+        b.groups.follow_leadership(&b.topics, partitions, &led)
+    })
+    .await;
+}
+
 /// One registration and its heartbeats, until an error or shutdown.
 async fn session(
     broker: &Arc<Broker>,
@@ -182,7 +203,8 @@ async fn session(
             if m.changed {
                 let image = image_from(&m);
                 apply(broker, &image).await?;
-                broker.install_image(image);
+                broker.install_image(image.clone());
+                follow_coordinators(broker, &image).await;
             }
             offset = m.metadata_offset;
             config.link.set_applied_offset(offset);

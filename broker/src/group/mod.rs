@@ -18,8 +18,9 @@
 pub mod offsets;
 pub mod state;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::error::ResponseError;
@@ -118,9 +119,17 @@ pub struct CommitItem {
     pub metadata: Option<String>,
 }
 
+/// Whether this broker coordinates a shard's groups (cluster mode: it
+/// does while it leads the shard's `__consumer_offsets` partition).
+const OWNED: u8 = 0;
+const LOADING: u8 = 1;
+const NOT_OWNED: u8 = 2;
+
 /// The groups of one `__consumer_offsets` partition.
 #[derive(Default)]
 struct Shard {
+    /// [`OWNED`] (standalone: always), [`LOADING`] or [`NOT_OWNED`].
+    owner: AtomicU8,
     state: Mutex<Inner>,
     /// Held across "append to the log, then apply to `state`", so the
     /// in-memory offsets follow the log's order; never taken while `state`
@@ -205,6 +214,32 @@ pub fn subscribed_topics(metadata: &[u8]) -> Vec<String> {
     out
 }
 
+/// Every committed offset in one offsets partition's log: the table and
+/// the number of records applied.
+fn read_offsets(p: &crate::topics::Partition) -> Result<(OffsetTable, usize), TopicError> {
+    let mut table = OffsetTable::default();
+    let mut records = 0usize;
+    let mut offset = p.offsets().log_start;
+    loop {
+        let (slice, _) = p.read(offset, 1024 * 1024)?;
+        if slice.is_empty() {
+            break;
+        }
+        let mut bytes = vec![0u8; slice.len as usize];
+        slice
+            .file
+            .read_exact_at(&mut bytes, slice.position)
+            .map_err(|e| TopicError::new(ResponseError::KafkaStorageError, e.to_string()))?;
+        let (applied, next) = apply_offsets_batches(&bytes, offset, &mut table, p.index)?;
+        records += applied;
+        if next <= offset {
+            break;
+        }
+        offset = next;
+    }
+    Ok((table, records))
+}
+
 impl GroupCoordinator {
     pub fn new(settings: CoordinatorSettings) -> Self {
         let shards = (0..settings.offsets_partitions.max(1))
@@ -222,6 +257,85 @@ impl GroupCoordinator {
 
     pub fn settings(&self) -> &CoordinatorSettings {
         &self.settings
+    }
+
+    /// Cluster mode: this broker coordinates no group until it leads the
+    /// group's offsets partition ([`follow_leadership`](Self::follow_leadership)).
+    pub fn start_unowned(&self) {
+        for shard in &self.shards {
+            shard.owner.store(NOT_OWNED, Ordering::SeqCst);
+        }
+    }
+
+    /// Whether this broker coordinates `group` now: `NOT_COORDINATOR` when
+    /// another broker does, `COORDINATOR_LOAD_IN_PROGRESS` while its
+    /// offsets are being loaded (both make clients look again).
+    pub fn coordinates(&self, group: &str) -> Result<(), ResponseError> {
+        match self.shard(group).owner.load(Ordering::SeqCst) {
+            OWNED => Ok(()),
+            LOADING => Err(ResponseError::CoordinatorLoadInProgress),
+            _ => Err(ResponseError::NotCoordinator),
+        }
+    }
+
+    /// Cluster mode: loads the shards of the offsets partitions this broker
+    /// now leads (`led`; `partitions` is the offsets topic's partition
+    /// count) and unloads the others, so each group has one coordinator.
+    /// A count that differs from `offsets.topic.num.partitions` here (a
+    /// misconfigured broker) coordinates nothing, loudly. Blocking: reads
+    /// the partitions' logs.
+    pub fn follow_leadership(&self, topics: &TopicManager, partitions: i32, led: &BTreeSet<i32>) {
+        if usize::try_from(partitions).ok() != Some(self.shards.len()) {
+            tracing::error!(
+                topic_partitions = partitions,
+                configured = self.shards.len(),
+                "__consumer_offsets has a partition count other than offsets.topic.num.partitions on this broker; coordinating no groups"
+            );
+            self.start_unowned();
+            return;
+        }
+        for (index, shard) in self.shards.iter().enumerate() {
+            let leads = i32::try_from(index).is_ok_and(|i| led.contains(&i));
+            let owner = shard.owner.load(Ordering::SeqCst);
+            if leads && owner == NOT_OWNED {
+                shard.owner.store(LOADING, Ordering::SeqCst);
+                let _writes = shard.writes.lock();
+                let loaded = topics
+                    .partition(OFFSETS_TOPIC, index as i32)
+                    .ok_or_else(|| {
+                        TopicError::new(ResponseError::CoordinatorNotAvailable, "not held here")
+                    })
+                    .and_then(|p| read_offsets(&p));
+                match loaded {
+                    Ok((table, records)) => {
+                        *shard.state.lock() = Inner {
+                            offsets: table,
+                            ..Default::default()
+                        };
+                        shard.owner.store(OWNED, Ordering::SeqCst);
+                        tracing::info!(
+                            partition = index,
+                            records,
+                            "coordinating the groups of an offsets partition"
+                        );
+                    }
+                    Err(e) => {
+                        shard.owner.store(NOT_OWNED, Ordering::SeqCst);
+                        tracing::error!(partition = index, error = %e.message, "cannot load an offsets partition; retried at the next metadata change");
+                    }
+                }
+            } else if !leads && owner != NOT_OWNED {
+                shard.owner.store(NOT_OWNED, Ordering::SeqCst);
+                let _writes = shard.writes.lock();
+                // Dropping the waiters answers their joins and syncs with an
+                // error; members find the new coordinator.
+                *shard.state.lock() = Inner::default();
+                tracing::info!(
+                    partition = index,
+                    "no longer coordinating the groups of an offsets partition"
+                );
+            }
+        }
     }
 
     /// Creates `__consumer_offsets` if needed and loads every committed
@@ -243,25 +357,12 @@ impl GroupCoordinator {
         let mut table = OffsetTable::default();
         let mut records = 0usize;
         for p in &topic.partitions {
-            let mut offset = p.offsets().log_start;
-            loop {
-                let (slice, _) = p.read(offset, 1024 * 1024)?;
-                if slice.is_empty() {
-                    break;
+            let (part, applied) = read_offsets(p)?;
+            records += applied;
+            for group in part.groups() {
+                for ((topic, partition), c) in part.group(group) {
+                    table.put(group, topic, *partition, c.clone());
                 }
-                let mut bytes = vec![0u8; slice.len as usize];
-                slice
-                    .file
-                    .read_exact_at(&mut bytes, slice.position)
-                    .map_err(|e| {
-                        TopicError::new(ResponseError::KafkaStorageError, e.to_string())
-                    })?;
-                let (applied, next) = apply_offsets_batches(&bytes, offset, &mut table, p.index)?;
-                records += applied;
-                if next <= offset {
-                    break;
-                }
-                offset = next;
             }
         }
         let mut per_shard: Vec<OffsetTable> = (0..self.shards.len())
@@ -766,7 +867,11 @@ impl GroupCoordinator {
     /// Every known group: `(id, protocol type, state)`.
     pub fn list(&self) -> Vec<(String, String, &'static str)> {
         let mut out: BTreeMap<String, (String, &'static str)> = BTreeMap::new();
-        for shard in &self.shards {
+        for shard in self
+            .shards
+            .iter()
+            .filter(|s| s.owner.load(Ordering::SeqCst) == OWNED)
+        {
             let inner = shard.state.lock();
             for id in inner.offsets.groups() {
                 out.insert(id.clone(), (String::new(), "Empty"));

@@ -43,8 +43,18 @@ pub fn find_coordinator(
     req: FindCoordinatorRequest,
     version: i16,
 ) -> FindCoordinatorResponse {
+    if req.key_type == 0 && broker.controller_link().is_some() {
+        // Cluster mode: the offsets topic is created, through the
+        // controller, by the first FindCoordinator (as Kafka does).
+        if let Err(e) = broker.controller().ensure_offsets_topic() {
+            tracing::warn!(error = %e, "cannot create __consumer_offsets yet");
+        }
+    }
     let image = broker.image();
-    let offsets_partitions = broker.groups.settings().offsets_partitions;
+    let offsets_partitions = image
+        .topic(crate::group::offsets::OFFSETS_TOPIC)
+        .map(|t| i32::try_from(t.partitions.len()).unwrap_or(i32::MAX))
+        .unwrap_or(broker.groups.settings().offsets_partitions);
     let coordinator = |key: StrBytes| {
         let c = Coordinator::default().with_key(key.clone());
         let node = match req.key_type {
@@ -120,6 +130,12 @@ pub async fn join_group(
             .collect(),
         require_known_member_id: version >= 4,
     };
+    if let Err(code) = broker.groups.coordinates(req.group_id.0.as_str()) {
+        return JoinGroupResponse::default()
+            .with_error_code(code.code())
+            .with_member_id(req.member_id)
+            .with_generation_id(-1);
+    }
     let mut r = broker.groups.join(req.group_id.0.as_str(), join).await;
     // Before v9 a leader cannot be told to skip the assignment: it gets no
     // members, and the group's stored assignment is what SyncGroup returns.
@@ -149,6 +165,9 @@ pub async fn join_group(
 }
 
 pub async fn sync_group(broker: &Broker, req: SyncGroupRequest) -> SyncGroupResponse {
+    if let Err(code) = broker.groups.coordinates(req.group_id.0.as_str()) {
+        return SyncGroupResponse::default().with_error_code(code.code());
+    }
     let assignments = req
         .assignments
         .iter()
@@ -175,6 +194,9 @@ pub async fn sync_group(broker: &Broker, req: SyncGroupRequest) -> SyncGroupResp
 }
 
 pub fn heartbeat(broker: &Broker, req: HeartbeatRequest) -> HeartbeatResponse {
+    if let Err(code) = broker.groups.coordinates(req.group_id.0.as_str()) {
+        return HeartbeatResponse::default().with_error_code(code.code());
+    }
     let instance = opt_str(&req.group_instance_id);
     let code = broker.groups.heartbeat(
         req.group_id.0.as_str(),
@@ -186,6 +208,9 @@ pub fn heartbeat(broker: &Broker, req: HeartbeatRequest) -> HeartbeatResponse {
 }
 
 pub fn leave_group(broker: &Broker, req: LeaveGroupRequest, version: i16) -> LeaveGroupResponse {
+    if let Err(code) = broker.groups.coordinates(req.group_id.0.as_str()) {
+        return LeaveGroupResponse::default().with_error_code(code.code());
+    }
     let members: Vec<(String, Option<String>)> = if version >= 3 {
         req.members
             .iter()
@@ -234,14 +259,17 @@ pub fn offset_commit(broker: &Broker, req: OffsetCommitRequest) -> OffsetCommitR
         })
         .collect();
     let instance = opt_str(&req.group_instance_id);
-    let codes = broker.groups.commit(
-        &broker.topics,
-        req.group_id.0.as_str(),
-        req.member_id.as_str(),
-        instance.as_deref(),
-        req.generation_id_or_member_epoch,
-        &items,
-    );
+    let codes = match broker.groups.coordinates(req.group_id.0.as_str()) {
+        Err(code) => vec![code.code(); items.len()],
+        Ok(()) => broker.groups.commit(
+            &broker.topics,
+            req.group_id.0.as_str(),
+            req.member_id.as_str(),
+            instance.as_deref(),
+            req.generation_id_or_member_epoch,
+            &items,
+        ),
+    };
     let mut codes = codes.into_iter();
     let topics = req
         .topics
@@ -289,6 +317,11 @@ pub fn offset_fetch(broker: &Broker, req: OffsetFetchRequest, version: i16) -> O
             .groups
             .into_iter()
             .map(|g| {
+                if let Err(code) = broker.groups.coordinates(g.group_id.0.as_str()) {
+                    return OffsetFetchResponseGroup::default()
+                        .with_group_id(g.group_id)
+                        .with_error_code(code.code());
+                }
                 let wanted = g.topics.map(|ts| {
                     ts.into_iter()
                         .map(|t| (t.name.0.as_str().to_string(), t.partition_indexes))
@@ -320,6 +353,9 @@ pub fn offset_fetch(broker: &Broker, req: OffsetFetchRequest, version: i16) -> O
             })
             .collect();
         return OffsetFetchResponse::default().with_groups(groups);
+    }
+    if let Err(code) = broker.groups.coordinates(req.group_id.0.as_str()) {
+        return OffsetFetchResponse::default().with_error_code(code.code());
     }
     let wanted = req.topics.map(|ts| {
         ts.into_iter()
@@ -360,6 +396,9 @@ pub fn offset_delete(broker: &Broker, req: OffsetDeleteRequest) -> OffsetDeleteR
             )
         })
         .collect();
+    if let Err(code) = broker.groups.coordinates(req.group_id.0.as_str()) {
+        return OffsetDeleteResponse::default().with_error_code(code.code());
+    }
     match broker
         .groups
         .delete_offsets(&broker.topics, req.group_id.0.as_str(), &wanted)
@@ -395,6 +434,9 @@ pub fn describe_groups(broker: &Broker, req: DescribeGroupsRequest) -> DescribeG
             let base = DescribedGroup::default()
                 .with_group_id(id.clone())
                 .with_authorized_operations(i32::MIN);
+            if let Err(code) = broker.groups.coordinates(id.0.as_str()) {
+                return base.with_error_code(code.code());
+            }
             match broker.groups.describe(id.0.as_str()) {
                 None => base.with_group_state(str_bytes("Dead")),
                 Some(d) => base
@@ -456,7 +498,11 @@ pub fn delete_groups(broker: &Broker, req: DeleteGroupsRequest) -> DeleteGroupsR
         .groups_names
         .into_iter()
         .map(|id| {
-            let code = match broker.groups.delete_group(&broker.topics, id.0.as_str()) {
+            let code = match broker
+                .groups
+                .coordinates(id.0.as_str())
+                .and_then(|()| broker.groups.delete_group(&broker.topics, id.0.as_str()))
+            {
                 Ok(()) => 0,
                 Err(e) => e.code(),
             };

@@ -169,7 +169,12 @@ pub async fn handle(
             encode_response(api, version, cid, &resp)
         }
         RequestKind::FindCoordinator(r) => {
-            encode_response(api, version, cid, &groups::find_coordinator(b, r, version))
+            // may ask the controller to create the offsets topic (blocking)
+            let resp = blocking(broker, api, move |b| {
+                groups::find_coordinator(b, r, version)
+            })
+            .await?;
+            encode_response(api, version, cid, &resp)
         }
         RequestKind::JoinGroup(r) => {
             let client_id = header.client_id.as_ref().map(|c| c.as_str()).unwrap_or("");

@@ -174,11 +174,20 @@ class Broker:
 class MoldauBroker(Broker):
     kind = "moldau"
 
-    def __init__(self, workdir: Path | None = None, settings: dict[str, str] | None = None):
+    def __init__(
+        self,
+        workdir: Path | None = None,
+        settings: dict[str, str] | None = None,
+        node_id: int = 1,
+        args: list[str] | None = None,
+    ):
         super().__init__(workdir)
         self.http_port = free_port()
         # broker properties passed as `--set key=value`
         self.settings = dict(settings or {})
+        self.node_id = node_id
+        # extra command-line arguments (e.g. cluster mode)
+        self.args = list(args or [])
         self.bin = Path(os.environ.get("MOLDAU_BROKER_BIN", REPO / "target" / "release" / "moldau-broker"))
 
     def start(self) -> None:
@@ -195,7 +204,8 @@ class MoldauBroker(Broker):
             "--advertised-listener", self.bootstrap,
             "--http-listen", f"{self.host}:{self.http_port}",
             "--data-dir", str(self.data_dir),
-            "--node-id", "1",
+            "--node-id", str(self.node_id),
+            *self.args,
         ]
         for key, value in self.settings.items():
             cmd += ["--set", f"{key}={value}"]
