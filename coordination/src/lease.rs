@@ -416,6 +416,7 @@ impl Elector {
     }
 
     /// Waits until this candidate leads; returns the Lease transitions.
+    /// Never returns once the elector was stopped.
     pub async fn leading(&self) -> i32 {
         let mut rx = self.state.clone();
         loop {

@@ -50,6 +50,13 @@
 //! | [`put_topic`](KubeMetadataStore::put_topic), [`put_cluster`](KubeMetadataStore::put_cluster), [`delete_topic`](KubeMetadataStore::delete_topic) | 1 | none (1 GET only when fenced, to report the newer epoch) |
 //! | [`read_cluster`](KubeMetadataStore::read_cluster), [`read_topic`](KubeMetadataStore::read_topic) | 0 | 1 GET |
 //!
+//! `put_*` replace the whole object with the store's own metadata (name,
+//! labels, resourceVersion); a take-over keeps the metadata it read.
+//!
+//! Reporting invalid objects as Events needs `create` on `events.k8s.io`
+//! events in the namespace, besides `get`/`list`/`create`/`update`/`delete`
+//! on `metadatashards`.
+//!
 //! This module owns the object names, labels and write protocol; it does not
 //! decide what to write (that is the controller's job) and never retries a
 //! lost CAS of a `put_*`/`delete_*` on its own (the caller re-reads and
@@ -428,7 +435,7 @@ impl KubeMetadataStore {
             if attempts > CAS_RETRIES {
                 return Err(StoreError::Conflict { object: name });
             }
-            let (epoch, record, rv) = match self.get_shard(&name).await? {
+            let (epoch, record, obj) = match self.get_shard(&name).await? {
                 None => {
                     let record = ClusterRecord {
                         cluster_id: new_cluster_id(),
@@ -436,9 +443,10 @@ impl KubeMetadataStore {
                         controller_address: controller_address.to_string(),
                         ..Default::default()
                     };
-                    (1, record, None)
+                    let obj = self.shard(&name, 1, controller_id, Some(record.clone()), None, None);
+                    (1, record, obj)
                 }
-                Some(obj) => {
+                Some(mut obj) => {
                     let mut record = self.check_cluster_object(&name, &obj)?;
                     record.controller_id = controller_id;
                     record.controller_address = controller_address.to_string();
@@ -450,17 +458,14 @@ impl KubeMetadataStore {
                                 object: name.clone(),
                                 reason: "the epoch cannot grow any more".into(),
                             })?;
-                    (epoch, record, obj.metadata.resource_version)
+                    // Keep the object's metadata (labels, annotations and
+                    // owner references others set), change only the spec.
+                    obj.spec.epoch = epoch;
+                    obj.spec.writer = controller_id;
+                    obj.spec.cluster_record = Some(record.clone());
+                    (epoch, record, obj)
                 }
             };
-            let obj = self.shard(
-                &name,
-                epoch,
-                controller_id,
-                Some(record.clone()),
-                None,
-                rv.as_deref(),
-            );
             match self.write(&obj, epoch).await {
                 Ok(rv) => break (epoch, record, rv),
                 Err(StoreError::Conflict { .. }) => continue,
