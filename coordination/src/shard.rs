@@ -25,9 +25,10 @@
 //! The rules the API server enforces (see [`MetadataShardSpec`]):
 //! the epoch never decreases; `cluster` never changes; exactly one payload
 //! (`clusterRecord` or `topic`), whose kind never changes; a topic's
-//! `topicId` never changes. On create there is no `oldSelf`: creates are
-//! not epoch-fenced by the server (see [`crate::store`] for how that is
-//! handled).
+//! `topicId` never changes; the cluster object's `stampedEpoch` never
+//! decreases nor exceeds its epoch. On create there is no `oldSelf`:
+//! creates are not epoch-fenced by the server; `stampedEpoch` is how a
+//! deposed controller's late create is recognised (see [`crate::store`]).
 //!
 //! This module owns the type only; no I/O.
 
@@ -80,6 +81,8 @@ pub const SHARD_LABEL: &str = "moldau.io/shard";
 #[x_kube(validation = Rule::new("has(self.clusterRecord) != has(self.topic)").message("exactly one of clusterRecord and topic must be set"))]
 #[x_kube(validation = Rule::new("has(self.topic) == has(oldSelf.topic)").message("the kind of record (clusterRecord or topic) is immutable"))]
 #[x_kube(validation = Rule::new("!has(self.topic) || !has(oldSelf.topic) || self.topic.topicId == oldSelf.topic.topicId").message("topic.topicId is immutable"))]
+#[x_kube(validation = Rule::new("!has(self.stampedEpoch) || self.stampedEpoch <= self.epoch").message("stampedEpoch cannot exceed epoch"))]
+#[x_kube(validation = Rule::new("!has(oldSelf.stampedEpoch) || (has(self.stampedEpoch) && self.stampedEpoch >= oldSelf.stampedEpoch)").message("stampedEpoch never decreases"))]
 pub struct MetadataShardSpec {
     /// The cluster (KafkaCluster name) this record belongs to; immutable.
     #[schemars(length(min = 1, max = 253))]
@@ -97,6 +100,13 @@ pub struct MetadataShardSpec {
     /// One topic (exactly one of `clusterRecord`, `topic`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topic: Option<TopicRecord>,
+    /// On the cluster object: the latest controller epoch whose take-over
+    /// stamped every topic object. A topic object with a lower epoch was
+    /// created by a deposed controller afterwards and is not metadata.
+    /// Never decreases.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub stamped_epoch: Option<i64>,
 }
 
 /// The payload of a shard.
@@ -160,6 +170,7 @@ mod tests {
             writer: 0,
             cluster_record: None,
             topic: None,
+            stamped_epoch: None,
         };
         assert!(s.payload().is_err());
         s.cluster_record = Some(ClusterRecord::default());

@@ -37,16 +37,23 @@
 //!
 //! Creates have no old object to compare with, so the epoch rule does not
 //! fence them: a deposed controller may still create a *new* topic object
-//! after the new controller listed the objects. Such an object carries an
-//! epoch below the cluster object's; the controller that owns the epoch
-//! finds it on its next listing (or take-over) and must treat it as a
-//! write it did not make.
+//! after the new controller listed the objects. The cluster object's
+//! `stampedEpoch` closes that gap: a take-over sets it to its epoch once
+//! every listed object carries that epoch (one more write). From then on
+//! every legitimate topic object has an epoch of at least `stampedEpoch`
+//! (stamped, or written by that controller or a later one), so an object
+//! with a lower epoch can only be a deposed controller's create that the
+//! acting controller never saw: the next take-over deletes it (with a
+//! resourceVersion precondition) and lists it in
+//! [`Snapshot::discarded`]. A take-over that dies before setting the marker
+//! leaves it at the previous completed epoch, which is still safe: the
+//! controller that died never acted.
 //!
 //! # Cost in API writes
 //!
 //! | operation | writes | reads |
 //! | --- | --- | --- |
-//! | [`take_over`](KubeMetadataStore::take_over) | 1 (cluster object) + 1 per topic object, + 1 per lost CAS retried, + 1 Event per invalid object | 1 GET + 1 LIST per 500 objects, + 1 GET per retry |
+//! | [`take_over`](KubeMetadataStore::take_over) | 2 (cluster object: epoch, then `stampedEpoch`) + 1 per topic object with an older epoch (a stamp, or a delete when discarded), + 1 per lost CAS retried, + 1 Event per invalid object | 1 GET + 1 LIST per 500 objects, + 1 GET per retry |
 //! | [`put_topic`](KubeMetadataStore::put_topic), [`put_cluster`](KubeMetadataStore::put_cluster), [`delete_topic`](KubeMetadataStore::delete_topic) | 1 | none (1 GET only when fenced, to report the newer epoch) |
 //! | [`read_cluster`](KubeMetadataStore::read_cluster), [`read_topic`](KubeMetadataStore::read_topic) | 0 | 1 GET |
 //!
@@ -143,6 +150,11 @@ pub struct Snapshot {
     pub topics: Vec<(TopicRecord, String)>,
     /// Objects not used (and not rewritten): `(object name, reason)`.
     pub invalid: Vec<(String, String)>,
+    /// Topic objects a deposed controller created after the previous
+    /// take-over had completed (their epoch is below the cluster object's
+    /// `stampedEpoch`): not part of the metadata, deleted. `(object name,
+    /// their epoch)`.
+    pub discarded: Vec<(String, i64)>,
 }
 
 /// 32-bit FNV-1a (offset basis 2166136261, prime 16777619).
@@ -236,6 +248,9 @@ pub fn classify(object: &str, ours: i64, e: kube::Error) -> StoreError {
 enum Stamp {
     Done(TopicRecord, String),
     Invalid(Box<DynamicObject>, String),
+    /// Written by a deposed controller after the last completed take-over
+    /// (epoch below `stampedEpoch`): deleted. `(object, its epoch)`.
+    Discarded(String, i64),
     /// Deleted while we stamped (by a deposed controller, before our stamp
     /// could fence it): not part of the metadata.
     Gone,
@@ -327,6 +342,7 @@ impl KubeMetadataStore {
                 writer,
                 cluster_record,
                 topic,
+                stamped_epoch: None,
             },
         );
         obj.metadata = ObjectMeta {
@@ -430,12 +446,12 @@ impl KubeMetadataStore {
     ) -> Result<Snapshot, StoreError> {
         let name = cluster_object_name(&self.cluster);
         let mut attempts = 0;
-        let (epoch, cluster, cluster_rv) = loop {
+        let (epoch, cluster, mut cluster_obj, stamped_before) = loop {
             attempts += 1;
             if attempts > CAS_RETRIES {
                 return Err(StoreError::Conflict { object: name });
             }
-            let (epoch, record, obj) = match self.get_shard(&name).await? {
+            let (epoch, record, mut obj, stamped) = match self.get_shard(&name).await? {
                 None => {
                     let record = ClusterRecord {
                         cluster_id: new_cluster_id(),
@@ -444,7 +460,7 @@ impl KubeMetadataStore {
                         ..Default::default()
                     };
                     let obj = self.shard(&name, 1, controller_id, Some(record.clone()), None, None);
-                    (1, record, obj)
+                    (1, record, obj, 0)
                 }
                 Some(mut obj) => {
                     let mut record = self.check_cluster_object(&name, &obj)?;
@@ -463,11 +479,15 @@ impl KubeMetadataStore {
                     obj.spec.epoch = epoch;
                     obj.spec.writer = controller_id;
                     obj.spec.cluster_record = Some(record.clone());
-                    (epoch, record, obj)
+                    let stamped = obj.spec.stamped_epoch.unwrap_or(0);
+                    (epoch, record, obj, stamped)
                 }
             };
             match self.write(&obj, epoch).await {
-                Ok(rv) => break (epoch, record, rv),
+                Ok(rv) => {
+                    obj.metadata.resource_version = Some(rv);
+                    break (epoch, record, obj, stamped);
+                }
                 Err(StoreError::Conflict { .. }) => continue,
                 Err(e) => return Err(e),
             }
@@ -488,17 +508,22 @@ impl KubeMetadataStore {
         }
 
         let stamped: Vec<Stamp> = futures::stream::iter(objects)
-            .map(|obj| self.stamp(obj, epoch, controller_id))
+            .map(|obj| self.stamp(obj, epoch, controller_id, stamped_before))
             .buffer_unordered(STAMP_CONCURRENCY)
             .try_collect()
             .await?;
 
         let mut topics = Vec::new();
         let mut invalid = Vec::new();
+        let mut discarded = Vec::new();
         for s in stamped {
             match s {
                 Stamp::Done(t, rv) => topics.push((t, rv)),
                 Stamp::Gone => {}
+                Stamp::Discarded(object, their_epoch) => {
+                    tracing::warn!(cluster = %self.cluster, %object, epoch = their_epoch, stamped_epoch = stamped_before, "deleted a metadata object a deposed controller created after the last take-over");
+                    discarded.push((object, their_epoch));
+                }
                 Stamp::Invalid(obj, reason) => {
                     let object = obj.name_any();
                     tracing::error!(cluster = %self.cluster, %object, %reason, "invalid metadata object: not used, not rewritten");
@@ -509,22 +534,54 @@ impl KubeMetadataStore {
         }
         topics.sort_by(|a, b| a.0.name.cmp(&b.0.name));
         invalid.sort();
+        discarded.sort();
+
+        // Every object carries our epoch now: record that this take-over
+        // completed (objects below it from now on are a deposed
+        // controller's creates).
+        let cluster_rv = loop {
+            cluster_obj.spec.stamped_epoch = Some(epoch);
+            match self.write(&cluster_obj, epoch).await {
+                Ok(rv) => break rv,
+                Err(StoreError::Conflict { .. }) => {
+                    // Only a newer take-over (or a hand edit) writes it now.
+                    let fresh = self.get_shard(&name).await?.ok_or(StoreError::Conflict {
+                        object: name.clone(),
+                    })?;
+                    if fresh.spec.epoch != epoch {
+                        return Err(StoreError::Fenced {
+                            ours: epoch,
+                            theirs: Some(fresh.spec.epoch),
+                        });
+                    }
+                    self.check_cluster_object(&name, &fresh)?;
+                    cluster_obj = fresh;
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        let cluster = match &cluster_obj.spec.cluster_record {
+            Some(c) => c.clone(),
+            None => cluster,
+        };
         Ok(Snapshot {
             epoch,
             cluster,
             cluster_resource_version: cluster_rv,
             topics,
             invalid,
+            discarded,
         })
     }
 
     /// Checks one topic object and stamps `epoch` on it (CAS, re-read on a
-    /// lost race).
+    /// lost race); deletes it when its epoch is below `stamped_before`.
     async fn stamp(
         &self,
         obj: DynamicObject,
         epoch: i64,
         writer: i32,
+        stamped_before: i64,
     ) -> Result<Stamp, StoreError> {
         let name = obj.name_any();
         let mut raw = obj;
@@ -538,6 +595,19 @@ impl KubeMetadataStore {
                     ))
                 }
             };
+            if shard.spec.epoch < stamped_before {
+                let rv = shard.resource_version().unwrap_or_default();
+                match self.delete_object(&name, &rv).await {
+                    Ok(()) => return Ok(Stamp::Discarded(name, shard.spec.epoch)),
+                    Err(StoreError::Conflict { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+                match self.raw.get_opt(&name).await? {
+                    Some(fresh) => raw = fresh,
+                    None => return Ok(Stamp::Gone),
+                }
+                continue;
+            }
             let topic = match self.check_topic_object(&name, &shard.spec) {
                 Ok(t) => t,
                 Err(reason) => return Ok(Stamp::Invalid(Box::new(raw), reason)),
@@ -650,7 +720,11 @@ impl KubeMetadataStore {
     /// `expected_rv` (`Conflict` otherwise, or when it is gone). One API
     /// write.
     pub async fn delete_topic(&self, topic: &str, expected_rv: &str) -> Result<(), StoreError> {
-        let name = self.topic_object_name(topic);
+        self.delete_object(&self.topic_object_name(topic), expected_rv)
+            .await
+    }
+
+    async fn delete_object(&self, name: &str, expected_rv: &str) -> Result<(), StoreError> {
         let dp = DeleteParams {
             preconditions: Some(Preconditions {
                 resource_version: Some(expected_rv.to_string()),
@@ -658,9 +732,9 @@ impl KubeMetadataStore {
             }),
             ..Default::default()
         };
-        match self.api.delete(&name, &dp).await {
+        match self.api.delete(name, &dp).await {
             Ok(_) => Ok(()),
-            Err(e) => Err(classify(&name, 0, e)),
+            Err(e) => Err(classify(name, 0, e)),
         }
     }
 
@@ -678,7 +752,7 @@ impl KubeMetadataStore {
             object: name.clone(),
             reason: e.0,
         })?;
-        let obj = self.shard(
+        let mut obj = self.shard(
             &name,
             epoch,
             writer,
@@ -686,6 +760,9 @@ impl KubeMetadataStore {
             None,
             expected_rv,
         );
+        // The caller's take-over of `epoch` completed (the contract of
+        // every `put_*`), so the marker stays at it.
+        obj.spec.stamped_epoch = Some(epoch);
         self.write(&obj, epoch).await
     }
 

@@ -174,6 +174,42 @@ async fn a_deposed_controller_is_refused_by_the_api_server() -> Result<()> {
 }
 
 #[tokio::test]
+async fn a_deposed_controllers_late_create_is_discarded() -> Result<()> {
+    let Some((ns, store)) = setup("coord-orphan").await? else {
+        return Ok(());
+    };
+    let first = store.take_over(0, ADDR).await?;
+    let early = topic("early", 1);
+    store.put_topic(first.epoch, 0, &early, None).await?;
+    let second = store.take_over(1, ADDR).await?;
+    assert!(second.discarded.is_empty());
+
+    // The deposed controller (epoch 1) creates a topic after the take-over:
+    // a create has no old object, so the CEL rule cannot refuse it.
+    let late = topic("late", 1);
+    store.put_topic(first.epoch, 0, &late, None).await?;
+    let current = topic("current", 1);
+    store.put_topic(second.epoch, 1, &current, None).await?;
+
+    let third = store.take_over(2, ADDR).await?;
+    let names: Vec<&str> = third.topics.iter().map(|(t, _)| t.name.as_str()).collect();
+    assert_eq!(names, ["current", "early"]);
+    assert_eq!(
+        third.discarded,
+        vec![(store.topic_object_name("late"), first.epoch)]
+    );
+    assert!(third.invalid.is_empty());
+    assert!(store.read_topic("late").await?.is_none());
+    let cluster = ns.api::<MetadataShard>().get("prod-cluster").await?;
+    assert_eq!(cluster.spec.stamped_epoch, Some(third.epoch));
+    assert_eq!(
+        cluster.metadata.resource_version.as_deref(),
+        Some(third.cluster_resource_version.as_str())
+    );
+    Ok(())
+}
+
+#[tokio::test]
 async fn the_api_server_enforces_the_shard_rules() -> Result<()> {
     let Some((ns, store)) = setup("coord-rules").await? else {
         return Ok(());
@@ -217,6 +253,7 @@ async fn the_api_server_enforces_the_shard_rules() -> Result<()> {
             writer: 0,
             cluster_record: None,
             topic: None,
+            stamped_epoch: None,
         },
     );
     refused(
