@@ -696,8 +696,10 @@ impl KubeMetadataStore {
         }
     }
 
+    /// Call only after [`KubeMetadataStore::take_over`] returned `epoch`.
     /// Creates (`expected_rv` None: fails with `Conflict` when the object
-    /// exists) or replaces (only if its resourceVersion still is
+    /// exists — see [`KubeMetadataStore::read_topic`] for an object left by
+    /// a deposed controller) or replaces (only if its resourceVersion still is
     /// `expected_rv`) the object of `topic`, stamped with `epoch` and
     /// `writer`. Returns the new resourceVersion. One API write.
     pub async fn put_topic(
@@ -784,7 +786,10 @@ impl KubeMetadataStore {
     }
 
     /// Reads one topic (no write); `Invalid` when its object cannot be
-    /// trusted.
+    /// trusted. For the controller of epoch E (after its take-over), a
+    /// topic whose stored epoch is below E is a deposed controller's late
+    /// create, not metadata: delete it ([`KubeMetadataStore::delete_topic`]
+    /// with its resourceVersion) before creating that topic again.
     pub async fn read_topic(&self, topic: &str) -> Result<Option<Stored<TopicRecord>>, StoreError> {
         let name = self.topic_object_name(topic);
         let Some(obj) = self.get_shard(&name).await? else {
