@@ -6,7 +6,8 @@
 //!   kubectl/helm runners, per-test namespaces and wait helpers;
 //! - [`runner`]: the pod runner (`moldau-podrunner`), a minimal kubelet that
 //!   runs the containers of Pods bound to its Node as host processes;
-//! - [`leader`]: Lease-based leader election (kube-runtime has none).
+//! - [`leader`]: Lease-based leader election for tests (a thin wrapper over
+//!   the shared elector of `moldau_coordination::lease`).
 //!
 //! It must not depend on the broker's or the operator's internals: it drives
 //! them only as processes and through the Kubernetes API.

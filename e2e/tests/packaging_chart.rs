@@ -284,7 +284,11 @@ fn chart_crds_are_the_repository_files() -> Result<()> {
     let out = template(&["--set", "crds.templated=true"])?;
     let docs = docs_of_kind(&out, "CustomResourceDefinition");
     assert_eq!(docs.len(), files.len(), "{out}");
-    for name in ["kafkaclusters.moldau.io", "kafkatopics.moldau.io"] {
+    for name in [
+        "kafkaclusters.moldau.io",
+        "kafkatopics.moldau.io",
+        "metadatashards.moldau.io",
+    ] {
         let d = docs
             .iter()
             .find(|d| d.contains(&format!("\n  name: {name}\n")))

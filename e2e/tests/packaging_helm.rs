@@ -102,8 +102,12 @@ async fn wait_jsonpath(ns: &str, what: &str, path: &str, want: &str) -> Result<(
     .await
 }
 
-fn crd_names() -> [&'static str; 2] {
-    ["kafkaclusters.moldau.io", "kafkatopics.moldau.io"]
+fn crd_names() -> [&'static str; 3] {
+    [
+        "kafkaclusters.moldau.io",
+        "kafkatopics.moldau.io",
+        "metadatashards.moldau.io",
+    ]
 }
 
 #[tokio::test]

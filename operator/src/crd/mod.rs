@@ -4,6 +4,10 @@
 //! schema validation that the API server enforces: OpenAPI bounds and CEL
 //! rules), the shared `Condition` type, and the rendering of the CRD YAML that
 //! `crdgen` writes to `crds/`. It must not contain reconcile logic.
+//!
+//! `MetadataShard` (the brokers' controller metadata) is defined in the
+//! `moldau-coordination` crate, which brokers share; it is listed here so the
+//! same `crds/` directory, chart and install manifest carry it.
 
 mod cluster;
 mod condition;
@@ -23,7 +27,11 @@ pub const VERSION: &str = "v1alpha1";
 
 /// Every CRD this operator serves.
 pub fn all_crds() -> Vec<CustomResourceDefinition> {
-    vec![KafkaCluster::crd(), KafkaTopic::crd()]
+    vec![
+        KafkaCluster::crd(),
+        KafkaTopic::crd(),
+        moldau_coordination::shard::MetadataShard::crd(),
+    ]
 }
 
 /// The files `crdgen` writes into `crds/`: `(file name, YAML text)`, one per CRD,
