@@ -150,6 +150,13 @@ pub struct BrokerConfig {
     pub broker_session_timeout_ms: i64,
     /// `broker.rack`: replicas of a partition are spread over racks.
     pub broker_rack: Option<String>,
+    /// `controller.lease.duration.ms` (Moldau's own; Kubernetes mode): how
+    /// long the controller Lease stays valid without renewal, so about how
+    /// long a failover takes when the controller dies.
+    pub controller_lease_duration_ms: i64,
+    /// `controller.lease.retry.ms` (Moldau's own): how often the holder
+    /// renews the Lease and the others look at it.
+    pub controller_lease_retry_ms: i64,
     /// Every property as given (file, then overrides), for DescribeConfigs.
     pub raw: BTreeMap<String, String>,
 }
@@ -192,6 +199,8 @@ impl Default for BrokerConfig {
             broker_heartbeat_interval_ms: 2_000,
             broker_session_timeout_ms: 9_000,
             broker_rack: None,
+            controller_lease_duration_ms: 15_000,
+            controller_lease_retry_ms: 2_000,
             raw: BTreeMap::new(),
         }
     }

@@ -166,7 +166,7 @@ pub async fn run_reporting(
     });
 
     let cluster_tasks = if crate::controller::mode::is_cluster(&cli) {
-        crate::controller::mode::start(&broker, &cli, shutdown.clone())?
+        crate::controller::mode::start(&broker, &cli, shutdown.clone()).await?
     } else {
         Vec::new()
     };

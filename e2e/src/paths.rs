@@ -49,3 +49,32 @@ pub fn e2e_enabled() -> bool {
         .map(|v| v != "0")
         .unwrap_or(true)
 }
+
+/// A binary of this workspace, built (debug or release, like the running
+/// test) if it is missing or stale: `cargo build` is a no-op when it is up
+/// to date.
+pub fn workspace_bin(package: &str, bin: &str) -> PathBuf {
+    static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let exe = std::env::current_exe().expect("test executable");
+    // target/<profile>/deps/<test> → target/<profile>
+    let dir = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("profile dir")
+        .to_path_buf();
+    let _guard = BUILD.lock().unwrap_or_else(|e| e.into_inner());
+    let target = dir.parent().expect("target dir").to_path_buf();
+    let mut cmd = std::process::Command::new(env!("CARGO"));
+    cmd.args(["build", "-p", package, "--bin", bin])
+        .env("CARGO_TARGET_DIR", &target)
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    if dir.file_name().and_then(|n| n.to_str()) == Some("release") {
+        cmd.arg("--release");
+    }
+    let status = cmd.status().expect("running cargo build");
+    assert!(
+        status.success(),
+        "cargo build -p {package} --bin {bin} failed"
+    );
+    dir.join(bin)
+}

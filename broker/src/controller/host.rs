@@ -14,15 +14,33 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use moldau_coordination::lease::Elector;
+use moldau_coordination::store::KubeMetadataStore;
+
+use super::kube_store::KubeTerm;
 use super::rpc::pb::controller_server::ControllerServer;
 use super::rpc::{ControllerService, ControllerSettings};
 use super::store::{ClusterStore, DirStore, Resumed, StoreError};
 
 /// Where the cluster keeps its metadata.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub enum Backend {
     /// Files in a directory the brokers share (one host).
     Dir(PathBuf),
+    /// `MetadataShard` objects, the controller elected by a Lease.
+    Kube {
+        store: Arc<KubeMetadataStore>,
+        elector: Arc<Elector>,
+    },
+}
+
+impl std::fmt::Debug for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Backend::Dir(d) => write!(f, "Dir({})", d.display()),
+            Backend::Kube { .. } => write!(f, "Kube"),
+        }
+    }
 }
 
 impl Backend {
@@ -42,6 +60,29 @@ impl Backend {
                 .map_err(|e| StoreError::Unavailable(e.to_string()))??;
                 Ok((Arc::new(store) as Arc<dyn ClusterStore>, resumed))
             }
+            Backend::Kube { store, elector } => {
+                let snapshot = store
+                    .take_over(node_id, address)
+                    .await
+                    .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+                for (object, epoch) in &snapshot.discarded {
+                    tracing::warn!(%object, epoch, "discarded a write of a deposed controller");
+                }
+                let term = KubeTerm {
+                    store: store.clone(),
+                    elector: elector.clone(),
+                    epoch: snapshot.epoch,
+                    writer: node_id,
+                };
+                let resumed = Resumed {
+                    epoch: snapshot.epoch,
+                    cluster: snapshot.cluster,
+                    cluster_version: snapshot.cluster_resource_version,
+                    topics: snapshot.topics,
+                    invalid: snapshot.invalid,
+                };
+                Ok((Arc::new(term) as Arc<dyn ClusterStore>, resumed))
+            }
         }
     }
 
@@ -57,6 +98,12 @@ impl Backend {
                     .map(|(_, c)| c.controller_address)
                     .filter(|a| !a.is_empty()))
             }
+            Backend::Kube { store, .. } => Ok(store
+                .read_cluster()
+                .await
+                .map_err(|e| StoreError::Unavailable(e.to_string()))?
+                .map(|s| s.record.controller_address)
+                .filter(|a| !a.is_empty())),
         }
     }
 }

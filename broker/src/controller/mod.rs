@@ -22,6 +22,7 @@ pub mod cluster;
 pub mod election;
 pub mod fencing;
 pub mod host;
+pub mod kube_store;
 pub mod leadership;
 pub mod link;
 pub mod mode;

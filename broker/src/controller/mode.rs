@@ -9,6 +9,9 @@ use anyhow::{bail, Context};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use moldau_coordination::lease::{Elector, LeaseConfig};
+use moldau_coordination::store::KubeMetadataStore;
+
 use super::cluster::CreateDefaults;
 use super::host::{Backend, HostConfig};
 use super::link::ControllerLink;
@@ -35,8 +38,45 @@ fn controller_address(cli: &Cli, broker: &Broker, bound: std::net::SocketAddr) -
     format!("http://{hostport}")
 }
 
+/// The Kubernetes backend: the cluster's Lease and metadata objects in
+/// `--namespace`, with in-cluster credentials or `KUBECONFIG`.
+async fn kubernetes(broker: &Broker, cli: &Cli) -> anyhow::Result<Backend> {
+    let namespace = cli
+        .namespace
+        .clone()
+        .context("--cluster kubernetes needs --namespace (MOLDAU_NAMESPACE)")?;
+    let client = kube::Client::try_default()
+        .await
+        .context("no Kubernetes credentials (in-cluster or KUBECONFIG)")?;
+    let identity = format!(
+        "{}-broker-{}-{}",
+        cli.cluster_name,
+        broker.node_id,
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
+    let store = KubeMetadataStore::new(client.clone(), &namespace, &cli.cluster_name)
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .with_event_instance(client.clone(), identity.clone());
+    let config = broker.topics.broker_config();
+    let lease = LeaseConfig::new(
+        namespace.clone(),
+        format!("{}-controller", cli.cluster_name),
+        identity,
+        Duration::from_millis(config.controller_lease_duration_ms.max(1) as u64),
+        Duration::from_millis(config.controller_lease_retry_ms.max(1) as u64),
+    );
+    lease
+        .validate()
+        .map_err(|e| anyhow::anyhow!("controller.lease.*: {e}"))?;
+    let elector = Elector::start(client, lease);
+    Ok(Backend::Kube {
+        store: Arc::new(store),
+        elector: Arc::new(elector),
+    })
+}
+
 /// Puts `broker` in cluster mode and starts its tasks.
-pub fn start(
+pub async fn start(
     broker: &Arc<Broker>,
     cli: &Cli,
     shutdown: watch::Receiver<bool>,
@@ -47,7 +87,8 @@ pub fn start(
                 .clone()
                 .context("--cluster dir needs --cluster-dir")?,
         ),
-        other => bail!("cluster mode {other:?} is not available in this build yet"),
+        "kubernetes" => kubernetes(broker, cli).await?,
+        other => bail!("unknown cluster mode {other:?}"),
     };
     let config = broker.topics.broker_config();
     let listener = std::net::TcpListener::bind(cli.controller_listen).with_context(|| {
@@ -62,6 +103,7 @@ pub fn start(
     broker.groups.start_unowned();
     let leading = match &backend {
         Backend::Dir(dir) => super::election::file_lock(dir.clone(), shutdown.clone()),
+        Backend::Kube { elector, .. } => super::kube_store::leadership(elector.clone()),
     };
     let host = HostConfig {
         backend: backend.clone(),

@@ -1,0 +1,405 @@
+//! Three broker processes in cluster mode `kubernetes` against the real API
+//! server of the test control plane (each on 127.0.0.1, credentials from the
+//! admin kubeconfig): they elect a controller through the Lease
+//! `<cluster>-controller`, keep the metadata in `MetadataShard` objects and
+//! are one Kafka cluster to kcat through one bootstrap address.
+//!
+//! Then the controller is killed (kill -9) and another takes over within the
+//! lease duration; the new one is stopped (SIGSTOP) until a third broker has
+//! taken over and changed metadata, and let go again (SIGCONT): it writes
+//! nothing more (every object carries the newest epoch and writer), steps
+//! down, and no partition's leader epoch goes back. The killed broker
+//! restarts and rejoins.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::ListParams;
+use moldau_coordination::shard::MetadataShard;
+use moldau_e2e::{kubectl_ok, paths, TestNamespace};
+use serde_json::Value;
+
+const CLUSTER: &str = "kc";
+
+struct Broker {
+    node: i32,
+    kafka: String,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGCONT) };
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn install_crd() -> Result<()> {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../crds/metadatashards.moldau.io.yaml");
+    kubectl_ok(&[
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "--field-manager",
+        "moldau-e2e",
+        "-f",
+        &file.to_string_lossy(),
+    ])?;
+    kubectl_ok(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/metadatashards.moldau.io",
+        "--timeout=60s",
+    ])?;
+    Ok(())
+}
+
+fn spawn(bin: &Path, ns: &str, node: i32, kafka_port: u16, dir: &Path) -> Result<Broker> {
+    let kafka = format!("127.0.0.1:{kafka_port}");
+    let data = dir.join(format!("data-{node}"));
+    let log = dir.join(format!("broker-{node}-{}.log", free_port()));
+    let out = std::fs::File::create(&log)?;
+    let child = Command::new(bin)
+        .args([
+            "--cluster",
+            "kubernetes",
+            "--cluster-name",
+            CLUSTER,
+            "--namespace",
+            ns,
+        ])
+        .args(["--node-id", &node.to_string()])
+        .args(["--listen", &kafka])
+        .args(["--http-listen", "127.0.0.1:0"])
+        .args(["--controller-listen", "127.0.0.1:0"])
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["--set", "num.partitions=12"])
+        .args(["--set", "offsets.topic.num.partitions=3"])
+        .args(["--set", "broker.heartbeat.interval.ms=200"])
+        .args(["--set", "broker.session.timeout.ms=3000"])
+        .args(["--set", "controller.lease.duration.ms=4000"])
+        .args(["--set", "controller.lease.retry.ms=500"])
+        .env("KUBECONFIG", paths::kubeconfig())
+        .env("NO_COLOR", "1")
+        .stdout(out.try_clone()?)
+        .stderr(out)
+        .stdin(Stdio::null())
+        .spawn()
+        .context("spawning moldau-broker")?;
+    Ok(Broker {
+        node,
+        kafka,
+        child,
+        log,
+    })
+}
+
+fn kcat(args: &[&str], stdin: &[u8]) -> Result<Vec<u8>> {
+    use std::io::Write;
+    let mut child = Command::new("kcat")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("kcat (Debian package kcat)")?;
+    child.stdin.take().unwrap().write_all(stdin)?;
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        bail!("kcat {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(out.stdout)
+}
+
+/// `(brokers, controller, {partition: (leader, leader epoch?)})` per kcat -L.
+fn view(bootstrap: &str, topic: &str) -> Result<(BTreeSet<i64>, i64, BTreeMap<i64, i64>)> {
+    let md: Value = serde_json::from_slice(&kcat(
+        &["-L", "-J", "-m", "5", "-b", bootstrap, "-t", topic],
+        b"",
+    )?)?;
+    let brokers = md["brokers"]
+        .as_array()
+        .map(|b| b.iter().filter_map(|x| x["id"].as_i64()).collect())
+        .unwrap_or_default();
+    let mut parts = BTreeMap::new();
+    for t in md["topics"].as_array().into_iter().flatten() {
+        if t["topic"] == topic {
+            for p in t["partitions"].as_array().into_iter().flatten() {
+                parts.insert(
+                    p["partition"].as_i64().unwrap(),
+                    p["leader"].as_i64().unwrap(),
+                );
+            }
+        }
+    }
+    Ok((brokers, md["controllerid"].as_i64().unwrap_or(-1), parts))
+}
+
+async fn until<T>(
+    what: &str,
+    within: Duration,
+    mut f: impl FnMut() -> Result<Option<T>>,
+) -> Result<T> {
+    let deadline = Instant::now() + within;
+    let mut last = String::new();
+    loop {
+        match f() {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => {}
+            Err(e) => last = format!("{e:#}"),
+        }
+        if Instant::now() > deadline {
+            bail!("never {what} within {within:?}: {last}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// `(name, epoch, writer, leader epochs by partition)` of every shard.
+async fn shards(ns: &TestNamespace) -> Result<Vec<(String, i64, i32, Vec<i32>)>> {
+    let list = ns
+        .api::<MetadataShard>()
+        .list(&ListParams::default().labels(&format!("moldau.io/cluster={CLUSTER}")))
+        .await?;
+    Ok(list
+        .items
+        .into_iter()
+        .map(|s| {
+            let epochs = s
+                .spec
+                .topic
+                .as_ref()
+                .map(|t| t.partitions.iter().map(|p| p.leader_epoch).collect())
+                .unwrap_or_default();
+            (
+                s.metadata.name.unwrap_or_default(),
+                s.spec.epoch,
+                s.spec.writer,
+                epochs,
+            )
+        })
+        .collect())
+}
+
+fn stop(b: &mut Broker, signal: i32) {
+    unsafe { libc::kill(b.child.id() as i32, signal) };
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn brokers_form_one_cluster_through_kubernetes_and_fence_a_paused_controller() -> Result<()> {
+    if !paths::e2e_enabled() {
+        eprintln!("MOLDAU_E2E=0: skipped");
+        return Ok(());
+    }
+    moldau_e2e::ensure_control_plane()?;
+    install_crd()?;
+    let ns = TestNamespace::new("kcluster").await?;
+    let bin = paths::workspace_bin("moldau-broker", "moldau-broker");
+    let dir = paths::state_dir().join("cluster-kubernetes").join(&ns.name);
+    std::fs::create_dir_all(&dir)?;
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let mut brokers: BTreeMap<i32, Broker> = BTreeMap::new();
+    for n in 0..3 {
+        brokers.insert(n, spawn(&bin, &ns.name, n, ports[n as usize], &dir)?);
+    }
+    let logs = |bs: &BTreeMap<i32, Broker>| {
+        bs.values()
+            .map(|b| {
+                format!(
+                    "--- broker {} ({})\n{}",
+                    b.node,
+                    b.log.display(),
+                    std::fs::read_to_string(&b.log)
+                        .unwrap_or_default()
+                        .lines()
+                        .rev()
+                        .take(15)
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let all: BTreeSet<i64> = [0, 1, 2].into();
+    let bootstrap = brokers[&0].kafka.clone();
+
+    // One cluster: every broker lists all three and the same controller.
+    let controller = until(
+        "three brokers and a controller",
+        Duration::from_secs(60),
+        || {
+            let mut seen = BTreeSet::new();
+            for b in brokers.values() {
+                let (ids, c, _) = view(&b.kafka, "none")?;
+                if ids != all || c < 0 {
+                    return Ok(None);
+                }
+                seen.insert(c);
+            }
+            Ok((seen.len() == 1).then(|| *seen.iter().next().unwrap()))
+        },
+    )
+    .await
+    .with_context(|| logs(&brokers))?;
+    let lease = ns
+        .api::<Lease>()
+        .get(&format!("{CLUSTER}-controller"))
+        .await?;
+    let holder = lease
+        .spec
+        .and_then(|s| s.holder_identity)
+        .unwrap_or_default();
+    assert!(
+        holder.contains(&format!("broker-{controller}-")),
+        "Lease held by {holder}, controller {controller}"
+    );
+
+    // A topic auto-created by kcat: 12 partitions, leaders on all three;
+    // records to every partition come back through one bootstrap.
+    for p in 0..12 {
+        kcat(
+            &["-P", "-b", &bootstrap, "-t", "orders", "-p", &p.to_string()],
+            format!("r{p}\n").as_bytes(),
+        )?;
+    }
+    let (_, _, leaders) = until("12 led partitions", Duration::from_secs(30), || {
+        let v = view(&bootstrap, "orders")?;
+        Ok((v.2.len() == 12 && v.2.values().all(|l| *l >= 0)).then_some(v))
+    })
+    .await?;
+    let on: BTreeSet<i64> = leaders.values().copied().collect();
+    assert_eq!(on, all, "leaders on every broker: {leaders:?}");
+    let consumed = kcat(&["-C", "-b", &bootstrap, "-t", "orders", "-e", "-q"], b"")?;
+    let mut got: Vec<String> = String::from_utf8(consumed)?
+        .lines()
+        .map(str::to_string)
+        .collect();
+    got.sort();
+    let mut want: Vec<String> = (0..12).map(|p| format!("r{p}")).collect();
+    want.sort();
+    assert_eq!(got, want);
+    let first = shards(&ns).await?;
+    assert!(first.iter().any(|s| s.0 == format!("{CLUSTER}-cluster")));
+    let epoch1 = first.iter().map(|s| s.1).max().unwrap();
+
+    // kill -9 of the controller: another takes over within the lease.
+    let mut dead = brokers.remove(&(controller as i32)).unwrap();
+    let killed_at = Instant::now();
+    stop(&mut dead, libc::SIGKILL);
+    let _ = dead.child.wait();
+    let survivors: BTreeSet<i64> = brokers.keys().map(|k| *k as i64).collect();
+    let some = brokers.values().next().unwrap().kafka.clone();
+    let second = until("a new controller", Duration::from_secs(30), || {
+        let (ids, c, _) = view(&some, "orders")?;
+        Ok((survivors.contains(&c) && ids == survivors).then_some(c))
+    })
+    .await
+    .with_context(|| logs(&brokers))?;
+    let failover = killed_at.elapsed();
+    eprintln!("controller failover (kill -9 to a new controller serving metadata): {failover:?}");
+    kcat(&["-P", "-b", &some, "-t", "after-kill", "-p", "0"], b"x\n")?;
+    until(
+        "the topic created after the failover",
+        Duration::from_secs(30),
+        || Ok((view(&some, "after-kill")?.2.len() == 12).then_some(())),
+    )
+    .await?;
+    let epoch2 = shards(&ns).await?.iter().map(|s| s.1).max().unwrap();
+    assert!(epoch2 > epoch1, "a new term: {epoch1} → {epoch2}");
+
+    // SIGSTOP the second controller until the third takes over and writes.
+    let before_pause = shards(&ns).await?;
+    let mut paused = brokers.remove(&(second as i32)).unwrap();
+    stop(&mut paused, libc::SIGSTOP);
+    let last = brokers.values().next().unwrap();
+    let last_bootstrap = last.kafka.clone();
+    let third = last.node as i64;
+    until("the third controller", Duration::from_secs(30), || {
+        let (_, c, _) = view(&last_bootstrap, "orders")?;
+        Ok((c == third).then_some(()))
+    })
+    .await
+    .with_context(|| logs(&brokers))?;
+    kcat(
+        &["-P", "-b", &last_bootstrap, "-t", "during-pause", "-p", "0"],
+        b"y\n",
+    )?;
+    until(
+        "the topic created during the pause",
+        Duration::from_secs(30),
+        || Ok((view(&last_bootstrap, "during-pause")?.2.len() == 12).then_some(())),
+    )
+    .await?;
+    let after_takeover = shards(&ns).await?;
+    stop(&mut paused, libc::SIGCONT);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let after_resume = shards(&ns).await?;
+    let newest = after_resume.iter().map(|s| s.1).max().unwrap();
+    assert!(newest > epoch2);
+    for (name, epoch, writer, _) in &after_resume {
+        assert_eq!(
+            (*epoch, *writer as i64),
+            (newest, third),
+            "{name} written only by the newest controller"
+        );
+    }
+    assert_eq!(
+        after_takeover
+            .iter()
+            .map(|s| (&s.0, s.1))
+            .collect::<Vec<_>>(),
+        after_resume.iter().map(|s| (&s.0, s.1)).collect::<Vec<_>>(),
+        "the resumed controller wrote nothing"
+    );
+    for (name, _, _, epochs) in &after_resume {
+        if let Some((_, _, _, old)) = before_pause.iter().find(|s| &s.0 == name) {
+            for (a, b) in old.iter().zip(epochs) {
+                assert!(b >= a, "{name}: a leader epoch went back ({a} → {b})");
+            }
+        }
+    }
+    let paused_log = std::fs::read_to_string(&paused.log)?;
+    assert!(
+        paused_log.contains("controller term ended") || paused_log.contains("Lease is lost"),
+        "the paused controller stepped down:\n{paused_log}"
+    );
+    brokers.insert(paused.node, paused);
+
+    // The killed broker restarts on its data and rejoins.
+    brokers.insert(
+        dead.node,
+        spawn(&bin, &ns.name, dead.node, ports[dead.node as usize], &dir)?,
+    );
+    until("all three back", Duration::from_secs(60), || {
+        let (ids, _, parts) = view(&last_bootstrap, "orders")?;
+        Ok((ids == all && parts.values().all(|l| *l >= 0)).then_some(()))
+    })
+    .await
+    .with_context(|| logs(&brokers))?;
+    let consumed = kcat(
+        &["-C", "-b", &last_bootstrap, "-t", "orders", "-e", "-q"],
+        b"",
+    )?;
+    assert_eq!(
+        String::from_utf8(consumed)?.lines().count(),
+        12,
+        "every record back"
+    );
+    Ok(())
+}
