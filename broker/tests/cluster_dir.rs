@@ -137,6 +137,22 @@ async fn values(s: &mut TcpStream, topic: &str, partition: i32) -> Vec<Vec<u8>> 
     out
 }
 
+/// The HTTP status of `GET path`.
+async fn http_status(addr: std::net::SocketAddr, path: &str) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = TcpStream::connect(addr).await.expect("http");
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .expect("write");
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).await.expect("read");
+    String::from_utf8_lossy(&out)
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_brokers_are_one_cluster_and_survive_losing_the_controller() {
     let root = tempfile::tempdir().unwrap();
@@ -154,8 +170,50 @@ async fn three_brokers_are_one_cluster_and_survive_losing_the_controller() {
         assert_eq!(v.1, controller, "one controller for all");
     }
 
-    // A topic created through a broker that is not the controller.
+    // A second process claiming a live broker's node id is refused
+    // registration, says why, and never becomes ready; the cluster is
+    // unchanged.
     let other = (controller + 1) % 3;
+    {
+        let impostor_dir = root.path().join("impostor");
+        let impostor = spawn(&other.to_string(), &impostor_dir, &shared, root.path());
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while !impostor.log().contains("is held by a live broker") {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no clear refusal:\n{}",
+                impostor.log()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(
+            http_status(impostor.http, "/readyz").await,
+            503,
+            "never ready"
+        );
+        let v = view(&mut s0, "orders").await;
+        assert_eq!(v.0, all);
+        let m: MetadataResponse = call(
+            &mut s0,
+            ApiKey::Metadata,
+            12,
+            &MetadataRequest::default().with_topics(None),
+        )
+        .await;
+        let port = m
+            .brokers
+            .iter()
+            .find(|b| b.node_id.0 == other)
+            .unwrap()
+            .port;
+        assert_eq!(
+            port,
+            i32::from(brokers[&other].kafka.port()),
+            "the live broker keeps its id"
+        );
+    }
+
+    // A topic created through a broker that is not the controller.
     let mut s = brokers[&other].connect(Duration::from_secs(10)).await;
     let (code, message) = create_topic(&mut s, "orders", 12).await;
     assert_eq!(code, 0, "{message:?}");
@@ -179,7 +237,20 @@ async fn three_brokers_are_one_cluster_and_survive_losing_the_controller() {
     for (p, (leader, _)) in &parts {
         let value = format!("record of {p}");
         let c = conns.get_mut(leader).unwrap();
-        assert_eq!(produce_to(c, "orders", *p, value.as_bytes()).await, 0);
+        // The leader learns of the topic a moment after broker 0 did
+        // (UNKNOWN_TOPIC_OR_PARTITION meanwhile, which clients retry).
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            match produce_to(c, "orders", *p, value.as_bytes()).await {
+                3 if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(20)).await
+                }
+                code => {
+                    assert_eq!(code, 0, "produce to the leader of {p}");
+                    break;
+                }
+            }
+        }
         let elsewhere = conns.get_mut(&((leader + 1) % 3)).unwrap();
         assert_eq!(
             produce_to(elsewhere, "orders", *p, b"x").await,

@@ -134,6 +134,7 @@ impl Broker {
             .fetch_metadata(FetchMetadataRequest {
                 node_id: self.node_id,
                 metadata_offset: self.offset,
+                wait_ms: 0,
             })
             .await
             .expect("fetch")

@@ -17,6 +17,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
+use std::time::Duration;
 
 use kafka_protocol::error::ResponseError;
 use tokio::sync::{watch, Mutex};
@@ -77,6 +78,8 @@ pub struct ControllerService {
     store: Arc<dyn ClusterStore>,
     state: Arc<Mutex<State>>,
     deposed: Arc<watch::Sender<bool>>,
+    /// The newest metadata offset, for long-polling fetches.
+    published: Arc<watch::Sender<i64>>,
 }
 
 fn registry_status(e: RegistryError) -> Status {
@@ -132,7 +135,14 @@ impl ControllerService {
                 registry_dirty: false,
             })),
             deposed: Arc::new(deposed),
+            published: Arc::new(watch::channel(1).0),
         }
+    }
+
+    /// The metadata changed: a new offset, and waiting fetches answered.
+    fn bump(&self, state: &mut State) {
+        state.metadata_offset += 1;
+        self.published.send_replace(state.metadata_offset);
     }
 
     fn now(&self) -> i64 {
@@ -288,7 +298,7 @@ impl ControllerService {
                 self.store_failed(e);
                 return Vec::new();
             }
-            state.metadata_offset += 1;
+            self.bump(&mut state);
             state.registry_dirty = true;
         }
         if state.registry_dirty {
@@ -315,8 +325,8 @@ impl ControllerService {
     }
 
     /// Answers a successful admin change: the offset that shows it.
-    fn done(state: &mut State, topic_id: String) -> pb::AdminResponse {
-        state.metadata_offset += 1;
+    fn done(&self, state: &mut State, topic_id: String) -> pb::AdminResponse {
+        self.bump(state);
         pb::AdminResponse {
             metadata_offset: state.metadata_offset,
             topic_id,
@@ -391,7 +401,7 @@ impl pb::controller_server::Controller for ControllerService {
                 return Err(self.store_failed(e));
             }
             // the broker set changed even when no leadership did
-            state.metadata_offset += 1;
+            self.bump(&mut state);
             tracing::info!(node_id = r.node_id, "broker in service");
             self.persist_registrations(&mut state).await;
         }
@@ -408,6 +418,11 @@ impl pb::controller_server::Controller for ControllerService {
     ) -> Result<Response<pb::FetchMetadataResponse>, Status> {
         self.check_active()?;
         let r = request.into_inner();
+        if r.wait_ms > 0 && *self.published.borrow() <= r.metadata_offset {
+            let mut changes = self.published.subscribe();
+            let wait = Duration::from_millis(r.wait_ms.clamp(0, 30_000) as u64);
+            let _ = tokio::time::timeout(wait, changes.wait_for(|o| *o > r.metadata_offset)).await;
+        }
         let state = self.state.lock().await;
         let mut out = pb::FetchMetadataResponse {
             controller_epoch: state.epoch,
@@ -485,7 +500,7 @@ impl pb::controller_server::Controller for ControllerService {
             return Ok(Response::new(self.admin_store_failed(e)));
         }
         tracing::info!(topic = %r.name, %id, "created topic");
-        Ok(Response::new(Self::done(&mut state, id)))
+        Ok(Response::new(self.done(&mut state, id)))
     }
 
     async fn delete_topic(
@@ -516,7 +531,7 @@ impl pb::controller_server::Controller for ControllerService {
         state.metadata.topics.remove(&r.name);
         state.versions.remove(&r.name);
         tracing::info!(topic = %r.name, "deleted topic");
-        Ok(Response::new(Self::done(&mut state, topic.topic_id)))
+        Ok(Response::new(self.done(&mut state, topic.topic_id)))
     }
 
     async fn create_partitions(
@@ -543,7 +558,7 @@ impl pb::controller_server::Controller for ControllerService {
             return Ok(Response::new(self.admin_store_failed(e)));
         }
         tracing::info!(topic = %r.name, partitions = r.count, "added partitions");
-        Ok(Response::new(Self::done(&mut state, id)))
+        Ok(Response::new(self.done(&mut state, id)))
     }
 
     async fn alter_topic_configs(
@@ -568,7 +583,7 @@ impl pb::controller_server::Controller for ControllerService {
             return Ok(Response::new(self.admin_store_failed(e)));
         }
         tracing::info!(topic = %r.name, "altered topic configs");
-        Ok(Response::new(Self::done(&mut state, id)))
+        Ok(Response::new(self.done(&mut state, id)))
     }
 
     async fn allocate_producer_ids(

@@ -74,6 +74,9 @@ pub fn image_from(m: &pb::FetchMetadataResponse) -> MetadataImage {
     image
 }
 
+/// How long a metadata fetch waits for a change (below the call timeout).
+const METADATA_POLL_MS: i32 = 5_000;
+
 /// Runs the session until `shutdown` turns true.
 pub async fn run(broker: Arc<Broker>, config: SessionConfig, mut shutdown: watch::Receiver<bool>) {
     let incarnation = Uuid::new_v4();
@@ -186,48 +189,58 @@ async fn session(
         node_id: broker.node_id,
         broker_epoch: registered.broker_epoch,
     }));
-    let mut offset = 0i64;
-    let mut wanted = 1i64;
-    loop {
-        if wanted > offset {
+    // Metadata arrives by long polling (at once after every change);
+    // heartbeats report how far this broker has applied it.
+    let applied_offset = std::sync::atomic::AtomicI64::new(0);
+    let fence = parking_lot::Mutex::new(&mut applied.fence);
+    let admit = |epoch: i64| {
+        fence
+            .lock()
+            .admit(epoch)
+            .map_err(|_| tonic::Status::aborted("answer from an older controller"))
+    };
+    let metadata = async {
+        let mut client = client.clone();
+        loop {
+            let have = applied_offset.load(std::sync::atomic::Ordering::SeqCst);
             let m = client
                 .fetch_metadata(FetchMetadataRequest {
                     node_id: broker.node_id,
-                    metadata_offset: offset,
+                    metadata_offset: have,
+                    wait_ms: METADATA_POLL_MS,
                 })
                 .await?
                 .into_inner();
-            if applied.fence.admit(m.controller_epoch).is_err() {
-                return Err(tonic::Status::aborted("answer from an older controller"));
-            }
+            admit(m.controller_epoch)?;
             if m.changed {
                 let image = image_from(&m);
                 apply(broker, &image).await?;
                 broker.install_image(image.clone());
                 follow_coordinators(broker, &image).await;
             }
-            offset = m.metadata_offset;
-            config.link.set_applied_offset(offset);
+            applied_offset.store(m.metadata_offset, std::sync::atomic::Ordering::SeqCst);
+            config.link.set_applied_offset(m.metadata_offset);
         }
-        let beat = client
-            .heartbeat(HeartbeatRequest {
-                node_id: broker.node_id,
-                incarnation: incarnation.to_string(),
-                broker_epoch: registered.broker_epoch,
-                metadata_offset: offset,
-            })
-            .await?
-            .into_inner();
-        if applied.fence.admit(beat.controller_epoch).is_err() {
-            return Err(tonic::Status::aborted("answer from an older controller"));
+    };
+    let heartbeats = async {
+        let mut client = client.clone();
+        loop {
+            let beat = client
+                .heartbeat(HeartbeatRequest {
+                    node_id: broker.node_id,
+                    incarnation: incarnation.to_string(),
+                    broker_epoch: registered.broker_epoch,
+                    metadata_offset: applied_offset.load(std::sync::atomic::Ordering::SeqCst),
+                })
+                .await?
+                .into_inner();
+            admit(beat.controller_epoch)?;
+            tokio::time::sleep(config.heartbeat).await;
         }
-        wanted = beat.metadata_offset;
-        if wanted > offset {
-            continue; // fetch at once: someone waits for this change
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(config.heartbeat) => {}
-            _ = shutdown.changed() => return Ok(()),
-        }
+    };
+    tokio::select! {
+        r = metadata => r,
+        r = heartbeats => r,
+        _ = shutdown.changed() => Ok(()),
     }
 }

@@ -34,13 +34,31 @@ fn describe_topic(
     keys: &Option<Vec<StrBytes>>,
     docs: bool,
 ) -> Result<Vec<DescribeConfigsResourceResult>, TopicError> {
-    let topic = broker.topics.get(name).ok_or_else(|| {
+    let unknown = || {
         TopicError::new(
             ResponseError::UnknownTopicOrPartition,
             format!("topic {name} does not exist"),
         )
-    })?;
-    let effective = topic_config::effective(&topic.meta.configs, broker.topics.broker_config());
+    };
+    // Cluster mode: the controller's image has every topic's overrides
+    // (this broker may hold no partition of it); standalone: its own.
+    let overrides = if broker.controller_link().is_some() {
+        broker
+            .image()
+            .topic(name)
+            .ok_or_else(unknown)?
+            .configs
+            .clone()
+    } else {
+        broker
+            .topics
+            .get(name)
+            .ok_or_else(unknown)?
+            .meta
+            .configs
+            .clone()
+    };
+    let effective = topic_config::effective(&overrides, broker.topics.broker_config());
     Ok(effective
         .into_iter()
         .filter(|(k, _)| wanted(keys, k))
