@@ -458,6 +458,8 @@ impl BrokerConfig {
                 }
                 "broker.heartbeat.interval.ms" => c.broker_heartbeat_interval_ms = parse_num(k, v)?,
                 "broker.session.timeout.ms" => c.broker_session_timeout_ms = parse_num(k, v)?,
+                "controller.lease.duration.ms" => c.controller_lease_duration_ms = parse_num(k, v)?,
+                "controller.lease.retry.ms" => c.controller_lease_retry_ms = parse_num(k, v)?,
                 "broker.rack" => {
                     c.broker_rack = (!v.trim().is_empty()).then(|| v.trim().to_string())
                 }

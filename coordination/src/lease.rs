@@ -271,6 +271,12 @@ impl Candidate {
             .map(Duration::from_secs)
             .unwrap_or(self.cfg.lease_duration);
         let transitions = spec.lease_transitions.unwrap_or(0);
+        tracing::debug!(
+            holder = ?spec.holder_identity,
+            ?unchanged_for,
+            ?record_duration,
+            "lease observed"
+        );
         let mut new_spec = spec.clone();
         let transitions = match decide(
             spec.holder_identity.as_deref(),

@@ -91,7 +91,7 @@ fn spawn(bin: &Path, ns: &str, node: i32, kafka_port: u16, dir: &Path) -> Result
         .args(["--set", "num.partitions=12"])
         .args(["--set", "offsets.topic.num.partitions=3"])
         .args(["--set", "broker.heartbeat.interval.ms=200"])
-        .args(["--set", "broker.session.timeout.ms=3000"])
+        .args(["--set", "broker.session.timeout.ms=6000"])
         .args(["--set", "controller.lease.duration.ms=4000"])
         .args(["--set", "controller.lease.retry.ms=500"])
         .env("KUBECONFIG", paths::kubeconfig())
@@ -306,20 +306,41 @@ async fn brokers_form_one_cluster_through_kubernetes_and_fence_a_paused_controll
     let survivors: BTreeSet<i64> = brokers.keys().map(|k| *k as i64).collect();
     let some = brokers.values().next().unwrap().kafka.clone();
     let second = until("a new controller", Duration::from_secs(30), || {
-        let (ids, c, _) = view(&some, "orders")?;
-        Ok((survivors.contains(&c) && ids == survivors).then_some(c))
+        let (_, c, _) = view(&some, "orders")?;
+        Ok(survivors.contains(&c).then_some(c))
     })
     .await
     .with_context(|| logs(&brokers))?;
-    let failover = killed_at.elapsed();
-    eprintln!("controller failover (kill -9 to a new controller serving metadata): {failover:?}");
+    let elected = killed_at.elapsed();
+    until("the dead broker fenced", Duration::from_secs(30), || {
+        let (ids, _, _) = view(&some, "orders")?;
+        Ok((ids == survivors).then_some(()))
+    })
+    .await
+    .with_context(|| logs(&brokers))?;
+    eprintln!(
+        "controller failover: kill -9 to a new controller in Metadata {elected:?} (lease 4 s), to the dead broker fenced {:?} (session 6 s)",
+        killed_at.elapsed()
+    );
+    let created_at = Instant::now();
     kcat(&["-P", "-b", &some, "-t", "after-kill", "-p", "0"], b"x\n")?;
     until(
-        "the topic created after the failover",
+        "the topic created after the failover, on every broker",
         Duration::from_secs(30),
-        || Ok((view(&some, "after-kill")?.2.len() == 12).then_some(())),
+        || {
+            for b in brokers.values() {
+                if view(&b.kafka, "after-kill")?.2.len() != 12 {
+                    return Ok(None);
+                }
+            }
+            Ok(Some(()))
+        },
     )
     .await?;
+    eprintln!(
+        "topic create (auto-created by a produce) to every broker's Metadata: {:?}",
+        created_at.elapsed()
+    );
     let epoch2 = shards(&ns).await?.iter().map(|s| s.1).max().unwrap();
     assert!(epoch2 > epoch1, "a new term: {epoch1} → {epoch2}");
 
@@ -330,10 +351,14 @@ async fn brokers_form_one_cluster_through_kubernetes_and_fence_a_paused_controll
     let last = brokers.values().next().unwrap();
     let last_bootstrap = last.kafka.clone();
     let third = last.node as i64;
-    until("the third controller", Duration::from_secs(30), || {
-        let (_, c, _) = view(&last_bootstrap, "orders")?;
-        Ok((c == third).then_some(()))
-    })
+    until(
+        "the third controller, the paused one fenced",
+        Duration::from_secs(30),
+        || {
+            let (ids, c, _) = view(&last_bootstrap, "orders")?;
+            Ok((c == third && ids == [third].into()).then_some(()))
+        },
+    )
     .await
     .with_context(|| logs(&brokers))?;
     kcat(

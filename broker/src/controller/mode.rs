@@ -45,9 +45,16 @@ async fn kubernetes(broker: &Broker, cli: &Cli) -> anyhow::Result<Backend> {
         .namespace
         .clone()
         .context("--cluster kubernetes needs --namespace (MOLDAU_NAMESPACE)")?;
-    let client = kube::Client::try_default()
+    let mut kube_config = kube::Config::infer()
         .await
         .context("no Kubernetes credentials (in-cluster or KUBECONFIG)")?;
+    // Lease and metadata calls are small: an API server that stops
+    // answering is noticed in seconds, not after the default 295 s (the
+    // data plane never waits for these calls either way).
+    kube_config.connect_timeout = Some(Duration::from_secs(5));
+    kube_config.read_timeout = Some(Duration::from_secs(10));
+    kube_config.write_timeout = Some(Duration::from_secs(10));
+    let client = kube::Client::try_from(kube_config).context("Kubernetes client")?;
     let identity = format!(
         "{}-broker-{}-{}",
         cli.cluster_name,

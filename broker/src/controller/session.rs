@@ -74,8 +74,10 @@ pub fn image_from(m: &pb::FetchMetadataResponse) -> MetadataImage {
     image
 }
 
+/// How long a call to the controller may take.
+const CALL_TIMEOUT: Duration = Duration::from_secs(3);
 /// How long a metadata fetch waits for a change (below the call timeout).
-const METADATA_POLL_MS: i32 = 5_000;
+const METADATA_POLL_MS: i32 = 2_000;
 
 /// Runs the session until `shutdown` turns true.
 pub async fn run(broker: Arc<Broker>, config: SessionConfig, mut shutdown: watch::Receiver<bool>) {
@@ -159,8 +161,10 @@ async fn session(
         .ok_or_else(|| tonic::Status::unavailable("no controller elected yet"))?;
     let channel = tonic::transport::Endpoint::from_shared(address.clone())
         .map_err(|e| tonic::Status::invalid_argument(e.to_string()))?
-        .connect_timeout(Duration::from_secs(2))
-        .timeout(Duration::from_secs(10))
+        // Short: a controller that stopped answering (paused, or its host
+        // gone) must not hold this broker past its own session timeout.
+        .connect_timeout(Duration::from_secs(1))
+        .timeout(CALL_TIMEOUT)
         .connect()
         .await
         .map_err(|e| tonic::Status::unavailable(format!("{address}: {e}")))?;
