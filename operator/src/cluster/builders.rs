@@ -117,7 +117,7 @@ impl Names {
     /// The `MetadataShard` holding the cluster record (controller, epoch,
     /// registered brokers), written by the controller.
     pub fn cluster_shard(&self) -> String {
-        format!("{}-cluster", self.cluster)
+        moldau_coordination::store::cluster_object_name(&self.cluster)
     }
     /// PodDisruptionBudget.
     pub fn pdb(&self) -> String {

@@ -3,22 +3,19 @@
 //! `<cluster>-cluster` (`spec.clusterRecord`: controller id, registered
 //! brokers; `spec.epoch`: the controller epoch).
 //!
-//! Owns the parsing of that object (pure, [`parse_cluster_shard`]) and its one
+//! Owns the parsing of that object (pure, [`membership_of`]) and its one
 //! read through the API server ([`read_membership`]). The operator never
 //! writes metadata objects and never dials a broker or the controller to learn
 //! membership: the record the controller persisted is the truth it reports.
 //!
-//! The object is read as a `DynamicObject` and its record parsed into the
-//! shared [`ClusterRecord`] type, so this does not depend on the typed
-//! `MetadataShard` resource.
+//! The object is the coordination crate's typed `MetadataShard`, the same
+//! type the brokers' controller writes.
 
-use kube::api::{Api, ApiResource, DynamicObject};
+use kube::api::Api;
 use moldau_coordination::records::ClusterRecord;
+use moldau_coordination::shard::{MetadataShard, MetadataShardSpec, Payload};
 
-use super::builders::{Names, METADATA_SHARDS, MOLDAU_GROUP};
-
-/// The version of the brokers' `MetadataShard` kind.
-pub const METADATA_SHARD_VERSION: &str = "v1alpha1";
+use super::builders::Names;
 
 /// The cluster membership the operator observed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -59,39 +56,22 @@ impl Membership {
     }
 }
 
-/// The `ApiResource` of the brokers' `MetadataShard` kind.
-pub fn metadata_shard_resource() -> ApiResource {
-    ApiResource {
-        group: MOLDAU_GROUP.into(),
-        version: METADATA_SHARD_VERSION.into(),
-        api_version: format!("{MOLDAU_GROUP}/{METADATA_SHARD_VERSION}"),
-        kind: "MetadataShard".into(),
-        plural: METADATA_SHARDS.into(),
-    }
-}
-
-/// Parses the cluster `MetadataShard`'s data (everything but its metadata,
-/// i.e. `DynamicObject::data`): `spec.epoch` and `spec.clusterRecord`.
-pub fn parse_cluster_shard(data: &serde_json::Value) -> Membership {
-    let Some(spec) = data.get("spec") else {
-        return Membership::Unreadable("the cluster record object has no spec".into());
-    };
-    let Some(epoch) = spec.get("epoch").and_then(|e| e.as_i64()) else {
-        return Membership::Unreadable("the cluster record has no integer spec.epoch".into());
-    };
-    let Some(raw) = spec.get("clusterRecord") else {
-        return Membership::Unreadable(
-            "the cluster record object has no spec.clusterRecord".into(),
-        );
-    };
-    let record: ClusterRecord = match serde_json::from_value(raw.clone()) {
-        Ok(r) => r,
-        Err(e) => return Membership::Unreadable(format!("spec.clusterRecord does not parse: {e}")),
+/// The membership a cluster `MetadataShard` records: its `clusterRecord`
+/// (checked as every reader checks it) and `epoch`.
+pub fn membership_of(spec: &MetadataShardSpec) -> Membership {
+    let record = match spec.payload() {
+        Ok(Payload::Cluster(record)) => record,
+        Ok(Payload::Topic(_)) => {
+            return Membership::Unreadable(
+                "the cluster record object holds a topic, not a clusterRecord".into(),
+            )
+        }
+        Err(e) => return Membership::Unreadable(format!("the cluster record object has {e}")),
     };
     if let Err(e) = record.validate() {
         return Membership::Unreadable(format!("spec.clusterRecord is invalid: {e}"));
     }
-    Membership::Known(view_of(&record, epoch))
+    Membership::Known(view_of(record, spec.epoch))
 }
 
 /// The reported view of a (valid) record.
@@ -112,21 +92,24 @@ pub fn view_of(record: &ClusterRecord, epoch: i64) -> ClusterView {
 
 /// Reads the cluster record of `names` through the API server. Not found
 /// (the object, or the kind) is [`Membership::Absent`]; a refused read
-/// (RBAC) is [`Membership::Unreadable`]; other failures are errors to retry.
+/// (RBAC) or an object that does not parse is [`Membership::Unreadable`];
+/// other failures are errors to retry.
 pub async fn read_membership(
     client: &kube::Client,
     names: &Names,
 ) -> Result<Membership, kube::Error> {
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), &names.namespace, &metadata_shard_resource());
-    match api.get_opt(&names.cluster_shard()).await {
-        Ok(Some(obj)) => Ok(parse_cluster_shard(&obj.data)),
+    let api: Api<MetadataShard> = Api::namespaced(client.clone(), &names.namespace);
+    let name = names.cluster_shard();
+    match api.get_opt(&name).await {
+        Ok(Some(obj)) => Ok(membership_of(&obj.spec)),
         Ok(None) => Ok(Membership::Absent),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(Membership::Absent),
         Err(kube::Error::Api(s)) if s.code == 403 => Ok(Membership::Unreadable(format!(
-            "reading MetadataShard {} was refused: {}",
-            names.cluster_shard(),
+            "reading MetadataShard {name} was refused: {}",
             s.message
+        ))),
+        Err(kube::Error::SerdeError(e)) => Ok(Membership::Unreadable(format!(
+            "MetadataShard {name} does not parse: {e}"
         ))),
         Err(e) => Err(e),
     }
@@ -135,23 +118,40 @@ pub async fn read_membership(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use moldau_coordination::records::{RegisteredBroker, TopicRecord};
 
-    fn broker(id: i32, fenced: bool) -> serde_json::Value {
-        json!({"nodeId": id, "host": format!("127.0.0.{}", id + 1), "port": 9092,
-               "incarnation": "i", "brokerEpoch": 3, "fenced": fenced})
+    fn broker(id: i32, fenced: bool) -> RegisteredBroker {
+        RegisteredBroker {
+            node_id: id,
+            host: format!("127.0.0.{}", id + 1),
+            port: 9092,
+            rack: None,
+            incarnation: "i".into(),
+            broker_epoch: 3,
+            fenced,
+        }
     }
 
-    fn shard(controller: i32, epoch: i64, brokers: Vec<serde_json::Value>) -> serde_json::Value {
-        json!({"spec": {"epoch": epoch, "clusterRecord": {
-            "clusterId": "abcdefghijklmnopqrstuv", "controllerId": controller,
-            "controllerAddress": "http://127.0.0.2:9091", "producerIdBlockEnd": 1000,
-            "brokers": brokers}}})
+    fn shard(controller: i32, epoch: i64, brokers: Vec<RegisteredBroker>) -> MetadataShardSpec {
+        MetadataShardSpec {
+            cluster: "demo".into(),
+            epoch,
+            writer: controller,
+            cluster_record: Some(ClusterRecord {
+                cluster_id: "abcdefghijklmnopqrstuv".into(),
+                controller_id: controller,
+                controller_address: "http://127.0.0.2:9091".into(),
+                producer_id_block_end: 1000,
+                brokers,
+            }),
+            topic: None,
+            stamped_epoch: None,
+        }
     }
 
     #[test]
     fn a_record_gives_controller_epoch_and_unfenced_brokers() {
-        let m = parse_cluster_shard(&shard(
+        let m = membership_of(&shard(
             1,
             7,
             vec![broker(2, false), broker(0, false), broker(1, true)],
@@ -169,7 +169,7 @@ mod tests {
 
     #[test]
     fn no_controller_yet() {
-        let m = parse_cluster_shard(&shard(-1, 0, vec![]));
+        let m = membership_of(&shard(-1, 0, vec![]));
         let v = m.view().unwrap();
         assert_eq!(v.controller, None);
         assert!(v.registered.is_empty());
@@ -177,31 +177,53 @@ mod tests {
     }
 
     #[test]
-    fn broken_records_are_unreadable_not_panics() {
-        let cases = [
-            json!({}),
-            json!({"spec": {}}),
-            json!({"spec": {"epoch": "x", "clusterRecord": {}}}),
-            json!({"spec": {"epoch": 1}}),
-            json!({"spec": {"epoch": 1, "clusterRecord": {"controllerId": "one"}}}),
-            // no cluster id
-            json!({"spec": {"epoch": 1, "clusterRecord": {"clusterId": "", "controllerId": 0}}}),
-            // a node id twice
-            shard(0, 1, vec![broker(0, false), broker(0, true)]),
-        ];
-        for (i, c) in cases.iter().enumerate() {
+    fn broken_records_are_unreadable_not_trusted() {
+        let mut no_payload = shard(0, 1, vec![]);
+        no_payload.cluster_record = None;
+        let mut a_topic = shard(0, 1, vec![]);
+        a_topic.cluster_record = None;
+        a_topic.topic = Some(TopicRecord {
+            name: "t".into(),
+            topic_id: "x".into(),
+            replication_factor: 1,
+            configs: Default::default(),
+            partitions: vec![],
+        });
+        let mut two = shard(0, 1, vec![]);
+        two.topic = a_topic.topic.clone();
+        let mut no_id = shard(0, 1, vec![]);
+        no_id.cluster_record.as_mut().unwrap().cluster_id.clear();
+        let twice = shard(0, 1, vec![broker(0, false), broker(0, true)]);
+        for (i, c) in [no_payload, a_topic, two, no_id, twice].iter().enumerate() {
             assert!(
-                matches!(parse_cluster_shard(c), Membership::Unreadable(_)),
-                "case {i}: {c}"
+                matches!(membership_of(c), Membership::Unreadable(_)),
+                "case {i}: {c:?}"
             );
         }
     }
 
     #[test]
-    fn resource_is_the_brokers_crd() {
-        let ar = metadata_shard_resource();
-        assert_eq!(ar.api_version, "moldau.io/v1alpha1");
-        assert_eq!(ar.plural, "metadatashards");
-        assert_eq!(ar.kind, "MetadataShard");
+    fn the_role_names_the_coordination_crates_kind() {
+        use kube::Resource;
+        assert_eq!(
+            MetadataShard::group(&()),
+            super::super::builders::MOLDAU_GROUP
+        );
+        assert_eq!(
+            MetadataShard::plural(&()),
+            super::super::builders::METADATA_SHARDS
+        );
+    }
+
+    #[test]
+    fn the_object_name_is_the_coordination_crates() {
+        let names = Names {
+            cluster: "prod".into(),
+            namespace: "ns".into(),
+        };
+        assert_eq!(
+            names.cluster_shard(),
+            moldau_coordination::store::cluster_object_name("prod")
+        );
     }
 }
