@@ -89,9 +89,23 @@ fn chart_lints_and_renders_defaults() -> Result<()> {
         "poddisruptionbudgets",
         "rolebindings",
         "events.k8s.io",
+        // read for KafkaCluster status, and granted to the brokers' Role
+        "metadatashards",
     ] {
         assert!(cr.contains(want), "ClusterRole lacks {want}:\n{cr}");
     }
+    // What the brokers' Role grants (operator/tests/rbac_grants.rs checks
+    // rule by rule that the operator holds all of it).
+    assert!(
+        cr.contains("resources: [metadatashards]\n    verbs: [get, list, watch, create, update, patch, delete]"),
+        "{cr}"
+    );
+    assert!(
+        cr.contains(
+            "apiGroups: [\"\", events.k8s.io]\n    resources: [events]\n    verbs: [create, patch]"
+        ),
+        "{cr}"
+    );
     assert!(
         !cr.contains("\"*\"") && !cr.contains("- '*'"),
         "no wildcards: {cr}"
@@ -153,6 +167,7 @@ fn chart_watched_namespace_uses_roles_only() -> Result<()> {
     assert!(doc_named(&out, "ClusterRoleBinding", "rel-moldau-operator").is_none());
     let role = doc_named(&out, "Role", "rel-moldau-operator").expect("Role");
     assert!(role.contains("namespace: apps"), "{role}");
+    assert!(role.contains("metadatashards"), "{role}");
     let rb = doc_named(&out, "RoleBinding", "rel-moldau-operator").expect("RoleBinding");
     assert!(
         rb.contains("namespace: apps") && rb.contains("namespace: ops"),

@@ -87,7 +87,7 @@ async fn sync_creates_then_repairs_drift() {
     let mut admin = AdminClient::connect(broker.addr, T).await.unwrap();
     let want = spec(3, 1, &[("retention.ms", "1000")]);
 
-    let out = sync_topic(&mut admin, "orders", &want).await.unwrap();
+    let out = sync_topic(&mut admin, "orders", &want, None).await.unwrap();
     assert!(out.problems.is_empty(), "{:?}", out.problems);
     assert!(matches!(out.performed[..], [TopicAction::Create { .. }]));
     let observed = out.observed.unwrap();
@@ -95,7 +95,7 @@ async fn sync_creates_then_repairs_drift() {
     assert_eq!(observed.effective["retention.ms"], "1000");
 
     // nothing to do the second time
-    let out = sync_topic(&mut admin, "orders", &want).await.unwrap();
+    let out = sync_topic(&mut admin, "orders", &want, None).await.unwrap();
     assert!(out.performed.is_empty());
 
     // someone changes the topic behind the operator's back
@@ -111,7 +111,7 @@ async fn sync_creates_then_repairs_drift() {
         )
         .await
         .unwrap();
-    let out = sync_topic(&mut admin, "orders", &want).await.unwrap();
+    let out = sync_topic(&mut admin, "orders", &want, None).await.unwrap();
     assert_eq!(out.problems[0].reason, "PartitionDecreaseNotAllowed");
     let overrides: BTreeMap<String, String> = other
         .describe_topic_config("orders")
@@ -132,6 +132,7 @@ async fn sync_creates_then_repairs_drift() {
         &mut admin,
         "orders",
         &spec(6, 1, &[("retention.ms", "1000")]),
+        None,
     )
     .await
     .unwrap();
@@ -144,7 +145,7 @@ async fn sync_creates_then_repairs_drift() {
 async fn impossible_specs_become_problems() {
     let broker = start_broker().await;
     let mut admin = AdminClient::connect(broker.addr, T).await.unwrap();
-    let out = sync_topic(&mut admin, "wide", &spec(1, 3, &[]))
+    let out = sync_topic(&mut admin, "wide", &spec(1, 3, &[]), None)
         .await
         .unwrap();
     assert_eq!(out.problems[0].reason, "ReplicationFactorTooHigh");

@@ -3,7 +3,12 @@
 //! admin kubeconfig, and real `moldau-broker` processes run the pods.
 //!
 //! Covered: a KafkaCluster gets its ServiceAccount/Role/RoleBinding, Services,
-//! ConfigMap, StatefulSet and PDB and becomes Ready; topics are created,
+//! ConfigMap, StatefulSet and PDB and becomes Ready — which means its brokers
+//! run in cluster mode (`MOLDAU_CLUSTER=kubernetes`) and are registered with
+//! one controller, as `status.controller`, `controllerEpoch` and
+//! `registeredBrokers` report from the brokers' `MetadataShard`; so these
+//! tests need a broker binary with the Kubernetes cluster mode and the
+//! MetadataShard CRD in `crds/`; topics are created,
 //! grown, repaired after drift and deleted through the finalizer; impossible
 //! specs become conditions; the scale subresource works under the operator's
 //! own ClusterRole; a config change rolls the brokers highest ordinal first
@@ -324,12 +329,42 @@ async fn cluster_and_topic_lifecycle() -> Result<()> {
     assert!(props["server.properties"].contains("auto.create.topics.enable=false"));
     wait_exists(&ns.api::<PodDisruptionBudget>(), "demo").await?;
     wait_exists(&ns.api::<ServiceAccount>(), "demo-broker").await?;
-    wait_exists(&ns.api::<Role>(), "demo-broker").await?;
+    let role = wait_exists(&ns.api::<Role>(), "demo-broker").await?;
+    let rules = role.rules.unwrap_or_default();
+    assert!(
+        rules
+            .iter()
+            .any(|r| r.resource_names.as_deref() == Some(&["demo-controller".to_string()][..])),
+        "{rules:?}"
+    );
+    assert!(
+        rules.iter().all(|r| !r
+            .resources
+            .iter()
+            .flatten()
+            .any(|res| res == "configmaps" || res == "secrets")),
+        "{rules:?}"
+    );
     wait_exists(&ns.api::<RoleBinding>(), "demo-broker").await?;
+    let env = s.spec.clone().unwrap().template.spec.unwrap().containers[0]
+        .env
+        .clone()
+        .unwrap_or_default();
+    assert!(env
+        .iter()
+        .any(|e| e.name == "MOLDAU_CLUSTER" && e.value.as_deref() == Some("kubernetes")));
 
     let kc = cluster_condition(&clusters, "demo", "Ready", "True").await?;
     let status = kc.status.unwrap();
     assert_eq!((status.replicas, status.ready_replicas), (1, 1));
+    let ready = find_condition(&status.conditions, "Ready").unwrap();
+    assert_eq!(ready.reason, "AllBrokersRegistered", "{ready:?}");
+    assert_eq!(status.controller, Some(0));
+    assert!(
+        status.controller_epoch.is_some_and(|e| e >= 1),
+        "{status:?}"
+    );
+    assert_eq!(status.registered_brokers, vec![0]);
     assert!(status.selector.unwrap().contains("moldau.io/cluster=demo"));
     assert_eq!(
         status.bootstrap_servers.as_deref(),
@@ -731,11 +766,24 @@ async fn operator_runs_with_only_its_clusterrole() -> Result<()> {
     // The scale subresource drives spec.replicas and reports status.replicas
     // and the pod selector.
     ns.kubectl_ok(&["scale", "kafkacluster/rb", "--replicas=2"])?;
-    wait_for(LONG, "rb scaled to 2 Ready brokers", || async {
+    // Ready again only when both brokers are registered with one controller.
+    let kc = wait_for(LONG, "rb scaled to 2 registered brokers", || async {
         let kc = clusters.get("rb").await?;
-        Ok((kc.status.as_ref().map(|s| s.ready_replicas) == Some(2)).then_some(()))
+        let ok = kc.status.as_ref().is_some_and(|s| {
+            s.ready_replicas == 2
+                && s.registered_brokers == vec![0, 1]
+                && condition(&s.conditions, "Ready")
+                    == Some(("True".into(), "AllBrokersRegistered".into()))
+        });
+        Ok(ok.then_some(kc))
     })
     .await?;
+    let status = kc.status.unwrap();
+    assert!(
+        status.controller.is_some_and(|c| c == 0 || c == 1),
+        "{status:?}"
+    );
+    assert!(status.controller_epoch.is_some(), "{status:?}");
     let scale = ns.kubectl_ok(&[
         "get",
         "--raw",
@@ -752,6 +800,24 @@ async fn operator_runs_with_only_its_clusterrole() -> Result<()> {
         .unwrap_or_default()
         .contains("moldau.io/cluster=rb"));
     assert!(events_with_reason(&ns, "ClusterScaled").await? >= 1);
+    // The replication factor is checked against the registered brokers
+    // (two), not against one broker's view of itself.
+    topics
+        .create(&pp, &topic("wide", "rb", 1, 3, json!({}))?)
+        .await?;
+    topic_where(
+        &topics,
+        "wide",
+        "topic wide refused: RF 3 > 2 brokers",
+        |kt| has_condition(kt, "Degraded", "True", Some("ReplicationFactorTooHigh")),
+    )
+    .await?;
+    let kt = topics.get("wide").await?;
+    let degraded = find_condition(&kt.status.unwrap().conditions, "Degraded")
+        .unwrap()
+        .clone();
+    assert!(degraded.message.contains("has 2"), "{degraded:?}");
+    topics.delete("wide", &DeleteParams::default()).await?;
     topics
         .create(&pp, &topic("events", "rb", 1, 1, json!({}))?)
         .await?;

@@ -40,6 +40,10 @@ fn invalid_examples_violate_the_schema_bounds() {
     let zero: KafkaCluster =
         serde_yaml::from_value(docs("invalid/kafkacluster-zero-replicas.yaml").remove(0)).unwrap();
     assert!(zero.spec.replicas < 1);
+    let clash: KafkaCluster =
+        serde_yaml::from_value(docs("invalid/kafkacluster-port-clash.yaml").remove(0)).unwrap();
+    assert_eq!(clash.spec.controller_port, clash.spec.listener_port);
+    assert!(moldau_operator::cluster::validate::cluster_spec_problem(&clash.spec).is_some());
     let t: KafkaTopic =
         serde_yaml::from_value(docs("invalid/kafkatopic-zero-partitions.yaml").remove(0)).unwrap();
     assert!(t.spec.partitions < 1);

@@ -39,7 +39,7 @@ async fn topic_lifecycle_against_the_real_broker() {
     assert_eq!(md.brokers[0].port, i32::from(broker.addr.port()));
 
     let want = spec(2, &[("retention.ms", "3600000")]);
-    let out = sync_topic(&mut admin, "orders", &want).await.unwrap();
+    let out = sync_topic(&mut admin, "orders", &want, None).await.unwrap();
     assert!(out.problems.is_empty(), "{:?}", out.problems);
     let observed = out.observed.expect("topic exists after create");
     assert_eq!(observed.partitions, 2);
@@ -50,7 +50,7 @@ async fn topic_lifecycle_against_the_real_broker() {
     );
 
     // Idempotent.
-    let out = sync_topic(&mut admin, "orders", &want).await.unwrap();
+    let out = sync_topic(&mut admin, "orders", &want, None).await.unwrap();
     assert!(out.performed.is_empty(), "{:?}", out.performed);
 
     // Drift behind the operator's back is undone.
@@ -61,7 +61,7 @@ async fn topic_lifecycle_against_the_real_broker() {
         )
         .await
         .unwrap();
-    let out = sync_topic(&mut admin, "orders", &want).await.unwrap();
+    let out = sync_topic(&mut admin, "orders", &want, None).await.unwrap();
     assert_eq!(out.performed.len(), 1);
     assert_eq!(out.observed.unwrap().effective["retention.ms"], "3600000");
 
@@ -70,6 +70,7 @@ async fn topic_lifecycle_against_the_real_broker() {
         &mut admin,
         "orders",
         &spec(4, &[("retention.ms", "3600000")]),
+        None,
     )
     .await
     .unwrap();
@@ -79,7 +80,7 @@ async fn topic_lifecycle_against_the_real_broker() {
     // Impossible replication factor on a single broker.
     let mut wide = spec(1, &[]);
     wide.replication_factor = 3;
-    let out = sync_topic(&mut admin, "wide", &wide).await.unwrap();
+    let out = sync_topic(&mut admin, "wide", &wide, None).await.unwrap();
     assert_eq!(out.problems[0].reason, "ReplicationFactorTooHigh");
 
     admin.delete_topic("orders").await.unwrap();

@@ -60,9 +60,12 @@ from what the operator really does (operator/src):
   finalizers subresource for ownerReferences with blockOwnerDeletion;
 - children applied server-side (create + patch), the ones it watches also
   get/list/watch; broker pods deleted one at a time by the rolling restart;
-- leases and configmaps with every verb the brokers' Role grants: RBAC lets
-  the operator create that Role (and bind it) only if it holds the same rights;
-- events.k8s.io Events (kube-runtime Recorder: create + patch).
+- what the brokers' Role (`<cluster>-broker`) grants: the controller Lease
+  (get/update/patch, create), metadatashards (every verb), core and
+  events.k8s.io Events (create/patch). RBAC lets the operator create that
+  Role only if it holds the same rights; it also reads metadatashards (the
+  brokers' cluster record) for KafkaCluster status, and uses the Events
+  itself (kube-runtime Recorder: create + patch).
 */}}
 {{- define "moldau.operatorRules" -}}
 - apiGroups: [moldau.io]
@@ -94,11 +97,17 @@ from what the operator really does (operator/src):
   verbs: [get, create, patch]
 - apiGroups: [""]
   resources: [configmaps]
-  verbs: [get, list, watch, create, update, patch, delete]
+  verbs: [get, list, watch, create, patch]
+# The brokers' Role (per KafkaCluster) grants the verbs below; RBAC lets the
+# operator grant only what it holds itself. It reads the brokers' cluster
+# record (metadatashards) for KafkaCluster status.
 - apiGroups: [coordination.k8s.io]
   resources: [leases]
+  verbs: [get, create, update, patch]
+- apiGroups: [moldau.io]
+  resources: [metadatashards]
   verbs: [get, list, watch, create, update, patch, delete]
-- apiGroups: [events.k8s.io]
+- apiGroups: ["", events.k8s.io]
   resources: [events]
   verbs: [create, patch]
 {{- end }}

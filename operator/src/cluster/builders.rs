@@ -2,8 +2,20 @@
 //! resource (spec + name/namespace/uid for owner references).
 //!
 //! Owns object names, labels, the broker pod template (env contract with the
-//! broker binary, probes, security context, volumes) and the rendering of
-//! `server.properties`. Must not talk to the API server.
+//! broker binary, probes, security context, volumes), the brokers' RBAC and
+//! the rendering of `server.properties`. Must not talk to the API server.
+//!
+//! Cluster mode: every broker runs with `MOLDAU_CLUSTER=kubernetes` in its
+//! pod's namespace, contends for the Lease [`Names::controller_lease`] and,
+//! while it holds it, serves the controller's gRPC on
+//! `$(POD_IP):spec.controllerPort` and keeps the cluster metadata in
+//! `MetadataShard` objects ([`Names::cluster_shard`] and one per topic). The
+//! brokers' Role grants exactly that, through the pod's ServiceAccount.
+//!
+//! `broker.rack` is not passed: `spec.rackTopologyKey` names a node label,
+//! and the downward API exposes no node labels to a pod, so the rack value
+//! is not known when the pod template is built. Brokers run without a rack
+//! (rack-unaware assignment) until the broker can read its Node's label.
 
 use std::collections::BTreeMap;
 
@@ -98,6 +110,15 @@ impl Names {
     pub fn broker_identity(&self) -> String {
         format!("{}-broker", self.cluster)
     }
+    /// The Lease the brokers contend for; its holder is the controller.
+    pub fn controller_lease(&self) -> String {
+        format!("{}-controller", self.cluster)
+    }
+    /// The `MetadataShard` holding the cluster record (controller, epoch,
+    /// registered brokers), written by the controller.
+    pub fn cluster_shard(&self) -> String {
+        moldau_coordination::store::cluster_object_name(&self.cluster)
+    }
     /// PodDisruptionBudget.
     pub fn pdb(&self) -> String {
         self.cluster.clone()
@@ -148,7 +169,7 @@ pub fn common_labels(cluster: &str) -> BTreeMap<String, String> {
 pub struct ClusterObjects {
     /// Identity of the broker pods.
     pub service_account: ServiceAccount,
-    /// Leases and ConfigMaps for the brokers' coordination.
+    /// The controller Lease, MetadataShards and Events, for the brokers.
     pub role: Role,
     /// Binds `role` to `service_account`.
     pub role_binding: RoleBinding,
@@ -224,29 +245,58 @@ fn label_selector(cluster: &str) -> LabelSelector {
     }
 }
 
-fn broker_role(names: &Names, owner: &OwnerReference) -> Role {
-    let verbs: Vec<String> = [
-        "get", "list", "watch", "create", "update", "patch", "delete",
+fn strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+/// API group of Moldau's resources (the brokers' `MetadataShard`s included).
+pub const MOLDAU_GROUP: &str = "moldau.io";
+/// Plural of the brokers' metadata kind.
+pub const METADATA_SHARDS: &str = "metadatashards";
+
+/// The brokers' permissions, exactly what cluster mode needs: the controller
+/// Lease (read and renew it; create it when absent), the cluster's metadata
+/// objects, and Events about them. Nothing else of the namespace.
+pub fn broker_rules(names: &Names) -> Vec<PolicyRule> {
+    vec![
+        PolicyRule {
+            api_groups: Some(strings(&["coordination.k8s.io"])),
+            resources: Some(strings(&["leases"])),
+            resource_names: Some(vec![names.controller_lease()]),
+            verbs: strings(&["get", "update", "patch"]),
+            ..Default::default()
+        },
+        // RBAC cannot restrict `create` by resourceNames (the name is not
+        // known when a create is authorized), so this rule allows creating
+        // any Lease in the namespace; reading or changing one afterwards is
+        // limited to the controller Lease by the rule above.
+        PolicyRule {
+            api_groups: Some(strings(&["coordination.k8s.io"])),
+            resources: Some(strings(&["leases"])),
+            verbs: strings(&["create"]),
+            ..Default::default()
+        },
+        PolicyRule {
+            api_groups: Some(strings(&[MOLDAU_GROUP])),
+            resources: Some(strings(&[METADATA_SHARDS])),
+            verbs: strings(&[
+                "get", "list", "watch", "create", "update", "patch", "delete",
+            ]),
+            ..Default::default()
+        },
+        PolicyRule {
+            api_groups: Some(strings(&["", "events.k8s.io"])),
+            resources: Some(strings(&["events"])),
+            verbs: strings(&["create", "patch"]),
+            ..Default::default()
+        },
     ]
-    .iter()
-    .map(|v| v.to_string())
-    .collect();
+}
+
+fn broker_role(names: &Names, owner: &OwnerReference) -> Role {
     Role {
         metadata: meta(names, names.broker_identity(), owner),
-        rules: Some(vec![
-            PolicyRule {
-                api_groups: Some(vec!["coordination.k8s.io".into()]),
-                resources: Some(vec!["leases".into()]),
-                verbs: verbs.clone(),
-                ..Default::default()
-            },
-            PolicyRule {
-                api_groups: Some(vec!["".into()]),
-                resources: Some(vec!["configmaps".into()]),
-                verbs,
-                ..Default::default()
-            },
-        ]),
+        rules: Some(broker_rules(names)),
     }
 }
 
@@ -353,7 +403,11 @@ fn value_env(name: &str, value: impl Into<String>) -> EnvVar {
 /// accepts that form for `--listen`/`--http-listen` and the advertised
 /// listener (the text after the last `:` is the port), since Kubernetes env
 /// expansion cannot add brackets for one family only.
-pub fn broker_env(cluster: &str, listener_port: i32) -> Vec<EnvVar> {
+///
+/// Cluster mode: `MOLDAU_CLUSTER=kubernetes`, the pod's namespace as
+/// `MOLDAU_NAMESPACE`, and the controller's gRPC listener on the pod IP
+/// (advertised, by the broker's default, as the pod IP and that port).
+pub fn broker_env(cluster: &str, listener_port: i32, controller_port: i32) -> Vec<EnvVar> {
     vec![
         field_env("POD_IP", "status.podIP"),
         field_env("POD_NAME", "metadata.name"),
@@ -362,7 +416,13 @@ pub fn broker_env(cluster: &str, listener_port: i32) -> Vec<EnvVar> {
             "MOLDAU_NODE_ID",
             "metadata.labels['apps.kubernetes.io/pod-index']",
         ),
+        value_env("MOLDAU_CLUSTER", "kubernetes"),
         value_env("MOLDAU_CLUSTER_NAME", cluster),
+        field_env("MOLDAU_NAMESPACE", "metadata.namespace"),
+        value_env(
+            "MOLDAU_CONTROLLER_LISTEN",
+            format!("$(POD_IP):{controller_port}"),
+        ),
         value_env("MOLDAU_LISTEN", format!("$(POD_IP):{listener_port}")),
         value_env(
             "MOLDAU_ADVERTISED_LISTENER",
@@ -426,11 +486,21 @@ fn stateful_set(
     let container = Container {
         name: "broker".into(),
         image: Some(kc.spec.image.clone()),
-        env: Some(broker_env(&names.cluster, kc.spec.listener_port)),
+        env: Some(broker_env(
+            &names.cluster,
+            kc.spec.listener_port,
+            kc.spec.controller_port,
+        )),
         ports: Some(vec![
             ContainerPort {
                 name: Some("kafka".into()),
                 container_port: kc.spec.listener_port,
+                protocol: Some("TCP".into()),
+                ..Default::default()
+            },
+            ContainerPort {
+                name: Some("controller".into()),
+                container_port: kc.spec.controller_port,
                 protocol: Some("TCP".into()),
                 ..Default::default()
             },
@@ -671,6 +741,7 @@ mod tests {
                 },
                 config: BTreeMap::from([("log.retention.ms".into(), "1000".into())]),
                 listener_port: 9092,
+                controller_port: 9091,
                 rack_topology_key: None,
                 pod_template: None,
             },
@@ -813,9 +884,42 @@ mod tests {
 
     #[test]
     fn env_follows_the_broker_contract() {
-        let env = broker_env("demo", 9093);
+        let env = broker_env("demo", 9093, 9091);
         let get = |n: &str| env.iter().find(|e| e.name == n).unwrap().clone();
         assert_eq!(env[0].name, "POD_IP", "POD_IP must precede its uses");
+        // Kubernetes expands $(VAR) only from variables defined earlier.
+        for (i, e) in env.iter().enumerate() {
+            for (j, other) in env.iter().enumerate() {
+                let used = e
+                    .value
+                    .as_deref()
+                    .is_some_and(|v| v.contains(&format!("$({})", other.name)));
+                assert!(
+                    !used || j < i,
+                    "{} uses {} before it is set",
+                    e.name,
+                    other.name
+                );
+            }
+        }
+        assert_eq!(get("MOLDAU_CLUSTER").value.as_deref(), Some("kubernetes"));
+        assert_eq!(
+            get("MOLDAU_NAMESPACE")
+                .value_from
+                .unwrap()
+                .field_ref
+                .unwrap()
+                .field_path,
+            "metadata.namespace"
+        );
+        assert_eq!(
+            get("MOLDAU_CONTROLLER_LISTEN").value.as_deref(),
+            Some("$(POD_IP):9091")
+        );
+        assert!(
+            env.iter().all(|e| e.name != "MOLDAU_CONTROLLER_ADVERTISED"),
+            "the broker's default (pod IP + controller port) is the right one"
+        );
         assert_eq!(
             get("MOLDAU_LISTEN").value.as_deref(),
             Some("$(POD_IP):9093")
@@ -926,26 +1030,109 @@ mod tests {
         let objs = desired_objects(&cluster(3)).unwrap();
         let pdb = objs.pdb.spec.as_ref().unwrap();
         assert_eq!(pdb.max_unavailable, Some(IntOrString::Int(1)));
-        let rules = objs.role.rules.as_ref().unwrap();
-        assert!(rules.iter().any(|r| r
-            .resources
-            .as_ref()
-            .unwrap()
-            .contains(&"leases".to_string())));
-        assert!(rules.iter().any(|r| r
-            .resources
-            .as_ref()
-            .unwrap()
-            .contains(&"configmaps".to_string())));
         let subject = &objs.role_binding.subjects.as_ref().unwrap()[0];
         assert_eq!(
             subject.name,
             objs.service_account.metadata.name.clone().unwrap()
         );
+        assert_eq!(subject.namespace.as_deref(), Some("ns"));
         assert_eq!(
             objs.role_binding.role_ref.name,
             objs.role.metadata.name.clone().unwrap()
         );
+        assert_eq!(objs.role_binding.role_ref.kind, "Role");
+        let pod = sts_spec(&objs).template.spec.as_ref().unwrap();
+        assert_eq!(pod.service_account_name, objs.service_account.metadata.name);
+        assert_eq!(
+            objs.service_account.automount_service_account_token,
+            Some(true)
+        );
+    }
+
+    /// `(group, resource, resourceNames, verbs)` of every rule, flattened.
+    fn grants(role: &Role) -> Vec<(String, String, Vec<String>, Vec<String>)> {
+        let mut out = Vec::new();
+        for r in role.rules.as_ref().unwrap() {
+            for g in r.api_groups.as_ref().unwrap() {
+                for res in r.resources.as_ref().unwrap() {
+                    out.push((
+                        g.clone(),
+                        res.clone(),
+                        r.resource_names.clone().unwrap_or_default(),
+                        r.verbs.clone(),
+                    ));
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn broker_role_grants_exactly_what_cluster_mode_needs() {
+        let objs = desired_objects(&cluster(3)).unwrap();
+        let v = |vs: &[&str]| vs.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            grants(&objs.role),
+            vec![
+                (
+                    "coordination.k8s.io".into(),
+                    "leases".into(),
+                    v(&["demo-controller"]),
+                    v(&["get", "update", "patch"])
+                ),
+                (
+                    "coordination.k8s.io".into(),
+                    "leases".into(),
+                    vec![],
+                    v(&["create"])
+                ),
+                (
+                    "moldau.io".into(),
+                    "metadatashards".into(),
+                    vec![],
+                    v(&["get", "list", "watch", "create", "update", "patch", "delete"])
+                ),
+                ("".into(), "events".into(), vec![], v(&["create", "patch"])),
+                (
+                    "events.k8s.io".into(),
+                    "events".into(),
+                    vec![],
+                    v(&["create", "patch"])
+                ),
+            ]
+        );
+        // No wildcard, no Secrets, no ConfigMaps, no Pods.
+        for (g, res, _, verbs) in grants(&objs.role) {
+            assert!(g != "*" && res != "*" && !verbs.contains(&"*".to_string()));
+            assert!(!["secrets", "configmaps", "pods"].contains(&res.as_str()));
+        }
+        let names = Names::of(&cluster(1)).unwrap();
+        assert_eq!(names.controller_lease(), "demo-controller");
+        assert_eq!(names.cluster_shard(), "demo-cluster");
+    }
+
+    #[test]
+    fn controller_port_is_a_container_port() {
+        let mut kc = cluster(1);
+        kc.spec.controller_port = 9300;
+        let objs = desired_objects(&kc).unwrap();
+        let c = container(&objs);
+        let port = c
+            .ports
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|p| p.name.as_deref() == Some("controller"))
+            .unwrap();
+        assert_eq!(port.container_port, 9300);
+        let listen = c
+            .env
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|e| e.name == "MOLDAU_CONTROLLER_LISTEN")
+            .unwrap();
+        assert_eq!(listen.value.as_deref(), Some("$(POD_IP):9300"));
     }
 
     #[test]

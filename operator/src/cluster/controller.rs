@@ -1,7 +1,13 @@
 //! The async edge of the `KafkaCluster` reconciler: server-side applies the
-//! desired objects, observes the StatefulSet and its pods, deletes at most one
-//! outdated pod per reconcile (as the rollout planner says), writes status and
-//! publishes Events. All decisions come from `builders`, `rollout`, `status`.
+//! desired objects, observes the StatefulSet, its pods and the brokers'
+//! cluster record (read through the API server, never from a broker),
+//! deletes at most one outdated pod per reconcile (as the rollout planner
+//! says), writes status and publishes Events. All decisions come from
+//! `builders`, `rollout`, `status`.
+//!
+//! The cluster record is not watched (its kind belongs to the brokers and
+//! may not be installed yet); a cluster that is not Ready is reconciled again
+//! after `retry`, a Ready one after `cluster_resync` or at any pod change.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -24,8 +30,11 @@ use crate::crd::{format_time, KafkaCluster};
 use crate::error::{Error, Result};
 
 use super::builders::{self, ClusterObjects, Names, CLUSTER_LABEL};
+use super::membership::read_membership;
 use super::rollout::{next_step, PodState, RolloutStep};
-use super::status::{cluster_status, status_events, ClusterObservation, Problem};
+use super::status::{
+    cluster_status, status_events, status_patch, ClusterObservation, Problem, READY,
+};
 use super::validate::cluster_spec_problem;
 
 const KIND: &str = "KafkaCluster";
@@ -212,6 +221,7 @@ async fn reconcile_inner(kc: &KafkaCluster, ctx: &Context) -> Result<Action> {
         }
     }
 
+    let membership = read_membership(client, &names).await?;
     let obs = ClusterObservation {
         generation: kc.metadata.generation,
         desired_replicas: kc.spec.replicas,
@@ -221,13 +231,14 @@ async fn reconcile_inner(kc: &KafkaCluster, ctx: &Context) -> Result<Action> {
         problem: problem.clone(),
         selector,
         bootstrap_servers: builders::bootstrap_servers(&names, kc.spec.listener_port),
+        membership,
     };
     let now = format_time(k8s_openapi::jiff::Timestamp::now());
     let old_status = kc.status.as_ref();
     let status = cluster_status(old_status, &obs, &now);
     if old_status != Some(&status) {
         let api: Api<KafkaCluster> = Api::namespaced(client.clone(), &ns);
-        let patch = serde_json::json!({ "status": status });
+        let patch = status_patch(&status);
         api.patch_status(
             &names.cluster,
             &PatchParams::default(),
@@ -241,7 +252,7 @@ async fn reconcile_inner(kc: &KafkaCluster, ctx: &Context) -> Result<Action> {
 
     let settled = problem.is_none()
         && matches!(step, RolloutStep::UpToDate)
-        && status.ready_replicas == kc.spec.replicas;
+        && crate::crd::find_condition(&status.conditions, READY).is_some_and(|c| c.is_true());
     Ok(if settled {
         Action::requeue(ctx.tunables.cluster_resync)
     } else {

@@ -1,13 +1,22 @@
 //! Pure status logic of a `KafkaCluster`: from what the controller observed
-//! (pods, StatefulSet revision, rollout decision, reconcile error) to the
-//! status object and its `Ready` / `Progressing` / `Degraded` conditions, plus
-//! the Events a status change deserves. Must not talk to the API server.
+//! (pods, StatefulSet revision, rollout decision, reconcile error, the
+//! brokers' cluster record) to the status object and its `Ready` /
+//! `Progressing` / `Degraded` conditions, plus the Events a status change
+//! deserves. Must not talk to the API server.
+//!
+//! `Ready=True` means one Kafka cluster: every desired broker pod is Ready
+//! and runs the current template, and every desired node id (the pod
+//! ordinals `0..replicas`) is registered, not fenced, with the one
+//! controller the cluster record names. Ready pods alone are not enough: a
+//! broker that never joined the cluster serves a cluster of its own.
 
 use crate::crd::{find_condition, merge_conditions, Condition, KafkaClusterStatus};
 
+use super::membership::Membership;
 use super::rollout::{PodState, RolloutStep};
 
-/// Condition type: all brokers are up and run the current template.
+/// Condition type: all brokers are up, run the current template and are
+/// registered with one controller.
 pub const READY: &str = "Ready";
 /// Condition type: the operator is moving the cluster towards its spec.
 pub const PROGRESSING: &str = "Progressing";
@@ -42,6 +51,56 @@ pub struct ClusterObservation {
     pub selector: String,
     /// `status.bootstrapServers`.
     pub bootstrap_servers: String,
+    /// The brokers' cluster record.
+    pub membership: Membership,
+}
+
+/// Node ids `0..desired` that are not registered (unfenced) in `view`.
+fn unregistered(desired: i32, registered: &[i32]) -> Vec<i32> {
+    (0..desired.max(0))
+        .filter(|id| !registered.contains(id))
+        .collect()
+}
+
+fn list(ids: &[i32]) -> String {
+    ids.iter()
+        .map(|i| i.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Why the brokers are not one registered cluster, as `(reason, message)`;
+/// None when every desired broker is registered with the controller.
+fn membership_gap(desired: i32, membership: &Membership) -> Option<(&'static str, String)> {
+    match membership {
+        Membership::Absent => Some((
+            "NoController",
+            "no controller elected yet: the brokers' cluster record does not exist".into(),
+        )),
+        Membership::Unreadable(why) => Some(("ClusterRecordUnreadable", why.clone())),
+        Membership::Known(v) => {
+            let Some(controller) = v.controller else {
+                return Some((
+                    "NoController",
+                    format!(
+                        "the cluster record names no active controller (epoch {})",
+                        v.epoch
+                    ),
+                ));
+            };
+            let missing = unregistered(desired, &v.registered);
+            (!missing.is_empty()).then(|| {
+                (
+                    "BrokersNotRegistered",
+                    format!(
+                        "{}/{desired} brokers registered with controller {controller}; not registered: {}",
+                        desired - missing.len() as i32,
+                        list(&missing)
+                    ),
+                )
+            })
+        }
+    }
 }
 
 /// Computes the new status. `now` is an RFC 3339 time for transitions.
@@ -92,6 +151,18 @@ pub fn cluster_status(
             "BrokersStarting",
             format!("{ready}/{desired} brokers ready"),
         ),
+        _ if matches!(
+            membership_gap(desired, &obs.membership),
+            Some(("BrokersNotRegistered" | "NoController", _))
+        ) =>
+        {
+            Condition::new(
+                PROGRESSING,
+                true,
+                "BrokersRegistering",
+                "brokers are ready; waiting for them to register with a controller",
+            )
+        }
         _ => Condition::new(
             PROGRESSING,
             false,
@@ -107,21 +178,31 @@ pub fn cluster_status(
             "ReconcileFailed",
             "see the Degraded condition",
         )
-    } else if ready >= desired && updated >= desired && replicas == desired {
-        Condition::new(
-            READY,
-            true,
-            "AllBrokersReady",
-            format!("{ready}/{desired} brokers ready"),
-        )
-    } else {
+    } else if !(ready >= desired && updated >= desired && replicas == desired) {
         Condition::new(
             READY,
             false,
             "BrokersNotReady",
             format!("{ready}/{desired} brokers ready"),
         )
+    } else if let Some((reason, message)) = membership_gap(desired, &obs.membership) {
+        Condition::new(READY, false, reason, message)
+    } else {
+        let (controller, epoch) = obs
+            .membership
+            .view()
+            .map(|v| (v.controller.unwrap_or(-1), v.epoch))
+            .unwrap_or((-1, 0));
+        Condition::new(
+            READY,
+            true,
+            "AllBrokersRegistered",
+            format!(
+                "{desired}/{desired} brokers ready and registered with controller {controller} (epoch {epoch})"
+            ),
+        )
     };
+    let view = obs.membership.view();
 
     let old_conditions = old.map(|s| s.conditions.as_slice()).unwrap_or(&[]);
     KafkaClusterStatus {
@@ -137,7 +218,23 @@ pub fn cluster_status(
         updated_replicas: updated,
         selector: Some(obs.selector.clone()),
         bootstrap_servers: Some(obs.bootstrap_servers.clone()),
+        controller: view.and_then(|v| v.controller),
+        controller_epoch: view.map(|v| v.epoch),
+        registered_brokers: view.map(|v| v.registered.clone()).unwrap_or_default(),
     }
+}
+
+/// The merge patch that writes `status`: fields the status leaves out (no
+/// controller, no registered broker) are sent as `null`, so a merge patch
+/// removes a value that is no longer true instead of keeping it.
+pub fn status_patch(status: &KafkaClusterStatus) -> serde_json::Value {
+    let mut value = serde_json::to_value(status).unwrap_or_default();
+    if let Some(obj) = value.as_object_mut() {
+        for key in ["controller", "controllerEpoch", "registeredBrokers"] {
+            obj.entry(key).or_insert(serde_json::Value::Null);
+        }
+    }
+    serde_json::json!({ "status": value })
 }
 
 /// An Event to publish: `(warning, reason, note)`.
@@ -193,6 +290,15 @@ pub fn status_events(old: Option<&KafkaClusterStatus>, new: &KafkaClusterStatus)
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::membership::ClusterView;
+
+    fn known(controller: Option<i32>, epoch: i64, registered: &[i32]) -> Membership {
+        Membership::Known(ClusterView {
+            controller,
+            epoch,
+            registered: registered.to_vec(),
+        })
+    }
 
     fn pod(ordinal: i32, rev: &str, ready: bool) -> PodState {
         PodState {
@@ -214,7 +320,12 @@ mod tests {
             problem: None,
             selector: "a=b".into(),
             bootstrap_servers: "demo-bootstrap.ns.svc:9092".into(),
+            membership: known(Some(1), 5, &[0, 1, 2]),
         }
+    }
+
+    fn all_pods_ready() -> Vec<PodState> {
+        vec![pod(0, "r2", true), pod(1, "r2", true), pod(2, "r2", true)]
     }
 
     fn cond<'a>(s: &'a KafkaClusterStatus, t: &str) -> &'a Condition {
@@ -236,6 +347,14 @@ mod tests {
             (3, 3, 3)
         );
         assert_eq!(s.observed_generation, Some(4));
+        assert_eq!(cond(&s, READY).reason, "AllBrokersRegistered");
+        assert_eq!(
+            cond(&s, READY).message,
+            "3/3 brokers ready and registered with controller 1 (epoch 5)"
+        );
+        assert_eq!(s.controller, Some(1));
+        assert_eq!(s.controller_epoch, Some(5));
+        assert_eq!(s.registered_brokers, vec![0, 1, 2]);
         assert_eq!(s.selector.as_deref(), Some("a=b"));
         assert_eq!(cond(&s, READY).observed_generation, Some(4));
         assert_eq!(cond(&s, READY).last_transition_time.as_deref(), Some("t0"));
@@ -308,7 +427,7 @@ mod tests {
             vec![EventSpec {
                 warning: false,
                 reason: "ClusterReady".into(),
-                note: "3/3 brokers ready".into()
+                note: "3/3 brokers ready and registered with controller 1 (epoch 5)".into()
             }]
         );
     }
@@ -324,5 +443,131 @@ mod tests {
         let s = cluster_status(None, &o, "t0");
         assert_eq!(s.replicas, 2);
         assert!(!cond(&s, READY).is_true());
+    }
+
+    #[test]
+    fn ready_pods_without_a_controller_are_not_ready() {
+        // Today's failure: three Ready pods, each its own one-broker cluster.
+        let mut o = obs(all_pods_ready(), RolloutStep::UpToDate);
+        o.membership = Membership::Absent;
+        let s = cluster_status(None, &o, "t0");
+        assert!(!cond(&s, READY).is_true());
+        assert_eq!(cond(&s, READY).reason, "NoController");
+        assert_eq!(cond(&s, PROGRESSING).reason, "BrokersRegistering");
+        assert_eq!((s.controller, s.controller_epoch), (None, None));
+        assert!(s.registered_brokers.is_empty());
+        assert_eq!(s.ready_replicas, 3);
+
+        o.membership = known(None, 2, &[0]);
+        let s = cluster_status(None, &o, "t0");
+        assert_eq!(cond(&s, READY).reason, "NoController");
+        assert_eq!(s.controller, None);
+        assert_eq!(s.controller_epoch, Some(2));
+        assert_eq!(s.registered_brokers, vec![0]);
+    }
+
+    #[test]
+    fn brokers_not_registered_says_which() {
+        let mut o = obs(all_pods_ready(), RolloutStep::UpToDate);
+        o.membership = known(Some(1), 3, &[0, 1]);
+        let s = cluster_status(None, &o, "t0");
+        let ready = cond(&s, READY);
+        assert!(!ready.is_true());
+        assert_eq!(ready.reason, "BrokersNotRegistered");
+        assert_eq!(
+            ready.message,
+            "2/3 brokers registered with controller 1; not registered: 2"
+        );
+        assert_eq!(cond(&s, PROGRESSING).reason, "BrokersRegistering");
+        assert_eq!(s.registered_brokers, vec![0, 1]);
+        // A registered broker outside 0..replicas does not stand in for a
+        // missing one.
+        o.membership = known(Some(1), 3, &[0, 1, 5]);
+        let s = cluster_status(None, &o, "t0");
+        assert_eq!(cond(&s, READY).reason, "BrokersNotRegistered");
+        // ... and one left over after a scale-down does not block Ready.
+        o.membership = known(Some(1), 3, &[0, 1, 2, 3]);
+        let s = cluster_status(None, &o, "t0");
+        assert!(cond(&s, READY).is_true());
+    }
+
+    #[test]
+    fn unreadable_record_is_reported() {
+        let mut o = obs(all_pods_ready(), RolloutStep::UpToDate);
+        o.membership = Membership::Unreadable("spec.clusterRecord is invalid: x".into());
+        let s = cluster_status(None, &o, "t0");
+        assert_eq!(cond(&s, READY).reason, "ClusterRecordUnreadable");
+        assert!(cond(&s, READY).message.contains("invalid"));
+        assert_eq!(cond(&s, PROGRESSING).reason, "Stable");
+    }
+
+    #[test]
+    fn pods_not_ready_come_before_registration() {
+        let mut o = obs(
+            vec![pod(0, "r2", true), pod(1, "r2", false), pod(2, "r2", true)],
+            RolloutStep::UpToDate,
+        );
+        o.membership = Membership::Absent;
+        let s = cluster_status(None, &o, "t0");
+        assert_eq!(cond(&s, READY).reason, "BrokersNotReady");
+        assert_eq!(cond(&s, PROGRESSING).reason, "BrokersStarting");
+    }
+
+    #[test]
+    fn registration_transitions_and_events() {
+        // scale 1 -> 3: pods come up, register one by one, then Ready.
+        let mut o = obs(all_pods_ready(), RolloutStep::UpToDate);
+        o.membership = known(Some(0), 1, &[0]);
+        let s1 = cluster_status(None, &o, "t0");
+        assert_eq!(cond(&s1, READY).reason, "BrokersNotRegistered");
+        assert!(cond(&s1, READY).message.starts_with("1/3 "));
+        o.membership = known(Some(0), 1, &[0, 1, 2]);
+        let s2 = cluster_status(Some(&s1), &o, "t1");
+        assert!(cond(&s2, READY).is_true());
+        assert_eq!(cond(&s2, READY).last_transition_time.as_deref(), Some("t1"));
+        assert_eq!(
+            status_events(Some(&s1), &s2),
+            vec![EventSpec {
+                warning: false,
+                reason: "ClusterReady".into(),
+                note: "3/3 brokers ready and registered with controller 0 (epoch 1)".into()
+            }]
+        );
+        // broker 2 is fenced: not Ready, with a warning Event.
+        o.membership = known(Some(0), 1, &[0, 1]);
+        let s3 = cluster_status(Some(&s2), &o, "t2");
+        assert_eq!(cond(&s3, READY).reason, "BrokersNotRegistered");
+        let events = status_events(Some(&s2), &s3);
+        assert!(events
+            .iter()
+            .any(|e| e.reason == "ClusterNotReady" && e.warning));
+        // failover: a new controller with a higher epoch.
+        o.membership = known(Some(2), 2, &[0, 1, 2]);
+        let s4 = cluster_status(Some(&s3), &o, "t3");
+        assert!(cond(&s4, READY).is_true());
+        assert_eq!((s4.controller, s4.controller_epoch), (Some(2), Some(2)));
+    }
+
+    #[test]
+    fn a_lost_controller_is_removed_by_the_patch() {
+        let mut o = obs(all_pods_ready(), RolloutStep::UpToDate);
+        o.membership = Membership::Absent;
+        let patch = status_patch(&cluster_status(None, &o, "t0"));
+        assert!(patch["status"]["controller"].is_null());
+        assert!(patch["status"]
+            .as_object()
+            .unwrap()
+            .contains_key("registeredBrokers"));
+        assert!(patch["status"]["registeredBrokers"].is_null());
+        assert_eq!(patch["status"]["replicas"], 3);
+    }
+
+    #[test]
+    fn status_fields_serialize_in_camel_case() {
+        let s = cluster_status(None, &obs(all_pods_ready(), RolloutStep::UpToDate), "t0");
+        let json = serde_json::to_value(&s).unwrap();
+        assert_eq!(json["controller"], 1);
+        assert_eq!(json["controllerEpoch"], 5);
+        assert_eq!(json["registeredBrokers"], serde_json::json!([0, 1, 2]));
     }
 }

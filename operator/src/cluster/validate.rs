@@ -1,12 +1,14 @@
 //! Checks of a `KafkaCluster` spec that the CRD schema cannot express cheaply
 //! (map keys): config keys must look like Kafka config names and must not be
-//! ones the operator sets itself. Pure; a failure becomes a `Degraded`
+//! ones the operator sets itself; and, again, that the broker's ports differ
+//! (the CRD's CEL rule says so too, but an older CRD may be installed). Pure; a failure becomes a `Degraded`
 //! condition, never a crash.
 
 use std::collections::BTreeMap;
 
 use crate::crd::{KafkaClusterSpec, RESERVED_BROKER_CONFIG};
 
+use super::builders::BROKER_HTTP_PORT;
 use super::status::Problem;
 
 /// Whether `key` looks like a Kafka config name.
@@ -30,6 +32,19 @@ pub fn bad_config_names(config: &BTreeMap<String, String>) -> Vec<String> {
 
 /// The first problem of a cluster spec, if any.
 pub fn cluster_spec_problem(spec: &KafkaClusterSpec) -> Option<Problem> {
+    let ports = [
+        ("spec.listenerPort", spec.listener_port),
+        ("spec.controllerPort", spec.controller_port),
+        ("the broker's HTTP port", BROKER_HTTP_PORT),
+    ];
+    for (i, (a, pa)) in ports.iter().enumerate() {
+        if let Some((b, _)) = ports[i + 1..].iter().find(|(_, pb)| pb == pa) {
+            return Some(Problem {
+                reason: "InvalidPorts".into(),
+                message: format!("{a} and {b} are both {pa}; each needs its own port"),
+            });
+        }
+    }
     let bad = bad_config_names(&spec.config);
     if !bad.is_empty() {
         return Some(Problem {
@@ -78,6 +93,7 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(spec.listener_port, 9092);
+        assert_eq!(spec.controller_port, 9091);
         assert_eq!(cluster_spec_problem(&spec), None);
         spec.config.insert("listeners".into(), "x".into());
         let p = cluster_spec_problem(&spec).unwrap();
@@ -88,5 +104,34 @@ mod tests {
             .unwrap()
             .message
             .contains("Bad Key"));
+    }
+
+    #[test]
+    fn ports_must_differ() {
+        let mut spec: KafkaClusterSpec = serde_json::from_value(serde_json::json!({
+            "replicas": 1, "image": "i", "storage": {"size": "1Gi"},
+            "listenerPort": 9000, "controllerPort": 9000
+        }))
+        .unwrap();
+        let p = cluster_spec_problem(&spec).unwrap();
+        assert_eq!(p.reason, "InvalidPorts");
+        assert!(p.message.contains("spec.controllerPort"), "{}", p.message);
+        spec.controller_port = BROKER_HTTP_PORT;
+        assert!(cluster_spec_problem(&spec)
+            .unwrap()
+            .message
+            .contains("HTTP port"));
+        spec.controller_port = 9001;
+        assert_eq!(cluster_spec_problem(&spec), None);
+    }
+
+    #[test]
+    fn the_crd_rule_names_the_http_port() {
+        use kube::CustomResourceExt;
+        let yaml = serde_yaml::to_string(&crate::crd::KafkaCluster::crd()).unwrap();
+        assert!(
+            yaml.contains(&format!("self.spec.controllerPort != {BROKER_HTTP_PORT}")),
+            "the CEL rule must use the broker's HTTP port"
+        );
     }
 }

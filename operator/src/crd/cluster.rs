@@ -3,7 +3,8 @@
 //! Validation the API server enforces (OpenAPI bounds + CEL): the name fits the
 //! child objects' name limits, `replicas >= 1`, `storage.size` is a positive
 //! quantity, storage size and class are immutable (a StatefulSet cannot change
-//! its volume claim templates), the listener port is a port, and the broker
+//! its volume claim templates), the listener and controller ports are ports
+//! and differ from each other and from the broker's HTTP port, and the broker
 //! config cannot override the keys the operator owns (`node.id`, listeners,
 //! log directories; checked by the operator, since CEL over map keys of
 //! unbounded length exceeds the API server's rule cost budget).
@@ -46,6 +47,9 @@ pub const RESERVED_BROKER_CONFIG: &[&str] = &[
     ),
     printcolumn(name = "Desired", type_ = "integer", json_path = ".spec.replicas"),
     printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas"),
+    printcolumn(name = "Controller", type_ = "integer", json_path = ".status.controller"),
+    printcolumn(name = "Epoch", type_ = "integer", json_path = ".status.controllerEpoch", priority = 1),
+    printcolumn(name = "Registered", type_ = "string", json_path = ".status.registeredBrokers", priority = 1),
     printcolumn(
         name = "Status",
         type_ = "string",
@@ -54,7 +58,9 @@ pub const RESERVED_BROKER_CONFIG: &[&str] = &[
     printcolumn(name = "Bootstrap", type_ = "string", json_path = ".status.bootstrapServers", priority = 1),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     validation = Rule::new("self.metadata.name.size() <= 52").message("metadata.name must be at most 52 characters (StatefulSet and Service names derive from it)"),
-    validation = Rule::new("self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')").message("metadata.name must be a DNS-1035 label (lower case letters, digits, '-', starting with a letter)")
+    validation = Rule::new("self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')").message("metadata.name must be a DNS-1035 label (lower case letters, digits, '-', starting with a letter)"),
+    validation = Rule::new("self.spec.controllerPort != self.spec.listenerPort").message("spec.controllerPort must differ from spec.listenerPort"),
+    validation = Rule::new("self.spec.controllerPort != 9644 && self.spec.listenerPort != 9644").message("spec.listenerPort and spec.controllerPort must differ from the broker's HTTP port 9644")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct KafkaClusterSpec {
@@ -76,6 +82,11 @@ pub struct KafkaClusterSpec {
     #[serde(default = "default_listener_port")]
     #[schemars(range(min = 1, max = 65535))]
     pub listener_port: i32,
+    /// Port of the controller's gRPC endpoint, served by the broker while it
+    /// is the elected controller; the other brokers dial it at the pod IP.
+    #[serde(default = "default_controller_port")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub controller_port: i32,
     /// Node label that names a broker's rack, e.g. `topology.kubernetes.io/zone`.
     /// Brokers are spread evenly across its values.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -88,6 +99,11 @@ pub struct KafkaClusterSpec {
 /// Default Kafka listener port.
 pub fn default_listener_port() -> i32 {
     9092
+}
+
+/// Default port of the controller's gRPC endpoint.
+pub fn default_controller_port() -> i32 {
+    9091
 }
 
 /// Persistent storage of each broker (one PersistentVolumeClaim per broker).
@@ -156,4 +172,15 @@ pub struct KafkaClusterStatus {
     /// Comma-separated `host:port` list for clients inside the cluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bootstrap_servers: Option<String>,
+    /// Node id of the active controller, as the brokers' cluster record
+    /// names it; absent while no controller has been elected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub controller: Option<i32>,
+    /// Epoch of the active controller's term (grows with every election).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub controller_epoch: Option<i64>,
+    /// Node ids of the brokers registered with the controller and not
+    /// fenced, ascending.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub registered_brokers: Vec<i32>,
 }

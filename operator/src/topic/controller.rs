@@ -1,6 +1,8 @@
 //! The async edge of the `KafkaTopic` reconciler: finds the referenced
 //! KafkaCluster, picks a Ready broker pod by its pod IP (never a Service or
-//! DNS name), runs `sync` through the admin client, writes status, publishes
+//! DNS name), reads the brokers' cluster record through the API server (the
+//! registered-broker count a replication factor is checked against), runs
+//! `sync` through the admin client, writes status, publishes
 //! Events, and applies `deletionPolicy` in a finalizer that never blocks
 //! deletion once the cluster is gone or being deleted.
 
@@ -17,8 +19,9 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{watcher, Controller};
 use kube::{Resource, ResourceExt};
 
-use crate::cluster::builders::selector_string;
+use crate::cluster::builders::{selector_string, Names};
 use crate::cluster::controller::pod_state;
+use crate::cluster::membership::read_membership;
 use crate::cluster::status::Problem;
 use crate::context::Context;
 use crate::crd::{find_condition, format_time, DeletionPolicy, KafkaCluster, KafkaTopic};
@@ -121,8 +124,9 @@ pub fn conflicting_owner(me: &KafkaTopic, all: &[KafkaTopic]) -> Option<String> 
 
 /// Where to reach the cluster of a topic, or why it cannot be reached.
 enum Target {
-    /// Ready brokers (id, pod address), lowest id first; never empty.
-    Broker(Vec<(i32, SocketAddr)>),
+    /// Ready brokers (id, pod address), lowest id first, never empty; and
+    /// the brokers registered with the controller, when the record is known.
+    Broker(Vec<(i32, SocketAddr)>, Option<usize>),
     Unavailable(Problem),
     /// The cluster does not exist or is being deleted.
     Gone(Problem),
@@ -151,13 +155,17 @@ async fn target(ctx: &Context, kt: &KafkaTopic) -> Result<Target> {
         .list(&ListParams::default().labels(&selector_string(cluster_name)))
         .await?;
     let brokers = ready_brokers(&list.items, kc.spec.listener_port);
-    Ok(match brokers.is_empty() {
-        false => Target::Broker(brokers),
-        true => Target::Unavailable(Problem {
+    if brokers.is_empty() {
+        return Ok(Target::Unavailable(Problem {
             reason: "NoBrokerReady".into(),
             message: format!("no Ready broker pod with an IP in KafkaCluster {ns}/{cluster_name}"),
-        }),
-    })
+        }));
+    }
+    let names = Names::of(&kc)?;
+    let registered = read_membership(&ctx.client, &names)
+        .await?
+        .registered_count();
+    Ok(Target::Broker(brokers, registered))
 }
 
 fn action_event(action: &TopicAction, topic: &str) -> (&'static str, String) {
@@ -234,8 +242,8 @@ async fn apply_topic(kt: Arc<KafkaTopic>, ctx: Arc<Context>) -> Result<Action> {
         write_status(&ctx, &kt, &reference, None, &[p]).await?;
         return Ok(Action::requeue(ctx.tunables.topic_resync));
     }
-    let brokers = match target(&ctx, &kt).await? {
-        Target::Broker(brokers) => brokers,
+    let (brokers, registered) = match target(&ctx, &kt).await? {
+        Target::Broker(brokers, registered) => (brokers, registered),
         Target::Unavailable(p) | Target::Gone(p) => {
             write_status(&ctx, &kt, &reference, None, &[p]).await?;
             return Ok(Action::requeue(ctx.tunables.retry));
@@ -245,7 +253,7 @@ async fn apply_topic(kt: Arc<KafkaTopic>, ctx: Arc<Context>) -> Result<Action> {
     let outcome = match connect_admin(&ctx, &brokers).await {
         Ok((mut admin, controller)) => {
             addr = controller;
-            sync_topic(&mut admin, &name, &kt.spec).await
+            sync_topic(&mut admin, &name, &kt.spec, registered).await
         }
         Err(e) => Err(e),
     };
@@ -316,7 +324,7 @@ async fn cleanup_topic(kt: Arc<KafkaTopic>, ctx: Arc<Context>) -> Result<Action>
             "cannot delete topic {name} yet: {}",
             p.message
         ))),
-        Target::Broker(brokers) => {
+        Target::Broker(brokers, _) => {
             let (mut admin, _) = connect_admin(&ctx, &brokers).await?;
             admin.delete_topic(&name).await?;
             ctx.events

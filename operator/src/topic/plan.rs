@@ -63,8 +63,16 @@ fn problem(reason: &str, message: String) -> Problem {
     }
 }
 
+/// The broker count a replication factor is checked against: the brokers
+/// registered (unfenced) in the controller's cluster record when there is
+/// one, else the brokers the Metadata response lists (a broker that is its
+/// own one-broker cluster lists only itself). Ready pods never count.
+pub fn broker_count(registered: Option<usize>, metadata_brokers: usize) -> usize {
+    registered.unwrap_or(metadata_brokers)
+}
+
 /// Plans the actions for `spec` given the observed topic (None = absent) and
-/// the number of live brokers.
+/// the number of live brokers (see [`broker_count`]).
 pub fn plan(spec: &KafkaTopicSpec, observed: Option<&ObservedTopic>, brokers: usize) -> TopicPlan {
     let mut out = TopicPlan::default();
     let bad = bad_config_names(&spec.config);
@@ -194,6 +202,32 @@ mod tests {
         assert!(p.actions.is_empty());
         assert_eq!(p.problems[0].reason, "ReplicationFactorTooHigh");
         assert!(p.problems[0].message.contains("has 1"));
+    }
+
+    #[test]
+    fn registered_brokers_decide_the_replication_factor() {
+        // 3 Ready pods that are 3 one-broker clusters: no record, Metadata says 1.
+        let n = broker_count(None, 1);
+        let p = plan(&spec(3, 3, &[]), None, n);
+        assert_eq!(p.problems[0].reason, "ReplicationFactorTooHigh");
+        // The record has 2 registered unfenced brokers: RF 3 still refused,
+        // whatever one broker's Metadata says.
+        let p = plan(&spec(3, 3, &[]), None, broker_count(Some(2), 3));
+        assert_eq!(p.problems[0].reason, "ReplicationFactorTooHigh");
+        assert!(p.problems[0].message.contains("has 2"));
+        // 3 registered: accepted.
+        let p = plan(&spec(3, 3, &[]), None, broker_count(Some(3), 1));
+        assert!(p.problems.is_empty());
+        assert!(matches!(
+            p.actions[0],
+            TopicAction::Create {
+                replication_factor: 3,
+                ..
+            }
+        ));
+        // A record with nobody registered refuses even RF 1.
+        let p = plan(&spec(1, 1, &[]), None, broker_count(Some(0), 1));
+        assert_eq!(p.problems[0].reason, "ReplicationFactorTooHigh");
     }
 
     #[test]

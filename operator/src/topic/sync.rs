@@ -8,7 +8,7 @@ use crate::crd::KafkaTopicSpec;
 use crate::kafka::admin::SOURCE_TOPIC_CONFIG;
 use crate::kafka::{codes, AdminClient, KafkaError};
 
-use super::plan::{plan, ObservedTopic, TopicAction};
+use super::plan::{broker_count, plan, ObservedTopic, TopicAction};
 
 /// What one sync did and saw.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -19,7 +19,7 @@ pub struct SyncOutcome {
     pub problems: Vec<Problem>,
     /// Actions that succeeded.
     pub performed: Vec<TopicAction>,
-    /// Live brokers reported by Metadata.
+    /// The broker count the plan used (see [`broker_count`]).
     pub brokers: usize,
 }
 
@@ -81,13 +81,17 @@ fn rejected(e: &KafkaError) -> Option<Problem> {
     }
 }
 
-/// Brings topic `name` to `spec` through `admin`.
+/// Brings topic `name` to `spec` through `admin`. `registered` is the number
+/// of brokers registered with the controller, when the cluster record is
+/// known; otherwise the Metadata response's broker count is used.
 pub async fn sync_topic(
     admin: &mut AdminClient,
     name: &str,
     spec: &KafkaTopicSpec,
+    registered: Option<usize>,
 ) -> Result<SyncOutcome, KafkaError> {
-    let (observed, brokers) = observe(admin, name).await?;
+    let (observed, metadata_brokers) = observe(admin, name).await?;
+    let brokers = broker_count(registered, metadata_brokers);
     let topic_plan = plan(spec, observed.as_ref(), brokers);
     let mut outcome = SyncOutcome {
         problems: topic_plan.problems,
