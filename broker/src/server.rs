@@ -165,10 +165,10 @@ pub async fn run_reporting(
             .await;
     });
 
-    let cluster_tasks = if crate::controller::mode::is_cluster(&cli) {
-        crate::controller::mode::start(&broker, &cli, shutdown.clone()).await?
+    let cluster_mode = if crate::controller::mode::is_cluster(&cli) {
+        Some(crate::controller::mode::start(&broker, &cli, shutdown.clone()).await?)
     } else {
-        Vec::new()
+        None
     };
 
     let hk_broker = broker.clone();
@@ -262,8 +262,8 @@ pub async fn run_reporting(
     })
     .await;
     housekeeping.abort();
-    for t in &cluster_tasks {
-        t.abort();
+    if let Some(mode) = cluster_mode {
+        mode.stop().await;
     }
     group_task.abort();
     http_task.abort();

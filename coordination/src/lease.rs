@@ -468,7 +468,7 @@ impl Elector {
 
     /// Stops contending and, when holding the Lease, clears its holder so the
     /// next candidate takes over at once. Returns whether we held it.
-    pub async fn release(self) -> kube::Result<bool> {
+    pub async fn release(&self) -> kube::Result<bool> {
         self.stop();
         // Wait for the task to be gone, so no renewal of ours follows.
         let task = self.task.abort_handle();

@@ -426,5 +426,93 @@ async fn brokers_form_one_cluster_through_kubernetes_and_fence_a_paused_controll
         12,
         "every record back"
     );
+
+    // The API server stopped (SIGSTOP) for 30 s while a client produces to
+    // and consumes from every partition: nothing fails, nothing is lost;
+    // metadata changes wait, and resume once it is back.
+    let apiserver: i32 = std::fs::read_to_string(paths::state_dir().join("pids/kube-apiserver"))?
+        .trim()
+        .parse()?;
+    unsafe { libc::kill(apiserver, libc::SIGSTOP) };
+    let resume = Resume(apiserver);
+    let outage = Instant::now();
+    let mut sent = 0;
+    while outage.elapsed() < Duration::from_secs(30) {
+        let p = (sent % 12).to_string();
+        kcat(
+            &[
+                "-P",
+                "-b",
+                &last_bootstrap,
+                "-t",
+                "orders",
+                "-p",
+                &p,
+                "-X",
+                "message.timeout.ms=10000",
+            ],
+            format!("outage-{sent}\n").as_bytes(),
+        )
+        .with_context(|| format!("producing during the outage\n{}", logs(&brokers)))?;
+        sent += 1;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let consumed = kcat(
+        &["-C", "-b", &last_bootstrap, "-t", "orders", "-e", "-q"],
+        b"",
+    )?;
+    assert_eq!(
+        String::from_utf8(consumed)?.lines().count(),
+        12 + sent,
+        "everything produced during the outage is consumed"
+    );
+    drop(resume);
+    eprintln!("produced and consumed {sent} records while the API server was stopped for 30 s");
+    kcat(
+        &["-P", "-b", &last_bootstrap, "-t", "after-outage", "-p", "0"],
+        b"z\n",
+    )?;
+    until(
+        "a topic created after the outage",
+        Duration::from_secs(60),
+        || Ok((view(&last_bootstrap, "after-outage")?.2.len() == 12).then_some(())),
+    )
+    .await
+    .with_context(|| logs(&brokers))?;
+
+    // A clean stop (SIGTERM) of the controller releases the Lease: another
+    // broker takes over sooner than the lease duration (4 s).
+    let (_, current, _) = view(&last_bootstrap, "orders")?;
+    let mut leaving = brokers.remove(&(current as i32)).unwrap();
+    let observer = brokers.values().next().unwrap().kafka.clone();
+    let stopped_at = Instant::now();
+    stop(&mut leaving, libc::SIGTERM);
+    let status = leaving.child.wait()?;
+    assert!(status.success(), "clean exit: {status:?}");
+    let log = std::fs::read_to_string(&leaving.log)?;
+    assert!(log.contains("released the controller Lease"), "{log}");
+    until(
+        "a controller after the clean stop",
+        Duration::from_secs(30),
+        || {
+            let (_, c, _) = view(&observer, "orders")?;
+            Ok((c >= 0 && c != current).then_some(()))
+        },
+    )
+    .await?;
+    let handover = stopped_at.elapsed();
+    eprintln!("controller handover after SIGTERM: {handover:?}");
+    assert!(
+        handover < Duration::from_secs(4),
+        "the Lease was released, not left to expire: {handover:?}"
+    );
     Ok(())
+}
+
+/// Sends SIGCONT to the API server when dropped (also when the test fails).
+struct Resume(i32);
+impl Drop for Resume {
+    fn drop(&mut self) {
+        unsafe { libc::kill(self.0, libc::SIGCONT) };
+    }
 }

@@ -82,12 +82,46 @@ async fn kubernetes(broker: &Broker, cli: &Cli) -> anyhow::Result<Backend> {
     })
 }
 
+/// A running cluster mode: its tasks, and the Lease to give up on a clean
+/// shutdown.
+pub struct ClusterMode {
+    tasks: Vec<JoinHandle<()>>,
+    elector: Option<Arc<Elector>>,
+}
+
+impl ClusterMode {
+    /// Stops the controller and the session, then releases the controller
+    /// Lease if this broker holds it, so another broker takes over at once
+    /// rather than after the lease duration (a rolling restart does not
+    /// leave the cluster without a controller for that long).
+    pub async fn stop(self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+        for t in self.tasks {
+            let _ = t.await;
+        }
+        if let Some(elector) = self.elector {
+            match tokio::time::timeout(Duration::from_secs(3), elector.release()).await {
+                Ok(Ok(true)) => tracing::info!("released the controller Lease"),
+                Ok(Ok(false)) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "cannot release the controller Lease; it expires by itself")
+                }
+                Err(_) => {
+                    tracing::warn!("releasing the controller Lease timed out; it expires by itself")
+                }
+            }
+        }
+    }
+}
+
 /// Puts `broker` in cluster mode and starts its tasks.
 pub async fn start(
     broker: &Arc<Broker>,
     cli: &Cli,
     shutdown: watch::Receiver<bool>,
-) -> anyhow::Result<Vec<JoinHandle<()>>> {
+) -> anyhow::Result<ClusterMode> {
     let backend = match cli.cluster.as_str() {
         "dir" => Backend::Dir(
             cli.cluster_dir
@@ -131,7 +165,11 @@ pub async fn start(
     let heartbeat =
         Duration::from_millis(config.broker_heartbeat_interval_ms.clamp(10, 60_000) as u64);
     tracing::info!(mode = %cli.cluster, controller_address = %address, "cluster mode");
-    Ok(vec![
+    let elector = match &backend {
+        Backend::Kube { elector, .. } => Some(elector.clone()),
+        Backend::Dir(_) => None,
+    };
+    let tasks = vec![
         tokio::spawn(super::host::run(host, leading, shutdown.clone())),
         tokio::spawn(super::session::run(
             broker.clone(),
@@ -142,5 +180,6 @@ pub async fn start(
             },
             shutdown,
         )),
-    ])
+    ];
+    Ok(ClusterMode { tasks, elector })
 }
