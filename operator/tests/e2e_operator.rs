@@ -8,7 +8,11 @@
 //! one controller, as `status.controller`, `controllerEpoch` and
 //! `registeredBrokers` report from the brokers' `MetadataShard`; so these
 //! tests need a broker binary with the Kubernetes cluster mode and the
-//! MetadataShard CRD in `crds/`; topics are created,
+//! MetadataShard CRD in `crds/`; a KafkaCluster of 3 is one Kafka cluster to
+//! `kcat` (the Debian package): all brokers and one controller listed by each,
+//! partition leaders spread over all three, records produced through one
+//! broker consumed through another, a controller that moves when its pod is
+//! deleted; topics are created,
 //! grown, repaired after drift and deleted through the finalizer; impossible
 //! specs become conditions; the scale subresource works under the operator's
 //! own ClusterRole; a config change rolls the brokers highest ordinal first
@@ -27,7 +31,7 @@ use std::time::Duration;
 use anyhow::{anyhow, Context, Result};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod, ResourceQuota, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -539,6 +543,309 @@ async fn cluster_and_topic_lifecycle() -> Result<()> {
     let metrics = _op.metrics().await?;
     assert!(metrics.contains("moldau_operator_reconciliations_total{kind=\"KafkaCluster\"}"));
     assert!(metrics.contains("moldau_operator_reconciliations_total{kind=\"KafkaTopic\"}"));
+    Ok(())
+}
+
+/// Runs `kcat` (the Debian package) with `args`, killed after 30 s; its stdout.
+async fn kcat(args: &[&str]) -> Result<String> {
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        let out =
+            moldau_e2e::run_with_timeout(Command::new("kcat").args(&args), Duration::from_secs(30))
+                .context("kcat (Debian package kcat)")?;
+        anyhow::ensure!(
+            out.status.success(),
+            "kcat {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(String::from_utf8(out.stdout)?)
+    })
+    .await?
+}
+
+/// One broker's answer to `kcat -L -J`: its brokers (id to advertised
+/// address), the controller id and, for `topic`, each partition's leader
+/// and replica count.
+struct KcatView {
+    brokers: BTreeMap<i64, String>,
+    controller: i64,
+    partitions: BTreeMap<i64, (i64, usize)>,
+}
+
+async fn kcat_metadata(bootstrap: SocketAddr, topic: Option<&str>) -> Result<KcatView> {
+    let bootstrap = bootstrap.to_string();
+    let mut args = vec!["-L", "-J", "-m", "5", "-b", &bootstrap];
+    if let Some(t) = topic {
+        args.extend(["-t", t]);
+    }
+    let md: serde_json::Value = serde_json::from_str(&kcat(&args).await?)?;
+    let brokers = md["brokers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|b| Some((b["id"].as_i64()?, b["name"].as_str()?.to_string())))
+        .collect();
+    let mut partitions = BTreeMap::new();
+    for t in md["topics"].as_array().into_iter().flatten() {
+        if topic.is_some_and(|want| t["topic"] == want) {
+            for p in t["partitions"].as_array().into_iter().flatten() {
+                let replicas = p["replicas"].as_array().map_or(0, Vec::len);
+                partitions.insert(
+                    p["partition"].as_i64().unwrap_or(-1),
+                    (p["leader"].as_i64().unwrap_or(-1), replicas),
+                );
+            }
+        }
+    }
+    Ok(KcatView {
+        brokers,
+        controller: md["controllerid"].as_i64().unwrap_or(-1),
+        partitions,
+    })
+}
+
+/// Issue #11 through the operator: a KafkaCluster of 3 is one Kafka cluster.
+/// Every broker lists all three and the controller the status names; a
+/// topic's 12 partitions are led by all three; a record to every partition
+/// produced through one broker comes back consumed through another; a
+/// replication factor of 3 is accepted; deleting the controller's pod (its
+/// replacement held back by a ResourceQuota) moves the controller, at a
+/// higher epoch, to another broker, and the replacement then registers again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_brokers_are_one_kafka_cluster() -> Result<()> {
+    if !enabled() {
+        return Ok(());
+    }
+    let t0 = std::time::Instant::now();
+    apply_crds()?;
+    pod_runner()?;
+    let ns = TestNamespace::new("op-three").await?;
+    let _release = ReleaseTopics(ns.name.clone());
+    let _op = Operator::start(&ns.name, "op-three")?;
+    let clusters: Api<KafkaCluster> = ns.api();
+    let topics: Api<KafkaTopic> = ns.api();
+    let pods: Api<Pod> = ns.api();
+    let pp = PostParams::default();
+
+    // Short heartbeats, session and controller lease: a failover in seconds.
+    let kc: KafkaCluster = serde_json::from_value(json!({
+        "apiVersion": "moldau.io/v1alpha1",
+        "kind": "KafkaCluster",
+        "metadata": {"name": "trio"},
+        "spec": {
+            "replicas": 3,
+            "image": "moldau/broker:e2e",
+            "storage": {"size": "1Gi", "deleteClaim": true},
+            "config": {
+                "auto.create.topics.enable": "false",
+                "broker.heartbeat.interval.ms": "200",
+                "broker.session.timeout.ms": "6000",
+                "controller.lease.duration.ms": "4000",
+                "controller.lease.retry.ms": "500",
+            },
+        },
+    }))?;
+    clusters.create(&pp, &kc).await?;
+    let kc = wait_for(LONG, "trio: 3 brokers registered", || async {
+        let kc = clusters.get("trio").await?;
+        let ok = kc.status.as_ref().is_some_and(|s| {
+            s.observed_generation == kc.metadata.generation
+                && s.ready_replicas == 3
+                && s.registered_brokers == vec![0, 1, 2]
+                && s.controller.is_some()
+                && condition(&s.conditions, "Ready")
+                    == Some(("True".into(), "AllBrokersRegistered".into()))
+        });
+        Ok(ok.then_some(kc))
+    })
+    .await?;
+    let status = kc.status.unwrap();
+    let controller = status.controller.unwrap();
+    let epoch = status.controller_epoch.unwrap_or(0);
+    assert!((0..3).contains(&controller), "{status:?}");
+    assert!(epoch >= 1, "{status:?}");
+    eprintln!(
+        "3 brokers registered with controller {controller} (epoch {epoch}) after {:?}",
+        t0.elapsed()
+    );
+
+    // Every broker, asked on its own pod IP, lists all three (each at its
+    // pod's address) and the controller the status reports.
+    let mut addrs: BTreeMap<i64, SocketAddr> = BTreeMap::new();
+    for id in 0..3 {
+        addrs.insert(id, broker_addr(&pods, &format!("trio-{id}")).await?);
+    }
+    let advertised: BTreeMap<i64, String> =
+        addrs.iter().map(|(id, a)| (*id, a.to_string())).collect();
+    for (id, addr) in &addrs {
+        let view = wait_for(SHORT, &format!("trio-{id} lists 3 brokers"), || async {
+            let v = kcat_metadata(*addr, None).await?;
+            Ok((v.brokers.len() == 3).then_some(v))
+        })
+        .await?;
+        assert_eq!(view.brokers, advertised, "brokers as trio-{id} lists them");
+        assert_eq!(
+            view.controller,
+            i64::from(controller),
+            "controller as trio-{id} reports it"
+        );
+    }
+
+    // 12 partitions, replication factor 1: led by all three brokers, 4 each,
+    // and every broker says so.
+    topics
+        .create(&pp, &topic("spread", "trio", 12, 1, json!({}))?)
+        .await?;
+    topic_where(&topics, "spread", "topic spread Ready", |kt| {
+        has_condition(kt, "Ready", "True", None)
+    })
+    .await?;
+    let mut leaders: Option<BTreeMap<i64, i64>> = None;
+    for (id, addr) in &addrs {
+        let view = wait_for(SHORT, &format!("trio-{id}: spread led"), || async {
+            let v = kcat_metadata(*addr, Some("spread")).await?;
+            let led = v.partitions.len() == 12 && v.partitions.values().all(|(l, _)| *l >= 0);
+            Ok(led.then_some(v))
+        })
+        .await?;
+        let here: BTreeMap<i64, i64> = view.partitions.iter().map(|(p, (l, _))| (*p, *l)).collect();
+        match &leaders {
+            None => leaders = Some(here),
+            Some(first) => assert_eq!(&here, first, "leaders as trio-{id} reports them"),
+        }
+    }
+    let leaders = leaders.unwrap();
+    let mut per_broker: BTreeMap<i64, usize> = BTreeMap::new();
+    for l in leaders.values() {
+        *per_broker.entry(*l).or_default() += 1;
+    }
+    assert_eq!(
+        per_broker,
+        BTreeMap::from([(0, 4), (1, 4), (2, 4)]),
+        "leaders {leaders:?}"
+    );
+
+    // One record to each partition through trio-0, all consumed through
+    // trio-1: kcat reaches every leader from one bootstrap address.
+    let (producer, consumer) = (addrs[&0].to_string(), addrs[&1].to_string());
+    let dir = tempfile::tempdir()?;
+    for p in 0..12 {
+        let file = dir.path().join(format!("r{p}"));
+        std::fs::write(&file, format!("r{p}\n"))?;
+        kcat(&[
+            "-P",
+            "-b",
+            &producer,
+            "-t",
+            "spread",
+            "-p",
+            &p.to_string(),
+            "-l",
+            &file.to_string_lossy(),
+        ])
+        .await?;
+    }
+    let consumed = kcat(&[
+        "-C",
+        "-b",
+        &consumer,
+        "-t",
+        "spread",
+        "-o",
+        "beginning",
+        "-e",
+        "-q",
+        "-f",
+        "%p %s\n",
+    ])
+    .await?;
+    let mut got: Vec<String> = consumed.lines().map(str::to_string).collect();
+    got.sort();
+    let mut want: Vec<String> = (0..12).map(|p| format!("{p} r{p}")).collect();
+    want.sort();
+    assert_eq!(got, want, "one record back from every partition");
+
+    // With three brokers registered a replication factor of 3 is accepted.
+    topics
+        .create(&pp, &topic("replicated", "trio", 3, 3, json!({}))?)
+        .await?;
+    topic_where(&topics, "replicated", "topic replicated Ready", |kt| {
+        has_condition(kt, "Ready", "True", None)
+    })
+    .await?;
+    let view = wait_for(SHORT, "replicated: 3 partitions", || async {
+        let v = kcat_metadata(addrs[&2], Some("replicated")).await?;
+        Ok((v.partitions.len() == 3).then_some(v))
+    })
+    .await?;
+    assert!(
+        view.partitions.values().all(|(_, replicas)| *replicas == 3),
+        "{:?}",
+        view.partitions
+    );
+    eprintln!("topics checked after {:?}", t0.elapsed());
+
+    // The controller's pod goes. Its replacement (same ordinal, same node id)
+    // would start within a second and could win the released Lease itself,
+    // so a ResourceQuota of 2 pods holds it back until another broker has
+    // taken over at a higher epoch; then the replacement rejoins.
+    let quotas: Api<ResourceQuota> = ns.api();
+    let quota: ResourceQuota = serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "hold-replacement"},
+        "spec": {"hard": {"pods": "2"}},
+    }))?;
+    quotas.create(&pp, &quota).await?;
+    wait_for(SHORT, "the pod quota in force", || async {
+        let q = quotas.get("hold-replacement").await?;
+        Ok(q.status
+            .and_then(|s| s.used)
+            .is_some_and(|used| used.contains_key("pods"))
+            .then_some(()))
+    })
+    .await?;
+    let deleted_at = std::time::Instant::now();
+    pods.delete(&format!("trio-{controller}"), &DeleteParams::default())
+        .await?;
+    let (next, next_epoch) = wait_for(SHORT, "a new controller in the status", || async {
+        let s = clusters.get("trio").await?.status.unwrap_or_default();
+        Ok(match (s.controller, s.controller_epoch) {
+            (Some(c), Some(e)) if c != controller && e > epoch => Some((c, e)),
+            _ => None,
+        })
+    })
+    .await?;
+    eprintln!(
+        "controller {controller} (epoch {epoch}) -> {next} (epoch {next_epoch}) {:?} after its pod's deletion",
+        deleted_at.elapsed()
+    );
+    let view = kcat_metadata(addrs[&i64::from(next)], None).await?;
+    assert_eq!(view.controller, i64::from(next));
+    quotas
+        .delete("hold-replacement", &DeleteParams::default())
+        .await?;
+    let kc = wait_for(LONG, "trio: the replacement registered again", || async {
+        let kc = clusters.get("trio").await?;
+        let ok = kc.status.as_ref().is_some_and(|s| {
+            s.registered_brokers == vec![0, 1, 2]
+                && condition(&s.conditions, "Ready")
+                    == Some(("True".into(), "AllBrokersRegistered".into()))
+        });
+        Ok(ok.then_some(kc))
+    })
+    .await?;
+    let status = kc.status.unwrap();
+    assert_eq!(status.controller, Some(next), "{status:?}");
+    assert!(
+        status.controller_epoch.is_some_and(|e| e >= next_epoch),
+        "{status:?}"
+    );
+    eprintln!(
+        "all 3 registered again {:?} after the deletion",
+        deleted_at.elapsed()
+    );
+    eprintln!("total {:?}", t0.elapsed());
     Ok(())
 }
 
