@@ -40,7 +40,7 @@ fn spawn(node: &str, data: &Path, shared: &Path, logs: &Path) -> Child {
         ChildOptions {
             settings: &[
                 "broker.heartbeat.interval.ms=100",
-                "broker.session.timeout.ms=2000",
+                "broker.session.timeout.ms=6000",
             ],
             args: Box::leak(args.into_boxed_slice()),
             ..Default::default()
@@ -326,4 +326,43 @@ async fn three_brokers_are_one_cluster_and_survive_losing_the_controller() {
     }
     let after = view(&mut sb, "after").await;
     assert_eq!(after.2.len(), 3, "the topic created while it was away");
+
+    // Controlled shutdown: a broker stopped with SIGTERM unregisters, so the
+    // controller fences it at once (not after the 6 s session timeout), and
+    // its restart registers at once.
+    brokers.insert(controller, back);
+    let (_, current, _) = view(&mut sb, "orders").await;
+    let leaving = (current + 1) % 3;
+    let mut b = brokers.remove(&leaving).unwrap();
+    let stopped = tokio::time::Instant::now();
+    let status = b.stop(libc::SIGTERM, Duration::from_secs(20)).await;
+    assert!(status.success(), "{status:?}");
+    assert!(
+        b.log().contains("unregistered from the controller"),
+        "{}",
+        b.log()
+    );
+    let rest: BTreeSet<i32> = all.iter().copied().filter(|n| *n != leaving).collect();
+    let mut s = brokers[&current].connect(Duration::from_secs(10)).await;
+    wait_until(&mut s, "orders", "the stopped broker fenced", |v| {
+        v.0 == rest
+    })
+    .await;
+    let fenced_after = stopped.elapsed();
+    assert!(
+        fenced_after < Duration::from_secs(4),
+        "fenced at once, not after the session timeout: {fenced_after:?}"
+    );
+    let again = spawn(&leaving.to_string(), &data(leaving), &shared, root.path());
+    let restarted = tokio::time::Instant::now();
+    again.connect(Duration::from_secs(30)).await;
+    wait_until(&mut s, "orders", "the restarted broker back", |v| {
+        v.0 == all
+    })
+    .await;
+    assert!(
+        restarted.elapsed() < Duration::from_secs(5),
+        "a clean restart registers at once: {:?}",
+        restarted.elapsed()
+    );
 }

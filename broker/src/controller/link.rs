@@ -24,6 +24,7 @@ use crate::topics::TopicError;
 pub struct Session {
     pub address: String,
     pub node_id: i32,
+    pub incarnation: String,
     pub broker_epoch: i64,
 }
 
@@ -140,6 +141,31 @@ impl ControllerLink {
         let id = ids.0;
         ids.0 += 1;
         Ok(id)
+    }
+
+    /// Controlled shutdown: tells the controller this broker is stopping,
+    /// so it is fenced (its leaderships move) at once rather than after
+    /// the session timeout. Best effort, bounded.
+    pub async fn unregister(&self) {
+        let Some(session) = self.session.borrow().clone() else {
+            return;
+        };
+        let call = async {
+            let (mut client, _) = self.client().await?;
+            client
+                .unregister(super::rpc::pb::UnregisterRequest {
+                    node_id: session.node_id,
+                    incarnation: session.incarnation.clone(),
+                    broker_epoch: session.broker_epoch,
+                })
+                .await
+                .map_err(|s| not_controller(s.message().to_string()))
+        };
+        match tokio::time::timeout(Duration::from_secs(3), call).await {
+            Ok(Ok(_)) => tracing::info!("unregistered from the controller"),
+            Ok(Err(e)) => tracing::warn!(error = %e, "cannot unregister; the controller fences this broker after the session timeout"),
+            Err(_) => tracing::warn!("unregistering timed out; the controller fences this broker after the session timeout"),
+        }
     }
 
     /// Whether `id` came from this broker's current block.

@@ -87,6 +87,7 @@ async fn kubernetes(broker: &Broker, cli: &Cli) -> anyhow::Result<Backend> {
 pub struct ClusterMode {
     tasks: Vec<JoinHandle<()>>,
     elector: Option<Arc<Elector>>,
+    link: Arc<ControllerLink>,
 }
 
 impl ClusterMode {
@@ -95,6 +96,9 @@ impl ClusterMode {
     /// rather than after the lease duration (a rolling restart does not
     /// leave the cluster without a controller for that long).
     pub async fn stop(self) {
+        // Controlled shutdown first, while the controller (perhaps this
+        // broker) still serves.
+        self.link.unregister().await;
         for t in &self.tasks {
             t.abort();
         }
@@ -176,10 +180,14 @@ pub async fn start(
             SessionConfig {
                 backend,
                 heartbeat,
-                link,
+                link: link.clone(),
             },
             shutdown,
         )),
     ];
-    Ok(ClusterMode { tasks, elector })
+    Ok(ClusterMode {
+        tasks,
+        elector,
+        link,
+    })
 }

@@ -586,6 +586,39 @@ impl pb::controller_server::Controller for ControllerService {
         Ok(Response::new(self.done(&mut state, id)))
     }
 
+    async fn unregister(
+        &self,
+        request: Request<pb::UnregisterRequest>,
+    ) -> Result<Response<pb::UnregisterResponse>, Status> {
+        self.check_active()?;
+        let r = request.into_inner();
+        let incarnation = parse_incarnation(&r.incarnation)?;
+        let mut state = self.state.lock().await;
+        let current = state.registry.get(r.node_id).is_some_and(|b| {
+            b.registration.incarnation == incarnation && b.broker_epoch == r.broker_epoch
+        });
+        if !current || !state.registry.is_live(r.node_id) {
+            return Ok(Response::new(pb::UnregisterResponse {}));
+        }
+        state.registry.fence(r.node_id);
+        let live = Self::live(&state);
+        let unclean = state.metadata.unclean_topics();
+        let changes = leadership::on_brokers_fenced(
+            &state.metadata.partition_states(),
+            &[r.node_id].into(),
+            &live,
+            |t| unclean.contains(t),
+        );
+        if let Err(e) = self.apply_changes(&mut state, changes).await {
+            state.registry.unexpire(r.node_id);
+            return Err(self.store_failed(e));
+        }
+        self.bump(&mut state);
+        tracing::info!(node_id = r.node_id, "broker shut down cleanly; fenced");
+        self.persist_registrations(&mut state).await;
+        Ok(Response::new(pb::UnregisterResponse {}))
+    }
+
     async fn allocate_producer_ids(
         &self,
         request: Request<pb::AllocateProducerIdsRequest>,

@@ -191,6 +191,7 @@ async fn session(
     config.link.set_session(Some(Session {
         address: address.clone(),
         node_id: broker.node_id,
+        incarnation: incarnation.to_string(),
         broker_epoch: registered.broker_epoch,
     }));
     // Metadata arrives by long polling (at once after every change);
