@@ -48,9 +48,11 @@ pub struct MetadataDoc {
     pub producer_id_block_end: i64,
 }
 
-/// Where the controller keeps the cluster metadata document. Standalone
-/// mode: [`MetadataFile`] in the data directory; cluster mode will keep it
-/// in Kubernetes objects behind the same two calls.
+/// Where a standalone broker keeps its metadata document ([`MetadataFile`]
+/// in the data directory). In cluster mode the same document records which
+/// partitions this broker holds, so a restart reopens them before the
+/// controller answers; the cluster's own metadata is kept by the controller,
+/// one object per record (`controller::store`).
 pub trait MetadataStore: std::fmt::Debug + Send + Sync {
     /// Loads the document, or a fresh one with a new cluster id.
     fn load_or_init(&self) -> std::io::Result<MetadataDoc>;

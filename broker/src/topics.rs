@@ -5,6 +5,9 @@
 //!
 //! It owns the mapping topic → partitions and each partition's lock; the
 //! bytes inside a log belong to `storage`, the wire format to `protocol`.
+//! In cluster mode the controller decides, and [`TopicManager::apply_assignment`]
+//! makes the local logs match what it placed on this broker (a topic then
+//! holds only some of its partitions).
 //!
 //! **Deleting a topic** (crash-safe, and possible on a full disk):
 //! 1. every partition directory `<topic>-<p>` is renamed to

@@ -1,21 +1,21 @@
 //! The controller: the only writer of cluster metadata (topics and their
 //! ids, partition counts and assignments, leaders and epochs, dynamic
 //! configs, producer ids). Every admin operation goes through
-//! [`Controller`]; after each change it publishes a new
-//! [`MetadataImage`](crate::image::MetadataImage), which is all that
-//! handlers read.
+//! [`Controller`], a facade over this broker: in standalone mode it applies
+//! the change to the broker's own metadata and publishes the next
+//! [`MetadataImage`](crate::image::MetadataImage); in cluster mode it
+//! forwards the change to the active controller ([`link`]) and answers once
+//! this broker's image shows it. Handlers read only the image.
 //!
 //! Decisions are pure functions in the children: replica placement
-//! ([`assignment`]), broker registrations and fencing ([`registry`]),
-//! leader election and ISR changes ([`leadership`]), controller-epoch
-//! fencing ([`fencing`]); [`rpc`] is the gRPC edge brokers register,
-//! heartbeat and fetch metadata through (`proto/controller.proto`); this
-//! module is the thin edge that applies them. In standalone mode (today's
-//! only mode) the broker is its own controller and the metadata lives in its
-//! data directory (`metadata::MetadataFile`, behind
-//! [`crate::metadata::MetadataStore`]); the Kubernetes-backed controller of
-//! cluster mode will be a second store and an elected instance behind the
-//! same calls.
+//! ([`assignment`]), admin plans over the cluster records ([`cluster`]),
+//! broker registrations and fencing ([`registry`]), leader election and ISR
+//! changes ([`leadership`]), controller-epoch fencing ([`fencing`]). The
+//! edges: [`rpc`] (the active controller's gRPC service, persisting through
+//! a [`store`] per term: [`store::DirStore`] or [`kube_store`]), [`host`]
+//! (runs controller terms while this broker wins the [`election`]),
+//! [`session`] (the broker's registration, heartbeats and metadata), and
+//! [`mode`] (starts them for `--cluster dir|kubernetes`).
 
 pub mod assignment;
 pub mod cluster;

@@ -1,16 +1,15 @@
-//! The broker's side of the controller protocol (cluster mode, in
-//! progress): register with the controller, heartbeat, and install every
-//! newer metadata image it publishes. Handlers then answer Metadata,
-//! DescribeCluster and FindCoordinator from the controller's view, and
-//! serve only the partitions the image says this broker leads.
+//! The broker's side of the controller protocol (cluster mode): find the
+//! controller in the cluster record, register, heartbeat, and long-poll its
+//! metadata; every newer image is applied to the local logs (partitions
+//! placed here are created or opened, topics gone are deleted), installed,
+//! and followed by the group coordinator (offsets partitions led here are
+//! loaded, the others unloaded). Handlers then answer from the
+//! controller's view and serve only the partitions this broker leads.
 //!
-//! The session re-registers (with its incarnation) when the controller
-//! says its heartbeats are stale, and retries with a capped backoff while
-//! the controller cannot be reached; meanwhile the broker keeps serving
-//! with the image it has (the data plane never waits for the controller).
-//!
-//! Not yet: opening and closing local partition logs as roles change, and
-//! finding the controller through the Kubernetes Lease.
+//! A broken session (controller gone, paused or deposed) is retried with a
+//! capped backoff, finding the controller again each time; meanwhile the
+//! broker keeps serving with the image it has (the data plane never waits
+//! for the controller). Answers of an older controller epoch are refused.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -8,8 +8,8 @@
 //! Two implementations: Kubernetes objects (cluster mode, the
 //! `MetadataShard` resources of `moldau_coordination::store`, adapted in
 //! [`super::kube_store`]), and [`DirStore`], the same scheme over files in
-//! one directory, for a controller whose brokers share a host (tests, and
-//! clusters started with a static `--controller-address`).
+//! one directory, for a controller whose brokers share a host (`--cluster
+//! dir`: local clusters and tests).
 
 use std::path::{Path, PathBuf};
 

@@ -8,8 +8,10 @@
 //! `handlers::groups`.
 //!
 //! The state is sharded as Kafka shards it: one shard per
-//! `__consumer_offsets` partition, holding the groups that hash to it (the
-//! unit a coordinator will load and unload in a cluster). Each shard has two
+//! `__consumer_offsets` partition, holding the groups that hash to it. In
+//! cluster mode a broker coordinates a shard's groups only while it leads
+//! that partition (loaded when it becomes leader, unloaded when it stops;
+//! `NOT_COORDINATOR` / `COORDINATOR_LOAD_IN_PROGRESS` otherwise). Each shard has two
 //! locks: `state` (groups, offsets, waiters), taken briefly by every group
 //! request, and `writes`, which orders the shard's appends to its offsets
 //! partition with their application to `state`. No append ever runs while
