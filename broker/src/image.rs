@@ -91,6 +91,9 @@ pub struct MetadataImage {
     /// The active controller's node id (-1: none known).
     pub controller_id: i32,
     pub brokers: Vec<BrokerImage>,
+    /// Ids of recently deleted topics (cluster mode): the only topics whose
+    /// local data a broker deletes.
+    pub deleted_topic_ids: Vec<Uuid>,
     topics: BTreeMap<String, Arc<TopicImage>>,
     by_id: HashMap<Uuid, String>,
 }
@@ -155,6 +158,7 @@ impl MetadataImage {
             cluster_id: cluster_id.to_string(),
             controller_id,
             brokers,
+            deleted_topic_ids: Vec::new(),
             topics: by_name,
             by_id,
         }

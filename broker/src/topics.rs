@@ -964,27 +964,36 @@ impl TopicManager {
     }
 
     /// Cluster mode: makes the local logs match what the controller placed
-    /// on this broker. Topics no longer assigned (deleted, or recreated with
-    /// a new id) are deleted as [`delete`](Self::delete) does; assigned
-    /// partitions missing here are created (empty) or opened; config
-    /// changes reach the open logs. The local metadata document records
-    /// what is held, so a restart opens the same logs before the
+    /// on this broker. A local topic is deleted (as [`delete`](Self::delete)
+    /// does) only when the controller says it was (`deleted` ids), or when
+    /// a new topic of the same name replaced it; a topic that is merely
+    /// missing from the metadata keeps its data (logged, not served).
+    /// Assigned partitions missing here are created (empty) or opened;
+    /// config changes reach the open logs. The local metadata document
+    /// records what is held, so a restart opens the same logs before the
     /// controller answers. Returns whether anything changed.
-    pub fn apply_assignment(&self, assigned: &[Assigned]) -> Result<bool, TopicError> {
+    pub fn apply_assignment(
+        &self,
+        assigned: &[Assigned],
+        deleted: &std::collections::HashSet<Uuid>,
+    ) -> Result<bool, TopicError> {
         let _guard = self.admin.lock();
         let wanted: BTreeMap<&str, &Assigned> =
             assigned.iter().map(|a| (a.name.as_str(), a)).collect();
         let mut changed = false;
-        let stale: Vec<String> = self
-            .all()
-            .iter()
-            .filter(|t| {
-                wanted
-                    .get(t.meta.name.as_str())
-                    .is_none_or(|a| a.id != t.meta.id)
-            })
-            .map(|t| t.meta.name.clone())
-            .collect();
+        let mut stray = Vec::new();
+        let mut stale = Vec::new();
+        for t in self.all() {
+            match wanted.get(t.meta.name.as_str()) {
+                Some(a) if a.id == t.meta.id => {}
+                Some(_) => stale.push(t.meta.name.clone()),
+                None if deleted.contains(&t.meta.id) => stale.push(t.meta.name.clone()),
+                None => stray.push(t.meta.name.clone()),
+            }
+        }
+        if !stray.is_empty() {
+            tracing::warn!(topics = ?stray, "local topics the controller does not place here and did not delete: kept, not served");
+        }
         for name in stale {
             self.delete_locked(&name)?;
             changed = true;
@@ -1256,6 +1265,57 @@ mod tests {
 
     fn names(m: &TopicManager) -> Vec<String> {
         m.all().iter().map(|t| t.meta.name.clone()).collect()
+    }
+
+    fn assigned(name: &str, id: Uuid, partitions: i32, held: Vec<i32>) -> Assigned {
+        Assigned {
+            name: name.into(),
+            id,
+            partitions,
+            replication_factor: 1,
+            configs: BTreeMap::new(),
+            held,
+        }
+    }
+
+    #[test]
+    fn an_assignment_opens_only_the_partitions_placed_here_and_survives_a_restart() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let m = TopicManager::open(dir.path(), BrokerConfig::default()).expect("open");
+        let id = Uuid::new_v4();
+        let none = std::collections::HashSet::new();
+        assert!(m.apply_assignment(&[assigned("t", id, 6, vec![1, 4])], &none).unwrap());
+        let t = m.get("t").expect("held");
+        assert_eq!(t.partitions.iter().map(|p| p.index).collect::<Vec<_>>(), [1, 4]);
+        assert!(t.partition(1).is_some() && t.partition(0).is_none() && t.partition(4).is_some());
+        assert!(!partition_dir(dir.path(), "t", 0).exists());
+        assert!(!m.apply_assignment(&[assigned("t", id, 6, vec![1, 4])], &none).unwrap(), "idempotent");
+        drop(t);
+        drop(m);
+        let m = TopicManager::open(dir.path(), BrokerConfig::default()).expect("reopen");
+        let t = m.get("t").expect("reopened before the controller answers");
+        assert_eq!(t.partitions.iter().map(|p| p.index).collect::<Vec<_>>(), [1, 4]);
+    }
+
+    #[test]
+    fn local_data_goes_only_with_a_deletion_never_with_a_missing_topic() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let m = TopicManager::open(dir.path(), BrokerConfig::default()).expect("open");
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        let none = std::collections::HashSet::new();
+        m.apply_assignment(&[assigned("a", a, 1, vec![0]), assigned("b", b, 1, vec![0])], &none)
+            .unwrap();
+        // b missing from the metadata (say, its object was broken by hand)
+        m.apply_assignment(&[assigned("a", a, 1, vec![0])], &none).unwrap();
+        assert!(m.get("b").is_some(), "kept");
+        assert!(partition_dir(dir.path(), "b", 0).exists());
+        // b deleted by the controller
+        m.apply_assignment(&[assigned("a", a, 1, vec![0])], &[b].into()).unwrap();
+        assert!(m.get("b").is_none(), "deleted");
+        // a replaced by a new topic of the same name
+        let a2 = Uuid::new_v4();
+        m.apply_assignment(&[assigned("a", a2, 1, vec![0])], &none).unwrap();
+        assert_eq!(m.get("a").map(|t| t.meta.id), Some(a2));
     }
 
     #[test]

@@ -48,6 +48,26 @@ pub struct ClusterRecord {
     /// The brokers registered with the controller.
     #[serde(default)]
     pub brokers: Vec<RegisteredBroker>,
+    /// Ids of the most recently deleted topics (at most
+    /// [`DELETED_TOPICS_KEPT`], oldest first). A broker deletes a topic's
+    /// local data only when its id is here (or a new topic took its name):
+    /// a topic merely missing from the metadata — an object someone broke
+    /// by hand, a bug — never costs data.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deleted_topics: Vec<String>,
+}
+
+/// How many deleted topic ids the cluster record keeps.
+pub const DELETED_TOPICS_KEPT: usize = 1000;
+
+impl ClusterRecord {
+    /// Records a deleted topic's id, forgetting the oldest beyond the cap.
+    pub fn remember_deleted(&mut self, topic_id: &str) {
+        self.deleted_topics.retain(|t| t != topic_id);
+        self.deleted_topics.push(topic_id.to_string());
+        let over = self.deleted_topics.len().saturating_sub(DELETED_TOPICS_KEPT);
+        self.deleted_topics.drain(..over);
+    }
 }
 
 /// One partition's replica set and leadership.
@@ -215,6 +235,19 @@ mod tests {
             break_it(&mut t);
             assert!(t.validate().is_err(), "case {i}");
         }
+    }
+
+    #[test]
+    fn deleted_topics_are_remembered_up_to_the_cap() {
+        let mut c = ClusterRecord::default();
+        for i in 0..DELETED_TOPICS_KEPT + 5 {
+            c.remember_deleted(&i.to_string());
+        }
+        assert_eq!(c.deleted_topics.len(), DELETED_TOPICS_KEPT);
+        assert_eq!(c.deleted_topics[0], "5", "the oldest are forgotten");
+        c.remember_deleted("7");
+        assert_eq!(c.deleted_topics.last().map(String::as_str), Some("7"));
+        assert_eq!(c.deleted_topics.len(), DELETED_TOPICS_KEPT, "no duplicates");
     }
 
     #[test]

@@ -19,7 +19,7 @@ use moldau_e2e::{kubectl_ok, paths, TestNamespace};
 
 const ADDR: &str = "http://127.0.0.1:9093";
 
-/// Installs the MetadataShard CRD from `crds/` (once per test process).
+/// Installs the CRDs from `crds/` (once per test process).
 fn install_crd() -> Result<()> {
     static DONE: Mutex<bool> = Mutex::new(false);
     let mut done = DONE.lock().unwrap_or_else(|e| e.into_inner());
@@ -27,22 +27,7 @@ fn install_crd() -> Result<()> {
         return Ok(());
     }
     moldau_e2e::ensure_control_plane()?;
-    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../crds/metadatashards.moldau.io.yaml");
-    kubectl_ok(&[
-        "apply",
-        "--server-side",
-        "--force-conflicts",
-        "--field-manager",
-        "moldau-e2e",
-        "-f",
-        &file.to_string_lossy(),
-    ])?;
-    kubectl_ok(&[
-        "wait",
-        "--for=condition=Established",
-        "crd/metadatashards.moldau.io",
-        "--timeout=60s",
-    ])?;
+    moldau_e2e::apply_repo_crds()?;
     *done = true;
     Ok(())
 }

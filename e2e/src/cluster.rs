@@ -266,6 +266,35 @@ pub fn process_alive(pid: u32) -> bool {
     }
 }
 
+/// Applies every CRD in the repository's `crds/` (server-side, so a newer
+/// copy wins) and waits until each is Established.
+pub fn apply_repo_crds() -> Result<()> {
+    let dir = crate::paths::e2e_dir().join("../crds");
+    kubectl_ok(&[
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "--field-manager",
+        "moldau-e2e",
+        "-f",
+        &dir.to_string_lossy(),
+    ])?;
+    let mut wait = vec![
+        "wait".to_string(),
+        "--for=condition=Established".to_string(),
+        "--timeout=60s".to_string(),
+    ];
+    for entry in std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
+        let name = entry?.file_name().to_string_lossy().to_string();
+        if let Some(crd) = name.strip_suffix(".yaml") {
+            wait.push(format!("crd/{crd}"));
+        }
+    }
+    let args: Vec<&str> = wait.iter().map(String::as_str).collect();
+    kubectl_ok(&args)?;
+    Ok(())
+}
+
 /// A namespace of its own for one test. Deleted on drop (waiting up to 60 s
 /// for the deletion to finish), unless `MOLDAU_E2E_KEEP=1`.
 pub struct TestNamespace {

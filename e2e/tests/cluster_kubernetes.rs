@@ -49,23 +49,7 @@ fn free_port() -> u16 {
 }
 
 fn install_crd() -> Result<()> {
-    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../crds/metadatashards.moldau.io.yaml");
-    kubectl_ok(&[
-        "apply",
-        "--server-side",
-        "--force-conflicts",
-        "--field-manager",
-        "moldau-e2e",
-        "-f",
-        &file.to_string_lossy(),
-    ])?;
-    kubectl_ok(&[
-        "wait",
-        "--for=condition=Established",
-        "crd/metadatashards.moldau.io",
-        "--timeout=60s",
-    ])?;
-    Ok(())
+    moldau_e2e::apply_repo_crds()
 }
 
 fn spawn(bin: &Path, ns: &str, node: i32, kafka_port: u16, dir: &Path) -> Result<Broker> {
@@ -480,6 +464,39 @@ async fn brokers_form_one_cluster_through_kubernetes_and_fence_a_paused_controll
     .await
     .with_context(|| logs(&brokers))?;
 
+    // A topic's object edited by hand into something invalid (a leader
+    // that is not a replica; the schema cannot see that): the next
+    // controller term reports it (log and Event), leaves it as it is, and
+    // no broker deletes that topic's data.
+    let shards_api = ns.api::<MetadataShard>();
+    let mut broken = shards_api
+        .list(&ListParams::default().labels("moldau.io/shard=topic"))
+        .await?
+        .items
+        .into_iter()
+        .find(|s| s.spec.topic.as_ref().is_some_and(|t| t.name == "orders"))
+        .context("the orders object")?;
+    broken.spec.topic.as_mut().unwrap().partitions[0].leader = 99;
+    let broken_name = broken.metadata.name.clone().unwrap();
+    let broken = shards_api
+        .replace(&broken_name, &Default::default(), &broken)
+        .await?;
+    let broken_version = broken.metadata.resource_version.clone();
+    let on_disk = |dir: &Path| -> usize {
+        (0..3)
+            .map(|n| {
+                std::fs::read_dir(dir.join(format!("data-{n}")))
+                    .map(|d| {
+                        d.filter_map(|e| e.ok())
+                            .filter(|e| e.file_name().to_string_lossy().starts_with("orders-"))
+                            .count()
+                    })
+                    .unwrap_or(0)
+            })
+            .sum()
+    };
+    assert_eq!(on_disk(&dir), 12, "every orders partition on some broker");
+
     // A clean stop (SIGTERM) of the controller releases the Lease: another
     // broker takes over sooner than the lease duration (4 s).
     let (_, current, _) = view(&last_bootstrap, "orders")?;
@@ -505,6 +522,85 @@ async fn brokers_form_one_cluster_through_kubernetes_and_fence_a_paused_controll
     assert!(
         handover < Duration::from_secs(4),
         "the Lease was released, not left to expire: {handover:?}"
+    );
+
+    // The new term found the hand-edited object invalid.
+    let events = until("an InvalidMetadata Event", Duration::from_secs(30), || {
+        let out = ns.kubectl_ok(&["get", "events.events.k8s.io", "-o", "json"])?;
+        let v: Value = serde_json::from_str(&out)?;
+        let n = v["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| e["reason"] == "InvalidMetadata" && e["regarding"]["name"] == broken_name.as_str())
+            .count();
+        Ok((n > 0).then_some(n))
+    })
+    .await?;
+    assert!(events > 0);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let still = shards_api.get(&broken_name).await?;
+    assert_eq!(still.metadata.resource_version, broken_version, "left as it is");
+    assert_eq!(on_disk(&dir), 12, "no broker deleted the topic's data");
+    let refused = kcat(
+        &["-P", "-b", &observer, "-t", "orders", "-p", "0", "-X", "message.timeout.ms=3000"],
+        b"w\n",
+    );
+    assert!(refused.is_err(), "a topic whose object is invalid is not served");
+
+    // Fixed by hand again, then a full-cluster restart: same cluster id,
+    // topic ids, assignments and records.
+    let mut fixed = shards_api.get(&broken_name).await?;
+    let p0 = &mut fixed.spec.topic.as_mut().unwrap().partitions[0];
+    p0.leader = p0.replicas[0];
+    shards_api.replace(&broken_name, &Default::default(), &fixed).await?;
+    let cluster_object = format!("{CLUSTER}-cluster");
+    let before = shards_api.get(&cluster_object).await?;
+    let ids_before: BTreeMap<String, (String, Vec<Vec<i32>>)> = shards_api
+        .list(&ListParams::default().labels("moldau.io/shard=topic"))
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|s| s.spec.topic)
+        .map(|t| (t.name.clone(), (t.topic_id.clone(), t.partitions.iter().map(|p| p.replicas.clone()).collect())))
+        .collect();
+    brokers.insert(leaving.node, leaving);
+    for b in brokers.values_mut() {
+        stop(b, libc::SIGTERM);
+        let _ = b.child.wait();
+    }
+    let nodes: Vec<i32> = brokers.keys().copied().collect();
+    brokers.clear();
+    for n in nodes {
+        brokers.insert(n, spawn(&bin, &ns.name, n, ports[n as usize], &dir)?);
+    }
+    let first = brokers.values().next().unwrap().kafka.clone();
+    until("the whole cluster back, orders served", Duration::from_secs(60), || {
+        let (ids, c, parts) = view(&first, "orders")?;
+        Ok((ids == all && c >= 0 && parts.len() == 12 && parts.values().all(|l| *l >= 0)).then_some(()))
+    })
+    .await
+    .with_context(|| logs(&brokers))?;
+    let after = shards_api.get(&cluster_object).await?;
+    assert_eq!(
+        after.spec.cluster_record.as_ref().map(|c| c.cluster_id.clone()),
+        before.spec.cluster_record.as_ref().map(|c| c.cluster_id.clone()),
+        "same cluster id"
+    );
+    let ids_after: BTreeMap<String, (String, Vec<Vec<i32>>)> = shards_api
+        .list(&ListParams::default().labels("moldau.io/shard=topic"))
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|s| s.spec.topic)
+        .map(|t| (t.name.clone(), (t.topic_id.clone(), t.partitions.iter().map(|p| p.replicas.clone()).collect())))
+        .collect();
+    assert_eq!(ids_after, ids_before, "same topic ids and assignments");
+    let consumed = kcat(&["-C", "-b", &first, "-t", "orders", "-e", "-q"], b"")?;
+    assert_eq!(
+        String::from_utf8(consumed)?.lines().count(),
+        12 + sent,
+        "every record after the full restart"
     );
     Ok(())
 }

@@ -53,24 +53,7 @@ fn enabled() -> bool {
 }
 
 fn apply_crds() -> Result<()> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../crds");
-    kubectl_ok(&[
-        "apply",
-        "--server-side",
-        "--force-conflicts",
-        "--field-manager",
-        "moldau-e2e",
-        "-f",
-        &dir.to_string_lossy(),
-    ])?;
-    kubectl_ok(&[
-        "wait",
-        "--for=condition=Established",
-        "crd/kafkaclusters.moldau.io",
-        "crd/kafkatopics.moldau.io",
-        "--timeout=60s",
-    ])?;
-    Ok(())
+    moldau_e2e::apply_repo_crds()
 }
 
 fn pod_runner() -> Result<u32> {

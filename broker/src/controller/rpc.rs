@@ -223,7 +223,7 @@ impl ControllerService {
         Ok(any)
     }
 
-    /// Writes the registrations into the cluster record.
+    /// Writes the cluster record (registrations included).
     async fn put_registrations(&self, state: &mut State) -> Result<(), StoreError> {
         let mut record = state.metadata.cluster.clone();
         record.brokers = state.registry.to_records();
@@ -238,7 +238,7 @@ impl ControllerService {
     }
 
     /// Best-effort: a store that is down only delays the write to the next tick.
-    async fn persist_registrations(&self, state: &mut State) {
+    async fn persist_cluster_record(&self, state: &mut State) {
         state.registry_dirty = true;
         if let Err(e) = self.put_registrations(state).await {
             if !matches!(e, StoreError::Unavailable(_)) {
@@ -302,7 +302,7 @@ impl ControllerService {
             state.registry_dirty = true;
         }
         if state.registry_dirty {
-            self.persist_registrations(&mut state).await;
+            self.persist_cluster_record(&mut state).await;
         }
         fenced
     }
@@ -364,7 +364,7 @@ impl pb::controller_server::Controller for ControllerService {
                 registry_status(e)
             })?;
         tracing::info!(node_id = r.node_id, broker_epoch, "broker registered");
-        self.persist_registrations(&mut state).await;
+        self.persist_cluster_record(&mut state).await;
         Ok(Response::new(pb::RegisterResponse {
             broker_epoch,
             controller_epoch: state.epoch,
@@ -403,7 +403,7 @@ impl pb::controller_server::Controller for ControllerService {
             // the broker set changed even when no leadership did
             self.bump(&mut state);
             tracing::info!(node_id = r.node_id, "broker in service");
-            self.persist_registrations(&mut state).await;
+            self.persist_cluster_record(&mut state).await;
         }
         Ok(Response::new(pb::HeartbeatResponse {
             controller_epoch: state.epoch,
@@ -435,6 +435,7 @@ impl pb::controller_server::Controller for ControllerService {
             return Ok(Response::new(out));
         }
         out.changed = true;
+        out.deleted_topic_ids = state.metadata.cluster.deleted_topics.clone();
         out.brokers = state
             .registry
             .live()
@@ -496,8 +497,25 @@ impl pb::controller_server::Controller for ControllerService {
             return Ok(Response::new(pb::AdminResponse::default()));
         }
         let id = topic.topic_id.clone();
-        if let Err(e) = self.put_topics(&mut state, vec![topic]).await {
-            return Ok(Response::new(self.admin_store_failed(e)));
+        match self.store.put_topic(&topic, None).await {
+            Ok(version) => {
+                state.versions.insert(topic.name.clone(), version);
+                state.metadata.topics.insert(topic.name.clone(), topic);
+            }
+            // An object of that name exists, yet this controller has no
+            // such topic: it was found invalid at take-over (edited by
+            // hand) and is left for a human to fix, never overwritten.
+            Err(StoreError::Conflict(detail)) => {
+                tracing::error!(topic = %r.name, %detail, "a metadata object for this topic exists but is not valid");
+                return Ok(Response::new(admin_error(TopicError::new(
+                    ResponseError::TopicAlreadyExists,
+                    format!(
+                        "a metadata object for topic {} exists but is not valid; see the controller's log and Events",
+                        r.name
+                    ),
+                ))));
+            }
+            Err(e) => return Ok(Response::new(self.admin_store_failed(e))),
         }
         tracing::info!(topic = %r.name, %id, "created topic");
         Ok(Response::new(self.done(&mut state, id)))
@@ -530,6 +548,10 @@ impl pb::controller_server::Controller for ControllerService {
         }
         state.metadata.topics.remove(&r.name);
         state.versions.remove(&r.name);
+        // Brokers delete the data of deleted ids only (a second write,
+        // best-effort like registrations: retried at the next tick).
+        state.metadata.cluster.remember_deleted(&topic.topic_id);
+        self.persist_cluster_record(&mut state).await;
         tracing::info!(topic = %r.name, "deleted topic");
         Ok(Response::new(self.done(&mut state, topic.topic_id)))
     }
@@ -615,7 +637,7 @@ impl pb::controller_server::Controller for ControllerService {
         }
         self.bump(&mut state);
         tracing::info!(node_id = r.node_id, "broker shut down cleanly; fenced");
-        self.persist_registrations(&mut state).await;
+        self.persist_cluster_record(&mut state).await;
         Ok(Response::new(pb::UnregisterResponse {}))
     }
 

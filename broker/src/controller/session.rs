@@ -70,6 +70,11 @@ pub fn image_from(m: &pb::FetchMetadataResponse) -> MetadataImage {
     for c in &m.topic_configs {
         image.set_configs(&c.topic, c.configs.clone().into_iter().collect());
     }
+    image.deleted_topic_ids = m
+        .deleted_topic_ids
+        .iter()
+        .filter_map(|id| Uuid::parse_str(id).ok())
+        .collect();
     image
 }
 
@@ -115,8 +120,10 @@ struct Applied {
 /// and opens files).
 async fn apply(broker: &Arc<Broker>, image: &MetadataImage) -> Result<(), tonic::Status> {
     let assigned = image.assigned_to(broker.node_id);
+    let deleted: std::collections::HashSet<Uuid> =
+        image.deleted_topic_ids.iter().copied().collect();
     let b = broker.clone();
-    tokio::task::spawn_blocking(move || b.topics.apply_assignment(&assigned))
+    tokio::task::spawn_blocking(move || b.topics.apply_assignment(&assigned, &deleted))
         .await
         .map_err(|e| tonic::Status::internal(e.to_string()))?
         .map(drop)
