@@ -1284,17 +1284,29 @@ mod tests {
         let m = TopicManager::open(dir.path(), BrokerConfig::default()).expect("open");
         let id = Uuid::new_v4();
         let none = std::collections::HashSet::new();
-        assert!(m.apply_assignment(&[assigned("t", id, 6, vec![1, 4])], &none).unwrap());
+        assert!(m
+            .apply_assignment(&[assigned("t", id, 6, vec![1, 4])], &none)
+            .unwrap());
         let t = m.get("t").expect("held");
-        assert_eq!(t.partitions.iter().map(|p| p.index).collect::<Vec<_>>(), [1, 4]);
+        assert_eq!(
+            t.partitions.iter().map(|p| p.index).collect::<Vec<_>>(),
+            [1, 4]
+        );
         assert!(t.partition(1).is_some() && t.partition(0).is_none() && t.partition(4).is_some());
         assert!(!partition_dir(dir.path(), "t", 0).exists());
-        assert!(!m.apply_assignment(&[assigned("t", id, 6, vec![1, 4])], &none).unwrap(), "idempotent");
+        assert!(
+            !m.apply_assignment(&[assigned("t", id, 6, vec![1, 4])], &none)
+                .unwrap(),
+            "idempotent"
+        );
         drop(t);
         drop(m);
         let m = TopicManager::open(dir.path(), BrokerConfig::default()).expect("reopen");
         let t = m.get("t").expect("reopened before the controller answers");
-        assert_eq!(t.partitions.iter().map(|p| p.index).collect::<Vec<_>>(), [1, 4]);
+        assert_eq!(
+            t.partitions.iter().map(|p| p.index).collect::<Vec<_>>(),
+            [1, 4]
+        );
     }
 
     #[test]
@@ -1303,18 +1315,24 @@ mod tests {
         let m = TopicManager::open(dir.path(), BrokerConfig::default()).expect("open");
         let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
         let none = std::collections::HashSet::new();
-        m.apply_assignment(&[assigned("a", a, 1, vec![0]), assigned("b", b, 1, vec![0])], &none)
-            .unwrap();
+        m.apply_assignment(
+            &[assigned("a", a, 1, vec![0]), assigned("b", b, 1, vec![0])],
+            &none,
+        )
+        .unwrap();
         // b missing from the metadata (say, its object was broken by hand)
-        m.apply_assignment(&[assigned("a", a, 1, vec![0])], &none).unwrap();
+        m.apply_assignment(&[assigned("a", a, 1, vec![0])], &none)
+            .unwrap();
         assert!(m.get("b").is_some(), "kept");
         assert!(partition_dir(dir.path(), "b", 0).exists());
         // b deleted by the controller
-        m.apply_assignment(&[assigned("a", a, 1, vec![0])], &[b].into()).unwrap();
+        m.apply_assignment(&[assigned("a", a, 1, vec![0])], &[b].into())
+            .unwrap();
         assert!(m.get("b").is_none(), "deleted");
         // a replaced by a new topic of the same name
         let a2 = Uuid::new_v4();
-        m.apply_assignment(&[assigned("a", a2, 1, vec![0])], &none).unwrap();
+        m.apply_assignment(&[assigned("a", a2, 1, vec![0])], &none)
+            .unwrap();
         assert_eq!(m.get("a").map(|t| t.meta.id), Some(a2));
     }
 

@@ -65,7 +65,10 @@ impl ClusterRecord {
     pub fn remember_deleted(&mut self, topic_id: &str) {
         self.deleted_topics.retain(|t| t != topic_id);
         self.deleted_topics.push(topic_id.to_string());
-        let over = self.deleted_topics.len().saturating_sub(DELETED_TOPICS_KEPT);
+        let over = self
+            .deleted_topics
+            .len()
+            .saturating_sub(DELETED_TOPICS_KEPT);
         self.deleted_topics.drain(..over);
     }
 }

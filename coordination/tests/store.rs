@@ -5,7 +5,6 @@
 //! fail validation are reported and left alone.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -15,7 +14,7 @@ use kube::api::{ListParams, PostParams};
 use moldau_coordination::records::{PartitionRecord, TopicRecord};
 use moldau_coordination::shard::{MetadataShard, MetadataShardSpec};
 use moldau_coordination::store::{KubeMetadataStore, StoreError};
-use moldau_e2e::{kubectl_ok, paths, TestNamespace};
+use moldau_e2e::{paths, TestNamespace};
 
 const ADDR: &str = "http://127.0.0.1:9093";
 

@@ -20,7 +20,7 @@ use anyhow::{bail, Context, Result};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::ListParams;
 use moldau_coordination::shard::MetadataShard;
-use moldau_e2e::{kubectl_ok, paths, TestNamespace};
+use moldau_e2e::{paths, TestNamespace};
 use serde_json::Value;
 
 const CLUSTER: &str = "kc";
@@ -532,7 +532,9 @@ async fn brokers_form_one_cluster_through_kubernetes_and_fence_a_paused_controll
             .as_array()
             .into_iter()
             .flatten()
-            .filter(|e| e["reason"] == "InvalidMetadata" && e["regarding"]["name"] == broken_name.as_str())
+            .filter(|e| {
+                e["reason"] == "InvalidMetadata" && e["regarding"]["name"] == broken_name.as_str()
+            })
             .count();
         Ok((n > 0).then_some(n))
     })
@@ -540,20 +542,38 @@ async fn brokers_form_one_cluster_through_kubernetes_and_fence_a_paused_controll
     assert!(events > 0);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let still = shards_api.get(&broken_name).await?;
-    assert_eq!(still.metadata.resource_version, broken_version, "left as it is");
+    assert_eq!(
+        still.metadata.resource_version, broken_version,
+        "left as it is"
+    );
     assert_eq!(on_disk(&dir), 12, "no broker deleted the topic's data");
     let refused = kcat(
-        &["-P", "-b", &observer, "-t", "orders", "-p", "0", "-X", "message.timeout.ms=3000"],
+        &[
+            "-P",
+            "-b",
+            &observer,
+            "-t",
+            "orders",
+            "-p",
+            "0",
+            "-X",
+            "message.timeout.ms=3000",
+        ],
         b"w\n",
     );
-    assert!(refused.is_err(), "a topic whose object is invalid is not served");
+    assert!(
+        refused.is_err(),
+        "a topic whose object is invalid is not served"
+    );
 
     // Fixed by hand again, then a full-cluster restart: same cluster id,
     // topic ids, assignments and records.
     let mut fixed = shards_api.get(&broken_name).await?;
     let p0 = &mut fixed.spec.topic.as_mut().unwrap().partitions[0];
     p0.leader = p0.replicas[0];
-    shards_api.replace(&broken_name, &Default::default(), &fixed).await?;
+    shards_api
+        .replace(&broken_name, &Default::default(), &fixed)
+        .await?;
     let cluster_object = format!("{CLUSTER}-cluster");
     let before = shards_api.get(&cluster_object).await?;
     let ids_before: BTreeMap<String, (String, Vec<Vec<i32>>)> = shards_api
@@ -562,7 +582,15 @@ async fn brokers_form_one_cluster_through_kubernetes_and_fence_a_paused_controll
         .items
         .into_iter()
         .filter_map(|s| s.spec.topic)
-        .map(|t| (t.name.clone(), (t.topic_id.clone(), t.partitions.iter().map(|p| p.replicas.clone()).collect())))
+        .map(|t| {
+            (
+                t.name.clone(),
+                (
+                    t.topic_id.clone(),
+                    t.partitions.iter().map(|p| p.replicas.clone()).collect(),
+                ),
+            )
+        })
         .collect();
     brokers.insert(leaving.node, leaving);
     for b in brokers.values_mut() {
@@ -575,16 +603,31 @@ async fn brokers_form_one_cluster_through_kubernetes_and_fence_a_paused_controll
         brokers.insert(n, spawn(&bin, &ns.name, n, ports[n as usize], &dir)?);
     }
     let first = brokers.values().next().unwrap().kafka.clone();
-    until("the whole cluster back, orders served", Duration::from_secs(60), || {
-        let (ids, c, parts) = view(&first, "orders")?;
-        Ok((ids == all && c >= 0 && parts.len() == 12 && parts.values().all(|l| *l >= 0)).then_some(()))
-    })
+    until(
+        "the whole cluster back, orders served",
+        Duration::from_secs(60),
+        || {
+            let (ids, c, parts) = view(&first, "orders")?;
+            Ok(
+                (ids == all && c >= 0 && parts.len() == 12 && parts.values().all(|l| *l >= 0))
+                    .then_some(()),
+            )
+        },
+    )
     .await
     .with_context(|| logs(&brokers))?;
     let after = shards_api.get(&cluster_object).await?;
     assert_eq!(
-        after.spec.cluster_record.as_ref().map(|c| c.cluster_id.clone()),
-        before.spec.cluster_record.as_ref().map(|c| c.cluster_id.clone()),
+        after
+            .spec
+            .cluster_record
+            .as_ref()
+            .map(|c| c.cluster_id.clone()),
+        before
+            .spec
+            .cluster_record
+            .as_ref()
+            .map(|c| c.cluster_id.clone()),
         "same cluster id"
     );
     let ids_after: BTreeMap<String, (String, Vec<Vec<i32>>)> = shards_api
@@ -593,7 +636,15 @@ async fn brokers_form_one_cluster_through_kubernetes_and_fence_a_paused_controll
         .items
         .into_iter()
         .filter_map(|s| s.spec.topic)
-        .map(|t| (t.name.clone(), (t.topic_id.clone(), t.partitions.iter().map(|p| p.replicas.clone()).collect())))
+        .map(|t| {
+            (
+                t.name.clone(),
+                (
+                    t.topic_id.clone(),
+                    t.partitions.iter().map(|p| p.replicas.clone()).collect(),
+                ),
+            )
+        })
         .collect();
     assert_eq!(ids_after, ids_before, "same topic ids and assignments");
     let consumed = kcat(&["-C", "-b", &first, "-t", "orders", "-e", "-q"], b"")?;

@@ -36,7 +36,10 @@ const SHOW_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Debug)]
 pub struct ControllerLink {
     session: watch::Sender<Option<Session>>,
-    applied_offset: watch::Sender<i64>,
+    /// `(controller epoch, metadata offset)` this broker has applied:
+    /// offsets restart with every controller term, so they compare only
+    /// together with their epoch.
+    applied: watch::Sender<(i64, i64)>,
     /// The current producer-id block: `(next, end)`.
     producer_ids: Mutex<(i64, i64)>,
     runtime: tokio::runtime::Handle,
@@ -51,7 +54,7 @@ impl ControllerLink {
     pub fn new(runtime: tokio::runtime::Handle) -> Self {
         Self {
             session: watch::channel(None).0,
-            applied_offset: watch::channel(0).0,
+            applied: watch::channel((0, 0)).0,
             producer_ids: Mutex::new((0, 0)),
             runtime,
         }
@@ -62,9 +65,9 @@ impl ControllerLink {
         self.session.send_replace(session);
     }
 
-    /// The session reports the metadata offset this broker has applied.
-    pub fn set_applied_offset(&self, offset: i64) {
-        self.applied_offset.send_replace(offset);
+    /// The session reports the metadata this broker has applied.
+    pub fn set_applied(&self, controller_epoch: i64, offset: i64) {
+        self.applied.send_replace((controller_epoch, offset));
     }
 
     async fn client(&self) -> Result<(ControllerClient<Channel>, Session), TopicError> {
@@ -107,8 +110,9 @@ impl ControllerLink {
                 return Err(TopicError::new(code, r.message));
             }
             if r.metadata_offset > 0 {
-                let mut applied = self.applied_offset.subscribe();
-                let shown = applied.wait_for(|o| *o >= r.metadata_offset);
+                let wanted = (r.controller_epoch, r.metadata_offset);
+                let mut applied = self.applied.subscribe();
+                let shown = applied.wait_for(|have| *have >= wanted);
                 if tokio::time::timeout(SHOW_TIMEOUT, shown).await.is_err() {
                     tracing::warn!(
                         offset = r.metadata_offset,

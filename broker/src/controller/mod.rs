@@ -106,21 +106,33 @@ impl<'a> Controller<'a> {
                 configs: configs.into_iter().collect(),
                 validate_only: false,
             };
-            link.admin(|mut c| async move { c.create_topic(request).await })?;
-            let image = self.broker.image();
-            let t = image.topic(name).ok_or_else(|| {
-                TopicError::new(
-                    ResponseError::UnknownServerError,
-                    "created, but not shown yet",
-                )
-            })?;
+            let id = link.admin(|mut c| async move { c.create_topic(request).await })?;
+            if let Some(t) = self.broker.image().topic(name) {
+                return Ok(CreatedTopic {
+                    id: t.id,
+                    partitions: i32::try_from(t.partitions.len()).unwrap_or(i32::MAX),
+                    replication_factor: t
+                        .partitions
+                        .first()
+                        .map_or(1, |p| i16::try_from(p.replicas.len()).unwrap_or(i16::MAX)),
+                });
+            }
+            // Created, but this broker's image does not show it yet (its
+            // session is catching up): answer from the request, as Kafka
+            // does; clients find the topic in Metadata shortly.
+            let config = self.broker.topics.broker_config();
             return Ok(CreatedTopic {
-                id: t.id,
-                partitions: i32::try_from(t.partitions.len()).unwrap_or(i32::MAX),
-                replication_factor: t
-                    .partitions
-                    .first()
-                    .map_or(1, |p| i16::try_from(p.replicas.len()).unwrap_or(i16::MAX)),
+                id: Uuid::parse_str(&id).unwrap_or(Uuid::nil()),
+                partitions: if partitions == -1 {
+                    config.num_partitions
+                } else {
+                    partitions
+                },
+                replication_factor: if replication_factor == -1 {
+                    config.default_replication_factor
+                } else {
+                    replication_factor
+                },
             });
         }
         let created = self

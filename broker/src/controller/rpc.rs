@@ -329,6 +329,7 @@ impl ControllerService {
         self.bump(state);
         pb::AdminResponse {
             metadata_offset: state.metadata_offset,
+            controller_epoch: state.epoch,
             topic_id,
             ..Default::default()
         }

@@ -230,7 +230,9 @@ async fn session(
                 follow_coordinators(broker, &image).await;
             }
             applied_offset.store(m.metadata_offset, std::sync::atomic::Ordering::SeqCst);
-            config.link.set_applied_offset(m.metadata_offset);
+            config
+                .link
+                .set_applied(m.controller_epoch, m.metadata_offset);
         }
     };
     let heartbeats = async {

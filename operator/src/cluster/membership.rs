@@ -143,6 +143,7 @@ mod tests {
                 controller_address: "http://127.0.0.2:9091".into(),
                 producer_id_block_end: 1000,
                 brokers,
+                deleted_topics: Vec::new(),
             }),
             topic: None,
             stamped_epoch: None,
