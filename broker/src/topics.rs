@@ -965,9 +965,10 @@ impl TopicManager {
 
     /// Cluster mode: makes the local logs match what the controller placed
     /// on this broker. A local topic is deleted (as [`delete`](Self::delete)
-    /// does) only when the controller says it was (`deleted` ids), or when
-    /// a new topic of the same name replaced it; a topic that is merely
-    /// missing from the metadata keeps its data (logged, not served).
+    /// does) only when the controller says it was (`deleted` ids); a topic
+    /// merely missing from the metadata keeps its data (logged, not
+    /// served), and so does one whose name a new topic took without the
+    /// old one's deletion (the new one is not opened here meanwhile).
     /// Assigned partitions missing here are created (empty) or opened;
     /// config changes reach the open logs. The local metadata document
     /// records what is held, so a restart opens the same logs before the
@@ -983,12 +984,20 @@ impl TopicManager {
         let mut changed = false;
         let mut stray = Vec::new();
         let mut stale = Vec::new();
+        // A new topic of a name whose older topic this broker still holds
+        // and the controller never said was deleted: the older data is kept
+        // (its directories would collide) and the new one waits here.
+        let mut blocked = std::collections::HashSet::new();
         for t in self.all() {
-            match wanted.get(t.meta.name.as_str()) {
+            let name = t.meta.name.clone();
+            match wanted.get(name.as_str()) {
                 Some(a) if a.id == t.meta.id => {}
-                Some(_) => stale.push(t.meta.name.clone()),
-                None if deleted.contains(&t.meta.id) => stale.push(t.meta.name.clone()),
-                None => stray.push(t.meta.name.clone()),
+                _ if deleted.contains(&t.meta.id) => stale.push(name),
+                Some(a) => {
+                    tracing::error!(topic = %name, held = %t.meta.id, new = %a.id, "a new topic has the name of one whose data this broker holds and that was not deleted: keeping the data, not opening the new topic here");
+                    blocked.insert(name);
+                }
+                None => stray.push(name),
             }
         }
         if !stray.is_empty() {
@@ -1000,7 +1009,7 @@ impl TopicManager {
         }
         let mut next = self.topics.read().clone();
         let mut first_error = None;
-        for a in assigned {
+        for a in assigned.iter().filter(|a| !blocked.contains(&a.name)) {
             let mut held = a.held.clone();
             held.sort_unstable();
             held.dedup();
@@ -1329,9 +1338,17 @@ mod tests {
         m.apply_assignment(&[assigned("a", a, 1, vec![0])], &[b].into())
             .unwrap();
         assert!(m.get("b").is_none(), "deleted");
-        // a replaced by a new topic of the same name
+        // a new topic named a while a was not deleted: a's data is kept
         let a2 = Uuid::new_v4();
         m.apply_assignment(&[assigned("a", a2, 1, vec![0])], &none)
+            .unwrap();
+        assert_eq!(
+            m.get("a").map(|t| t.meta.id),
+            Some(a),
+            "kept; the new one waits"
+        );
+        // once a is deleted, the new one opens
+        m.apply_assignment(&[assigned("a", a2, 1, vec![0])], &[a].into())
             .unwrap();
         assert_eq!(m.get("a").map(|t| t.meta.id), Some(a2));
     }

@@ -38,22 +38,20 @@
 //! Creates have no old object to compare with, so the epoch rule does not
 //! fence them: a deposed controller may still create a *new* topic object
 //! after the new controller listed the objects. The cluster object's
-//! `stampedEpoch` closes that gap: a take-over sets it to its epoch once
-//! every listed object carries that epoch (one more write). From then on
-//! every legitimate topic object has an epoch of at least `stampedEpoch`
-//! (stamped, or written by that controller or a later one), so an object
-//! with a lower epoch can only be a deposed controller's create that the
-//! acting controller never saw: the next take-over deletes it (with a
-//! resourceVersion precondition) and lists it in
-//! [`Snapshot::discarded`]. A take-over that dies before setting the marker
-//! leaves it at the previous completed epoch, which is still safe: the
-//! controller that died never acted.
+//! `stampedEpoch` (set to its epoch once a take-over has stamped every
+//! valid object; one more write) tells the next take-over which objects
+//! were written outside the terms it knows of: a deposed controller's late
+//! create, or an object a human repaired after a take-over found it
+//! invalid. Such an object is **adopted** — stamped like the others and
+//! listed in [`Snapshot::adopted`] — never deleted: deleting metadata
+//! would make brokers give up data, and a create that a client may have
+//! been told succeeded is better kept than lost.
 //!
 //! # Cost in API writes
 //!
 //! | operation | writes | reads |
 //! | --- | --- | --- |
-//! | [`take_over`](KubeMetadataStore::take_over) | 2 (cluster object: epoch, then `stampedEpoch`) + 1 per topic object with an older epoch (a stamp, or a delete when discarded), + 1 per lost CAS retried, + 1 Event per invalid object | 1 GET + 1 LIST per 500 objects, + 1 GET per retry |
+//! | [`take_over`](KubeMetadataStore::take_over) | 2 (cluster object: epoch, then `stampedEpoch`) + 1 per topic object with an older epoch (a stamp), + 1 per lost CAS retried, + 1 Event per invalid object | 1 GET + 1 LIST per 500 objects, + 1 GET per retry |
 //! | [`put_topic`](KubeMetadataStore::put_topic), [`put_cluster`](KubeMetadataStore::put_cluster), [`delete_topic`](KubeMetadataStore::delete_topic) | 1 | none (1 GET only when fenced, to report the newer epoch) |
 //! | [`read_cluster`](KubeMetadataStore::read_cluster), [`read_topic`](KubeMetadataStore::read_topic) | 0 | 1 GET |
 //!
@@ -150,11 +148,12 @@ pub struct Snapshot {
     pub topics: Vec<(TopicRecord, String)>,
     /// Objects not used (and not rewritten): `(object name, reason)`.
     pub invalid: Vec<(String, String)>,
-    /// Topic objects a deposed controller created after the previous
-    /// take-over had completed (their epoch is below the cluster object's
-    /// `stampedEpoch`): not part of the metadata, deleted. `(object name,
-    /// their epoch)`.
-    pub discarded: Vec<(String, i64)>,
+    /// Topic objects written outside the controller terms this one
+    /// resumes from (their epoch is below the cluster object's
+    /// `stampedEpoch`: a deposed controller's late create, or an object
+    /// repaired by hand): adopted, i.e. stamped and part of the metadata.
+    /// `(object name, their epoch)`.
+    pub adopted: Vec<(String, i64)>,
 }
 
 /// 32-bit FNV-1a (offset basis 2166136261, prime 16777619).
@@ -246,11 +245,10 @@ pub fn classify(object: &str, ours: i64, e: kube::Error) -> StoreError {
 
 /// A topic object's verdict during a take-over.
 enum Stamp {
-    Done(TopicRecord, String),
+    /// Stamped: the topic, the new resourceVersion, and the epoch it had
+    /// when that was below `stampedEpoch` (adopted).
+    Done(TopicRecord, String, Option<i64>),
     Invalid(Box<DynamicObject>, String),
-    /// Written by a deposed controller after the last completed take-over
-    /// (epoch below `stampedEpoch`): deleted. `(object, its epoch)`.
-    Discarded(String, i64),
     /// Deleted while we stamped (by a deposed controller, before our stamp
     /// could fence it): not part of the metadata.
     Gone,
@@ -515,15 +513,18 @@ impl KubeMetadataStore {
 
         let mut topics = Vec::new();
         let mut invalid = Vec::new();
-        let mut discarded = Vec::new();
+        let mut adopted = Vec::new();
         for s in stamped {
             match s {
-                Stamp::Done(t, rv) => topics.push((t, rv)),
-                Stamp::Gone => {}
-                Stamp::Discarded(object, their_epoch) => {
-                    tracing::warn!(cluster = %self.cluster, %object, epoch = their_epoch, stamped_epoch = stamped_before, "deleted a metadata object a deposed controller created after the last take-over");
-                    discarded.push((object, their_epoch));
+                Stamp::Done(t, rv, late) => {
+                    if let Some(their_epoch) = late {
+                        let object = topic_object_name(&self.cluster, &t.name);
+                        tracing::warn!(cluster = %self.cluster, %object, epoch = their_epoch, stamped_epoch = stamped_before, "adopted a metadata object written outside the known controller terms (a deposed controller's late create, or a repair by hand)");
+                        adopted.push((object, their_epoch));
+                    }
+                    topics.push((t, rv));
                 }
+                Stamp::Gone => {}
                 Stamp::Invalid(obj, reason) => {
                     let object = obj.name_any();
                     tracing::error!(cluster = %self.cluster, %object, %reason, "invalid metadata object: not used, not rewritten");
@@ -534,7 +535,7 @@ impl KubeMetadataStore {
         }
         topics.sort_by(|a, b| a.0.name.cmp(&b.0.name));
         invalid.sort();
-        discarded.sort();
+        adopted.sort();
 
         // Every object carries our epoch now: record that this take-over
         // completed (objects below it from now on are a deposed
@@ -570,7 +571,7 @@ impl KubeMetadataStore {
             cluster_resource_version: cluster_rv,
             topics,
             invalid,
-            discarded,
+            adopted,
         })
     }
 
@@ -595,19 +596,7 @@ impl KubeMetadataStore {
                     ))
                 }
             };
-            if shard.spec.epoch < stamped_before {
-                let rv = shard.resource_version().unwrap_or_default();
-                match self.delete_object(&name, &rv).await {
-                    Ok(()) => return Ok(Stamp::Discarded(name, shard.spec.epoch)),
-                    Err(StoreError::Conflict { .. }) => {}
-                    Err(e) => return Err(e),
-                }
-                match self.raw.get_opt(&name).await? {
-                    Some(fresh) => raw = fresh,
-                    None => return Ok(Stamp::Gone),
-                }
-                continue;
-            }
+            let late = (shard.spec.epoch < stamped_before).then_some(shard.spec.epoch);
             let topic = match self.check_topic_object(&name, &shard.spec) {
                 Ok(t) => t,
                 Err(reason) => return Ok(Stamp::Invalid(Box::new(raw), reason)),
@@ -620,12 +609,12 @@ impl KubeMetadataStore {
             }
             if shard.spec.epoch == epoch {
                 let rv = shard.resource_version().unwrap_or_default();
-                return Ok(Stamp::Done(topic, rv));
+                return Ok(Stamp::Done(topic, rv, None));
             }
             shard.spec.epoch = epoch;
             shard.spec.writer = writer;
             match self.write(&shard, epoch).await {
-                Ok(rv) => return Ok(Stamp::Done(topic, rv)),
+                Ok(rv) => return Ok(Stamp::Done(topic, rv, late)),
                 Err(StoreError::Conflict { .. }) => {}
                 Err(StoreError::Invalid { reason, .. }) => {
                     return Ok(Stamp::Invalid(

@@ -158,7 +158,7 @@ async fn a_deposed_controller_is_refused_by_the_api_server() -> Result<()> {
 }
 
 #[tokio::test]
-async fn a_deposed_controllers_late_create_is_discarded() -> Result<()> {
+async fn a_deposed_controllers_late_create_is_adopted_never_deleted() -> Result<()> {
     let Some((ns, store)) = setup("coord-orphan").await? else {
         return Ok(());
     };
@@ -166,7 +166,7 @@ async fn a_deposed_controllers_late_create_is_discarded() -> Result<()> {
     let early = topic("early", 1);
     store.put_topic(first.epoch, 0, &early, None).await?;
     let second = store.take_over(1, ADDR).await?;
-    assert!(second.discarded.is_empty());
+    assert!(second.adopted.is_empty());
 
     // The deposed controller (epoch 1) creates a topic after the take-over:
     // a create has no old object, so the CEL rule cannot refuse it.
@@ -177,13 +177,14 @@ async fn a_deposed_controllers_late_create_is_discarded() -> Result<()> {
 
     let third = store.take_over(2, ADDR).await?;
     let names: Vec<&str> = third.topics.iter().map(|(t, _)| t.name.as_str()).collect();
-    assert_eq!(names, ["current", "early"]);
+    assert_eq!(names, ["current", "early", "late"]);
     assert_eq!(
-        third.discarded,
+        third.adopted,
         vec![(store.topic_object_name("late"), first.epoch)]
     );
     assert!(third.invalid.is_empty());
-    assert!(store.read_topic("late").await?.is_none());
+    let late = store.read_topic("late").await?.expect("kept");
+    assert_eq!(late.epoch, third.epoch, "stamped like the others");
     let cluster = ns.api::<MetadataShard>().get("prod-cluster").await?;
     assert_eq!(cluster.spec.stamped_epoch, Some(third.epoch));
     assert_eq!(

@@ -65,8 +65,8 @@ impl Backend {
                     .take_over(node_id, address)
                     .await
                     .map_err(|e| StoreError::Unavailable(e.to_string()))?;
-                for (object, epoch) in &snapshot.discarded {
-                    tracing::warn!(%object, epoch, "discarded a write of a deposed controller");
+                for (object, epoch) in &snapshot.adopted {
+                    tracing::warn!(%object, epoch, "adopted a metadata object written outside the known controller terms");
                 }
                 let term = KubeTerm {
                     store: store.clone(),
