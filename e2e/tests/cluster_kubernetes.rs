@@ -95,7 +95,9 @@ fn spawn(bin: &Path, ns: &str, node: i32, kafka_port: u16, dir: &Path) -> Result
 
 fn kcat(args: &[&str], stdin: &[u8]) -> Result<Vec<u8>> {
     use std::io::Write;
-    let mut child = Command::new("kcat")
+    // bounded: a kcat that cannot finish fails the test instead of hanging it
+    let mut child = Command::new("timeout")
+        .args(["60", "kcat"])
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -464,6 +466,32 @@ async fn brokers_form_one_cluster_through_kubernetes_and_fence_a_paused_controll
     .await
     .with_context(|| logs(&brokers))?;
 
+    // A consumer group reads and commits (kcat -G: the group's coordinator
+    // is the leader of its __consumer_offsets partition, on any broker).
+    let group_read = |bootstrap: &str| -> Result<usize> {
+        let out = kcat(
+            &[
+                "-b",
+                bootstrap,
+                "-G",
+                "readers",
+                "-X",
+                "auto.offset.reset=earliest",
+                "-e",
+                "-q",
+                "after-outage",
+            ],
+            b"",
+        )?;
+        Ok(String::from_utf8(out)?.lines().count())
+    };
+    assert_eq!(
+        group_read(&last_bootstrap)?,
+        1,
+        "the group reads the one record"
+    );
+    assert_eq!(group_read(&last_bootstrap)?, 0, "and has committed it");
+
     // A topic's object edited by hand into something invalid (a leader
     // that is not a replica; the schema cannot see that): the next
     // controller term reports it (log and Event), leaves it as it is, and
@@ -647,6 +675,11 @@ async fn brokers_form_one_cluster_through_kubernetes_and_fence_a_paused_controll
         })
         .collect();
     assert_eq!(ids_after, ids_before, "same topic ids and assignments");
+    assert_eq!(
+        group_read(&first)?,
+        0,
+        "committed offsets survive the full restart"
+    );
     let consumed = kcat(&["-C", "-b", &first, "-t", "orders", "-e", "-q"], b"")?;
     assert_eq!(
         String::from_utf8(consumed)?.lines().count(),
