@@ -803,8 +803,17 @@ async fn three_brokers_are_one_kafka_cluster() -> Result<()> {
         "controller {controller} (epoch {epoch}) -> {next} (epoch {next_epoch}) {:?} after its pod's deletion",
         deleted_at.elapsed()
     );
-    let view = kcat_metadata(addrs[&i64::from(next)], None).await?;
-    assert_eq!(view.controller, i64::from(next));
+    // The new controller's own broker shows itself as controller once its
+    // session has re-registered (metadata propagates; clients retry).
+    wait_for(
+        SHORT,
+        "the new controller in its broker's Metadata",
+        || async {
+            let view = kcat_metadata(addrs[&i64::from(next)], None).await?;
+            Ok((view.controller == i64::from(next)).then_some(()))
+        },
+    )
+    .await?;
     quotas
         .delete("hold-replacement", &DeleteParams::default())
         .await?;
