@@ -182,6 +182,23 @@ async fn shards(ns: &TestNamespace) -> Result<Vec<(String, i64, i32, Vec<i32>)>>
         .collect())
 }
 
+/// Every topic object's topic id and replica assignment, by topic name.
+async fn topic_layout(
+    shards: &kube::Api<MetadataShard>,
+) -> Result<BTreeMap<String, (String, Vec<Vec<i32>>)>> {
+    Ok(shards
+        .list(&ListParams::default().labels("moldau.io/shard=topic"))
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|s| s.spec.topic)
+        .map(|t| {
+            let replicas = t.partitions.iter().map(|p| p.replicas.clone()).collect();
+            (t.name, (t.topic_id, replicas))
+        })
+        .collect())
+}
+
 fn stop(b: &mut Broker, signal: i32) {
     unsafe { libc::kill(b.child.id() as i32, signal) };
 }
@@ -604,22 +621,7 @@ async fn brokers_form_one_cluster_through_kubernetes_and_fence_a_paused_controll
         .await?;
     let cluster_object = format!("{CLUSTER}-cluster");
     let before = shards_api.get(&cluster_object).await?;
-    let ids_before: BTreeMap<String, (String, Vec<Vec<i32>>)> = shards_api
-        .list(&ListParams::default().labels("moldau.io/shard=topic"))
-        .await?
-        .items
-        .into_iter()
-        .filter_map(|s| s.spec.topic)
-        .map(|t| {
-            (
-                t.name.clone(),
-                (
-                    t.topic_id.clone(),
-                    t.partitions.iter().map(|p| p.replicas.clone()).collect(),
-                ),
-            )
-        })
-        .collect();
+    let ids_before = topic_layout(&shards_api).await?;
     brokers.insert(leaving.node, leaving);
     for b in brokers.values_mut() {
         stop(b, libc::SIGTERM);
@@ -658,22 +660,7 @@ async fn brokers_form_one_cluster_through_kubernetes_and_fence_a_paused_controll
             .map(|c| c.cluster_id.clone()),
         "same cluster id"
     );
-    let ids_after: BTreeMap<String, (String, Vec<Vec<i32>>)> = shards_api
-        .list(&ListParams::default().labels("moldau.io/shard=topic"))
-        .await?
-        .items
-        .into_iter()
-        .filter_map(|s| s.spec.topic)
-        .map(|t| {
-            (
-                t.name.clone(),
-                (
-                    t.topic_id.clone(),
-                    t.partitions.iter().map(|p| p.replicas.clone()).collect(),
-                ),
-            )
-        })
-        .collect();
+    let ids_after = topic_layout(&shards_api).await?;
     assert_eq!(ids_after, ids_before, "same topic ids and assignments");
     assert_eq!(
         group_read(&first)?,
