@@ -3,7 +3,9 @@
 //!
 //! This module owns only the small metadata files next to the segments
 //! (recovery point, log start offset, high watermark, cleaner offset,
-//! clean-shutdown marker); it never reads or writes segments. A checkpoint is written to
+//! clean-shutdown marker) and the atomic write every checkpoint uses (the
+//! leader epoch cache's file format lives in `epochs`); it never reads or
+//! writes segments. A checkpoint is written to
 //! `<name>.tmp`, fsynced, renamed over `<name>` and the directory is
 //! fsynced, so a reader sees either the old or the new value, never a torn
 //! one. The content is one line, `moldau-checkpoint 1 <value>`; a file that
@@ -76,6 +78,40 @@ pub fn write_checkpoints(dir: &Path, checkpoints: &[(&str, i64)]) -> Result<()> 
     }
     for &(name, _) in checkpoints {
         fs::rename(dir.join(format!("{name}{TMP_SUFFIX}")), dir.join(name))?;
+    }
+    fsync_dir(dir)?;
+    Ok(())
+}
+
+/// Atomically replaces `dir/name` with `content`: written to
+/// `<name>.tmp`, fsynced, renamed into place, directory fsynced. For
+/// checkpoints of another format than one value (the leader epoch cache).
+pub fn write_atomically(dir: &Path, name: &str, content: &[u8]) -> Result<()> {
+    let tmp = dir.join(format!("{name}{TMP_SUFFIX}"));
+    let written = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&tmp)
+        .and_then(|mut f| {
+            f.write_all(content)?;
+            f.sync_all()
+        });
+    if let Err(e) = written {
+        let _ = fs::remove_file(&tmp);
+        return Err(e.into());
+    }
+    fs::rename(&tmp, dir.join(name))?;
+    fsync_dir(dir)?;
+    Ok(())
+}
+
+/// Removes `dir/name` durably (absent is fine).
+pub fn remove_checkpoint(dir: &Path, name: &str) -> Result<()> {
+    match fs::remove_file(dir.join(name)) {
+        Ok(()) => {}
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e.into()),
     }
     fsync_dir(dir)?;
     Ok(())

@@ -4,16 +4,19 @@
 //! This module owns the bytes on disk and nothing else: it knows nothing of
 //! the Kafka wire protocol, topics' metadata or the network. Callers hand it
 //! validated produce payloads and get back offsets; they ask it for file
-//! regions to send to consumers.
+//! regions to send to consumers and followers. For replication it keeps
+//! each partition's leader-epoch cache (`epochs`), appends batches fetched
+//! from a leader as they are, and truncates a follower's divergent tail.
 //!
 //! Layout of a partition directory (`<topic>-<partition>/`):
-//! - `<base offset, 20 digits>.log`: record batches, base offset and leader
-//!   epoch rewritten by the broker (neither is covered by the batch CRC);
+//! - `<base offset, 20 digits>.log`: record batches; on a leader, base
+//!   offset and leader epoch rewritten by the broker (neither is covered by
+//!   the batch CRC); on a follower, byte for byte as the leader has them;
 //! - `<base>.index`: sparse, memory-mapped offset → file position;
 //! - `<base>.timeindex`: sparse, memory-mapped timestamp → offset;
 //! - checkpoint files (recovery point, log start offset, high watermark,
-//!   cleaner offset), each written atomically (temp file, fsync, rename,
-//!   fsync directory);
+//!   cleaner offset, `leader-epoch-checkpoint`), each written atomically
+//!   (temp file, fsync, rename, fsync directory);
 //! - transiently, `<base>.log.cleaned` / `<base>.log.swap` while the
 //!   cleaner (`cleanup.policy=compact`) swaps in a compacted segment.
 
@@ -22,12 +25,16 @@ pub mod checkpoint;
 pub mod cleaner;
 pub mod compression;
 pub mod config;
+pub mod epochs;
 pub mod index;
 pub mod log;
 pub mod segment;
 
 pub use cleaner::CompactionOutcome;
 pub use config::LogConfig;
+pub use epochs::{
+    truncation_offset, truncation_point, EpochEntry, LeaderEpochCache, TruncationPoint,
+};
 pub use log::{AppendResult, FetchSlice, PartitionLog, RetentionOutcome};
 
 /// Errors of the storage layer. Each maps onto one Kafka error code at the
