@@ -370,6 +370,33 @@ impl IndexFile {
         self.entries = 0;
     }
 
+    /// Keeps only the first `n` entries (zero-fills the others).
+    fn truncate_entries(&mut self, n: usize) {
+        if n >= self.entries {
+            return;
+        }
+        let from = n * self.entry_size;
+        let to = (self.entries * self.entry_size).min(self.mmap.len());
+        if let Some(region) = self.mmap.get_mut(from..to) {
+            region.fill(0);
+        }
+        self.entries = n;
+    }
+
+    /// Number of leading entries for which `keep` holds (entries are
+    /// sorted, so `keep` must hold for a prefix).
+    fn count_prefix(&self, keep: &dyn Fn(&[u8]) -> bool) -> usize {
+        let (mut lo, mut hi) = (0usize, self.entries);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match self.entry(mid) {
+                Some(e) if keep(e) => lo = mid + 1,
+                _ => hi = mid,
+            }
+        }
+        lo
+    }
+
     fn flush(&self) -> io::Result<()> {
         if self.detached {
             return Ok(());
@@ -539,6 +566,17 @@ impl OffsetIndex {
         (position > after).then_some(position)
     }
 
+    /// Removes the entries pointing at `position` or later (the log is
+    /// cut there).
+    pub fn truncate_to_position(&mut self, position: u64) {
+        let keep = self.inner.count_prefix(&|e| {
+            e.get(4..8)
+                .and_then(|p| p.try_into().ok())
+                .is_some_and(|p: [u8; 4]| u64::from(u32::from_be_bytes(p)) < position)
+        });
+        self.inner.truncate_entries(keep);
+    }
+
     /// Adds an entry; returns false (adding nothing) if the index is full or
     /// the entry would not be strictly after the last one or does not fit.
     pub fn append(&mut self, offset: i64, position: u64) -> bool {
@@ -641,6 +679,18 @@ impl TimeIndex {
             }
         }
         lo.checked_sub(1).and_then(|i| self.entry(i))
+    }
+
+    /// Removes the entries naming `next_offset` or later (the log now
+    /// ends before it).
+    pub fn truncate_to_offset(&mut self, next_offset: i64) {
+        let base = self.base_offset;
+        let keep = self.inner.count_prefix(&|e| {
+            e.get(8..12)
+                .and_then(|r| r.try_into().ok())
+                .is_some_and(|r: [u8; 4]| base + i64::from(u32::from_be_bytes(r)) < next_offset)
+        });
+        self.inner.truncate_entries(keep);
     }
 
     /// Adds `(timestamp, offset)` if the timestamp is larger than the last

@@ -688,6 +688,71 @@ impl Segment {
         Ok(cut)
     }
 
+    /// Calls `f` with the header of every batch, in order (headers only:
+    /// no CRC check; one read per read-ahead chunk).
+    pub fn for_each_header(&self, mut f: impl FnMut(&BatchHeader)) -> Result<()> {
+        let mut reader = HeaderReader::new(self, READ_AHEAD);
+        let mut pos = 0u64;
+        while pos < self.size {
+            let h = reader.header(pos)?;
+            f(&h);
+            pos += h.total_size() as u64;
+        }
+        Ok(())
+    }
+
+    /// Cuts the segment before the first batch holding an offset `>=
+    /// offset` (a batch straddling `offset` goes whole), with its index
+    /// entries, and makes the cut durable (`fdatasync`) before returning.
+    /// Returns the number of bytes removed (0 when no batch reaches
+    /// `offset`). The segment's end, max timestamp and index bookkeeping
+    /// are re-derived from the indexes and a header scan of the tail after
+    /// the last index entry; if that scan finds the bytes inconsistent the
+    /// whole segment is re-validated ([`Segment::recover`]).
+    pub fn truncate_to(
+        &mut self,
+        offset: i64,
+        index_interval: u64,
+        index_bytes: u64,
+        now_ms: i64,
+    ) -> Result<u64> {
+        let Some((pos, _)) = self.find_position(offset)? else {
+            return Ok(0);
+        };
+        let removed = self.size - pos;
+        self.offset_index.truncate_to_position(pos);
+        self.index_dirty = true;
+        self.file.set_len(pos)?;
+        self.file.sync_data()?;
+        self.size = pos;
+        let (scan_pos, scan_offset) = match self.offset_index.last_entry() {
+            Some((o, p)) => (p, o),
+            None => (0, self.base_offset),
+        };
+        let Some(scan) = self.scan_headers(scan_pos, scan_offset, true)? else {
+            tracing::warn!(path = %self.log_path.display(), "inconsistent batch headers after truncation; re-validating the segment");
+            self.recover(index_interval, index_bytes, now_ms, true)?;
+            return Ok(removed);
+        };
+        self.next_offset = scan.next_offset;
+        self.bytes_since_last_index_entry = scan.bytes;
+        self.time_index.truncate_to_offset(scan.next_offset);
+        self.max_timestamp = -1;
+        self.offset_of_max_timestamp = self.base_offset;
+        if let Some((ts, off)) = self.time_index.last_entry() {
+            self.max_timestamp = ts;
+            self.offset_of_max_timestamp = off;
+        }
+        if scan.max_timestamp > self.max_timestamp {
+            self.max_timestamp = scan.max_timestamp;
+            self.offset_of_max_timestamp = scan.offset_of_max_timestamp;
+        }
+        if self.size == 0 {
+            self.roll_base_ms = None;
+        }
+        Ok(removed)
+    }
+
     /// Renames the segment's files with the `.deleted` suffix and removes
     /// them. Readers holding the `Arc<File>` keep reading the unlinked inode.
     pub fn delete(self) -> Result<()> {
