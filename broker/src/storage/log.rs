@@ -30,6 +30,7 @@ use std::sync::Arc;
 use super::batch::{self, BatchHeader};
 use super::checkpoint;
 use super::cleaner::{self, CleanStats, CompactionOutcome};
+use super::epochs::{EpochEntry, LeaderEpochCache};
 use super::segment::{self, BatchInfo, Segment};
 use super::{LogConfig, Result, StorageError};
 
@@ -112,6 +113,12 @@ pub struct PartitionLog {
     /// pass; when that checkpoint is missing for a log compacted before,
     /// `Some(i64::MIN)` (check once).
     tombstone_due: Option<i64>,
+    /// The leader-epoch cache (see `epochs`), checkpointed whenever it
+    /// changes. Invariant kept across crashes: the checkpoint never lacks
+    /// an epoch of the batches on disk (entries are written before the
+    /// batches that need them; truncations cut the log before the cache),
+    /// and entries past the log end are dropped at open.
+    epochs: LeaderEpochCache,
     /// Set by [`PartitionLog::close_in_place`]: the log refuses changes.
     closed: bool,
     open_report: OpenReport,
@@ -123,6 +130,29 @@ fn out_of_range(requested: i64, log_start: i64, log_end: i64) -> StorageError {
         log_start,
         log_end,
     }
+}
+
+/// The broker's clock, for the few mutations that take no `now_ms`.
+fn wall_clock_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// Rebuilds a leader-epoch cache from the partition leader epoch of every
+/// batch header (no CRC check). A segment whose headers cannot be walked
+/// contributes what was read before the problem (it is logged).
+fn rebuild_epochs(dir: &Path, segments: &[Segment]) -> LeaderEpochCache {
+    let mut cache = LeaderEpochCache::empty(dir);
+    for seg in segments {
+        let walked = seg.for_each_header(|h| {
+            cache.assign(h.partition_leader_epoch, h.base_offset);
+        });
+        if let Err(e) = walked {
+            tracing::warn!(path = %seg.log_path().display(), error = %e, "cannot read every batch header while rebuilding the leader epoch cache");
+        }
+    }
+    cache
 }
 
 fn remove_if_exists(path: &Path) -> Result<()> {
@@ -147,6 +177,15 @@ impl PartitionLog {
     /// compacted: their offsets may jump between batches and they may end
     /// before the next segment starts; everywhere else offsets must be
     /// contiguous.
+    ///
+    /// The leader-epoch cache is read from its checkpoint; when that is
+    /// missing or unreadable (or empty while the log holds batches: a
+    /// truncation that cleared it was interrupted), it is rebuilt from the
+    /// batch headers (a log written before epochs were tracked has its
+    /// batches stamped epoch 0 and gets `[(0, first offset)]`). Entries at
+    /// or past the log end (a torn tail, an interrupted truncation, an
+    /// epoch a leader assigned without writing) are dropped and the cache
+    /// is moved up to the log start, as Kafka's log loading does.
     pub fn open(dir: impl AsRef<Path>, config: LogConfig, now_ms: i64) -> Result<Self> {
         let dir = dir.as_ref().to_path_buf();
         if !dir.is_dir() {
@@ -314,6 +353,15 @@ impl PartitionLog {
                 .unwrap_or(first_base)
                 .clamp(first_base, log_end)
         };
+        let (mut epochs, mut epochs_changed) = match LeaderEpochCache::load(&dir)? {
+            Some(c) if !(c.is_empty() && log_start_offset < log_end) => (c, false),
+            _ => {
+                tracing::info!(dir = %dir.display(), "rebuilding the leader epoch cache from batch headers");
+                (rebuild_epochs(&dir, &segments), true)
+            }
+        };
+        epochs_changed |= epochs.truncate_from_end(log_end);
+        epochs_changed |= epochs.truncate_from_start(log_start_offset);
         let mut log = PartitionLog {
             dir,
             config,
@@ -333,9 +381,16 @@ impl PartitionLog {
                 Some(due) => Some(due),
                 None => checkpointed_cleaned.map(|_| i64::MIN),
             },
+            epochs,
             closed: false,
             open_report,
         };
+        if epochs_changed {
+            // Failing (a full disk) is harmless: the next open redoes it.
+            if let Err(e) = log.epochs.write() {
+                tracing::warn!(dir = %log.dir.display(), error = %e, "cannot write the leader epoch cache");
+            }
+        }
         // Checkpoints pointing past what survived are pulled back. Failing
         // to (a full disk) is harmless: the next open clamps them again.
         let pull_back = |dir: &Path, name: &str, value: i64| match checkpoint::write_checkpoint(
@@ -430,6 +485,22 @@ impl PartitionLog {
         Ok(())
     }
 
+    /// Rolls first when appending `bytes` bytes ending at `last_offset`
+    /// would overflow the active segment (size, age, full indexes, or
+    /// offsets too far from its base).
+    fn roll_if_needed(&mut self, bytes: u64, last_offset: i64, now_ms: i64) -> Result<()> {
+        let active = self.active();
+        let needs_roll = !active.is_empty()
+            && (active.size() + bytes > self.max_segment_bytes()
+                || self.segment_expired_by_age(active, now_ms)
+                || active.indexes_full()
+                || last_offset - active.base_offset() > i64::from(i32::MAX));
+        if needs_roll {
+            self.roll()?;
+        }
+        Ok(())
+    }
+
     fn segment_expired_by_age(&self, seg: &Segment, now_ms: i64) -> bool {
         !seg.is_empty()
             && seg
@@ -442,7 +513,11 @@ impl PartitionLog {
     /// applies LogAppendTime when configured, rolls the segment first if
     /// size or age demands, and writes the whole payload with one write.
     /// The batch structure is re-checked (not the CRC): a payload that is
-    /// not a whole number of v2 batches is `CorruptBatch`.
+    /// not a whole number of v2 batches is `CorruptBatch`. When
+    /// `leader_epoch` is newer than the latest cached epoch, `(leader_epoch,
+    /// first offset)` is added to the leader-epoch cache and checkpointed
+    /// before the batches are written (an older epoch is logged and leaves
+    /// the cache alone).
     pub fn append(
         &mut self,
         batches: &mut [u8],
@@ -497,14 +572,21 @@ impl PartitionLog {
             return Err(StorageError::CorruptBatch("empty record set".to_string()));
         };
 
-        let active = self.active();
-        let needs_roll = !active.is_empty()
-            && (active.size() + batches.len() as u64 > self.max_segment_bytes()
-                || self.segment_expired_by_age(active, now_ms)
-                || active.indexes_full()
-                || last.last_offset - active.base_offset() > i64::from(i32::MAX));
-        if needs_roll {
-            self.roll()?;
+        self.roll_if_needed(batches.len() as u64, last.last_offset, now_ms)?;
+
+        // A newer leader epoch is checkpointed before the batches carrying
+        // it are written, so the cache file never lacks an epoch on disk.
+        let epochs_before = self.epochs.clone();
+        let latest = self.epochs.latest_epoch();
+        let new_epoch = leader_epoch >= 0 && latest.is_none_or(|l| leader_epoch > l);
+        if new_epoch {
+            self.epochs.assign(leader_epoch, first.base_offset);
+            if let Err(e) = self.epochs.write() {
+                self.epochs = epochs_before;
+                return Err(e);
+            }
+        } else if latest.is_some_and(|l| leader_epoch < l) {
+            tracing::warn!(dir = %self.dir.display(), leader_epoch, latest = ?latest, "append with a leader epoch older than the latest cached one; the cache is left as is");
         }
 
         for b in &infos {
@@ -517,8 +599,12 @@ impl PartitionLog {
             }
         }
         let interval = self.config.index_interval_bytes;
-        self.active_mut()
-            .append(batches, &infos, interval, now_ms)?;
+        if let Err(e) = self.active_mut().append(batches, &infos, interval, now_ms) {
+            if new_epoch {
+                self.restore_epochs(epochs_before);
+            }
+            return Err(e);
+        }
         self.unflushed_messages = self
             .unflushed_messages
             .saturating_add(last.last_offset - first.base_offset + 1);
@@ -529,6 +615,338 @@ impl PartitionLog {
             log_append_time,
             log_start_offset: self.log_start_offset,
         })
+    }
+
+    /// Puts back the epoch cache of before a failed append, rewriting its
+    /// checkpoint (best effort: an entry past the log end left in the
+    /// file is dropped at the next open).
+    fn restore_epochs(&mut self, before: LeaderEpochCache) {
+        self.epochs = before;
+        if let Err(e) = self.epochs.write() {
+            tracing::warn!(dir = %self.dir.display(), error = %e, "cannot rewrite the leader epoch cache after a failed append");
+        }
+    }
+
+    /// A follower's append: batches fetched from the partition leader are
+    /// written exactly as they are (base offsets, partition leader epochs,
+    /// timestamps and CRCs untouched). Structure and CRC-32C of every batch
+    /// are checked (`batch::validate_batches`, without a size limit: the
+    /// leader accepted them); records are not re-validated. The first
+    /// batch must start at the log end and each next one right after the
+    /// previous, else `CorruptBatch` (a leader whose log start lies inside
+    /// a batch sends that whole batch: the caller sees its base offset
+    /// below the log end and restarts the log there with
+    /// [`PartitionLog::truncate_fully_and_start_at`]). In a compacted log
+    /// (`cleanup.policy` with `compact`) offsets may jump forward, as
+    /// they do in the leader's compacted segments: the cleaner checkpoint
+    /// is then moved to the new log end first, so recovery accepts the
+    /// gaps. Rolls segments as [`PartitionLog::append`] does; each new
+    /// partition leader epoch of the batches is recorded in the
+    /// leader-epoch cache (Kafka's `assign`), checkpointed before the
+    /// batches are written. The high watermark is not touched (the leader
+    /// tells it).
+    pub fn append_replicated(&mut self, batches: &[u8], now_ms: i64) -> Result<AppendResult> {
+        self.refuse_if_closed()?;
+        if batches.len() as u64 > i32::MAX as u64 {
+            return Err(StorageError::MessageTooLarge {
+                size: batches.len(),
+                max: i32::MAX as usize,
+            });
+        }
+        let headers = batch::validate_batches(batches, usize::MAX)?;
+        let end = self.log_end_offset();
+        let gaps_allowed = self.config.compact;
+        let mut infos = Vec::with_capacity(headers.len());
+        let mut expected = end;
+        let mut gap = false;
+        let mut pos = 0u64;
+        let mut records = 0i64;
+        for (i, h) in headers.iter().enumerate() {
+            let in_order = if gaps_allowed {
+                h.base_offset >= expected
+            } else {
+                h.base_offset == expected
+            };
+            if !in_order {
+                return Err(StorageError::CorruptBatch(if i == 0 {
+                    format!(
+                        "replicated batches start at offset {} but the log ends at {end}",
+                        h.base_offset
+                    )
+                } else {
+                    format!(
+                        "replicated batch {i} starts at offset {} where {expected} was expected",
+                        h.base_offset
+                    )
+                }));
+            }
+            gap |= h.base_offset != expected;
+            let last = h
+                .base_offset
+                .checked_add(i64::from(h.last_offset_delta))
+                .filter(|&l| l < i64::MAX)
+                .ok_or_else(|| StorageError::CorruptBatch("offset overflow".to_string()))?;
+            let size = h.total_size() as u64;
+            infos.push(BatchInfo {
+                position: pos,
+                size,
+                base_offset: h.base_offset,
+                last_offset: last,
+                max_timestamp: h.max_timestamp,
+            });
+            records = records.saturating_add(last - h.base_offset + 1);
+            expected = last + 1;
+            pos += size;
+        }
+        let (Some(first), Some(last)) = (infos.first().copied(), infos.last().copied()) else {
+            return Err(StorageError::CorruptBatch("empty record set".to_string()));
+        };
+        self.roll_if_needed(batches.len() as u64, last.last_offset, now_ms)?;
+        if last.last_offset - self.active().base_offset() > i64::from(i32::MAX) {
+            return Err(StorageError::CorruptBatch(format!(
+                "replicated batch at offset {} is too far from the segment base {}",
+                first.base_offset,
+                self.active().base_offset()
+            )));
+        }
+        if gap && self.cleaned_to.is_none_or(|c| c < expected) {
+            // Recovery must know about the gaps before they are on disk.
+            checkpoint::write_checkpoint(&self.dir, checkpoint::CLEANER_OFFSET_FILE, expected)?;
+            self.cleaned_to = Some(expected);
+        }
+        let epochs_before = self.epochs.clone();
+        let mut epochs_changed = false;
+        for h in &headers {
+            epochs_changed |= self.epochs.assign(h.partition_leader_epoch, h.base_offset);
+        }
+        if epochs_changed {
+            if let Err(e) = self.epochs.write() {
+                self.epochs = epochs_before;
+                return Err(e);
+            }
+        }
+        let interval = self.config.index_interval_bytes;
+        if let Err(e) = self.active_mut().append(batches, &infos, interval, now_ms) {
+            if epochs_changed {
+                self.restore_epochs(epochs_before);
+            }
+            return Err(e);
+        }
+        self.unflushed_messages = self.unflushed_messages.saturating_add(records);
+        self.first_unflushed_ms.get_or_insert(now_ms);
+        Ok(AppendResult {
+            base_offset: first.base_offset,
+            last_offset: last.last_offset,
+            log_append_time: -1,
+            log_start_offset: self.log_start_offset,
+        })
+    }
+
+    /// Removes every record at offset `>= offset` (a follower's divergent
+    /// tail). A batch straddling `offset` is removed whole (as in Kafka),
+    /// so the log may end below `offset`. At or past the log end the log
+    /// is left alone, but cached epochs starting at or after the log end
+    /// are dropped (as Kafka: a leader may have assigned an epoch without
+    /// writing anything before losing leadership). Below the log start it
+    /// is [`PartitionLog::truncate_fully_and_start_at`]; a negative offset
+    /// is `OffsetOutOfRange`.
+    ///
+    /// Crash-safe: the recovery point is checkpointed at or below `offset`
+    /// first (a crash mid-way re-validates the cut segment); later segments
+    /// are deleted newest first (a crash leaves a prefix); the segment
+    /// holding `offset` is cut at the batch boundary, its indexes too, and
+    /// fsynced; only then are the high watermark, recovery point, log start
+    /// (if the log now ends below it), cleaner checkpoint and leader-epoch
+    /// cache (entries starting at or after the new log end) clamped and
+    /// checkpointed.
+    pub fn truncate_to(&mut self, offset: i64) -> Result<()> {
+        self.refuse_if_closed()?;
+        let end = self.log_end_offset();
+        if offset < 0 {
+            return Err(out_of_range(offset, self.log_start_offset, end));
+        }
+        if offset >= end {
+            if self.epochs.truncate_from_end(end) {
+                self.epochs.write()?;
+            }
+            return Ok(());
+        }
+        if offset < self.log_start_offset {
+            return self.truncate_fully_and_start_at(offset);
+        }
+        if self.recovery_point > offset {
+            checkpoint::write_checkpoint(&self.dir, checkpoint::RECOVERY_POINT_FILE, offset)?;
+            self.recovery_point = offset;
+            self.checkpointed_recovery_point = Some(offset);
+        }
+        let keep = self
+            .segments
+            .partition_point(|s| s.base_offset() < offset)
+            .max(1);
+        let dropped = self.segments.len() > keep;
+        while self.segments.len() > keep {
+            if let Some(seg) = self.segments.pop() {
+                tracing::info!(path = %seg.log_path().display(), offset, "deleting segment past the truncation offset");
+                seg.delete()?;
+            }
+        }
+        if dropped {
+            checkpoint::fsync_dir(&self.dir)?;
+        }
+        let interval = self.config.index_interval_bytes;
+        let index_bytes = self.config.segment_index_bytes;
+        let cut = self
+            .active_mut()
+            .truncate_to(offset, interval, index_bytes, wall_clock_ms())?;
+        if let Err(e) = self.active_mut().make_active(index_bytes) {
+            tracing::warn!(path = %self.active().log_path().display(), error = %e, "cannot reserve index space for the active segment");
+        }
+        let new_end = self.log_end_offset();
+        tracing::info!(dir = %self.dir.display(), offset, log_end = new_end, bytes = cut, "truncated the log");
+        self.high_watermark = self.high_watermark.min(new_end);
+        self.recovery_point = self.recovery_point.min(new_end);
+        self.log_start_offset = self.log_start_offset.min(new_end);
+        self.unflushed_messages = self.unflushed_messages.min(new_end - self.recovery_point);
+        if self.recovery_point == new_end {
+            self.first_unflushed_ms = None;
+        }
+        if self.cleaned_to.is_some_and(|c| c > new_end) {
+            checkpoint::write_checkpoint(&self.dir, checkpoint::CLEANER_OFFSET_FILE, new_end)?;
+            self.cleaned_to = Some(new_end);
+        }
+        self.write_offset_checkpoints()?;
+        if self.epochs.truncate_from_end(new_end) {
+            self.epochs.write()?;
+        }
+        Ok(())
+    }
+
+    /// Rewrites the recovery point, high watermark and log start
+    /// checkpoints whose files do not hold the current values (one
+    /// directory fsync).
+    fn write_offset_checkpoints(&mut self) -> Result<()> {
+        let mut due = Vec::with_capacity(3);
+        if self.checkpointed_recovery_point != Some(self.recovery_point) {
+            due.push((checkpoint::RECOVERY_POINT_FILE, self.recovery_point));
+        }
+        if self.checkpointed_high_watermark != Some(self.high_watermark) {
+            due.push((checkpoint::HIGH_WATERMARK_FILE, self.high_watermark));
+        }
+        if self.checkpointed_log_start != Some(self.log_start_offset) {
+            due.push((checkpoint::LOG_START_OFFSET_FILE, self.log_start_offset));
+        }
+        checkpoint::write_checkpoints(&self.dir, &due)?;
+        self.checkpointed_recovery_point = Some(self.recovery_point);
+        self.checkpointed_high_watermark = Some(self.high_watermark);
+        self.checkpointed_log_start = Some(self.log_start_offset);
+        Ok(())
+    }
+
+    /// Deletes every record and restarts the log, empty, at `offset`
+    /// (Kafka's `truncateFullyAndStartAt`): log start, log end, high
+    /// watermark and recovery point all become `offset`; the leader-epoch
+    /// cache and the cleaner checkpoint are cleared. A negative offset is
+    /// `OffsetOutOfRange`.
+    ///
+    /// Crash-safe: the epoch cache and cleaner checkpoints are cleared
+    /// first (an empty cache with batches on disk is rebuilt at open), then
+    /// segments are deleted newest first (a crash leaves a prefix), then
+    /// the first segment is emptied in place (same base) or replaced by a
+    /// new one created before it is deleted, and the offsets are
+    /// checkpointed last (open clamps stale ones to the segments).
+    pub fn truncate_fully_and_start_at(&mut self, offset: i64) -> Result<()> {
+        self.refuse_if_closed()?;
+        if offset < 0 {
+            return Err(out_of_range(
+                offset,
+                self.log_start_offset,
+                self.log_end_offset(),
+            ));
+        }
+        self.epochs.clear();
+        self.epochs.write()?;
+        checkpoint::remove_checkpoint(&self.dir, checkpoint::CLEANER_OFFSET_FILE)?;
+        checkpoint::remove_checkpoint(&self.dir, checkpoint::CLEANER_TOMBSTONE_DUE_FILE)?;
+        self.cleaned_to = None;
+        self.tombstone_due = None;
+        while self.segments.len() > 1 {
+            if let Some(seg) = self.segments.pop() {
+                tracing::info!(path = %seg.log_path().display(), "deleting segment (log restarts)");
+                seg.delete()?;
+            }
+        }
+        let interval = self.config.index_interval_bytes;
+        let index_bytes = self.config.segment_index_bytes;
+        if self.segments[0].base_offset() == offset {
+            self.segments[0].truncate_to(offset, interval, index_bytes, wall_clock_ms())?;
+        } else {
+            let seg = Segment::create(&self.dir, offset, index_bytes)?;
+            let old = std::mem::replace(&mut self.segments[0], seg);
+            tracing::info!(path = %old.log_path().display(), "deleting segment (log restarts)");
+            old.delete()?;
+        }
+        checkpoint::fsync_dir(&self.dir)?;
+        if let Err(e) = self.active_mut().make_active(index_bytes) {
+            tracing::warn!(path = %self.active().log_path().display(), error = %e, "cannot reserve index space for the active segment");
+        }
+        self.log_start_offset = offset;
+        self.high_watermark = offset;
+        self.recovery_point = offset;
+        self.unflushed_messages = 0;
+        self.first_unflushed_ms = None;
+        self.write_offset_checkpoints()?;
+        tracing::info!(dir = %self.dir.display(), offset, "log truncated fully and restarted");
+        Ok(())
+    }
+
+    /// Records that `epoch` starts at `start_offset` (a new leader does
+    /// this at its log end when it takes over), as Kafka's
+    /// `LeaderEpochFileCache.assign`: nothing changes if `epoch` is already
+    /// the latest with a start at or before `start_offset`; otherwise the
+    /// entries whose epoch is `>= epoch` or start `>= start_offset` are
+    /// replaced by the new one. Checkpointed. Negative values are an
+    /// `InvalidInput` I/O error.
+    pub fn assign_leader_epoch(&mut self, epoch: i32, start_offset: i64) -> Result<()> {
+        self.refuse_if_closed()?;
+        if epoch < 0 || start_offset < 0 {
+            return Err(StorageError::Io(std::io::Error::new(
+                ErrorKind::InvalidInput,
+                format!("invalid leader epoch entry ({epoch}, {start_offset})"),
+            )));
+        }
+        let before = self.epochs.clone();
+        if self.epochs.assign(epoch, start_offset) {
+            if let Err(e) = self.epochs.write() {
+                self.epochs = before;
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// The latest epoch in the leader-epoch cache (`None` when empty).
+    pub fn latest_leader_epoch(&self) -> Option<i32> {
+        self.epochs.latest_epoch()
+    }
+
+    /// Kafka's `endOffsetFor` (see `LeaderEpochCache::end_offset_for`):
+    /// `(largest cached epoch <= epoch, its end offset)`, the log end for
+    /// the latest epoch; `(epoch, first cached start)` when `epoch` is
+    /// below every cached epoch; `None` (Kafka's `UNDEFINED_EPOCH` /
+    /// `UNDEFINED_EPOCH_OFFSET`) when the cache is empty, `epoch` is
+    /// negative or above the latest cached epoch.
+    pub fn end_offset_for_epoch(&self, epoch: i32) -> Option<(i32, i64)> {
+        self.epochs.end_offset_for(epoch, self.log_end_offset())
+    }
+
+    /// The leader-epoch cache's entries, oldest first.
+    pub fn leader_epoch_entries(&self) -> Vec<EpochEntry> {
+        self.epochs.entries().to_vec()
+    }
+
+    /// The epoch the record at `offset` was written in, per the cache.
+    pub fn leader_epoch_for_offset(&self, offset: i64) -> Option<i32> {
+        self.epochs.epoch_for_offset(offset)
     }
 
     fn empty_slice(&self) -> FetchSlice {
@@ -685,6 +1103,13 @@ impl PartitionLog {
             self.checkpoint_log_start()?;
             self.high_watermark = self.high_watermark.max(new_start);
             self.recovery_point = self.recovery_point.max(new_start);
+            // After the log start checkpoint: a crash in between is
+            // repaired at open (the cache is moved up to the log start).
+            if self.epochs.truncate_from_start(new_start) {
+                if let Err(e) = self.epochs.write() {
+                    tracing::warn!(dir = %self.dir.display(), error = %e, "cannot write the leader epoch cache");
+                }
+            }
         }
         let count = count.min(self.segments.len().saturating_sub(1));
         let mut bytes = 0;
@@ -1101,6 +1526,7 @@ impl PartitionLog {
         for seg in &mut self.segments {
             seg.relocate(to);
         }
+        self.epochs.relocate(to);
         Ok(())
     }
 
@@ -1117,3 +1543,7 @@ impl PartitionLog {
         Ok(())
     }
 }
+
+#[cfg(test)]
+#[path = "log_repl_tests.rs"]
+mod repl_tests;
