@@ -250,6 +250,7 @@ fn bench_fetch_codec(c: &mut Criterion) {
                         last_stable_offset: 1024,
                         log_start_offset: 0,
                         records: Some(slice.clone()),
+                        diverging_epoch: None,
                     })
                     .collect(),
             })

@@ -40,6 +40,8 @@ pub struct Broker {
     ready: AtomicBool,
     /// Cluster mode: the link to the active controller.
     link: std::sync::OnceLock<Arc<crate::controller::link::ControllerLink>>,
+    /// Roles of the partitions held here, and the follower fetchers.
+    pub replicas: crate::replication::ReplicaManager,
 }
 
 impl Broker {
@@ -57,6 +59,10 @@ impl Broker {
             Err(_) => usize::MAX, // -1: unbounded, as Kafka's default
         };
         let request_budget = RequestBudget::new(budget, config.socket_request_max_bytes);
+        let replicas = crate::replication::ReplicaManager::new(
+            node_id,
+            crate::replication::FetchSettings::from_config(config),
+        );
         let image = RwLock::new(Arc::new(standalone_image(
             node_id,
             &advertised_host,
@@ -78,6 +84,7 @@ impl Broker {
             metrics: Metrics::default(),
             ready: AtomicBool::new(false),
             link: std::sync::OnceLock::new(),
+            replicas,
         }
     }
 
@@ -158,6 +165,7 @@ fn standalone_image(node_id: i32, host: &str, port: i32, topics: &TopicManager) 
         host: host.to_string(),
         port,
         rack: None,
+        incarnation: None,
     };
     let facts = topics.all().into_iter().map(|t| TopicFacts {
         name: t.meta.name.clone(),

@@ -157,6 +157,20 @@ pub struct BrokerConfig {
     /// `controller.lease.retry.ms` (Moldau's own): how often the holder
     /// renews the Lease and the others look at it.
     pub controller_lease_retry_ms: i64,
+    /// `min.insync.replicas`: the broker default of the topic config.
+    pub min_insync_replicas: i32,
+    /// `replica.lag.time.max.ms`: a follower not caught up for this long
+    /// leaves the ISR.
+    pub replica_lag_time_max_ms: i64,
+    /// `replica.fetch.wait.max.ms`: how long a follower's fetch waits at
+    /// the leader for new records.
+    pub replica_fetch_wait_max_ms: i32,
+    /// `replica.fetch.max.bytes`: per partition in a follower's fetch.
+    pub replica_fetch_max_bytes: i32,
+    /// `replica.fetch.response.max.bytes`: per follower fetch.
+    pub replica_fetch_response_max_bytes: i32,
+    /// `replica.fetch.backoff.ms`: a follower's pause after a failed fetch.
+    pub replica_fetch_backoff_ms: i64,
     /// Every property as given (file, then overrides), for DescribeConfigs.
     pub raw: BTreeMap<String, String>,
 }
@@ -201,6 +215,12 @@ impl Default for BrokerConfig {
             broker_rack: None,
             controller_lease_duration_ms: 15_000,
             controller_lease_retry_ms: 2_000,
+            min_insync_replicas: 1,
+            replica_lag_time_max_ms: 30_000,
+            replica_fetch_wait_max_ms: 500,
+            replica_fetch_max_bytes: 1024 * 1024,
+            replica_fetch_response_max_bytes: 10 * 1024 * 1024,
+            replica_fetch_backoff_ms: 1_000,
             raw: BTreeMap::new(),
         }
     }
@@ -460,6 +480,14 @@ impl BrokerConfig {
                 "broker.session.timeout.ms" => c.broker_session_timeout_ms = parse_num(k, v)?,
                 "controller.lease.duration.ms" => c.controller_lease_duration_ms = parse_num(k, v)?,
                 "controller.lease.retry.ms" => c.controller_lease_retry_ms = parse_num(k, v)?,
+                "min.insync.replicas" => c.min_insync_replicas = parse_num(k, v)?,
+                "replica.lag.time.max.ms" => c.replica_lag_time_max_ms = parse_num(k, v)?,
+                "replica.fetch.wait.max.ms" => c.replica_fetch_wait_max_ms = parse_num(k, v)?,
+                "replica.fetch.max.bytes" => c.replica_fetch_max_bytes = parse_num(k, v)?,
+                "replica.fetch.response.max.bytes" => {
+                    c.replica_fetch_response_max_bytes = parse_num(k, v)?
+                }
+                "replica.fetch.backoff.ms" => c.replica_fetch_backoff_ms = parse_num(k, v)?,
                 "broker.rack" => {
                     c.broker_rack = (!v.trim().is_empty()).then(|| v.trim().to_string())
                 }

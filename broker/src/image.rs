@@ -23,6 +23,10 @@ pub struct BrokerImage {
     pub host: String,
     pub port: i32,
     pub rack: Option<String>,
+    /// The process registered under this id now (cluster mode): a follower
+    /// proves it is this broker by naming it (see `handlers::sasl`). Never
+    /// shown to clients.
+    pub incarnation: Option<Uuid>,
 }
 
 /// One partition's replica set and leadership.
@@ -35,6 +39,9 @@ pub struct PartitionImage {
     pub leader: i32,
     pub leader_epoch: i32,
     pub isr: Vec<i32>,
+    /// Grows with every change of the partition (leader, ISR, replicas):
+    /// the compare-and-swap version of ISR changes.
+    pub partition_epoch: i32,
 }
 
 /// What a broker is for one partition.
@@ -124,6 +131,7 @@ impl MetadataImage {
                     leader: node,
                     leader_epoch: 0,
                     isr: vec![node],
+                    partition_epoch: 0,
                 })
                 .collect();
             (t.name, t.id, partitions)
@@ -240,6 +248,7 @@ mod tests {
             host: "127.0.0.1".into(),
             port: 9092,
             rack: None,
+            incarnation: None,
         }
     }
 
@@ -290,6 +299,7 @@ mod tests {
             isr: replicas.clone(),
             replicas,
             leader_epoch: 0,
+            partition_epoch: 0,
         };
         let id = Uuid::new_v4();
         let mut image = MetadataImage::new(
@@ -323,6 +333,7 @@ mod tests {
             leader: 2,
             leader_epoch: 7,
             isr: vec![2, 3],
+            partition_epoch: 9,
         };
         assert_eq!(p.role_of(2), PartitionRole::Leader { epoch: 7 });
         assert_eq!(

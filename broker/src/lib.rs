@@ -1,6 +1,8 @@
 //! Moldau broker: a Kafka-compatible streaming log.
 //!
 //! - [`storage`] owns the bytes on disk (segments, indexes, recovery);
+//! - [`partition`] owns one partition (log, producers, leader or follower
+//!   role), [`replication`] the follower fetchers and ISR proposals;
 //! - [`topics`] owns the partitions this broker holds, [`metadata`] the
 //!   persisted description behind the `MetadataStore` trait,
 //!   [`topic_config`] the topic config rules;
@@ -22,8 +24,10 @@ pub mod image;
 pub mod metadata;
 pub mod metrics;
 pub mod offload;
+pub mod partition;
 pub mod producer;
 pub mod protocol;
+pub mod replication;
 pub mod resources;
 pub mod server;
 pub mod storage;

@@ -114,6 +114,7 @@ pub async fn run_reporting(
         "connection limits"
     );
     let broker = Arc::new(Broker::new(cli.node_id, host, port, topics, groups, limits));
+    broker.replicas.bind_to(bound.ip());
     broker
         .metrics
         .recovery_unclean_partitions
@@ -265,6 +266,7 @@ pub async fn run_reporting(
     if let Some(mode) = cluster_mode {
         mode.stop().await;
     }
+    broker.replicas.stop();
     group_task.abort();
     http_task.abort();
     let b = broker.clone();

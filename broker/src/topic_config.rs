@@ -114,7 +114,7 @@ pub const TOPIC_CONFIGS: &[TopicConfigDef] = &[
     },
     TopicConfigDef {
         name: "min.insync.replicas",
-        broker_key: None,
+        broker_key: Some("min.insync.replicas"),
         kind: ConfigType::Int,
         doc: "in-sync replicas needed for acks=all",
     },
@@ -179,7 +179,7 @@ pub fn broker_default(def: &TopicConfigDef, broker: &BrokerConfig) -> (String, C
         "message.timestamp.type" => broker.log_message_timestamp_type.clone(),
         "min.cleanable.dirty.ratio" => "0.5".into(),
         "min.compaction.lag.ms" => "0".into(),
-        "min.insync.replicas" => "1".into(),
+        "min.insync.replicas" => broker.min_insync_replicas.to_string(),
         "retention.bytes" => broker.log_retention_bytes.to_string(),
         "retention.ms" => broker.log_retention_ms.to_string(),
         "segment.bytes" => broker.log_segment_bytes.to_string(),
@@ -282,6 +282,15 @@ pub fn effective(
 }
 
 /// Translates effective topic configs into the storage layer's settings.
+/// `min.insync.replicas` of a topic: its override, else the broker's.
+pub fn min_insync_replicas(overrides: &BTreeMap<String, String>, broker: &BrokerConfig) -> usize {
+    overrides
+        .get("min.insync.replicas")
+        .and_then(|v| v.trim().parse::<i64>().ok())
+        .unwrap_or(i64::from(broker.min_insync_replicas))
+        .clamp(1, i64::from(i16::MAX)) as usize
+}
+
 pub fn log_config(overrides: &BTreeMap<String, String>, broker: &BrokerConfig) -> LogConfig {
     let eff = effective(overrides, broker);
     let long = |name: &str, fallback: i64| -> i64 {

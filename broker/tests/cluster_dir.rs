@@ -9,133 +9,16 @@
 //! before and after are intact; the killed broker restarts on its data and
 //! rejoins, leading its partitions again with their records.
 
+mod cluster_common;
 mod wire_common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
 use std::time::Duration;
 
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{
-    ApiKey, MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse,
-};
+use cluster_common::*;
+use kafka_protocol::messages::{ApiKey, MetadataRequest, MetadataResponse};
 use tokio::net::TcpStream;
 use wire_common::*;
-
-fn spawn(node: &str, data: &Path, shared: &Path, logs: &Path) -> Child {
-    let shared = shared.to_str().unwrap().to_string();
-    let args: Vec<&'static str> = vec![
-        "--cluster",
-        "dir",
-        "--cluster-dir",
-        Box::leak(shared.into_boxed_str()),
-        "--node-id",
-        Box::leak(node.to_string().into_boxed_str()),
-        "--controller-listen",
-        "127.0.0.1:0",
-    ];
-    Child::spawn(
-        data,
-        logs.join(format!("broker-{node}.log")),
-        ChildOptions {
-            settings: &[
-                "broker.heartbeat.interval.ms=100",
-                "broker.session.timeout.ms=6000",
-            ],
-            args: Box::leak(args.into_boxed_slice()),
-            ..Default::default()
-        },
-    )
-}
-
-/// `(brokers, controller, {partition: (leader, leader epoch)})` of `topic`.
-type View = (BTreeSet<i32>, i32, BTreeMap<i32, (i32, i32)>);
-
-async fn view(s: &mut TcpStream, topic: &str) -> View {
-    let m: MetadataResponse = call(
-        s,
-        ApiKey::Metadata,
-        12,
-        &MetadataRequest::default().with_topics(None),
-    )
-    .await;
-    let brokers = m.brokers.iter().map(|b| b.node_id.0).collect();
-    let mut parts = BTreeMap::new();
-    for t in m
-        .topics
-        .iter()
-        .filter(|t| t.name.as_ref().map(|n| n.as_str()) == Some(topic))
-    {
-        for p in &t.partitions {
-            parts.insert(p.partition_index, (p.leader_id.0, p.leader_epoch));
-        }
-    }
-    (brokers, m.controller_id.0, parts)
-}
-
-async fn wait_until(
-    s: &mut TcpStream,
-    topic: &str,
-    what: &str,
-    ok: impl Fn(&View) -> bool,
-) -> View {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let v = view(s, topic).await;
-        if ok(&v) {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never {what}; last {v:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// Produces one batch to `partition`: its error code.
-async fn produce_to(s: &mut TcpStream, topic: &str, partition: i32, value: &[u8]) -> i16 {
-    let req = ProduceRequest::default()
-        .with_acks(-1)
-        .with_timeout_ms(5000)
-        .with_topic_data(vec![TopicProduceData::default()
-            .with_name(name(topic))
-            .with_partition_data(vec![PartitionProduceData::default()
-                .with_index(partition)
-                .with_records(Some(batch(&[value.to_vec()])))])]);
-    let resp: ProduceResponse = call(s, ApiKey::Produce, 9, &req).await;
-    resp.responses[0].partition_responses[0].error_code
-}
-
-/// Every record value of `partition`, read from its leader.
-async fn values(s: &mut TcpStream, topic: &str, partition: i32) -> Vec<Vec<u8>> {
-    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-    use kafka_protocol::messages::{FetchRequest, FetchResponse};
-    use kafka_protocol::records::RecordBatchDecoder;
-    let req = FetchRequest::default()
-        .with_max_wait_ms(0)
-        .with_max_bytes(1 << 20)
-        .with_topics(vec![FetchTopic::default()
-            .with_topic(name(topic))
-            .with_partitions(vec![FetchPartition::default()
-                .with_partition(partition)
-                .with_fetch_offset(0)
-                .with_partition_max_bytes(1 << 20)])]);
-    let resp: FetchResponse = call(s, ApiKey::Fetch, 12, &req).await;
-    let p = &resp.responses[0].partitions[0];
-    assert_eq!(p.error_code, 0, "fetch {topic}-{partition}");
-    let mut records = p.records.clone().unwrap_or_default();
-    let mut out = Vec::new();
-    while bytes::Buf::has_remaining(&records) {
-        let set = RecordBatchDecoder::decode(&mut records).expect("decode");
-        out.extend(
-            set.records
-                .into_iter()
-                .map(|r| r.value.unwrap_or_default().to_vec()),
-        );
-    }
-    out
-}
 
 /// The HTTP status of `GET path`.
 async fn http_status(addr: std::net::SocketAddr, path: &str) -> u16 {
@@ -159,7 +42,12 @@ async fn three_brokers_are_one_cluster_and_survive_losing_the_controller() {
     let shared = root.path().join("shared");
     let data = |n: i32| root.path().join(format!("data-{n}"));
     let mut brokers: BTreeMap<i32, Child> = (0..3)
-        .map(|n| (n, spawn(&n.to_string(), &data(n), &shared, root.path())))
+        .map(|n| {
+            (
+                n,
+                spawn(&n.to_string(), &data(n), &shared, root.path(), &[]),
+            )
+        })
         .collect();
     let mut s0 = brokers[&0].connect(Duration::from_secs(30)).await;
     let all: BTreeSet<i32> = [0, 1, 2].into();
@@ -176,7 +64,7 @@ async fn three_brokers_are_one_cluster_and_survive_losing_the_controller() {
     let other = (controller + 1) % 3;
     {
         let impostor_dir = root.path().join("impostor");
-        let impostor = spawn(&other.to_string(), &impostor_dir, &shared, root.path());
+        let impostor = spawn(&other.to_string(), &impostor_dir, &shared, root.path(), &[]);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
         while !impostor.log().contains("is held by a live broker") {
             assert!(
@@ -305,6 +193,7 @@ async fn three_brokers_are_one_cluster_and_survive_losing_the_controller() {
         &data(controller),
         &shared,
         root.path(),
+        &[],
     );
     let mut sb = back.connect(Duration::from_secs(30)).await;
     let v = wait_until(&mut sb, "orders", "the broker back and leading", |v| {
@@ -353,7 +242,13 @@ async fn three_brokers_are_one_cluster_and_survive_losing_the_controller() {
         fenced_after < Duration::from_secs(4),
         "fenced at once, not after the session timeout: {fenced_after:?}"
     );
-    let again = spawn(&leaving.to_string(), &data(leaving), &shared, root.path());
+    let again = spawn(
+        &leaving.to_string(),
+        &data(leaving),
+        &shared,
+        root.path(),
+        &[],
+    );
     let restarted = tokio::time::Instant::now();
     again.connect(Duration::from_secs(30)).await;
     wait_until(&mut s, "orders", "the restarted broker back", |v| {

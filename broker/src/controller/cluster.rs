@@ -60,11 +60,8 @@ fn unknown(name: &str) -> TopicError {
 }
 
 /// New partitions `first..first+replicas.len()`, each led by its preferred
-/// (first) replica in leader epoch 0. The ISR is the leader alone: until
-/// followers replicate (the replication work that follows), a follower
-/// holds none of the leader's records and must not be elected in its place,
-/// so a partition whose leader is gone stays offline rather than silently
-/// losing what it acknowledged.
+/// (first) replica in leader epoch 0, with every replica in sync (an empty
+/// log is held by all of them, as Kafka starts a partition).
 fn new_partitions(first: usize, replicas: Vec<Vec<i32>>) -> Vec<PartitionRecord> {
     replicas
         .into_iter()
@@ -72,7 +69,7 @@ fn new_partitions(first: usize, replicas: Vec<Vec<i32>>) -> Vec<PartitionRecord>
         .map(|(i, replicas)| PartitionRecord {
             index: i32::try_from(first + i).unwrap_or(i32::MAX),
             leader: replicas[0],
-            isr: vec![replicas[0]],
+            isr: replicas.clone(),
             replicas,
             leader_epoch: 0,
             partition_epoch: 0,
@@ -299,7 +296,10 @@ mod tests {
         let mut per_broker = BTreeMap::new();
         for p in &t.partitions {
             assert_eq!(p.leader, p.replicas[0]);
-            assert_eq!(p.isr, vec![p.leader], "followers do not replicate yet");
+            assert_eq!(
+                p.isr, p.replicas,
+                "every replica of a new partition is in sync"
+            );
             *per_broker.entry(p.leader).or_insert(0) += 1;
         }
         assert_eq!(per_broker, BTreeMap::from([(0, 4), (1, 4), (2, 4)]));

@@ -172,6 +172,34 @@ impl ControllerLink {
         }
     }
 
+    /// Sends a leader's ISR change; `Ok(Some((isr, partition epoch)))`
+    /// when committed, `Ok(None)` when refused (a stale epoch: the next
+    /// image tells the leader the truth).
+    pub async fn alter_partition(
+        &self,
+        p: &crate::partition::IsrProposal,
+    ) -> Result<Option<(Vec<i32>, i32)>, TopicError> {
+        let (mut client, session) = self.client().await?;
+        let r = client
+            .alter_partition(super::rpc::pb::AlterPartitionRequest {
+                node_id: session.node_id,
+                broker_epoch: session.broker_epoch,
+                topic: p.topic.clone(),
+                index: p.index,
+                leader_epoch: p.leader_epoch,
+                partition_epoch: p.partition_epoch,
+                isr: p.isr.clone(),
+            })
+            .await
+            .map_err(|s| not_controller(s.message().to_string()))?
+            .into_inner();
+        if r.error_code != 0 {
+            tracing::info!(topic = %p.topic, partition = p.index, error = %r.message, "ISR change refused");
+            return Ok(None);
+        }
+        Ok(Some((r.isr, r.partition_epoch)))
+    }
+
     /// Whether `id` came from this broker's current block.
     pub fn issued_here(&self, id: i64) -> bool {
         let ids = self.producer_ids.lock();

@@ -367,6 +367,7 @@ mod tests {
                 host: "127.0.0.2".into(),
                 port: 9092,
                 rack: None,
+                incarnation: None,
             }],
             [(
                 "t".to_string(),
@@ -377,6 +378,7 @@ mod tests {
                     leader: 8,
                     leader_epoch: 3,
                     isr: vec![8],
+                    partition_epoch: 3,
                 }],
             )],
         );

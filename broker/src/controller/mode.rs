@@ -182,6 +182,11 @@ pub async fn start(
                 heartbeat,
                 link: link.clone(),
             },
+            shutdown.clone(),
+        )),
+        tokio::spawn(crate::replication::manager::run_isr_changes(
+            broker.clone(),
+            link.clone(),
             shutdown,
         )),
     ];

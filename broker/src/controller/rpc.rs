@@ -445,6 +445,7 @@ impl pb::controller_server::Controller for ControllerService {
                 host: b.registration.host.clone(),
                 port: b.registration.port,
                 rack: b.registration.rack.clone().unwrap_or_default(),
+                incarnation: b.registration.incarnation.to_string(),
             })
             .collect();
         for t in state.metadata.topics.values() {
@@ -670,6 +671,85 @@ impl pb::controller_server::Controller for ControllerService {
         Ok(Response::new(pb::AllocateProducerIdsResponse {
             first,
             count: PRODUCER_ID_BLOCK,
+        }))
+    }
+
+    async fn alter_partition(
+        &self,
+        request: Request<pb::AlterPartitionRequest>,
+    ) -> Result<Response<pb::AlterPartitionResponse>, Status> {
+        self.check_active()?;
+        let r = request.into_inner();
+        let refuse = |code: ResponseError, message: String| {
+            Ok(Response::new(pb::AlterPartitionResponse {
+                error_code: i32::from(code.code()),
+                message,
+                ..Default::default()
+            }))
+        };
+        let mut state = self.state.lock().await;
+        let current_broker = state
+            .registry
+            .get(r.node_id)
+            .is_some_and(|b| b.broker_epoch == r.broker_epoch);
+        if !current_broker || !state.registry.is_live(r.node_id) {
+            return refuse(
+                ResponseError::StaleBrokerEpoch,
+                format!(
+                    "broker {} epoch {} is not in service",
+                    r.node_id, r.broker_epoch
+                ),
+            );
+        }
+        let Some(current) = state
+            .metadata
+            .topics
+            .get(&r.topic)
+            .map(super::cluster::partition_states)
+            .and_then(|ps| ps.into_iter().find(|p| p.index == r.index))
+        else {
+            return refuse(
+                ResponseError::UnknownTopicOrPartition,
+                format!("{}-{} does not exist", r.topic, r.index),
+            );
+        };
+        let change = leadership::IsrChange {
+            leader: r.node_id,
+            leader_epoch: r.leader_epoch,
+            partition_epoch: r.partition_epoch,
+            isr: r.isr.clone(),
+        };
+        let next = match leadership::alter_isr(&current, &change, &Self::live(&state)) {
+            Ok(next) => next,
+            Err(e) => {
+                let code = match &e {
+                    leadership::IsrError::NotLeader(_) => ResponseError::NotLeaderOrFollower,
+                    leadership::IsrError::FencedLeaderEpoch { .. } => {
+                        ResponseError::FencedLeaderEpoch
+                    }
+                    leadership::IsrError::InvalidUpdateVersion { .. } => {
+                        ResponseError::InvalidUpdateVersion
+                    }
+                    leadership::IsrError::InvalidIsr(_) => ResponseError::IneligibleReplica,
+                };
+                tracing::debug!(topic = %r.topic, partition = r.index, error = %e, "ISR change refused");
+                return refuse(code, e.to_string());
+            }
+        };
+        let (isr, partition_epoch) = (next.isr.clone(), next.partition_epoch);
+        let change = Change {
+            state: next,
+            election: Election::Clean,
+        };
+        if let Err(e) = self.apply_changes(&mut state, vec![change]).await {
+            return Err(self.store_failed(e));
+        }
+        self.bump(&mut state);
+        tracing::info!(topic = %r.topic, partition = r.index, ?isr, partition_epoch, "ISR changed");
+        Ok(Response::new(pb::AlterPartitionResponse {
+            isr,
+            partition_epoch,
+            ..Default::default()
         }))
     }
 }

@@ -44,6 +44,7 @@ pub fn image_from(m: &pb::FetchMetadataResponse) -> MetadataImage {
             host: b.host.clone(),
             port: b.port,
             rack: (!b.rack.is_empty()).then(|| b.rack.clone()),
+            incarnation: Uuid::parse_str(&b.incarnation).ok(),
         })
         .collect();
     let mut topics: BTreeMap<String, (Uuid, Vec<PartitionImage>)> = BTreeMap::new();
@@ -60,6 +61,7 @@ pub fn image_from(m: &pb::FetchMetadataResponse) -> MetadataImage {
             leader: p.leader,
             leader_epoch: p.leader_epoch,
             isr: p.isr.clone(),
+            partition_epoch: p.partition_epoch,
         });
     }
     let topics = topics.into_iter().map(|(name, (id, mut partitions))| {
@@ -86,6 +88,7 @@ const METADATA_POLL_MS: i32 = 2_000;
 /// Runs the session until `shutdown` turns true.
 pub async fn run(broker: Arc<Broker>, config: SessionConfig, mut shutdown: watch::Receiver<bool>) {
     let incarnation = Uuid::new_v4();
+    broker.replicas.set_incarnation(incarnation);
     let mut applied = Applied::default();
     let mut backoff = Duration::from_millis(100);
     loop {
@@ -116,18 +119,24 @@ struct Applied {
     fence: super::fencing::EpochFence,
 }
 
-/// Makes the local logs match an image (on the blocking pool: it creates
-/// and opens files).
+/// Makes the local logs match an image and gives each partition its role
+/// (on the blocking pool: it creates and opens files).
 async fn apply(broker: &Arc<Broker>, image: &MetadataImage) -> Result<(), tonic::Status> {
     let assigned = image.assigned_to(broker.node_id);
     let deleted: std::collections::HashSet<Uuid> =
         image.deleted_topic_ids.iter().copied().collect();
     let b = broker.clone();
-    tokio::task::spawn_blocking(move || b.topics.apply_assignment(&assigned, &deleted))
-        .await
-        .map_err(|e| tonic::Status::internal(e.to_string()))?
-        .map(drop)
-        .map_err(|e| tonic::Status::internal(format!("applying the metadata: {}", e.message)))
+    let image = image.clone();
+    tokio::task::spawn_blocking(move || {
+        let applied = b.topics.apply_assignment(&assigned, &deleted);
+        // roles even when some partition could not be opened
+        b.replicas.apply_image(&b.topics, &image);
+        applied
+    })
+    .await
+    .map_err(|e| tonic::Status::internal(e.to_string()))?
+    .map(drop)
+    .map_err(|e| tonic::Status::internal(format!("applying the metadata: {}", e.message)))
 }
 
 /// Loads the groups of the offsets partitions this broker now leads and

@@ -432,7 +432,7 @@ impl GroupCoordinator {
         )
         .map_err(|e| TopicError::new(ResponseError::UnknownServerError, e.to_string()))?;
         let headers = crate::storage::batch::validate_batches(&buf, usize::MAX)?;
-        partition.append(&mut buf, &headers)?;
+        partition.append(&mut buf, &headers, None)?;
         Ok(())
     }
 

@@ -2,6 +2,12 @@
 //! until `min_bytes` are available or `max_wait_ms` passes, and answers
 //! with segment regions that the connection sends with `sendfile`.
 //!
+//! A fetch with a replica id is a follower's (see `crate::replication`):
+//! it reads up to the log end rather than the high watermark, its fetch
+//! offset tells the leader how far it has replicated, and a diverged log
+//! gets the leader's `diverging_epoch`. A fetch naming a stale or future
+//! leader epoch is refused (KIP-320).
+//!
 //! Fetch sessions (KIP-227) are not kept: every answer has session id 0,
 //! which tells clients to keep sending full fetch requests.
 
@@ -32,31 +38,73 @@ struct Gathered {
     any_error: bool,
 }
 
+/// A partition's answer when it cannot be read.
+fn refused(index: i32, code: ResponseError) -> PartitionOut {
+    PartitionOut {
+        index,
+        error_code: code.code(),
+        high_watermark: -1,
+        last_stable_offset: -1,
+        log_start_offset: -1,
+        records: None,
+        diverging_epoch: None,
+    }
+}
+
+/// KIP-320: a fetch naming a leader epoch must name the current one
+/// (older: `FENCED_LEADER_EPOCH`; newer, this broker has not seen it
+/// yet: `UNKNOWN_LEADER_EPOCH`). -1 skips the check.
+pub(crate) fn check_leader_epoch(requested: i32, current: i32) -> Result<(), ResponseError> {
+    if requested < 0 || requested == current {
+        Ok(())
+    } else if requested < current {
+        Err(ResponseError::FencedLeaderEpoch)
+    } else {
+        Err(ResponseError::UnknownLeaderEpoch)
+    }
+}
+
+/// The replica id of a fetch: a follower broker's node id, -1 for consumers.
+fn replica_of(req: &FetchRequest) -> i32 {
+    req.replica_id.0.max(req.replica_state.replica_id.0)
+}
+
+/// Whether a fetch may act as follower `replica`: only on a connection
+/// authenticated as that broker, in its current incarnation.
+fn replica_admitted(
+    broker: &Broker,
+    replica: i32,
+    authenticated: Option<(i32, uuid::Uuid)>,
+) -> bool {
+    authenticated.is_some_and(|(node, incarnation)| {
+        node == replica
+            && broker.image().broker(node).and_then(|b| b.incarnation) == Some(incarnation)
+    })
+}
+
 fn gather(broker: &Broker, req: &FetchRequest) -> Gathered {
     let mut remaining = req.max_bytes.max(0) as u64;
     let mut bytes = 0u64;
     let mut any_error = false;
     let mut topics = Vec::with_capacity(req.topics.len());
     let image = broker.image();
+    let replica = replica_of(req);
     for ft in &req.topics {
         let name = ft.topic.0.as_str();
         let mut partitions = Vec::with_capacity(ft.partitions.len());
         for fp in &ft.partitions {
-            let partition = super::led_partition(broker, &image, name, fp.partition);
-            let Ok((partition, _epoch)) = partition else {
-                let code = partition
-                    .err()
-                    .unwrap_or(ResponseError::UnknownTopicOrPartition);
-                any_error = true;
-                partitions.push(PartitionOut {
-                    index: fp.partition,
-                    error_code: code.code(),
-                    high_watermark: -1,
-                    last_stable_offset: -1,
-                    log_start_offset: -1,
-                    records: None,
-                });
-                continue;
+            let led = super::led_partition(broker, &image, name, fp.partition).and_then(
+                |(partition, epoch)| {
+                    check_leader_epoch(fp.current_leader_epoch, epoch).map(|()| partition)
+                },
+            );
+            let partition = match led {
+                Ok(p) => p,
+                Err(code) => {
+                    any_error = true;
+                    partitions.push(refused(fp.partition, code));
+                    continue;
+                }
             };
             // KIP-74: the first partition with data may exceed max_bytes by
             // one batch; after the budget is spent, others get nothing.
@@ -65,6 +113,45 @@ fn gather(broker: &Broker, req: &FetchRequest) -> Gathered {
             } else {
                 (fp.partition_max_bytes.max(0) as u64).min(remaining)
             };
+            if replica >= 0 {
+                // A follower: its progress counts even when nothing is sent.
+                match partition.read_for_follower(
+                    replica,
+                    fp.fetch_offset,
+                    fp.last_fetched_epoch,
+                    budget,
+                ) {
+                    Ok(read) => {
+                        if let Some(p) = read.isr_expansion {
+                            broker.replicas.propose(p);
+                        }
+                        let records = read.records.filter(|_| budget > 0 || bytes == 0);
+                        let len = records.as_ref().map_or(0, |s| s.len);
+                        bytes += len;
+                        remaining = remaining.saturating_sub(len);
+                        any_error |= read.diverging.is_some();
+                        partitions.push(PartitionOut {
+                            index: fp.partition,
+                            error_code: 0,
+                            high_watermark: read.offsets.high_watermark,
+                            last_stable_offset: read.offsets.high_watermark,
+                            log_start_offset: read.offsets.log_start,
+                            records,
+                            diverging_epoch: read.diverging,
+                        });
+                    }
+                    Err(code) => {
+                        any_error = true;
+                        let offsets = partition.offsets();
+                        partitions.push(PartitionOut {
+                            high_watermark: offsets.high_watermark,
+                            log_start_offset: offsets.log_start,
+                            ..refused(fp.partition, code)
+                        });
+                    }
+                }
+                continue;
+            }
             let result = if budget == 0 && bytes > 0 {
                 Ok((None, partition.offsets()))
             } else {
@@ -84,6 +171,7 @@ fn gather(broker: &Broker, req: &FetchRequest) -> Gathered {
                         last_stable_offset: offsets.high_watermark,
                         log_start_offset: offsets.log_start,
                         records: slice,
+                        diverging_epoch: None,
                     });
                 }
                 Err(e) => {
@@ -93,12 +181,10 @@ fn gather(broker: &Broker, req: &FetchRequest) -> Gathered {
                     }
                     let offsets = partition.offsets();
                     partitions.push(PartitionOut {
-                        index: fp.partition,
-                        error_code: storage_error_code(&e).code(),
                         high_watermark: offsets.high_watermark,
                         last_stable_offset: offsets.high_watermark,
                         log_start_offset: offsets.log_start,
-                        records: None,
+                        ..refused(fp.partition, storage_error_code(&e))
                     });
                 }
             }
@@ -118,16 +204,21 @@ fn gather(broker: &Broker, req: &FetchRequest) -> Gathered {
     }
 }
 
+/// What a long-polling fetch waits on: consumers on the high watermark,
+/// followers on the log end.
 fn watches(broker: &Broker, req: &FetchRequest) -> Vec<watch::Receiver<i64>> {
+    let follower = replica_of(req) >= 0;
     req.topics
         .iter()
         .flat_map(|ft| {
             let topic = broker.topics.get(ft.topic.0.as_str());
             ft.partitions.iter().filter_map(move |fp| {
-                topic
-                    .as_ref()
-                    .and_then(|t| t.partition(fp.partition))
-                    .map(|p| p.subscribe())
+                let p = topic.as_ref().and_then(|t| t.partition(fp.partition))?;
+                Some(if follower {
+                    p.subscribe_log_end()
+                } else {
+                    p.subscribe()
+                })
             })
         })
         .collect()
@@ -138,7 +229,32 @@ pub async fn handle(
     req: FetchRequest,
     version: i16,
     correlation_id: i32,
+    authenticated: Option<(i32, uuid::Uuid)>,
 ) -> Vec<Piece> {
+    let replica = replica_of(&req);
+    if replica >= 0 && !replica_admitted(broker, replica, authenticated) {
+        tracing::warn!(
+            replica,
+            "refused a fetch with a replica id from a connection not authenticated as that broker"
+        );
+        let out = FetchOut {
+            error_code: ResponseError::ClusterAuthorizationFailed.code(),
+            topics: req
+                .topics
+                .iter()
+                .map(|t| TopicOut {
+                    name: t.topic.0.as_str().to_string(),
+                    partitions: t
+                        .partitions
+                        .iter()
+                        .map(|p| refused(p.partition, ResponseError::ClusterAuthorizationFailed))
+                        .collect(),
+                })
+                .collect(),
+            ..FetchOut::default()
+        };
+        return encode_fetch_response(correlation_id, version, &out);
+    }
     let wait = Duration::from_millis(req.max_wait_ms.max(0) as u64).min(MAX_WAIT_CAP);
     let deadline = Instant::now() + wait;
     let min_bytes = req.min_bytes.max(0) as u64;

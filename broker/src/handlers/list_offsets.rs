@@ -1,11 +1,21 @@
-//! ListOffsets: earliest (-2, and -4 "earliest local"), latest (-1), max
-//! timestamp (-3) and lookup by timestamp.
+//! Offsets of a partition's log: ListOffsets — earliest (-2, and -4
+//! "earliest local"), latest (-1: the high watermark), max timestamp (-3)
+//! and lookup by timestamp — and OffsetsForLeaderEpoch (KIP-101/KIP-320:
+//! where a leader epoch ends in the leader's history, which clients use to
+//! detect a truncated log). Both refuse a stale or future
+//! `current_leader_epoch` as Fetch does.
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
 };
-use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
+use kafka_protocol::messages::offset_for_leader_epoch_response::{
+    EpochEndOffset, OffsetForLeaderTopicResult,
+};
+use kafka_protocol::messages::{
+    ListOffsetsRequest, ListOffsetsResponse, OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+};
 
 use crate::broker::Broker;
 use crate::topics::storage_error_code;
@@ -31,11 +41,20 @@ pub fn handle(broker: &Broker, req: ListOffsetsRequest, version: i16) -> ListOff
                         .with_timestamp(-1)
                         .with_offset(-1)
                         .with_leader_epoch(-1);
-                    let (partition, epoch) =
-                        match super::led_partition(broker, &image, &name, p.partition_index) {
-                            Ok(found) => found,
-                            Err(code) => return base.with_error_code(code.code()),
-                        };
+                    let led = super::led_partition(broker, &image, &name, p.partition_index)
+                        .and_then(|(partition, epoch)| {
+                            let requested = if version >= 4 {
+                                p.current_leader_epoch
+                            } else {
+                                -1
+                            };
+                            super::fetch::check_leader_epoch(requested, epoch)
+                                .map(|()| (partition, epoch))
+                        });
+                    let (partition, epoch) = match led {
+                        Ok(found) => found,
+                        Err(code) => return base.with_error_code(code.code()),
+                    };
                     let base = base.with_leader_epoch(if version >= 4 { epoch } else { -1 });
                     let offsets = partition.offsets();
                     match p.timestamp {
@@ -65,4 +84,50 @@ pub fn handle(broker: &Broker, req: ListOffsetsRequest, version: i16) -> ListOff
         })
         .collect();
     ListOffsetsResponse::default().with_topics(topics)
+}
+
+/// OffsetsForLeaderEpoch: for each partition led here, the largest epoch
+/// of its history not above the requested one and where that epoch ends
+/// (the next epoch's start, or the log end for the current epoch);
+/// `(-1, -1)` when the history holds no such epoch.
+pub fn offsets_for_leader_epoch(
+    broker: &Broker,
+    req: OffsetForLeaderEpochRequest,
+) -> OffsetForLeaderEpochResponse {
+    let image = broker.image();
+    let topics = req
+        .topics
+        .into_iter()
+        .map(|t| {
+            let name = t.topic.0.as_str().to_string();
+            let partitions =
+                t.partitions
+                    .into_iter()
+                    .map(|p| {
+                        let base = EpochEndOffset::default()
+                            .with_partition(p.partition)
+                            .with_leader_epoch(-1)
+                            .with_end_offset(-1);
+                        let led = super::led_partition(broker, &image, &name, p.partition)
+                            .and_then(|(partition, epoch)| {
+                                super::fetch::check_leader_epoch(p.current_leader_epoch, epoch)
+                                    .map(|()| partition)
+                            });
+                        match led {
+                            Err(code) => base.with_error_code(code.code()),
+                            Ok(partition) => match partition.end_offset_for_epoch(p.leader_epoch) {
+                                Some((epoch, end)) => {
+                                    base.with_leader_epoch(epoch).with_end_offset(end)
+                                }
+                                None => base,
+                            },
+                        }
+                    })
+                    .collect();
+            OffsetForLeaderTopicResult::default()
+                .with_topic(t.topic)
+                .with_partitions(partitions)
+        })
+        .collect();
+    OffsetForLeaderEpochResponse::default().with_topics(topics)
 }

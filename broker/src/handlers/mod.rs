@@ -14,6 +14,7 @@ mod list_offsets;
 mod metadata;
 mod produce;
 mod producers;
+pub mod sasl;
 
 use std::sync::Arc;
 
@@ -100,7 +101,7 @@ pub async fn handle(
     api: ApiKey,
     version: i16,
     mut frame: Bytes,
-    peer: std::net::SocketAddr,
+    ctx: &mut crate::protocol::principal::ConnectionContext,
 ) -> Result<Reply, RequestError> {
     let decode_err = |e: anyhow::Error| RequestError::Decode {
         api,
@@ -122,14 +123,36 @@ pub async fn handle(
         RequestKind::Metadata(r) => {
             encode_response(api, version, cid, &metadata::handle(b, r, version))
         }
-        RequestKind::Produce(r) => match produce::handle(b, r, version) {
-            Some(resp) => encode_response(api, version, cid, &resp),
-            None => Ok(Reply::None),
-        },
-        RequestKind::Fetch(r) => Ok(Reply::Pieces(fetch::handle(broker, r, version, cid).await)),
+        RequestKind::Produce(r) => {
+            let handled = produce::handle(b, r, version);
+            match handled.response {
+                Some(mut resp) => {
+                    if !handled.pending.is_empty() {
+                        produce::complete(&mut resp, handled.pending, handled.timeout).await;
+                    }
+                    encode_response(api, version, cid, &resp)
+                }
+                None => Ok(Reply::None),
+            }
+        }
+        RequestKind::Fetch(r) => Ok(Reply::Pieces(
+            fetch::handle(broker, r, version, cid, ctx.broker()).await,
+        )),
+        RequestKind::SaslHandshake(r) => {
+            encode_response(api, version, cid, &sasl::handshake(ctx, r))
+        }
+        RequestKind::SaslAuthenticate(r) => {
+            encode_response(api, version, cid, &sasl::authenticate(b, ctx, r))
+        }
         RequestKind::ListOffsets(r) => {
             encode_response(api, version, cid, &list_offsets::handle(b, r, version))
         }
+        RequestKind::OffsetForLeaderEpoch(r) => encode_response(
+            api,
+            version,
+            cid,
+            &list_offsets::offsets_for_leader_epoch(b, r),
+        ),
         // Blocking file work: off the runtime's worker threads.
         RequestKind::CreateTopics(r) => {
             let resp = admin::create_topics_off_runtime(broker, r, version).await;
@@ -178,7 +201,7 @@ pub async fn handle(
         }
         RequestKind::JoinGroup(r) => {
             let client_id = header.client_id.as_ref().map(|c| c.as_str()).unwrap_or("");
-            let host = format!("/{}", peer.ip());
+            let host = format!("/{}", ctx.peer.ip());
             let resp = groups::join_group(b, r, version, client_id, &host).await;
             encode_response(api, version, cid, &resp)
         }

@@ -3,9 +3,18 @@
 //! counts, lengths, offset deltas, bounded decompression, keys on compacted
 //! topics) and appends them. With acks=0 nothing is answered.
 //!
-//! Durability: on this single broker, acks=1 and acks=all both answer once
-//! the batches are in the page cache (the topic's flush policy may add an
-//! fsync), as Kafka does for its in-sync replicas.
+//! Durability, as Kafka: acks=1 answers once the leader has the batches in
+//! its page cache (the topic's flush policy may add an fsync); acks=all is
+//! refused with `NOT_ENOUGH_REPLICAS` while the ISR is smaller than
+//! `min.insync.replicas`, and answers once every in-sync replica has the
+//! batches (the high watermark passed them) — `REQUEST_TIMED_OUT` after the
+//! request's timeout, `NOT_ENOUGH_REPLICAS_AFTER_APPEND` if the ISR shrank
+//! below the minimum meanwhile, `NOT_LEADER_OR_FOLLOWER` if leadership
+//! moved. A standalone broker is its partitions' only in-sync replica, so
+//! there acks=all answers as soon as acks=1 does.
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
@@ -14,6 +23,7 @@ use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::metrics::Metrics;
+use crate::partition::{AckState, Partition};
 use crate::storage::batch;
 use crate::topics::{storage_error_code, Appended};
 
@@ -27,8 +37,30 @@ fn partition_error(index: i32, code: ResponseError, message: String) -> Partitio
         .with_error_message(Some(str_bytes(&message)))
 }
 
-pub fn handle(broker: &Broker, req: ProduceRequest, _version: i16) -> Option<ProduceResponse> {
+/// An `acks=all` append waiting for the in-sync replicas.
+#[derive(Debug)]
+pub struct Pending {
+    topic: usize,
+    partition: usize,
+    log: Arc<Partition>,
+    /// The high watermark that covers the appended batches.
+    required: i64,
+    epoch: i32,
+    min_isr: usize,
+}
+
+/// The answer so far (none for acks=0), the appends still waiting for the
+/// ISR, and how long they may wait.
+pub struct Handled {
+    pub response: Option<ProduceResponse>,
+    pub pending: Vec<Pending>,
+    pub timeout: Duration,
+}
+
+pub fn handle(broker: &Broker, req: ProduceRequest, _version: i16) -> Handled {
     let acks = req.acks;
+    let timeout = Duration::from_millis(req.timeout_ms.clamp(0, 300_000) as u64);
+    let mut pending = Vec::new();
     let mut responses = Vec::with_capacity(req.topic_data.len());
     let image = broker.image();
     for topic_data in req.topic_data {
@@ -52,8 +84,8 @@ pub fn handle(broker: &Broker, req: ProduceRequest, _version: i16) -> Option<Pro
                 ));
                 continue;
             }
-            let partition = match super::led_partition(broker, &image, &name, index) {
-                Ok((partition, _epoch)) => partition,
+            let (partition, epoch) = match super::led_partition(broker, &image, &name, index) {
+                Ok(led) => led,
                 Err(code) => {
                     partition_responses.push(partition_error(
                         index,
@@ -97,8 +129,31 @@ pub fn handle(broker: &Broker, req: ProduceRequest, _version: i16) -> Option<Pro
                     continue;
                 }
             };
+            let min_isr = (acks == -1).then(|| {
+                broker.topics.get(&name).map_or(1, |t| {
+                    crate::topic_config::min_insync_replicas(
+                        &t.meta.configs,
+                        broker.topics.broker_config(),
+                    )
+                })
+            });
             let mut buf = records.to_vec();
-            match partition.append(&mut buf, &headers) {
+            let appended = partition.append(&mut buf, &headers, min_isr);
+            if let (Ok(a), Some(min_isr)) = (&appended, min_isr) {
+                let required = match a {
+                    Appended::New(r) => r.last_offset + 1,
+                    Appended::Duplicate { base_offset, .. } => base_offset + 1,
+                };
+                pending.push(Pending {
+                    topic: responses.len(),
+                    partition: partition_responses.len(),
+                    log: partition.clone(),
+                    required,
+                    epoch,
+                    min_isr,
+                });
+            }
+            match appended {
                 Ok(Appended::Duplicate {
                     base_offset,
                     log_start_offset,
@@ -149,8 +204,58 @@ pub fn handle(broker: &Broker, req: ProduceRequest, _version: i16) -> Option<Pro
                 .with_partition_responses(partition_responses),
         );
     }
-    if acks == 0 {
-        return None;
+    Handled {
+        response: (acks != 0).then(|| ProduceResponse::default().with_responses(responses)),
+        pending,
+        timeout,
     }
-    Some(ProduceResponse::default().with_responses(responses))
+}
+
+/// Waits until every pending append is replicated to the ISR (or failed,
+/// or the timeout passed) and puts each outcome in `response`.
+pub async fn complete(response: &mut ProduceResponse, pending: Vec<Pending>, timeout: Duration) {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let outcomes =
+        futures::future::join_all(pending.iter().map(|p| wait_for_isr(p, deadline))).await;
+    for (p, outcome) in pending.iter().zip(outcomes) {
+        let Some(code) = outcome else {
+            continue;
+        };
+        let Some(slot) = response
+            .responses
+            .get_mut(p.topic)
+            .and_then(|t| t.partition_responses.get_mut(p.partition))
+        else {
+            continue;
+        };
+        let message = match code {
+            ResponseError::RequestTimedOut => format!(
+                "not replicated to the in-sync replicas within {} ms",
+                timeout.as_millis()
+            ),
+            ResponseError::NotEnoughReplicasAfterAppend => format!(
+                "written, but the ISR shrank below min.insync.replicas ({})",
+                p.min_isr
+            ),
+            _ => "leadership moved before the in-sync replicas had the records".to_string(),
+        };
+        *slot = partition_error(slot.index, code, message);
+    }
+}
+
+/// `None` when replicated; else the error to answer.
+async fn wait_for_isr(p: &Pending, deadline: tokio::time::Instant) -> Option<ResponseError> {
+    let mut moved = p.log.subscribe();
+    loop {
+        match p.log.ack_state(p.required, p.epoch, p.min_isr) {
+            AckState::Done => return None,
+            AckState::Failed(code) => return Some(code),
+            AckState::Waiting => {}
+        }
+        match tokio::time::timeout_at(deadline, moved.changed()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => return Some(ResponseError::NotLeaderOrFollower),
+            Err(_) => return Some(ResponseError::RequestTimedOut),
+        }
+    }
 }

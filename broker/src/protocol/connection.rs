@@ -92,6 +92,7 @@ async fn serve_inner(
     let config = broker.topics.broker_config();
     let idle = Duration::from_millis(config.connections_max_idle_ms.max(1) as u64);
     let read_timeout = Duration::from_millis(config.socket_request_read_timeout_ms.max(1) as u64);
+    let mut ctx = crate::protocol::principal::ConnectionContext::new(peer);
     loop {
         // Idle until the next request's first byte (peek takes nothing).
         match tokio::time::timeout(idle, stream.peek(&mut [0u8; 1])).await {
@@ -153,7 +154,7 @@ async fn serve_inner(
             api: format!("{api:?}"),
         };
         let started = Instant::now();
-        let reply = handlers::handle(broker, api, version, frame, peer)
+        let reply = handlers::handle(broker, api, version, frame, &mut ctx)
             .await
             .map_err(|e| e.to_string())?;
         broker

@@ -39,6 +39,9 @@ pub struct PartitionOut {
     pub last_stable_offset: i64,
     pub log_start_offset: i64,
     pub records: Option<FetchSlice>,
+    /// A follower's log diverged (v12+): the leader's `(epoch, end offset)`
+    /// for the follower's last fetched epoch.
+    pub diverging_epoch: Option<(i32, i64)>,
 }
 
 /// One topic of a Fetch response.
@@ -125,7 +128,18 @@ pub fn encode_fetch_response(correlation_id: i32, version: i16, out: &FetchOut) 
                 pieces.push(Piece::File(records.clone()));
             }
             if flexible {
-                put_uvarint(&mut buf, 0); // partition tagged fields
+                // partition tagged fields: diverging_epoch is tag 0
+                match p.diverging_epoch {
+                    Some((epoch, end_offset)) => {
+                        put_uvarint(&mut buf, 1);
+                        put_uvarint(&mut buf, 0);
+                        put_uvarint(&mut buf, 13);
+                        buf.put_i32(epoch);
+                        buf.put_i64(end_offset);
+                        put_uvarint(&mut buf, 0);
+                    }
+                    None => put_uvarint(&mut buf, 0),
+                }
             }
         }
         if flexible {
@@ -194,6 +208,7 @@ mod tests {
                                 position: 4,
                                 len: 11,
                             }),
+                            diverging_epoch: None,
                         },
                         PartitionOut {
                             index: 1,
@@ -202,6 +217,7 @@ mod tests {
                             last_stable_offset: 5,
                             log_start_offset: 0,
                             records: None,
+                            diverging_epoch: Some((3, 17)),
                         },
                     ],
                 },
@@ -233,6 +249,13 @@ mod tests {
             let p1 = &resp.responses[0].partitions[1];
             assert_eq!(p1.error_code, 1);
             assert_eq!(p1.records.as_deref().map(<[u8]>::len).unwrap_or(0), 0);
+            if version >= 12 {
+                assert_eq!(
+                    (p1.diverging_epoch.epoch, p1.diverging_epoch.end_offset),
+                    (3, 17)
+                );
+                assert_eq!(p0.diverging_epoch.epoch, -1, "absent: the default");
+            }
         }
     }
 }

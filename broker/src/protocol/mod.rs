@@ -10,4 +10,5 @@ pub mod connection;
 pub mod fetch_encode;
 pub mod frame;
 pub mod limits;
+pub mod principal;
 pub mod versions;

@@ -9,6 +9,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Produce, 3, 11),
     (ApiKey::Fetch, 4, 12),
     (ApiKey::ListOffsets, 1, 8),
+    (ApiKey::OffsetForLeaderEpoch, 2, 4),
     (ApiKey::Metadata, 0, 12),
     (ApiKey::ApiVersions, 0, 3),
     (ApiKey::CreateTopics, 2, 7),
@@ -31,6 +32,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ListGroups, 0, 4),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::InitProducerId, 0, 4),
+    (ApiKey::SaslHandshake, 1, 1),
+    (ApiKey::SaslAuthenticate, 0, 2),
 ];
 
 /// The supported range of `api`, if it is implemented at all.

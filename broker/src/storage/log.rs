@@ -355,6 +355,8 @@ impl PartitionLog {
         };
         let (mut epochs, mut epochs_changed) = match LeaderEpochCache::load(&dir)? {
             Some(c) if !(c.is_empty() && log_start_offset < log_end) => (c, false),
+            // an empty log has no history to rebuild (a new partition)
+            None if log_start_offset == log_end => (LeaderEpochCache::empty(&dir), false),
             _ => {
                 tracing::info!(dir = %dir.display(), "rebuilding the leader epoch cache from batch headers");
                 (rebuild_epochs(&dir, &segments), true)

@@ -1,0 +1,208 @@
+//! The replica manager: applies each metadata image's roles to the
+//! partitions this broker holds (leader or follower, in which epoch), keeps
+//! exactly one [`Fetcher`] per leader broker it follows partitions of, and
+//! sends the ISR changes its leaders propose to the controller — those of
+//! followers that caught up (from the fetch handler) and those of followers
+//! that fell behind (checked every half `replica.lag.time.max.ms`).
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::{mpsc, watch};
+
+use super::fetcher::{FetchSet, Fetcher};
+use crate::broker::Broker;
+use crate::controller::link::ControllerLink;
+use crate::image::MetadataImage;
+use crate::partition::{IsrProposal, Partition};
+use crate::topics::TopicManager;
+
+/// How followers fetch (the `replica.fetch.*` configs).
+#[derive(Debug, Clone)]
+pub struct FetchSettings {
+    pub wait_ms: i32,
+    pub max_bytes: i32,
+    pub partition_max_bytes: i32,
+    pub backoff: Duration,
+    /// `replica.lag.time.max.ms`.
+    pub lag_max_ms: i64,
+}
+
+impl FetchSettings {
+    pub fn from_config(c: &crate::config::BrokerConfig) -> Self {
+        Self {
+            wait_ms: c.replica_fetch_wait_max_ms.clamp(0, 30_000),
+            max_bytes: c.replica_fetch_response_max_bytes.max(1),
+            partition_max_bytes: c.replica_fetch_max_bytes.max(1),
+            backoff: Duration::from_millis(c.replica_fetch_backoff_ms.clamp(10, 60_000) as u64),
+            lag_max_ms: c.replica_lag_time_max_ms.max(1),
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct ReplicaManager {
+    node: i32,
+    settings: FetchSettings,
+    /// The address followers' connections leave from (the listener's), so
+    /// a cut between two brokers' addresses separates them.
+    bind: OnceLock<IpAddr>,
+    /// This process's registration: fetchers authenticate with it.
+    incarnation: OnceLock<uuid::Uuid>,
+    fetchers: Mutex<HashMap<i32, Fetcher>>,
+    proposals: mpsc::UnboundedSender<IsrProposal>,
+    pending: Mutex<Option<mpsc::UnboundedReceiver<IsrProposal>>>,
+}
+
+impl ReplicaManager {
+    pub fn new(node: i32, settings: FetchSettings) -> Self {
+        let (proposals, rx) = mpsc::unbounded_channel();
+        Self {
+            node,
+            settings,
+            bind: OnceLock::new(),
+            incarnation: OnceLock::new(),
+            fetchers: Mutex::new(HashMap::new()),
+            proposals,
+            pending: Mutex::new(Some(rx)),
+        }
+    }
+
+    /// Followers' connections leave from `ip` (the listener's address,
+    /// when it is a specific one).
+    pub fn bind_to(&self, ip: IpAddr) {
+        if !ip.is_unspecified() {
+            let _ = self.bind.set(ip);
+        }
+    }
+
+    /// The incarnation this process registers with (set once, at start).
+    pub fn set_incarnation(&self, incarnation: uuid::Uuid) {
+        let _ = self.incarnation.set(incarnation);
+    }
+
+    /// Queues an ISR change for the controller.
+    pub fn propose(&self, p: IsrProposal) {
+        let _ = self.proposals.send(p);
+    }
+
+    /// Gives every partition held here its role in `image` and points the
+    /// fetchers at the leaders of the partitions followed. Call before the
+    /// image is installed, so no request sees a role the partition does
+    /// not have yet. Needs a Tokio runtime (fetchers are tasks).
+    pub fn apply_image(&self, topics: &TopicManager, image: &MetadataImage) {
+        let mut follow: HashMap<i32, Vec<Arc<Partition>>> = HashMap::new();
+        for topic in topics.all() {
+            let Some(t) = image
+                .topic(&topic.meta.name)
+                .filter(|t| t.id == topic.meta.id)
+            else {
+                continue;
+            };
+            for p in &topic.partitions {
+                let Some(pi) = t.partition(p.index) else {
+                    continue;
+                };
+                if !pi.replicas.contains(&self.node) {
+                    continue;
+                }
+                if let Err(e) = p.apply_image(self.node, pi) {
+                    tracing::error!(topic = %p.topic, partition = p.index, error = %e, "cannot take the partition's role");
+                    continue;
+                }
+                if pi.leader != self.node && pi.leader >= 0 {
+                    follow.entry(pi.leader).or_default().push(p.clone());
+                }
+            }
+        }
+        let mut fetchers = self.fetchers.lock();
+        fetchers.retain(|leader, _| follow.contains_key(leader));
+        for (leader, partitions) in follow {
+            let Some(b) = image.broker(leader) else {
+                // the leader is not in service: its partitions wait
+                fetchers.remove(&leader);
+                continue;
+            };
+            let set = FetchSet {
+                address: format!("{}:{}", b.host, b.port),
+                partitions,
+            };
+            match fetchers.get(&leader) {
+                Some(f) => f.update(set),
+                None => {
+                    let f = Fetcher::start(
+                        self.node,
+                        leader,
+                        self.settings.clone(),
+                        self.bind.get().copied(),
+                        self.incarnation.get().copied(),
+                        set,
+                    );
+                    fetchers.insert(leader, f);
+                }
+            }
+        }
+    }
+
+    /// Stops every fetcher (shutdown).
+    pub fn stop(&self) {
+        self.fetchers.lock().clear();
+    }
+
+    /// The leaders this broker fetches from (for tests and metrics).
+    pub fn fetching_from(&self) -> Vec<i32> {
+        let mut v: Vec<i32> = self.fetchers.lock().keys().copied().collect();
+        v.sort_unstable();
+        v
+    }
+}
+
+/// Sends ISR changes to the controller until `shutdown`: those proposed
+/// by fetches, and shrinks of followers that fell behind.
+pub async fn run_isr_changes(
+    broker: Arc<Broker>,
+    link: Arc<ControllerLink>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let Some(mut proposals) = broker.replicas.pending.lock().take() else {
+        return;
+    };
+    let lag = broker.replicas.settings.lag_max_ms;
+    let mut tick = tokio::time::interval(Duration::from_millis((lag / 2).clamp(50, 30_000) as u64));
+    loop {
+        tokio::select! {
+            Some(p) = proposals.recv() => send(&broker, &link, p),
+            _ = tick.tick() => {
+                for topic in broker.topics.all() {
+                    for p in &topic.partitions {
+                        if let Some(shrink) = p.isr_shrink(lag) {
+                            tracing::warn!(topic = %shrink.topic, partition = shrink.index, isr = ?shrink.isr, "followers fell behind; shrinking the ISR");
+                            send(&broker, &link, shrink);
+                        }
+                    }
+                }
+            }
+            r = shutdown.changed() => if r.is_err() || *shutdown.borrow() { return },
+        }
+    }
+}
+
+/// One ISR change, in its own task (one per partition is pending at most).
+fn send(broker: &Arc<Broker>, link: &Arc<ControllerLink>, p: IsrProposal) {
+    let (broker, link) = (broker.clone(), link.clone());
+    tokio::spawn(async move {
+        let answer = match link.alter_partition(&p).await {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "cannot send an ISR change");
+                None
+            }
+        };
+        if let Some(partition) = broker.topics.partition(&p.topic, p.index) {
+            partition.isr_answered(&p, answer);
+        }
+    });
+}

@@ -1,0 +1,13 @@
+//! Replication, broker side (Kafka's `ReplicaManager` split): the
+//! [`manager`] applies each metadata image's roles to the partitions held
+//! here and keeps one [`fetcher`] per leader broker this broker follows;
+//! leaders' decisions about followers (high watermark, ISR) are the pure
+//! functions of [`progress`], applied by `crate::partition`. ISR changes go
+//! to the controller, which commits them as a compare-and-swap on the
+//! partition epoch.
+
+pub mod fetcher;
+pub mod manager;
+pub mod progress;
+
+pub use manager::{FetchSettings, ReplicaManager};

@@ -1,0 +1,238 @@
+//! Helpers of the tests that run several broker processes as one cluster
+//! (`--cluster dir`): starting a broker, reading the cluster as Metadata
+//! shows it, producing to and reading from one partition.
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::Duration;
+
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    ApiKey, MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse,
+};
+use tokio::net::TcpStream;
+
+use super::wire_common::*;
+
+/// Starts broker `node` of a `--cluster dir` cluster sharing `shared`,
+/// with fast heartbeats and `settings` on top.
+pub fn spawn(node: &str, data: &Path, shared: &Path, logs: &Path, settings: &[&str]) -> Child {
+    let shared = shared.to_str().unwrap().to_string();
+    let args: Vec<&'static str> = vec![
+        "--cluster",
+        "dir",
+        "--cluster-dir",
+        Box::leak(shared.into_boxed_str()),
+        "--node-id",
+        Box::leak(node.to_string().into_boxed_str()),
+        "--controller-listen",
+        "127.0.0.1:0",
+    ];
+    Child::spawn(
+        data,
+        logs.join(format!("broker-{node}.log")),
+        ChildOptions {
+            settings: Box::leak(
+                [
+                    "broker.heartbeat.interval.ms=100",
+                    "broker.session.timeout.ms=6000",
+                ]
+                .iter()
+                .chain(settings)
+                .map(|s| s.to_string())
+                .map(|s| &*Box::leak(s.into_boxed_str()))
+                .collect::<Vec<&'static str>>()
+                .into_boxed_slice(),
+            ),
+            args: Box::leak(args.into_boxed_slice()),
+            ..Default::default()
+        },
+    )
+}
+
+/// `(brokers, controller, {partition: (leader, leader epoch)})` of `topic`.
+pub type View = (BTreeSet<i32>, i32, BTreeMap<i32, (i32, i32)>);
+
+pub async fn view(s: &mut TcpStream, topic: &str) -> View {
+    let m: MetadataResponse = call(
+        s,
+        ApiKey::Metadata,
+        12,
+        &MetadataRequest::default().with_topics(None),
+    )
+    .await;
+    let brokers = m.brokers.iter().map(|b| b.node_id.0).collect();
+    let mut parts = BTreeMap::new();
+    for t in m
+        .topics
+        .iter()
+        .filter(|t| t.name.as_ref().map(|n| n.as_str()) == Some(topic))
+    {
+        for p in &t.partitions {
+            parts.insert(p.partition_index, (p.leader_id.0, p.leader_epoch));
+        }
+    }
+    (brokers, m.controller_id.0, parts)
+}
+
+pub async fn wait_until(
+    s: &mut TcpStream,
+    topic: &str,
+    what: &str,
+    ok: impl Fn(&View) -> bool,
+) -> View {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let v = view(s, topic).await;
+        if ok(&v) {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never {what}; last {v:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Produces one batch to `partition`: its error code.
+pub async fn produce_to(s: &mut TcpStream, topic: &str, partition: i32, value: &[u8]) -> i16 {
+    let req = ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(5000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(name(topic))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(partition)
+                .with_records(Some(batch(&[value.to_vec()])))])]);
+    let resp: ProduceResponse = call(s, ApiKey::Produce, 9, &req).await;
+    resp.responses[0].partition_responses[0].error_code
+}
+
+/// Every record value of `partition`, read from its leader.
+pub async fn values(s: &mut TcpStream, topic: &str, partition: i32) -> Vec<Vec<u8>> {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::{FetchRequest, FetchResponse};
+    use kafka_protocol::records::RecordBatchDecoder;
+    let req = FetchRequest::default()
+        .with_max_wait_ms(0)
+        .with_max_bytes(1 << 20)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(name(topic))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(partition)
+                .with_fetch_offset(0)
+                .with_partition_max_bytes(1 << 20)])]);
+    let resp: FetchResponse = call(s, ApiKey::Fetch, 12, &req).await;
+    let p = &resp.responses[0].partitions[0];
+    assert_eq!(p.error_code, 0, "fetch {topic}-{partition}");
+    let mut records = p.records.clone().unwrap_or_default();
+    let mut out = Vec::new();
+    while bytes::Buf::has_remaining(&records) {
+        let set = RecordBatchDecoder::decode(&mut records).expect("decode");
+        out.extend(
+            set.records
+                .into_iter()
+                .map(|r| r.value.unwrap_or_default().to_vec()),
+        );
+    }
+    out
+}
+
+/// One partition as Metadata shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionView {
+    pub leader: i32,
+    pub epoch: i32,
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+}
+
+/// Every partition of `topic` as `s`'s broker shows it.
+pub async fn partitions(s: &mut TcpStream, topic: &str) -> BTreeMap<i32, PartitionView> {
+    let m: MetadataResponse = call(
+        s,
+        ApiKey::Metadata,
+        12,
+        &MetadataRequest::default().with_topics(None),
+    )
+    .await;
+    m.topics
+        .iter()
+        .filter(|t| t.name.as_ref().map(|n| n.as_str()) == Some(topic))
+        .flat_map(|t| t.partitions.iter())
+        .map(|p| {
+            let mut isr: Vec<i32> = p.isr_nodes.iter().map(|b| b.0).collect();
+            isr.sort_unstable();
+            (
+                p.partition_index,
+                PartitionView {
+                    leader: p.leader_id.0,
+                    epoch: p.leader_epoch,
+                    replicas: p.replica_nodes.iter().map(|b| b.0).collect(),
+                    isr,
+                },
+            )
+        })
+        .collect()
+}
+
+/// Waits (30 s at most) until `ok` holds for `topic`'s partitions.
+pub async fn wait_for_partitions(
+    s: &mut TcpStream,
+    topic: &str,
+    what: &str,
+    ok: impl Fn(&BTreeMap<i32, PartitionView>) -> bool,
+) -> BTreeMap<i32, PartitionView> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let v = partitions(s, topic).await;
+        if ok(&v) {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never {what}; last {v:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// CreateTopics with a replication factor and configs: `(code, message)`.
+pub async fn create_replicated(
+    s: &mut TcpStream,
+    topic: &str,
+    partitions: i32,
+    replication_factor: i16,
+    configs: &[(&str, &str)],
+) -> (i16, Option<String>) {
+    use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+    use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse};
+    let req = CreateTopicsRequest::default()
+        .with_timeout_ms(30_000)
+        .with_topics(vec![CreatableTopic::default()
+            .with_name(name(topic))
+            .with_num_partitions(partitions)
+            .with_replication_factor(replication_factor)
+            .with_configs(
+                configs
+                    .iter()
+                    .map(|(k, v)| {
+                        CreatableTopicConfig::default()
+                            .with_name(kafka_protocol::protocol::StrBytes::from_string(
+                                k.to_string(),
+                            ))
+                            .with_value(Some(kafka_protocol::protocol::StrBytes::from_string(
+                                v.to_string(),
+                            )))
+                    })
+                    .collect(),
+            )]);
+    let resp: CreateTopicsResponse = call(s, ApiKey::CreateTopics, 7, &req).await;
+    let t = &resp.topics[0];
+    (
+        t.error_code,
+        t.error_message.as_ref().map(|m| m.to_string()),
+    )
+}
