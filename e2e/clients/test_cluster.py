@@ -1,10 +1,19 @@
 """Three Moldau brokers are one Kafka cluster, as real clients see it.
 
-The brokers run in cluster mode `dir` (one host, a shared metadata
-directory; the controller is elected by a lock on it) — the same controller,
-registration, placement and coordinator code as Kubernetes mode, whose store
-and election are exercised by the Kubernetes e2e tests. Checked with kcat
-and confluent-kafka through ONE bootstrap address:
+The same checks run against either cluster backend, chosen by
+MOLDAU_CLUSTER_BACKEND:
+
+- `dir` (default): one host, a shared metadata directory; the controller is
+  elected by a lock on it. Needs nothing but the broker binary.
+- `kubernetes`: the brokers elect their controller through a Lease and keep
+  the metadata in `MetadataShard` objects of a namespace on a real API
+  server. The e2e test `e2e/tests/cluster_kubernetes_clients.rs` brings up
+  the control plane, applies the CRDs, creates the namespace and runs this
+  module with MOLDAU_CLUSTER_ARGS (a JSON list: the cluster-mode arguments
+  of `moldau_e2e::brokers`) and KUBECONFIG set; the per-node arguments
+  (node id, listeners, data directory) are the harness's, as in `dir` mode.
+
+Checked with kcat and confluent-kafka through ONE bootstrap address:
 
 - `kcat -L` against any broker lists all three and one controller;
 - a topic of 12 partitions has its leaders on all three; records produced to
@@ -17,9 +26,12 @@ and confluent-kafka through ONE bootstrap address:
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -32,25 +44,49 @@ pytestmark = pytest.mark.skipif(brokers.target() != "moldau", reason="Moldau's c
 NODES = (0, 1, 2)
 
 
+def backend() -> str:
+    b = os.environ.get("MOLDAU_CLUSTER_BACKEND", "dir").strip().lower()
+    if b not in ("dir", "kubernetes"):
+        raise ValueError(f"MOLDAU_CLUSTER_BACKEND must be dir or kubernetes, not {b!r}")
+    return b
+
+
+def cluster_args(home: Path) -> list[str]:
+    """The cluster-mode arguments of one broker of the backend under test."""
+    if backend() == "dir":
+        shared = home / "shared"
+        shared.mkdir(parents=True, exist_ok=True)
+        return [
+            "--cluster", "dir",
+            "--cluster-dir", str(shared),
+            "--controller-listen", f"127.0.0.1:{brokers.free_port()}",
+        ]
+    raw = os.environ.get("MOLDAU_CLUSTER_ARGS")
+    if not raw or not os.environ.get("KUBECONFIG"):
+        raise RuntimeError(
+            "MOLDAU_CLUSTER_BACKEND=kubernetes needs MOLDAU_CLUSTER_ARGS and KUBECONFIG: "
+            "run it through `cargo test -p moldau-e2e --test cluster_kubernetes_clients`"
+        )
+    args = json.loads(raw)
+    assert isinstance(args, list) and all(isinstance(a, str) for a in args), raw
+    assert "kubernetes" in args, f"not cluster mode kubernetes: {args}"
+    return args
+
+
 @pytest.fixture(scope="module")
 def cluster():
-    shared = STATE / "cluster" / "shared"
-    shared.mkdir(parents=True, exist_ok=True)
+    home = STATE / f"cluster-{backend()}"
     nodes = {}
     for n in NODES:
         b = brokers.MoldauBroker(
-            STATE / "cluster" / f"node-{n}",
+            home / f"node-{n}",
             settings={
                 "offsets.topic.num.partitions": "6",
                 "broker.heartbeat.interval.ms": "200",
                 "broker.session.timeout.ms": "3000",
             },
             node_id=n,
-            args=[
-                "--cluster", "dir",
-                "--cluster-dir", str(shared),
-                "--controller-listen", f"127.0.0.1:{brokers.free_port()}",
-            ],
+            args=cluster_args(home),
         )
         nodes[n] = b
     for b in nodes.values():

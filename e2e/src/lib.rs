@@ -2,6 +2,8 @@
 //!
 //! Owns everything under `e2e/` except `e2e/clients/`:
 //! - [`paths`]: where the built tools, the state directory and the kubeconfig live;
+//! - [`brokers`]: how a Moldau broker in cluster mode `kubernetes` is started
+//!   against the control plane (its arguments and environment);
 //! - [`cluster`]: starting (or reusing) the real control plane, kube clients,
 //!   kubectl/helm runners, per-test namespaces and wait helpers;
 //! - [`runner`]: the pod runner (`moldau-podrunner`), a minimal kubelet that
@@ -12,6 +14,7 @@
 //! It must not depend on the broker's or the operator's internals: it drives
 //! them only as processes and through the Kubernetes API.
 
+pub mod brokers;
 pub mod cluster;
 pub mod leader;
 pub mod paths;

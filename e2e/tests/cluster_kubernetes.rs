@@ -20,6 +20,7 @@ use anyhow::{bail, Context, Result};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::ListParams;
 use moldau_coordination::shard::MetadataShard;
+use moldau_e2e::brokers::{kubernetes_cluster_args, kubernetes_cluster_env, LEASE_DURATION_MS};
 use moldau_e2e::{paths, TestNamespace};
 use serde_json::Value;
 
@@ -58,28 +59,17 @@ fn spawn(bin: &Path, ns: &str, node: i32, kafka_port: u16, dir: &Path) -> Result
     let log = dir.join(format!("broker-{node}-{}.log", free_port()));
     let out = std::fs::File::create(&log)?;
     let child = Command::new(bin)
-        .args([
-            "--cluster",
-            "kubernetes",
-            "--cluster-name",
-            CLUSTER,
-            "--namespace",
-            ns,
-        ])
+        .args(kubernetes_cluster_args(CLUSTER, ns))
         .args(["--node-id", &node.to_string()])
         .args(["--listen", &kafka])
         .args(["--http-listen", "127.0.0.1:0"])
-        .args(["--controller-listen", "127.0.0.1:0"])
         .arg("--data-dir")
         .arg(&data)
         .args(["--set", "num.partitions=12"])
         .args(["--set", "offsets.topic.num.partitions=3"])
         .args(["--set", "broker.heartbeat.interval.ms=200"])
         .args(["--set", "broker.session.timeout.ms=6000"])
-        .args(["--set", "controller.lease.duration.ms=4000"])
-        .args(["--set", "controller.lease.retry.ms=500"])
-        .env("KUBECONFIG", paths::kubeconfig())
-        .env("NO_COLOR", "1")
+        .envs(kubernetes_cluster_env())
         .stdout(out.try_clone()?)
         .stderr(out)
         .stdin(Stdio::null())
@@ -322,7 +312,7 @@ async fn brokers_form_one_cluster_through_kubernetes_and_fence_a_paused_controll
     .await
     .with_context(|| logs(&brokers))?;
     eprintln!(
-        "controller failover: kill -9 to a new controller in Metadata {elected:?} (lease 4 s), to the dead broker fenced {:?} (session 6 s)",
+        "controller failover: kill -9 to a new controller in Metadata {elected:?} (lease {LEASE_DURATION_MS} ms), to the dead broker fenced {:?} (session 6 s)",
         killed_at.elapsed()
     );
     let created_at = Instant::now();
@@ -543,7 +533,7 @@ async fn brokers_form_one_cluster_through_kubernetes_and_fence_a_paused_controll
     assert_eq!(on_disk(&dir), 12, "every orders partition on some broker");
 
     // A clean stop (SIGTERM) of the controller releases the Lease: another
-    // broker takes over sooner than the lease duration (4 s).
+    // broker takes over sooner than the lease duration.
     let (_, current, _) = view(&last_bootstrap, "orders")?;
     let mut leaving = brokers.remove(&(current as i32)).unwrap();
     let observer = brokers.values().next().unwrap().kafka.clone();
@@ -565,7 +555,7 @@ async fn brokers_form_one_cluster_through_kubernetes_and_fence_a_paused_controll
     let handover = stopped_at.elapsed();
     eprintln!("controller handover after SIGTERM: {handover:?}");
     assert!(
-        handover < Duration::from_secs(4),
+        handover < Duration::from_millis(LEASE_DURATION_MS),
         "the Lease was released, not left to expire: {handover:?}"
     );
 
