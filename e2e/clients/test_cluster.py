@@ -25,6 +25,7 @@ import pytest
 
 from harness import broker as brokers
 from harness import kcat
+from harness.cluster import Cluster
 from conftest import STATE, retry_retriable
 
 pytestmark = pytest.mark.skipif(brokers.target() != "moldau", reason="Moldau's cluster mode")
@@ -34,30 +35,10 @@ NODES = (0, 1, 2)
 
 @pytest.fixture(scope="module")
 def cluster():
-    shared = STATE / "cluster" / "shared"
-    shared.mkdir(parents=True, exist_ok=True)
-    nodes = {}
-    for n in NODES:
-        b = brokers.MoldauBroker(
-            STATE / "cluster" / f"node-{n}",
-            settings={
-                "offsets.topic.num.partitions": "6",
-                "broker.heartbeat.interval.ms": "200",
-                "broker.session.timeout.ms": "3000",
-            },
-            node_id=n,
-            args=[
-                "--cluster", "dir",
-                "--cluster-dir", str(shared),
-                "--controller-listen", f"127.0.0.1:{brokers.free_port()}",
-            ],
-        )
-        nodes[n] = b
-    for b in nodes.values():
-        b.start()
-    yield nodes
-    for b in nodes.values():
-        b.close(keep=True)
+    c = Cluster(STATE / "cluster", size=len(NODES))
+    c.start()
+    yield c
+    c.close(keep=True)
 
 
 def admin(bootstrap: str):
