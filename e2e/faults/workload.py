@@ -173,23 +173,31 @@ class ProducerThread(threading.Thread):
             self.ledger.sent[part] = seq + 1
             i += 1
             nxt += gap
-            while True:
-                p.poll(0)
-                delay = nxt - time.monotonic()
-                if delay <= 0 or self.stop.is_set():
-                    break
-                p.poll(min(delay, 0.05))
+            try:
+                while True:
+                    p.poll(0)
+                    delay = nxt - time.monotonic()
+                    if delay <= 0 or self.stop.is_set():
+                        break
+                    p.poll(min(delay, 0.05))
+            except KafkaException as e:  # fatal state: replaced at the top of the loop
+                self.fatal_error = self.fatal_error or e.args[0]
             if nxt < time.monotonic() - 1.0:  # behind by more than a second: do not burst
                 nxt = time.monotonic()
         self._retire(p, self.drain_timeout)
 
     def _retire(self, p, timeout: float) -> None:
         """Wait up to `timeout` for outstanding delivery reports, then purge the rest."""
-        left = p.flush(timeout)
-        if left:
-            LOG.warning("%s: %d records undelivered after %.0fs; purged", self.name, left, timeout)
-            p.purge(in_queue=True, in_flight=True)
-            p.flush(0)
+        from confluent_kafka import KafkaException
+
+        try:
+            left = p.flush(timeout)
+            if left:
+                LOG.warning("%s: %d records undelivered after %.0fs; purged", self.name, left, timeout)
+                p.purge(in_queue=True, in_flight=True)
+                p.flush(0)
+        except KafkaException as e:  # a fatal producer: what it still holds is unacknowledged
+            LOG.warning("%s: retiring a failed producer: %s", self.name, e)
 
 
 def consume_all(bootstrap: str, topic: str, partitions: int, timeout: float) -> tuple[dict[int, list[tuple[int, bytes | None]]], dict[int, int], bool]:
