@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything the tests need, on a fresh Debian machine or again on a
 # used one (idempotent; each part is skipped when already in place):
-#   1. Debian packages: kcat, openssl (+ java/maven/python venv if missing)
+#   1. Debian packages: kcat, openssl, iptables (the fault checker's network
+#      cuts, e2e/faults) (+ java/maven/python venv if missing)
 #   2. the Python venv <repo>/.venv with e2e/clients/requirements.txt (pinned)
 #   3. Maven: the Java client driver (e2e/clients/java) and the Apache Kafka
 #      reference broker's jars (e2e/clients/kafka-dist/jars)
@@ -47,6 +48,8 @@ have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok
 have_pkg kcat || missing+=(kcat)
 have_pkg openssl || missing+=(openssl)
 have_pkg ca-certificates || missing+=(ca-certificates)
+# e2e/faults cuts the traffic between two brokers' loopback addresses with it
+have_pkg iptables || missing+=(iptables)
 command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null 2>&1 || missing+=(maven)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)

@@ -9,6 +9,8 @@
 #   unit         cargo test --workspace
 #   fuzz         scripts/fuzz.sh 30: every cargo-fuzz target for 30 s (fuzz/)
 #   clients      pytest e2e/clients: real Kafka clients against the built broker
+#   faults       e2e/faults/run.sh test: the fault checker's units and a bounded
+#                2-minute run of faults on a 3-broker cluster (0 acknowledged lost)
 #   k8s-tools, k8s-up, k8s-e2e, k8s-down
 #                the Kubernetes e2e stage, once e2e/scripts/build-tools.sh exists
 #
@@ -99,6 +101,7 @@ fi
 stage fuzz 1200 needs=install -- ./scripts/fuzz.sh 30
 # shellcheck disable=SC2086
 stage clients 1800 needs=install,build -- e2e/clients/run.sh ${PYTEST_ARGS:-}
+stage faults 900 needs=install,build -- e2e/faults/run.sh test
 
 if [ -x e2e/scripts/build-tools.sh ]; then
   stage k8s-tools 1800 -- e2e/scripts/build-tools.sh

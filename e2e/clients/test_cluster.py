@@ -31,12 +31,12 @@ import os
 import threading
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 
 from harness import broker as brokers
 from harness import kcat
+from harness.cluster import Cluster
 from conftest import STATE, retry_retriable
 
 pytestmark = pytest.mark.skipif(brokers.target() != "moldau", reason="Moldau's cluster mode")
@@ -51,16 +51,11 @@ def backend() -> str:
     return b
 
 
-def cluster_args(home: Path) -> list[str]:
-    """The cluster-mode arguments of one broker of the backend under test."""
+def cluster_args() -> list[str] | None:
+    """The cluster-mode arguments of the backend under test (`None`: the
+    launcher's own `dir` mode)."""
     if backend() == "dir":
-        shared = home / "shared"
-        shared.mkdir(parents=True, exist_ok=True)
-        return [
-            "--cluster", "dir",
-            "--cluster-dir", str(shared),
-            "--controller-listen", f"127.0.0.1:{brokers.free_port()}",
-        ]
+        return None
     raw = os.environ.get("MOLDAU_CLUSTER_ARGS")
     if not raw or not os.environ.get("KUBECONFIG"):
         raise RuntimeError(
@@ -75,25 +70,10 @@ def cluster_args(home: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def cluster():
-    home = STATE / f"cluster-{backend()}"
-    nodes = {}
-    for n in NODES:
-        b = brokers.MoldauBroker(
-            home / f"node-{n}",
-            settings={
-                "offsets.topic.num.partitions": "6",
-                "broker.heartbeat.interval.ms": "200",
-                "broker.session.timeout.ms": "3000",
-            },
-            node_id=n,
-            args=cluster_args(home),
-        )
-        nodes[n] = b
-    for b in nodes.values():
-        b.start()
-    yield nodes
-    for b in nodes.values():
-        b.close(keep=True)
+    c = Cluster(STATE / f"cluster-{backend()}", size=len(NODES), cluster_args=cluster_args())
+    c.start()
+    yield c
+    c.close(keep=True)
 
 
 def admin(bootstrap: str):

@@ -1,8 +1,10 @@
 """Broker processes under test: Moldau or the Apache Kafka reference broker.
 
-Owns starting, stopping (SIGTERM), killing (SIGKILL) and restarting one broker
-process on 127.0.0.1 with a free port and its own data directory. Knows nothing
-about clients.
+Owns starting, stopping (SIGTERM), killing (SIGKILL), pausing (SIGSTOP/SIGCONT)
+and restarting one broker process on a loopback address (127.0.0.1 unless
+given another of 127.0.0.0/8) with a free port and its own data directory.
+Knows nothing about clients; several brokers forming one cluster are
+harness/cluster.py's.
 
 Selected with MOLDAU_TEST_TARGET:
   moldau (default)  $MOLDAU_BROKER_BIN, else <repo>/target/release/moldau-broker;
@@ -53,9 +55,9 @@ def target() -> str:
     return t
 
 
-def free_port() -> int:
+def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return s.getsockname()[1]
 
 
@@ -68,12 +70,14 @@ class Broker:
 
     kind = "?"
 
-    def __init__(self, workdir: Path | None = None):
+    def __init__(self, workdir: Path | None = None, host: str = "127.0.0.1"):
+        if not host.startswith("127."):
+            raise ValueError(f"test brokers listen on 127.0.0.0/8 only, not {host}")
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix=f"moldau-e2e-{self.kind}-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.data_dir = self.workdir / "data"
-        self.port = free_port()
-        self.host = "127.0.0.1"
+        self.host = host
+        self.port = free_port(host)
         self.proc: subprocess.Popen | None = None
         self.starts = 0
 
@@ -110,6 +114,7 @@ class Broker:
             return None
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
+            self.proc.send_signal(signal.SIGCONT)  # a paused broker must run to stop
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
@@ -128,6 +133,16 @@ class Broker:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(30)
         self.proc = None
+
+    def pause(self) -> None:
+        """SIGSTOP: the process stays, but answers nothing until resume()."""
+        if self.alive():
+            self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT (harmless on a running process)."""
+        if self.alive():
+            self.proc.send_signal(signal.SIGCONT)
 
     def restart(self, hard: bool = False) -> None:
         if hard:
@@ -180,9 +195,10 @@ class MoldauBroker(Broker):
         settings: dict[str, str] | None = None,
         node_id: int = 1,
         args: list[str] | None = None,
+        host: str = "127.0.0.1",
     ):
-        super().__init__(workdir)
-        self.http_port = free_port()
+        super().__init__(workdir, host)
+        self.http_port = free_port(host)
         # broker properties passed as `--set key=value`
         self.settings = dict(settings or {})
         self.node_id = node_id

@@ -1,0 +1,82 @@
+"""Several Moldau brokers forming one cluster on this host (cluster mode `dir`).
+
+Owns the launcher the cluster tests (test_cluster.py) and the fault checker
+(e2e/faults) share: N `MoldauBroker`s with node ids 0..N-1, one shared
+metadata directory (the controller is elected by a lock on it), each broker's
+Kafka, HTTP and controller listeners on its own host. By default every broker
+is on 127.0.0.1; `hosts` puts each on its own loopback address (e.g.
+127.0.0.2, .3, .4), which is what lets a firewall rule on the two addresses
+cut the traffic between two brokers. Knows nothing about clients or faults.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import broker as brokers
+
+# Fast failure detection, so a test sees a dead broker fenced in seconds.
+DEFAULT_SETTINGS = {
+    "offsets.topic.num.partitions": "6",
+    "broker.heartbeat.interval.ms": "200",
+    "broker.session.timeout.ms": "3000",
+}
+
+
+class Cluster:
+    """`len(hosts)` brokers (node ids 0..n-1) under `workdir`; start() runs them all."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        hosts: list[str] | None = None,
+        size: int = 3,
+        settings: dict[str, str] | None = None,
+        cluster_args: list[str] | None = None,
+    ):
+        """`cluster_args` replaces the `dir` mode arguments (e.g. the
+        `--cluster kubernetes …` ones of the Kubernetes e2e run)."""
+        hosts = list(hosts) if hosts else ["127.0.0.1"] * size
+        self.workdir = Path(workdir)
+        self.shared = self.workdir / "shared"
+        self.shared.mkdir(parents=True, exist_ok=True)
+        merged = {**DEFAULT_SETTINGS, **(settings or {})}
+        self.nodes: dict[int, brokers.MoldauBroker] = {}
+        for n, host in enumerate(hosts):
+            self.nodes[n] = brokers.MoldauBroker(
+                self.workdir / f"node-{n}",
+                settings=merged,
+                node_id=n,
+                host=host,
+                args=cluster_args
+                or [
+                    "--cluster", "dir",
+                    "--cluster-dir", str(self.shared),
+                    "--controller-listen", f"{host}:{brokers.free_port(host)}",
+                ],
+            )
+
+    def __getitem__(self, node: int) -> brokers.MoldauBroker:
+        return self.nodes[node]
+
+    def values(self):
+        return self.nodes.values()
+
+    def items(self):
+        return self.nodes.items()
+
+    @property
+    def bootstrap(self) -> str:
+        """Every broker's address: a client reaches the cluster while any one is up."""
+        return ",".join(b.bootstrap for b in self.nodes.values())
+
+    def start(self) -> None:
+        for b in self.nodes.values():
+            b.start()
+
+    def close(self, keep: bool = True) -> None:
+        """Stop every broker (a paused one is resumed first); logs stay unless keep=False."""
+        for b in self.nodes.values():
+            b.resume()
+        for b in self.nodes.values():
+            b.close(keep=keep)

@@ -1,0 +1,167 @@
+"""The fault checker's accounting: pure functions, no I/O, no clients.
+
+Owns the payload format and the verdict. A producer writes, per partition,
+the sequence 0, 1, 2, … of payloads `mf1:<run>:<partition>:<seq>`; the
+delivery reports say which were acknowledged (and at which offset); at the
+end every partition is consumed from the beginning. `verify` compares the
+two, per partition:
+
+- lost:       acknowledged, never consumed;
+- duplicated: acknowledged, consumed more than once (extra copies counted);
+- reordered:  acknowledged records out of sequence order in the log: how many
+              must be removed for the rest to be in order (length of the
+              sequence minus its longest increasing subsequence);
+- unacked_present: sent but not acknowledged (failed or timed out), yet in
+              the log: allowed (the broker may have written it; the ack was
+              lost), reported for information;
+- unacked_duplicated, foreign (records that are not this run's or sit in
+  another partition than their payload says), acked_offset_moved (an
+  acknowledged record consumed at an offset other than the one its ack
+  gave): reported, not part of the verdict.
+
+The verdict (`Report.ok`) is: no acknowledged record lost, duplicated or
+reordered.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+
+PREFIX = "mf1"
+
+
+def payload(run: str, partition: int, seq: int) -> bytes:
+    return f"{PREFIX}:{run}:{partition}:{seq}".encode()
+
+
+def parse(value: bytes | None, run: str) -> tuple[int, int] | None:
+    """(partition, seq) of one of this run's payloads, else None."""
+    if value is None:
+        return None
+    try:
+        prefix, r, p, s = value.decode().split(":")
+        if prefix != PREFIX or r != run:
+            return None
+        return int(p), int(s)
+    except (UnicodeDecodeError, ValueError):
+        return None
+
+
+def out_of_order(seqs: list[int]) -> int:
+    """How many of `seqs` must go for the rest to be strictly increasing."""
+    tails: list[int] = []  # tails[k]: smallest tail of an increasing run of length k+1
+    for s in seqs:
+        i = bisect.bisect_left(tails, s)
+        if i == len(tails):
+            tails.append(s)
+        else:
+            tails[i] = s
+    return len(seqs) - len(tails)
+
+
+@dataclass
+class PartitionReport:
+    sent: int = 0
+    acked: int = 0
+    consumed: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    reordered: int = 0
+    unacked_present: int = 0
+    unacked_duplicated: int = 0
+    foreign: int = 0
+    acked_offset_moved: int = 0
+    # a few examples, for a human reading the JSON
+    lost_examples: list[int] = field(default_factory=list)
+    duplicated_examples: list[int] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.lost == 0 and self.duplicated == 0 and self.reordered == 0
+
+
+TOTALS = (
+    "sent", "acked", "consumed", "lost", "duplicated", "reordered",
+    "unacked_present", "unacked_duplicated", "foreign", "acked_offset_moved",
+)
+
+
+@dataclass
+class Report:
+    partitions: dict[int, PartitionReport]
+
+    def total(self, name: str) -> int:
+        return sum(getattr(p, name) for p in self.partitions.values())
+
+    @property
+    def ok(self) -> bool:
+        return all(p.ok for p in self.partitions.values())
+
+    def as_dict(self) -> dict:
+        d = {name: self.total(name) for name in TOTALS}
+        d["ok"] = self.ok
+        d["per_partition"] = {str(p): asdict(r) for p, r in sorted(self.partitions.items())}
+        return d
+
+
+EXAMPLES = 10
+
+
+def verify_partition(
+    run: str,
+    partition: int,
+    sent: int,
+    acked: dict[int, int],
+    consumed: list[tuple[int, bytes | None]],
+) -> PartitionReport:
+    """One partition: `sent` payloads (seqs 0..sent-1) were handed to the
+    producer, `acked` maps each acknowledged seq to the offset its ack gave
+    (-1 if none), `consumed` is the partition's (offset, value) in log order."""
+    r = PartitionReport(sent=sent, acked=len(acked), consumed=len(consumed))
+    counts: Counter[int] = Counter()
+    acked_in_log: list[int] = []
+    for offset, value in consumed:
+        parsed = parse(value, run)
+        if parsed is None or parsed[0] != partition or not 0 <= parsed[1] < max(sent, 0):
+            r.foreign += 1
+            continue
+        seq = parsed[1]
+        counts[seq] += 1
+        if counts[seq] > 1:
+            continue
+        if seq in acked:
+            acked_in_log.append(seq)
+            want = acked[seq]
+            if want >= 0 and want != offset:
+                r.acked_offset_moved += 1
+    for seq, n in counts.items():
+        if seq in acked:
+            if n > 1:
+                r.duplicated += n - 1
+                if len(r.duplicated_examples) < EXAMPLES:
+                    r.duplicated_examples.append(seq)
+        else:
+            r.unacked_present += 1
+            r.unacked_duplicated += n - 1
+    for seq in sorted(acked):
+        if counts[seq] == 0:
+            r.lost += 1
+            if len(r.lost_examples) < EXAMPLES:
+                r.lost_examples.append(seq)
+    r.reordered = out_of_order(acked_in_log)
+    return r
+
+
+def verify(
+    run: str,
+    sent: dict[int, int],
+    acked: dict[int, dict[int, int]],
+    consumed: dict[int, list[tuple[int, bytes | None]]],
+) -> Report:
+    parts = sorted(set(sent) | set(acked) | set(consumed))
+    return Report({
+        p: verify_partition(run, p, sent.get(p, 0), acked.get(p, {}), consumed.get(p, []))
+        for p in parts
+    })

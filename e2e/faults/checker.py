@@ -1,0 +1,261 @@
+#!/usr/bin/env python3
+"""Moldau's fault checker: acknowledged records survive kill -9, pauses and
+network cuts, each exactly once and in order (issue #12, item 8).
+
+Owns the run: starts a cluster of 3 brokers in cluster mode `dir`, each on
+its own loopback address (harness/cluster.py, the launcher the cluster tests
+use; `run()` also takes a cluster already started), creates a topic with the
+given replication factor and `min.insync.replicas`, drives idempotent
+`acks=all` producers (workload.py) while the fault schedule (faults.py) runs
+on the main thread, then heals everything, consumes every partition from the
+beginning and prints the verdict (accounting.py): a JSON summary on stdout,
+then one human line.
+
+Exit status: 0 when no acknowledged record was lost, duplicated or
+reordered; 1 when one was (or the log could not be read back in full);
+2 when the run itself failed (a broker did not come back, a client thread
+died); 130/143 when interrupted (every fault is undone first).
+
+    e2e/faults/run.sh --duration 600 --fault-interval 10
+    e2e/faults/run.sh --duration 60 --seed 7 --faults kill,pause --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import random
+import signal
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "clients"))  # the shared harness
+
+import accounting  # noqa: E402
+import faults  # noqa: E402
+import workload  # noqa: E402
+from harness import broker as brokers  # noqa: E402
+from harness.cluster import Cluster  # noqa: E402
+
+LOG = logging.getLogger("moldau.faults")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="e2e/faults/run.sh", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("--duration", type=float, default=120, help="seconds of faults (the produce phase)")
+    ap.add_argument("--fault-interval", type=float, default=10, help="seconds between fault starts")
+    ap.add_argument("--seed", type=int, default=None, help="schedule seed (default: random, printed)")
+    ap.add_argument("--faults", default=",".join(faults.KINDS), help="kinds to inject, comma-separated")
+    ap.add_argument("--netcut", default="auto", choices=["auto", "iptables", "nft", "off"], help="network-cut backend")
+    ap.add_argument("--partitions", type=int, default=6)
+    ap.add_argument("--replication-factor", type=int, default=3)
+    ap.add_argument("--min-insync-replicas", type=int, default=2)
+    ap.add_argument("--producers", type=int, default=3, help="producer threads (each owns partitions p %% N)")
+    ap.add_argument("--rate", type=float, default=300, help="records/s over all producers")
+    ap.add_argument("--delivery-timeout", type=float, default=60, help="producer message.timeout.ms, in seconds")
+    ap.add_argument("--ip-base", default="127.0.0.2", help="first broker's loopback address; the others follow")
+    ap.add_argument("--workdir", type=Path, default=None, help="broker data and logs (default e2e/.state/faults/run-*)")
+    ap.add_argument("--json", type=Path, default=None, help="also write the summary here")
+    ap.add_argument("--keep-data", action="store_true", help="keep the brokers' data directories")
+    return ap.parse_args(argv)
+
+
+def broker_hosts(base: str, n: int) -> list[str]:
+    import ipaddress
+
+    first = ipaddress.ip_address(base)
+    hosts = [str(first + i) for i in range(n)]
+    for h in hosts:
+        faults.check_loopback(h)
+    return hosts
+
+
+class Interrupted(BaseException):
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _on_signal(signum, _frame):
+    raise Interrupted(signum)
+
+
+def run(args: argparse.Namespace, cluster: Cluster | None = None) -> tuple[int, dict]:
+    """One checker run; starts (and closes) a cluster unless given one."""
+    seed = args.seed if args.seed is not None else random.randrange(1 << 31)
+    kinds = tuple(k.strip() for k in args.faults.split(",") if k.strip())
+    unknown = set(kinds) - set(faults.KINDS)
+    if unknown:
+        raise SystemExit(f"unknown fault kinds: {sorted(unknown)}")
+    run_id = uuid.uuid4().hex[:8]
+    workdir = args.workdir or brokers.REPO / "e2e" / ".state" / "faults" / time.strftime(f"run-%Y%m%d-%H%M%S-{run_id}")
+    workdir.mkdir(parents=True, exist_ok=True)
+    logging.getLogger("moldau.faults.clients").addHandler(logging.FileHandler(workdir / "clients.log"))
+    logging.getLogger("moldau.faults.clients").propagate = False
+
+    netcut, netcut_why = (None, "not scheduled")
+    if "netcut" in kinds:
+        netcut, netcut_why = faults.netcut_backend(args.netcut)
+        if netcut is None:
+            LOG.warning("network cuts disabled: %s", netcut_why)
+            kinds = tuple(k for k in kinds if k != "netcut")
+    own_cluster = cluster is None
+    if own_cluster:
+        cluster = Cluster(workdir / "cluster", hosts=broker_hosts(args.ip_base, 3))
+    nodes = dict(cluster.items())
+    schedule = faults.plan(seed, args.duration, args.fault_interval, sorted(nodes), kinds)
+    topic = f"faults-{run_id}"
+    summary: dict = {
+        "run": run_id, "seed": seed, "duration": args.duration, "fault_interval": args.fault_interval,
+        "topic": topic, "partitions": args.partitions, "replication_factor": args.replication_factor,
+        "min_insync_replicas": args.min_insync_replicas, "netcut_backend": netcut.name if netcut else netcut_why,
+        "brokers": {n: b.bootstrap for n, b in nodes.items()}, "workdir": str(workdir),
+    }
+    LOG.info("run %s, seed %d, %d faults planned over %.0fs; workdir %s", run_id, seed, len(schedule), args.duration, workdir)
+    for f in schedule:
+        LOG.info("  planned: %s", f.describe())
+
+    stop_producing, stop_faults = threading.Event(), threading.Event()
+    producers: list[workload.ProducerThread] = []
+    injector = faults.Injector(nodes, netcut, stop_faults, log=LOG.info)
+    old_handlers = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    rc = 0
+    try:
+        if netcut is not None:
+            netcut.setup()
+        if own_cluster:
+            cluster.start()
+        bootstrap = cluster.bootstrap
+        workload.wait_brokers(bootstrap, len(nodes), 60)
+        workload.create_topic(bootstrap, topic, args.partitions, args.replication_factor,
+                              {"min.insync.replicas": str(args.min_insync_replicas)})
+        summary["assignment"] = {p: v[1] for p, v in sorted(workload.leaders(bootstrap, topic).items())}
+        n = max(1, min(args.producers, args.partitions))
+        for i in range(n):
+            parts = [p for p in range(args.partitions) if p % n == i]
+            producers.append(workload.ProducerThread(i, bootstrap, topic, run_id, parts, args.rate / n,
+                                                     int(args.delivery_timeout * 1000), stop_producing))
+        for p in producers:
+            p.start()
+
+        # -- the fault phase (main thread: brokers are restarted from here) --
+        t0 = time.monotonic()
+        for f in schedule:
+            wait = f.at - (time.monotonic() - t0)
+            if wait > 0:
+                time.sleep(wait)
+            injector.apply(f, t0)
+            if not workload.wait_led(bootstrap, topic, args.partitions, 30):
+                LOG.warning("not every partition led again 30s after %s", f.describe())
+            dead = [p.name for p in producers if not p.is_alive()]
+            if dead:
+                raise RuntimeError(f"producer threads died: {dead}: {[str(p.exc) for p in producers if p.exc]}")
+        left = args.duration - (time.monotonic() - t0)
+        if left > 0:
+            time.sleep(left)
+
+        # -- heal, settle, stop producing, read everything back ------------
+        injector.undo_all()
+        healed = workload.wait_led(bootstrap, topic, args.partitions, 60)
+        if not healed:
+            LOG.warning("not every partition has a leader 60s after the last fault")
+        time.sleep(3)  # some acknowledged records after the last fault, too
+        stop_producing.set()
+        for p in producers:
+            p.join(p.drain_timeout + 30)
+        consumed, highs, complete = workload.consume_all(bootstrap, topic, args.partitions, timeout=120)
+        sent, acked, failed, errors, fatal = {}, {}, 0, {}, 0
+        for p in producers:
+            sent.update(p.ledger.sent)
+            acked.update(p.ledger.acked)
+            failed += sum(p.ledger.failed.values())
+            fatal += p.ledger.fatal
+            for k, v in p.ledger.errors.items():
+                errors[k] = errors.get(k, 0) + v
+        report = accounting.verify(run_id, sent, acked, consumed)
+        summary.update({
+            "faults": injector.counts(),
+            **report.as_dict(),
+            "delivery_failed": failed,
+            "delivery_errors": errors,
+            "producer_fatal_errors": fatal,
+            "high_watermarks": highs,
+            "consumed_completely": complete,
+        })
+        summary["ok"] = report.ok and complete
+        rc = 0 if summary["ok"] else 1
+    except Interrupted as e:
+        LOG.error("interrupted by %s: undoing faults and stopping", e)
+        summary["error"] = f"interrupted by {e}"
+        rc = 128 + e.signum
+    except Exception as e:  # noqa: BLE001 - reported in the summary
+        LOG.exception("the run failed")
+        summary["error"] = f"{type(e).__name__}: {e}"
+        rc = 2
+    finally:
+        stop_faults.set()
+        stop_producing.set()
+        try:
+            injector.undo_all()
+            if netcut is not None:
+                netcut.close()
+            for p in producers:
+                p.join(5)
+            if own_cluster:
+                cluster.close(keep=True)
+                if not args.keep_data:
+                    import shutil
+
+                    for b in nodes.values():
+                        shutil.rmtree(b.data_dir, ignore_errors=True)
+        finally:
+            for s, h in old_handlers.items():
+                signal.signal(s, h)
+    summary.setdefault("faults", injector.counts())
+    summary["faults_applied"] = injector.as_list()
+    summary["exit_code"] = rc
+    return rc, summary
+
+
+def human(summary: dict) -> str:
+    f = summary.get("faults", {})
+    fl = ", ".join(f"{n} {k}" for k, n in f.items())
+    if "acked" not in summary:
+        return f"fault checker: run failed ({summary.get('error')}); faults: {fl}"
+    verdict = "OK" if summary["ok"] else "FAILED"
+    extra = "" if summary.get("consumed_completely", True) else " (log NOT read back completely)"
+    if summary.get("unacked_duplicated"):
+        extra += f"; {summary['unacked_duplicated']} extra copies of unacked records (idempotence)"
+    return (
+        f"fault checker {verdict}: {summary['duration']:.0f}s, faults {fl} (seed {summary['seed']}, "
+        f"netcut: {summary['netcut_backend']}); RF={summary['replication_factor']} "
+        f"min.insync={summary['min_insync_replicas']}, {summary['partitions']} partitions; "
+        f"acked {summary['acked']} of {summary['sent']}: {summary['lost']} lost, "
+        f"{summary['duplicated']} duplicated, {summary['reordered']} reordered; "
+        f"{summary['unacked_present']} unacked present{extra}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    args = parse_args(argv)
+    rc, summary = run(args)
+    text = json.dumps(summary, indent=2, sort_keys=False, default=str)
+    Path(summary["workdir"], "summary.json").write_text(text + "\n")
+    if args.json:
+        args.json.write_text(text + "\n")
+    # stdout: the summary without the fault log (that is in summary.json)
+    print(json.dumps({k: v for k, v in summary.items() if k != "faults_applied"}, indent=2, default=str))
+    print(human(summary))
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,241 @@
+"""The fault checker's clients (confluent-kafka): the producers that write the
+sequenced payloads and remember what was acknowledged, the admin calls
+(create the topic, wait for leaders) and the consumer that reads every
+partition back from the beginning at the end. Knows nothing about faults.
+
+Producers are idempotent with `acks=all`. Each partition belongs to exactly
+one producer thread, which numbers its payloads 0, 1, 2, … (accounting.py's
+format) and records each delivery report in its own `Ledger` (callbacks run
+on the thread that polls, so no locks). A producer that hits a fatal error
+(librdkafka raises one when idempotence can no longer be guaranteed) is
+purged and replaced; its undelivered records count as unacknowledged.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+from accounting import payload
+
+LOG = logging.getLogger("moldau.faults.clients")
+
+
+_ADMINS: dict = {}
+
+
+def admin(bootstrap: str):
+    """One AdminClient per bootstrap, reused (it reconnects by itself)."""
+    from confluent_kafka.admin import AdminClient
+
+    if bootstrap not in _ADMINS:
+        _ADMINS[bootstrap] = AdminClient({"bootstrap.servers": bootstrap, "client.id": "moldau-faults-admin", "logger": LOG})
+    return _ADMINS[bootstrap]
+
+
+def wait_brokers(bootstrap: str, n: int, timeout: float) -> None:
+    """Until the cluster's Metadata lists `n` brokers (all registered)."""
+    deadline = time.monotonic() + timeout
+    seen = 0
+    while time.monotonic() < deadline:
+        try:
+            seen = len(admin(bootstrap).list_topics(timeout=5).brokers)
+            if seen >= n:
+                return
+        except Exception:  # noqa: BLE001 - retried until the deadline
+            pass
+        time.sleep(0.3)
+    raise RuntimeError(f"the cluster lists {seen} brokers, not {n}, after {timeout}s")
+
+
+def create_topic(bootstrap: str, name: str, partitions: int, rf: int, configs: dict[str, str], timeout: float = 60) -> None:
+    from confluent_kafka.admin import NewTopic
+
+    a = admin(bootstrap)
+    a.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=rf, config=configs)], request_timeout=timeout)[name].result(timeout)
+    if not wait_led(bootstrap, name, partitions, timeout):
+        raise RuntimeError(f"topic {name}: not every partition has a leader within {timeout}s")
+
+
+def leaders(bootstrap: str, topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
+    """partition -> (leader, replicas, isr), from one Metadata request."""
+    md = admin(bootstrap).list_topics(topic, timeout=5)
+    t = md.topics.get(topic)
+    if t is None or t.error is not None:
+        return {}
+    return {p.id: (p.leader, list(p.replicas), list(p.isrs)) for p in t.partitions.values()}
+
+
+def wait_led(bootstrap: str, topic: str, partitions: int, timeout: float) -> bool:
+    """True once every partition has a leader (within `timeout`)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            ls = leaders(bootstrap, topic)
+            if len(ls) == partitions and all(v[0] >= 0 for v in ls.values()):
+                return True
+        except Exception:  # noqa: BLE001 - retried until the deadline
+            pass
+        time.sleep(0.3)
+    return False
+
+
+@dataclass
+class Ledger:
+    """What one producer thread sent and what was acknowledged, per partition."""
+
+    sent: dict[int, int] = field(default_factory=dict)  # partition -> seqs handed to produce()
+    acked: dict[int, dict[int, int]] = field(default_factory=dict)  # partition -> {seq: offset}
+    failed: dict[int, int] = field(default_factory=dict)  # partition -> failed delivery reports
+    errors: dict[str, int] = field(default_factory=dict)  # error name -> count
+    fatal: int = 0  # producers replaced after a fatal error
+
+
+class ProducerThread(threading.Thread):
+    """Produces `rate` records/s over `partitions`, round-robin, until `stop`."""
+
+    def __init__(self, index: int, bootstrap: str, topic: str, run: str, partitions: list[int],
+                 rate: float, delivery_timeout_ms: int, stop: threading.Event):
+        super().__init__(name=f"producer-{index}", daemon=True)
+        self.index, self.bootstrap, self.topic, self.run_id = index, bootstrap, topic, run
+        self.partitions, self.rate, self.delivery_timeout_ms, self.stop = partitions, rate, delivery_timeout_ms, stop
+        self.ledger = Ledger(sent={p: 0 for p in partitions}, acked={p: {} for p in partitions}, failed={p: 0 for p in partitions})
+        self.fatal_error = None
+        self.drain_timeout = delivery_timeout_ms / 1000 + 10
+        self.exc: BaseException | None = None
+
+    def _producer(self):
+        from confluent_kafka import Producer
+
+        def on_error(err):
+            if err.fatal():
+                self.fatal_error = err
+
+        return Producer({
+            "bootstrap.servers": self.bootstrap,
+            "client.id": f"moldau-faults-{self.index}",
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+            "message.timeout.ms": self.delivery_timeout_ms,
+            "request.timeout.ms": 10000,
+            "retry.backoff.ms": 100,
+            "retry.backoff.max.ms": 1000,
+            "reconnect.backoff.max.ms": 1000,
+            "error_cb": on_error,
+            "logger": LOG,
+        })
+
+    def _report(self, partition: int, seq: int):
+        ledger = self.ledger
+
+        def on_delivery(err, msg):
+            if err is None:
+                ledger.acked[partition][seq] = msg.offset()
+            else:
+                ledger.failed[partition] += 1
+                ledger.errors[err.name()] = ledger.errors.get(err.name(), 0) + 1
+
+        return on_delivery
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except BaseException as e:  # noqa: BLE001 - reported by the checker
+            self.exc = e
+
+    def _run(self) -> None:
+        from confluent_kafka import KafkaException
+
+        p = self._producer()
+        gap = 1.0 / self.rate if self.rate > 0 else 0.0
+        nxt = time.monotonic()
+        i = 0
+        while not self.stop.is_set():
+            if self.fatal_error is not None:
+                LOG.warning("%s: fatal error %s; replacing the producer", self.name, self.fatal_error)
+                self.ledger.fatal += 1
+                self.fatal_error = None
+                self._retire(p, 5)
+                p = self._producer()
+            part = self.partitions[i % len(self.partitions)]
+            seq = self.ledger.sent[part]
+            try:
+                p.produce(self.topic, value=payload(self.run_id, part, seq), partition=part, on_delivery=self._report(part, seq))
+            except BufferError:
+                p.poll(0.1)
+                continue
+            except KafkaException as e:  # fatal state: replaced at the top of the loop
+                self.fatal_error = self.fatal_error or e.args[0]
+                continue
+            self.ledger.sent[part] = seq + 1
+            i += 1
+            nxt += gap
+            try:
+                while True:
+                    p.poll(0)
+                    delay = nxt - time.monotonic()
+                    if delay <= 0 or self.stop.is_set():
+                        break
+                    p.poll(min(delay, 0.05))
+            except KafkaException as e:  # fatal state: replaced at the top of the loop
+                self.fatal_error = self.fatal_error or e.args[0]
+            if nxt < time.monotonic() - 1.0:  # behind by more than a second: do not burst
+                nxt = time.monotonic()
+        self._retire(p, self.drain_timeout)
+
+    def _retire(self, p, timeout: float) -> None:
+        """Wait up to `timeout` for outstanding delivery reports, then purge the rest."""
+        from confluent_kafka import KafkaException
+
+        try:
+            left = p.flush(timeout)
+            if left:
+                LOG.warning("%s: %d records undelivered after %.0fs; purged", self.name, left, timeout)
+                p.purge(in_queue=True, in_flight=True)
+                p.flush(0)
+        except KafkaException as e:  # a fatal producer: what it still holds is unacknowledged
+            LOG.warning("%s: retiring a failed producer: %s", self.name, e)
+
+
+def consume_all(bootstrap: str, topic: str, partitions: int, timeout: float) -> tuple[dict[int, list[tuple[int, bytes | None]]], dict[int, int], bool]:
+    """Every partition from the beginning to its high watermark at the start
+    of the read: ({partition: [(offset, value)]}, {partition: high}, complete)."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    c = Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": f"moldau-faults-verify-{topic}",
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "enable.partition.eof": True,
+        "fetch.wait.max.ms": 100,
+        "logger": LOG,
+    })
+    try:
+        deadline = time.monotonic() + timeout
+        highs: dict[int, int] = {}
+        for p in range(partitions):
+            while True:
+                try:
+                    highs[p] = c.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1]
+                    break
+                except Exception:  # noqa: BLE001 - a leader may still be settling
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.5)
+        out: dict[int, list[tuple[int, bytes | None]]] = {p: [] for p in range(partitions)}
+        pos = {p: 0 for p in range(partitions)}
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        while any(pos[p] < highs[p] for p in highs) and time.monotonic() < deadline:
+            for m in c.consume(1000, 0.5):
+                if m.error():
+                    continue  # partition EOF, or retriable
+                p = m.partition()
+                out[p].append((m.offset(), m.value()))
+                pos[p] = m.offset() + 1
+        return out, highs, all(pos[p] >= highs[p] for p in highs)
+    finally:
+        c.close()
