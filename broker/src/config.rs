@@ -157,6 +157,11 @@ pub struct BrokerConfig {
     /// `controller.lease.retry.ms` (Moldau's own): how often the holder
     /// renews the Lease and the others look at it.
     pub controller_lease_retry_ms: i64,
+    /// `auto.leader.rebalance.enable`: give leaderships back to preferred
+    /// replicas once they are in sync again.
+    pub auto_leader_rebalance_enable: bool,
+    /// `leader.imbalance.check.interval.seconds`: how often.
+    pub leader_imbalance_check_interval_seconds: i64,
     /// `min.insync.replicas`: the broker default of the topic config.
     pub min_insync_replicas: i32,
     /// `replica.lag.time.max.ms`: a follower not caught up for this long
@@ -215,6 +220,8 @@ impl Default for BrokerConfig {
             broker_rack: None,
             controller_lease_duration_ms: 15_000,
             controller_lease_retry_ms: 2_000,
+            auto_leader_rebalance_enable: true,
+            leader_imbalance_check_interval_seconds: 300,
             min_insync_replicas: 1,
             replica_lag_time_max_ms: 30_000,
             replica_fetch_wait_max_ms: 500,
@@ -481,6 +488,10 @@ impl BrokerConfig {
                 "controller.lease.duration.ms" => c.controller_lease_duration_ms = parse_num(k, v)?,
                 "controller.lease.retry.ms" => c.controller_lease_retry_ms = parse_num(k, v)?,
                 "min.insync.replicas" => c.min_insync_replicas = parse_num(k, v)?,
+                "auto.leader.rebalance.enable" => c.auto_leader_rebalance_enable = parse_num(k, v)?,
+                "leader.imbalance.check.interval.seconds" => {
+                    c.leader_imbalance_check_interval_seconds = parse_num(k, v)?
+                }
                 "replica.lag.time.max.ms" => c.replica_lag_time_max_ms = parse_num(k, v)?,
                 "replica.fetch.wait.max.ms" => c.replica_fetch_wait_max_ms = parse_num(k, v)?,
                 "replica.fetch.max.bytes" => c.replica_fetch_max_bytes = parse_num(k, v)?,

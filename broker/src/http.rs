@@ -11,11 +11,30 @@ use axum::routing::get;
 use axum::Router;
 
 use crate::broker::Broker;
-use crate::metrics::{GroupPartitionLabel, PartitionLabel};
+use crate::metrics::{GroupPartitionLabel, PartitionLabel, ReplicaLabel};
 
 async fn metrics(State(broker): State<Arc<Broker>>) -> impl IntoResponse {
+    let (mut led, mut under_replicated, mut under_min_isr) = (0, 0, 0);
+    broker.metrics.follower_lag.clear();
     for topic in broker.topics.all() {
+        let min_isr = crate::topic_config::min_insync_replicas(
+            &topic.meta.configs,
+            broker.topics.broker_config(),
+        );
         for p in &topic.partitions {
+            if let Some(summary) = p.leader_summary() {
+                led += 1;
+                under_replicated += i64::from(summary.isr < summary.replicas);
+                under_min_isr += i64::from(summary.isr < min_isr);
+                for (replica, lag) in summary.follower_lag {
+                    let label = ReplicaLabel {
+                        topic: p.topic.clone(),
+                        partition: p.index.to_string(),
+                        replica: replica.to_string(),
+                    };
+                    broker.metrics.follower_lag.get_or_create(&label).set(lag);
+                }
+            }
             let label = PartitionLabel {
                 topic: p.topic.clone(),
                 partition: p.index.to_string(),
@@ -38,9 +57,27 @@ async fn metrics(State(broker): State<Arc<Broker>>) -> impl IntoResponse {
                 .set(offsets.log_start);
         }
     }
-    // A single broker is every partition's only replica and its leader: no
-    // partition can be under-replicated or offline while it serves. The
-    // gauges exist so alerts written for replicated clusters work unchanged.
+    broker.metrics.leader_count.set(led);
+    broker
+        .metrics
+        .under_replicated_partitions
+        .set(under_replicated);
+    broker.metrics.under_min_isr_partitions.set(under_min_isr);
+    // Offline partitions are counted once, by the controller's broker.
+    let image = broker.image();
+    let offline = if image.controller_id == broker.node_id {
+        image
+            .topics()
+            .flat_map(|t| t.partitions.iter())
+            .filter(|p| p.leader < 0)
+            .count()
+    } else {
+        0
+    };
+    broker
+        .metrics
+        .offline_partitions
+        .set(i64::try_from(offline).unwrap_or(i64::MAX));
     let budget = &broker.request_budget;
     broker
         .metrics
@@ -50,8 +87,6 @@ async fn metrics(State(broker): State<Arc<Broker>>) -> impl IntoResponse {
         .metrics
         .request_bytes_budget
         .set(i64::try_from(budget.capacity()).unwrap_or(i64::MAX));
-    broker.metrics.under_replicated_partitions.set(0);
-    broker.metrics.offline_partitions.set(0);
     // Groups and partitions that went away must not linger in the output.
     broker.metrics.group_committed_offset.clear();
     broker.metrics.group_lag.clear();

@@ -25,6 +25,13 @@ pub struct ApiLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReplicaLabel {
+    pub topic: String,
+    pub partition: String,
+    pub replica: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PartitionLabel {
     pub topic: String,
     pub partition: String,
@@ -56,8 +63,17 @@ pub struct Metrics {
     pub group_lag: Family<GroupPartitionLabel, Gauge>,
     /// Partitions led here whose ISR is smaller than their replica set.
     pub under_replicated_partitions: Gauge,
-    /// Partitions led here that have no live leader.
+    /// Partitions led here whose ISR is smaller than `min.insync.replicas`.
+    pub under_min_isr_partitions: Gauge,
+    /// The active controller only: partitions without a leader.
     pub offline_partitions: Gauge,
+    /// Partitions led here.
+    pub leader_count: Gauge,
+    /// ISR changes this broker's leaderships had committed.
+    pub isr_shrinks: Counter,
+    pub isr_expands: Counter,
+    /// Per partition led here and follower: offsets behind the log end.
+    pub follower_lag: Family<ReplicaLabel, Gauge>,
     pub connections: Gauge,
     pub closed_bad_connections: Counter,
     /// New connections closed at once by a connection limit, per limit.
@@ -95,7 +111,12 @@ impl Default for Metrics {
             group_committed_offset: Family::default(),
             group_lag: Family::default(),
             under_replicated_partitions: Gauge::default(),
+            under_min_isr_partitions: Gauge::default(),
             offline_partitions: Gauge::default(),
+            leader_count: Gauge::default(),
+            isr_shrinks: Counter::default(),
+            isr_expands: Counter::default(),
+            follower_lag: Family::default(),
             connections: Gauge::default(),
             closed_bad_connections: Counter::default(),
             connections_refused: Family::default(),
@@ -182,9 +203,34 @@ impl Metrics {
             self.under_replicated_partitions.clone(),
         );
         registry.register(
+            "under_min_isr_partitions",
+            "Partitions led by this broker whose in-sync replicas are fewer than min.insync.replicas (acks=all is refused)",
+            self.under_min_isr_partitions.clone(),
+        );
+        registry.register(
             "offline_partitions",
-            "Partitions of this broker without a live leader",
+            "Partitions without a leader (reported by the active controller's broker only, so sums count each once)",
             self.offline_partitions.clone(),
+        );
+        registry.register(
+            "leader_count",
+            "Partitions led by this broker",
+            self.leader_count.clone(),
+        );
+        registry.register(
+            "isr_shrinks",
+            "ISR shrinks committed for partitions led by this broker",
+            self.isr_shrinks.clone(),
+        );
+        registry.register(
+            "isr_expands",
+            "ISR expansions committed for partitions led by this broker",
+            self.isr_expands.clone(),
+        );
+        registry.register(
+            "follower_lag_offsets",
+            "Per partition led here and follower: offsets the follower is behind the leader's log end",
+            self.follower_lag.clone(),
         );
         registry.register(
             "connections",

@@ -163,6 +163,18 @@ pub struct IsrProposal {
     pub leader_epoch: i32,
     pub partition_epoch: i32,
     pub isr: Vec<i32>,
+    /// It removes replicas (else it adds one).
+    pub shrink: bool,
+}
+
+/// A leader's replication state, for metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaSummary {
+    pub replicas: usize,
+    pub isr: usize,
+    /// Each follower's distance behind the leader's log end, in offsets
+    /// (the whole log end when it has not fetched yet).
+    pub follower_lag: Vec<(i32, i64)>,
 }
 
 /// Where an `acks=all` produce stands.
@@ -517,6 +529,7 @@ impl Partition {
                     leader_epoch: l.epoch,
                     partition_epoch: l.partition_epoch,
                     isr,
+                    shrink: false,
                 });
             }
             Self::advance_high_watermark(&mut state)
@@ -672,6 +685,27 @@ impl Partition {
             leader_epoch: l.epoch,
             partition_epoch: l.partition_epoch,
             isr,
+            shrink: true,
+        })
+    }
+
+    /// The leader's view of its replicas (`None` when following).
+    pub fn leader_summary(&self) -> Option<ReplicaSummary> {
+        let state = self.lock();
+        let Role::Leader(l) = &state.role else {
+            return None;
+        };
+        let end = state.log.log_end_offset();
+        let mut follower_lag: Vec<(i32, i64)> = l
+            .followers
+            .iter()
+            .map(|(r, f)| (*r, end - f.log_end.max(0)))
+            .collect();
+        follower_lag.sort_unstable();
+        Some(ReplicaSummary {
+            replicas: l.replicas.len().max(1),
+            isr: l.isr_size(),
+            follower_lag,
         })
     }
 

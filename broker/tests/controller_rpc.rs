@@ -58,6 +58,7 @@ fn settings(now: &Arc<AtomicI64>) -> ControllerSettings {
             replication_factor: 1,
         },
         delete_topic_enable: true,
+        leader_rebalance_interval_ms: None,
     }
 }
 

@@ -4,8 +4,12 @@
 //! killed (-9) — the new leader, elected from the ISR, serves them all, in
 //! order; with two of three brokers gone, acks=all is refused with
 //! NOT_ENOUGH_REPLICAS while consumers still read everything below the
-//! high watermark; brokers that come back catch up and rejoin the ISR, and
-//! producing resumes.
+//! high watermark; brokers that come back catch up and rejoin the ISR,
+//! producing resumes and preferred leaders are restored. A follower paused
+//! past `replica.lag.time.max.ms` leaves the ISR (Metadata, `/metrics`) and
+//! rejoins once resumed. A leader holding records its followers never got
+//! (they were paused) dies; after the failover it returns as a follower,
+//! truncates them away, and no consumer ever reads them.
 
 mod cluster_common;
 mod wire_common;
@@ -18,6 +22,7 @@ use tokio::net::TcpStream;
 
 const SETTINGS: &[&str] = &[
     "broker.session.timeout.ms=3000",
+    "leader.imbalance.check.interval.seconds=1",
     "replica.lag.time.max.ms=2000",
     "replica.fetch.wait.max.ms=100",
     "replica.fetch.backoff.ms=100",
@@ -56,10 +61,28 @@ async fn produce_acked(
 /// Waits (20 s at most) until a consumer of `partition` on `s`'s broker
 /// reads exactly `expected` (consumers read below the high watermark,
 /// which a new leader moves once its followers have fetched).
-async fn read_eventually(s: &mut TcpStream, partition: i32, expected: Vec<Vec<u8>>, what: &str) {
+async fn read_eventually(
+    s: &mut TcpStream,
+    topic: &str,
+    partition: i32,
+    expected: Vec<Vec<u8>>,
+    what: &str,
+) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
-        let got = values(s, "r", partition).await;
+        // a broker that just became leader may not know it yet
+        let got = match try_values(s, topic, partition).await {
+            Ok(got) => got,
+            Err(code @ (3 | 6)) => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "partition {partition} ({what}): error {code} for 20 s"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+            Err(code) => panic!("partition {partition} ({what}): error {code}"),
+        };
         if got == expected {
             return;
         }
@@ -143,6 +166,7 @@ async fn acknowledged_records_survive_losing_brokers_and_min_isr_is_enforced() {
         let c = conns.get_mut(&pv.leader).unwrap();
         read_eventually(
             c,
+            "r",
             *p,
             acked(*p, 20),
             "every acknowledged record, in order, on the new leader",
@@ -182,7 +206,14 @@ async fn acknowledged_records_survive_losing_brokers_and_min_isr_is_enforced() {
             19,
             "NOT_ENOUGH_REPLICAS with one in-sync replica of min 2"
         );
-        read_eventually(s, p, acked(p, 21), "read below the high watermark alone").await;
+        read_eventually(
+            s,
+            "r",
+            p,
+            acked(p, 21),
+            "read below the high watermark alone",
+        )
+        .await;
     }
 
     // Both come back: they catch up, rejoin the ISR, and producing resumes.
@@ -204,6 +235,222 @@ async fn acknowledged_records_survive_losing_brokers_and_min_isr_is_enforced() {
         produce_acked(&mut conns, probe, "r", p, &value).await;
         let leader = partitions(conns.get_mut(&probe).unwrap(), "r").await[&p].leader;
         let c = conns.get_mut(&leader).unwrap();
-        read_eventually(c, p, acked(p, 22), "after the brokers returned").await;
+        read_eventually(c, "r", p, acked(p, 22), "after the brokers returned").await;
+    }
+    // Preferred leaders come back (auto leader rebalance).
+    wait_for_partitions(
+        conns.get_mut(&probe).unwrap(),
+        "r",
+        "preferred leaders restored",
+        |v| v.values().all(|p| p.leader == p.replicas[0]),
+    )
+    .await;
+    // What the leaders counted: ISR changes, and no partition under-replicated now.
+    let mut shrinks_and_expands = 0;
+    for b in brokers.values() {
+        let m = b.metrics().await;
+        assert_eq!(
+            wire_common::metric(&m, "moldau_under_replicated_partitions"),
+            Some(0),
+            "{m}"
+        );
+        assert_eq!(wire_common::metric(&m, "moldau_leader_count"), Some(1));
+        shrinks_and_expands += wire_common::metric(&m, "moldau_isr_expands_total").unwrap_or(0);
+    }
+    assert!(
+        shrinks_and_expands >= 3,
+        "the returning brokers rejoined through ISR expansions"
+    );
+}
+
+/// Produces `value` to partition 0 of `topic` through `s` (acks=all),
+/// retrying for 10 s what a client retries (the broker learning of the
+/// topic or of its leadership a moment late).
+async fn produce_retrying(s: &mut TcpStream, topic: &str, value: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match produce_to(s, topic, 0, value.as_bytes()).await {
+            0 => return,
+            // unknown partition, not leader, not enough replicas, timed out
+            code @ (3 | 6 | 7 | 19) => assert!(
+                tokio::time::Instant::now() < deadline,
+                "{value}: error {code} for 10 s"
+            ),
+            code => panic!("{value}: error {code}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The partition's leader and its metrics page.
+async fn leader_metrics(
+    brokers: &BTreeMap<i32, wire_common::Child>,
+    s: &mut TcpStream,
+) -> (i32, String) {
+    let leader = partitions(s, "d").await[&0].leader;
+    (leader, brokers[&leader].metrics().await)
+}
+
+fn signal(b: &wire_common::Child, sig: i32) {
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(unsafe { libc::kill(b.child.id() as libc::pid_t, sig) }, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_followers_leave_the_isr_and_a_diverged_leader_is_truncated() {
+    let root = tempfile::tempdir().unwrap();
+    let shared = root.path().join("shared");
+    let data = |n: i32| root.path().join(format!("data-{n}"));
+    let start = |n: i32| spawn(&n.to_string(), &data(n), &shared, root.path(), SETTINGS);
+    let mut brokers: BTreeMap<i32, wire_common::Child> = (0..3).map(|n| (n, start(n))).collect();
+    let mut s = brokers[&0].connect(Duration::from_secs(30)).await;
+    let (_, controller, _) = wait_until(&mut s, "d", "three brokers", |v| v.0.len() == 3).await;
+    let (code, message) =
+        create_replicated(&mut s, "d", 1, 3, &[("min.insync.replicas", "2")]).await;
+    assert_eq!(code, 0, "{message:?}");
+    let all = vec![0, 1, 2];
+    let view = wait_for_partitions(&mut s, "d", "in sync", |v| {
+        v.get(&0).is_some_and(|p| p.isr == all)
+    })
+    .await;
+    let leader = view[&0].leader;
+    let mut lc = brokers[&leader].connect(Duration::from_secs(10)).await;
+    for i in 0..5 {
+        // the leader may learn of the topic a moment after broker 0
+        produce_retrying(&mut lc, "d", &format!("a{i}")).await;
+    }
+
+    // A follower paused past replica.lag.time.max.ms leaves the ISR, shown
+    // in Metadata and in the leader's /metrics; resumed, it rejoins.
+    // (not the controller's broker: in `dir` mode a paused controller
+    // keeps its lock, and nothing would change meanwhile)
+    let follower = view[&0]
+        .replicas
+        .iter()
+        .copied()
+        .find(|r| *r != leader && *r != controller)
+        .unwrap();
+    signal(&brokers[&follower], libc::SIGSTOP);
+    // ask a broker that is not paused
+    let mut s = brokers[&leader].connect(Duration::from_secs(10)).await;
+    let shrunk = wait_for_partitions(&mut s, "d", "the paused follower out of the ISR", |v| {
+        v.get(&0).is_some_and(|p| !p.isr.contains(&follower))
+    })
+    .await;
+    let (now_leader, m) = leader_metrics(&brokers, &mut s).await;
+    assert_eq!(now_leader, shrunk[&0].leader);
+    assert_eq!(
+        wire_common::metric(&m, "moldau_under_replicated_partitions"),
+        Some(1),
+        "{m}"
+    );
+    signal(&brokers[&follower], libc::SIGCONT);
+    wait_for_partitions(&mut s, "d", "the resumed follower back in the ISR", |v| {
+        v.get(&0).is_some_and(|p| p.isr == all)
+    })
+    .await;
+    let (_, m) = leader_metrics(&brokers, &mut s).await;
+    assert_eq!(
+        wire_common::metric(&m, "moldau_under_replicated_partitions"),
+        Some(0),
+        "{m}"
+    );
+
+    // Divergence: both followers paused (long enough for their pending
+    // fetches to be answered, so nothing new reaches them), the leader
+    // takes acks=1 records they never get, and is killed.
+    let view = wait_for_partitions(&mut s, "d", "in sync", |v| {
+        v.get(&0).is_some_and(|p| p.isr == all)
+    })
+    .await;
+    let old = view[&0].leader;
+    let followers: Vec<i32> = all.iter().copied().filter(|r| *r != old).collect();
+    let mut oc = brokers[&old].connect(Duration::from_secs(10)).await;
+    for f in &followers {
+        signal(&brokers[f], libc::SIGSTOP);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for i in 0..3 {
+        let req = kafka_protocol::messages::ProduceRequest::default()
+            .with_acks(1)
+            .with_timeout_ms(5000)
+            .with_topic_data(vec![
+                kafka_protocol::messages::produce_request::TopicProduceData::default()
+                    .with_name(wire_common::name("d"))
+                    .with_partition_data(vec![
+                        kafka_protocol::messages::produce_request::PartitionProduceData::default()
+                            .with_index(0)
+                            .with_records(Some(wire_common::batch(&[
+                                format!("lost{i}").into_bytes()
+                            ]))),
+                    ]),
+            ]);
+        let resp: kafka_protocol::messages::ProduceResponse =
+            wire_common::call(&mut oc, kafka_protocol::messages::ApiKey::Produce, 9, &req).await;
+        assert_eq!(resp.responses[0].partition_responses[0].error_code, 0);
+    }
+    // not committed: no consumer sees them
+    let seen = values(&mut oc, "d", 0).await;
+    assert!(seen.iter().all(|v| !v.starts_with(b"lost")), "{seen:?}");
+    brokers
+        .get_mut(&old)
+        .unwrap()
+        .stop(libc::SIGKILL, Duration::from_secs(10))
+        .await;
+    for f in &followers {
+        signal(&brokers[f], libc::SIGCONT);
+    }
+    let mut fs = brokers[&followers[0]]
+        .connect(Duration::from_secs(10))
+        .await;
+    let failed_over = wait_for_partitions(&mut fs, "d", "a new leader", |v| {
+        v.get(&0).is_some_and(|p| p.leader >= 0 && p.leader != old)
+    })
+    .await;
+    let new_leader = failed_over[&0].leader;
+    let mut nc = brokers[&new_leader].connect(Duration::from_secs(10)).await;
+    for i in 0..2 {
+        // a moment after the failover: retriable errors, as clients see them
+        produce_retrying(&mut nc, "d", &format!("b{i}")).await;
+    }
+    let expected: Vec<Vec<u8>> = ["a0", "a1", "a2", "a3", "a4", "b0", "b1"]
+        .iter()
+        .map(|v| v.as_bytes().to_vec())
+        .collect();
+    read_eventually(&mut nc, "d", 0, expected.clone(), "on the new leader").await;
+
+    // The old leader returns: it truncates what it alone had, catches up,
+    // and — leading again as the preferred replica or not — serves exactly
+    // what was acknowledged.
+    brokers.insert(old, start(old));
+    let mut oc = brokers[&old].connect(Duration::from_secs(30)).await;
+    wait_for_partitions(&mut fs, "d", "the old leader back in sync", |v| {
+        v.get(&0).is_some_and(|p| p.isr == all)
+    })
+    .await;
+    assert!(
+        brokers[&old].log().contains("truncated a diverged replica"),
+        "{}",
+        brokers[&old].log()
+    );
+    let leader_now = partitions(&mut fs, "d").await[&0].leader;
+    let mut c = brokers[&leader_now].connect(Duration::from_secs(10)).await;
+    read_eventually(
+        &mut c,
+        "d",
+        0,
+        expected.clone(),
+        "after the old leader returned",
+    )
+    .await;
+    // Leadership back on the old leader (preferred replica or not): its
+    // log holds exactly the acknowledged records.
+    if view[&0].replicas[0] == old {
+        // (as the old leader itself sees it: then it serves as leader)
+        wait_for_partitions(&mut oc, "d", "the preferred leader back", |v| {
+            v.get(&0).is_some_and(|p| p.leader == old)
+        })
+        .await;
+        read_eventually(&mut oc, "d", 0, expected, "on the old leader leading again").await;
     }
 }

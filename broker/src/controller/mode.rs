@@ -163,6 +163,9 @@ pub async fn start(
                 replication_factor: config.default_replication_factor,
             },
             delete_topic_enable: config.delete_topic_enable,
+            leader_rebalance_interval_ms: config
+                .auto_leader_rebalance_enable
+                .then(|| config.leader_imbalance_check_interval_seconds.max(1) * 1000),
         },
         tick: Duration::from_millis(500),
     };

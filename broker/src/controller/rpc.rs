@@ -56,6 +56,10 @@ pub struct ControllerSettings {
     pub defaults: CreateDefaults,
     /// `delete.topic.enable`.
     pub delete_topic_enable: bool,
+    /// `auto.leader.rebalance.enable` with
+    /// `leader.imbalance.check.interval.seconds`: how often leaderships go
+    /// back to preferred replicas that are in sync (`None`: never).
+    pub leader_rebalance_interval_ms: Option<i64>,
 }
 
 struct State {
@@ -67,6 +71,8 @@ struct State {
     versions: HashMap<String, String>,
     cluster_version: String,
     metadata_offset: i64,
+    /// When preferred leaders were last given back (auto leader rebalance).
+    last_rebalance_ms: i64,
     /// Registrations changed since the cluster record was last written.
     registry_dirty: bool,
 }
@@ -132,6 +138,7 @@ impl ControllerService {
                 versions,
                 cluster_version: r.cluster_version,
                 metadata_offset: 1,
+                last_rebalance_ms: now,
                 registry_dirty: false,
             })),
             deposed: Arc::new(deposed),
@@ -304,7 +311,34 @@ impl ControllerService {
         if state.registry_dirty {
             self.persist_cluster_record(&mut state).await;
         }
+        if let Some(interval) = self.settings.leader_rebalance_interval_ms {
+            if now - state.last_rebalance_ms >= interval {
+                state.last_rebalance_ms = now;
+                self.rebalance_leaders(&mut state).await;
+            }
+        }
         fenced
+    }
+
+    /// Auto leader rebalance: each partition whose preferred replica is
+    /// live and in sync but does not lead gets it back as leader.
+    async fn rebalance_leaders(&self, state: &mut State) {
+        let live = Self::live(state);
+        let moves = leadership::preferred_leader_moves(&state.metadata.partition_states(), &live);
+        if moves.is_empty() {
+            return;
+        }
+        let count = moves.len();
+        match self.apply_changes(state, moves).await {
+            Ok(_) => {
+                self.bump(state);
+                tracing::info!(partitions = count, "preferred leaders restored");
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot restore preferred leaders yet");
+                self.store_failed(e);
+            }
+        }
     }
 
     /// The current partition states (for tests and the status report).

@@ -201,6 +201,13 @@ fn send(broker: &Arc<Broker>, link: &Arc<ControllerLink>, p: IsrProposal) {
                 None
             }
         };
+        if answer.is_some() {
+            if p.shrink {
+                broker.metrics.isr_shrinks.inc();
+            } else {
+                broker.metrics.isr_expands.inc();
+            }
+        }
         if let Some(partition) = broker.topics.partition(&p.topic, p.index) {
             partition.isr_answered(&p, answer);
         }

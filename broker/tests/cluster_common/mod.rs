@@ -112,6 +112,18 @@ pub async fn produce_to(s: &mut TcpStream, topic: &str, partition: i32, value: &
 
 /// Every record value of `partition`, read from its leader.
 pub async fn values(s: &mut TcpStream, topic: &str, partition: i32) -> Vec<Vec<u8>> {
+    match try_values(s, topic, partition).await {
+        Ok(v) => v,
+        Err(code) => panic!("fetch {topic}-{partition}: error {code}"),
+    }
+}
+
+/// [`values`], or the fetch's error code.
+pub async fn try_values(
+    s: &mut TcpStream,
+    topic: &str,
+    partition: i32,
+) -> Result<Vec<Vec<u8>>, i16> {
     use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
     use kafka_protocol::messages::{FetchRequest, FetchResponse};
     use kafka_protocol::records::RecordBatchDecoder;
@@ -126,7 +138,9 @@ pub async fn values(s: &mut TcpStream, topic: &str, partition: i32) -> Vec<Vec<u
                 .with_partition_max_bytes(1 << 20)])]);
     let resp: FetchResponse = call(s, ApiKey::Fetch, 12, &req).await;
     let p = &resp.responses[0].partitions[0];
-    assert_eq!(p.error_code, 0, "fetch {topic}-{partition}");
+    if p.error_code != 0 {
+        return Err(p.error_code);
+    }
     let mut records = p.records.clone().unwrap_or_default();
     let mut out = Vec::new();
     while bytes::Buf::has_remaining(&records) {
@@ -137,7 +151,7 @@ pub async fn values(s: &mut TcpStream, topic: &str, partition: i32) -> Vec<Vec<u
                 .map(|r| r.value.unwrap_or_default().to_vec()),
         );
     }
-    out
+    Ok(out)
 }
 
 /// One partition as Metadata shows it.
