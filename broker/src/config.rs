@@ -162,6 +162,15 @@ pub struct BrokerConfig {
     pub auto_leader_rebalance_enable: bool,
     /// `leader.imbalance.check.interval.seconds`: how often.
     pub leader_imbalance_check_interval_seconds: i64,
+    /// `offsets.topic.replication.factor` (cluster mode): replicas of each
+    /// `__consumer_offsets` partition. As in Kafka, the topic is not
+    /// created (FindCoordinator answers COORDINATOR_NOT_AVAILABLE, which
+    /// clients retry) until that many brokers are in service. A standalone
+    /// broker is its only replica whatever this says.
+    pub offsets_topic_replication_factor: i16,
+    /// `offsets.commit.timeout.ms`: how long a coordinator write waits for
+    /// the offsets partition's in-sync replicas.
+    pub offsets_commit_timeout_ms: i64,
     /// `min.insync.replicas`: the broker default of the topic config.
     pub min_insync_replicas: i32,
     /// `replica.lag.time.max.ms`: a follower not caught up for this long
@@ -222,6 +231,8 @@ impl Default for BrokerConfig {
             controller_lease_retry_ms: 2_000,
             auto_leader_rebalance_enable: true,
             leader_imbalance_check_interval_seconds: 300,
+            offsets_topic_replication_factor: 3,
+            offsets_commit_timeout_ms: 5_000,
             min_insync_replicas: 1,
             replica_lag_time_max_ms: 30_000,
             replica_fetch_wait_max_ms: 500,
@@ -488,6 +499,10 @@ impl BrokerConfig {
                 "controller.lease.duration.ms" => c.controller_lease_duration_ms = parse_num(k, v)?,
                 "controller.lease.retry.ms" => c.controller_lease_retry_ms = parse_num(k, v)?,
                 "min.insync.replicas" => c.min_insync_replicas = parse_num(k, v)?,
+                "offsets.topic.replication.factor" => {
+                    c.offsets_topic_replication_factor = parse_num(k, v)?
+                }
+                "offsets.commit.timeout.ms" => c.offsets_commit_timeout_ms = parse_num(k, v)?,
                 "auto.leader.rebalance.enable" => c.auto_leader_rebalance_enable = parse_num(k, v)?,
                 "leader.imbalance.check.interval.seconds" => {
                     c.leader_imbalance_check_interval_seconds = parse_num(k, v)?

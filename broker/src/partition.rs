@@ -74,6 +74,9 @@ pub struct Partition {
     /// (-1: following) and the committed ISR's size. Written under the lock.
     led_epoch: AtomicI32,
     isr_size: AtomicUsize,
+    /// Notified with every high watermark or role change, for waiters off
+    /// the async runtime (the group coordinator's writes).
+    hw_moved: (Mutex<()>, parking_lot::Condvar),
 }
 
 /// The outcome of an append.
@@ -266,6 +269,7 @@ impl Partition {
             log_end: watch::channel(end).0,
             led_epoch: AtomicI32::new(0),
             isr_size: AtomicUsize::new(1),
+            hw_moved: (Mutex::new(()), parking_lot::Condvar::new()),
         })
     }
 
@@ -339,7 +343,7 @@ impl Partition {
         // Published under the lock, so the watches never go back.
         self.log_end.send_replace(end);
         if let Some(hw) = hw {
-            self.high_watermark.send_replace(hw);
+            self.publish_hw(hw);
         }
         drop(state);
         result
@@ -545,7 +549,7 @@ impl Partition {
         };
         let offsets = offsets_of(&state.log);
         if let Some(hw) = hw {
-            self.high_watermark.send_replace(hw);
+            self.publish_hw(hw);
         }
         drop(state);
         Ok(FollowerRead {
@@ -569,6 +573,43 @@ impl Partition {
             AckState::Failed(ResponseError::NotEnoughReplicasAfterAppend)
         } else {
             AckState::Done
+        }
+    }
+
+    /// Publishes a high watermark (or wakes waiters when the role changed).
+    fn publish_hw(&self, hw: i64) {
+        self.high_watermark.send_replace(hw);
+        let _waiters = self.hw_moved.0.lock();
+        self.hw_moved.1.notify_all();
+    }
+
+    /// [`ack_state`](Self::ack_state) waited for on this thread (not a
+    /// runtime worker's: callers go through `offload::blocking`), up to
+    /// `timeout`; still waiting then is `REQUEST_TIMED_OUT`.
+    pub fn wait_replicated(
+        &self,
+        required: i64,
+        epoch: i32,
+        timeout: std::time::Duration,
+    ) -> AckState {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut waiters = self.hw_moved.0.lock();
+        loop {
+            match self.ack_state(required, epoch, 1) {
+                AckState::Waiting => {}
+                done => return done,
+            }
+            if self
+                .hw_moved
+                .1
+                .wait_until(&mut waiters, deadline)
+                .timed_out()
+            {
+                return match self.ack_state(required, epoch, 1) {
+                    AckState::Waiting => AckState::Failed(ResponseError::RequestTimedOut),
+                    done => done,
+                };
+            }
         }
     }
 
@@ -656,7 +697,7 @@ impl Partition {
         let hw = Self::advance_high_watermark(&mut state);
         let current = state.log.high_watermark();
         // wakes waiters even when nothing moved: their role may have
-        self.high_watermark.send_replace(hw.unwrap_or(current));
+        self.publish_hw(hw.unwrap_or(current));
         drop(state);
         Ok(())
     }
@@ -730,7 +771,7 @@ impl Partition {
         let hw = Self::advance_high_watermark(&mut state);
         // wakes waiters: the ISR's size may have changed
         let current = state.log.high_watermark();
-        self.high_watermark.send_replace(hw.unwrap_or(current));
+        self.publish_hw(hw.unwrap_or(current));
         drop(state);
     }
 
@@ -799,7 +840,7 @@ impl Partition {
         }
         self.log_end.send_replace(end);
         if moved {
-            self.high_watermark.send_replace(hw);
+            self.publish_hw(hw);
         }
         drop(state);
         Ok(())
@@ -853,7 +894,7 @@ impl Partition {
         let hw = state.log.high_watermark().min(end);
         state.log.set_high_watermark(hw);
         self.log_end.send_replace(end);
-        self.high_watermark.send_replace(hw);
+        self.publish_hw(hw);
         drop(state);
         tracing::warn!(topic = %self.topic, partition = self.index, from = before, to = end, "truncated a diverged replica");
         Ok(())

@@ -29,6 +29,7 @@ fn coordinator_settings(c: &BrokerConfig) -> CoordinatorSettings {
         offsets_partitions: c.offsets_topic_num_partitions,
         offsets_retention_ms: c.offsets_retention_minutes.saturating_mul(60_000),
         offset_metadata_max_bytes: usize::try_from(c.offset_metadata_max_bytes).unwrap_or(4096),
+        commit_timeout_ms: c.offsets_commit_timeout_ms,
     }
 }
 

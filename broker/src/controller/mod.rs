@@ -245,8 +245,9 @@ impl<'a> Controller<'a> {
     }
 
     /// Cluster mode: creates `__consumer_offsets` if the image has none
-    /// (`offsets.topic.num.partitions` partitions, compacted). One replica
-    /// each until replication exists.
+    /// (`offsets.topic.num.partitions` partitions of
+    /// `offsets.topic.replication.factor` replicas, compacted). Refused
+    /// (INVALID_REPLICATION_FACTOR) while fewer brokers are in service.
     pub fn ensure_offsets_topic(&self) -> Result<(), TopicError> {
         use crate::group::offsets::OFFSETS_TOPIC;
         if self.broker.image().topic(OFFSETS_TOPIC).is_some() {
@@ -258,7 +259,13 @@ impl<'a> Controller<'a> {
             ("segment.bytes".to_string(), (100 * 1024 * 1024).to_string()),
         ]
         .into();
-        match self.create_topic(OFFSETS_TOPIC, partitions, 1, configs) {
+        let rf = self
+            .broker
+            .topics
+            .broker_config()
+            .offsets_topic_replication_factor
+            .max(1);
+        match self.create_topic(OFFSETS_TOPIC, partitions, rf, configs) {
             Err(e) if e.code == ResponseError::TopicAlreadyExists => Ok(()),
             other => other.map(drop),
         }

@@ -47,6 +47,8 @@ pub struct CoordinatorSettings {
     pub offsets_retention_ms: i64,
     /// `offset.metadata.max.bytes`
     pub offset_metadata_max_bytes: usize,
+    /// `offsets.commit.timeout.ms`: how long a write waits for the ISR.
+    pub commit_timeout_ms: i64,
 }
 
 impl Default for CoordinatorSettings {
@@ -56,6 +58,7 @@ impl Default for CoordinatorSettings {
             offsets_partitions: 50,
             offsets_retention_ms: 7 * 24 * 3600 * 1000,
             offset_metadata_max_bytes: 4096,
+            commit_timeout_ms: 5_000,
         }
     }
 }
@@ -432,8 +435,29 @@ impl GroupCoordinator {
         )
         .map_err(|e| TopicError::new(ResponseError::UnknownServerError, e.to_string()))?;
         let headers = crate::storage::batch::validate_batches(&buf, usize::MAX)?;
-        partition.append(&mut buf, &headers, None)?;
-        Ok(())
+        let epoch = partition.leader_epoch().ok_or_else(|| {
+            TopicError::new(
+                ResponseError::NotCoordinator,
+                "this broker no longer leads the group's offsets partition",
+            )
+        })?;
+        let required = match partition.append(&mut buf, &headers, None)? {
+            crate::partition::Appended::New(r) => r.last_offset + 1,
+            crate::partition::Appended::Duplicate { base_offset, .. } => base_offset + 1,
+        };
+        // As Kafka's coordinator (acks=all): a write counts once every
+        // in-sync replica of the offsets partition has it, so a new
+        // coordinator after a failover serves it.
+        let timeout =
+            std::time::Duration::from_millis(self.settings.commit_timeout_ms.max(1) as u64);
+        match crate::offload::blocking(|| partition.wait_replicated(required, epoch, timeout)) {
+            crate::partition::AckState::Done => Ok(()),
+            crate::partition::AckState::Failed(code) => Err(TopicError::new(
+                code,
+                "the offsets partition's in-sync replicas did not confirm the write",
+            )),
+            crate::partition::AckState::Waiting => unreachable!("waited until done or failed"),
+        }
     }
 
     fn validate_group_id(group: &str) -> Result<(), ResponseError> {
@@ -630,9 +654,13 @@ impl GroupCoordinator {
 
     /// OffsetCommit: checks membership, then persists and applies. Returns
     /// one error code per item, or a group-level error for all of them.
+    /// `partition_exists` says whether the cluster has a partition (this
+    /// broker may hold none of a topic's replicas).
+    #[allow(clippy::too_many_arguments)]
     pub fn commit(
         &self,
         topics: &TopicManager,
+        partition_exists: &dyn Fn(&str, i32) -> bool,
         group_id: &str,
         member_id: &str,
         instance: Option<&str>,
@@ -669,9 +697,7 @@ impl GroupCoordinator {
         let mut records = Vec::new();
         let mut accepted = Vec::new();
         for item in items {
-            let exists = topics
-                .get(&item.topic)
-                .is_some_and(|t| item.partition >= 0 && item.partition < t.meta.partitions);
+            let exists = partition_exists(&item.topic, item.partition);
             let metadata = item.metadata.clone().unwrap_or_default();
             let code = if !exists {
                 ResponseError::UnknownTopicOrPartition.code()
@@ -695,8 +721,15 @@ impl GroupCoordinator {
         }
         if let Err(e) = self.persist(topics, group_id, records) {
             tracing::warn!(group = group_id, error = %e.message, "could not persist committed offsets");
+            // as Kafka maps a failed coordinator write (both retriable)
+            let code = match e.code {
+                ResponseError::NotLeaderOrFollower | ResponseError::NotCoordinator => {
+                    ResponseError::NotCoordinator
+                }
+                _ => ResponseError::CoordinatorNotAvailable,
+            };
             for (i, _, _) in &accepted {
-                codes[*i] = ResponseError::CoordinatorNotAvailable.code();
+                codes[*i] = code.code();
             }
             return codes;
         }

@@ -263,6 +263,7 @@ pub fn offset_commit(broker: &Broker, req: OffsetCommitRequest) -> OffsetCommitR
         Err(code) => vec![code.code(); items.len()],
         Ok(()) => broker.groups.commit(
             &broker.topics,
+            &|topic, partition| broker.image().partition(topic, partition).is_some(),
             req.group_id.0.as_str(),
             req.member_id.as_str(),
             instance.as_deref(),

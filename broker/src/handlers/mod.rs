@@ -212,14 +212,19 @@ pub async fn handle(
         RequestKind::LeaveGroup(r) => {
             encode_response(api, version, cid, &groups::leave_group(b, r, version))
         }
+        // Coordinator writes wait for the offsets partition's ISR (and
+        // for the shard's write lock): on the blocking pool, so runtime
+        // workers stay free to serve the followers' fetches they wait for.
         RequestKind::OffsetCommit(r) => {
-            encode_response(api, version, cid, &groups::offset_commit(b, r))
+            let resp = blocking(broker, api, move |b| groups::offset_commit(b, r)).await?;
+            encode_response(api, version, cid, &resp)
         }
         RequestKind::OffsetFetch(r) => {
             encode_response(api, version, cid, &groups::offset_fetch(b, r, version))
         }
         RequestKind::OffsetDelete(r) => {
-            encode_response(api, version, cid, &groups::offset_delete(b, r))
+            let resp = blocking(broker, api, move |b| groups::offset_delete(b, r)).await?;
+            encode_response(api, version, cid, &resp)
         }
         RequestKind::DescribeGroups(r) => {
             encode_response(api, version, cid, &groups::describe_groups(b, r))
@@ -228,7 +233,8 @@ pub async fn handle(
             encode_response(api, version, cid, &groups::list_groups(b, r))
         }
         RequestKind::DeleteGroups(r) => {
-            encode_response(api, version, cid, &groups::delete_groups(b, r))
+            let resp = blocking(broker, api, move |b| groups::delete_groups(b, r)).await?;
+            encode_response(api, version, cid, &resp)
         }
         _ => Err(RequestError::Decode {
             api,
