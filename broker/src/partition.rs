@@ -150,6 +150,20 @@ impl LeaderState {
         isr
     }
 
+    /// Proposes `isr` for `partition` (pending until the controller answers).
+    fn propose(&mut self, partition: &Partition, isr: Vec<i32>, shrink: bool) -> IsrProposal {
+        self.pending_isr = Some(isr.clone());
+        IsrProposal {
+            topic: partition.topic.clone(),
+            index: partition.index,
+            leader: self.node,
+            leader_epoch: self.epoch,
+            partition_epoch: self.partition_epoch,
+            isr,
+            shrink,
+        }
+    }
+
     /// The number of in-sync replicas `min.insync.replicas` counts.
     fn isr_size(&self) -> usize {
         self.isr.len().max(1)
@@ -525,16 +539,7 @@ impl Partition {
             if joins {
                 let mut isr = l.isr.clone();
                 isr.push(replica);
-                l.pending_isr = Some(isr.clone());
-                proposal = Some(IsrProposal {
-                    topic: self.topic.clone(),
-                    index: self.index,
-                    leader: l.node,
-                    leader_epoch: l.epoch,
-                    partition_epoch: l.partition_epoch,
-                    isr,
-                    shrink: false,
-                });
+                proposal = Some(l.propose(self, isr, false));
             }
             Self::advance_high_watermark(&mut state)
         };
@@ -718,16 +723,7 @@ impl Partition {
             return None;
         }
         let isr: Vec<i32> = l.isr.iter().copied().filter(|r| !out.contains(r)).collect();
-        l.pending_isr = Some(isr.clone());
-        Some(IsrProposal {
-            topic: self.topic.clone(),
-            index: self.index,
-            leader: l.node,
-            leader_epoch: l.epoch,
-            partition_epoch: l.partition_epoch,
-            isr,
-            shrink: true,
-        })
+        Some(l.propose(self, isr, true))
     }
 
     /// The leader's view of its replicas (`None` when following).
@@ -963,40 +959,12 @@ fn offsets_of(log: &PartitionLog) -> PartitionOffsets {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bytes::{Bytes, BytesMut};
-    use kafka_protocol::records::{
-        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-    };
+    use bytes::Bytes;
 
     fn batch(values: usize) -> Vec<u8> {
-        let records: Vec<Record> = (0..values)
-            .map(|i| Record {
-                transactional: false,
-                control: false,
-                delete_horizon: false,
-                partition_leader_epoch: -1,
-                producer_id: -1,
-                producer_epoch: -1,
-                timestamp_type: TimestampType::Creation,
-                offset: i as i64,
-                sequence: -1,
-                timestamp: 1_000,
-                key: None,
-                value: Some(Bytes::from(format!("v{i}"))),
-                headers: Default::default(),
-            })
-            .collect();
-        let mut buf = BytesMut::new();
-        RecordBatchEncoder::encode(
-            &mut buf,
-            &records,
-            &RecordEncodeOptions {
-                version: 2,
-                compression: Compression::None,
-            },
-        )
-        .unwrap();
-        buf.to_vec()
+        crate::storage::test_batches::batch_of(values, 1_000, |i| {
+            (None, Some(Bytes::from(format!("v{i}"))))
+        })
     }
 
     fn append(p: &Partition, records: usize, min_isr: Option<usize>) -> Result<i64, TopicError> {

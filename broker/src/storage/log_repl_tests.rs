@@ -3,10 +3,7 @@
 
 use std::os::unix::fs::FileExt;
 
-use bytes::{Bytes, BytesMut};
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use bytes::Bytes;
 
 use super::*;
 use crate::storage::epochs::{self, EpochEntry};
@@ -14,34 +11,12 @@ use crate::storage::epochs::{self, EpochEntry};
 const NOW: i64 = 1_700_000_000_000;
 
 fn batch(n: usize, ts: i64) -> Vec<u8> {
-    let records: Vec<Record> = (0..n)
-        .map(|i| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            sequence: i as i32 - 1,
-            timestamp: ts + i as i64,
-            key: Some(Bytes::from(format!("k{i}"))),
-            value: Some(Bytes::from(vec![b'x'; 40])),
-            headers: Default::default(),
-        })
-        .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        &records,
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
-    )
-    .expect("encode");
-    buf.to_vec()
+    crate::storage::test_batches::batch_of(n, ts, |i| {
+        (
+            Some(Bytes::from(format!("k{i}"))),
+            Some(Bytes::from(vec![b'x'; 40])),
+        )
+    })
 }
 
 /// Small segments and a dense index, so that tests cross segments and

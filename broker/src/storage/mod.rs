@@ -29,6 +29,8 @@ pub mod epochs;
 pub mod index;
 pub mod log;
 pub mod segment;
+#[cfg(test)]
+pub(crate) mod test_batches;
 
 pub use cleaner::CompactionOutcome;
 pub use config::LogConfig;

@@ -54,7 +54,8 @@ pub fn spawn(node: &str, data: &Path, shared: &Path, logs: &Path, settings: &[&s
 /// `(brokers, controller, {partition: (leader, leader epoch)})` of `topic`.
 pub type View = (BTreeSet<i32>, i32, BTreeMap<i32, (i32, i32)>);
 
-pub async fn view(s: &mut TcpStream, topic: &str) -> View {
+/// The cluster and `topic` as one Metadata answer of `s`'s broker shows them.
+pub async fn snapshot(s: &mut TcpStream, topic: &str) -> (View, BTreeMap<i32, PartitionView>) {
     let m: MetadataResponse = call(
         s,
         ApiKey::Metadata,
@@ -63,17 +64,60 @@ pub async fn view(s: &mut TcpStream, topic: &str) -> View {
     )
     .await;
     let brokers = m.brokers.iter().map(|b| b.node_id.0).collect();
-    let mut parts = BTreeMap::new();
-    for t in m
+    let parts: BTreeMap<i32, PartitionView> = m
         .topics
         .iter()
         .filter(|t| t.name.as_ref().map(|n| n.as_str()) == Some(topic))
-    {
-        for p in &t.partitions {
-            parts.insert(p.partition_index, (p.leader_id.0, p.leader_epoch));
+        .flat_map(|t| t.partitions.iter())
+        .map(|p| {
+            let mut isr: Vec<i32> = p.isr_nodes.iter().map(|b| b.0).collect();
+            isr.sort_unstable();
+            (
+                p.partition_index,
+                PartitionView {
+                    leader: p.leader_id.0,
+                    epoch: p.leader_epoch,
+                    replicas: p.replica_nodes.iter().map(|b| b.0).collect(),
+                    isr,
+                },
+            )
+        })
+        .collect();
+    let leaders = parts
+        .iter()
+        .map(|(i, p)| (*i, (p.leader, p.epoch)))
+        .collect();
+    ((brokers, m.controller_id.0, leaders), parts)
+}
+
+pub async fn view(s: &mut TcpStream, topic: &str) -> View {
+    snapshot(s, topic).await.0
+}
+
+/// Every partition of `topic` as `s`'s broker shows it.
+pub async fn partitions(s: &mut TcpStream, topic: &str) -> BTreeMap<i32, PartitionView> {
+    snapshot(s, topic).await.1
+}
+
+/// Waits (30 s at most) until `ok` holds for what `s`'s broker shows.
+async fn wait_for_snapshot(
+    s: &mut TcpStream,
+    topic: &str,
+    what: &str,
+    ok: impl Fn(&View, &BTreeMap<i32, PartitionView>) -> bool,
+) -> (View, BTreeMap<i32, PartitionView>) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (v, p) = snapshot(s, topic).await;
+        if ok(&v, &p) {
+            return (v, p);
         }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never {what}; last {v:?} {p:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    (brokers, m.controller_id.0, parts)
 }
 
 pub async fn wait_until(
@@ -82,18 +126,17 @@ pub async fn wait_until(
     what: &str,
     ok: impl Fn(&View) -> bool,
 ) -> View {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let v = view(s, topic).await;
-        if ok(&v) {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never {what}; last {v:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_for_snapshot(s, topic, what, |v, _| ok(v)).await.0
+}
+
+/// Waits (30 s at most) until `ok` holds for `topic`'s partitions.
+pub async fn wait_for_partitions(
+    s: &mut TcpStream,
+    topic: &str,
+    what: &str,
+    ok: impl Fn(&BTreeMap<i32, PartitionView>) -> bool,
+) -> BTreeMap<i32, PartitionView> {
+    wait_for_snapshot(s, topic, what, |_, p| ok(p)).await.1
 }
 
 /// Produces one batch to `partition`: its error code.
@@ -161,56 +204,6 @@ pub struct PartitionView {
     pub epoch: i32,
     pub replicas: Vec<i32>,
     pub isr: Vec<i32>,
-}
-
-/// Every partition of `topic` as `s`'s broker shows it.
-pub async fn partitions(s: &mut TcpStream, topic: &str) -> BTreeMap<i32, PartitionView> {
-    let m: MetadataResponse = call(
-        s,
-        ApiKey::Metadata,
-        12,
-        &MetadataRequest::default().with_topics(None),
-    )
-    .await;
-    m.topics
-        .iter()
-        .filter(|t| t.name.as_ref().map(|n| n.as_str()) == Some(topic))
-        .flat_map(|t| t.partitions.iter())
-        .map(|p| {
-            let mut isr: Vec<i32> = p.isr_nodes.iter().map(|b| b.0).collect();
-            isr.sort_unstable();
-            (
-                p.partition_index,
-                PartitionView {
-                    leader: p.leader_id.0,
-                    epoch: p.leader_epoch,
-                    replicas: p.replica_nodes.iter().map(|b| b.0).collect(),
-                    isr,
-                },
-            )
-        })
-        .collect()
-}
-
-/// Waits (30 s at most) until `ok` holds for `topic`'s partitions.
-pub async fn wait_for_partitions(
-    s: &mut TcpStream,
-    topic: &str,
-    what: &str,
-    ok: impl Fn(&BTreeMap<i32, PartitionView>) -> bool,
-) -> BTreeMap<i32, PartitionView> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let v = partitions(s, topic).await;
-        if ok(&v) {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never {what}; last {v:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// CreateTopics with a replication factor and configs: `(code, message)`.
