@@ -3,7 +3,8 @@
 Owns the client-level replication checks of issue #12, with confluent-kafka
 and kcat (and the Java client where noted), against the cluster backend
 chosen by MOLDAU_CLUSTER_BACKEND (`dir` by default, `kubernetes` when run by
-`e2e/tests/cluster_kubernetes_clients.rs`; see harness/cluster.py):
+`e2e/tests/cluster_kubernetes_clients.rs`, then as the Kafka cluster
+`<name>-repl`, apart from test_cluster.py's; see harness/cluster.py):
 
 - the leader of each partition of a 3-partition topic is killed (-9) in
   turn, and restarted before the next, while an idempotent confluent-kafka
@@ -75,7 +76,7 @@ IN_SYNC_TIMEOUT = 30.0
 
 @pytest.fixture(scope="module")
 def cluster():
-    c = Cluster(STATE / f"replication-{backend()}", size=len(NODES), settings=SETTINGS, cluster_args=cluster_args())
+    c = Cluster(STATE / f"replication-{backend()}", size=len(NODES), settings=SETTINGS, cluster_args=cluster_args("repl"))
     c.start()
     yield c
     c.close(keep=True)

@@ -46,9 +46,12 @@ def backend() -> str:
     return b
 
 
-def cluster_args() -> list[str] | None:
+def cluster_args(own: str | None = None) -> list[str] | None:
     """The cluster-mode arguments of the backend under test (`None`: the
-    launcher's own `dir` mode)."""
+    launcher's own `dir` mode, where each Cluster's workdir is a cluster of
+    its own). `own` names a Kubernetes cluster of the caller's own:
+    `--cluster-name X` becomes `X-<own>`, so several modules run in one
+    namespace never share a Lease or metadata objects."""
     if backend() == "dir":
         return None
     raw = os.environ.get("MOLDAU_CLUSTER_ARGS")
@@ -60,6 +63,9 @@ def cluster_args() -> list[str] | None:
     args = json.loads(raw)
     assert isinstance(args, list) and all(isinstance(a, str) for a in args), raw
     assert "kubernetes" in args, f"not cluster mode kubernetes: {args}"
+    if own:
+        at = args.index("--cluster-name") + 1
+        args[at] = f"{args[at]}-{own}"
     return args
 
 
