@@ -1,17 +1,9 @@
 """Three Moldau brokers are one Kafka cluster, as real clients see it.
 
-The same checks run against either cluster backend, chosen by
-MOLDAU_CLUSTER_BACKEND:
-
-- `dir` (default): one host, a shared metadata directory; the controller is
-  elected by a lock on it. Needs nothing but the broker binary.
-- `kubernetes`: the brokers elect their controller through a Lease and keep
-  the metadata in `MetadataShard` objects of a namespace on a real API
-  server. The e2e test `e2e/tests/cluster_kubernetes_clients.rs` brings up
-  the control plane, applies the CRDs, creates the namespace and runs this
-  module with MOLDAU_CLUSTER_ARGS (a JSON list: the cluster-mode arguments
-  of `moldau_e2e::brokers`) and KUBECONFIG set; the per-node arguments
-  (node id, listeners, data directory) are the harness's, as in `dir` mode.
+The same checks run against either cluster backend (`dir` or `kubernetes`,
+chosen by MOLDAU_CLUSTER_BACKEND; see harness/cluster.py, `backend()`):
+`e2e/tests/cluster_kubernetes_clients.rs` runs this module against brokers
+in `kubernetes` mode on a real API server.
 
 Checked with kcat and confluent-kafka through ONE bootstrap address:
 
@@ -26,8 +18,6 @@ Checked with kcat and confluent-kafka through ONE bootstrap address:
 
 from __future__ import annotations
 
-import json
-import os
 import threading
 import time
 import uuid
@@ -36,36 +26,12 @@ import pytest
 
 from harness import broker as brokers
 from harness import kcat
-from harness.cluster import Cluster
+from harness.cluster import Cluster, backend, cluster_args
 from conftest import STATE, retry_retriable
 
 pytestmark = pytest.mark.skipif(brokers.target() != "moldau", reason="Moldau's cluster mode")
 
 NODES = (0, 1, 2)
-
-
-def backend() -> str:
-    b = os.environ.get("MOLDAU_CLUSTER_BACKEND", "dir").strip().lower()
-    if b not in ("dir", "kubernetes"):
-        raise ValueError(f"MOLDAU_CLUSTER_BACKEND must be dir or kubernetes, not {b!r}")
-    return b
-
-
-def cluster_args() -> list[str] | None:
-    """The cluster-mode arguments of the backend under test (`None`: the
-    launcher's own `dir` mode)."""
-    if backend() == "dir":
-        return None
-    raw = os.environ.get("MOLDAU_CLUSTER_ARGS")
-    if not raw or not os.environ.get("KUBECONFIG"):
-        raise RuntimeError(
-            "MOLDAU_CLUSTER_BACKEND=kubernetes needs MOLDAU_CLUSTER_ARGS and KUBECONFIG: "
-            "run it through `cargo test -p moldau-e2e --test cluster_kubernetes_clients`"
-        )
-    args = json.loads(raw)
-    assert isinstance(args, list) and all(isinstance(a, str) for a in args), raw
-    assert "kubernetes" in args, f"not cluster mode kubernetes: {args}"
-    return args
 
 
 @pytest.fixture(scope="module")

@@ -7,10 +7,25 @@ Kafka, HTTP and controller listeners on its own host. By default every broker
 is on 127.0.0.1; `hosts` puts each on its own loopback address (e.g.
 127.0.0.2, .3, .4), which is what lets a firewall rule on the two addresses
 cut the traffic between two brokers. Knows nothing about clients or faults.
+
+Also owns the choice of cluster backend the client modules (test_cluster.py,
+test_replication.py) run against, from MOLDAU_CLUSTER_BACKEND:
+
+- `dir` (default): one host, a shared metadata directory; the controller is
+  elected by a lock on it. Needs nothing but the broker binary.
+- `kubernetes`: the brokers elect their controller through a Lease and keep
+  the metadata in `MetadataShard` objects of a namespace on a real API
+  server. `e2e/tests/cluster_kubernetes_clients.rs` brings up the control
+  plane and passes MOLDAU_CLUSTER_ARGS (a JSON list: the cluster-mode
+  arguments of `moldau_e2e::brokers`) and KUBECONFIG; the per-node
+  arguments (node id, listeners, data directory) are this launcher's, as in
+  `dir` mode.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 from . import broker as brokers
@@ -21,6 +36,37 @@ DEFAULT_SETTINGS = {
     "broker.heartbeat.interval.ms": "200",
     "broker.session.timeout.ms": "3000",
 }
+
+
+def backend() -> str:
+    """`dir` or `kubernetes`, from MOLDAU_CLUSTER_BACKEND (default `dir`)."""
+    b = os.environ.get("MOLDAU_CLUSTER_BACKEND", "dir").strip().lower()
+    if b not in ("dir", "kubernetes"):
+        raise ValueError(f"MOLDAU_CLUSTER_BACKEND must be dir or kubernetes, not {b!r}")
+    return b
+
+
+def cluster_args(own: str | None = None) -> list[str] | None:
+    """The cluster-mode arguments of the backend under test (`None`: the
+    launcher's own `dir` mode, where each Cluster's workdir is a cluster of
+    its own). `own` names a Kubernetes cluster of the caller's own:
+    `--cluster-name X` becomes `X-<own>`, so several modules run in one
+    namespace never share a Lease or metadata objects."""
+    if backend() == "dir":
+        return None
+    raw = os.environ.get("MOLDAU_CLUSTER_ARGS")
+    if not raw or not os.environ.get("KUBECONFIG"):
+        raise RuntimeError(
+            "MOLDAU_CLUSTER_BACKEND=kubernetes needs MOLDAU_CLUSTER_ARGS and KUBECONFIG: "
+            "run it through `cargo test -p moldau-e2e --test cluster_kubernetes_clients`"
+        )
+    args = json.loads(raw)
+    assert isinstance(args, list) and all(isinstance(a, str) for a in args), raw
+    assert "kubernetes" in args, f"not cluster mode kubernetes: {args}"
+    if own:
+        at = args.index("--cluster-name") + 1
+        args[at] = f"{args[at]}-{own}"
+    return args
 
 
 class Cluster:
