@@ -251,6 +251,7 @@ fn bench_fetch_codec(c: &mut Criterion) {
                         log_start_offset: 0,
                         records: Some(slice.clone()),
                         diverging_epoch: None,
+                        preferred_read_replica: -1,
                     })
                     .collect(),
             })

@@ -171,6 +171,10 @@ pub struct BrokerConfig {
     /// `offsets.commit.timeout.ms`: how long a coordinator write waits for
     /// the offsets partition's in-sync replicas.
     pub offsets_commit_timeout_ms: i64,
+    /// `replica.selector.class`: empty (the leader serves every consumer)
+    /// or Kafka's `RackAwareReplicaSelector` (consumers giving
+    /// `client.rack` read from an in-sync replica in their rack, KIP-392).
+    pub replica_selector_class: String,
     /// `min.insync.replicas`: the broker default of the topic config.
     pub min_insync_replicas: i32,
     /// `replica.lag.time.max.ms`: a follower not caught up for this long
@@ -233,6 +237,7 @@ impl Default for BrokerConfig {
             leader_imbalance_check_interval_seconds: 300,
             offsets_topic_replication_factor: 3,
             offsets_commit_timeout_ms: 5_000,
+            replica_selector_class: String::new(),
             min_insync_replicas: 1,
             replica_lag_time_max_ms: 30_000,
             replica_fetch_wait_max_ms: 500,
@@ -499,6 +504,20 @@ impl BrokerConfig {
                 "controller.lease.duration.ms" => c.controller_lease_duration_ms = parse_num(k, v)?,
                 "controller.lease.retry.ms" => c.controller_lease_retry_ms = parse_num(k, v)?,
                 "min.insync.replicas" => c.min_insync_replicas = parse_num(k, v)?,
+                "replica.selector.class" => {
+                    let v = v.trim();
+                    if !v.is_empty() && v != crate::replication::selector::RACK_AWARE_SELECTOR {
+                        return Err(ConfigError::Invalid {
+                            key: k.clone(),
+                            value: v.to_string(),
+                            reason: format!(
+                                "only {} is available",
+                                crate::replication::selector::RACK_AWARE_SELECTOR
+                            ),
+                        });
+                    }
+                    c.replica_selector_class = v.to_string()
+                }
                 "offsets.topic.replication.factor" => {
                     c.offsets_topic_replication_factor = parse_num(k, v)?
                 }

@@ -454,3 +454,112 @@ async fn paused_followers_leave_the_isr_and_a_diverged_leader_is_truncated() {
         read_eventually(&mut oc, "d", 0, expected, "on the old leader leading again").await;
     }
 }
+
+/// A consumer's Fetch of partition 0 of `topic` from offset 0 at `version`,
+/// naming `rack`: `(error, preferred read replica, values)`.
+async fn fetch_as_consumer(
+    s: &mut TcpStream,
+    topic: &str,
+    version: i16,
+    rack: &str,
+) -> (i16, i32, Vec<Vec<u8>>) {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse};
+    use kafka_protocol::records::RecordBatchDecoder;
+    let req = FetchRequest::default()
+        .with_max_wait_ms(0)
+        .with_max_bytes(1 << 20)
+        .with_rack_id(kafka_protocol::protocol::StrBytes::from_string(
+            rack.to_string(),
+        ))
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(wire_common::name(topic))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(0)
+                .with_fetch_offset(0)
+                .with_partition_max_bytes(1 << 20)])]);
+    let resp: FetchResponse = wire_common::call(s, ApiKey::Fetch, version, &req).await;
+    let p = &resp.responses[0].partitions[0];
+    let mut records = p.records.clone().unwrap_or_default();
+    let mut out = Vec::new();
+    while bytes::Buf::has_remaining(&records) {
+        let set = RecordBatchDecoder::decode(&mut records).expect("decode");
+        out.extend(
+            set.records
+                .into_iter()
+                .map(|r| r.value.unwrap_or_default().to_vec()),
+        );
+    }
+    (p.error_code, p.preferred_read_replica.0, out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_naming_its_rack_reads_from_an_in_sync_replica_there() {
+    let root = tempfile::tempdir().unwrap();
+    let shared = root.path().join("shared");
+    let start = |n: i32| {
+        let rack = format!("broker.rack=rack-{n}");
+        let mut settings: Vec<&str> = SETTINGS.to_vec();
+        settings.push(Box::leak(rack.into_boxed_str()));
+        settings.push(
+            "replica.selector.class=org.apache.kafka.common.replica.RackAwareReplicaSelector",
+        );
+        spawn(
+            &n.to_string(),
+            &root.path().join(format!("data-{n}")),
+            &shared,
+            root.path(),
+            &settings,
+        )
+    };
+    let brokers: BTreeMap<i32, wire_common::Child> = (0..3).map(|n| (n, start(n))).collect();
+    let mut s = brokers[&0].connect(Duration::from_secs(30)).await;
+    wait_until(&mut s, "k", "three brokers", |v| v.0.len() == 3).await;
+    let (code, message) = create_replicated(&mut s, "k", 1, 3, &[]).await;
+    assert_eq!(code, 0, "{message:?}");
+    let all = vec![0, 1, 2];
+    let view = wait_for_partitions(&mut s, "k", "in sync", |v| {
+        v.get(&0).is_some_and(|p| p.isr == all)
+    })
+    .await;
+    let leader = view[&0].leader;
+    let mut lc = brokers[&leader].connect(Duration::from_secs(10)).await;
+    for i in 0..3 {
+        produce_retrying(&mut lc, "k", &format!("k{i}")).await;
+    }
+    let expected: Vec<Vec<u8>> = (0..3).map(|i| format!("k{i}").into_bytes()).collect();
+    let follower = *all.iter().find(|n| **n != leader).unwrap();
+    let rack = format!("rack-{follower}");
+
+    // The leader sends a consumer of the follower's rack there...
+    let (code, preferred, got) = fetch_as_consumer(&mut lc, "k", 11, &rack).await;
+    assert_eq!(
+        (code, preferred),
+        (0, follower),
+        "sent to the replica in its rack"
+    );
+    assert!(got.is_empty(), "no records with a redirect");
+    // ...and serves one of its own rack (or naming none) itself.
+    let (code, preferred, got) =
+        fetch_as_consumer(&mut lc, "k", 11, &format!("rack-{leader}")).await;
+    assert_eq!((code, preferred, got), (0, -1, expected.clone()));
+    // The follower serves that consumer below its own high watermark.
+    let mut fc = brokers[&follower].connect(Duration::from_secs(10)).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (code, preferred, got) = fetch_as_consumer(&mut fc, "k", 11, &rack).await;
+        assert_eq!((code, preferred), (0, -1));
+        assert!(expected.starts_with(&got), "{got:?}");
+        if got == expected {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the follower never served it all"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // A client too old for KIP-392 (Fetch v10) still reads only from leaders.
+    let (code, _, _) = fetch_as_consumer(&mut fc, "k", 10, &rack).await;
+    assert_eq!(code, 6, "NOT_LEADER_OR_FOLLOWER below v11");
+}

@@ -8,6 +8,10 @@
 //! gets the leader's `diverging_epoch`. A fetch naming a stale or future
 //! leader epoch is refused (KIP-320).
 //!
+//! With `replica.selector.class` (KIP-392), a leader sends a consumer that
+//! names its rack to an in-sync replica there (`preferred_read_replica`),
+//! and followers serve consumers below their own high watermark.
+//!
 //! Fetch sessions (KIP-227) are not kept: every answer has session id 0,
 //! which tells clients to keep sending full fetch requests.
 
@@ -48,6 +52,32 @@ fn refused(index: i32, code: ResponseError) -> PartitionOut {
         log_start_offset: -1,
         records: None,
         diverging_epoch: None,
+        preferred_read_replica: -1,
+    }
+}
+
+/// The partition a consumer's fetch may read here, its leader epoch, and
+/// whether this broker leads it: one it leads, or — with KIP-392
+/// (`replica.selector.class` set, Fetch v11+) — one it follows, read below
+/// its own high watermark.
+fn consumer_partition(
+    broker: &Broker,
+    image: &crate::image::MetadataImage,
+    topic: &str,
+    index: i32,
+    follower_reads: bool,
+) -> Result<(Arc<crate::partition::Partition>, i32, bool), ResponseError> {
+    use crate::image::PartitionRole;
+    let local = || broker.topics.partition(topic, index);
+    match image.role(topic, index, broker.node_id) {
+        None => Err(ResponseError::UnknownTopicOrPartition),
+        Some(PartitionRole::Leader { epoch }) => local()
+            .map(|p| (p, epoch, true))
+            .ok_or(ResponseError::NotLeaderOrFollower),
+        Some(PartitionRole::Follower { epoch, .. }) if follower_reads => local()
+            .map(|p| (p, epoch, false))
+            .ok_or(ResponseError::NotLeaderOrFollower),
+        Some(_) => Err(ResponseError::NotLeaderOrFollower),
     }
 }
 
@@ -82,23 +112,34 @@ fn replica_admitted(
     })
 }
 
-fn gather(broker: &Broker, req: &FetchRequest) -> Gathered {
+fn gather(broker: &Broker, req: &FetchRequest, version: i16) -> Gathered {
     let mut remaining = req.max_bytes.max(0) as u64;
     let mut bytes = 0u64;
     let mut any_error = false;
     let mut topics = Vec::with_capacity(req.topics.len());
     let image = broker.image();
     let replica = replica_of(req);
+    let rack_aware = version >= 11
+        && replica < 0
+        && !broker
+            .topics
+            .broker_config()
+            .replica_selector_class
+            .is_empty();
     for ft in &req.topics {
         let name = ft.topic.0.as_str();
         let mut partitions = Vec::with_capacity(ft.partitions.len());
         for fp in &ft.partitions {
-            let led = super::led_partition(broker, &image, name, fp.partition).and_then(
-                |(partition, epoch)| {
-                    check_leader_epoch(fp.current_leader_epoch, epoch).map(|()| partition)
-                },
-            );
-            let partition = match led {
+            let readable = if replica >= 0 {
+                super::led_partition(broker, &image, name, fp.partition)
+                    .map(|(p, epoch)| (p, epoch, true))
+            } else {
+                consumer_partition(broker, &image, name, fp.partition, rack_aware)
+            };
+            let led = readable.and_then(|(partition, epoch, leading)| {
+                check_leader_epoch(fp.current_leader_epoch, epoch).map(|()| (partition, leading))
+            });
+            let (partition, leading) = match led {
                 Ok(p) => p,
                 Err(code) => {
                     any_error = true;
@@ -138,6 +179,7 @@ fn gather(broker: &Broker, req: &FetchRequest) -> Gathered {
                             log_start_offset: read.offsets.log_start,
                             records,
                             diverging_epoch: read.diverging,
+                            preferred_read_replica: -1,
                         });
                     }
                     Err(code) => {
@@ -150,6 +192,34 @@ fn gather(broker: &Broker, req: &FetchRequest) -> Gathered {
                         });
                     }
                 }
+                continue;
+            }
+            // KIP-392: a consumer in another replica's rack reads there.
+            let preferred = if rack_aware && leading {
+                image.partition(name, fp.partition).and_then(|pi| {
+                    crate::replication::selector::preferred_read_replica(
+                        pi,
+                        &image.brokers,
+                        req.rack_id.as_str(),
+                    )
+                })
+            } else {
+                None
+            };
+            if let Some(preferred) = preferred {
+                let offsets = partition.offsets();
+                partitions.push(PartitionOut {
+                    index: fp.partition,
+                    error_code: 0,
+                    high_watermark: offsets.high_watermark,
+                    last_stable_offset: offsets.high_watermark,
+                    log_start_offset: offsets.log_start,
+                    records: None,
+                    diverging_epoch: None,
+                    preferred_read_replica: preferred,
+                });
+                // answer at once: the consumer goes to that replica
+                any_error = true;
                 continue;
             }
             let result = if budget == 0 && bytes > 0 {
@@ -172,6 +242,7 @@ fn gather(broker: &Broker, req: &FetchRequest) -> Gathered {
                         log_start_offset: offsets.log_start,
                         records: slice,
                         diverging_epoch: None,
+                        preferred_read_replica: -1,
                     });
                 }
                 Err(e) => {
@@ -262,17 +333,17 @@ pub async fn handle(
     // wait goes unnoticed.
     let mut receivers = watches(broker, &req);
     let gathered = loop {
-        let g = gather(broker, &req);
+        let g = gather(broker, &req, version);
         if g.bytes >= min_bytes.max(1) || g.any_error || Instant::now() >= deadline {
             break g;
         }
         if receivers.is_empty() {
             tokio::time::sleep_until(deadline).await;
-            break gather(broker, &req);
+            break gather(broker, &req, version);
         }
         let changed = select_all(receivers.iter_mut().map(|r| r.changed().boxed()));
         if tokio::time::timeout_at(deadline, changed).await.is_err() {
-            break gather(broker, &req);
+            break gather(broker, &req, version);
         }
     };
     for topic in &gathered.out.topics {

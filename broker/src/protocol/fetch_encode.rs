@@ -42,6 +42,9 @@ pub struct PartitionOut {
     /// A follower's log diverged (v12+): the leader's `(epoch, end offset)`
     /// for the follower's last fetched epoch.
     pub diverging_epoch: Option<(i32, i64)>,
+    /// KIP-392 (v11+): the replica the consumer should fetch from instead
+    /// (-1: this one).
+    pub preferred_read_replica: i32,
 }
 
 /// One topic of a Fetch response.
@@ -115,7 +118,7 @@ pub fn encode_fetch_response(correlation_id: i32, version: i16, out: &FetchOut) 
                 buf.put_i32(-1);
             }
             if version >= 11 {
-                buf.put_i32(-1); // preferred_read_replica
+                buf.put_i32(p.preferred_read_replica);
             }
             let len = p.records.as_ref().map_or(0, |r| r.len);
             if flexible {
@@ -209,6 +212,7 @@ mod tests {
                                 len: 11,
                             }),
                             diverging_epoch: None,
+                            preferred_read_replica: 2,
                         },
                         PartitionOut {
                             index: 1,
@@ -218,6 +222,7 @@ mod tests {
                             log_start_offset: 0,
                             records: None,
                             diverging_epoch: Some((3, 17)),
+                            preferred_read_replica: -1,
                         },
                     ],
                 },
@@ -255,6 +260,10 @@ mod tests {
                     (3, 17)
                 );
                 assert_eq!(p0.diverging_epoch.epoch, -1, "absent: the default");
+            }
+            if version >= 11 {
+                assert_eq!(p0.preferred_read_replica.0, 2);
+                assert_eq!(p1.preferred_read_replica.0, -1);
             }
         }
     }

@@ -4,10 +4,12 @@
 //! leaders' decisions about followers (high watermark, ISR) are the pure
 //! functions of [`progress`], applied by `crate::partition`. ISR changes go
 //! to the controller, which commits them as a compare-and-swap on the
-//! partition epoch.
+//! partition epoch. [`selector`] sends consumers to a replica in their
+//! rack (KIP-392).
 
 pub mod fetcher;
 pub mod manager;
 pub mod progress;
+pub mod selector;
 
 pub use manager::{FetchSettings, ReplicaManager};
