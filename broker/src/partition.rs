@@ -790,13 +790,17 @@ impl Partition {
 
     /// Follower: appends batches fetched from the leader as they are
     /// (offsets, epochs and producer sequences kept), then takes the
-    /// leader's high watermark as far as its own log reaches. Refused
-    /// unless this broker follows the partition in `leader_epoch`.
+    /// leader's high watermark as far as its own log reaches, and its log
+    /// start as far as that high watermark (records deleted on the leader,
+    /// by DeleteRecords or retention, go here too, so they cannot come back
+    /// after a failover). Refused unless this broker follows the partition
+    /// in `leader_epoch`.
     pub fn append_from_leader(
         &self,
         batches: &[u8],
         leader_epoch: i32,
         leader_high_watermark: i64,
+        leader_log_start: i64,
     ) -> Result<(), TopicError> {
         let now = now_ms();
         let mut state = self.lock();
@@ -833,6 +837,10 @@ impl Partition {
         let moved = hw != state.log.high_watermark();
         if moved {
             state.log.set_high_watermark(hw);
+        }
+        let start = leader_log_start.min(hw);
+        if start > state.log.log_start_offset() {
+            state.log.delete_records_before(start)?;
         }
         self.log_end.send_replace(end);
         if moved {
@@ -1103,5 +1111,45 @@ mod tests {
         p.isr_answered(&shrink, None);
         p.apply_image(1, &image(1, 0, &[1, 2], 2)).unwrap();
         assert_eq!(p.offsets().high_watermark, end, "2 alone holds it back");
+    }
+
+    #[test]
+    fn a_follower_copies_the_leaders_bytes_and_its_high_watermark_and_log_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let leader = open(&dir.path().join("leader"));
+        let follower = open(&dir.path().join("follower"));
+        leader.apply_image(1, &image(1, 3, &[1, 2], 1)).unwrap();
+        follower.apply_image(2, &image(1, 3, &[1, 2], 1)).unwrap();
+        let end = append(&leader, 4, None).unwrap();
+        let read = leader.read_for_follower(2, 0, -1, 1 << 20).unwrap();
+        let slice = read.records.unwrap();
+        let mut bytes = vec![0u8; slice.len as usize];
+        std::os::unix::fs::FileExt::read_exact_at(&*slice.file, &mut bytes, slice.position)
+            .unwrap();
+        follower
+            .append_from_leader(&bytes, 3, read.offsets.high_watermark, 0)
+            .unwrap();
+        assert_eq!(follower.offsets().log_end, end);
+        assert_eq!(
+            follower.offsets().high_watermark,
+            0,
+            "the leader's, not yet moved"
+        );
+        // its next fetch moves the leader's high watermark, then its own
+        let next = leader.read_for_follower(2, end, -1, 1 << 20).unwrap();
+        assert_eq!(next.offsets.high_watermark, end);
+        follower.append_from_leader(&[], 3, end, 2).unwrap();
+        let offsets = follower.offsets();
+        assert_eq!((offsets.high_watermark, offsets.log_start), (end, 2));
+        // the leader's epoch history came with the batches
+        assert_eq!(follower.fetch_position().last_epoch, 3);
+        // appends of another epoch are refused
+        assert_eq!(
+            follower
+                .append_from_leader(&[], 4, end, 2)
+                .unwrap_err()
+                .code,
+            ResponseError::FencedLeaderEpoch
+        );
     }
 }

@@ -242,7 +242,12 @@ fn apply_partition(
                 return p.truncate_diverged(d.diverging_epoch.epoch, d.diverging_epoch.end_offset);
             }
             let records = d.records.as_deref().unwrap_or(&[]);
-            p.append_from_leader(records, pos.leader_epoch, d.high_watermark)
+            p.append_from_leader(
+                records,
+                pos.leader_epoch,
+                d.high_watermark,
+                d.log_start_offset,
+            )
         }
         Some(ResponseError::OffsetOutOfRange) => {
             // Behind the leader's start: start over there. Ahead of the
