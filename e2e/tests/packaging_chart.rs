@@ -203,11 +203,19 @@ fn chart_monitoring_renders_monitors_alerts_and_dashboards() -> Result<()> {
     assert!(sm.contains("port: http") && sm.contains("jobLabel: app.kubernetes.io/name"));
     let pm = doc_named(&out, "PodMonitor", "rel-moldau-brokers").expect("PodMonitor");
     assert!(pm.contains("app.kubernetes.io/name: moldau-broker") && pm.contains("any: true"));
+    // The alerts group by kafka_cluster, the pod label moldau.io/cluster.
+    assert!(
+        pm.contains("sourceLabels: [__meta_kubernetes_pod_label_moldau_io_cluster]")
+            && pm.contains("targetLabel: kafka_cluster"),
+        "{pm}"
+    );
     let rule = doc_named(&out, "PrometheusRule", "rel-moldau").expect("PrometheusRule");
     for alert in [
         "MoldauBrokerDown",
         "MoldauUnderReplicatedPartitions",
+        "MoldauUnderMinIsrPartitions",
         "MoldauOfflinePartitions",
+        "MoldauIsrFlapping",
         "MoldauBrokerDiskNearlyFull",
         "MoldauOperatorReconcileErrors",
         "MoldauOperatorNoLeader",
@@ -234,6 +242,39 @@ fn chart_monitoring_renders_monitors_alerts_and_dashboards() -> Result<()> {
         );
     }
     assert!(rule.contains("> 0.85"), "disk threshold: {rule}");
+    // Broker metric names used by the alerts are the ones the broker
+    // registers (prometheus_client adds `_total` to counters).
+    let metrics = std::fs::read_to_string(repo().join("broker/src/metrics.rs"))?;
+    assert!(metrics.contains("Registry::with_prefix(\"moldau\")"));
+    for (metric, registered) in [
+        (
+            "moldau_under_replicated_partitions",
+            "\"under_replicated_partitions\"",
+        ),
+        (
+            "moldau_under_min_isr_partitions",
+            "\"under_min_isr_partitions\"",
+        ),
+        ("moldau_offline_partitions", "\"offline_partitions\""),
+        ("moldau_isr_shrinks_total", "\"isr_shrinks\""),
+        ("moldau_isr_expands_total", "\"isr_expands\""),
+    ] {
+        assert!(rule.contains(metric), "{metric}");
+        assert!(
+            metrics.contains(registered),
+            "the broker no longer registers {registered}"
+        );
+    }
+    // Offline partitions are reported by the controller's broker only: max
+    // per cluster, never a sum that a controller change could double.
+    assert!(
+        rule.contains("max by (namespace, kafka_cluster) (moldau_offline_partitions) > 0"),
+        "{rule}"
+    );
+    assert!(
+        rule.contains("increase(moldau_isr_shrinks_total[10m])") && rule.contains("for: 30m"),
+        "ISR flapping defaults: {rule}"
+    );
     // Dashboards are valid JSON inside a ConfigMap labelled for the Grafana sidecar.
     let cm =
         doc_named(&out, "ConfigMap", "rel-moldau-dashboard-moldau-overview").expect("dashboard");
@@ -243,6 +284,24 @@ fn chart_monitoring_renders_monitors_alerts_and_dashboards() -> Result<()> {
     let dash: serde_json::Value = serde_json::from_str(&raw)?;
     assert_eq!(dash["uid"], "moldau-overview");
     assert!(dash["panels"].as_array().is_some_and(|p| p.len() >= 8));
+    // The ISR flapping window and duration are values, checked by the schema.
+    let out = template(
+        &[
+            &on[..],
+            &[
+                "--set",
+                "metrics.prometheusRule.isrFlapping.window=5m",
+                "--set",
+                "metrics.prometheusRule.isrFlapping.for=1h",
+            ],
+        ]
+        .concat(),
+    )?;
+    let rule = doc_named(&out, "PrometheusRule", "rel-moldau").unwrap();
+    assert!(
+        rule.contains("increase(moldau_isr_expands_total[5m])") && rule.contains("for: 1h"),
+        "{rule}"
+    );
     // The monitor of the brokers follows the watched namespace.
     let out = template(&[&on[..], &["--set", "watchNamespaces={apps}"]].concat())?;
     let pm = doc_named(&out, "PodMonitor", "rel-moldau-brokers").unwrap();
@@ -347,6 +406,11 @@ fn chart_schema_rejects_bad_values() -> Result<()> {
         (
             "metrics.prometheusRule.diskUsageThreshold=2",
             "diskUsageThreshold",
+            true,
+        ),
+        (
+            "metrics.prometheusRule.isrFlapping.for=soon",
+            "isrFlapping",
             true,
         ),
         (

@@ -20,7 +20,7 @@ fn spec(partitions: i32, rf: i32, config: &[(&str, &str)]) -> KafkaTopicSpec {
         cluster_ref: "c".into(),
         topic_name: None,
         partitions,
-        replication_factor: rf,
+        replication_factor: Some(rf),
         config: config
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -87,7 +87,9 @@ async fn sync_creates_then_repairs_drift() {
     let mut admin = AdminClient::connect(broker.addr, T).await.unwrap();
     let want = spec(3, 1, &[("retention.ms", "1000")]);
 
-    let out = sync_topic(&mut admin, "orders", &want, None).await.unwrap();
+    let out = sync_topic(&mut admin, "orders", &want, None, 1)
+        .await
+        .unwrap();
     assert!(out.problems.is_empty(), "{:?}", out.problems);
     assert!(matches!(out.performed[..], [TopicAction::Create { .. }]));
     let observed = out.observed.unwrap();
@@ -95,7 +97,9 @@ async fn sync_creates_then_repairs_drift() {
     assert_eq!(observed.effective["retention.ms"], "1000");
 
     // nothing to do the second time
-    let out = sync_topic(&mut admin, "orders", &want, None).await.unwrap();
+    let out = sync_topic(&mut admin, "orders", &want, None, 1)
+        .await
+        .unwrap();
     assert!(out.performed.is_empty());
 
     // someone changes the topic behind the operator's back
@@ -111,7 +115,9 @@ async fn sync_creates_then_repairs_drift() {
         )
         .await
         .unwrap();
-    let out = sync_topic(&mut admin, "orders", &want, None).await.unwrap();
+    let out = sync_topic(&mut admin, "orders", &want, None, 1)
+        .await
+        .unwrap();
     assert_eq!(out.problems[0].reason, "PartitionDecreaseNotAllowed");
     let overrides: BTreeMap<String, String> = other
         .describe_topic_config("orders")
@@ -133,6 +139,7 @@ async fn sync_creates_then_repairs_drift() {
         "orders",
         &spec(6, 1, &[("retention.ms", "1000")]),
         None,
+        1,
     )
     .await
     .unwrap();
@@ -145,7 +152,7 @@ async fn sync_creates_then_repairs_drift() {
 async fn impossible_specs_become_problems() {
     let broker = start_broker().await;
     let mut admin = AdminClient::connect(broker.addr, T).await.unwrap();
-    let out = sync_topic(&mut admin, "wide", &spec(1, 3, &[]), None)
+    let out = sync_topic(&mut admin, "wide", &spec(1, 3, &[]), None, 1)
         .await
         .unwrap();
     assert_eq!(out.problems[0].reason, "ReplicationFactorTooHigh");

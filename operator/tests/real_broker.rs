@@ -16,7 +16,7 @@ fn spec(partitions: i32, config: &[(&str, &str)]) -> KafkaTopicSpec {
         cluster_ref: "c".into(),
         topic_name: None,
         partitions,
-        replication_factor: 1,
+        replication_factor: Some(1),
         config: config
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -39,7 +39,9 @@ async fn topic_lifecycle_against_the_real_broker() {
     assert_eq!(md.brokers[0].port, i32::from(broker.addr.port()));
 
     let want = spec(2, &[("retention.ms", "3600000")]);
-    let out = sync_topic(&mut admin, "orders", &want, None).await.unwrap();
+    let out = sync_topic(&mut admin, "orders", &want, None, 1)
+        .await
+        .unwrap();
     assert!(out.problems.is_empty(), "{:?}", out.problems);
     let observed = out.observed.expect("topic exists after create");
     assert_eq!(observed.partitions, 2);
@@ -50,7 +52,9 @@ async fn topic_lifecycle_against_the_real_broker() {
     );
 
     // Idempotent.
-    let out = sync_topic(&mut admin, "orders", &want, None).await.unwrap();
+    let out = sync_topic(&mut admin, "orders", &want, None, 1)
+        .await
+        .unwrap();
     assert!(out.performed.is_empty(), "{:?}", out.performed);
 
     // Drift behind the operator's back is undone.
@@ -61,7 +65,9 @@ async fn topic_lifecycle_against_the_real_broker() {
         )
         .await
         .unwrap();
-    let out = sync_topic(&mut admin, "orders", &want, None).await.unwrap();
+    let out = sync_topic(&mut admin, "orders", &want, None, 1)
+        .await
+        .unwrap();
     assert_eq!(out.performed.len(), 1);
     assert_eq!(out.observed.unwrap().effective["retention.ms"], "3600000");
 
@@ -71,6 +77,7 @@ async fn topic_lifecycle_against_the_real_broker() {
         "orders",
         &spec(4, &[("retention.ms", "3600000")]),
         None,
+        1,
     )
     .await
     .unwrap();
@@ -79,8 +86,10 @@ async fn topic_lifecycle_against_the_real_broker() {
 
     // Impossible replication factor on a single broker.
     let mut wide = spec(1, &[]);
-    wide.replication_factor = 3;
-    let out = sync_topic(&mut admin, "wide", &wide, None).await.unwrap();
+    wide.replication_factor = Some(3);
+    let out = sync_topic(&mut admin, "wide", &wide, None, 1)
+        .await
+        .unwrap();
     assert_eq!(out.problems[0].reason, "ReplicationFactorTooHigh");
 
     admin.delete_topic("orders").await.unwrap();

@@ -2,7 +2,12 @@
 //!
 //! Validation the API server enforces (OpenAPI bounds + CEL): `clusterRef` and
 //! `topicName` are immutable, the topic name is a legal Kafka topic name,
-//! `partitions >= 1` and never decreases, `replicationFactor >= 1`.
+//! `partitions >= 1` and never decreases, `replicationFactor >= 1` when set.
+//!
+//! `replicationFactor` is optional: without it the topic gets its cluster's
+//! `default.replication.factor` (the KafkaCluster's `spec.config`, else
+//! Kafka's default of 1), as a Kafka client's CreateTopics with replication
+//! factor -1 does. The printer column shows the factor the topic has.
 
 use std::collections::BTreeMap;
 
@@ -26,7 +31,7 @@ use super::Condition;
     doc = "A topic of a Moldau KafkaCluster in the same namespace, managed through the Kafka admin API.",
     printcolumn(name = "Cluster", type_ = "string", json_path = ".spec.clusterRef"),
     printcolumn(name = "Partitions", type_ = "integer", json_path = ".spec.partitions"),
-    printcolumn(name = "Replicas", type_ = "integer", json_path = ".spec.replicationFactor"),
+    printcolumn(name = "Replicas", type_ = "integer", json_path = ".status.replicationFactor"),
     printcolumn(
         name = "Status",
         type_ = "string",
@@ -52,9 +57,11 @@ pub struct KafkaTopicSpec {
     #[schemars(range(min = 1))]
     #[x_kube(validation = Rule::new("self >= oldSelf").message("partitions cannot be decreased"))]
     pub partitions: i32,
-    /// Replicas of each partition.
+    /// Replicas of each partition; defaults to the cluster's
+    /// `default.replication.factor`. Changing it later is not supported yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 32767))]
-    pub replication_factor: i32,
+    pub replication_factor: Option<i32>,
     /// Topic config, with Kafka config names (e.g. `retention.ms`, `cleanup.policy`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub config: BTreeMap<String, String>,

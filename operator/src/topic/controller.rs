@@ -28,7 +28,7 @@ use crate::crd::{find_condition, format_time, DeletionPolicy, KafkaCluster, Kafk
 use crate::error::{Error, Result};
 use crate::kafka::AdminClient;
 
-use super::plan::TopicAction;
+use super::plan::{default_replication_factor, TopicAction};
 use super::status::topic_status;
 use super::sync::sync_topic;
 
@@ -124,9 +124,10 @@ pub fn conflicting_owner(me: &KafkaTopic, all: &[KafkaTopic]) -> Option<String> 
 
 /// Where to reach the cluster of a topic, or why it cannot be reached.
 enum Target {
-    /// Ready brokers (id, pod address), lowest id first, never empty; and
-    /// the brokers registered with the controller, when the record is known.
-    Broker(Vec<(i32, SocketAddr)>, Option<usize>),
+    /// Ready brokers (id, pod address), lowest id first, never empty; the
+    /// brokers registered with the controller, when the record is known;
+    /// and the cluster's default replication factor.
+    Broker(Vec<(i32, SocketAddr)>, Option<usize>, i32),
     Unavailable(Problem),
     /// The cluster does not exist or is being deleted.
     Gone(Problem),
@@ -165,7 +166,8 @@ async fn target(ctx: &Context, kt: &KafkaTopic) -> Result<Target> {
     let registered = read_membership(&ctx.client, &names)
         .await?
         .registered_count();
-    Ok(Target::Broker(brokers, registered))
+    let default_rf = default_replication_factor(&kc.spec.config);
+    Ok(Target::Broker(brokers, registered, default_rf))
 }
 
 fn action_event(action: &TopicAction, topic: &str) -> (&'static str, String) {
@@ -242,8 +244,8 @@ async fn apply_topic(kt: Arc<KafkaTopic>, ctx: Arc<Context>) -> Result<Action> {
         write_status(&ctx, &kt, &reference, None, &[p]).await?;
         return Ok(Action::requeue(ctx.tunables.topic_resync));
     }
-    let (brokers, registered) = match target(&ctx, &kt).await? {
-        Target::Broker(brokers, registered) => (brokers, registered),
+    let (brokers, registered, default_rf) = match target(&ctx, &kt).await? {
+        Target::Broker(brokers, registered, default_rf) => (brokers, registered, default_rf),
         Target::Unavailable(p) | Target::Gone(p) => {
             write_status(&ctx, &kt, &reference, None, &[p]).await?;
             return Ok(Action::requeue(ctx.tunables.retry));
@@ -253,7 +255,7 @@ async fn apply_topic(kt: Arc<KafkaTopic>, ctx: Arc<Context>) -> Result<Action> {
     let outcome = match connect_admin(&ctx, &brokers).await {
         Ok((mut admin, controller)) => {
             addr = controller;
-            sync_topic(&mut admin, &name, &kt.spec, registered).await
+            sync_topic(&mut admin, &name, &kt.spec, registered, default_rf).await
         }
         Err(e) => Err(e),
     };
@@ -324,7 +326,7 @@ async fn cleanup_topic(kt: Arc<KafkaTopic>, ctx: Arc<Context>) -> Result<Action>
             "cannot delete topic {name} yet: {}",
             p.message
         ))),
-        Target::Broker(brokers, _) => {
+        Target::Broker(brokers, _, _) => {
             let (mut admin, _) = connect_admin(&ctx, &brokers).await?;
             admin.delete_topic(&name).await?;
             ctx.events

@@ -2,6 +2,10 @@
 //! it, the admin actions that bring Kafka back to the spec, and the problems
 //! that make the spec impossible to honour. Pure; the controller executes.
 //!
+//! A spec without `replicationFactor` gets the cluster's
+//! `default.replication.factor` ([`default_replication_factor`]), resolved
+//! here so that the broker-count check and the Event name the real factor;
+//! such a spec accepts whatever factor the topic has afterwards.
 //! Partitions only grow; a replication factor change is reported, not done
 //! (it needs a reassignment, a later resource); topic-level config overrides
 //! that are not in the spec are removed, so drift made behind the operator's
@@ -71,9 +75,30 @@ pub fn broker_count(registered: Option<usize>, metadata_brokers: usize) -> usize
     registered.unwrap_or(metadata_brokers)
 }
 
-/// Plans the actions for `spec` given the observed topic (None = absent) and
-/// the number of live brokers (see [`broker_count`]).
-pub fn plan(spec: &KafkaTopicSpec, observed: Option<&ObservedTopic>, brokers: usize) -> TopicPlan {
+/// Kafka's default of `default.replication.factor`.
+pub const KAFKA_DEFAULT_REPLICATION_FACTOR: i32 = 1;
+
+/// The replication factor of a topic whose spec gives none: the cluster's
+/// `default.replication.factor` (the KafkaCluster's `spec.config`, which is
+/// the brokers' config), else Kafka's default. A value that is not a
+/// positive number counts as unset (the broker would not start with it).
+pub fn default_replication_factor(cluster_config: &BTreeMap<String, String>) -> i32 {
+    cluster_config
+        .get("default.replication.factor")
+        .and_then(|v| v.trim().parse::<i32>().ok())
+        .filter(|rf| *rf >= 1)
+        .unwrap_or(KAFKA_DEFAULT_REPLICATION_FACTOR)
+}
+
+/// Plans the actions for `spec` given the observed topic (None = absent),
+/// the number of live brokers (see [`broker_count`]) and the cluster's
+/// default replication factor (see [`default_replication_factor`]).
+pub fn plan(
+    spec: &KafkaTopicSpec,
+    observed: Option<&ObservedTopic>,
+    brokers: usize,
+    default_rf: i32,
+) -> TopicPlan {
     let mut out = TopicPlan::default();
     let bad = bad_config_names(&spec.config);
     if !bad.is_empty() {
@@ -87,11 +112,16 @@ pub fn plan(spec: &KafkaTopicSpec, observed: Option<&ObservedTopic>, brokers: us
         return out;
     }
     let Some(observed) = observed else {
-        let rf = spec.replication_factor;
+        let rf = spec.replication_factor.unwrap_or(default_rf);
         if rf < 1 || rf as usize > brokers {
+            let source = if spec.replication_factor.is_some() {
+                "replicationFactor"
+            } else {
+                "the cluster's default.replication.factor"
+            };
             out.problems.push(problem(
                 "ReplicationFactorTooHigh",
-                format!("replicationFactor {rf} needs {rf} brokers; the cluster has {brokers}"),
+                format!("{source} {rf} needs {rf} brokers; the cluster has {brokers}"),
             ));
         } else if spec.partitions < 1 {
             out.problems.push(problem(
@@ -121,14 +151,17 @@ pub fn plan(spec: &KafkaTopicSpec, observed: Option<&ObservedTopic>, brokers: us
             .push(TopicAction::GrowPartitions(spec.partitions));
     }
 
-    if observed.replication_factor > 0 && spec.replication_factor != observed.replication_factor {
-        out.problems.push(problem(
-            "ReplicationFactorChangeUnsupported",
-            format!(
-                "spec.replicationFactor is {} but the topic has {}; changing it is not supported yet",
-                spec.replication_factor, observed.replication_factor
-            ),
-        ));
+    match spec.replication_factor {
+        Some(rf) if observed.replication_factor > 0 && rf != observed.replication_factor => {
+            out.problems.push(problem(
+                "ReplicationFactorChangeUnsupported",
+                format!(
+                    "spec.replicationFactor is {rf} but the topic has {}; changing it is not supported yet",
+                    observed.replication_factor
+                ),
+            ));
+        }
+        _ => {}
     }
 
     let mut ops: Vec<ConfigOp> = spec
@@ -160,7 +193,7 @@ mod tests {
             cluster_ref: "c".into(),
             topic_name: None,
             partitions,
-            replication_factor: rf,
+            replication_factor: Some(rf),
             config: config
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -184,7 +217,7 @@ mod tests {
 
     #[test]
     fn absent_topic_is_created() {
-        let p = plan(&spec(3, 1, &[("retention.ms", "1000")]), None, 1);
+        let p = plan(&spec(3, 1, &[("retention.ms", "1000")]), None, 1, 1);
         assert!(p.problems.is_empty());
         assert_eq!(
             p.actions,
@@ -198,7 +231,7 @@ mod tests {
 
     #[test]
     fn replication_factor_above_broker_count_is_a_problem() {
-        let p = plan(&spec(3, 3, &[]), None, 1);
+        let p = plan(&spec(3, 3, &[]), None, 1, 1);
         assert!(p.actions.is_empty());
         assert_eq!(p.problems[0].reason, "ReplicationFactorTooHigh");
         assert!(p.problems[0].message.contains("has 1"));
@@ -208,15 +241,15 @@ mod tests {
     fn registered_brokers_decide_the_replication_factor() {
         // 3 Ready pods that are 3 one-broker clusters: no record, Metadata says 1.
         let n = broker_count(None, 1);
-        let p = plan(&spec(3, 3, &[]), None, n);
+        let p = plan(&spec(3, 3, &[]), None, n, 1);
         assert_eq!(p.problems[0].reason, "ReplicationFactorTooHigh");
         // The record has 2 registered unfenced brokers: RF 3 still refused,
         // whatever one broker's Metadata says.
-        let p = plan(&spec(3, 3, &[]), None, broker_count(Some(2), 3));
+        let p = plan(&spec(3, 3, &[]), None, broker_count(Some(2), 3), 1);
         assert_eq!(p.problems[0].reason, "ReplicationFactorTooHigh");
         assert!(p.problems[0].message.contains("has 2"));
         // 3 registered: accepted.
-        let p = plan(&spec(3, 3, &[]), None, broker_count(Some(3), 1));
+        let p = plan(&spec(3, 3, &[]), None, broker_count(Some(3), 1), 1);
         assert!(p.problems.is_empty());
         assert!(matches!(
             p.actions[0],
@@ -226,7 +259,7 @@ mod tests {
             }
         ));
         // A record with nobody registered refuses even RF 1.
-        let p = plan(&spec(1, 1, &[]), None, broker_count(Some(0), 1));
+        let p = plan(&spec(1, 1, &[]), None, broker_count(Some(0), 1), 1);
         assert_eq!(p.problems[0].reason, "ReplicationFactorTooHigh");
     }
 
@@ -236,15 +269,16 @@ mod tests {
             &spec(3, 1, &[("a", "1")]),
             Some(&observed(3, 1, &[("a", "1")])),
             1,
+            1,
         );
         assert_eq!(p, TopicPlan::default());
     }
 
     #[test]
     fn partitions_grow_but_never_shrink() {
-        let p = plan(&spec(5, 1, &[]), Some(&observed(3, 1, &[])), 1);
+        let p = plan(&spec(5, 1, &[]), Some(&observed(3, 1, &[])), 1, 1);
         assert_eq!(p.actions, vec![TopicAction::GrowPartitions(5)]);
-        let p = plan(&spec(2, 1, &[]), Some(&observed(3, 1, &[])), 1);
+        let p = plan(&spec(2, 1, &[]), Some(&observed(3, 1, &[])), 1, 1);
         assert!(p.actions.is_empty());
         assert_eq!(p.problems[0].reason, "PartitionDecreaseNotAllowed");
     }
@@ -263,6 +297,7 @@ mod tests {
                 &[("retention.ms", "5"), ("segment.bytes", "1")],
             )),
             1,
+            1,
         );
         assert_eq!(
             p.actions,
@@ -276,14 +311,55 @@ mod tests {
 
     #[test]
     fn replication_factor_change_is_reported_not_done() {
-        let p = plan(&spec(1, 2, &[]), Some(&observed(1, 1, &[])), 3);
+        let p = plan(&spec(1, 2, &[]), Some(&observed(1, 1, &[])), 3, 1);
         assert!(p.actions.is_empty());
         assert_eq!(p.problems[0].reason, "ReplicationFactorChangeUnsupported");
     }
 
     #[test]
+    fn cluster_default_replication_factor() {
+        let config =
+            |v: &str| BTreeMap::from([("default.replication.factor".to_string(), v.to_string())]);
+        assert_eq!(default_replication_factor(&BTreeMap::new()), 1);
+        assert_eq!(default_replication_factor(&config("3")), 3);
+        assert_eq!(default_replication_factor(&config(" 2 ")), 2);
+        assert_eq!(default_replication_factor(&config("0")), 1);
+        assert_eq!(default_replication_factor(&config("three")), 1);
+    }
+
+    #[test]
+    fn no_replication_factor_takes_the_cluster_default() {
+        let mut s = spec(3, 1, &[]);
+        s.replication_factor = None;
+        let p = plan(&s, None, 3, 3);
+        assert!(p.problems.is_empty(), "{p:?}");
+        assert_eq!(
+            p.actions,
+            vec![TopicAction::Create {
+                partitions: 3,
+                replication_factor: 3,
+                config: BTreeMap::new(),
+            }]
+        );
+        // Too few brokers for the default: said so, with where the factor came from.
+        let p = plan(&s, None, 2, 3);
+        assert!(p.actions.is_empty());
+        assert_eq!(p.problems[0].reason, "ReplicationFactorTooHigh");
+        assert!(
+            p.problems[0]
+                .message
+                .contains("default.replication.factor 3"),
+            "{}",
+            p.problems[0].message
+        );
+        // An existing topic: whatever factor it has is accepted.
+        let p = plan(&s, Some(&observed(3, 2, &[])), 3, 3);
+        assert_eq!(p, TopicPlan::default());
+    }
+
+    #[test]
     fn bad_config_keys_stop_everything() {
-        let p = plan(&spec(1, 1, &[("Not A Key", "1")]), None, 1);
+        let p = plan(&spec(1, 1, &[("Not A Key", "1")]), None, 1, 1);
         assert!(p.actions.is_empty());
         assert_eq!(p.problems[0].reason, "InvalidConfig");
     }

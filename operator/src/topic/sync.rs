@@ -84,15 +84,18 @@ fn rejected(e: &KafkaError) -> Option<Problem> {
 /// Brings topic `name` to `spec` through `admin`. `registered` is the number
 /// of brokers registered with the controller, when the cluster record is
 /// known; otherwise the Metadata response's broker count is used.
+/// `default_rf` is the cluster's default replication factor (see
+/// [`super::plan::default_replication_factor`]), for a spec without one.
 pub async fn sync_topic(
     admin: &mut AdminClient,
     name: &str,
     spec: &KafkaTopicSpec,
     registered: Option<usize>,
+    default_rf: i32,
 ) -> Result<SyncOutcome, KafkaError> {
     let (observed, metadata_brokers) = observe(admin, name).await?;
     let brokers = broker_count(registered, metadata_brokers);
-    let topic_plan = plan(spec, observed.as_ref(), brokers);
+    let topic_plan = plan(spec, observed.as_ref(), brokers, default_rf);
     let mut outcome = SyncOutcome {
         problems: topic_plan.problems,
         brokers,
