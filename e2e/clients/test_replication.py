@@ -298,6 +298,11 @@ class KcatProducer:
                     "-X", "acks=all", "-X", "enable.idempotence=true",
                     "-X", "linger.ms=5", "-X", "message.timeout.ms=60000",
                     "-X", "retry.backoff.ms=100", "-X", "reconnect.backoff.max.ms=1000",
+                    # kcat exits when every broker it knows is down at once; with
+                    # sparse connections a restarted broker that leads nothing yet
+                    # is never reconnected, so killing the last leader would look
+                    # like that to it (seen in the Kubernetes-mode run)
+                    "-X", "enable.sparse.connections=false",
                 ],
                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err,
                 preexec_fn=brokers._die_with_parent,
