@@ -58,16 +58,7 @@ pub fn write_checkpoints(dir: &Path, checkpoints: &[(&str, i64)]) -> Result<()> 
         return Ok(());
     }
     for &(name, value) in checkpoints {
-        let tmp = dir.join(format!("{name}{TMP_SUFFIX}"));
-        let written = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)
-            .and_then(|mut f| {
-                f.write_all(format!("{MAGIC} {VERSION} {value}\n").as_bytes())?;
-                f.sync_all()
-            });
+        let written = write_temp(dir, name, format!("{MAGIC} {VERSION} {value}\n").as_bytes());
         if let Err(e) = written {
             // A full disk: do not leave temp files holding space behind.
             for &(n, _) in checkpoints {
@@ -88,22 +79,25 @@ pub fn write_checkpoints(dir: &Path, checkpoints: &[(&str, i64)]) -> Result<()> 
 /// checkpoints of another format than one value (the leader epoch cache).
 pub fn write_atomically(dir: &Path, name: &str, content: &[u8]) -> Result<()> {
     let tmp = dir.join(format!("{name}{TMP_SUFFIX}"));
-    let written = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&tmp)
-        .and_then(|mut f| {
-            f.write_all(content)?;
-            f.sync_all()
-        });
-    if let Err(e) = written {
+    if let Err(e) = write_temp(dir, name, content) {
         let _ = fs::remove_file(&tmp);
         return Err(e.into());
     }
     fs::rename(&tmp, dir.join(name))?;
     fsync_dir(dir)?;
     Ok(())
+}
+
+/// Writes `content` to `dir/<name>.tmp` and fsyncs it (the first half of
+/// an atomic replace; the caller renames).
+fn write_temp(dir: &Path, name: &str, content: &[u8]) -> std::io::Result<()> {
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(dir.join(format!("{name}{TMP_SUFFIX}")))?;
+    f.write_all(content)?;
+    f.sync_all()
 }
 
 /// Removes `dir/name` durably (absent is fine).
