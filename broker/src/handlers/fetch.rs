@@ -56,6 +56,24 @@ fn refused(index: i32, code: ResponseError) -> PartitionOut {
     }
 }
 
+/// A partition's answer with its offsets and what was read.
+fn served(
+    index: i32,
+    offsets: crate::partition::PartitionOffsets,
+    records: Option<crate::storage::FetchSlice>,
+) -> PartitionOut {
+    PartitionOut {
+        index,
+        error_code: 0,
+        high_watermark: offsets.high_watermark,
+        last_stable_offset: offsets.high_watermark,
+        log_start_offset: offsets.log_start,
+        records,
+        diverging_epoch: None,
+        preferred_read_replica: -1,
+    }
+}
+
 /// The partition a consumer's fetch may read here, its leader epoch, and
 /// whether this broker leads it: one it leads, or — with KIP-392
 /// (`replica.selector.class` set, Fetch v11+) — one it follows, read below
@@ -172,14 +190,8 @@ fn gather(broker: &Broker, req: &FetchRequest, version: i16) -> Gathered {
                         remaining = remaining.saturating_sub(len);
                         any_error |= read.diverging.is_some();
                         partitions.push(PartitionOut {
-                            index: fp.partition,
-                            error_code: 0,
-                            high_watermark: read.offsets.high_watermark,
-                            last_stable_offset: read.offsets.high_watermark,
-                            log_start_offset: read.offsets.log_start,
-                            records,
                             diverging_epoch: read.diverging,
-                            preferred_read_replica: -1,
+                            ..served(fp.partition, read.offsets, records)
                         });
                     }
                     Err(code) => {
@@ -207,16 +219,9 @@ fn gather(broker: &Broker, req: &FetchRequest, version: i16) -> Gathered {
                 None
             };
             if let Some(preferred) = preferred {
-                let offsets = partition.offsets();
                 partitions.push(PartitionOut {
-                    index: fp.partition,
-                    error_code: 0,
-                    high_watermark: offsets.high_watermark,
-                    last_stable_offset: offsets.high_watermark,
-                    log_start_offset: offsets.log_start,
-                    records: None,
-                    diverging_epoch: None,
                     preferred_read_replica: preferred,
+                    ..served(fp.partition, partition.offsets(), None)
                 });
                 // answer at once: the consumer goes to that replica
                 any_error = true;
@@ -234,16 +239,7 @@ fn gather(broker: &Broker, req: &FetchRequest, version: i16) -> Gathered {
                     let len = slice.as_ref().map_or(0, |s| s.len);
                     bytes += len;
                     remaining = remaining.saturating_sub(len);
-                    partitions.push(PartitionOut {
-                        index: fp.partition,
-                        error_code: 0,
-                        high_watermark: offsets.high_watermark,
-                        last_stable_offset: offsets.high_watermark,
-                        log_start_offset: offsets.log_start,
-                        records: slice,
-                        diverging_epoch: None,
-                        preferred_read_replica: -1,
-                    });
+                    partitions.push(served(fp.partition, offsets, slice));
                 }
                 Err(e) => {
                     any_error = true;

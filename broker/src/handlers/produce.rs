@@ -66,6 +66,15 @@ pub fn handle(broker: &Broker, req: ProduceRequest, _version: i16) -> Handled {
     for topic_data in req.topic_data {
         let name = topic_data.name.0.as_str().to_string();
         let mut partition_responses = Vec::with_capacity(topic_data.partition_data.len());
+        // acks=all: the topic's min.insync.replicas, looked up once per topic
+        let min_isr = (acks == -1).then(|| {
+            broker.topics.get(&name).map_or(1, |t| {
+                crate::topic_config::min_insync_replicas(
+                    &t.meta.configs,
+                    broker.topics.broker_config(),
+                )
+            })
+        });
         for pd in topic_data.partition_data {
             let index = pd.index;
             if !matches!(acks, -1..=1) {
@@ -129,14 +138,6 @@ pub fn handle(broker: &Broker, req: ProduceRequest, _version: i16) -> Handled {
                     continue;
                 }
             };
-            let min_isr = (acks == -1).then(|| {
-                broker.topics.get(&name).map_or(1, |t| {
-                    crate::topic_config::min_insync_replicas(
-                        &t.meta.configs,
-                        broker.topics.broker_config(),
-                    )
-                })
-            });
             let mut buf = records.to_vec();
             let appended = partition.append(&mut buf, &headers, min_isr);
             if let (Ok(a), Some(min_isr)) = (&appended, min_isr) {

@@ -127,7 +127,8 @@ async fn fetch_loop(
     mut set: FetchSet,
     set_rx: &mut watch::Receiver<FetchSet>,
 ) -> std::io::Result<()> {
-    let mut delayed: HashMap<(String, i32), Instant> = HashMap::new();
+    // refused partitions, by identity (the address of their shared state)
+    let mut delayed: HashMap<usize, Instant> = HashMap::new();
     loop {
         if set_rx.has_changed().unwrap_or(false) {
             let next = set_rx.borrow_and_update().clone();
@@ -141,7 +142,7 @@ async fn fetch_loop(
         let wanted: Vec<(Arc<Partition>, FetchPosition)> = set
             .partitions
             .iter()
-            .filter(|p| !delayed.contains_key(&(p.topic.clone(), p.index)))
+            .filter(|p| !delayed.contains_key(&(Arc::as_ptr(p) as usize)))
             .map(|p| (p.clone(), p.fetch_position()))
             .filter(|(_, pos)| pos.leader >= 0 && !pos.leading)
             .collect();
@@ -164,8 +165,8 @@ async fn fetch_loop(
         let refused = tokio::task::spawn_blocking(move || apply_response(&wanted, response))
             .await
             .map_err(std::io::Error::other)?;
-        for key in refused {
-            delayed.insert(key, Instant::now() + settings.backoff);
+        for p in refused {
+            delayed.insert(Arc::as_ptr(&p) as usize, Instant::now() + settings.backoff);
         }
     }
 }
@@ -184,7 +185,9 @@ fn fetch_request(
             .with_last_fetched_epoch(pos.last_epoch)
             .with_log_start_offset(pos.log_start)
             .with_partition_max_bytes(settings.partition_max_bytes);
-        match topics.iter_mut().find(|t| t.topic.0.as_str() == p.topic) {
+        // the set lists a topic's partitions together (the manager walks
+        // topics in order)
+        match topics.last_mut().filter(|t| t.topic.0.as_str() == p.topic) {
             Some(t) => t.partitions.push(partition),
             None => topics.push(
                 FetchTopic::default()
@@ -209,19 +212,20 @@ fn fetch_request(
 fn apply_response(
     wanted: &[(Arc<Partition>, FetchPosition)],
     response: FetchResponse,
-) -> Vec<(String, i32)> {
+) -> Vec<Arc<Partition>> {
+    let by_name: HashMap<(&str, i32), &(Arc<Partition>, FetchPosition)> = wanted
+        .iter()
+        .map(|w| ((w.0.topic.as_str(), w.0.index), w))
+        .collect();
     let mut refused = Vec::new();
     for t in &response.responses {
         for d in &t.partitions {
-            let Some((p, pos)) = wanted
-                .iter()
-                .find(|(p, _)| p.topic == t.topic.0.as_str() && p.index == d.partition_index)
-            else {
+            let Some((p, pos)) = by_name.get(&(t.topic.0.as_str(), d.partition_index)) else {
                 continue;
             };
             if let Err(e) = apply_partition(p, pos, d) {
                 tracing::debug!(topic = %p.topic, partition = p.index, error = %e, "replica fetch of a partition refused");
-                refused.push((p.topic.clone(), p.index));
+                refused.push(p.clone());
             }
         }
     }
