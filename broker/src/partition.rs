@@ -487,6 +487,20 @@ impl Partition {
         Ok((slice, offsets_of(&state.log)))
     }
 
+    /// Reads whole batches from `offset` up to the log end, past the high
+    /// watermark: for a state loader on a broker that has just become
+    /// leader (the group coordinator taking a shard over). What this log
+    /// holds above its high watermark is what the new leader's epoch keeps
+    /// — followers truncate to it — so it is committed once they fetch it;
+    /// a loader stopping at the high watermark would miss what the old
+    /// leader acknowledged just before dying, when this broker had the
+    /// records but not yet the high watermark that covers them.
+    pub fn read_to_log_end(&self, offset: i64, max_bytes: u64) -> storage::Result<FetchSlice> {
+        let state = self.lock();
+        let end = state.log.log_end_offset();
+        state.log.read(offset, max_bytes, end)
+    }
+
     /// Serves a follower's fetch as leader: records its progress (its
     /// fetch offset is its log end), moves the high watermark, and reads
     /// up to the log end. `last_fetched_epoch` (≥ 0) is the epoch of the
@@ -1030,6 +1044,8 @@ mod tests {
         assert_eq!(more, 5);
         let (consumer, _) = p.read(3, 1 << 20).unwrap();
         assert!(consumer.is_empty(), "nothing above the high watermark");
+        let loader = p.read_to_log_end(3, 1 << 20).unwrap();
+        assert!(!loader.is_empty(), "a state loader reads to the log end");
         let follower = p.read_for_follower(2, 3, -1, 1 << 20).unwrap();
         assert!(follower.records.is_some_and(|r| !r.is_empty()));
         // a replica id that is not a replica is refused

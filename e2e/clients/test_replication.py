@@ -24,13 +24,23 @@ chosen by MOLDAU_CLUSTER_BACKEND (`dir` by default, `kubernetes` when run by
   shutdown), no delivery fails, no acknowledged record is lost, duplicated
   or reordered;
 - the Java client (e2e/clients/java, `ReplicationCheck`), idempotent
-  `acks=all`, through a leader kill: the same exactly-once, in-order check.
+  `acks=all`, through a leader kill: the same exactly-once, in-order check;
+- a follower SIGSTOPped past `replica.lag.time.max.ms` leaves every ISR
+  (Metadata, and the leaders' `moldau_under_replicated_partitions`) and
+  rejoins after SIGCONT (the gauge back to 0 everywhere);
+- a leader whose followers are paused takes `acks=1` records they never
+  get and is killed; a follower is elected, and when the old leader
+  returns it truncates them ("truncated a diverged replica"), while a
+  consumer reading throughout is never served one of them;
+- a group's coordinator is killed (-9) after a commit: the broker that
+  takes its offsets partition over serves the committed offsets
+  (`__consumer_offsets` has 3 replicas).
 
-The raw-wire checks of the same mechanisms (ISR shrink on a pause,
-divergent-log truncation, metrics) are broker/tests/replication_dir.rs; the
-long randomized run is the fault checker (e2e/faults). Every wait here is
-bounded; broker settings are fast (session 3 s, replica lag 2 s, leader
-rebalance every 2 s): the module takes about 40 s on a 2-core machine.
+The raw-wire checks of the same mechanisms are
+broker/tests/replication_dir.rs; the long randomized run is the fault
+checker (e2e/faults). Every wait here is bounded; broker settings are fast
+(session 3 s, replica lag 2 s, leader rebalance every 2 s): the module takes
+about 50 s on a 2-core machine.
 """
 
 from __future__ import annotations
@@ -670,3 +680,222 @@ def test_the_java_client_produces_through_a_leader_kill(up):
     n = assert_exactly_once_in_order(read_all(cluster.bootstrap, topic), jp)
     assert n > 0
     print(f"Java: {n} acknowledged records, all consumed exactly once, in order")
+
+
+# -- pauses, divergence, coordinators --------------------------------------------
+
+
+def metric(b, name: str) -> int:
+    """`name`'s value on broker `b`'s /metrics (summed over its label sets)."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://{b.host}:{b.http_port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.split("{")[0].split(" ")[0] == name]
+    assert values, f"{name} not in {b.host}:{b.http_port}/metrics"
+    return int(sum(values))
+
+
+def controller_id(c: Cluster) -> int:
+    return admin(c.bootstrap).list_topics(timeout=5).controller_id
+
+
+class Watcher(threading.Thread):
+    """A plain consumer of `topic`-`part` from the beginning, remembering every
+    value it was ever served, until stop()."""
+
+    def __init__(self, bootstrap: str, topic: str, part: int):
+        super().__init__(name=f"watch-{topic}", daemon=True)
+        self.bootstrap, self.topic, self.part = bootstrap, topic, part
+        self.seen: list[bytes] = []
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+        c = Consumer({
+            "bootstrap.servers": self.bootstrap,
+            "group.id": f"moldau-e2e-watch-{uuid.uuid4().hex[:6]}",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 50,
+            "topic.metadata.refresh.interval.ms": 1000,
+            "logger": RDKAFKA_LOGGER,
+        })
+        try:
+            c.assign([TopicPartition(self.topic, self.part, OFFSET_BEGINNING)])
+            while not self._halt.is_set():
+                for m in c.consume(100, 0.2):
+                    if not m.error():
+                        self.seen.append(m.value())
+        finally:
+            c.close()
+
+    def stop(self) -> list[bytes]:
+        self._halt.set()
+        self.join(30)
+        return self.seen
+
+
+def test_a_paused_follower_leaves_the_isr_and_rejoins(up):
+    cluster = up
+    topic = create_topic(cluster, "repl-pause")
+    controller = controller_id(cluster)
+    leaders = {l for l, _, _ in partitions(cluster.bootstrap, topic).values()}
+    # a broker that is not the controller (in `dir` mode a paused controller
+    # keeps its lock and nothing changes meanwhile) and leads nothing of the
+    # topic, if there is one
+    candidates = [n for n in NODES if n != controller]
+    follower = next((n for n in candidates if n not in leaders), candidates[0])
+    others = [n for n in NODES if n != follower]
+    t0 = time.monotonic()
+    cluster[follower].pause()
+    try:
+        def shrunk():
+            ps = partitions(cluster[others[0]].bootstrap, topic)
+            return all(follower not in isr and l != follower for l, _, isr in ps.values()) and ps
+
+        out = wait_until(f"broker {follower} (paused) out of every ISR of {topic}", shrunk, FAILOVER_TIMEOUT)
+        t_out = time.monotonic() - t0
+        # the leaders' /metrics count the under-replicated partitions they lead
+        under = {n: metric(cluster[n], "moldau_under_replicated_partitions") for n in others}
+        led = Counter(l for l, _, _ in out.values())
+        for n in others:
+            assert under[n] >= led[n], f"broker {n} leads {led[n]} partitions of {topic} without {follower}, /metrics says {under[n]} under-replicated"
+        assert sum(under.values()) >= PARTITIONS, under
+    finally:
+        cluster[follower].resume()
+    t1 = time.monotonic()
+    wait_in_sync(cluster, topic)
+    t_back = time.monotonic() - t1
+    wait_until(
+        "no under-replicated partition on any broker",
+        lambda: all(metric(cluster[n], "moldau_under_replicated_partitions") == 0 for n in NODES),
+        IN_SYNC_TIMEOUT,
+    )
+    print(f"paused follower {follower}: out of every ISR after {t_out:.1f}s, back in {t_back:.1f}s after SIGCONT")
+
+
+def test_a_diverged_old_leader_is_truncated_and_no_consumer_reads_what_it_lost(up):
+    from confluent_kafka import Producer
+
+    cluster = up
+    topic = create_topic(cluster, "repl-diverge")
+    old = wait_leader(cluster, topic, 0)
+    followers = [n for n in NODES if n != old]
+
+    def produce(bootstrap: str, values: list[bytes], **conf) -> list:
+        p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "logger": RDKAFKA_LOGGER, **conf})
+        errors = []
+        for v in values:
+            p.produce(topic, value=v, partition=0, on_delivery=lambda err, msg: errors.append(err))
+        assert p.flush(30) == 0, "delivery reports within 30 s"
+        return errors
+
+    committed = [f"a{i}".encode() for i in range(5)]
+    assert produce(cluster.bootstrap, committed, acks="all", **{"enable.idempotence": True}) == [None] * 5
+    watcher = Watcher(cluster.bootstrap, topic, 0)
+    watcher.start()
+    # a producer connected to the old leader before the pause, so the records
+    # below reach it at once
+    lone = Producer({"bootstrap.servers": cluster[old].bootstrap, "acks": "1", "enable.idempotence": False,
+                     "retries": 0, "linger.ms": 0, "logger": RDKAFKA_LOGGER})
+    lone_errors = []
+    lone.produce(topic, value=b"warm", partition=0, on_delivery=lambda err, msg: lone_errors.append(err))
+    assert lone.flush(10) == 0 and lone_errors == [None], lone_errors
+    committed.append(b"warm")
+    wait_until("the watcher served every committed record", lambda: watcher.seen == committed, IN_SYNC_TIMEOUT)
+
+    # Both followers paused (long enough for their parked fetches to be
+    # answered, so nothing new reaches them), the leader takes acks=1
+    # records they never get, and dies — within replica.lag.time.max.ms, so
+    # the followers are still in the ISR and one of them is elected.
+    for f in followers:
+        cluster[f].pause()
+    t0 = time.monotonic()
+    try:
+        time.sleep(0.4)
+        for i in range(3):
+            lone.produce(topic, value=f"lost{i}".encode(), partition=0, on_delivery=lambda err, msg: lone_errors.append(err))
+        assert lone.flush(5) == 0 and lone_errors == [None] * 4, lone_errors
+        cluster[old].kill()
+        alone_for = time.monotonic() - t0
+    finally:
+        for f in followers:
+            cluster[f].resume()
+    assert alone_for < 2.0, f"the leader was alone for {alone_for:.1f}s, past replica.lag.time.max.ms (2 s): the test cannot show divergence"
+    new = wait_leader(cluster, topic, 0, other_than=old)
+    after = [b"b0", b"b1"]
+    assert produce(cluster.bootstrap, after, acks="all", **{"enable.idempotence": True, "message.timeout.ms": 30000}) == [None, None]
+    committed += after
+
+    cluster[old].start()
+    wait_in_sync(cluster, topic)
+    log = cluster[old].log_path.read_text(errors="replace")
+    assert "truncated a diverged replica" in log, f"broker {old} never truncated: {cluster[old].log_tail()}"
+    wait_until("the watcher served the records produced after the failover", lambda: watcher.seen[-2:] == after, IN_SYNC_TIMEOUT)
+    # leadership may go back to the old leader (preferred replica): it serves
+    # exactly the committed records
+    if partitions(cluster.bootstrap, topic)[0][1][0] == old:
+        wait_leader(cluster, topic, 0)
+    seen = watcher.stop()
+    lost = [v for v in seen if v.startswith(b"lost")]
+    assert not lost, f"a consumer read records the old leader alone had: {lost}"
+    assert seen == committed, f"served {seen}, committed {committed}"
+    values = [v for _, v in read_all(cluster.bootstrap, topic)[0]]
+    assert values == committed, f"partition 0 holds {values}, want {committed}"
+    print(f"diverged leader {old} (new leader {new}) truncated 3 unreplicated records; served: {len(seen)} committed records, none lost")
+
+
+def test_the_coordinator_that_takes_over_a_group_serves_its_committed_offsets(up):
+    from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
+
+    cluster = up
+    topic = create_topic(cluster, "repl-coord")
+    group = f"moldau-e2e-repl-group-{uuid.uuid4().hex[:6]}"
+    want = {p: 3 + p for p in range(PARTITIONS)}
+
+    def consumer():
+        return Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "enable.auto.commit": False,
+                         "logger": RDKAFKA_LOGGER})
+
+    c = consumer()
+    try:
+        got = c.commit(offsets=[TopicPartition(topic, p, o) for p, o in want.items()], asynchronous=False)
+        assert {tp.partition: tp.offset for tp in got} == want and all(tp.error is None for tp in got), got
+    finally:
+        c.close()
+
+    def coordinator():
+        d = admin(cluster.bootstrap).describe_consumer_groups([group], request_timeout=10)[group].result(10)
+        return d.coordinator.id
+
+    old = coordinator()
+    offsets_leaders = {l for l, _, _ in partitions(cluster.bootstrap, "__consumer_offsets").values()}
+    assert old in offsets_leaders, f"coordinator {old} leads no offsets partition ({offsets_leaders})"
+    assert all(r == list(NODES) for _, r, _ in partitions(cluster.bootstrap, "__consumer_offsets").values()), (
+        "__consumer_offsets has offsets.topic.replication.factor (3) replicas"
+    )
+    cluster[old].kill()
+    t0 = time.monotonic()
+    new = wait_until(f"a coordinator for {group} other than {old}", lambda: (lambda c: c != old and (c,))(coordinator()), FAILOVER_TIMEOUT)[0]
+    t_moved = time.monotonic() - t0
+
+    seen = {}
+
+    def served():
+        c = consumer()
+        try:
+            tps = c.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=10)
+            seen["last"] = [(tp.partition, tp.offset, tp.error) for tp in tps]
+            return {tp.partition: tp.offset for tp in tps if tp.error is None} == want
+        finally:
+            c.close()
+
+    try:
+        wait_until("the committed offsets served", served, FAILOVER_TIMEOUT)
+    except AssertionError as e:
+        raise AssertionError(f"{e}; last answer (partition, offset, error): {seen.get('last')}") from None
+    listed = admin(cluster.bootstrap).list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(10)
+    assert {tp.partition: tp.offset for tp in listed.topic_partitions if tp.topic == topic} == want
+    cluster[old].start()
+    print(f"coordinator {old} killed: {new} took {group} over after {t_moved:.1f}s and serves its offsets {want}")

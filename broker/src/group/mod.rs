@@ -219,14 +219,17 @@ pub fn subscribed_topics(metadata: &[u8]) -> Vec<String> {
     out
 }
 
-/// Every committed offset in one offsets partition's log: the table and
-/// the number of records applied.
+/// Every committed offset in one offsets partition's log, to its end (a
+/// coordinator taking a shard over serves what the old leader acknowledged
+/// even before this broker's high watermark covers it; see
+/// [`Partition::read_to_log_end`](crate::topics::Partition::read_to_log_end)):
+/// the table and the number of records applied.
 fn read_offsets(p: &crate::topics::Partition) -> Result<(OffsetTable, usize), TopicError> {
     let mut table = OffsetTable::default();
     let mut records = 0usize;
     let mut offset = p.offsets().log_start;
     loop {
-        let (slice, _) = p.read(offset, 1024 * 1024)?;
+        let slice = p.read_to_log_end(offset, 1024 * 1024)?;
         if slice.is_empty() {
             break;
         }
