@@ -42,6 +42,11 @@ pub struct PartitionImage {
     /// Grows with every change of the partition (leader, ISR, replicas):
     /// the compare-and-swap version of ISR changes.
     pub partition_epoch: i32,
+    /// A running reassignment's replicas being added (in `replicas`,
+    /// catching up); empty when none runs.
+    pub adding_replicas: Vec<i32>,
+    /// A running reassignment's replicas that leave once it completes.
+    pub removing_replicas: Vec<i32>,
 }
 
 /// What a broker is for one partition.
@@ -132,6 +137,8 @@ impl MetadataImage {
                     leader_epoch: 0,
                     isr: vec![node],
                     partition_epoch: 0,
+                    adding_replicas: vec![],
+                    removing_replicas: vec![],
                 })
                 .collect();
             (t.name, t.id, partitions)
@@ -183,33 +190,32 @@ impl MetadataImage {
         }
     }
 
-    /// What this image places on broker `node`: every topic with at least
-    /// one replica there, and which partitions.
+    /// What this image places on broker `node`: every topic, and which of
+    /// its partitions have a replica there (none for most topics of a big
+    /// cluster: the broker then holds none, and deletes what a
+    /// reassignment moved away).
     pub fn assigned_to(&self, node: i32) -> Vec<crate::topics::Assigned> {
         self.topics
             .values()
-            .filter_map(|t| {
+            .map(|t| {
                 let held: Vec<i32> = t
                     .partitions
                     .iter()
                     .filter(|p| p.replicas.contains(&node))
                     .map(|p| p.index)
                     .collect();
-                if held.is_empty() {
-                    return None;
-                }
                 let replication_factor = t
                     .partitions
                     .first()
                     .map_or(1, |p| i16::try_from(p.replicas.len()).unwrap_or(i16::MAX));
-                Some(crate::topics::Assigned {
+                crate::topics::Assigned {
                     name: t.name.clone(),
                     id: t.id,
                     partitions: i32::try_from(t.partitions.len()).unwrap_or(i32::MAX),
                     replication_factor,
                     configs: t.configs.clone(),
                     held,
-                })
+                }
             })
             .collect()
     }
@@ -300,6 +306,8 @@ mod tests {
             replicas,
             leader_epoch: 0,
             partition_epoch: 0,
+            adding_replicas: vec![],
+            removing_replicas: vec![],
         };
         let id = Uuid::new_v4();
         let mut image = MetadataImage::new(
@@ -317,12 +325,13 @@ mod tests {
         );
         image.set_configs("a", [("retention.ms".to_string(), "1".to_string())].into());
         let here = image.assigned_to(1);
-        assert_eq!(here.len(), 1, "nothing of b on broker 1");
+        assert_eq!(here.len(), 2, "every topic, held here or not");
         assert_eq!(here[0].id, id);
         assert_eq!(here[0].held, vec![0, 2]);
         assert_eq!(here[0].partitions, 3);
         assert_eq!(here[0].configs["retention.ms"], "1");
-        assert!(image.assigned_to(9).is_empty());
+        assert!(here[1].held.is_empty(), "nothing of b on broker 1");
+        assert!(image.assigned_to(9).iter().all(|a| a.held.is_empty()));
     }
 
     #[test]
@@ -334,6 +343,8 @@ mod tests {
             leader_epoch: 7,
             isr: vec![2, 3],
             partition_epoch: 9,
+            adding_replicas: vec![],
+            removing_replicas: vec![],
         };
         assert_eq!(p.role_of(2), PartitionRole::Leader { epoch: 7 });
         assert_eq!(

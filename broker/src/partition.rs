@@ -1018,6 +1018,8 @@ mod tests {
             leader_epoch: epoch,
             isr: isr.to_vec(),
             partition_epoch,
+            adding_replicas: vec![],
+            removing_replicas: vec![],
         }
     }
 

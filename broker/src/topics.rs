@@ -680,7 +680,9 @@ impl TopicManager {
     /// served), and so does one whose name a new topic took without the
     /// old one's deletion (the new one is not opened here meanwhile).
     /// Assigned partitions missing here are created (empty) or opened;
-    /// config changes reach the open logs. The local metadata document
+    /// held partitions the controller placed elsewhere (a reassignment
+    /// moved them) are deleted; config changes reach the open logs. The
+    /// local metadata document
     /// records what is held, so a restart opens the same logs before the
     /// controller answers. Returns whether anything changed.
     pub fn apply_assignment(
@@ -719,6 +721,7 @@ impl TopicManager {
         }
         let mut next = self.topics.read().clone();
         let mut first_error = None;
+        let mut removed = Vec::new();
         for a in assigned.iter().filter(|a| !blocked.contains(&a.name)) {
             let mut held = a.held.clone();
             held.sort_unstable();
@@ -733,6 +736,10 @@ impl TopicManager {
             };
             let current = next.get(&a.name).cloned();
             if current.as_ref().is_some_and(|t| t.meta == meta) {
+                continue;
+            }
+            if held.is_empty() && current.is_none() {
+                // a topic of the cluster with no replica here
                 continue;
             }
             let cfg = topic_config::log_config(&meta.configs, &self.broker);
@@ -755,16 +762,39 @@ impl TopicManager {
                 };
                 partitions.push(p);
             }
-            // Partitions moved away are closed here; their data stays until
-            // reassignment removes it (a later step: nothing moves yet).
+            // Replicas moved away by a reassignment: the controller placed
+            // them elsewhere, so their data goes (renamed first, as a topic
+            // deletion does, and removed once the metadata is rewritten).
+            let moved_away = current
+                .iter()
+                .flat_map(|t| t.partitions.iter())
+                .filter(|p| !held.contains(&p.index));
+            for p in moved_away {
+                let to = delete_dir(&self.data_dir, &a.name, p.index, a.id);
+                match p.with_log(|log| log.rename_dir(&to)) {
+                    Ok(()) => {
+                        tracing::info!(topic = %a.name, partition = p.index, "removing a replica moved to other brokers");
+                        removed.push(to);
+                    }
+                    Err(e) => {
+                        tracing::warn!(topic = %a.name, partition = p.index, error = %e, "cannot remove a replica moved to other brokers; its directory stays")
+                    }
+                }
+            }
+            changed = true;
+            if held.is_empty() {
+                // every replica of it here moved away
+                next.remove(&a.name);
+                continue;
+            }
             let topic = Arc::new(Topic { meta, partitions });
             next.insert(a.name.clone(), topic);
-            changed = true;
         }
         if changed {
             self.persist(&next)?;
             *self.topics.write() = next;
         }
+        remove_dirs_in_background(removed);
         match first_error {
             Some(e) => Err(e),
             None => Ok(changed),

@@ -34,6 +34,8 @@ fn partition(index: i32, replicas: &[i32], leader: i32) -> PartitionRecord {
         leader,
         leader_epoch: 0,
         partition_epoch: 0,
+        adding_replicas: vec![],
+        removing_replicas: vec![],
     }
 }
 

@@ -87,6 +87,14 @@ pub struct PartitionRecord {
     pub leader_epoch: i32,
     /// Grows with every change of this partition (leader, ISR, replicas).
     pub partition_epoch: i32,
+    /// While a reassignment runs (KIP-455): replicas being added (in
+    /// `replicas` already, catching up; not yet in the target's ISR).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub adding_replicas: Vec<i32>,
+    /// While a reassignment runs: replicas to drop once every target
+    /// replica is in sync (`replicas` minus these is the target).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removing_replicas: Vec<i32>,
 }
 
 /// One topic.
@@ -156,6 +164,18 @@ impl TopicRecord {
                     p.isr
                 ));
             }
+            let mut moving = p.adding_replicas.iter().chain(&p.removing_replicas);
+            if moving.any(|r| !p.replicas.contains(r))
+                || p.adding_replicas
+                    .iter()
+                    .any(|r| p.removing_replicas.contains(r))
+                || p.removing_replicas.len() >= p.replicas.len()
+            {
+                return bad(format!(
+                    "partition {i}: a reassignment adding {:?} and removing {:?} does not fit the replicas {:?}",
+                    p.adding_replicas, p.removing_replicas, p.replicas
+                ));
+            }
             if p.leader_epoch < 0 || p.partition_epoch < 0 {
                 return bad(format!("partition {i} has a negative epoch"));
             }
@@ -201,6 +221,8 @@ mod tests {
                     leader: 1,
                     leader_epoch: 0,
                     partition_epoch: 0,
+                    adding_replicas: vec![],
+                    removing_replicas: vec![],
                 },
                 PartitionRecord {
                     index: 1,
@@ -209,6 +231,8 @@ mod tests {
                     leader: -1,
                     leader_epoch: 3,
                     partition_epoch: 4,
+                    adding_replicas: vec![],
+                    removing_replicas: vec![],
                 },
             ],
         }
@@ -228,6 +252,8 @@ mod tests {
             Box::new(|t| t.partitions[1].index = 5),
             Box::new(|t| t.partitions[0].replicas.clear()),
             Box::new(|t| t.partitions[0].replicas = vec![1, 1]),
+            Box::new(|t| t.partitions[0].adding_replicas = vec![7]),
+            Box::new(|t| t.partitions[0].removing_replicas = vec![1]),
             Box::new(|t| t.partitions[0].leader = 9),
             Box::new(|t| t.partitions[0].isr = vec![7]),
             Box::new(|t| t.partitions[0].leader_epoch = -1),

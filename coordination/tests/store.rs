@@ -56,6 +56,8 @@ fn topic(name: &str, partitions: i32) -> TopicRecord {
                 leader: i % 3,
                 leader_epoch: 0,
                 partition_epoch: 0,
+                adding_replicas: vec![],
+                removing_replicas: vec![],
             })
             .collect(),
     }

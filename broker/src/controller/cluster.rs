@@ -73,6 +73,8 @@ fn new_partitions(first: usize, replicas: Vec<Vec<i32>>) -> Vec<PartitionRecord>
             replicas,
             leader_epoch: 0,
             partition_epoch: 0,
+            adding_replicas: Vec::new(),
+            removing_replicas: Vec::new(),
         })
         .collect()
 }
@@ -215,6 +217,8 @@ impl ClusterState {
                 p.leader = c.state.leader;
                 p.leader_epoch = c.state.leader_epoch;
                 p.partition_epoch = c.state.partition_epoch;
+                p.adding_replicas = c.state.adding.clone();
+                p.removing_replicas = c.state.removing.clone();
             }
         }
         changed.into_values().collect()
@@ -248,6 +252,8 @@ pub fn partition_states(t: &TopicRecord) -> Vec<PartitionState> {
             leader: p.leader,
             leader_epoch: p.leader_epoch,
             partition_epoch: p.partition_epoch,
+            adding: p.adding_replicas.clone(),
+            removing: p.removing_replicas.clone(),
         })
         .collect()
 }

@@ -32,8 +32,13 @@ pub struct PartitionState {
     /// -1: no leader.
     pub leader: i32,
     pub leader_epoch: i32,
-    /// Bumped by every change of this state (leader or ISR).
+    /// Bumped by every change of this state (leader, ISR, replicas).
     pub partition_epoch: i32,
+    /// A running reassignment's replicas being added (see
+    /// [`reassignment`](super::reassignment)); empty otherwise.
+    pub adding: Vec<i32>,
+    /// A running reassignment's replicas to drop once it completes.
+    pub removing: Vec<i32>,
 }
 
 /// How a leader was chosen, for logs and metrics.
@@ -68,6 +73,11 @@ fn elect(p: &PartitionState, live: &BTreeSet<i32>, unclean_allowed: bool) -> (i3
         }
     }
     (-1, Election::None)
+}
+
+/// A clean election's winner (the first live replica in the ISR), or -1.
+pub(super) fn elect_clean(p: &PartitionState, live: &BTreeSet<i32>) -> i32 {
+    elect(p, live, false).0
 }
 
 fn changed(p: &PartitionState, leader: i32, isr: Vec<i32>, election: Election) -> Option<Change> {
@@ -241,6 +251,8 @@ mod tests {
             leader,
             leader_epoch: 5,
             partition_epoch: 9,
+            adding: vec![],
+            removing: vec![],
         }
     }
 

@@ -16,7 +16,9 @@ use tokio::sync::watch;
 use tonic::transport::{Channel, Endpoint};
 
 use super::rpc::pb::controller_client::ControllerClient;
-use super::rpc::pb::{AdminResponse, AllocateProducerIdsRequest};
+use super::rpc::pb::{
+    AdminResponse, AllocateProducerIdsRequest, AlterReassignmentsRequest, ReassignmentResult,
+};
 use crate::topics::TopicError;
 
 /// The registered session with the active controller.
@@ -109,18 +111,44 @@ impl ControllerLink {
                     .unwrap_or(ResponseError::UnknownServerError);
                 return Err(TopicError::new(code, r.message));
             }
-            if r.metadata_offset > 0 {
-                let wanted = (r.controller_epoch, r.metadata_offset);
-                let mut applied = self.applied.subscribe();
-                let shown = applied.wait_for(|have| *have >= wanted);
-                if tokio::time::timeout(SHOW_TIMEOUT, shown).await.is_err() {
-                    tracing::warn!(
-                        offset = r.metadata_offset,
-                        "a forwarded change is not in this broker's image yet"
-                    );
-                }
-            }
+            self.wait_shown(r.controller_epoch, r.metadata_offset).await;
             Ok(r.topic_id)
+        })
+    }
+
+    /// Until this broker's image shows `(controller epoch, offset)`
+    /// (bounded: logged when it does not in time).
+    async fn wait_shown(&self, controller_epoch: i64, offset: i64) {
+        if offset <= 0 {
+            return;
+        }
+        let wanted = (controller_epoch, offset);
+        let mut applied = self.applied.subscribe();
+        let shown = applied.wait_for(|have| *have >= wanted);
+        if tokio::time::timeout(SHOW_TIMEOUT, shown).await.is_err() {
+            tracing::warn!(
+                offset,
+                "a forwarded change is not in this broker's image yet"
+            );
+        }
+    }
+
+    /// Forwards partition reassignments (blocking, as [`admin`](Self::admin))
+    /// and returns the controller's answer per partition once this broker
+    /// shows the changes.
+    pub fn alter_reassignments(
+        &self,
+        request: AlterReassignmentsRequest,
+    ) -> Result<Vec<ReassignmentResult>, TopicError> {
+        self.runtime.block_on(async {
+            let (mut client, _) = self.client().await?;
+            let r = client
+                .alter_reassignments(request)
+                .await
+                .map_err(|s| not_controller(format!("the controller refused: {}", s.message())))?
+                .into_inner();
+            self.wait_shown(r.controller_epoch, r.metadata_offset).await;
+            Ok(r.results)
         })
     }
 

@@ -10,7 +10,8 @@
 //! Decisions are pure functions in the children: replica placement
 //! ([`assignment`]), admin plans over the cluster records ([`cluster`]),
 //! broker registrations and fencing ([`registry`]), leader election and ISR
-//! changes ([`leadership`]), controller-epoch fencing ([`fencing`]). The
+//! changes ([`leadership`]), partition reassignment ([`reassignment`]),
+//! controller-epoch fencing ([`fencing`]). The
 //! edges: [`rpc`] (the active controller's gRPC service, persisting through
 //! a [`store`] per term: [`store::DirStore`] or [`kube_store`]), [`host`]
 //! (runs controller terms while this broker wins the [`election`]),
@@ -26,6 +27,7 @@ pub mod kube_store;
 pub mod leadership;
 pub mod link;
 pub mod mode;
+pub mod reassignment;
 pub mod registry;
 pub mod rpc;
 pub mod session;
@@ -45,6 +47,15 @@ use crate::topics::TopicError;
 #[derive(Clone, Copy)]
 pub struct Controller<'a> {
     broker: &'a Broker,
+}
+
+/// One partition's AlterPartitionReassignments entry: its target
+/// replicas, or `None` to cancel its running reassignment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReassignRequest {
+    pub topic: String,
+    pub partition: i32,
+    pub target: Option<Vec<i32>>,
 }
 
 /// What CreateTopics reports about a created topic.
@@ -289,6 +300,89 @@ impl<'a> Controller<'a> {
         self.broker.topics.producer_id_issued(id)
     }
 
+    /// AlterPartitionReassignments: starts, replaces or cancels each
+    /// partition's reassignment (see [`reassignment`]); per request, `Ok`
+    /// when accepted (or already in place) or Kafka's error. A standalone
+    /// broker is the only broker, so the only valid target is itself,
+    /// which is where every partition already is.
+    pub fn alter_reassignments(
+        &self,
+        requests: &[ReassignRequest],
+        allow_replication_factor_change: bool,
+    ) -> Result<Vec<Result<(), TopicError>>, TopicError> {
+        if let Some(link) = self.remote() {
+            let request = pb::AlterReassignmentsRequest {
+                reassignments: requests
+                    .iter()
+                    .map(|r| pb::Reassignment {
+                        topic: r.topic.clone(),
+                        index: r.partition,
+                        target: r.target.clone().unwrap_or_default(),
+                        cancel: r.target.is_none(),
+                    })
+                    .collect(),
+                allow_replication_factor_change,
+            };
+            let results = link.alter_reassignments(request)?;
+            return Ok(results
+                .into_iter()
+                .map(|r| match r.error_code {
+                    0 => Ok(()),
+                    code => Err(TopicError::new(
+                        i16::try_from(code)
+                            .ok()
+                            .and_then(ResponseError::try_from_code)
+                            .unwrap_or(ResponseError::UnknownServerError),
+                        r.message,
+                    )),
+                })
+                .collect());
+        }
+        let image = self.broker.image();
+        let node = self.broker.node_id;
+        let here = std::collections::BTreeSet::from([node]);
+        Ok(requests
+            .iter()
+            .map(|r| {
+                let current = image
+                    .topic(&r.topic)
+                    .and_then(|t| {
+                        let p = t.partition(r.partition)?;
+                        Some(leadership::PartitionState {
+                            topic: t.name.clone(),
+                            topic_id: t.id,
+                            index: p.index,
+                            replicas: p.replicas.clone(),
+                            isr: p.isr.clone(),
+                            leader: p.leader,
+                            leader_epoch: p.leader_epoch,
+                            partition_epoch: p.partition_epoch,
+                            adding: p.adding_replicas.clone(),
+                            removing: p.removing_replicas.clone(),
+                        })
+                    })
+                    .ok_or_else(|| {
+                        TopicError::new(
+                            ResponseError::UnknownTopicOrPartition,
+                            format!("{}-{} does not exist", r.topic, r.partition),
+                        )
+                    })?;
+                let decided = match &r.target {
+                    None => reassignment::cancel(&current, &here).map(drop),
+                    Some(target) => reassignment::start(
+                        &current,
+                        target,
+                        &here,
+                        &here,
+                        allow_replication_factor_change,
+                    )
+                    .map(drop),
+                };
+                decided.map_err(|e| TopicError::new(e.code(), e.to_string()))
+            })
+            .collect())
+    }
+
     /// Rebuilds the image from the metadata and makes it current. Called
     /// after every change, whether it succeeded or not (a failed change may
     /// have done part of its work, and the image must show what is).
@@ -386,6 +480,8 @@ mod tests {
                     leader_epoch: 3,
                     isr: vec![8],
                     partition_epoch: 3,
+                    adding_replicas: vec![],
+                    removing_replicas: vec![],
                 }],
             )],
         );

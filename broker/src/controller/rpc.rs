@@ -27,6 +27,7 @@ use uuid::Uuid;
 use super::assignment::{BrokerSlot, Seeds};
 use super::cluster::{ClusterState, CreateDefaults, NewTopic, PRODUCER_ID_BLOCK};
 use super::leadership::{self, Change, Election};
+use super::reassignment;
 use super::registry::{Registration, Registry, RegistryError};
 use super::store::{ClusterStore, Resumed, StoreError};
 use crate::topics::TopicError;
@@ -311,6 +312,7 @@ impl ControllerService {
         if state.registry_dirty {
             self.persist_cluster_record(&mut state).await;
         }
+        self.complete_reassignments(&mut state).await;
         if let Some(interval) = self.settings.leader_rebalance_interval_ms {
             if now - state.last_rebalance_ms >= interval {
                 state.last_rebalance_ms = now;
@@ -318,6 +320,37 @@ impl ControllerService {
             }
         }
         fenced
+    }
+
+    /// Completes the running reassignments whose target replicas are all
+    /// in sync (normally done by the ISR change that made them so; this
+    /// catches those a controller take-over or a leader change left).
+    async fn complete_reassignments(&self, state: &mut State) {
+        let live = Self::live(state);
+        let done: Vec<Change> = state
+            .metadata
+            .partition_states()
+            .iter()
+            .filter_map(|p| reassignment::complete(p, &live))
+            .map(|state| Change {
+                state,
+                election: Election::Clean,
+            })
+            .collect();
+        if done.is_empty() {
+            return;
+        }
+        let count = done.len();
+        match self.apply_changes(state, done).await {
+            Ok(_) => {
+                self.bump(state);
+                tracing::info!(partitions = count, "reassignments completed");
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot complete reassignments yet");
+                self.store_failed(e);
+            }
+        }
     }
 
     /// Auto leader rebalance: each partition whose preferred replica is
@@ -493,6 +526,8 @@ impl pb::controller_server::Controller for ControllerService {
                     leader_epoch: p.leader_epoch,
                     partition_epoch: p.partition_epoch,
                     topic_id: t.topic_id.clone(),
+                    adding_replicas: p.adding_replicas.clone(),
+                    removing_replicas: p.removing_replicas.clone(),
                 });
             }
             if !t.configs.is_empty() {
@@ -770,6 +805,9 @@ impl pb::controller_server::Controller for ControllerService {
                 return refuse(code, e.to_string());
             }
         };
+        // the ISR change that brings a reassignment's last target replica
+        // in sync completes it in the same write
+        let next = reassignment::complete(&next, &Self::live(&state)).unwrap_or(next);
         let (isr, partition_epoch) = (next.isr.clone(), next.partition_epoch);
         let change = Change {
             state: next,
@@ -784,6 +822,85 @@ impl pb::controller_server::Controller for ControllerService {
             isr,
             partition_epoch,
             ..Default::default()
+        }))
+    }
+
+    async fn alter_reassignments(
+        &self,
+        request: Request<pb::AlterReassignmentsRequest>,
+    ) -> Result<Response<pb::AlterReassignmentsResponse>, Status> {
+        self.check_active()?;
+        let r = request.into_inner();
+        let mut state = self.state.lock().await;
+        let live = Self::live(&state);
+        let registered: BTreeSet<i32> = state
+            .registry
+            .to_records()
+            .iter()
+            .map(|b| b.node_id)
+            .collect();
+        let mut results = Vec::with_capacity(r.reassignments.len());
+        let mut changes = Vec::new();
+        for a in &r.reassignments {
+            let decided = state
+                .metadata
+                .topics
+                .get(&a.topic)
+                .map(super::cluster::partition_states)
+                .and_then(|ps| ps.into_iter().find(|p| p.index == a.index))
+                .ok_or_else(|| {
+                    TopicError::new(
+                        ResponseError::UnknownTopicOrPartition,
+                        format!("{}-{} does not exist", a.topic, a.index),
+                    )
+                })
+                .and_then(|current| {
+                    let next = if a.cancel {
+                        reassignment::cancel(&current, &live).map(Some)
+                    } else {
+                        reassignment::start(
+                            &current,
+                            &a.target,
+                            &registered,
+                            &live,
+                            r.allow_replication_factor_change,
+                        )
+                    };
+                    next.map_err(|e| TopicError::new(e.code(), e.to_string()))
+                });
+            let mut result = pb::ReassignmentResult {
+                topic: a.topic.clone(),
+                index: a.index,
+                ..Default::default()
+            };
+            match decided {
+                Ok(Some(next)) => {
+                    // a target already in sync completes at once
+                    let next = reassignment::complete(&next, &live).unwrap_or(next);
+                    tracing::info!(topic = %a.topic, partition = a.index, replicas = ?next.replicas, adding = ?next.adding, removing = ?next.removing, cancel = a.cancel, "reassignment");
+                    changes.push(Change {
+                        state: next,
+                        election: Election::Clean,
+                    });
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    result.error_code = i32::from(e.code.code());
+                    result.message = e.message;
+                }
+            }
+            results.push(result);
+        }
+        if !changes.is_empty() {
+            if let Err(e) = self.apply_changes(&mut state, changes).await {
+                return Err(self.store_failed(e));
+            }
+            self.bump(&mut state);
+        }
+        Ok(Response::new(pb::AlterReassignmentsResponse {
+            results,
+            metadata_offset: state.metadata_offset,
+            controller_epoch: state.epoch,
         }))
     }
 }

@@ -62,6 +62,8 @@ pub fn image_from(m: &pb::FetchMetadataResponse) -> MetadataImage {
             leader_epoch: p.leader_epoch,
             isr: p.isr.clone(),
             partition_epoch: p.partition_epoch,
+            adding_replicas: p.adding_replicas.clone(),
+            removing_replicas: p.removing_replicas.clone(),
         });
     }
     let topics = topics.into_iter().map(|(name, (id, mut partitions))| {

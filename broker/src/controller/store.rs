@@ -273,6 +273,8 @@ mod tests {
                 leader: 0,
                 leader_epoch: 0,
                 partition_epoch: 0,
+                adding_replicas: vec![],
+                removing_replicas: vec![],
             }],
         }
     }

@@ -14,6 +14,7 @@ mod list_offsets;
 mod metadata;
 mod produce;
 mod producers;
+mod reassignments;
 pub mod sasl;
 
 use std::sync::Arc;
@@ -170,6 +171,14 @@ pub async fn handle(
         RequestKind::DeleteRecords(r) => {
             let resp = blocking(broker, api, move |b| admin::delete_records(b, r)).await?;
             encode_response(api, version, cid, &resp)
+        }
+        // asks the controller and waits for the change (blocking)
+        RequestKind::AlterPartitionReassignments(r) => {
+            let resp = blocking(broker, api, move |b| reassignments::alter(b, r, version)).await?;
+            encode_response(api, version, cid, &resp)
+        }
+        RequestKind::ListPartitionReassignments(r) => {
+            encode_response(api, version, cid, &reassignments::list(b, r))
         }
         RequestKind::DescribeCluster(r) => {
             encode_response(api, version, cid, &admin::describe_cluster(b, r))

@@ -70,6 +70,8 @@ mod tests {
             leader_epoch: 0,
             isr: vec![1, 3, 2],
             partition_epoch: 0,
+            adding_replicas: vec![],
+            removing_replicas: vec![],
         };
         assert_eq!(
             preferred_read_replica(&p, &brokers, "b"),
