@@ -667,16 +667,30 @@ fn e2e(
         lat_us
     });
     let start = Instant::now();
+    let start_ns = stats.now_ns();
     let interval = Duration::from_secs_f64(1.0 / rate.max(1) as f64);
     for seq in 0..total {
         let due = start + interval.mul_f64(seq as f64);
-        let now = Instant::now();
-        if due > now {
-            thread::sleep(due - now);
+        // Serve delivery reports while waiting for the next send, so that an
+        // acknowledgement is timestamped when it arrives rather than at the
+        // next send (which would add up to one interval to every ack).
+        loop {
+            let now = Instant::now();
+            if now >= due {
+                break;
+            }
+            producer.poll(due - now);
         }
         send(&mut value, seq)?;
     }
+    let send_done_ns = stats.now_ns();
     producer.flush(Duration::from_secs(30))?;
+    let acked = stats.acked.load(Ordering::Relaxed).saturating_sub(1);
+    let ack_secs = stats
+        .last_ack_ns
+        .load(Ordering::Relaxed)
+        .saturating_sub(start_ns) as f64
+        / 1e9;
     let mut acks_us = std::mem::take(
         &mut *stats
             .latencies_us
@@ -702,6 +716,13 @@ fn e2e(
             "compression": codec.as_str(),
             "rate": rate,
             "sent": total,
+            "send_seconds": (send_done_ns - start_ns) as f64 / 1e9,
+            "acked": acked,
+            // First paced send to the last acknowledgement: a broker that
+            // keeps up acknowledges at the offered rate; one that cannot
+            // falls behind and this exceeds `send_seconds` by the backlog.
+            "ack_seconds": ack_secs,
+            "ack_rate": if ack_secs > 0.0 { acked as f64 / ack_secs } else { 0.0 },
             "received": lat.len(),
             "p50_ms": pct_ms(&lat, 50.0),
             "p99_ms": pct_ms(&lat, 99.0),
