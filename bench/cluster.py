@@ -297,6 +297,11 @@ class ClusterRunner:
             "clusters": [],
             "errors": [],
         }
+        # The broker's source: the last commit that touched broker/ (HEAD may
+        # be a later commit of the benchmark only).
+        self.raw["machine"]["broker_source"] = subprocess.run(
+            ["git", "-C", str(base.REPO), "log", "-1", "--format=%h", "--", "broker"],
+            capture_output=True, text=True).stdout.strip()
         self.sample_load("start")
 
     def sample_load(self, what: str) -> None:
@@ -589,7 +594,9 @@ def markdown(raw: dict, agg: dict) -> str:
              f"acks={raw['acks']} — {raw['started'][:10]} ({raw['mode']} mode)")
     L.append("")
     L.append(f"Same machine, same run, one cluster at a time: {m['cpus']} cores ({m['cpu_model']}), "
-             f"{m['mem_gib']} GiB RAM, kernel {m['kernel']}, Moldau at {m.get('git', '?')}, {m.get('java', '')}. "
+             f"{m['mem_gib']} GiB RAM, kernel {m['kernel']}, Moldau at {m.get('git', '?')}"
+             + (f" (broker source as of {m['broker_source']})" if m.get("broker_source") else "")
+             + f", {m.get('java', '')}. "
              f"{raw['reps']} repetitions per cluster, interleaved (Moldau/Kafka order alternates); each "
              "repetition starts a fresh cluster. Figures are medians with the min–max spread in parentheses.")
     L.append("")
