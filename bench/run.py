@@ -12,6 +12,9 @@ Outputs (in --out, default bench-results/<date>/):
   results.json machine, limits, medians/spread, ratios
   results.md   the tables, targets first
   results.png  throughput and latency side by side
+
+With --cluster, bench/cluster.py runs instead: three brokers of each kind,
+a topic with 3 replicas and min.insync.replicas=2, acks=all (see there).
 """
 from __future__ import annotations
 
@@ -405,15 +408,29 @@ def _interrupt(signum, frame):
 
 def main() -> int:
     signal.signal(signal.SIGTERM, _interrupt)
+    # Even when started with SIGINT ignored (a background job of a script),
+    # an interrupt stops the run and, through the finally blocks, its brokers.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="smaller loads (about 10 minutes)")
-    ap.add_argument("--reps", type=int, default=3, help="repetitions per broker (default 3)")
-    ap.add_argument("--out", default=str(REPO / "bench-results" / dt.date.today().isoformat()))
+    ap.add_argument("--cluster", action="store_true",
+                    help="3-broker clusters, RF=3, min.insync.replicas=2, acks=all (bench/cluster.py)")
+    ap.add_argument("--reps", type=int, default=None, help="repetitions per broker (default 3)")
+    ap.add_argument("--out", default=None,
+                    help="output directory (default bench-results/<date>, or <date>-cluster with --cluster)")
     ap.add_argument("--only", choices=["moldau", "kafka"], help="run one broker only (debugging)")
     ap.add_argument("--moldau-bin", required=True)
     ap.add_argument("--bench-bin", required=True)
     ap.add_argument("--report-only", action="store_true", help="re-render from an existing raw.json")
     args = ap.parse_args()
+    if args.out is None:
+        args.out = str(REPO / "bench-results" / (dt.date.today().isoformat() + ("-cluster" if args.cluster else "")))
+    if args.cluster:
+        sys.path.insert(0, str(Path(__file__).parent))
+        import cluster
+        return cluster.main(args)
+    if args.reps is None:
+        args.reps = 3
     if args.report_only:
         import report
         report.render(Path(args.out))

@@ -2,7 +2,8 @@
 # One command: Moldau vs Apache Kafka on this machine, side by side.
 #
 #   bench/run.sh [--quick] [--reps N] [--out DIR] [--only moldau|kafka]
-#   bench/run.sh --report-only --out bench-results/DATE   # re-render tables/chart
+#   bench/run.sh --cluster [--quick] [--reps N] [--out DIR] [--only moldau|kafka]
+#   bench/run.sh [--cluster] --report-only --out DIR   # re-render the tables
 #
 # Builds the broker and the load generator in release mode (CARGO_TARGET_DIR
 # is honoured), makes bench/.venv with matplotlib, fetches the Kafka jars
@@ -11,10 +12,21 @@
 # (100 B / 1 KiB, acks=1/all, none/lz4) on Moldau and on Kafka, one broker at a
 # time, order alternating. Results: bench-results/<date>/results.{md,json,png}.
 # --quick takes about 10 minutes; the full run about 40. Not part of the tests.
+#
+# --cluster: three brokers of each kind instead of one (Moldau in cluster mode
+# `dir`, Kafka as three KRaft broker+controller nodes), a topic with 3
+# replicas and min.insync.replicas=2, acks=all, 100 B and 1 KiB records
+# (uncompressed; lz4 too without --quick); bench/cluster.py. Results:
+# bench-results/<date>-cluster/results.{md,json}. --quick: about 10 minutes.
+#
+# MOLDAU_BENCH_BINS_DIR=DIR uses DIR/moldau-broker and DIR/moldau-bench as they
+# are (no cargo build), e.g. private copies that a concurrent build sharing the
+# target directory cannot replace in the middle of a run.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 target="${CARGO_TARGET_DIR:-$repo/target}"
+bins="${MOLDAU_BENCH_BINS_DIR:-}"
 
 report_only=0
 for a in "$@"; do [ "$a" = "--report-only" ] && report_only=1; done
@@ -26,10 +38,17 @@ if ! "$venv/bin/python" -c 'import matplotlib' 2>/dev/null; then
 fi
 
 if [ "$report_only" = 0 ]; then
-  cargo build --release -p moldau-broker -p moldau-bench
+  if [ -n "$bins" ]; then
+    for b in moldau-broker moldau-bench; do
+      [ -x "$bins/$b" ] || { echo "run.sh: no executable $bins/$b (MOLDAU_BENCH_BINS_DIR)" >&2; exit 2; }
+    done
+  else
+    cargo build --release -p moldau-broker -p moldau-bench
+  fi
   e2e/clients/kafka-dist/fetch-jars.sh
 fi
+[ -n "$bins" ] || bins="$target/release"
 
 exec "$venv/bin/python" "$repo/bench/run.py" \
-  --moldau-bin "$target/release/moldau-broker" \
-  --bench-bin "$target/release/moldau-bench" "$@"
+  --moldau-bin "$bins/moldau-broker" \
+  --bench-bin "$bins/moldau-bench" "$@"

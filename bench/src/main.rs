@@ -6,7 +6,10 @@
 //! Every subcommand is bounded in record count *and* wall-clock time, stops
 //! by itself and prints one JSON object on stdout:
 //!
-//! - `create-topic`: a topic with N partitions, replication factor 1;
+//! - `create-topic`: a topic with N partitions, replication factor R
+//!   (default 1) and topic configs, ready once every partition has a leader
+//!   and all R replicas in sync;
+//! - `wait-cluster`: waits until the cluster's Metadata lists N brokers;
 //! - `produce`: as fast as the client can, measuring throughput and the
 //!   latency of every record from `send` to its delivery report;
 //! - `consume`: a fresh consumer reads the topic from the beginning;
@@ -100,7 +103,7 @@ struct ProduceArgs {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Create a topic (replication factor 1); an existing topic is fine.
+    /// Create a topic; an existing topic is fine.
     CreateTopic {
         #[arg(long, default_value = "127.0.0.1:9092")]
         bootstrap: String,
@@ -108,6 +111,20 @@ enum Cmd {
         topic: String,
         #[arg(long, default_value_t = 1)]
         partitions: i32,
+        #[arg(long, default_value_t = 1)]
+        replication_factor: i32,
+        /// A topic config `key=value` (e.g. `min.insync.replicas=2`); repeatable.
+        #[arg(long = "config", value_name = "KEY=VALUE")]
+        configs: Vec<String>,
+    },
+    /// Wait until the cluster's Metadata lists this many brokers.
+    WaitCluster {
+        #[arg(long, default_value = "127.0.0.1:9092")]
+        bootstrap: String,
+        #[arg(long)]
+        brokers: usize,
+        #[arg(long, default_value_t = 60.0)]
+        max_seconds: f64,
     },
     /// Produce as fast as possible; throughput and per-record ack latency.
     Produce(ProduceArgs),
@@ -159,7 +176,14 @@ fn main() -> Result<()> {
             bootstrap,
             topic,
             partitions,
-        } => create_topic(&bootstrap, &topic, partitions),
+            replication_factor,
+            configs,
+        } => create_topic(&bootstrap, &topic, partitions, replication_factor, &configs),
+        Cmd::WaitCluster {
+            bootstrap,
+            brokers,
+            max_seconds,
+        } => wait_cluster(&bootstrap, brokers, max_seconds),
         Cmd::Produce(a) => produce(&a),
         Cmd::Consume {
             bootstrap,
@@ -204,9 +228,25 @@ fn base_config(bootstrap: &str) -> Result<ClientConfig> {
     Ok(c)
 }
 
-fn create_topic(bootstrap: &str, topic: &str, partitions: i32) -> Result<()> {
+fn create_topic(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    replication_factor: i32,
+    configs: &[String],
+) -> Result<()> {
     let admin: AdminClient<DefaultClientContext> = base_config(bootstrap)?.create()?;
-    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    let mut new = NewTopic::new(
+        topic,
+        partitions,
+        TopicReplication::Fixed(replication_factor),
+    );
+    for kv in configs {
+        let (k, v) = kv
+            .split_once('=')
+            .with_context(|| format!("--config {kv:?} is not key=value"))?;
+        new = new.set(k, v);
+    }
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
     let results = futures_executor::block_on(admin.create_topics([&new], &opts))?;
     for r in results {
@@ -215,26 +255,54 @@ fn create_topic(bootstrap: &str, topic: &str, partitions: i32) -> Result<()> {
             Err((t, code)) => bail!("create topic {t}: {code}"),
         }
     }
-    // Wait until the topic's partition 0 has a leader in the metadata.
+    // Wait until every partition has a leader and a full ISR in the metadata.
+    let rf = usize::try_from(replication_factor.max(1)).unwrap_or(1);
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let md = admin
             .inner()
             .fetch_metadata(Some(topic), Duration::from_secs(5))?;
-        let ready = md
-            .topics()
-            .iter()
-            .any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty());
+        let ready = md.topics().iter().any(|t| {
+            t.name() == topic
+                && t.error().is_none()
+                && !t.partitions().is_empty()
+                && t.partitions()
+                    .iter()
+                    .all(|p| p.error().is_none() && p.leader() >= 0 && p.isr().len() >= rf)
+        });
         if ready {
             break;
         }
         if Instant::now() > deadline {
-            bail!("topic {topic} has no partitions after 30 s");
+            bail!("topic {topic}: no leader or ISR short of {rf} replicas after 30 s");
         }
         thread::sleep(Duration::from_millis(100));
     }
-    println!("{}", json!({"topic": topic, "partitions": partitions}));
+    println!(
+        "{}",
+        json!({"topic": topic, "partitions": partitions, "replication_factor": replication_factor})
+    );
     Ok(())
+}
+
+fn wait_cluster(bootstrap: &str, brokers: usize, max_seconds: f64) -> Result<()> {
+    let admin: AdminClient<DefaultClientContext> = base_config(bootstrap)?.create()?;
+    let deadline = Instant::now() + Duration::from_secs_f64(max_seconds);
+    loop {
+        let seen = admin
+            .inner()
+            .fetch_metadata(None, Duration::from_secs(5))
+            .map(|md| md.brokers().len())
+            .unwrap_or(0);
+        if seen >= brokers {
+            println!("{}", json!({"brokers": seen}));
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("{seen} of {brokers} brokers in Metadata after {max_seconds} s");
+        }
+        thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// Record values: text-like bytes (words from a small vocabulary and
@@ -599,16 +667,30 @@ fn e2e(
         lat_us
     });
     let start = Instant::now();
+    let start_ns = stats.now_ns();
     let interval = Duration::from_secs_f64(1.0 / rate.max(1) as f64);
     for seq in 0..total {
         let due = start + interval.mul_f64(seq as f64);
-        let now = Instant::now();
-        if due > now {
-            thread::sleep(due - now);
+        // Serve delivery reports while waiting for the next send, so that an
+        // acknowledgement is timestamped when it arrives rather than at the
+        // next send (which would add up to one interval to every ack).
+        loop {
+            let now = Instant::now();
+            if now >= due {
+                break;
+            }
+            producer.poll(due - now);
         }
         send(&mut value, seq)?;
     }
+    let send_done_ns = stats.now_ns();
     producer.flush(Duration::from_secs(30))?;
+    let acked = stats.acked.load(Ordering::Relaxed).saturating_sub(1);
+    let ack_secs = stats
+        .last_ack_ns
+        .load(Ordering::Relaxed)
+        .saturating_sub(start_ns) as f64
+        / 1e9;
     let mut acks_us = std::mem::take(
         &mut *stats
             .latencies_us
@@ -634,6 +716,13 @@ fn e2e(
             "compression": codec.as_str(),
             "rate": rate,
             "sent": total,
+            "send_seconds": (send_done_ns - start_ns) as f64 / 1e9,
+            "acked": acked,
+            // First paced send to the last acknowledgement: a broker that
+            // keeps up acknowledges at the offered rate; one that cannot
+            // falls behind and this exceeds `send_seconds` by the backlog.
+            "ack_seconds": ack_secs,
+            "ack_rate": if ack_secs > 0.0 { acked as f64 / ack_secs } else { 0.0 },
             "received": lat.len(),
             "p50_ms": pct_ms(&lat, 50.0),
             "p99_ms": pct_ms(&lat, 99.0),
