@@ -11,6 +11,7 @@ mod configs;
 mod fetch;
 mod groups;
 mod list_offsets;
+mod log_dirs;
 mod metadata;
 mod produce;
 mod producers;
@@ -234,6 +235,11 @@ pub async fn handle(
         }
         RequestKind::DeleteGroups(r) => {
             let resp = blocking(broker, api, move |b| groups::delete_groups(b, r)).await?;
+            encode_response(api, version, cid, &resp)
+        }
+        // Sizes of every hosted partition (their locks) and statvfs.
+        RequestKind::DescribeLogDirs(r) => {
+            let resp = blocking(broker, api, move |b| log_dirs::describe_log_dirs(b, r)).await?;
             encode_response(api, version, cid, &resp)
         }
         _ => Err(RequestError::Decode {
