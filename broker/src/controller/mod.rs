@@ -10,7 +10,8 @@
 //! Decisions are pure functions in the children: replica placement
 //! ([`assignment`]), admin plans over the cluster records ([`cluster`]),
 //! broker registrations and fencing ([`registry`]), leader election and ISR
-//! changes ([`leadership`]), controller-epoch fencing ([`fencing`]). The
+//! changes ([`leadership`]), requested leader elections ([`elect`]),
+//! controller-epoch fencing ([`fencing`]). The
 //! edges: [`rpc`] (the active controller's gRPC service, persisting through
 //! a [`store`] per term: [`store::DirStore`] or [`kube_store`]), [`host`]
 //! (runs controller terms while this broker wins the [`election`]),
@@ -19,6 +20,7 @@
 
 pub mod assignment;
 pub mod cluster;
+pub mod elect;
 pub mod election;
 pub mod fencing;
 pub mod host;
