@@ -206,3 +206,43 @@ impl ControllerLink {
         id >= ids.1 - super::cluster::PRODUCER_ID_BLOCK && id < ids.0
     }
 }
+
+// ElectLeaders (appended block).
+impl ControllerLink {
+    /// Forwards an ElectLeaders request (blocking: called from the
+    /// blocking pool); once the controller answers, waits (bounded) until
+    /// this broker's image shows the new leaders, so a client that asks
+    /// this broker for metadata next sees them.
+    pub fn elect_leaders(
+        &self,
+        request: super::rpc::pb::ElectLeadersRequest,
+    ) -> Result<super::rpc::pb::ElectLeadersResponse, TopicError> {
+        self.runtime.block_on(async {
+            let (mut client, _) = self.client().await?;
+            let r = client
+                .elect_leaders(request)
+                .await
+                .map_err(|s| not_controller(format!("the controller refused: {}", s.message())))?
+                .into_inner();
+            if r.metadata_offset > 0 {
+                self.wait_applied(r.controller_epoch, r.metadata_offset)
+                    .await;
+            }
+            Ok(r)
+        })
+    }
+
+    /// Waits (at most [`SHOW_TIMEOUT`]) until this broker has applied the
+    /// controller's metadata up to `offset` of term `controller_epoch`.
+    async fn wait_applied(&self, controller_epoch: i64, offset: i64) {
+        let wanted = (controller_epoch, offset);
+        let mut applied = self.applied.subscribe();
+        let shown = applied.wait_for(|have| *have >= wanted);
+        if tokio::time::timeout(SHOW_TIMEOUT, shown).await.is_err() {
+            tracing::warn!(
+                offset,
+                "a forwarded change is not in this broker's image yet"
+            );
+        }
+    }
+}

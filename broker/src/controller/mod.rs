@@ -33,7 +33,7 @@ pub mod rpc;
 pub mod session;
 pub mod store;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use kafka_protocol::error::ResponseError;
 use uuid::Uuid;
@@ -296,6 +296,60 @@ impl<'a> Controller<'a> {
     /// have done part of its work, and the image must show what is).
     fn publish(&self) {
         self.broker.publish_image();
+    }
+}
+
+// ElectLeaders (appended block).
+impl Controller<'_> {
+    /// ElectLeaders for `targets` (topic → partitions; `None`: every
+    /// partition): one outcome per partition ([`elect`] has the rules).
+    /// A standalone broker is the only replica and leader of everything,
+    /// so it decides over its own image and never needs an election.
+    pub fn elect_leaders(
+        &self,
+        kind: elect::ElectionType,
+        targets: Option<BTreeMap<String, BTreeSet<i32>>>,
+    ) -> Result<Vec<elect::PartitionOutcome>, TopicError> {
+        let Some(link) = self.remote() else {
+            let image = self.broker.image();
+            let live = BTreeSet::from([self.broker.node_id]);
+            let decision =
+                elect::decide(&elect::image_states(&image), kind, targets.as_ref(), &live);
+            return Ok(decision.outcomes);
+        };
+        let request = pb::ElectLeadersRequest {
+            election_type: kind.code(),
+            all_partitions: targets.is_none(),
+            topics: targets
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(topic, partitions)| pb::ElectTopicPartitions {
+                    topic,
+                    partitions: partitions.into_iter().collect(),
+                })
+                .collect(),
+        };
+        let r = link.elect_leaders(request)?;
+        if r.error_code != 0 {
+            return Err(TopicError::new(kafka_error(r.error_code), r.message));
+        }
+        Ok(r.results.into_iter().map(outcome_of).collect())
+    }
+}
+
+/// A Kafka error code the controller sent (an unknown one: UNKNOWN_SERVER_ERROR).
+fn kafka_error(code: i32) -> ResponseError {
+    i16::try_from(code)
+        .ok()
+        .and_then(ResponseError::try_from_code)
+        .unwrap_or(ResponseError::UnknownServerError)
+}
+
+fn outcome_of(r: pb::ElectPartitionResult) -> elect::PartitionOutcome {
+    elect::PartitionOutcome {
+        topic: r.topic,
+        index: r.index,
+        error: (r.error_code != 0).then(|| (kafka_error(r.error_code), r.message)),
     }
 }
 

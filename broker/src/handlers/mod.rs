@@ -8,6 +8,7 @@
 mod admin;
 mod api_versions;
 mod configs;
+mod elect;
 mod fetch;
 mod groups;
 mod list_offsets;
@@ -240,6 +241,11 @@ pub async fn handle(
         // Sizes of every hosted partition (their locks) and statvfs.
         RequestKind::DescribeLogDirs(r) => {
             let resp = blocking(broker, api, move |b| log_dirs::describe_log_dirs(b, r)).await?;
+            encode_response(api, version, cid, &resp)
+        }
+        // Forwarded to the controller, waiting for its answer.
+        RequestKind::ElectLeaders(r) => {
+            let resp = blocking(broker, api, move |b| elect::elect_leaders(b, r)).await?;
             encode_response(api, version, cid, &resp)
         }
         _ => Err(RequestError::Decode {

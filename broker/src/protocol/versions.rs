@@ -35,6 +35,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::SaslHandshake, 1, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
     (ApiKey::DescribeLogDirs, 1, 4),
+    (ApiKey::ElectLeaders, 0, 2),
 ];
 
 /// The supported range of `api`, if it is implemented at all.
