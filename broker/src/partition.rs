@@ -18,7 +18,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicI64, AtomicUsize, Ordering};
 
 use kafka_protocol::error::ResponseError;
 use parking_lot::Mutex;
@@ -77,6 +77,9 @@ pub struct Partition {
     /// Notified with every high watermark or role change, for waiters off
     /// the async runtime (the group coordinator's writes).
     hw_moved: (Mutex<()>, parking_lot::Condvar),
+    /// Follower: the high watermark its leader last reported (-1: none
+    /// yet), for DescribeLogDirs' offset lag.
+    leader_high_watermark: AtomicI64,
 }
 
 /// The outcome of an append.
@@ -284,6 +287,7 @@ impl Partition {
             led_epoch: AtomicI32::new(0),
             isr_size: AtomicUsize::new(1),
             hw_moved: (Mutex::new(()), parking_lot::Condvar::new()),
+            leader_high_watermark: AtomicI64::new(-1),
         })
     }
 
@@ -844,6 +848,8 @@ impl Partition {
             debug_assert!(result.last_offset + 1 == state.log.log_end_offset());
             state.log.maybe_flush(now)?;
         }
+        self.leader_high_watermark
+            .store(leader_high_watermark, Ordering::Relaxed);
         let end = state.log.log_end_offset();
         let hw = leader_high_watermark
             .min(end)
@@ -948,6 +954,20 @@ impl Partition {
 
     pub fn size_bytes(&self) -> u64 {
         self.lock().log.size_bytes()
+    }
+
+    /// How many offsets this replica's log end is behind (DescribeLogDirs):
+    /// 0 on a leader; on a follower, the high watermark its leader last
+    /// reported minus its own log end (a fetch answer carries the leader's
+    /// high watermark, not its log end), 0 before the first answer. A
+    /// snapshot: a follower between fetches may show the lag of the last.
+    pub fn offset_lag(&self) -> i64 {
+        let state = self.lock();
+        if matches!(state.role, Role::Leader(_)) {
+            return 0;
+        }
+        let leader_hw = self.leader_high_watermark.load(Ordering::Relaxed);
+        (leader_hw - state.log.log_end_offset()).max(0)
     }
 }
 
@@ -1169,5 +1189,28 @@ mod tests {
                 .code,
             ResponseError::FencedLeaderEpoch
         );
+    }
+
+    #[test]
+    fn a_followers_offset_lag_is_what_it_lacks_of_the_leaders_high_watermark() {
+        let dir = tempfile::tempdir().unwrap();
+        let leader = open(&dir.path().join("leader"));
+        let follower = open(&dir.path().join("follower"));
+        leader.apply_image(1, &image(1, 3, &[1, 2], 1)).unwrap();
+        follower.apply_image(2, &image(1, 3, &[1, 2], 1)).unwrap();
+        assert_eq!(follower.offset_lag(), 0, "no word from the leader yet");
+        let end = append(&leader, 4, None).unwrap();
+        follower.append_from_leader(&[], 3, end, 0).unwrap();
+        assert_eq!(follower.offset_lag(), end, "it has none of the 4 records");
+        let read = leader.read_for_follower(2, 0, -1, 1 << 20).unwrap();
+        let slice = read.records.unwrap();
+        let mut bytes = vec![0u8; slice.len as usize];
+        std::os::unix::fs::FileExt::read_exact_at(&*slice.file, &mut bytes, slice.position)
+            .unwrap();
+        follower.append_from_leader(&bytes, 3, end, 0).unwrap();
+        assert_eq!(follower.offset_lag(), 0, "caught up");
+        assert_eq!(leader.offset_lag(), 0, "a leader lags nobody");
+        assert!(follower.size_bytes() > 0);
+        assert_eq!(follower.size_bytes(), leader.size_bytes(), "byte for byte");
     }
 }

@@ -334,6 +334,10 @@ impl TopicManager {
     pub fn broker_config(&self) -> &BrokerConfig {
         &self.broker
     }
+    /// The data directory (the broker's one log directory).
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
 
     pub fn get(&self, name: &str) -> Option<Arc<Topic>> {
         self.topics.read().get(name).cloned()

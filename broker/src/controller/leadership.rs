@@ -41,6 +41,24 @@ pub struct PartitionState {
     pub removing: Vec<i32>,
 }
 
+impl PartitionState {
+    /// A partition of a metadata image as the decisions see it.
+    pub fn from_image(t: &crate::image::TopicImage, p: &crate::image::PartitionImage) -> Self {
+        Self {
+            topic: t.name.clone(),
+            topic_id: t.id,
+            index: p.index,
+            replicas: p.replicas.clone(),
+            isr: p.isr.clone(),
+            leader: p.leader,
+            leader_epoch: p.leader_epoch,
+            partition_epoch: p.partition_epoch,
+            adding: p.adding_replicas.clone(),
+            removing: p.removing_replicas.clone(),
+        }
+    }
+}
+
 /// How a leader was chosen, for logs and metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Election {

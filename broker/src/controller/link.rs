@@ -233,4 +233,24 @@ impl ControllerLink {
         let ids = self.producer_ids.lock();
         id >= ids.1 - super::cluster::PRODUCER_ID_BLOCK && id < ids.0
     }
+
+    /// Forwards an ElectLeaders request (blocking: called from the
+    /// blocking pool); once the controller answers, waits (bounded) until
+    /// this broker's image shows the new leaders, so a client that asks
+    /// this broker for metadata next sees them.
+    pub fn elect_leaders(
+        &self,
+        request: super::rpc::pb::ElectLeadersRequest,
+    ) -> Result<super::rpc::pb::ElectLeadersResponse, TopicError> {
+        self.runtime.block_on(async {
+            let (mut client, _) = self.client().await?;
+            let r = client
+                .elect_leaders(request)
+                .await
+                .map_err(|s| not_controller(format!("the controller refused: {}", s.message())))?
+                .into_inner();
+            self.wait_shown(r.controller_epoch, r.metadata_offset).await;
+            Ok(r)
+        })
+    }
 }

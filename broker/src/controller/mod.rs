@@ -10,7 +10,8 @@
 //! Decisions are pure functions in the children: replica placement
 //! ([`assignment`]), admin plans over the cluster records ([`cluster`]),
 //! broker registrations and fencing ([`registry`]), leader election and ISR
-//! changes ([`leadership`]), partition reassignment ([`reassignment`]),
+//! changes ([`leadership`]), requested leader elections ([`elect`]),
+//! partition reassignment ([`reassignment`]),
 //! controller-epoch fencing ([`fencing`]). The
 //! edges: [`rpc`] (the active controller's gRPC service, persisting through
 //! a [`store`] per term: [`store::DirStore`] or [`kube_store`]), [`host`]
@@ -20,6 +21,7 @@
 
 pub mod assignment;
 pub mod cluster;
+pub mod elect;
 pub mod election;
 pub mod fencing;
 pub mod host;
@@ -33,7 +35,7 @@ pub mod rpc;
 pub mod session;
 pub mod store;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use kafka_protocol::error::ResponseError;
 use uuid::Uuid;
@@ -348,18 +350,7 @@ impl<'a> Controller<'a> {
                     .topic(&r.topic)
                     .and_then(|t| {
                         let p = t.partition(r.partition)?;
-                        Some(leadership::PartitionState {
-                            topic: t.name.clone(),
-                            topic_id: t.id,
-                            index: p.index,
-                            replicas: p.replicas.clone(),
-                            isr: p.isr.clone(),
-                            leader: p.leader,
-                            leader_epoch: p.leader_epoch,
-                            partition_epoch: p.partition_epoch,
-                            adding: p.adding_replicas.clone(),
-                            removing: p.removing_replicas.clone(),
-                        })
+                        Some(leadership::PartitionState::from_image(t, p))
                     })
                     .ok_or_else(|| {
                         TopicError::new(
@@ -388,6 +379,57 @@ impl<'a> Controller<'a> {
     /// have done part of its work, and the image must show what is).
     fn publish(&self) {
         self.broker.publish_image();
+    }
+
+    /// ElectLeaders for `targets` (topic → partitions; `None`: every
+    /// partition): one outcome per partition ([`elect`] has the rules).
+    /// A standalone broker is the only replica and leader of everything,
+    /// so it decides over its own image and never needs an election.
+    pub fn elect_leaders(
+        &self,
+        kind: elect::ElectionType,
+        targets: Option<BTreeMap<String, BTreeSet<i32>>>,
+    ) -> Result<Vec<elect::PartitionOutcome>, TopicError> {
+        let Some(link) = self.remote() else {
+            let image = self.broker.image();
+            let live = BTreeSet::from([self.broker.node_id]);
+            let decision =
+                elect::decide(&elect::image_states(&image), kind, targets.as_ref(), &live);
+            return Ok(decision.outcomes);
+        };
+        let request = pb::ElectLeadersRequest {
+            election_type: kind.code(),
+            all_partitions: targets.is_none(),
+            topics: targets
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(topic, partitions)| pb::ElectTopicPartitions {
+                    topic,
+                    partitions: partitions.into_iter().collect(),
+                })
+                .collect(),
+        };
+        let r = link.elect_leaders(request)?;
+        if r.error_code != 0 {
+            return Err(TopicError::new(kafka_error(r.error_code), r.message));
+        }
+        Ok(r.results.into_iter().map(outcome_of).collect())
+    }
+}
+
+/// A Kafka error code the controller sent (an unknown one: UNKNOWN_SERVER_ERROR).
+fn kafka_error(code: i32) -> ResponseError {
+    i16::try_from(code)
+        .ok()
+        .and_then(ResponseError::try_from_code)
+        .unwrap_or(ResponseError::UnknownServerError)
+}
+
+fn outcome_of(r: pb::ElectPartitionResult) -> elect::PartitionOutcome {
+    elect::PartitionOutcome {
+        topic: r.topic,
+        index: r.index,
+        error: (r.error_code != 0).then(|| (kafka_error(r.error_code), r.message)),
     }
 }
 

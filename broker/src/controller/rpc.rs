@@ -15,7 +15,7 @@
 //! write the store could not take (the API server down must not stop
 //! heartbeats, so registrations are persisted best-effort).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,6 +26,7 @@ use uuid::Uuid;
 
 use super::assignment::{BrokerSlot, Seeds};
 use super::cluster::{ClusterState, CreateDefaults, NewTopic, PRODUCER_ID_BLOCK};
+use super::elect;
 use super::leadership::{self, Change, Election};
 use super::reassignment;
 use super::registry::{Registration, Registry, RegistryError};
@@ -902,5 +903,95 @@ impl pb::controller_server::Controller for ControllerService {
             metadata_offset: state.metadata_offset,
             controller_epoch: state.epoch,
         }))
+    }
+
+    async fn elect_leaders(
+        &self,
+        request: Request<pb::ElectLeadersRequest>,
+    ) -> Result<Response<pb::ElectLeadersResponse>, Status> {
+        self.check_active()?;
+        Ok(Response::new(self.elect(request.into_inner()).await))
+    }
+}
+
+// ElectLeaders: decided by `super::elect`, applied as the auto leader
+// rebalance applies its moves.
+
+/// A whole ElectLeaders request refused with `code`.
+fn elect_refused(code: ResponseError, message: String) -> pb::ElectLeadersResponse {
+    pb::ElectLeadersResponse {
+        error_code: i32::from(code.code()),
+        message,
+        ..Default::default()
+    }
+}
+
+/// The partitions a request names, each once.
+fn elect_targets(topics: &[pb::ElectTopicPartitions]) -> BTreeMap<String, BTreeSet<i32>> {
+    let mut targets: BTreeMap<String, BTreeSet<i32>> = BTreeMap::new();
+    for t in topics {
+        targets
+            .entry(t.topic.clone())
+            .or_default()
+            .extend(t.partitions.iter().copied());
+    }
+    targets
+}
+
+fn elect_result(o: &elect::PartitionOutcome) -> pb::ElectPartitionResult {
+    let (code, message) = match &o.error {
+        Some((code, message)) => (i32::from(code.code()), message.clone()),
+        None => (0, String::new()),
+    };
+    pb::ElectPartitionResult {
+        topic: o.topic.clone(),
+        index: o.index,
+        error_code: code,
+        message,
+    }
+}
+
+impl ControllerService {
+    /// Decides an ElectLeaders request over the live brokers and persists
+    /// the new leaders (each with a leader epoch bump; unclean ones are
+    /// logged as possible data loss by `apply_changes`).
+    async fn elect(&self, r: pb::ElectLeadersRequest) -> pb::ElectLeadersResponse {
+        let Some(kind) = elect::ElectionType::from_code(r.election_type) else {
+            return elect_refused(
+                ResponseError::InvalidRequest,
+                format!("unknown election type {}", r.election_type),
+            );
+        };
+        let targets = (!r.all_partitions).then(|| elect_targets(&r.topics));
+        let mut state = self.state.lock().await;
+        let live = Self::live(&state);
+        let partitions = state.metadata.partition_states();
+        let decision = elect::decide(&partitions, kind, targets.as_ref(), &live);
+        let mut out = pb::ElectLeadersResponse {
+            controller_epoch: state.epoch,
+            results: decision.outcomes.iter().map(elect_result).collect(),
+            ..Default::default()
+        };
+        if decision.changes.is_empty() {
+            return out;
+        }
+        let count = decision.changes.len();
+        let applied = self.apply_changes(&mut state, decision.changes).await;
+        // Some topics may be persisted even when a later one failed:
+        // brokers must see what is.
+        self.bump(&mut state);
+        if let Err(e) = applied {
+            let status = self.store_failed(e);
+            return elect_refused(
+                ResponseError::RequestTimedOut,
+                format!(
+                    "the controller could not persist the elections: {}",
+                    status.message()
+                ),
+            );
+        }
+        tracing::info!(partitions = count, election = ?kind, "leaders elected on request");
+        out.metadata_offset = state.metadata_offset;
+        out
     }
 }

@@ -8,9 +8,11 @@
 mod admin;
 mod api_versions;
 mod configs;
+mod elect;
 mod fetch;
 mod groups;
 mod list_offsets;
+mod log_dirs;
 mod metadata;
 mod produce;
 mod producers;
@@ -243,6 +245,16 @@ pub async fn handle(
         }
         RequestKind::DeleteGroups(r) => {
             let resp = blocking(broker, api, move |b| groups::delete_groups(b, r)).await?;
+            encode_response(api, version, cid, &resp)
+        }
+        // Sizes of every hosted partition (their locks) and statvfs.
+        RequestKind::DescribeLogDirs(r) => {
+            let resp = blocking(broker, api, move |b| log_dirs::describe_log_dirs(b, r)).await?;
+            encode_response(api, version, cid, &resp)
+        }
+        // Forwarded to the controller, waiting for its answer.
+        RequestKind::ElectLeaders(r) => {
+            let resp = blocking(broker, api, move |b| elect::elect_leaders(b, r)).await?;
             encode_response(api, version, cid, &resp)
         }
         _ => Err(RequestError::Decode {

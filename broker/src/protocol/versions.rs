@@ -36,6 +36,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::InitProducerId, 0, 4),
     (ApiKey::SaslHandshake, 1, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
+    (ApiKey::DescribeLogDirs, 1, 4),
+    (ApiKey::ElectLeaders, 0, 2),
 ];
 
 /// The supported range of `api`, if it is implemented at all.

@@ -29,6 +29,7 @@ pub mod epochs;
 pub mod index;
 pub mod log;
 pub mod segment;
+pub mod space;
 #[cfg(test)]
 pub(crate) mod test_batches;
 

@@ -1,0 +1,80 @@
+"""Apache Kafka's own command-line admin tools, run as the distribution runs
+them: `bin/kafka-log-dirs.sh` and `bin/kafka-leader-election.sh` are
+`kafka-run-class.sh` of the main classes below, here started with `java`
+on the reference distribution's class path (kafka-dist/jars, resolved by
+kafka-dist/fetch-jars.sh, which kafka-tools is part of) and logging only
+warnings, to stderr (kafka-dist/tools-log4j2.properties), so stdout is the
+tool's own output.
+
+Knows nothing about brokers beyond a bootstrap address.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+
+from .broker import KAFKA_DIST
+
+LOG_DIRS = "org.apache.kafka.tools.LogDirsCommand"
+LEADER_ELECTION = "org.apache.kafka.tools.LeaderElectionCommand"
+
+
+@functools.cache
+def _jars() -> str:
+    """The class path (fetching the jars once if pom.xml changed)."""
+    subprocess.run([str(KAFKA_DIST / "fetch-jars.sh")], check=True, timeout=600)
+    return str(KAFKA_DIST / "jars" / "*")
+
+
+def run(main_class: str, args: list[str], timeout: float = 120.0) -> subprocess.CompletedProcess:
+    """Runs one tool to completion; its exit code is the caller's to judge."""
+    cmd = [
+        os.environ.get("JAVA", "java"),
+        "-Xmx256m",
+        f"-Dlog4j2.configurationFile={KAFKA_DIST / 'tools-log4j2.properties'}",
+        "-cp", _jars(),
+        main_class,
+        *args,
+    ]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+def log_dirs(bootstrap: str, topics: list[str] | None = None, brokers: list[int] | None = None) -> dict:
+    """`kafka-log-dirs --describe`: its JSON answer (brokers → log dirs →
+    partitions with size, offsetLag, isFuture)."""
+    args = ["--bootstrap-server", bootstrap, "--describe"]
+    if topics:
+        args += ["--topic-list", ",".join(topics)]
+    if brokers:
+        args += ["--broker-list", ",".join(str(b) for b in brokers)]
+    p = run(LOG_DIRS, args)
+    assert p.returncode == 0, f"kafka-log-dirs exited {p.returncode}:\n{p.stdout}\n{p.stderr}"
+    lines = [line for line in p.stdout.splitlines() if line.startswith("{")]
+    assert len(lines) == 1, f"one JSON line expected:\n{p.stdout}"
+    return json.loads(lines[0])
+
+
+def leader_election(
+    bootstrap: str, election_type: str, topic: str | None = None, partition: int | None = None
+) -> subprocess.CompletedProcess:
+    """`kafka-leader-election --election-type preferred|unclean`, for one
+    partition or (topic None) `--all-topic-partitions`."""
+    args = ["--bootstrap-server", bootstrap, "--election-type", election_type]
+    if topic is None:
+        args.append("--all-topic-partitions")
+    else:
+        args += ["--topic", topic, "--partition", str(partition)]
+    return run(LEADER_ELECTION, args)
+
+
+def elected(p: subprocess.CompletedProcess, election_type: str) -> set[str]:
+    """The partitions a kafka-leader-election run reports as elected."""
+    prefix = f"Successfully completed leader election ({election_type.upper()}) for partitions "
+    out: set[str] = set()
+    for line in p.stdout.splitlines():
+        if line.startswith(prefix):
+            out.update(x.strip() for x in line[len(prefix):].split(","))
+    return out

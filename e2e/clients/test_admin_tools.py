@@ -1,0 +1,230 @@
+"""Kafka's own admin tools and confluent-kafka's `elect_leaders` against the
+broker: `kafka-log-dirs --describe` (DescribeLogDirs) and
+`kafka-leader-election` (ElectLeaders), the real command-line tools of the
+Kafka distribution (harness/kafka_tools.py).
+
+- One broker (Moldau standalone, or Apache Kafka with
+  MOLDAU_TEST_TARGET=kafka, where the same assertions hold): the log
+  directory is absolute and inside the broker's data directory, a written
+  partition has a size and an empty one 0, lag 0; the only replica already
+  leads, so a preferred (or unclean) election of a partition reports a valid
+  replica already elected, `--all-topic-partitions` elects nothing, and an
+  unknown topic fails the tool with UnknownTopicOrPartition.
+- Three Moldau brokers (`auto.leader.rebalance.enable=false`, so leadership
+  moves only when asked; cluster backend as in test_cluster.py): the
+  preferred leader of partition 0 restarts and comes back in every ISR
+  leading nothing; `kafka-leader-election --election-type preferred
+  --all-topic-partitions` reports exactly the displaced partitions elected
+  and Metadata shows every preferred replica leading; again, nothing to
+  elect. A second round through confluent-kafka's `elect_leaders` (null
+  list: every partition) does the same. `kafka-log-dirs` lists every
+  broker's own data directory with the topic's partitions, the same size on
+  every replica; `--broker-list` narrows it.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from conftest import STATE
+from harness import broker as brokers
+from harness import kafka_tools
+from harness.cluster import Cluster, backend, cluster_args
+from harness.clients import RDKAFKA_LOGGER
+
+NODES = (0, 1, 2)
+PARTITIONS = 3
+SETTINGS = {
+    "auto.leader.rebalance.enable": "false",
+    "broker.session.timeout.ms": "3000",
+    "replica.lag.time.max.ms": "2000",
+    "replica.fetch.wait.max.ms": "100",
+    "replica.fetch.backoff.ms": "100",
+}
+
+
+def wait_for(what: str, check, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            got = check()
+            if got:
+                return got
+            last = got
+        except Exception as e:  # noqa: BLE001 - retried until the deadline
+            last = e
+        time.sleep(0.3)
+    raise AssertionError(f"never {what}: {last}")
+
+
+def produce(bootstrap: str, topic: str, partitions: list[int], count: int) -> None:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "logger": RDKAFKA_LOGGER})
+    failed = []
+    for part in partitions:
+        for i in range(count):
+            p.produce(topic, f"{topic}-{part}-{i}".encode(), partition=part, on_delivery=lambda e, m: e and failed.append(e))
+    assert p.flush(30) == 0, "undelivered records"
+    assert not failed, failed
+
+
+def partition_sizes(out: dict, topic: str) -> dict[int, dict[str, dict]]:
+    """broker → {partition name: entry} of the topic, from kafka-log-dirs' JSON."""
+    result = {}
+    for b in out["brokers"]:
+        assert len(b["logDirs"]) == 1, b
+        result[b["broker"]] = {p["partition"]: p for p in b["logDirs"][0]["partitions"] if p["partition"].startswith(f"{topic}-")}
+    return result
+
+
+# -- one broker ----------------------------------------------------------------
+
+
+def test_the_tools_against_one_broker(broker, new_topic):
+    topic = new_topic(partitions=2, prefix="tools")
+    produce(broker.bootstrap, topic, [0], 3)
+
+    out = kafka_tools.log_dirs(broker.bootstrap, topics=[topic])
+    assert len(out["brokers"]) == 1, out
+    (d,) = out["brokers"][0]["logDirs"]
+    assert d["error"] is None, d
+    path = Path(d["logDir"])
+    data = broker.data_dir.resolve()
+    assert path.is_absolute() and (path == data or data in path.parents), (path, data)
+    parts = {p["partition"]: p for p in d["partitions"]}
+    assert set(parts) == {f"{topic}-0", f"{topic}-1"}, parts
+    assert parts[f"{topic}-0"]["size"] > 0, parts
+    assert parts[f"{topic}-1"]["size"] == 0, "nothing written there"
+    assert all(p["offsetLag"] == 0 and p["isFuture"] is False for p in parts.values()), parts
+
+    for kind in ("preferred", "unclean"):
+        r = kafka_tools.leader_election(broker.bootstrap, kind, topic, 0)
+        assert r.returncode == 0, r
+        assert f"Valid replica already elected for partitions {topic}-0" in r.stdout, r.stdout
+    r = kafka_tools.leader_election(broker.bootstrap, "preferred")
+    assert r.returncode == 0, r
+    assert kafka_tools.elected(r, "preferred") == set(), r.stdout
+
+    missing = f"nope-{uuid.uuid4().hex[:8]}"
+    r = kafka_tools.leader_election(broker.bootstrap, "preferred", missing, 0)
+    assert r.returncode != 0, r
+    assert "UnknownTopicOrPartition" in r.stdout + r.stderr, r
+
+
+# -- three brokers -------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    if brokers.target() != "moldau":
+        pytest.skip("Moldau's cluster mode")
+    c = Cluster(STATE / f"admin-tools-{backend()}", size=len(NODES), settings=SETTINGS, cluster_args=cluster_args("tools"))
+    c.start()
+    yield c
+    c.close(keep=True)
+
+
+def describe(admin, topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
+    """partition → (leader, replicas, isr)."""
+    t = admin.list_topics(topic, timeout=10).topics[topic]
+    assert t.error is None, t.error
+    return {p.id: (p.leader, list(p.replicas), sorted(p.isrs)) for p in t.partitions.values()}
+
+
+def displace_preferred_leader(cluster, admin, topic: str) -> tuple[int, set[int]]:
+    """Restarts the preferred leader of partition 0 and waits until it is in
+    every ISR again: `(it, partitions it should lead but does not)`."""
+    view = wait_for(f"{topic} fully in sync", lambda: (lambda v: v if all(len(i) == 3 for _, _, i in v.values()) else None)(describe(admin, topic)))
+    preferred = view[0][1][0]
+    assert view[0][0] == preferred, view
+    cluster[preferred].restart()
+    after = wait_for(
+        f"broker {preferred} back in every ISR of {topic}",
+        lambda: (lambda v: v if all(i == sorted(NODES) for _, _, i in v.values()) else None)(describe(admin, topic)),
+    )
+    displaced = {p for p, (leader, replicas, _) in after.items() if replicas[0] == preferred}
+    assert 0 in displaced
+    for p in displaced:
+        assert after[p][0] != preferred, f"partition {p} came back by itself: {after}"
+    return preferred, displaced
+
+
+def assert_preferred_leaders(admin, topic: str) -> None:
+    view = wait_for(
+        f"every partition of {topic} led by its preferred replica",
+        lambda: (lambda v: v if all(leader == replicas[0] for leader, replicas, _ in v.values()) else None)(describe(admin, topic)),
+        timeout=10,
+    )
+    assert len(view) == PARTITIONS
+
+
+def test_preferred_elections_with_the_tool_and_with_confluent_kafka(cluster):
+    from confluent_kafka import ElectionType, KafkaError, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "logger": RDKAFKA_LOGGER})
+    wait_for("three brokers", lambda: sorted(admin.list_topics(timeout=5).brokers) == list(NODES))
+    topic = f"elect-{uuid.uuid4().hex[:8]}"
+    admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=3)])[topic].result(30)
+    produce(cluster.bootstrap, topic, list(range(PARTITIONS)), 5)
+
+    # Round 1: Kafka's kafka-leader-election.
+    _, displaced = displace_preferred_leader(cluster, admin, topic)
+    r = kafka_tools.leader_election(cluster.bootstrap, "preferred")
+    assert r.returncode == 0, r
+    mine = {x for x in kafka_tools.elected(r, "preferred") if x.rsplit("-", 1)[0] == topic}
+    assert mine == {f"{topic}-{p}" for p in displaced}, r.stdout
+    assert_preferred_leaders(admin, topic)
+    again = kafka_tools.leader_election(cluster.bootstrap, "preferred")
+    assert again.returncode == 0 and kafka_tools.elected(again, "preferred") == set(), again.stdout
+    one = kafka_tools.leader_election(cluster.bootstrap, "preferred", topic, 0)
+    assert f"Valid replica already elected for partitions {topic}-0" in one.stdout, one
+
+    # Round 2: confluent-kafka's AdminClient, every partition (a null list).
+    _, displaced = displace_preferred_leader(cluster, admin, topic)
+    result = admin.elect_leaders(ElectionType.PREFERRED, None).result(30)
+    ours = {tp.partition: err for tp, err in result.items() if tp.topic == topic}
+    assert set(ours) == displaced and all(e is None for e in ours.values()), result
+    assert_preferred_leaders(admin, topic)
+    named = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, 0)]).result(30)
+    (err,) = named.values()
+    assert err is not None and err.code() == KafkaError.ELECTION_NOT_NEEDED, named
+    named = admin.elect_leaders(ElectionType.UNCLEAN, [TopicPartition(topic, 1)]).result(30)
+    (err,) = named.values()
+    assert err is not None and err.code() == KafkaError.ELECTION_NOT_NEEDED, named
+
+
+def test_kafka_log_dirs_lists_every_brokers_own_directory(cluster):
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "logger": RDKAFKA_LOGGER})
+    topic = f"dirs-{uuid.uuid4().hex[:8]}"
+    admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=3)])[topic].result(30)
+    wait_for(f"{topic} fully in sync", lambda: all(len(i) == 3 for _, _, i in describe(admin, topic).values()))
+    produce(cluster.bootstrap, topic, list(range(PARTITIONS)), 4)
+    names = {f"{topic}-{p}" for p in range(PARTITIONS)}
+
+    def same_bytes_everywhere():
+        out = kafka_tools.log_dirs(cluster.bootstrap, topics=[topic])
+        assert sorted(b["broker"] for b in out["brokers"]) == list(NODES), out
+        for b in out["brokers"]:
+            (d,) = b["logDirs"]
+            assert d["error"] is None
+            assert Path(d["logDir"]) == cluster[b["broker"]].data_dir.resolve(), d["logDir"]
+        sizes = partition_sizes(out, topic)
+        for n, parts in sizes.items():
+            assert set(parts) == names, f"broker {n}: {parts}"
+            assert all(p["size"] > 0 and p["isFuture"] is False for p in parts.values()), parts
+        caught_up = all(len({sizes[n][name]["size"] for n in NODES}) == 1 for name in names)
+        lag_free = all(p["offsetLag"] == 0 for parts in sizes.values() for p in parts.values())
+        return caught_up and lag_free
+
+    wait_for("every replica holding the same bytes", same_bytes_everywhere)
+    only = kafka_tools.log_dirs(cluster.bootstrap, topics=[topic], brokers=[1])
+    assert [b["broker"] for b in only["brokers"]] == [1], only
