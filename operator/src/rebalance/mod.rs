@@ -21,6 +21,8 @@ pub mod plan;
 mod state;
 
 #[cfg(test)]
+mod proptests;
+#[cfg(test)]
 mod testkit;
 #[cfg(test)]
 mod tests;
