@@ -113,15 +113,28 @@ fn replica_step(s: &mut State) -> bool {
     false
 }
 
-/// The partition to move from `g` to `r`: the one that brings their bytes
-/// closest together, sparing preferred and current leaderships on ties.
+/// The partition to move from `g` to `r`: the one that best evens their
+/// bytes relative to their replica counts (each broker's bytes should be
+/// its count times the mean replica size, so that byte balance follows
+/// once counts are even), sparing preferred and current leaderships on
+/// ties. A leadership that `g` cannot spare (it leads no more than its
+/// share) goes last: a receiver that may not hand it back (`AddBrokers`)
+/// would leave `g` short for good.
 fn pick_replica(s: &State, g: usize, r: usize) -> Option<usize> {
-    let gap = s.load[g].bytes as i128 - s.load[r].bytes as i128;
+    let (replicas, bytes) = s.totals();
+    // Byte excess over count × mean size, scaled by the replica total to
+    // stay in integers.
+    let excess = |b: usize| s.load[b].bytes as i128 * replicas - bytes * s.load[b].replicas as i128;
+    let gap = excess(g) - excess(r);
+    let short = s.load[g].leaders <= s.leader_share();
     s.on(g).filter(|p| s.can_move(*p, g, r)).min_by_key(|p| {
         let part = &s.parts[*p];
+        let leads = s.leader(*p) == g;
+        let shift = part.size as i128 * replicas - bytes;
         (
-            (gap - 2 * part.size as i128).unsigned_abs(),
-            s.leader(*p) == g,
+            short && leads,
+            (gap - 2 * shift).unsigned_abs(),
+            leads,
             part.current_leader == Some(g),
             *p,
         )

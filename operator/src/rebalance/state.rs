@@ -192,17 +192,24 @@ impl State {
         (0..self.parts.len()).filter(move |p| self.parts[*p].replicas.contains(&b))
     }
 
-    /// Distinct racks of a replica list.
-    fn spread_of(&self, replicas: impl Iterator<Item = usize>) -> usize {
-        let mut racks: Vec<usize> = replicas.map(|b| self.rack[b]).collect();
-        racks.sort_unstable();
-        racks.dedup();
-        racks.len()
+    /// Distinct racks of a replica list with `from` read as `to`. Replica
+    /// lists are short, so a quadratic scan beats allocating a set; this
+    /// runs for every candidate move.
+    fn spread_of(&self, replicas: &[usize], from: usize, to: usize) -> usize {
+        let rack = |b: usize| self.rack[if b == from { to } else { b }];
+        (0..replicas.len())
+            .filter(|i| {
+                !replicas[..*i]
+                    .iter()
+                    .any(|b| rack(*b) == rack(replicas[*i]))
+            })
+            .count()
     }
 
     /// Distinct racks of partition `p` now.
     pub fn rack_spread(&self, p: usize) -> usize {
-        self.spread_of(self.parts[p].replicas.iter().copied())
+        let reps = &self.parts[p].replicas;
+        self.spread_of(reps, usize::MAX, usize::MAX)
     }
 
     /// The spread partition `p` should have: `min(RF, racks)`.
@@ -236,7 +243,7 @@ impl State {
     /// least `min(spread now, wanted)`.
     fn rack_ok(&self, p: usize, from: usize, to: usize) -> bool {
         let reps = &self.parts[p].replicas;
-        let after = self.spread_of(reps.iter().map(|b| if *b == from { to } else { *b }));
+        let after = self.spread_of(reps, from, to);
         after >= self.rack_spread(p).min(self.wanted_spread(p))
     }
 
@@ -284,6 +291,19 @@ impl State {
         reps.swap(0, pos);
         self.load[old].leaders -= 1;
         self.load[to].leaders += 1;
+    }
+
+    /// Replicas and bytes of the whole cluster.
+    pub fn totals(&self) -> (i128, i128) {
+        let replicas = self.load.iter().map(|l| l.replicas as i128).sum();
+        let bytes = self.load.iter().map(|l| l.bytes as i128).sum();
+        (replicas, bytes)
+    }
+
+    /// Preferred leaderships per eligible broker, rounded up.
+    pub fn leader_share(&self) -> usize {
+        let brokers = self.eligible_brokers().count().max(1);
+        self.parts.len().div_ceil(brokers)
     }
 
     /// Preferred leader of `p`.
