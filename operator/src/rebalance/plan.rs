@@ -25,20 +25,37 @@
 //!
 //! # Guarantees (checked by the property tests)
 //!
-//! - For `Full` and `RemoveBrokers` without a topic filter and without
-//!   racks: replica and preferred-leader counts within 1, and bytes
-//!   max − min ≤ tolerance + the largest partition (a move carries a whole
-//!   partition, so an exact byte balance is not always reachable).
-//! - With racks: the rack spread above; counts within 1 when every rack has
-//!   the same number of eligible brokers.
+//! "Without a filter" means [`Options::topics`] is None; "eligible" means
+//! not being removed.
+//!
+//! - Always: RF unchanged, distinct brokers per list, only filtered topics
+//!   move, no replica left on a removed broker, and no partition's rack
+//!   spread falls below `min(its spread before, RF, eligible racks)`.
+//! - `Full` and `RemoveBrokers` without a filter: every partition in
+//!   `min(RF, racks)` racks; replica and preferred-leader counts within 1
+//!   when every rack has the same number of eligible brokers (always true
+//!   without racks); without racks, bytes max − min ≤ tolerance + the
+//!   largest partition (a move carries a whole partition, so an exact byte
+//!   balance is not always reachable).
 //! - `AddBrokers`: no old broker gains replicas, preferred leaderships or
-//!   bytes; without racks no old broker ends more than 1 replica above a new
-//!   one.
-//! - Moves are few: a balanced cluster gets an empty plan; planning again
-//!   on the result gives an empty plan; each replica-balance step takes a
-//!   replica from a broker above the ceiling of the mean or gives one to a
-//!   broker below its floor, so without racks these steps number at most
-//!   twice the lower bound `max(Σ excess, Σ deficit)` (see [`Steps`]).
+//!   bytes; without racks and filter no old broker ends more than 1 replica
+//!   above a new one. (Old brokers that were already light stay light: they
+//!   may not gain, so counts within 1 are not promised.)
+//! - Moves are few. A balanced cluster gets an empty plan, and planning
+//!   again on a plan's result gives an empty plan (every step improves a
+//!   balance, none is undone). Lower bound: to get counts within 1, brokers
+//!   above the ceiling of the mean (and removed brokers, for all they hold)
+//!   must give `E` replicas in total and brokers below the floor must get
+//!   `D`, so at least `max(E, D)` copies are needed. Each drain or
+//!   replica-balance step lowers `E + D`, so without racks and filter there
+//!   are at most `E + D ≤ 2·max(E, D)` of them ([`Steps`]); with partitions
+//!   of one size and RF (where nothing else moves data) the plan copies at
+//!   most twice the minimum bytes. With racks a step may be a chain of moves
+//!   through brokers whose counts stay, and byte or leader balance may add
+//!   copies; each is counted in [`Steps`].
+//! - Replicas to move are chosen by how well they even bytes relative to
+//!   replica counts, so byte balance mostly follows from count balance and
+//!   the byte phase (swaps) is rarely needed.
 //! - Every partition moves at most once (`from` = now, `to` = final), so
 //!   under KIP-455 (targets added, caught up, then the old ones dropped) a
 //!   partition holds `from ∪ to` during its move: never fewer than RF

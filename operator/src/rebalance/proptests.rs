@@ -349,6 +349,31 @@ proptest! {
     }
 
     #[test]
+    fn uniform_partitions_move_at_most_twice_the_minimum(s in shape(), size in 1u64..10_000) {
+        // One topic, one RF, one size, no racks, no filter: every count step
+        // is a replica copy of `size` bytes and nothing else moves data.
+        let mut c = build(s);
+        let rf = c.partitions.iter().map(|p| p.replicas.len()).min().unwrap();
+        for (i, p) in c.partitions.iter_mut().enumerate() {
+            p.topic = "t".into();
+            p.partition = i as i32;
+            p.replicas.truncate(rf);
+            p.leader = p.replicas.first().copied();
+            p.size_bytes = size;
+            p.min_insync_replicas = p.min_insync_replicas.min(rf);
+        }
+        for b in &mut c.brokers {
+            b.rack = None;
+        }
+        c.options.topics = None;
+        let p = plan(&c.brokers, &c.partitions, &c.goal, &c.options).unwrap();
+        check_always(&c.brokers, &c.partitions, &c.goal, &c.options, &p);
+        let (excess, deficit) = count_bounds(&c, &p.before);
+        let bound = 2 * excess.max(deficit) as u64 * size;
+        prop_assert!(p.bytes_to_move <= bound, "{} > {bound}: {:?}", p.bytes_to_move, p.steps);
+    }
+
+    #[test]
     fn balanced_clusters_stay_put(
         brokers in 1usize..=12,
         racks in 0usize..=4,
