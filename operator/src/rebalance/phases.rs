@@ -97,7 +97,12 @@ fn replica_step(s: &mut State) -> bool {
             }
         }
     }
-    for &g in &givers {
+    let lowest = receivers.first().map_or(usize::MAX, |r| count(s, *r));
+    // Givers are sorted: once one has no receiver 2 below it, none has.
+    for &g in givers
+        .iter()
+        .take_while(|g| count(s, **g) >= lowest.saturating_add(2))
+    {
         let need = count(s, g);
         let target = |s: &State, v: usize| count(s, v) + 2 <= need;
         let edge = |s: &State, x: usize, y: usize| pick_replica(s, x, y).is_some();
@@ -169,8 +174,14 @@ fn leader_step(s: &mut State) -> bool {
     }
     // Chains of reorders first (no data moves), then chains that may also
     // relocate replicas.
+    let lowest = receivers.first().map_or(usize::MAX, |r| count(s, *r));
+    let needy: Vec<usize> = givers
+        .iter()
+        .copied()
+        .take_while(|g| count(s, *g) >= lowest.saturating_add(2))
+        .collect();
     for relocating in [false, true] {
-        for &g in &givers {
+        for &g in &needy {
             let need = count(s, g);
             let target = |s: &State, v: usize| count(s, v) + 2 <= need;
             let edge = |s: &State, x: usize, y: usize| leader_hop(s, x, y, relocating).is_some();
