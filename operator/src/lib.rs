@@ -5,7 +5,8 @@
 //! edge), `topic` (the KafkaTopic reconciler: planner, status, sync, async
 //! edge), `kafka` (a small Kafka admin client), `leader` (Lease-based leader
 //! election), `telemetry` (metrics and the HTTP endpoints), `events`
-//! (Kubernetes Events), `context` (what reconcilers share), `error`.
+//! (Kubernetes Events), `rebalance` (the partition-reassignment planner),
+//! `context` (what reconcilers share), `error`.
 //! Decisions are pure functions; the async code only reads, applies and
 //! reports. The operator uses only the broker's wire protocol and its
 //! flag/env contract, never the broker crate.
@@ -17,6 +18,7 @@ pub mod error;
 pub mod events;
 pub mod kafka;
 pub mod leader;
+pub mod rebalance;
 pub mod telemetry;
 pub mod topic;
 

@@ -1,0 +1,33 @@
+//! Partition reassignment: the planner that decides which replicas move where
+//! when a cluster is rebalanced, scaled out (`AddBrokers`) or drained before
+//! a scale-down (`RemoveBrokers`).
+//!
+//! This module owns only the decision. [`plan::plan`] is a pure function of
+//! the brokers (ids, racks), the partitions (replicas, leaders, sizes,
+//! `min.insync.replicas`), a [`plan::Goal`] and [`plan::Options`]; it returns
+//! a [`plan::Plan`] (moves in bounded batches, bytes to move, load per broker
+//! before and after, and what it could not achieve) or a typed
+//! [`plan::PlanError`]. Reading the cluster (Metadata, DescribeLogDirs) and
+//! executing the moves (AlterPartitionReassignments with a throttle, one
+//! batch at a time, then preferred leader elections) belong to a controller.
+//!
+//! Layout: `plan` (input and output types, validation, the entry point),
+//! `state` (the working assignment and per-broker load), `phases` (drain,
+//! rack repair, replica and leader balance), `bytes` (byte balance).
+
+mod bytes;
+mod phases;
+pub mod plan;
+mod state;
+
+#[cfg(test)]
+mod proptests;
+#[cfg(test)]
+mod testkit;
+#[cfg(test)]
+mod tests;
+
+pub use plan::{
+    plan, Broker, BrokerId, BrokerLoad, Caveat, Goal, Move, Options, Partition, Plan, PlanError,
+    Steps,
+};
