@@ -461,8 +461,9 @@ impl pb::controller_server::Controller for ControllerService {
             let partitions = state.metadata.partition_states();
             let mut changes =
                 leadership::on_broker_returned(&partitions, &live, |t| unclean.contains(t));
-            if changes.is_empty() {
-                // auto leader rebalance: give preferred leaders back
+            if changes.is_empty() && self.settings.leader_rebalance_interval_ms.is_some() {
+                // auto leader rebalance (when enabled): give preferred
+                // leaders back
                 changes = leadership::preferred_leader_moves(&partitions, &live);
             }
             if let Err(e) = self.apply_changes(&mut state, changes).await {
