@@ -83,6 +83,18 @@ pub const TOPIC_CONFIGS: &[TopicConfigDef] = &[
         doc: "bytes between offset index entries",
     },
     TopicConfigDef {
+        name: "follower.replication.throttled.replicas",
+        broker_key: None,
+        kind: ConfigType::List,
+        doc: "replicas throttled on the follower side while outside the ISR: * or partition:broker,…",
+    },
+    TopicConfigDef {
+        name: "leader.replication.throttled.replicas",
+        broker_key: None,
+        kind: ConfigType::List,
+        doc: "replicas throttled on the leader side while their follower is outside the ISR: * or partition:broker,…",
+    },
+    TopicConfigDef {
         name: "max.compaction.lag.ms",
         broker_key: None,
         kind: ConfigType::Long,
@@ -219,6 +231,9 @@ pub fn validate(name: &str, value: &str) -> Result<(), String> {
         }
         "message.timestamp.type" if value != "CreateTime" && value != "LogAppendTime" => {
             return Err("message.timestamp.type must be CreateTime or LogAppendTime".into());
+        }
+        "leader.replication.throttled.replicas" | "follower.replication.throttled.replicas" => {
+            crate::replication::throttle::ThrottledReplicas::parse(value)?;
         }
         "unclean.leader.election.enable" if value != "true" && value != "false" => {
             return Err("expected true or false".into());
