@@ -281,6 +281,30 @@ async fn replicas_move_to_another_broker_and_a_stuck_move_is_cancelled() {
     assert_eq!(code, 85, "NO_REASSIGNMENT_IN_PROGRESS");
 }
 
+/// IncrementalAlterConfigs SET of one config of broker entity `entity`:
+/// its error code.
+async fn alter_broker_config(s: &mut TcpStream, entity: &str, name: &str, value: &str) -> i16 {
+    use kafka_protocol::messages::incremental_alter_configs_request::{
+        AlterConfigsResource, AlterableConfig,
+    };
+    use kafka_protocol::messages::{
+        IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
+    };
+    use kafka_protocol::protocol::StrBytes;
+    let req = IncrementalAlterConfigsRequest::default().with_resources(vec![
+        AlterConfigsResource::default()
+            .with_resource_type(4)
+            .with_resource_name(StrBytes::from_string(entity.to_string()))
+            .with_configs(vec![AlterableConfig::default()
+                .with_name(StrBytes::from_string(name.to_string()))
+                .with_config_operation(0)
+                .with_value(Some(StrBytes::from_string(value.to_string())))]),
+    ]);
+    let resp: IncrementalAlterConfigsResponse =
+        wire_common::call(s, ApiKey::IncrementalAlterConfigs, 1, &req).await;
+    resp.responses[0].error_code
+}
+
 /// Moves `topic`-0 (one replica) onto a second broker and returns how long
 /// it took to complete (Metadata shows both replicas in sync).
 async fn time_a_move(s: &mut TcpStream, topic: &str) -> Duration {
@@ -313,11 +337,9 @@ async fn a_throttled_move_goes_at_the_throttled_rate() {
     let settings: Vec<&str> = SETTINGS
         .iter()
         .copied()
-        .chain([
-            "leader.replication.throttled.rate=100000",
-            "follower.replication.throttled.rate=100000",
-            "replica.fetch.max.bytes=65536",
-        ])
+        // the rates are set dynamically below: were they not applied, the
+        // move would be as fast as the unthrottled one
+        .chain(["replica.fetch.max.bytes=65536"])
         .collect();
     let brokers: BTreeMap<i32, wire_common::Child> = (0..3)
         .map(|n| {
@@ -350,6 +372,33 @@ async fn a_throttled_move_goes_at_the_throttled_rate() {
     )
     .await;
     assert_eq!(code, 40, "INVALID_CONFIG: {message:?}");
+    // dynamic broker configs: the cluster-wide default entity "" and
+    // each broker's own
+    assert_eq!(
+        alter_broker_config(&mut s, "", "follower.replication.throttled.rate", "100000").await,
+        0
+    );
+    for n in 0..3 {
+        let entity = n.to_string();
+        let code = alter_broker_config(
+            &mut s,
+            &entity,
+            "leader.replication.throttled.rate",
+            "100000",
+        )
+        .await;
+        assert_eq!(code, 0);
+    }
+    assert_eq!(
+        alter_broker_config(&mut s, "", "log.retention.ms", "1").await,
+        42,
+        "INVALID_REQUEST: not a dynamic config"
+    );
+    assert_eq!(
+        alter_broker_config(&mut s, "1", "follower.replication.throttled.rate", "-5").await,
+        40,
+        "INVALID_CONFIG"
+    );
     // 1 MB in each: 100 records of 10 KB
     let value = vec![b'x'; 10_000];
     for topic in ["slow", "fast"] {

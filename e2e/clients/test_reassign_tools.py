@@ -19,16 +19,12 @@ reassignment moves it:
   and byte-identical from offset 0, and `kafka-log-dirs --describe` lists
   each partition on its target brokers only (the removed replicas' logs
   are deleted);
-- a plain `--verify` of the finished reassignment (no
-  `--preserve-throttles`) also clears the reassignment throttles, i.e.
-  IncrementalAlterConfigs DELETEs of `leader.replication.throttled.rate`
-  and friends on every BROKER resource and of
-  `leader/follower.replication.throttled.replicas` on the topic, and exits 0
-  in Apache Kafka even when none were set. Moldau refuses both today
-  (INVALID_REQUEST: no dynamic broker configs; INVALID_CONFIG: unknown topic
-  configs), so the tool exits 1 after reporting completion: that test is an
-  expected failure (pytest.xfail naming the refused DELETEs, each probed
-  through confluent-kafka) until the broker accepts them;
+- `--execute --throttle` sets `leader/follower.replication.throttled.rate`
+  on the brokers (dynamic broker configs: DescribeConfigs shows them with
+  source DYNAMIC_BROKER_CONFIG) and the throttled-replica lists on the
+  topic; a plain `--verify` of the finished reassignment (no
+  `--preserve-throttles`) clears both (IncrementalAlterConfigs DELETEs) and
+  exits 0;
 - `--generate` with a topics-to-move JSON and `--broker-list 1,2,3` exits 0
   and prints the current assignment and a proposal naming only the listed
   brokers, three distinct replicas per partition;
@@ -42,9 +38,10 @@ reassignment moves it:
   --preserve-throttles` cancels it, Metadata shows the original replicas and
   ISR again and `--list` finds nothing; the broker is started again.
 
-Not covered: `--throttle` and `--replica-alter-log-dirs-throttle` (they set
-dynamic broker configs, which Moldau does not support yet), log-directory
-moves (`log_dirs` other than "any"; Moldau has one directory per broker).
+Not covered: whether the throttle slows the move (the rate here is high;
+broker/tests/reassignment_dir.rs measures a throttled move),
+`--replica-alter-log-dirs-throttle` and log-directory moves (`log_dirs`
+other than "any"; Moldau has one directory per broker).
 Every wait is bounded; the module takes about 20 s.
 """
 
@@ -243,6 +240,26 @@ def tool(c: Cluster, *args: str):
     return p, out
 
 
+THROTTLE = 50_000_000  # bytes/s: set and cleared by the tool, high enough not to slow the test
+
+
+def throttles(c: Cluster, topic: str) -> tuple[dict[int, tuple[str, str]], str]:
+    """Each broker's `leader.replication.throttled.rate` as DescribeConfigs
+    shows it ({broker: (value, source name)}), and the topic's
+    `leader.replication.throttled.replicas`."""
+    from confluent_kafka.admin import ConfigResource, ConfigSource, ResourceType
+
+    rates = {}
+    for n in NODES:
+        r = ConfigResource(ResourceType.BROKER, str(n))
+        entries = admin(c).describe_configs([r], request_timeout=10)[r].result(10)
+        e = entries["leader.replication.throttled.rate"]
+        rates[n] = (e.value, ConfigSource(e.source).name)
+    t = ConfigResource(ResourceType.TOPIC, topic)
+    entries = admin(c).describe_configs([t], request_timeout=10)[t].result(10)
+    return rates, entries["leader.replication.throttled.replicas"].value or ""
+
+
 def completed(topic: str, parts, stdout: str) -> bool:
     return all(f"Reassignment of partition {topic}-{p} is completed." in stdout for p in parts)
 
@@ -266,8 +283,13 @@ def moved(cluster, tmp_path_factory):
     f = tmp_path_factory.mktemp("reassign") / "move.json"
     f.write_text(reassignment_json(topic, target))
 
-    p, out = tool(cluster, "--execute", "--reassignment-json-file", str(f))
+    p, out = tool(cluster, "--execute", "--throttle", str(THROTTLE), "--reassignment-json-file", str(f))
     assert p.returncode == 0, out
+    # --throttle: the rate on every broker of the move (dynamic broker
+    # configs), the moving replicas listed on the topic
+    rates, listed = throttles(cluster, topic)
+    assert all(v == (str(THROTTLE), "DYNAMIC_BROKER_CONFIG") for v in rates.values()), rates
+    assert listed, f"no leader.replication.throttled.replicas on {topic}: {out}"
     names = ",".join(f"{topic}-{i}" for i in range(PARTITIONS))
     assert f"Successfully started partition reassignments for {names}" in p.stdout, out
     (rollback,) = kafka_tools.json_lines(p)
@@ -325,50 +347,16 @@ def test_execute_and_verify_move_the_replicas_and_keep_every_record(cluster, mov
                     assert e["size"] > 0 and e["isFuture"] is False, (b["broker"], e)
 
 
-def throttle_deletes(c: Cluster, topic: str) -> dict[str, str | None]:
-    """The IncrementalAlterConfigs DELETEs the tool sends to clear throttles,
-    one resource at a time through confluent-kafka: resource → the error
-    (None: accepted)."""
-    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
-
-    def deleting(kind, name, configs):
-        return ConfigResource(kind, name, incremental_configs=[
-            ConfigEntry(n, None, incremental_operation=AlterConfigOpType.DELETE) for n in configs
-        ])
-
-    resources = {
-        "BROKER 0": deleting(ResourceType.BROKER, "0", [
-            "leader.replication.throttled.rate", "follower.replication.throttled.rate",
-            "replica.alter.log.dirs.io.max.bytes.per.second",
-        ]),
-        f"TOPIC {topic}": deleting(ResourceType.TOPIC, topic, [
-            "leader.replication.throttled.replicas", "follower.replication.throttled.replicas",
-        ]),
-    }
-    out = {}
-    for label, r in resources.items():
-        try:
-            admin(c).incremental_alter_configs([r], request_timeout=10)[r].result(10)
-            out[label] = None
-        except Exception as e:  # noqa: BLE001 - the error is the answer
-            out[label] = str(e)
-    return out
-
-
 def test_verify_without_preserve_throttles_clears_them_and_succeeds(cluster, moved):
     topic, _, _, _, f = moved
     p, out = tool(cluster, "--verify", "--reassignment-json-file", str(f))
     assert completed(topic, range(PARTITIONS), p.stdout), out
     assert "Clearing broker-level throttles on brokers 0,1,2,3" in p.stdout, out
-    if p.returncode != 0:
-        refused = {k: v for k, v in throttle_deletes(cluster, topic).items() if v is not None}
-        if refused:
-            pytest.xfail(
-                "broker: IncrementalAlterConfigs DELETE of the reassignment throttles (nothing set) is refused, "
-                f"Apache Kafka accepts it, so a plain --verify (and --cancel) exits 1: {refused}"
-            )
     assert p.returncode == 0, out
     assert f"Clearing topic-level throttles on topic {topic}" in p.stdout, out
+    rates, listed = throttles(cluster, topic)
+    assert all(source != "DYNAMIC_BROKER_CONFIG" for _, source in rates.values()), f"still throttled: {rates}"
+    assert listed == "", f"{topic} still lists throttled replicas: {listed}"
 
 
 # -- --generate -----------------------------------------------------------------

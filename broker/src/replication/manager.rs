@@ -35,6 +35,9 @@ pub struct FetchSettings {
     pub leader_quota: Arc<RateQuota>,
     /// `follower.replication.throttled.rate`, shared by every fetcher.
     pub follower_quota: Arc<RateQuota>,
+    /// The static rates (properties), when no dynamic config sets them.
+    pub leader_rate: u64,
+    pub follower_rate: u64,
 }
 
 impl FetchSettings {
@@ -47,6 +50,8 @@ impl FetchSettings {
             lag_max_ms: c.replica_lag_time_max_ms.max(1),
             leader_quota: Arc::new(RateQuota::new(c.leader_replication_throttled_rate)),
             follower_quota: Arc::new(RateQuota::new(c.follower_replication_throttled_rate)),
+            leader_rate: c.leader_replication_throttled_rate,
+            follower_rate: c.follower_replication_throttled_rate,
         }
     }
 }
@@ -102,6 +107,7 @@ impl ReplicaManager {
     /// image is installed, so no request sees a role the partition does
     /// not have yet. Needs a Tokio runtime (fetchers are tasks).
     pub fn apply_image(&self, topics: &TopicManager, image: &MetadataImage) {
+        self.apply_dynamic_configs(image);
         let mut follow: HashMap<i32, Vec<Arc<Partition>>> = HashMap::new();
         let mut throttled: HashMap<i32, BTreeSet<(String, i32)>> = HashMap::new();
         for topic in topics.all() {
@@ -164,6 +170,26 @@ impl ReplicaManager {
                 }
             }
         }
+    }
+
+    /// Takes the replication throttle rates of an image's dynamic broker
+    /// configs (else the static properties).
+    pub fn apply_dynamic_configs(&self, image: &MetadataImage) {
+        use crate::dynamic_config::{rate, FOLLOWER_THROTTLED_RATE, LEADER_THROTTLED_RATE};
+        let s = &self.settings;
+        let configs = &image.broker_configs;
+        s.leader_quota.set_limit(rate(
+            configs,
+            self.node,
+            LEADER_THROTTLED_RATE,
+            s.leader_rate,
+        ));
+        s.follower_quota.set_limit(rate(
+            configs,
+            self.node,
+            FOLLOWER_THROTTLED_RATE,
+            s.follower_rate,
+        ));
     }
 
     /// The leader-side replication throttle (the fetch handler counts
