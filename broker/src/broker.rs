@@ -44,7 +44,12 @@ pub struct Broker {
     pub replicas: crate::replication::ReplicaManager,
     /// Standalone mode: the dynamic broker configs (the controller keeps a
     /// cluster's).
-    pub dynamic_configs: crate::dynamic_config::LocalStore,
+    pub dynamic_configs: crate::local_store::JsonFile<crate::dynamic_config::BrokerConfigs>,
+    /// Standalone mode: the client quotas (the controller keeps a
+    /// cluster's).
+    pub client_quotas: crate::local_store::JsonFile<Vec<crate::quota::ClientQuotaRecord>>,
+    /// Enforcement of the client quotas on this broker's traffic.
+    pub quotas: crate::quota::QuotaManager,
 }
 
 impl Broker {
@@ -66,16 +71,25 @@ impl Broker {
             node_id,
             crate::replication::FetchSettings::from_config(config),
         );
-        let dynamic_configs = crate::dynamic_config::LocalStore::open(topics.data_dir());
+        let dynamic_configs =
+            crate::local_store::JsonFile::open(topics.data_dir(), "dynamic-broker-configs.json");
+        let client_quotas: crate::local_store::JsonFile<Vec<crate::quota::ClientQuotaRecord>> =
+            crate::local_store::JsonFile::open(topics.data_dir(), "client-quotas.json");
         let image = standalone_image(
             node_id,
             &advertised_host,
             advertised_port,
             &topics,
             dynamic_configs.get(),
+            &client_quotas.get(),
         );
         replicas.apply_dynamic_configs(&image);
         let image = RwLock::new(Arc::new(image));
+        let metrics = Metrics::default();
+        let quotas = crate::quota::QuotaManager::with_metrics(
+            metrics.quota_throttle_time_ms.clone(),
+            metrics.quota_recorded.clone(),
+        );
         Self {
             image,
             remote_image: AtomicBool::new(false),
@@ -88,17 +102,37 @@ impl Broker {
             rack: config.broker_rack.clone(),
             topics,
             groups,
-            metrics: Metrics::default(),
+            metrics,
+            quotas,
             ready: AtomicBool::new(false),
             link: std::sync::OnceLock::new(),
             replicas,
             dynamic_configs,
+            client_quotas,
         }
     }
 
     /// The current metadata image (cheap: a shared pointer).
     pub fn image(&self) -> Arc<MetadataImage> {
         self.image.read().clone()
+    }
+
+    /// Counts `amount` of `kind` for client `client_id` against its quota
+    /// (if it has one); the time to throttle it, in ms.
+    pub fn record_quota(
+        &self,
+        client_id: &str,
+        kind: crate::quota::QuotaKind,
+        amount: usize,
+    ) -> i32 {
+        let image = self.image();
+        self.quotas.record(
+            &image.client_quotas,
+            client_id,
+            kind,
+            amount as f64,
+            crate::quota::now_ms(),
+        )
     }
 
     /// The controller, through which every metadata change goes.
@@ -119,6 +153,7 @@ impl Broker {
             self.advertised_port,
             &self.topics,
             self.dynamic_configs.get(),
+            &self.client_quotas.get(),
         );
         self.replicas.apply_dynamic_configs(&image);
         *self.image.write() = Arc::new(image);
@@ -175,6 +210,7 @@ fn standalone_image(
     port: i32,
     topics: &TopicManager,
     broker_configs: crate::dynamic_config::BrokerConfigs,
+    client_quotas: &[crate::quota::ClientQuotaRecord],
 ) -> MetadataImage {
     let this = BrokerImage {
         id: node_id,
@@ -190,5 +226,6 @@ fn standalone_image(
     });
     let mut image = MetadataImage::standalone(topics.cluster_id(), this, facts);
     image.broker_configs = broker_configs;
+    image.client_quotas = crate::quota::from_records(client_quotas);
     image
 }

@@ -35,58 +35,6 @@ pub struct DynamicDef {
 pub const LEADER_THROTTLED_RATE: &str = "leader.replication.throttled.rate";
 pub const FOLLOWER_THROTTLED_RATE: &str = "follower.replication.throttled.rate";
 
-/// A standalone broker's dynamic configs, kept in
-/// `dynamic-broker-configs.json` in its data directory (replaced
-/// atomically). A file that cannot be read is logged and treated as empty:
-/// the broker starts on its static properties.
-#[derive(Debug)]
-pub struct LocalStore {
-    path: std::path::PathBuf,
-    configs: parking_lot::RwLock<BrokerConfigs>,
-}
-
-impl LocalStore {
-    pub fn open(data_dir: &std::path::Path) -> Self {
-        let path = data_dir.join("dynamic-broker-configs.json");
-        let configs = match std::fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
-                tracing::error!(path = %path.display(), error = %e, "unreadable dynamic broker configs; using the static properties");
-                BrokerConfigs::new()
-            }),
-            Err(_) => BrokerConfigs::new(),
-        };
-        Self {
-            path,
-            configs: parking_lot::RwLock::new(configs),
-        }
-    }
-
-    pub fn get(&self) -> BrokerConfigs {
-        self.configs.read().clone()
-    }
-
-    /// Replaces `entity`'s dynamic configs (none: removes the entity).
-    pub fn replace(
-        &self,
-        entity: &str,
-        configs: BTreeMap<String, String>,
-    ) -> Result<(), TopicError> {
-        let mut all = self.configs.write();
-        let mut next = all.clone();
-        if configs.is_empty() {
-            next.remove(entity);
-        } else {
-            next.insert(entity.to_string(), configs);
-        }
-        let bytes = serde_json::to_vec_pretty(&next)
-            .map_err(|e| TopicError::new(ResponseError::UnknownServerError, e.to_string()))?;
-        crate::metadata::write_atomically(&self.path, &bytes)
-            .map_err(|e| TopicError::new(ResponseError::KafkaStorageError, e.to_string()))?;
-        *all = next;
-        Ok(())
-    }
-}
-
 /// Every broker config that can be changed dynamically.
 pub const DYNAMIC_BROKER_CONFIGS: &[DynamicDef] = &[
     DynamicDef {

@@ -97,7 +97,7 @@ impl TopicImage {
 }
 
 /// The whole snapshot.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct MetadataImage {
     pub cluster_id: String,
     /// The active controller's node id (-1: none known).
@@ -108,6 +108,8 @@ pub struct MetadataImage {
     pub deleted_topic_ids: Vec<Uuid>,
     /// Dynamic broker configs (see `crate::dynamic_config`).
     pub broker_configs: crate::dynamic_config::BrokerConfigs,
+    /// Client quotas by entity (see `crate::quota`).
+    pub client_quotas: crate::quota::ClientQuotas,
     topics: BTreeMap<String, Arc<TopicImage>>,
     by_id: HashMap<Uuid, String>,
 }
@@ -177,6 +179,7 @@ impl MetadataImage {
             brokers,
             deleted_topic_ids: Vec::new(),
             broker_configs: Default::default(),
+            client_quotas: Default::default(),
             topics: by_name,
             by_id,
         }

@@ -94,6 +94,10 @@ pub struct Metrics {
     /// with their indexes rebuilt. Both 0 after a clean stop.
     pub recovery_unclean_partitions: Gauge,
     pub recovery_segments_recovered: Gauge,
+    /// Client quotas: throttle time given, by quota kind and client id.
+    pub quota_throttle_time_ms: Family<crate::quota::manager::QuotaLabels, Counter>,
+    /// Client quotas: bytes (or handling ms) counted, by kind and client id.
+    pub quota_recorded: Family<crate::quota::manager::QuotaLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -128,6 +132,8 @@ impl Default for Metrics {
             max_fds: Gauge::default(),
             recovery_unclean_partitions: Gauge::default(),
             recovery_segments_recovered: Gauge::default(),
+            quota_throttle_time_ms: Family::default(),
+            quota_recorded: Family::default(),
         }
     }
 }
@@ -292,6 +298,16 @@ impl Metrics {
             "log_recovery_segments_recovered",
             "Segments the last start re-validated (CRC) and re-indexed",
             self.recovery_segments_recovered.clone(),
+        );
+        registry.register(
+            "quota_throttle_time_ms",
+            "Throttle time given to clients over a quota (KIP-219), by quota kind (produce, fetch, request) and client id",
+            self.quota_throttle_time_ms.clone(),
+        );
+        registry.register(
+            "quota_recorded",
+            "Amounts counted against client quotas: bytes for produce and fetch, handling milliseconds for request; rate() of it is the client's rate",
+            self.quota_recorded.clone(),
         );
         let mut out = String::new();
         if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &registry) {

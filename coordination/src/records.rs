@@ -59,6 +59,61 @@ pub struct ClusterRecord {
     /// default, else a broker's node id.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub broker_configs: BTreeMap<String, BTreeMap<String, String>>,
+    /// Client quotas (Kafka's AlterClientQuotas), one entry per entity.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub client_quotas: Vec<ClientQuotaRecord>,
+}
+
+/// One part of a client-quota entity: a name, or the default of its kind
+/// (`{"kind": "name", "name": "app-1"}` / `{"kind": "default"}`: both
+/// objects, so the MetadataShard schema stays structural).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "name", rename_all = "camelCase")]
+pub enum QuotaName {
+    Name(String),
+    Default,
+}
+
+/// By hand: the derived schema is a `oneOf` whose variants give `kind`
+/// different enums, which a structural CRD schema cannot hold.
+impl JsonSchema for QuotaName {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "QuotaName".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "object",
+            "description": "A name (kind: name) or the default of its kind (kind: default).",
+            "properties": {
+                "kind": {"type": "string", "enum": ["name", "default"]},
+                "name": {"type": "string"}
+            },
+            "required": ["kind"]
+        })
+    }
+}
+
+/// A client-quota entity: a user and/or a client id (each a name or the
+/// default); a part that is `None` is not part of the entity.
+#[derive(
+    Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct QuotaEntity {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<QuotaName>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_id: Option<QuotaName>,
+}
+
+/// An entity's quotas: `producer_byte_rate`, `consumer_byte_rate`,
+/// `request_percentage`, as Kafka's decimal text (doubles).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientQuotaRecord {
+    pub entity: QuotaEntity,
+    pub values: BTreeMap<String, String>,
 }
 
 /// How many deleted topic ids the cluster record keeps.
@@ -210,6 +265,30 @@ impl ClusterRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quota_entities_are_objects_in_json_and_read_back() {
+        let record = ClientQuotaRecord {
+            entity: QuotaEntity {
+                user: Some(QuotaName::Default),
+                client_id: Some(QuotaName::Name("app".into())),
+            },
+            values: BTreeMap::from([("producer_byte_rate".into(), "1048576".into())]),
+        };
+        let json = serde_json::to_value(&record).unwrap();
+        assert_eq!(
+            json["entity"]["user"],
+            serde_json::json!({"kind": "default"})
+        );
+        assert_eq!(
+            json["entity"]["clientId"],
+            serde_json::json!({"kind": "name", "name": "app"})
+        );
+        assert_eq!(
+            serde_json::from_value::<ClientQuotaRecord>(json).unwrap(),
+            record
+        );
+    }
 
     fn topic() -> TopicRecord {
         TopicRecord {

@@ -292,7 +292,50 @@ impl<'a> Controller<'a> {
         if validate_only {
             return Ok(());
         }
-        self.broker.dynamic_configs.replace(entity, configs)?;
+        self.broker.dynamic_configs.update(|all| {
+            if configs.is_empty() {
+                all.remove(entity);
+            } else {
+                all.insert(entity.to_string(), configs);
+            }
+            Ok(())
+        })?;
+        self.publish();
+        Ok(())
+    }
+
+    /// AlterClientQuotas of one entity: per key a new value or a removal
+    /// (see [`crate::quota`]); validated whole.
+    pub fn alter_client_quotas(
+        &self,
+        entity: &crate::quota::QuotaEntity,
+        ops: Vec<(String, Option<f64>)>,
+        validate_only: bool,
+    ) -> Result<(), TopicError> {
+        if let Some(link) = self.remote() {
+            let (set, remove): (Vec<_>, Vec<_>) = ops.into_iter().partition(|(_, v)| v.is_some());
+            let request = pb::AlterClientQuotasRequest {
+                user: Some(rpc::quota_part_to_pb(&entity.user)),
+                client_id: Some(rpc::quota_part_to_pb(&entity.client_id)),
+                set: set.into_iter().filter_map(|(k, v)| Some((k, v?))).collect(),
+                remove: remove.into_iter().map(|(k, _)| k).collect(),
+                validate_only,
+            };
+            return link
+                .admin(|mut c| async move { c.alter_client_quotas(request).await })
+                .map(drop);
+        }
+        let change = [(entity.clone(), ops)];
+        if validate_only {
+            let mut scratch = self.broker.image().client_quotas.clone();
+            return crate::quota::entity::apply(&mut scratch, &change);
+        }
+        self.broker.client_quotas.update(|records| {
+            let mut quotas = crate::quota::from_records(records);
+            crate::quota::entity::apply(&mut quotas, &change)?;
+            *records = crate::quota::to_records(&quotas);
+            Ok(())
+        })?;
         self.publish();
         Ok(())
     }

@@ -106,6 +106,34 @@ fn admin_error(e: TopicError) -> pb::AdminResponse {
     }
 }
 
+/// A client-quota entity part on the wire between brokers and controller.
+pub fn quota_part_to_pb(part: &Option<crate::quota::QuotaName>) -> pb::QuotaEntityPart {
+    use crate::quota::QuotaName;
+    match part {
+        None => pb::QuotaEntityPart::default(),
+        Some(QuotaName::Default) => pb::QuotaEntityPart {
+            present: true,
+            is_default: true,
+            name: String::new(),
+        },
+        Some(QuotaName::Name(n)) => pb::QuotaEntityPart {
+            present: true,
+            is_default: false,
+            name: n.clone(),
+        },
+    }
+}
+
+pub fn quota_part_from_pb(part: Option<&pb::QuotaEntityPart>) -> Option<crate::quota::QuotaName> {
+    use crate::quota::QuotaName;
+    let p = part.filter(|p| p.present)?;
+    Some(if p.is_default {
+        QuotaName::Default
+    } else {
+        QuotaName::Name(p.name.clone())
+    })
+}
+
 fn random_seeds() -> Seeds {
     let r = Uuid::new_v4().as_u128();
     Seeds {
@@ -506,6 +534,14 @@ impl pb::controller_server::Controller for ControllerService {
         }
         out.changed = true;
         out.deleted_topic_ids = state.metadata.cluster.deleted_topics.clone();
+        out.client_quotas = crate::quota::from_records(&state.metadata.cluster.client_quotas)
+            .iter()
+            .map(|(e, values)| pb::ClientQuota {
+                user: Some(quota_part_to_pb(&e.user)),
+                client_id: Some(quota_part_to_pb(&e.client_id)),
+                values: values.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+            })
+            .collect();
         out.broker_configs = state
             .metadata
             .cluster
@@ -689,6 +725,42 @@ impl pb::controller_server::Controller for ControllerService {
         }
         tracing::info!(topic = %r.name, "altered topic configs");
         Ok(Response::new(self.done(&mut state, id)))
+    }
+
+    async fn alter_client_quotas(
+        &self,
+        request: Request<pb::AlterClientQuotasRequest>,
+    ) -> Result<Response<pb::AdminResponse>, Status> {
+        self.check_active()?;
+        let r = request.into_inner();
+        let entity = crate::quota::QuotaEntity {
+            user: quota_part_from_pb(r.user.as_ref()),
+            client_id: quota_part_from_pb(r.client_id.as_ref()),
+        };
+        let ops: Vec<(String, Option<f64>)> = r
+            .set
+            .iter()
+            .map(|(k, v)| (k.clone(), Some(*v)))
+            .chain(r.remove.iter().map(|k| (k.clone(), None)))
+            .collect();
+        let mut state = self.state.lock().await;
+        let mut quotas = crate::quota::from_records(&state.metadata.cluster.client_quotas);
+        if let Err(e) = crate::quota::entity::apply(&mut quotas, &[(entity.clone(), ops)]) {
+            return Ok(Response::new(admin_error(e)));
+        }
+        if r.validate_only {
+            return Ok(Response::new(pb::AdminResponse::default()));
+        }
+        let previous = std::mem::replace(
+            &mut state.metadata.cluster.client_quotas,
+            crate::quota::to_records(&quotas),
+        );
+        if let Err(e) = self.put_registrations(&mut state).await {
+            state.metadata.cluster.client_quotas = previous;
+            return Ok(Response::new(self.admin_store_failed(e)));
+        }
+        tracing::info!(?entity, set = ?r.set, remove = ?r.remove, "altered client quotas");
+        Ok(Response::new(self.done(&mut state, String::new())))
     }
 
     async fn alter_broker_configs(

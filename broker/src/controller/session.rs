@@ -74,6 +74,17 @@ pub fn image_from(m: &pb::FetchMetadataResponse) -> MetadataImage {
     for c in &m.topic_configs {
         image.set_configs(&c.topic, c.configs.clone().into_iter().collect());
     }
+    image.client_quotas = m
+        .client_quotas
+        .iter()
+        .map(|q| {
+            let entity = crate::quota::QuotaEntity {
+                user: super::rpc::quota_part_from_pb(q.user.as_ref()),
+                client_id: super::rpc::quota_part_from_pb(q.client_id.as_ref()),
+            };
+            (entity, q.values.clone().into_iter().collect())
+        })
+        .collect();
     image.broker_configs = m
         .broker_configs
         .iter()

@@ -30,6 +30,7 @@ use crate::metrics::Metrics;
 use crate::protocol::fetch_encode::{
     encode_fetch_response, FetchOut, PartitionOut, Piece, TopicOut,
 };
+use crate::quota::{QuotaKind, QuotaManager};
 use crate::storage::StorageError;
 use crate::topics::storage_error_code;
 
@@ -327,14 +328,38 @@ fn watches(broker: &Broker, req: &FetchRequest) -> Vec<watch::Receiver<i64>> {
         .collect()
 }
 
+/// A fetch's response and how long its client is throttled for.
+pub struct Fetched {
+    pub pieces: Vec<Piece>,
+    pub throttle_ms: i32,
+}
+
+/// Serves a Fetch. `quota_client` is the client id a consumer's fetch is
+/// counted against (its `consumer_byte_rate`); `request_throttle_ms` is
+/// the throttle its request quota already gives, reported with the
+/// byte-rate one.
 pub async fn handle(
     broker: &Arc<Broker>,
-    req: FetchRequest,
+    mut req: FetchRequest,
     version: i16,
     correlation_id: i32,
     authenticated: Option<(i32, uuid::Uuid)>,
-) -> Vec<Piece> {
+    quota_client: Option<&str>,
+    request_throttle_ms: i32,
+) -> Fetched {
     let replica = replica_of(&req);
+    let quota_client = quota_client.filter(|_| replica < 0);
+    if let Some(client_id) = quota_client {
+        // Kafka's rule: a consumer under a byte-rate quota gets at most one
+        // quota window's worth per response, so no single response is a
+        // burst the throttle then has to pay back for many seconds.
+        let image = broker.image();
+        if let Some(limit) =
+            QuotaManager::window_limit(&image.client_quotas, client_id, QuotaKind::Fetch)
+        {
+            req.max_bytes = req.max_bytes.min(limit.clamp(1.0, i32::MAX as f64) as i32);
+        }
+    }
     if replica >= 0 && !replica_admitted(broker, replica, authenticated) {
         tracing::warn!(
             replica,
@@ -356,7 +381,10 @@ pub async fn handle(
                 .collect(),
             ..FetchOut::default()
         };
-        return encode_fetch_response(correlation_id, version, &out);
+        return Fetched {
+            pieces: encode_fetch_response(correlation_id, version, &out),
+            throttle_ms: 0,
+        };
     }
     let wait = Duration::from_millis(req.max_wait_ms.max(0) as u64).min(MAX_WAIT_CAP);
     let deadline = Instant::now() + wait;
@@ -364,7 +392,7 @@ pub async fn handle(
     // Subscribe before the first read so no append between the read and the
     // wait goes unnoticed.
     let mut receivers = watches(broker, &req);
-    let gathered = loop {
+    let mut gathered = loop {
         let g = gather(broker, &req, version);
         if g.bytes >= min_bytes.max(1) || g.any_error || Instant::now() >= deadline {
             break g;
@@ -378,6 +406,7 @@ pub async fn handle(
             break gather(broker, &req, version);
         }
     };
+    let mut sent_total = 0;
     for topic in &gathered.out.topics {
         let sent: u64 = topic
             .partitions
@@ -391,6 +420,16 @@ pub async fn handle(
                 .get_or_create(&Metrics::topic(&topic.name))
                 .inc_by(sent);
         }
+        sent_total += sent;
     }
-    encode_fetch_response(correlation_id, version, &gathered.out)
+    let throttle_ms = quota_client
+        .map_or(0, |client_id| {
+            broker.record_quota(client_id, QuotaKind::Fetch, sent_total as usize)
+        })
+        .max(request_throttle_ms);
+    gathered.out.throttle_time_ms = throttle_ms;
+    Fetched {
+        pieces: encode_fetch_response(correlation_id, version, &gathered.out),
+        throttle_ms,
+    }
 }

@@ -16,6 +16,7 @@ mod log_dirs;
 mod metadata;
 mod produce;
 mod producers;
+mod quotas;
 mod reassignments;
 pub mod sasl;
 
@@ -98,7 +99,9 @@ pub fn encode_response<R: Encodable>(
     Ok(Reply::Pieces(vec![Piece::Bytes(buf.freeze())]))
 }
 
-/// Decodes the header and body of a supported request and handles it.
+/// Decodes the header and body of a supported request and handles it,
+/// counting it against the client's quotas (see [`crate::quota`]): after
+/// this, `ctx.throttle_ms` says how long to mute the connection.
 pub async fn handle(
     broker: &Arc<Broker>,
     api: ApiKey,
@@ -111,9 +114,59 @@ pub async fn handle(
         version,
         reason: e.to_string(),
     };
+    let request_bytes = frame.len();
     let header = RequestHeader::decode(&mut frame, api.request_header_version(version))
         .map_err(decode_err)?;
     let request = RequestKind::decode(api, &mut frame, version).map_err(decode_err)?;
+    ctx.client_id.clear();
+    if let Some(client_id) = &header.client_id {
+        ctx.client_id.push_str(client_id);
+    }
+    ctx.throttle_ms = 0;
+    ctx.request_throttle_ms = 0;
+    let kind = crate::quota::QuotaKind::Request;
+    let image = broker.image();
+    let quotas = &image.client_quotas;
+    if !(ctx.is_quota_client() && crate::quota::QuotaManager::applies(quotas, &ctx.client_id, kind))
+    {
+        return dispatch(broker, api, version, header, request, request_bytes, ctx).await;
+    }
+    ctx.request_throttle_ms =
+        broker
+            .quotas
+            .throttle_now(quotas, &ctx.client_id, kind, crate::quota::now_ms());
+    let client_id = ctx.client_id.clone();
+    let (reply, busy) = crate::quota::Busy::new(dispatch(
+        broker,
+        api,
+        version,
+        header,
+        request,
+        request_bytes,
+        ctx,
+    ))
+    .await;
+    let throttle = broker.quotas.record(
+        quotas,
+        &client_id,
+        kind,
+        busy.as_secs_f64() * 1000.0,
+        crate::quota::now_ms(),
+    );
+    ctx.throttle_ms = ctx.throttle_ms.max(throttle);
+    reply
+}
+
+/// Hands a decoded request to its handler.
+async fn dispatch(
+    broker: &Arc<Broker>,
+    api: ApiKey,
+    version: i16,
+    header: RequestHeader,
+    request: RequestKind,
+    request_bytes: usize,
+    ctx: &mut crate::protocol::principal::ConnectionContext,
+) -> Result<Reply, RequestError> {
     let cid = header.correlation_id;
     let b = broker.as_ref();
     match request {
@@ -128,19 +181,44 @@ pub async fn handle(
         }
         RequestKind::Produce(r) => {
             let handled = produce::handle(b, r, version);
+            // Kafka counts the whole request against the producer's quota
+            let throttle = if ctx.is_quota_client() {
+                b.record_quota(
+                    &ctx.client_id,
+                    crate::quota::QuotaKind::Produce,
+                    request_bytes,
+                )
+            } else {
+                0
+            }
+            .max(ctx.request_throttle_ms);
+            ctx.throttle_ms = ctx.throttle_ms.max(throttle);
             match handled.response {
                 Some(mut resp) => {
                     if !handled.pending.is_empty() {
                         produce::complete(&mut resp, handled.pending, handled.timeout).await;
                     }
+                    resp.throttle_time_ms = throttle;
                     encode_response(api, version, cid, &resp)
                 }
                 None => Ok(Reply::None),
             }
         }
-        RequestKind::Fetch(r) => Ok(Reply::Pieces(
-            fetch::handle(broker, r, version, cid, ctx.broker()).await,
-        )),
+        RequestKind::Fetch(r) => {
+            let quota_client = ctx.is_quota_client().then_some(ctx.client_id.as_str());
+            let fetched = fetch::handle(
+                broker,
+                r,
+                version,
+                cid,
+                ctx.broker(),
+                quota_client,
+                ctx.request_throttle_ms,
+            )
+            .await;
+            ctx.throttle_ms = ctx.throttle_ms.max(fetched.throttle_ms);
+            Ok(Reply::Pieces(fetched.pieces))
+        }
         RequestKind::SaslHandshake(r) => {
             encode_response(api, version, cid, &sasl::handshake(ctx, r))
         }
@@ -178,6 +256,14 @@ pub async fn handle(
         RequestKind::AlterPartitionReassignments(r) => {
             let resp = blocking(broker, api, move |b| reassignments::alter(b, r, version)).await?;
             encode_response(api, version, cid, &resp)
+        }
+        // asks the controller and waits for the change (blocking)
+        RequestKind::AlterClientQuotas(r) => {
+            let resp = blocking(broker, api, move |b| quotas::alter(b, r)).await?;
+            encode_response(api, version, cid, &resp)
+        }
+        RequestKind::DescribeClientQuotas(r) => {
+            encode_response(api, version, cid, &quotas::describe(b, r))
         }
         RequestKind::ListPartitionReassignments(r) => {
             encode_response(api, version, cid, &reassignments::list(b, r))

@@ -171,6 +171,12 @@ async fn serve_inner(
             }
         }
         drop(reserved);
+        if ctx.throttle_ms > 0 {
+            // KIP-219: the client was told its throttle time in the
+            // response; the broker reads nothing more from it until that
+            // time has passed, so a client ignoring the field gains nothing.
+            tokio::time::sleep(Duration::from_millis(ctx.throttle_ms as u64)).await;
+        }
     }
 }
 

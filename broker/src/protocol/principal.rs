@@ -37,6 +37,14 @@ pub struct ConnectionContext {
     pub peer: SocketAddr,
     pub principal: Principal,
     pub sasl: SaslStage,
+    /// The client id of the request being handled (its header's).
+    pub client_id: String,
+    /// The throttle the client's request quota already had when this
+    /// request came (reported in produce and fetch responses).
+    pub request_throttle_ms: i32,
+    /// How long to mute the connection after this request's response
+    /// (KIP-219): the largest throttle any of the client's quotas gave.
+    pub throttle_ms: i32,
 }
 
 impl ConnectionContext {
@@ -45,7 +53,16 @@ impl ConnectionContext {
             peer,
             principal: Principal::Anonymous,
             sasl: SaslStage::Start,
+            client_id: String::new(),
+            request_throttle_ms: 0,
+            throttle_ms: 0,
         }
+    }
+
+    /// Whether client quotas apply to this connection: every connection
+    /// but a broker's of the cluster (replication has its own throttles).
+    pub fn is_quota_client(&self) -> bool {
+        self.broker().is_none()
     }
 
     /// The broker this connection proved to be, if any.

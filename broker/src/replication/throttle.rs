@@ -14,18 +14,16 @@
 //! and a follower leaves it out of its fetch. Pure decisions plus a small
 //! rate meter; the fetch paths consult them.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use parking_lot::Mutex;
+use crate::quota::meter::RateMeter;
+pub use crate::quota::meter::WINDOWS;
 
 /// The leader-side topic config.
 pub const LEADER_REPLICAS: &str = "leader.replication.throttled.replicas";
 /// The follower-side topic config.
 pub const FOLLOWER_REPLICAS: &str = "follower.replication.throttled.replicas";
-/// How many one-second windows the rate is measured over (Kafka's
-/// `replication.quota.window.num` default).
-pub const WINDOWS: i64 = 11;
 
 /// A throttled-replicas config value.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -90,15 +88,14 @@ pub fn throttled(config: Option<&str>, partition: i32, broker: i32, in_sync: boo
 #[derive(Debug)]
 pub struct RateQuota {
     limit: AtomicU64,
-    /// `(second, bytes)` of the recent windows, oldest first.
-    windows: Mutex<VecDeque<(i64, u64)>>,
+    meter: RateMeter,
 }
 
 impl RateQuota {
     pub fn new(bytes_per_second: u64) -> Self {
         Self {
             limit: AtomicU64::new(bytes_per_second),
-            windows: Mutex::new(VecDeque::new()),
+            meter: RateMeter::default(),
         }
     }
 
@@ -110,38 +107,18 @@ impl RateQuota {
         self.limit.load(Ordering::Relaxed)
     }
 
-    /// Counts `bytes` sent or received at `now_ms`.
+    /// Counts `bytes` sent or received at `now_ms` (nothing while
+    /// unlimited).
     pub fn record(&self, bytes: u64, now_ms: i64) {
-        if bytes == 0 || self.limit() == u64::MAX {
-            return;
-        }
-        let second = now_ms.div_euclid(1000);
-        let mut w = self.windows.lock();
-        match w.back_mut() {
-            Some((s, b)) if *s == second => *b = b.saturating_add(bytes),
-            _ => w.push_back((second, bytes)),
-        }
-        while w.front().is_some_and(|(s, _)| *s <= second - WINDOWS) {
-            w.pop_front();
+        if bytes > 0 && self.limit() != u64::MAX {
+            self.meter.record(bytes as f64, now_ms);
         }
     }
 
-    /// Whether the rate over the recent windows is above the limit (the
-    /// elapsed time counts from the oldest window kept, at least one
-    /// second, so a first burst is not judged over a sliver of time).
+    /// Whether the rate over the recent windows is above the limit.
     pub fn exceeded(&self, now_ms: i64) -> bool {
         let limit = self.limit();
-        if limit == u64::MAX {
-            return false;
-        }
-        let second = now_ms.div_euclid(1000);
-        let w = self.windows.lock();
-        let recent = w.iter().filter(|(s, _)| *s > second - WINDOWS);
-        let (oldest, total) = recent.fold((second, 0u64), |(o, t), (s, b)| {
-            (o.min(*s), t.saturating_add(*b))
-        });
-        let elapsed_ms = (now_ms - oldest * 1000).max(1000) as u64;
-        total.saturating_mul(1000) / elapsed_ms > limit
+        limit != u64::MAX && self.meter.rate(now_ms).0 > limit as f64
     }
 }
 

@@ -1,6 +1,6 @@
 """Apache Kafka's own command-line admin tools, run as the distribution runs
-them: `bin/kafka-log-dirs.sh`, `bin/kafka-leader-election.sh` and
-`bin/kafka-reassign-partitions.sh` are `kafka-run-class.sh` of the main
+them: `bin/kafka-log-dirs.sh`, `bin/kafka-leader-election.sh`,
+`bin/kafka-reassign-partitions.sh` and `bin/kafka-configs.sh` are `kafka-run-class.sh` of the main
 classes below, here started with `java`
 on the reference distribution's class path (kafka-dist/jars, resolved by
 kafka-dist/fetch-jars.sh, which kafka-tools is part of) and logging only
@@ -27,6 +27,7 @@ from .broker import KAFKA_DIST
 LOG_DIRS = "org.apache.kafka.tools.LogDirsCommand"
 LEADER_ELECTION = "org.apache.kafka.tools.LeaderElectionCommand"
 REASSIGN_PARTITIONS = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"
+CONFIGS = "kafka.admin.ConfigCommand"
 ALTER_REASSIGNMENTS = str(Path(__file__).with_name("AlterReassignments.java"))
 
 
@@ -107,3 +108,9 @@ def alter_reassignments(bootstrap: str, moves: dict[tuple[str, int], list[int]])
     partition, exit 0 when all were accepted."""
     specs = [f"{t}:{p}:{','.join(str(r) for r in replicas)}" for (t, p), replicas in moves.items()]
     return run(ALTER_REASSIGNMENTS, [bootstrap, *specs])
+
+
+def configs(bootstrap: str, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess:
+    """`kafka-configs --bootstrap-server B ARGS…`; its exit code is the
+    caller's to judge."""
+    return run(CONFIGS, ["--bootstrap-server", bootstrap, *args], timeout=timeout)

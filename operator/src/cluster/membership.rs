@@ -145,6 +145,7 @@ mod tests {
                 brokers,
                 deleted_topics: Vec::new(),
                 broker_configs: Default::default(),
+                client_quotas: Vec::new(),
             }),
             topic: None,
             stamped_epoch: None,
