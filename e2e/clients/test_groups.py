@@ -28,7 +28,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, ConsumerGroupState, ConsumerGroupTopicPartitions, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupState, ConsumerGroupType, ConsumerGroupTopicPartitions, KafkaError, KafkaException, Producer, TopicPartition
 
 from conftest import STATE, admin_for, create_topic, retry_retriable, unique
 from harness import broker as brokers
@@ -782,6 +782,11 @@ def test_admin_list_describe_offsets_alter_delete_groups(gb):
         assert committed_offsets(gb, group, topic) == {(topic, 0): 1, (topic, 1): 5, (topic, 2): 9}
         listing = a.list_consumer_groups(request_timeout=15).result(20)
         assert [g.state for g in listing.valid if g.group_id == group] == [ConsumerGroupState.EMPTY]
+        # ListGroups v5: the group type and a filter on it
+        listing = a.list_consumer_groups(request_timeout=15, types={ConsumerGroupType.CLASSIC}).result(20)
+        assert [g.type for g in listing.valid if g.group_id == group] == [ConsumerGroupType.CLASSIC]
+        listing = a.list_consumer_groups(request_timeout=15, types={ConsumerGroupType.CONSUMER}).result(20)
+        assert group not in [g.group_id for g in listing.valid]
 
         # and deleted
         assert a.delete_consumer_groups([group], request_timeout=15)[group].result(20) is None

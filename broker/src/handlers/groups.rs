@@ -478,10 +478,18 @@ pub fn list_groups(broker: &Broker, req: ListGroupsRequest) -> ListGroupsRespons
         .iter()
         .map(|s| s.as_str().to_lowercase())
         .collect();
+    // v5 (KIP-848): a filter on the group type; every group here is a
+    // classic one
+    let classic_wanted = req.types_filter.is_empty()
+        || req
+            .types_filter
+            .iter()
+            .any(|t| t.as_str().eq_ignore_ascii_case("classic"));
     let groups = broker
         .groups
         .list()
         .into_iter()
+        .filter(|_| classic_wanted)
         .filter(|(_, _, state)| filter.is_empty() || filter.contains(&state.to_lowercase()))
         .map(|(id, protocol_type, state)| {
             ListedGroup::default()

@@ -33,7 +33,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetFetch, 1, 8),
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::DescribeGroups, 0, 5),
-    (ApiKey::ListGroups, 0, 4),
+    (ApiKey::ListGroups, 0, 5),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::InitProducerId, 0, 4),
     (ApiKey::SaslHandshake, 1, 1),
