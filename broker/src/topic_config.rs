@@ -298,6 +298,40 @@ pub fn effective(
         .collect()
 }
 
+/// The synonyms of one topic config, most specific first, as Kafka's
+/// DescribeConfigs lists them with `include_synonyms`: the topic's own
+/// value (dynamic topic config), the broker config it defaults to when
+/// set in the broker's configuration (static broker config), and the
+/// built-in default (under the broker config's name where there is one).
+pub fn synonyms(
+    def: &TopicConfigDef,
+    overrides: &BTreeMap<String, String>,
+    broker: &BrokerConfig,
+) -> Vec<(&'static str, String, ConfigSource)> {
+    static BUILT_IN: std::sync::OnceLock<BrokerConfig> = std::sync::OnceLock::new();
+    let built_in = BUILT_IN.get_or_init(BrokerConfig::default);
+    let mut out = Vec::with_capacity(3);
+    if let Some(v) = overrides.get(def.name) {
+        out.push((def.name, v.clone(), ConfigSource::DynamicTopic));
+    }
+    if let Some(key) = def.broker_key {
+        if broker.raw.contains_key(key) {
+            out.push((
+                key,
+                broker_default(def, broker).0,
+                ConfigSource::StaticBroker,
+            ));
+        }
+    }
+    let default_name = def.broker_key.unwrap_or(def.name);
+    out.push((
+        default_name,
+        broker_default(def, built_in).0,
+        ConfigSource::Default,
+    ));
+    out
+}
+
 /// Translates effective topic configs into the storage layer's settings.
 /// `min.insync.replicas` of a topic: its override, else the broker's.
 pub fn min_insync_replicas(overrides: &BTreeMap<String, String>, broker: &BrokerConfig) -> usize {
@@ -356,6 +390,43 @@ pub fn log_config(overrides: &BTreeMap<String, String>, broker: &BrokerConfig) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn synonyms_go_from_the_topic_to_the_broker_to_the_default() {
+        let broker = BrokerConfig::load(None, &["log.retention.ms=1000".into()]).unwrap();
+        let o = BTreeMap::from([("retention.ms".to_string(), "5".to_string())]);
+        let retention = find("retention.ms").unwrap();
+        let default_ms = BrokerConfig::default().log_retention_ms.to_string();
+        assert_eq!(
+            synonyms(retention, &o, &broker),
+            vec![
+                ("retention.ms", "5".to_string(), ConfigSource::DynamicTopic),
+                (
+                    "log.retention.ms",
+                    "1000".to_string(),
+                    ConfigSource::StaticBroker
+                ),
+                (
+                    "log.retention.ms",
+                    default_ms.clone(),
+                    ConfigSource::Default
+                ),
+            ]
+        );
+        assert_eq!(
+            synonyms(retention, &BTreeMap::new(), &BrokerConfig::default()),
+            vec![("log.retention.ms", default_ms, ConfigSource::Default)]
+        );
+        let ratio = find("min.cleanable.dirty.ratio").unwrap();
+        assert_eq!(
+            synonyms(ratio, &BTreeMap::new(), &broker),
+            vec![(
+                "min.cleanable.dirty.ratio",
+                "0.5".to_string(),
+                ConfigSource::Default
+            )]
+        );
+    }
 
     #[test]
     fn overrides_win_over_broker_defaults() {

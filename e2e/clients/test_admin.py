@@ -41,6 +41,12 @@ def test_create_topic_with_partitions_and_configs(broker):
         assert k in entries, f"DescribeConfigs lacks {k}: {sorted(entries)}"
         assert entries[k].value == v, f"{k}: {entries[k].value!r} != {v!r}"
         assert entries[k].source == 1, f"{k} source {entries[k].source} (want DYNAMIC_TOPIC_CONFIG=1)"
+    # synonyms (librdkafka asks for them): the topic's own value, then the
+    # broker config it would otherwise take
+    syn = entries["segment.bytes"].synonyms
+    assert {"segment.bytes", "log.segment.bytes"} <= set(syn), sorted(syn)
+    assert syn["segment.bytes"].source == 1 and syn["segment.bytes"].value == "16777216"
+    assert syn["log.segment.bytes"].source in (4, 5), syn["log.segment.bytes"].source
     # an unset topic config is reported with its (non-topic) default source
     assert "compression.type" in entries
     assert entries["compression.type"].source != 1

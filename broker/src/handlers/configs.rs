@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::describe_configs_response::{
-    DescribeConfigsResourceResult, DescribeConfigsResult,
+    DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
 };
 use kafka_protocol::messages::{
     alter_configs_response, incremental_alter_configs_response, AlterConfigsRequest,
@@ -37,6 +37,7 @@ fn describe_topic(
     name: &str,
     keys: &Option<Vec<StrBytes>>,
     docs: bool,
+    include_synonyms: bool,
 ) -> Result<Vec<DescribeConfigsResourceResult>, TopicError> {
     let unknown = || {
         TopicError::new(
@@ -77,6 +78,20 @@ fn describe_topic(
                     def.map(|d| str_bytes(d.doc))
                 } else {
                     None
+                })
+                .with_synonyms(match def {
+                    Some(def) if include_synonyms => {
+                        topic_config::synonyms(def, &overrides, broker.topics.broker_config())
+                            .into_iter()
+                            .map(|(name, value, source)| {
+                                DescribeConfigsSynonym::default()
+                                    .with_name(str_bytes(name))
+                                    .with_value(Some(str_bytes(&value)))
+                                    .with_source(source as i8)
+                            })
+                            .collect()
+                    }
+                    _ => Vec::new(),
                 })
         })
         .collect())
@@ -210,6 +225,7 @@ pub fn describe(broker: &Broker, req: DescribeConfigsRequest) -> DescribeConfigs
                     &name,
                     &r.configuration_keys,
                     req.include_documentation,
+                    req.include_synonyms,
                 ),
                 BROKER => describe_broker(broker, &name, &r.configuration_keys),
                 other => Err(TopicError::new(
