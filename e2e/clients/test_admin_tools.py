@@ -117,6 +117,19 @@ def test_the_tools_against_one_broker(broker, new_topic):
     assert "UnknownTopicOrPartition" in r.stdout + r.stderr, r
 
 
+def test_kafka_features_describes_what_the_broker_supports(broker):
+    """ApiVersions v3 features (KIP-584), read by `kafka-features describe`."""
+    got = kafka_tools.features(broker.bootstrap)
+    if brokers.target() == "kafka":
+        assert int(got["group.version"]["SupportedMaxVersion"]) >= 1, got
+        return
+    # classic groups only, no transactions: both at level 0, nothing finalized above it
+    assert got == {
+        name: {"SupportedMinVersion": "0", "SupportedMaxVersion": "0", "FinalizedVersionLevel": "0", "Epoch": "-"}
+        for name in ("group.version", "transaction.version")
+    }, got
+
+
 # -- three brokers -------------------------------------------------------------
 
 

@@ -3,9 +3,9 @@
 
 use bytes::{BufMut, BytesMut};
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::api_versions_response::{ApiVersion, SupportedFeatureKey};
 use kafka_protocol::messages::{ApiVersionsResponse, ResponseHeader};
-use kafka_protocol::protocol::Encodable;
+use kafka_protocol::protocol::{Encodable, StrBytes};
 
 use crate::broker::Broker;
 use crate::protocol::versions::SUPPORTED;
@@ -22,8 +22,31 @@ fn api_list() -> Vec<ApiVersion> {
         .collect()
 }
 
+/// The feature flags (KIP-584) Moldau supports, as `(name, min, max)`:
+/// Kafka's names, at the levels Moldau really implements. Level 0 of
+/// `group.version` is the classic group protocol only (no KIP-848
+/// consumer groups); level 0 of `transaction.version` is no transaction
+/// protocol beyond idempotence. `metadata.version` is left out: it
+/// versions KRaft's metadata log, which Moldau does not have. Nothing is
+/// finalized above level 0, so the finalized list is empty, as Kafka
+/// reports a feature at level 0.
+pub const SUPPORTED_FEATURES: &[(&str, i16, i16)] =
+    &[("group.version", 0, 0), ("transaction.version", 0, 0)];
+
 pub fn handle(_broker: &Broker) -> ApiVersionsResponse {
-    ApiVersionsResponse::default().with_api_keys(api_list())
+    let features = SUPPORTED_FEATURES
+        .iter()
+        .map(|(name, min, max)| {
+            SupportedFeatureKey::default()
+                .with_name(StrBytes::from_static_str(name))
+                .with_min_version(*min)
+                .with_max_version(*max)
+        })
+        .collect();
+    ApiVersionsResponse::default()
+        .with_api_keys(api_list())
+        .with_supported_features(features)
+        .with_finalized_features_epoch(-1)
 }
 
 /// KIP-511: a request with an ApiVersions version we do not know gets a v0

@@ -1,6 +1,7 @@
 """Apache Kafka's own command-line admin tools, run as the distribution runs
 them: `bin/kafka-log-dirs.sh`, `bin/kafka-leader-election.sh`,
-`bin/kafka-reassign-partitions.sh` and `bin/kafka-configs.sh` are `kafka-run-class.sh` of the main
+`bin/kafka-reassign-partitions.sh`, `bin/kafka-configs.sh` and
+`bin/kafka-features.sh` are `kafka-run-class.sh` of the main
 classes below, here started with `java`
 on the reference distribution's class path (kafka-dist/jars, resolved by
 kafka-dist/fetch-jars.sh, which kafka-tools is part of) and logging only
@@ -28,6 +29,7 @@ LOG_DIRS = "org.apache.kafka.tools.LogDirsCommand"
 LEADER_ELECTION = "org.apache.kafka.tools.LeaderElectionCommand"
 REASSIGN_PARTITIONS = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"
 CONFIGS = "kafka.admin.ConfigCommand"
+FEATURES = "org.apache.kafka.tools.FeatureCommand"
 ALTER_REASSIGNMENTS = str(Path(__file__).with_name("AlterReassignments.java"))
 
 
@@ -114,3 +116,15 @@ def configs(bootstrap: str, *args: str, timeout: float = 120.0) -> subprocess.Co
     """`kafka-configs --bootstrap-server B ARGS…`; its exit code is the
     caller's to judge."""
     return run(CONFIGS, ["--bootstrap-server", bootstrap, *args], timeout=timeout)
+
+
+def features(bootstrap: str) -> dict[str, dict[str, str]]:
+    """`kafka-features describe`: feature → its printed fields."""
+    p = run(FEATURES, ["--bootstrap-server", bootstrap, "describe"])
+    assert p.returncode == 0, f"kafka-features exited {p.returncode}:\n{p.stdout}\n{p.stderr}"
+    out = {}
+    for line in p.stdout.splitlines():
+        fields = dict(f.split(": ", 1) for f in line.split("\t") if ": " in f)
+        if "Feature" in fields:
+            out[fields.pop("Feature")] = fields
+    return out
