@@ -91,7 +91,9 @@ pub fn storage_error_code(e: &StorageError) -> ResponseError {
         StorageError::UnsupportedMagic(_) => ResponseError::UnsupportedForMessageFormat,
         StorageError::MessageTooLarge { .. } => ResponseError::MessageTooLarge,
         StorageError::InvalidTimestamp(_) => ResponseError::InvalidTimestamp,
-        StorageError::InvalidRecord(_) => ResponseError::InvalidRecord,
+        StorageError::InvalidRecord(_) | StorageError::RecordErrors { .. } => {
+            ResponseError::InvalidRecord
+        }
         StorageError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
     }
 }

@@ -242,3 +242,30 @@ def test_auto_topic_creation_on_produce(broker, client):
     md = a.list_topics(topic, timeout=10).topics[topic]
     assert md.error is None and len(md.partitions) >= 1
     assert_same(recs, ConfluentClient().consume(broker.bootstrap, topic, 0, 0, 5))
+
+
+def test_a_keyless_record_fails_its_batch_in_a_compacted_topic(broker):
+    """A batch with a keyless record in a compacted topic is refused whole
+    with INVALID_RECORD, nothing of it appended, as Kafka does (the same
+    assertions pass against Kafka). The KIP-467 per-record list naming the
+    keyless record is checked on the wire in
+    broker/tests/produce_record_errors.rs: librdkafka 2.16 fails every record
+    of the batch with INVALID_RECORD whatever the list says."""
+    from confluent_kafka import KafkaError, Producer
+
+    topic = create_topic(broker, unique("kip467"), configs={"cleanup.policy": "compact"})
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 1000, "enable.idempotence": False, "retries": 0})
+    results: dict[int, tuple[KafkaError | None, int]] = {}
+
+    def done(i):
+        return lambda err, msg: results.__setitem__(i, (err, msg.offset()))
+
+    for i, key in enumerate([b"a", None, b"c"]):
+        p.produce(topic, b"v", key=key, partition=0, on_delivery=done(i))
+    assert p.flush(30) == 0
+    assert sorted(results) == [0, 1, 2]
+    assert all(e is not None and e.code() == KafkaError.INVALID_RECORD for e, _ in results.values()), results
+    # nothing of the refused batch was appended: the next record is offset 0
+    p.produce(topic, b"v", key=b"k", partition=0, on_delivery=done(3))
+    assert p.flush(30) == 0
+    assert results[3] == (None, 0), results[3]

@@ -17,14 +17,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::produce_response::{
+    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::metrics::Metrics;
 use crate::partition::{AckState, Partition};
-use crate::storage::batch;
+use crate::storage::{batch, StorageError};
 use crate::topics::{storage_error_code, Appended};
 
 fn partition_error(index: i32, code: ResponseError, message: String) -> PartitionProduceResponse {
@@ -35,6 +37,19 @@ fn partition_error(index: i32, code: ResponseError, message: String) -> Partitio
         .with_log_append_time_ms(-1)
         .with_log_start_offset(-1)
         .with_error_message(Some(str_bytes(&message)))
+}
+
+/// KIP-467: each rejected record by its index in the partition's record
+/// set (Produce v8+ carries them; older versions drop the field).
+fn record_errors(errors: Vec<(i32, String)>) -> Vec<BatchIndexAndErrorMessage> {
+    errors
+        .into_iter()
+        .map(|(index, message)| {
+            BatchIndexAndErrorMessage::default()
+                .with_batch_index(index)
+                .with_batch_index_error_message(Some(str_bytes(&message)))
+        })
+        .collect()
 }
 
 /// An `acks=all` append waiting for the in-sync replicas.
@@ -130,11 +145,11 @@ pub fn handle(broker: &Broker, req: ProduceRequest, _version: i16) -> Handled {
                 Ok(h) => h,
                 Err(e) => {
                     tracing::debug!(topic = %name, partition = index, error = %e, "rejected produce");
-                    partition_responses.push(partition_error(
-                        index,
-                        storage_error_code(&e),
-                        e.to_string(),
-                    ));
+                    let mut refused = partition_error(index, storage_error_code(&e), e.to_string());
+                    if let StorageError::RecordErrors { errors } = e {
+                        refused.record_errors = record_errors(errors);
+                    }
+                    partition_responses.push(refused);
                     continue;
                 }
             };

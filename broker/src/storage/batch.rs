@@ -445,7 +445,10 @@ pub fn find_record_at_or_after(
 ///   the offsets it assigns must be the ones inside);
 /// - compressed records decompress, to at most
 ///   [`compression::MAX_DECOMPRESSED_BATCH_BYTES`] (else `MessageTooLarge`);
-/// - with `require_keys` (compacted topics) every record has a key.
+/// - with `require_keys` (compacted topics) every record has a key; the
+///   keyless ones are all named in one [`StorageError::RecordErrors`] by
+///   their index in `buf` (KIP-467), the rest of the structure still
+///   checked.
 ///
 /// Control batches (transaction markers) are exempt from the key rule.
 /// Record structure errors are [`StorageError::InvalidRecord`], as Kafka's
@@ -454,23 +457,48 @@ pub fn find_record_at_or_after(
 /// largest single record: compressed payloads are streamed.
 pub fn validate_records(buf: &[u8], headers: &[BatchHeader], require_keys: bool) -> Result<()> {
     let mut pos = 0usize;
+    let mut keyless = Vec::new();
+    let mut first_index = 0i32;
     for header in headers {
         let size = header.total_size();
         let batch = pos
             .checked_add(size)
             .and_then(|end| buf.get(pos..end))
             .ok_or_else(|| corrupt("batch runs past the end of the record set"))?;
-        validate_batch_records(batch, header, require_keys && !header.is_control())?;
+        let require_key = require_keys && !header.is_control();
+        validate_batch_records(batch, header, require_key, first_index, &mut keyless)?;
         pos += size;
+        first_index = first_index.saturating_add(header.records_count);
     }
-    Ok(())
+    if keyless.is_empty() {
+        return Ok(());
+    }
+    Err(StorageError::RecordErrors {
+        errors: keyless
+            .into_iter()
+            .map(|i| {
+                (
+                    i,
+                    "a compacted topic cannot accept a record without a key".to_string(),
+                )
+            })
+            .collect(),
+    })
 }
 
 fn invalid(msg: impl Into<String>) -> StorageError {
     StorageError::InvalidRecord(msg.into())
 }
 
-fn validate_batch_records(batch: &[u8], header: &BatchHeader, require_key: bool) -> Result<()> {
+/// Checks one batch's records; the indexes (from `first_index`) of
+/// keyless records go to `keyless` when keys are required.
+fn validate_batch_records(
+    batch: &[u8],
+    header: &BatchHeader,
+    require_key: bool,
+    first_index: i32,
+    keyless: &mut Vec<i32>,
+) -> Result<()> {
     let count = header.records_count;
     if count <= 0 {
         return Err(invalid(format!("invalid record count {count}")));
@@ -486,11 +514,13 @@ fn validate_batch_records(batch: &[u8], header: &BatchHeader, require_key: bool)
         .ok_or_else(|| corrupt("short batch"))?;
     let codec = compression::codec_of(header.compression()).map_err(|e| corrupt(e.to_string()))?;
     if header.compression() == 0 {
-        return walk_records(&mut SliceRecords(payload), count, require_key);
+        let mut source = SliceRecords(payload);
+        return walk_records(&mut source, count, require_key, first_index, keyless);
     }
     let reader = compression::decoder(payload, codec, compression::MAX_DECOMPRESSED_BATCH_BYTES)
         .map_err(decompress_error)?;
-    walk_records(&mut StreamRecords::new(reader), count, require_key)
+    let mut source = StreamRecords::new(reader);
+    walk_records(&mut source, count, require_key, first_index, keyless)
 }
 
 fn decompress_error(e: compression::DecompressError) -> StorageError {
@@ -600,7 +630,13 @@ impl<R: std::io::Read> RecordSource for StreamRecords<R> {
     }
 }
 
-fn walk_records(source: &mut impl RecordSource, count: i32, require_key: bool) -> Result<()> {
+fn walk_records(
+    source: &mut impl RecordSource,
+    count: i32,
+    require_key: bool,
+    first_index: i32,
+    keyless: &mut Vec<i32>,
+) -> Result<()> {
     for expected_delta in 0..count {
         let len = source.next_length()?.ok_or_else(|| {
             invalid(format!(
@@ -609,7 +645,10 @@ fn walk_records(source: &mut impl RecordSource, count: i32, require_key: bool) -
         })?;
         let len =
             usize::try_from(len).map_err(|_| invalid(format!("negative record length {len}")))?;
-        check_record(source.body(len)?, expected_delta, require_key)?;
+        let key_is_null = check_record(source.body(len)?, expected_delta)?;
+        if require_key && key_is_null {
+            keyless.push(first_index.saturating_add(expected_delta));
+        }
     }
     if source.next_length()?.is_some() {
         return Err(invalid(format!(
@@ -640,8 +679,9 @@ fn skip_field(body: &[u8], pos: &mut usize, nullable: bool, what: &str) -> Resul
     Ok(false)
 }
 
-/// Checks one record body (what follows its length prefix).
-fn check_record(body: &[u8], expected_delta: i32, require_key: bool) -> Result<()> {
+/// Checks one record body (what follows its length prefix); whether its
+/// key is null.
+fn check_record(body: &[u8], expected_delta: i32) -> Result<bool> {
     let mut pos = 1usize; // attributes
     if body.is_empty() {
         return Err(invalid("empty record"));
@@ -654,11 +694,6 @@ fn check_record(body: &[u8], expected_delta: i32, require_key: bool) -> Result<(
         )));
     }
     let key_is_null = skip_field(body, &mut pos, true, "key")?;
-    if require_key && key_is_null {
-        return Err(invalid(format!(
-            "compacted topic: record at offset delta {delta} has no key"
-        )));
-    }
     skip_field(body, &mut pos, true, "value")?;
     let headers = read_varint32(body, &mut pos).ok_or_else(|| invalid("bad header count"))?;
     if headers < 0 {
@@ -674,7 +709,7 @@ fn check_record(body: &[u8], expected_delta: i32, require_key: bool) -> Result<(
             body.len()
         )));
     }
-    Ok(())
+    Ok(key_is_null)
 }
 
 #[cfg(test)]
@@ -971,10 +1006,13 @@ mod tests {
         .expect("encode");
         two.extend_from_slice(&keyless);
         let hs = validate_batches(&two, 1 << 20).unwrap();
-        assert!(matches!(
-            validate_records(&two, &hs, true),
-            Err(StorageError::InvalidRecord(_))
-        ));
+        // the keyless record is the sixth of the record set (3 + 2 before it)
+        match validate_records(&two, &hs, true) {
+            Err(StorageError::RecordErrors { errors }) => {
+                assert_eq!(errors.iter().map(|e| e.0).collect::<Vec<_>>(), vec![5])
+            }
+            other => panic!("{other:?}"),
+        }
         assert!(
             validate_records(&two, &hs, false).is_ok(),
             "keyless records are fine outside compacted topics"

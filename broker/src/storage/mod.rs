@@ -59,6 +59,11 @@ pub enum StorageError {
     /// in a compacted topic (`INVALID_RECORD`).
     #[error("invalid record: {0}")]
     InvalidRecord(String),
+    /// Records the topic's settings forbid, each named by its index in the
+    /// partition's record set (KIP-467: `INVALID_RECORD` with per-record
+    /// errors), e.g. records without a key in a compacted topic.
+    #[error("{} record(s) rejected, the first: {}", errors.len(), errors.first().map_or("", |e| e.1.as_str()))]
+    RecordErrors { errors: Vec<(i32, String)> },
     /// A timestamp outside what the topic accepts (`INVALID_TIMESTAMP`).
     #[error("invalid timestamp: {0}")]
     InvalidTimestamp(String),
