@@ -108,6 +108,12 @@ const POLICY_GRANTS: &[(&str, &[&str])] = &[
     ("kafkaquotas", &["get", "list", "watch", "patch", "update"]),
     ("kafkaquotas/status", &["get", "patch", "update"]),
     ("kafkaquotas/finalizers", &["update"]),
+    (
+        "kafkaretentionpolicies",
+        &["get", "list", "watch", "patch", "update"],
+    ),
+    ("kafkaretentionpolicies/status", &["get", "patch", "update"]),
+    ("kafkaretentionpolicies/finalizers", &["update"]),
 ];
 
 fn check_policy(held: &ClusterRole, source: &str) {

@@ -258,3 +258,60 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
         })
         .await;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::QuotaEntitySpec;
+
+    fn kq() -> KafkaQuota {
+        let mut q = KafkaQuota::new(
+            "q",
+            serde_json::from_value(serde_json::json!({
+                "clusterRef": "c", "entities": [{"clientId": "app"}], "producerByteRate": 10
+            }))
+            .unwrap(),
+        );
+        q.metadata.generation = Some(3);
+        q
+    }
+
+    fn applied() -> Vec<AppliedQuota> {
+        vec![AppliedQuota {
+            entity: QuotaEntitySpec {
+                client_id: Some("app".into()),
+                ..Default::default()
+            },
+            values: [("producer_byte_rate".to_string(), 10.0)].into(),
+        }]
+    }
+
+    #[test]
+    fn ready_when_everything_applied() {
+        let s = quota_status(&kq(), Some(&(applied(), vec![])), None, "t");
+        assert_eq!(s.observed_generation, Some(3));
+        assert!(s.conditions[0].is_true());
+        assert_eq!(s.conditions[0].reason, "Applied");
+        assert_eq!(s.applied, applied());
+    }
+
+    #[test]
+    fn refusals_and_problems_are_not_ready_and_keep_the_record() {
+        let refused = vec![RefusedQuota {
+            entity: QuotaEntitySpec::default(),
+            reason: "INVALID_REQUEST".into(),
+        }];
+        let s = quota_status(&kq(), Some(&(vec![], refused.clone())), None, "t");
+        assert_eq!(s.conditions[0].reason, "Refused");
+        assert!(!s.conditions[0].is_true());
+        // the broker was not reachable: the old record stays
+        let mut q = kq();
+        q.status = Some(KafkaQuotaStatus {
+            applied: applied(),
+            ..Default::default()
+        });
+        let s = quota_status(&q, None, Some(("NoBrokerReady", "none".into())), "t");
+        assert_eq!(s.conditions[0].reason, "NoBrokerReady");
+        assert_eq!(s.applied, applied());
+    }
+}
