@@ -18,7 +18,9 @@ pub mod error;
 pub mod events;
 pub mod kafka;
 pub mod leader;
+pub mod quota;
 pub mod rebalance;
+pub mod retention;
 pub mod telemetry;
 pub mod topic;
 

@@ -11,7 +11,7 @@ use moldau_operator::context::{Context, Tunables};
 use moldau_operator::events::Events;
 use moldau_operator::leader::{ElectionConfig, LeaderElector};
 use moldau_operator::telemetry::{self, Metrics};
-use moldau_operator::{cluster, topic};
+use moldau_operator::{cluster, quota, topic};
 
 /// The Moldau Kubernetes operator.
 #[derive(Parser, Debug)]
@@ -86,7 +86,8 @@ async fn shutdown_signal() {
 async fn run_controllers(ctx: Arc<Context>, namespace: Option<String>) {
     tokio::join!(
         cluster::controller::run(ctx.clone(), namespace.clone()),
-        topic::controller::run(ctx, namespace),
+        topic::controller::run(ctx.clone(), namespace.clone()),
+        quota::controller::run(ctx, namespace),
     );
 }
 

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use moldau_operator::crd::{KafkaCluster, KafkaTopic};
+use moldau_operator::crd::{KafkaCluster, KafkaQuota, KafkaRetentionPolicy, KafkaTopic};
 use serde::Deserialize;
 
 fn docs(file: &str) -> Vec<serde_yaml::Value> {
@@ -33,6 +33,38 @@ fn valid_examples_parse() {
     assert_eq!(topics.len(), 2);
     assert_eq!(topics[1].kafka_topic_name(), "customer.state");
     assert_eq!(topics[0].kafka_topic_name(), "orders");
+}
+
+#[test]
+fn quota_example_parses_and_plans() {
+    let quotas: Vec<KafkaQuota> = docs("kafkaquota.yaml")
+        .into_iter()
+        .map(|d| serde_yaml::from_value(d).unwrap())
+        .collect();
+    assert_eq!(quotas.len(), 2);
+    assert_eq!(quotas[0].spec.producer_byte_rate, Some(1048576));
+    let plan = moldau_operator::quota::plan::plan(&quotas, &Default::default());
+    assert_eq!(plan.alterations.len(), 2);
+    assert!(plan.objects.values().all(|o| o.refused.is_empty()));
+}
+
+#[test]
+fn retention_policy_example_parses_and_resolves() {
+    use moldau_operator::retention::resolve::{resolve, validate, TopicFacts};
+    let p: KafkaRetentionPolicy =
+        serde_yaml::from_value(docs("kafkaretentionpolicy.yaml").remove(0)).unwrap();
+    assert!(validate(&p).is_empty(), "{:?}", validate(&p));
+    let own = [("retention.ms".to_string(), "60000".to_string())].into();
+    let r = resolve(
+        &TopicFacts {
+            name: "logs-app".into(),
+            labels: None,
+            own,
+        },
+        &[&p],
+    );
+    assert_eq!(r.config["retention.ms"], "3600000", "clamped to the floor");
+    assert_eq!(r.config["cleanup.policy"], "delete");
 }
 
 #[test]

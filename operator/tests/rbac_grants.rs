@@ -103,6 +103,38 @@ fn check(held: &ClusterRole, source: &str) {
     );
 }
 
+/// The policy resources the operator reconciles: `(resource, verbs)`.
+const POLICY_GRANTS: &[(&str, &[&str])] = &[
+    ("kafkaquotas", &["get", "list", "watch", "patch", "update"]),
+    ("kafkaquotas/status", &["get", "patch", "update"]),
+    ("kafkaquotas/finalizers", &["update"]),
+    (
+        "kafkaretentionpolicies",
+        &["get", "list", "watch", "patch", "update"],
+    ),
+    ("kafkaretentionpolicies/status", &["get", "patch", "update"]),
+    ("kafkaretentionpolicies/finalizers", &["update"]),
+];
+
+fn check_policy(held: &ClusterRole, source: &str) {
+    let held = held.rules.clone().unwrap_or_default();
+    for (res, verbs) in POLICY_GRANTS {
+        for v in *verbs {
+            assert!(
+                allows(&held, "moldau.io", res, v, None),
+                "{source}: the operator cannot {v} moldau.io/{res}"
+            );
+        }
+    }
+}
+
+#[test]
+fn operator_roles_cover_the_policy_resources() {
+    for file in ["operator/deploy/clusterrole.yaml", "manifests/install.yaml"] {
+        check_policy(&named(cluster_roles(file), "moldau-operator"), file);
+    }
+}
+
 #[test]
 fn deploy_clusterrole_covers_the_broker_role() {
     let role = named(

@@ -77,6 +77,13 @@ from what the operator really does (operator/src):
 - apiGroups: [moldau.io]
   resources: [kafkaclusters/finalizers, kafkatopics/finalizers]
   verbs: [update]
+# policy resources: KafkaQuota, KafkaRetentionPolicy (and their status and finalizers)
+- apiGroups: [moldau.io]
+  resources: [kafkaquotas, kafkaretentionpolicies]
+  verbs: [get, list, watch, patch, update]
+- apiGroups: [moldau.io]
+  resources: [kafkaquotas/status, kafkaquotas/finalizers, kafkaretentionpolicies/status, kafkaretentionpolicies/finalizers]
+  verbs: [get, patch, update]
 - apiGroups: [apps]
   resources: [statefulsets]
   verbs: [get, list, watch, create, patch]

@@ -11,10 +11,14 @@
 
 mod cluster;
 mod condition;
+mod quota;
+mod retention;
 mod topic;
 
 pub use cluster::*;
 pub use condition::*;
+pub use quota::*;
+pub use retention::*;
 pub use topic::*;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -30,6 +34,8 @@ pub fn all_crds() -> Vec<CustomResourceDefinition> {
     vec![
         KafkaCluster::crd(),
         KafkaTopic::crd(),
+        KafkaQuota::crd(),
+        KafkaRetentionPolicy::crd(),
         moldau_coordination::shard::MetadataShard::crd(),
     ]
 }

@@ -183,7 +183,7 @@ impl AdminClient {
         Ok(ApiVersions::from_response(&resp))
     }
 
-    async fn call<R: Request>(
+    pub(super) async fn call<R: Request>(
         &mut self,
         req: R,
         name: &'static str,

@@ -1,12 +1,14 @@
 //! A small async Kafka admin client on the `kafka-protocol` crate over a tokio
 //! `TcpStream`: ApiVersions, Metadata, CreateTopics, CreatePartitions,
-//! DescribeConfigs, IncrementalAlterConfigs and DeleteTopics.
+//! DescribeConfigs, IncrementalAlterConfigs and DeleteTopics; DescribeClientQuotas
+//! and AlterClientQuotas (`quota`).
 //!
 //! `wire` owns framing and version negotiation (pure, unit tested); `admin`
 //! owns the connection and the typed admin calls. Callers pass socket
 //! addresses (broker pod IPs); this module never resolves names.
 
 pub mod admin;
+pub mod quota;
 pub mod wire;
 
 pub use admin::{AdminClient, BrokerInfo, ClusterMetadata, ConfigEntry, ConfigOp, TopicMetadata};

@@ -73,7 +73,7 @@ pub fn controller_address(ready: &[(i32, SocketAddr)], controller_id: i32) -> Op
 
 /// An admin connection to the controller: asks the lowest-ordinal Ready
 /// broker who the controller is and reconnects there when it is another pod.
-async fn connect_admin(
+pub async fn connect_admin(
     ctx: &Context,
     brokers: &[(i32, SocketAddr)],
 ) -> std::result::Result<(AdminClient, SocketAddr), crate::kafka::KafkaError> {
