@@ -69,10 +69,10 @@ from what the operator really does (operator/src):
 */}}
 {{- define "moldau.operatorRules" -}}
 - apiGroups: [moldau.io]
-  resources: [kafkaclusters, kafkatopics]
+  resources: [kafkaclusters, kafkatopics, kafkarebalances]
   verbs: [get, list, watch, patch, update]
 - apiGroups: [moldau.io]
-  resources: [kafkaclusters/status, kafkatopics/status]
+  resources: [kafkaclusters/status, kafkatopics/status, kafkarebalances/status]
   verbs: [get, patch, update]
 - apiGroups: [moldau.io]
   resources: [kafkaclusters/finalizers, kafkatopics/finalizers]

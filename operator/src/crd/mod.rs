@@ -1,6 +1,6 @@
 //! Custom resource definitions of the `moldau.io/v1alpha1` API group.
 //!
-//! Owns the Rust types of `KafkaCluster` and `KafkaTopic` (spec, status and the
+//! Owns the Rust types of `KafkaCluster`, `KafkaTopic` and `KafkaRebalance` (spec, status and the
 //! schema validation that the API server enforces: OpenAPI bounds and CEL
 //! rules), the shared `Condition` type, and the rendering of the CRD YAML that
 //! `crdgen` writes to `crds/`. It must not contain reconcile logic.
@@ -11,10 +11,12 @@
 
 mod cluster;
 mod condition;
+mod rebalance;
 mod topic;
 
 pub use cluster::*;
 pub use condition::*;
+pub use rebalance::*;
 pub use topic::*;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -30,6 +32,7 @@ pub fn all_crds() -> Vec<CustomResourceDefinition> {
     vec![
         KafkaCluster::crd(),
         KafkaTopic::crd(),
+        KafkaRebalance::crd(),
         moldau_coordination::shard::MetadataShard::crd(),
     ]
 }
