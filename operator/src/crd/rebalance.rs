@@ -28,6 +28,9 @@ pub const APPROVE_ANNOTATION: &str = "moldau.io/rebalance-approve";
 pub const STOP_ANNOTATION: &str = "moldau.io/rebalance-stop";
 
 /// Desired rebalance.
+// The printer columns repeat `type_ = "string"`, which clippy takes for a
+// duplicated attribute.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "moldau.io",

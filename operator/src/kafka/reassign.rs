@@ -226,14 +226,15 @@ pub fn elect_errors(resp: &ElectLeadersResponse) -> Result<Vec<PartitionError>, 
         .replica_election_results
         .iter()
         .flat_map(|t| {
-            t.partition_result.iter().filter_map(|p| {
-                (p.error_code != 0 && p.error_code != ELECTION_NOT_NEEDED).then(|| PartitionError {
+            t.partition_result
+                .iter()
+                .filter(|p| p.error_code != 0 && p.error_code != ELECTION_NOT_NEEDED)
+                .map(|p| PartitionError {
                     topic: t.topic.0.to_string(),
                     partition: p.partition_id,
                     code: p.error_code,
                     message: p.error_message.as_ref().map(|m| m.to_string()),
                 })
-            })
         })
         .collect())
 }

@@ -16,10 +16,13 @@
 //! rack repair, replica and leader balance), `bytes` (byte balance).
 
 mod bytes;
+pub mod lifecycle;
 mod phases;
 pub mod plan;
 mod state;
 
+#[cfg(test)]
+mod lifecycle_tests;
 #[cfg(test)]
 mod proptests;
 #[cfg(test)]
