@@ -16,6 +16,7 @@
 //! rack repair, replica and leader balance), `bytes` (byte balance).
 
 mod bytes;
+pub mod execute;
 pub mod lifecycle;
 mod phases;
 pub mod plan;

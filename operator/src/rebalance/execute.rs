@@ -1,0 +1,211 @@
+//! The rebalance's network edge without Kubernetes: read the cluster the
+//! lifecycle needs (Metadata, DescribeLogDirs on every broker, each topic's
+//! `min.insync.replicas`, ListPartitionReassignments) and perform a
+//! lifecycle [`Action`] through the admin client. The KafkaRebalance
+//! controller uses these with broker pod addresses; the integration tests
+//! use them with brokers on 127.0.0.1. Callers pass socket addresses by
+//! broker id; nothing here resolves names.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::kafka::{AdminClient, ClusterMetadata, KafkaError, OngoingReassignment, PartitionError};
+
+use super::lifecycle::{Action, ObservedCluster};
+use super::plan::{Broker, Partition};
+
+/// Kafka's default `min.insync.replicas`.
+const DEFAULT_MIN_ISR: usize = 1;
+
+/// The lifecycle's view of the cluster from what the admin calls returned:
+/// Metadata, replica sizes per broker, `min.insync.replicas` per topic and
+/// the running reassignments. A partition's size is its largest replica.
+pub fn observed_from(
+    meta: &ClusterMetadata,
+    sizes: &[BTreeMap<(String, i32), u64>],
+    min_isr: &BTreeMap<String, usize>,
+    ongoing: Vec<OngoingReassignment>,
+) -> ObservedCluster {
+    let mut brokers: Vec<Broker> = meta
+        .brokers
+        .iter()
+        .map(|b| Broker {
+            id: b.node_id,
+            rack: b.rack.clone(),
+        })
+        .collect();
+    brokers.sort_by_key(|b| b.id);
+    let mut partitions = Vec::new();
+    for t in &meta.topics {
+        for p in &t.partition_details {
+            let key = (t.name.clone(), p.partition);
+            partitions.push(Partition {
+                topic: t.name.clone(),
+                partition: p.partition,
+                replicas: p.replicas.clone(),
+                leader: (p.leader >= 0).then_some(p.leader),
+                size_bytes: sizes
+                    .iter()
+                    .filter_map(|s| s.get(&key))
+                    .copied()
+                    .max()
+                    .unwrap_or(0),
+                min_insync_replicas: min_isr.get(&t.name).copied().unwrap_or(DEFAULT_MIN_ISR),
+            });
+        }
+    }
+    partitions.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+    ObservedCluster {
+        brokers,
+        partitions,
+        ongoing,
+    }
+}
+
+/// An admin connection to the active controller, found through the first
+/// reachable broker of `addrs` (broker id → address).
+pub async fn connect_controller(
+    addrs: &[(i32, SocketAddr)],
+    timeout: Duration,
+) -> Result<AdminClient, KafkaError> {
+    let mut last = KafkaError::Protocol("no broker to connect to".into());
+    for (_, addr) in addrs {
+        match AdminClient::connect(*addr, timeout).await {
+            Ok(mut admin) => {
+                let md = admin.metadata(Some(&[])).await?;
+                let controller = addrs.iter().find(|(id, _)| *id == md.controller_id);
+                return match controller {
+                    Some((_, c)) if c != addr => AdminClient::connect(*c, timeout).await,
+                    _ => Ok(admin),
+                };
+            }
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+/// Reads the cluster: Metadata and reassignments from the controller,
+/// replica sizes from every broker of `addrs`, `min.insync.replicas` per
+/// topic. A broker that cannot be reached fails the read (sizes would be
+/// missing and the plan skewed).
+pub async fn read_cluster(
+    addrs: &[(i32, SocketAddr)],
+    timeout: Duration,
+) -> Result<ObservedCluster, KafkaError> {
+    let mut admin = connect_controller(addrs, timeout).await?;
+    let meta = admin.metadata(None).await?;
+    let ongoing = admin.list_partition_reassignments().await?;
+    let mut min_isr = BTreeMap::new();
+    for t in &meta.topics {
+        let entries = admin.describe_topic_config(&t.name).await?;
+        if let Some(v) = entries
+            .iter()
+            .find(|e| e.name == "min.insync.replicas")
+            .and_then(|e| e.value.as_deref())
+            .and_then(|v| v.parse::<usize>().ok())
+        {
+            min_isr.insert(t.name.clone(), v);
+        }
+    }
+    let mut sizes = Vec::new();
+    for b in &meta.brokers {
+        if let Some((_, addr)) = addrs.iter().find(|(id, _)| *id == b.node_id) {
+            let mut one = AdminClient::connect(*addr, timeout).await?;
+            sizes.push(one.describe_log_dirs().await?);
+        }
+    }
+    Ok(observed_from(&meta, &sizes, &min_isr, ongoing))
+}
+
+/// Performs `action` on the controller. Returns the partitions the broker
+/// refused (an election that could not happen is logged by the caller, not
+/// a refusal of the rebalance).
+pub async fn perform(
+    action: &Action,
+    addrs: &[(i32, SocketAddr)],
+    timeout: Duration,
+) -> Result<Vec<PartitionError>, KafkaError> {
+    match action {
+        Action::None => Ok(Vec::new()),
+        Action::Submit(moves) | Action::Cancel(moves) => {
+            let mut admin = connect_controller(addrs, timeout).await?;
+            admin.alter_partition_reassignments(moves).await
+        }
+        Action::ElectPreferred(parts) => {
+            let mut admin = connect_controller(addrs, timeout).await?;
+            let failed = admin.elect_preferred_leaders(parts).await?;
+            for e in &failed {
+                tracing::info!(topic = %e.topic, partition = e.partition, code = e.code,
+                    "preferred leader not elected after the rebalance");
+            }
+            Ok(Vec::new())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kafka::{BrokerInfo, PartitionInfo, TopicMetadata};
+
+    #[test]
+    fn observation_takes_the_largest_replica_and_defaults_min_isr() {
+        let meta = ClusterMetadata {
+            controller_id: 1,
+            brokers: vec![
+                BrokerInfo {
+                    node_id: 1,
+                    host: "127.0.0.1".into(),
+                    port: 1,
+                    rack: Some("a".into()),
+                },
+                BrokerInfo {
+                    node_id: 0,
+                    host: "127.0.0.1".into(),
+                    port: 2,
+                    rack: None,
+                },
+            ],
+            topics: vec![TopicMetadata {
+                name: "t".into(),
+                topic_id: None,
+                partitions: 2,
+                replication_factor: 2,
+                partition_details: vec![
+                    PartitionInfo {
+                        partition: 0,
+                        leader: 0,
+                        replicas: vec![0, 1],
+                        isr: vec![0, 1],
+                    },
+                    PartitionInfo {
+                        partition: 1,
+                        leader: -1,
+                        replicas: vec![1, 0],
+                        isr: vec![],
+                    },
+                ],
+            }],
+        };
+        let sizes = vec![
+            BTreeMap::from([(("t".to_string(), 0), 10u64)]),
+            BTreeMap::from([(("t".to_string(), 0), 12u64), (("t".to_string(), 1), 5)]),
+        ];
+        let o = observed_from(&meta, &sizes, &BTreeMap::new(), Vec::new());
+        assert_eq!(o.brokers[0].id, 0);
+        assert_eq!(o.brokers[1].rack.as_deref(), Some("a"));
+        assert_eq!(o.partitions[0].size_bytes, 12);
+        assert_eq!(o.partitions[1].size_bytes, 5);
+        assert_eq!(o.partitions[1].leader, None);
+        assert_eq!(o.partitions[0].min_insync_replicas, 1);
+        let o = observed_from(
+            &meta,
+            &sizes,
+            &BTreeMap::from([("t".to_string(), 2)]),
+            Vec::new(),
+        );
+        assert_eq!(o.partitions[0].min_insync_replicas, 2);
+    }
+}
