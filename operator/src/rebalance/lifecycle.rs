@@ -69,7 +69,7 @@ use crate::crd::{
     merge_conditions, BrokerBalance, BrokerLoadStatus, Condition, KafkaRebalanceSpec,
     KafkaRebalanceStatus, PlannedMove, Proposal, RebalanceMode, RebalancePhase, RebalanceProgress,
 };
-use crate::kafka::{OngoingReassignment, Reassignment};
+use crate::kafka::{OngoingReassignment, PartitionError, Reassignment};
 
 use super::plan::{self, Broker, BrokerId, Caveat, Goal, Options, Partition, PlanError};
 
@@ -530,6 +530,37 @@ fn failed(req: &Request, old: &KafkaRebalanceStatus, f: Failure, now: &str) -> S
         Requeue::Soon,
         now,
     )
+}
+
+/// The step after the brokers refused some of a step's reassignments
+/// (`old` is the status before that step): `Failed` with the refusals as
+/// the reason's message. Like every `Failed`, the next step plans again
+/// from the cluster as it is.
+pub fn refused(
+    req: &Request,
+    old: Option<&KafkaRebalanceStatus>,
+    errors: &[PartitionError],
+    now: &str,
+) -> Step {
+    let old = old.cloned().unwrap_or_default();
+    let listed: Vec<String> = errors
+        .iter()
+        .take(5)
+        .map(|e| {
+            let error = crate::kafka::KafkaError::broker(
+                "AlterPartitionReassignments",
+                e.code,
+                e.message.clone(),
+            );
+            format!("{}-{}: {error}", e.topic, e.partition)
+        })
+        .collect();
+    let more = errors.len().saturating_sub(listed.len());
+    let mut message = format!("the brokers refused: {}", listed.join("; "));
+    if more > 0 {
+        message.push_str(&format!(" (and {more} more)"));
+    }
+    failed(req, &old, fail("ReassignmentRefused", message), now)
 }
 
 fn approved(req: &Request) -> bool {

@@ -626,3 +626,34 @@ fn annotations_are_true_only_when_they_say_so() {
     assert!(!annotation_true(Some(&"yes".to_string())));
     assert!(!annotation_true(None));
 }
+
+#[test]
+fn refused_moves_fail_with_the_brokers_reason() {
+    let mut s = spec(RebalanceMode::RemoveBrokers, &[2]);
+    s.approved = true;
+    let c = cluster(4, 6);
+    let st = step(&req(&s), None, &c);
+    let errors = vec![crate::kafka::PartitionError {
+        topic: "t".into(),
+        partition: 1,
+        code: 39,
+        message: Some("replica 9 is not alive".into()),
+    }];
+    let failed = refused(&req(&s), Some(&st.status), &errors, NOW);
+    assert_eq!(failed.status.phase, Some(RebalancePhase::Failed));
+    assert_eq!(reason(&failed.status), "ReassignmentRefused");
+    let msg = &failed
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap()
+        .message;
+    assert!(
+        msg.contains("t-1") && msg.contains("replica 9 is not alive"),
+        "{msg}"
+    );
+    // the next step plans again from the cluster as it is
+    let again = step(&req(&s), Some(&failed.status), &c);
+    assert_eq!(again.status.phase, Some(RebalancePhase::Rebalancing));
+}
