@@ -42,6 +42,9 @@ pub struct Broker {
     link: std::sync::OnceLock<Arc<crate::controller::link::ControllerLink>>,
     /// Roles of the partitions held here, and the follower fetchers.
     pub replicas: crate::replication::ReplicaManager,
+    /// Standalone mode: the dynamic broker configs (the controller keeps a
+    /// cluster's).
+    pub dynamic_configs: crate::dynamic_config::LocalStore,
 }
 
 impl Broker {
@@ -63,12 +66,16 @@ impl Broker {
             node_id,
             crate::replication::FetchSettings::from_config(config),
         );
-        let image = RwLock::new(Arc::new(standalone_image(
+        let dynamic_configs = crate::dynamic_config::LocalStore::open(topics.data_dir());
+        let image = standalone_image(
             node_id,
             &advertised_host,
             advertised_port,
             &topics,
-        )));
+            dynamic_configs.get(),
+        );
+        replicas.apply_dynamic_configs(&image);
+        let image = RwLock::new(Arc::new(image));
         Self {
             image,
             remote_image: AtomicBool::new(false),
@@ -85,6 +92,7 @@ impl Broker {
             ready: AtomicBool::new(false),
             link: std::sync::OnceLock::new(),
             replicas,
+            dynamic_configs,
         }
     }
 
@@ -110,7 +118,9 @@ impl Broker {
             &self.advertised_host,
             self.advertised_port,
             &self.topics,
+            self.dynamic_configs.get(),
         );
+        self.replicas.apply_dynamic_configs(&image);
         *self.image.write() = Arc::new(image);
     }
 
@@ -159,7 +169,13 @@ impl Broker {
 }
 
 /// The image of a standalone broker over the topics it keeps.
-fn standalone_image(node_id: i32, host: &str, port: i32, topics: &TopicManager) -> MetadataImage {
+fn standalone_image(
+    node_id: i32,
+    host: &str,
+    port: i32,
+    topics: &TopicManager,
+    broker_configs: crate::dynamic_config::BrokerConfigs,
+) -> MetadataImage {
     let this = BrokerImage {
         id: node_id,
         host: host.to_string(),
@@ -172,5 +188,7 @@ fn standalone_image(node_id: i32, host: &str, port: i32, topics: &TopicManager) 
         id: t.meta.id,
         partitions: t.meta.partitions,
     });
-    MetadataImage::standalone(topics.cluster_id(), this, facts)
+    let mut image = MetadataImage::standalone(topics.cluster_id(), this, facts);
+    image.broker_configs = broker_configs;
+    image
 }

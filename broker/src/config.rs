@@ -189,6 +189,12 @@ pub struct BrokerConfig {
     pub replica_fetch_response_max_bytes: i32,
     /// `replica.fetch.backoff.ms`: a follower's pause after a failed fetch.
     pub replica_fetch_backoff_ms: i64,
+    /// `leader.replication.throttled.rate`: bytes/s a leader sends to
+    /// throttled followers (`u64::MAX`: no limit, Kafka's default).
+    pub leader_replication_throttled_rate: u64,
+    /// `follower.replication.throttled.rate`: bytes/s a follower fetches
+    /// for its throttled replicas.
+    pub follower_replication_throttled_rate: u64,
     /// Every property as given (file, then overrides), for DescribeConfigs.
     pub raw: BTreeMap<String, String>,
 }
@@ -244,6 +250,8 @@ impl Default for BrokerConfig {
             replica_fetch_max_bytes: 1024 * 1024,
             replica_fetch_response_max_bytes: 10 * 1024 * 1024,
             replica_fetch_backoff_ms: 1_000,
+            leader_replication_throttled_rate: u64::MAX,
+            follower_replication_throttled_rate: u64::MAX,
             raw: BTreeMap::new(),
         }
     }
@@ -533,6 +541,25 @@ impl BrokerConfig {
                     c.replica_fetch_response_max_bytes = parse_num(k, v)?
                 }
                 "replica.fetch.backoff.ms" => c.replica_fetch_backoff_ms = parse_num(k, v)?,
+                // Kafka's type is a non-negative long; its maximum means no limit
+                "leader.replication.throttled.rate" => {
+                    c.leader_replication_throttled_rate = parse_num::<i64>(k, v)?
+                        .try_into()
+                        .map_err(|_| ConfigError::Invalid {
+                            key: k.into(),
+                            value: v.into(),
+                            reason: "must be at least 0".into(),
+                        })?
+                }
+                "follower.replication.throttled.rate" => {
+                    c.follower_replication_throttled_rate = parse_num::<i64>(k, v)?
+                        .try_into()
+                        .map_err(|_| ConfigError::Invalid {
+                            key: k.into(),
+                            value: v.into(),
+                            reason: "must be at least 0".into(),
+                        })?
+                }
                 "broker.rack" => {
                     c.broker_rack = (!v.trim().is_empty()).then(|| v.trim().to_string())
                 }

@@ -106,6 +106,8 @@ pub struct MetadataImage {
     /// Ids of recently deleted topics (cluster mode): the only topics whose
     /// local data a broker deletes.
     pub deleted_topic_ids: Vec<Uuid>,
+    /// Dynamic broker configs (see `crate::dynamic_config`).
+    pub broker_configs: crate::dynamic_config::BrokerConfigs,
     topics: BTreeMap<String, Arc<TopicImage>>,
     by_id: HashMap<Uuid, String>,
 }
@@ -174,6 +176,7 @@ impl MetadataImage {
             controller_id,
             brokers,
             deleted_topic_ids: Vec::new(),
+            broker_configs: Default::default(),
             topics: by_name,
             by_id,
         }

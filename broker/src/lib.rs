@@ -17,6 +17,7 @@
 pub mod broker;
 pub mod config;
 pub mod controller;
+pub mod dynamic_config;
 pub mod group;
 pub mod handlers;
 pub mod http;

@@ -24,6 +24,8 @@ pub enum ConfigType {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConfigSource {
     DynamicTopic = 1,
+    DynamicBroker = 2,
+    DynamicDefaultBroker = 3,
     StaticBroker = 4,
     Default = 5,
 }
@@ -81,6 +83,18 @@ pub const TOPIC_CONFIGS: &[TopicConfigDef] = &[
         broker_key: Some("log.index.interval.bytes"),
         kind: ConfigType::Int,
         doc: "bytes between offset index entries",
+    },
+    TopicConfigDef {
+        name: "follower.replication.throttled.replicas",
+        broker_key: None,
+        kind: ConfigType::List,
+        doc: "replicas throttled on the follower side while outside the ISR: * or partition:broker,…",
+    },
+    TopicConfigDef {
+        name: "leader.replication.throttled.replicas",
+        broker_key: None,
+        kind: ConfigType::List,
+        doc: "replicas throttled on the leader side while their follower is outside the ISR: * or partition:broker,…",
     },
     TopicConfigDef {
         name: "max.compaction.lag.ms",
@@ -219,6 +233,9 @@ pub fn validate(name: &str, value: &str) -> Result<(), String> {
         }
         "message.timestamp.type" if value != "CreateTime" && value != "LogAppendTime" => {
             return Err("message.timestamp.type must be CreateTime or LogAppendTime".into());
+        }
+        "leader.replication.throttled.replicas" | "follower.replication.throttled.replicas" => {
+            crate::replication::throttle::ThrottledReplicas::parse(value)?;
         }
         "unclean.leader.election.enable" if value != "true" && value != "false" => {
             return Err("expected true or false".into());

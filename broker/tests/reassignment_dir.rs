@@ -280,3 +280,150 @@ async fn replicas_move_to_another_broker_and_a_stuck_move_is_cancelled() {
     let (_, code, _) = reassign(&mut s, 1, "m", 1, None, true).await;
     assert_eq!(code, 85, "NO_REASSIGNMENT_IN_PROGRESS");
 }
+
+/// IncrementalAlterConfigs SET of one config of broker entity `entity`:
+/// its error code.
+async fn alter_broker_config(s: &mut TcpStream, entity: &str, name: &str, value: &str) -> i16 {
+    use kafka_protocol::messages::incremental_alter_configs_request::{
+        AlterConfigsResource, AlterableConfig,
+    };
+    use kafka_protocol::messages::{
+        IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
+    };
+    use kafka_protocol::protocol::StrBytes;
+    let req = IncrementalAlterConfigsRequest::default().with_resources(vec![
+        AlterConfigsResource::default()
+            .with_resource_type(4)
+            .with_resource_name(StrBytes::from_string(entity.to_string()))
+            .with_configs(vec![AlterableConfig::default()
+                .with_name(StrBytes::from_string(name.to_string()))
+                .with_config_operation(0)
+                .with_value(Some(StrBytes::from_string(value.to_string())))]),
+    ]);
+    let resp: IncrementalAlterConfigsResponse =
+        wire_common::call(s, ApiKey::IncrementalAlterConfigs, 1, &req).await;
+    resp.responses[0].error_code
+}
+
+/// Moves `topic`-0 (one replica) onto a second broker and returns how long
+/// it took to complete (Metadata shows both replicas in sync).
+async fn time_a_move(s: &mut TcpStream, topic: &str) -> Duration {
+    let p = partitions(s, topic).await[&0].clone();
+    let other = (0..3).find(|b| *b != p.leader).unwrap();
+    let target = [p.leader, other];
+    let started = tokio::time::Instant::now();
+    assert_eq!(
+        reassign(s, 0, topic, 0, Some(&target), true).await,
+        (0, 0, None)
+    );
+    let deadline = started + Duration::from_secs(90);
+    loop {
+        let now = partitions(s, topic).await;
+        if sorted(&now[&0].isr) == sorted(&target) && now[&0].replicas == target {
+            return started.elapsed();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{topic}: never completed: {now:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_throttled_move_goes_at_the_throttled_rate() {
+    let root = tempfile::tempdir().unwrap();
+    let shared = root.path().join("shared");
+    let settings: Vec<&str> = SETTINGS
+        .iter()
+        .copied()
+        // the rates are set dynamically below: were they not applied, the
+        // move would be as fast as the unthrottled one
+        .chain(["replica.fetch.max.bytes=65536"])
+        .collect();
+    let brokers: BTreeMap<i32, wire_common::Child> = (0..3)
+        .map(|n| {
+            let data = root.path().join(format!("data-{n}"));
+            (
+                n,
+                spawn(&n.to_string(), &data, &shared, root.path(), &settings),
+            )
+        })
+        .collect();
+    let mut s = brokers[&0].connect(Duration::from_secs(30)).await;
+    wait_until(&mut s, "slow", "three brokers", |v| v.0.len() == 3).await;
+    let throttle_all = [
+        ("leader.replication.throttled.replicas", "*"),
+        ("follower.replication.throttled.replicas", "*"),
+    ];
+    assert_eq!(
+        create_replicated(&mut s, "slow", 1, 1, &throttle_all)
+            .await
+            .0,
+        0
+    );
+    assert_eq!(create_replicated(&mut s, "fast", 1, 1, &[]).await.0, 0);
+    let (code, message) = create_replicated(
+        &mut s,
+        "bad",
+        1,
+        1,
+        &[("leader.replication.throttled.replicas", "0-1")],
+    )
+    .await;
+    assert_eq!(code, 40, "INVALID_CONFIG: {message:?}");
+    // dynamic broker configs: the cluster-wide default entity "" and
+    // each broker's own
+    assert_eq!(
+        alter_broker_config(&mut s, "", "follower.replication.throttled.rate", "100000").await,
+        0
+    );
+    for n in 0..3 {
+        let entity = n.to_string();
+        let code = alter_broker_config(
+            &mut s,
+            &entity,
+            "leader.replication.throttled.rate",
+            "100000",
+        )
+        .await;
+        assert_eq!(code, 0);
+    }
+    assert_eq!(
+        alter_broker_config(&mut s, "", "log.retention.ms", "1").await,
+        42,
+        "INVALID_REQUEST: not a dynamic config"
+    );
+    assert_eq!(
+        alter_broker_config(&mut s, "1", "follower.replication.throttled.rate", "-5").await,
+        40,
+        "INVALID_CONFIG"
+    );
+    // 1 MB in each: 100 records of 10 KB
+    let value = vec![b'x'; 10_000];
+    for topic in ["slow", "fast"] {
+        let leader =
+            wait_for_partitions(&mut s, topic, "led", |v| v[&0].leader >= 0).await[&0].leader;
+        let mut lc = brokers[&leader].connect(Duration::from_secs(10)).await;
+        for _ in 0..100 {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+            while produce_to(&mut lc, topic, 0, &value).await != 0 {
+                assert!(tokio::time::Instant::now() < deadline);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    let fast = time_a_move(&mut s, "fast").await;
+    let slow = time_a_move(&mut s, "slow").await;
+    // 1 MB at 100 KB/s, less what the first second lets through: several
+    // seconds however fast the machine; unthrottled, it is one fetch round
+    assert!(
+        slow >= Duration::from_secs(5),
+        "a throttled 1 MB move took {slow:?}"
+    );
+    assert!(fast < slow, "unthrottled {fast:?}, throttled {slow:?}");
+    // and the moved replica has everything
+    let leader = partitions(&mut s, "slow").await[&0].leader;
+    let mut lc = brokers[&leader].connect(Duration::from_secs(10)).await;
+    assert_eq!(values(&mut lc, "slow", 0).await.len(), 100);
+}

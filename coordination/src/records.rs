@@ -55,6 +55,10 @@ pub struct ClusterRecord {
     /// by hand, a bug — never costs data.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deleted_topics: Vec<String>,
+    /// Dynamic broker configs by entity: `""` for the cluster-wide
+    /// default, else a broker's node id.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub broker_configs: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 /// How many deleted topic ids the cluster record keeps.

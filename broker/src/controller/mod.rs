@@ -257,6 +257,46 @@ impl<'a> Controller<'a> {
             .alter_configs(name, change, validate_only)
     }
 
+    /// AlterConfigs / IncrementalAlterConfigs of a broker entity's dynamic
+    /// configs (`""`: the cluster-wide default; see [`crate::dynamic_config`]).
+    /// `change` edits the entity's current dynamic configs; the result is
+    /// validated whole.
+    pub fn alter_broker_configs(
+        &self,
+        entity: &str,
+        change: impl FnOnce(&mut BTreeMap<String, String>) -> Result<(), TopicError>,
+        validate_only: bool,
+    ) -> Result<(), TopicError> {
+        crate::dynamic_config::validate_entity(entity)?;
+        let mut configs = self
+            .broker
+            .image()
+            .broker_configs
+            .get(entity)
+            .cloned()
+            .unwrap_or_default();
+        change(&mut configs)?;
+        if let Some(link) = self.remote() {
+            let request = pb::AlterBrokerConfigsRequest {
+                entity: entity.to_string(),
+                configs: configs.into_iter().collect(),
+                validate_only,
+            };
+            return link
+                .admin(|mut c| async move { c.alter_broker_configs(request).await })
+                .map(drop);
+        }
+        configs
+            .iter()
+            .try_for_each(|(k, v)| crate::dynamic_config::validate(k, v))?;
+        if validate_only {
+            return Ok(());
+        }
+        self.broker.dynamic_configs.replace(entity, configs)?;
+        self.publish();
+        Ok(())
+    }
+
     /// Cluster mode: creates `__consumer_offsets` if the image has none
     /// (`offsets.topic.num.partitions` partitions of
     /// `offsets.topic.replication.factor` replicas, compacted). Refused

@@ -506,6 +506,16 @@ impl pb::controller_server::Controller for ControllerService {
         }
         out.changed = true;
         out.deleted_topic_ids = state.metadata.cluster.deleted_topics.clone();
+        out.broker_configs = state
+            .metadata
+            .cluster
+            .broker_configs
+            .iter()
+            .map(|(entity, configs)| pb::BrokerConfigs {
+                entity: entity.clone(),
+                configs: configs.clone().into_iter().collect(),
+            })
+            .collect();
         out.brokers = state
             .registry
             .live()
@@ -679,6 +689,39 @@ impl pb::controller_server::Controller for ControllerService {
         }
         tracing::info!(topic = %r.name, "altered topic configs");
         Ok(Response::new(self.done(&mut state, id)))
+    }
+
+    async fn alter_broker_configs(
+        &self,
+        request: Request<pb::AlterBrokerConfigsRequest>,
+    ) -> Result<Response<pb::AdminResponse>, Status> {
+        self.check_active()?;
+        let r = request.into_inner();
+        let valid = crate::dynamic_config::validate_entity(&r.entity).and_then(|()| {
+            r.configs
+                .iter()
+                .try_for_each(|(k, v)| crate::dynamic_config::validate(k, v))
+        });
+        if let Err(e) = valid {
+            return Ok(Response::new(admin_error(e)));
+        }
+        if r.validate_only {
+            return Ok(Response::new(pb::AdminResponse::default()));
+        }
+        let mut state = self.state.lock().await;
+        let previous = state.metadata.cluster.broker_configs.clone();
+        let configs = &mut state.metadata.cluster.broker_configs;
+        if r.configs.is_empty() {
+            configs.remove(&r.entity);
+        } else {
+            configs.insert(r.entity.clone(), r.configs.clone().into_iter().collect());
+        }
+        if let Err(e) = self.put_registrations(&mut state).await {
+            state.metadata.cluster.broker_configs = previous;
+            return Ok(Response::new(self.admin_store_failed(e)));
+        }
+        tracing::info!(entity = %r.entity, configs = ?r.configs, "altered dynamic broker configs");
+        Ok(Response::new(self.done(&mut state, String::new())))
     }
 
     async fn unregister(

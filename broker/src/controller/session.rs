@@ -74,6 +74,11 @@ pub fn image_from(m: &pb::FetchMetadataResponse) -> MetadataImage {
     for c in &m.topic_configs {
         image.set_configs(&c.topic, c.configs.clone().into_iter().collect());
     }
+    image.broker_configs = m
+        .broker_configs
+        .iter()
+        .map(|b| (b.entity.clone(), b.configs.clone().into_iter().collect()))
+        .collect();
     image.deleted_topic_ids = m
         .deleted_topic_ids
         .iter()

@@ -1,6 +1,10 @@
-//! DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics,
-//! and DescribeConfigs for this broker (read-only: dynamic broker configs
-//! are not supported and altering them is refused with INVALID_REQUEST).
+//! DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics and
+//! brokers. A broker's configs are its static properties plus the dynamic
+//! ones (`crate::dynamic_config`: the replication throttle rates), which
+//! AlterConfigs/IncrementalAlterConfigs change for one broker (its id) or
+//! for all (the default entity `""`) through the controller; altering any
+//! other broker config is refused with INVALID_REQUEST, as Kafka refuses
+//! its read-only ones.
 
 use std::collections::BTreeMap;
 
@@ -83,13 +87,25 @@ fn describe_broker(
     name: &str,
     keys: &Option<Vec<StrBytes>>,
 ) -> Result<Vec<DescribeConfigsResourceResult>, TopicError> {
-    if !name.is_empty() && name != broker.node_id.to_string() {
+    let image = broker.image();
+    if name.is_empty() {
+        // the default entity: the cluster-wide dynamic defaults only
+        let defaults = image.broker_configs.get("").cloned().unwrap_or_default();
+        return Ok(defaults
+            .into_iter()
+            .filter(|(k, _)| wanted(keys, k))
+            .map(|(k, v)| config_entry(&k, &v, ConfigSource::DynamicDefaultBroker, false))
+            .collect());
+    }
+    if name != broker.node_id.to_string() {
         return Err(TopicError::new(
             ResponseError::InvalidRequest,
             format!("this is broker {}, not {name}", broker.node_id),
         ));
     }
     let cfg = broker.topics.broker_config();
+    // Kafka shows an unlimited rate as Long.MAX_VALUE
+    let rate = |r: u64| i64::try_from(r).unwrap_or(i64::MAX).to_string();
     let mut values: BTreeMap<String, (String, ConfigSource)> = [
         ("num.partitions", cfg.num_partitions.to_string()),
         (
@@ -136,6 +152,14 @@ fn describe_broker(
             "socket.request.read.timeout.ms",
             cfg.socket_request_read_timeout_ms.to_string(),
         ),
+        (
+            crate::dynamic_config::LEADER_THROTTLED_RATE,
+            rate(cfg.leader_replication_throttled_rate),
+        ),
+        (
+            crate::dynamic_config::FOLLOWER_THROTTLED_RATE,
+            rate(cfg.follower_replication_throttled_rate),
+        ),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), (v, ConfigSource::Default)))
@@ -143,18 +167,35 @@ fn describe_broker(
     for (k, v) in &cfg.raw {
         values.insert(k.clone(), (v.clone(), ConfigSource::StaticBroker));
     }
+    for def in crate::dynamic_config::DYNAMIC_BROKER_CONFIGS {
+        let dynamic =
+            crate::dynamic_config::resolve(&image.broker_configs, broker.node_id, def.name);
+        if let Some((v, source)) = dynamic {
+            values.insert(def.name.to_string(), (v.to_string(), source));
+        }
+    }
     Ok(values
         .into_iter()
         .filter(|(k, _)| wanted(keys, k))
         .map(|(k, (v, source))| {
-            DescribeConfigsResourceResult::default()
-                .with_name(str_bytes(&k))
-                .with_value(Some(str_bytes(&v)))
-                .with_read_only(true)
-                .with_config_source(source as i8)
-                .with_config_type(ConfigType::String as i8)
+            let read_only = crate::dynamic_config::find(&k).is_none();
+            config_entry(&k, &v, source, read_only)
         })
         .collect())
+}
+
+fn config_entry(
+    name: &str,
+    value: &str,
+    source: ConfigSource,
+    read_only: bool,
+) -> DescribeConfigsResourceResult {
+    DescribeConfigsResourceResult::default()
+        .with_name(str_bytes(name))
+        .with_value(Some(str_bytes(value)))
+        .with_read_only(read_only)
+        .with_config_source(source as i8)
+        .with_config_type(ConfigType::String as i8)
 }
 
 pub fn describe(broker: &Broker, req: DescribeConfigsRequest) -> DescribeConfigsResponse {
@@ -190,18 +231,46 @@ pub fn describe(broker: &Broker, req: DescribeConfigsRequest) -> DescribeConfigs
     DescribeConfigsResponse::default().with_results(results)
 }
 
-fn refuse_non_topic(resource_type: i8) -> Result<(), TopicError> {
-    match resource_type {
-        TOPIC => Ok(()),
-        BROKER => Err(TopicError::new(
-            ResponseError::InvalidRequest,
-            "dynamic broker configs are not supported; set them in the broker's properties",
-        )),
-        other => Err(TopicError::new(
-            ResponseError::InvalidRequest,
-            format!("resource type {other} is not supported"),
-        )),
+fn unsupported(resource_type: i8) -> TopicError {
+    TopicError::new(
+        ResponseError::InvalidRequest,
+        format!("resource type {resource_type} is not supported"),
+    )
+}
+
+/// Applies IncrementalAlterConfigs operations to a broker entity's dynamic
+/// configs: SET and DELETE of dynamic configs only (none is a list).
+pub fn apply_broker_incremental(
+    configs: &mut BTreeMap<String, String>,
+    ops: &[(String, AlterOp, Option<String>)],
+) -> Result<(), TopicError> {
+    for (name, op, value) in ops {
+        match (op, value) {
+            (AlterOp::Set, Some(v)) => {
+                crate::dynamic_config::validate(name, v)?;
+                configs.insert(name.clone(), v.clone());
+            }
+            (AlterOp::Delete, _) => {
+                // deleting a dynamic config that is not set is a no-op;
+                // naming a static one is refused, as Kafka does
+                crate::dynamic_config::validate(name, "0")?;
+                configs.remove(name);
+            }
+            (AlterOp::Set, None) => {
+                return Err(TopicError::new(
+                    ResponseError::InvalidConfig,
+                    format!("SET of {name} without a value"),
+                ))
+            }
+            (AlterOp::Append | AlterOp::Subtract, _) => {
+                return Err(TopicError::new(
+                    ResponseError::InvalidConfig,
+                    format!("{name} is not a list; APPEND and SUBTRACT apply only to lists"),
+                ))
+            }
+        }
     }
+    Ok(())
 }
 
 pub fn alter(broker: &Broker, req: AlterConfigsRequest) -> AlterConfigsResponse {
@@ -210,22 +279,23 @@ pub fn alter(broker: &Broker, req: AlterConfigsRequest) -> AlterConfigsResponse 
         .into_iter()
         .map(|r| {
             let name = r.resource_name.as_str().to_string();
-            let outcome = refuse_non_topic(r.resource_type).and_then(|()| {
-                let mut replacement = BTreeMap::new();
-                for c in &r.configs {
-                    if let Some(v) = &c.value {
-                        replacement.insert(c.name.as_str().to_string(), v.as_str().to_string());
-                    }
+            let mut replacement = BTreeMap::new();
+            for c in &r.configs {
+                if let Some(v) = &c.value {
+                    replacement.insert(c.name.as_str().to_string(), v.as_str().to_string());
                 }
-                broker.controller().alter_topic_configs(
-                    &name,
-                    |configs| {
-                        *configs = replacement;
-                        Ok(())
-                    },
-                    req.validate_only,
-                )
-            });
+            }
+            let replace = |configs: &mut BTreeMap<String, String>| {
+                *configs = replacement;
+                Ok(())
+            };
+            let controller = broker.controller();
+            let outcome = match r.resource_type {
+                TOPIC => controller.alter_topic_configs(&name, replace, req.validate_only),
+                // AlterConfigs replaces the entity's whole dynamic set
+                BROKER => controller.alter_broker_configs(&name, replace, req.validate_only),
+                other => Err(unsupported(other)),
+            };
             let entry = alter_configs_response::AlterConfigsResourceResponse::default()
                 .with_resource_type(r.resource_type)
                 .with_resource_name(r.resource_name);
@@ -333,19 +403,27 @@ pub fn incremental_alter(
                     ))
                 })
                 .collect();
-            let outcome = refuse_non_topic(r.resource_type).and(ops).and_then(|ops| {
-                let broker_cfg = broker.topics.broker_config().clone();
-                broker.controller().alter_topic_configs(
+            let outcome = ops.and_then(|ops| match r.resource_type {
+                TOPIC => {
+                    let broker_cfg = broker.topics.broker_config().clone();
+                    broker.controller().alter_topic_configs(
+                        &name,
+                        |configs| {
+                            apply_incremental(configs, &ops, |k| {
+                                topic_config::find(k)
+                                    .map(|d| topic_config::broker_default(d, &broker_cfg).0)
+                                    .unwrap_or_default()
+                            })
+                        },
+                        req.validate_only,
+                    )
+                }
+                BROKER => broker.controller().alter_broker_configs(
                     &name,
-                    |configs| {
-                        apply_incremental(configs, &ops, |k| {
-                            topic_config::find(k)
-                                .map(|d| topic_config::broker_default(d, &broker_cfg).0)
-                                .unwrap_or_default()
-                        })
-                    },
+                    |configs| apply_broker_incremental(configs, &ops),
                     req.validate_only,
-                )
+                ),
+                other => Err(unsupported(other)),
             });
             let entry = incremental_alter_configs_response::AlterConfigsResourceResponse::default()
                 .with_resource_type(r.resource_type)

@@ -112,6 +112,32 @@ pub(crate) fn check_leader_epoch(requested: i32, current: i32) -> Result<(), Res
     }
 }
 
+/// Whether follower `replica`'s fetch of `topic`-`partition` from this
+/// leader is throttled: the topic lists the partition on this broker in
+/// `leader.replication.throttled.replicas` and the follower is outside the
+/// ISR (see `replication::throttle`).
+fn leader_throttled(
+    broker: &Broker,
+    image: &crate::image::MetadataImage,
+    topic: &str,
+    partition: i32,
+    replica: i32,
+) -> bool {
+    let Some(t) = image.topic(topic) else {
+        return false;
+    };
+    let config = t.configs.get(crate::replication::throttle::LEADER_REPLICAS);
+    let in_sync = t
+        .partition(partition)
+        .is_some_and(|p| p.isr.contains(&replica));
+    crate::replication::throttle::throttled(
+        config.map(String::as_str),
+        partition,
+        broker.node_id,
+        in_sync,
+    )
+}
+
 /// The replica id of a fetch: a follower broker's node id, -1 for consumers.
 fn replica_of(req: &FetchRequest) -> i32 {
     req.replica_id.0.max(req.replica_state.replica_id.0)
@@ -173,19 +199,29 @@ fn gather(broker: &Broker, req: &FetchRequest, version: i16) -> Gathered {
                 (fp.partition_max_bytes.max(0) as u64).min(remaining)
             };
             if replica >= 0 {
+                // A throttled follower (outside the ISR, listed for this
+                // leader) gets no data while the leader's quota is spent.
+                let throttled = leader_throttled(broker, &image, name, fp.partition, replica);
+                let now = crate::topics::now_ms();
+                let held_back = throttled && broker.replicas.leader_quota().exceeded(now);
                 // A follower: its progress counts even when nothing is sent.
                 match partition.read_for_follower(
                     replica,
                     fp.fetch_offset,
                     fp.last_fetched_epoch,
-                    budget,
+                    if held_back { 0 } else { budget },
                 ) {
                     Ok(read) => {
                         if let Some(p) = read.isr_expansion {
                             broker.replicas.propose(p);
                         }
-                        let records = read.records.filter(|_| budget > 0 || bytes == 0);
+                        let records = read
+                            .records
+                            .filter(|_| !held_back && (budget > 0 || bytes == 0));
                         let len = records.as_ref().map_or(0, |s| s.len);
+                        if throttled {
+                            broker.replicas.leader_quota().record(len, now);
+                        }
                         bytes += len;
                         remaining = remaining.saturating_sub(len);
                         any_error |= read.diverging.is_some();

@@ -9,7 +9,7 @@
 //! refuses (not leader, stale epoch) waits `replica.fetch.backoff.ms`
 //! while the next image arrives; a broken connection is opened again.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,11 +39,15 @@ const FETCH_VERSION: i16 = 12;
 /// requested bytes, as KIP-74 allows).
 const MAX_RESPONSE_BYTES: usize = 256 * 1024 * 1024;
 
-/// What a fetcher fetches: the leader's address and the partitions.
+/// What a fetcher fetches: the leader's address and the partitions, and
+/// which of them are throttled now (`(topic, partition)`: listed in
+/// `follower.replication.throttled.replicas` for this broker, outside the
+/// ISR).
 #[derive(Debug, Clone)]
 pub struct FetchSet {
     pub address: String,
     pub partitions: Vec<Arc<Partition>>,
+    pub throttled: BTreeSet<(String, i32)>,
 }
 
 /// A running fetcher; dropping it stops the task.
@@ -139,10 +143,14 @@ async fn fetch_loop(
         }
         let now = Instant::now();
         delayed.retain(|_, until| *until > now);
+        // throttled partitions sit out while the follower quota is spent
+        let quota_spent =
+            !set.throttled.is_empty() && settings.follower_quota.exceeded(crate::topics::now_ms());
         let wanted: Vec<(Arc<Partition>, FetchPosition)> = set
             .partitions
             .iter()
             .filter(|p| !delayed.contains_key(&(Arc::as_ptr(p) as usize)))
+            .filter(|p| !(quota_spent && set.throttled.contains(&(p.topic.clone(), p.index))))
             .map(|p| (p.clone(), p.fetch_position()))
             .filter(|(_, pos)| pos.leader >= 0 && !pos.leading)
             .collect();
@@ -161,6 +169,12 @@ async fn fetch_loop(
             tracing::warn!(code = response.error_code, "the leader refused the fetch");
             tokio::time::sleep(settings.backoff).await;
             continue;
+        }
+        if !set.throttled.is_empty() {
+            let bytes = throttled_bytes(&response, &set.throttled);
+            settings
+                .follower_quota
+                .record(bytes, crate::topics::now_ms());
         }
         let refused = tokio::task::spawn_blocking(move || apply_response(&wanted, response))
             .await
@@ -205,6 +219,17 @@ fn fetch_request(
         .with_session_id(0)
         .with_session_epoch(-1)
         .with_topics(topics)
+}
+
+/// Bytes of records a response carries for throttled partitions.
+fn throttled_bytes(response: &FetchResponse, throttled: &BTreeSet<(String, i32)>) -> u64 {
+    response
+        .responses
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(move |d| (t.topic.0.as_str(), d)))
+        .filter(|(topic, d)| throttled.contains(&(topic.to_string(), d.partition_index)))
+        .map(|(_, d)| d.records.as_ref().map_or(0, |r| r.len() as u64))
+        .sum()
 }
 
 /// Applies a fetch response (blocking file work: run off the runtime's

@@ -5,7 +5,7 @@
 //! followers that caught up (from the fetch handler) and those of followers
 //! that fell behind (checked every half `replica.lag.time.max.ms`).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -14,13 +14,15 @@ use parking_lot::Mutex;
 use tokio::sync::{mpsc, watch};
 
 use super::fetcher::{FetchSet, Fetcher};
+use super::throttle::{self, RateQuota};
 use crate::broker::Broker;
 use crate::controller::link::ControllerLink;
 use crate::image::MetadataImage;
 use crate::partition::{IsrProposal, Partition};
 use crate::topics::TopicManager;
 
-/// How followers fetch (the `replica.fetch.*` configs).
+/// How followers fetch (the `replica.fetch.*` configs) and the broker's
+/// replication throttles.
 #[derive(Debug, Clone)]
 pub struct FetchSettings {
     pub wait_ms: i32,
@@ -29,6 +31,13 @@ pub struct FetchSettings {
     pub backoff: Duration,
     /// `replica.lag.time.max.ms`.
     pub lag_max_ms: i64,
+    /// `leader.replication.throttled.rate`, shared by every fetch served.
+    pub leader_quota: Arc<RateQuota>,
+    /// `follower.replication.throttled.rate`, shared by every fetcher.
+    pub follower_quota: Arc<RateQuota>,
+    /// The static rates (properties), when no dynamic config sets them.
+    pub leader_rate: u64,
+    pub follower_rate: u64,
 }
 
 impl FetchSettings {
@@ -39,6 +48,10 @@ impl FetchSettings {
             partition_max_bytes: c.replica_fetch_max_bytes.max(1),
             backoff: Duration::from_millis(c.replica_fetch_backoff_ms.clamp(10, 60_000) as u64),
             lag_max_ms: c.replica_lag_time_max_ms.max(1),
+            leader_quota: Arc::new(RateQuota::new(c.leader_replication_throttled_rate)),
+            follower_quota: Arc::new(RateQuota::new(c.follower_replication_throttled_rate)),
+            leader_rate: c.leader_replication_throttled_rate,
+            follower_rate: c.follower_replication_throttled_rate,
         }
     }
 }
@@ -94,7 +107,9 @@ impl ReplicaManager {
     /// image is installed, so no request sees a role the partition does
     /// not have yet. Needs a Tokio runtime (fetchers are tasks).
     pub fn apply_image(&self, topics: &TopicManager, image: &MetadataImage) {
+        self.apply_dynamic_configs(image);
         let mut follow: HashMap<i32, Vec<Arc<Partition>>> = HashMap::new();
+        let mut throttled: HashMap<i32, BTreeSet<(String, i32)>> = HashMap::new();
         for topic in topics.all() {
             let Some(t) = image
                 .topic(&topic.meta.name)
@@ -115,6 +130,15 @@ impl ReplicaManager {
                 }
                 if pi.leader != self.node && pi.leader >= 0 {
                     follow.entry(pi.leader).or_default().push(p.clone());
+                    let config = t.configs.get(throttle::FOLLOWER_REPLICAS);
+                    let in_sync = pi.isr.contains(&self.node);
+                    if throttle::throttled(config.map(String::as_str), p.index, self.node, in_sync)
+                    {
+                        throttled
+                            .entry(pi.leader)
+                            .or_default()
+                            .insert((p.topic.clone(), p.index));
+                    }
                 }
             }
         }
@@ -129,6 +153,7 @@ impl ReplicaManager {
             let set = FetchSet {
                 address: format!("{}:{}", b.host, b.port),
                 partitions,
+                throttled: throttled.remove(&leader).unwrap_or_default(),
             };
             match fetchers.get(&leader) {
                 Some(f) => f.update(set),
@@ -145,6 +170,32 @@ impl ReplicaManager {
                 }
             }
         }
+    }
+
+    /// Takes the replication throttle rates of an image's dynamic broker
+    /// configs (else the static properties).
+    pub fn apply_dynamic_configs(&self, image: &MetadataImage) {
+        use crate::dynamic_config::{rate, FOLLOWER_THROTTLED_RATE, LEADER_THROTTLED_RATE};
+        let s = &self.settings;
+        let configs = &image.broker_configs;
+        s.leader_quota.set_limit(rate(
+            configs,
+            self.node,
+            LEADER_THROTTLED_RATE,
+            s.leader_rate,
+        ));
+        s.follower_quota.set_limit(rate(
+            configs,
+            self.node,
+            FOLLOWER_THROTTLED_RATE,
+            s.follower_rate,
+        ));
+    }
+
+    /// The leader-side replication throttle (the fetch handler counts
+    /// what it sends to throttled followers).
+    pub fn leader_quota(&self) -> &RateQuota {
+        &self.settings.leader_quota
     }
 
     /// Stops every fetcher (shutdown).

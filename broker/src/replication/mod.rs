@@ -5,11 +5,13 @@
 //! functions of [`progress`], applied by `crate::partition`. ISR changes go
 //! to the controller, which commits them as a compare-and-swap on the
 //! partition epoch. [`selector`] sends consumers to a replica in their
-//! rack (KIP-392).
+//! rack (KIP-392); [`throttle`] holds replication throttles (Kafka's
+//! throttled replicas and rates, for moving replicas).
 
 pub mod fetcher;
 pub mod manager;
 pub mod progress;
 pub mod selector;
+pub mod throttle;
 
 pub use manager::{FetchSettings, ReplicaManager};

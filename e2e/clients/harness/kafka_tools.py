@@ -1,10 +1,14 @@
 """Apache Kafka's own command-line admin tools, run as the distribution runs
-them: `bin/kafka-log-dirs.sh` and `bin/kafka-leader-election.sh` are
-`kafka-run-class.sh` of the main classes below, here started with `java`
+them: `bin/kafka-log-dirs.sh`, `bin/kafka-leader-election.sh` and
+`bin/kafka-reassign-partitions.sh` are `kafka-run-class.sh` of the main
+classes below, here started with `java`
 on the reference distribution's class path (kafka-dist/jars, resolved by
 kafka-dist/fetch-jars.sh, which kafka-tools is part of) and logging only
 warnings, to stderr (kafka-dist/tools-log4j2.properties), so stdout is the
 tool's own output.
+
+Also runs AlterReassignments.java (beside this file) on the same class path,
+Kafka's Java Admin client starting reassignments the tool refuses to start.
 
 Knows nothing about brokers beyond a bootstrap address.
 """
@@ -16,10 +20,14 @@ import json
 import os
 import subprocess
 
+from pathlib import Path
+
 from .broker import KAFKA_DIST
 
 LOG_DIRS = "org.apache.kafka.tools.LogDirsCommand"
 LEADER_ELECTION = "org.apache.kafka.tools.LeaderElectionCommand"
+REASSIGN_PARTITIONS = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"
+ALTER_REASSIGNMENTS = str(Path(__file__).with_name("AlterReassignments.java"))
 
 
 @functools.cache
@@ -30,7 +38,8 @@ def _jars() -> str:
 
 
 def run(main_class: str, args: list[str], timeout: float = 120.0) -> subprocess.CompletedProcess:
-    """Runs one tool to completion; its exit code is the caller's to judge."""
+    """Runs one tool (a main class, or a single-file `.java` source program)
+    to completion; its exit code is the caller's to judge."""
     cmd = [
         os.environ.get("JAVA", "java"),
         "-Xmx256m",
@@ -78,3 +87,23 @@ def elected(p: subprocess.CompletedProcess, election_type: str) -> set[str]:
         if line.startswith(prefix):
             out.update(x.strip() for x in line[len(prefix):].split(","))
     return out
+
+
+def reassign_partitions(bootstrap: str, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess:
+    """`kafka-reassign-partitions --bootstrap-server B ARGS…` (e.g.
+    `--execute --reassignment-json-file F`)."""
+    return run(REASSIGN_PARTITIONS, ["--bootstrap-server", bootstrap, *args], timeout=timeout)
+
+
+def json_lines(p: subprocess.CompletedProcess) -> list:
+    """Every JSON object a tool printed on a line of its own (`--generate`
+    prints the current assignment, then the proposed one)."""
+    return [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
+
+
+def alter_reassignments(bootstrap: str, moves: dict[tuple[str, int], list[int]]) -> subprocess.CompletedProcess:
+    """Kafka's Java `Admin.alterPartitionReassignments` of (topic, partition)
+    → target replicas; stdout has `topic-partition: ok` or `…: error …` per
+    partition, exit 0 when all were accepted."""
+    specs = [f"{t}:{p}:{','.join(str(r) for r in replicas)}" for (t, p), replicas in moves.items()]
+    return run(ALTER_REASSIGNMENTS, [bootstrap, *specs])

@@ -144,6 +144,7 @@ mod tests {
                 producer_id_block_end: 1000,
                 brokers,
                 deleted_topics: Vec::new(),
+                broker_configs: Default::default(),
             }),
             topic: None,
             stamped_epoch: None,
