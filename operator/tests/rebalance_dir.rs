@@ -5,7 +5,10 @@
 //! drives it: read the cluster, take the step, perform its action, keep the
 //! status. A `remove-brokers` rebalance of broker 3 runs batch by batch
 //! until Metadata shows no replica on broker 3, and every record produced
-//! before is still readable from the partitions' new leaders.
+//! before is still readable from the partitions' new leaders. The moves run
+//! under a replication throttle: while they run the topic's
+//! throttled-replica configs are what the status records, and they are
+//! gone at the end.
 //!
 //! The broker binary: `MOLDAU_TEST_BROKER_BIN` if set, else the workspace
 //! build.
@@ -31,6 +34,7 @@ use moldau_operator::rebalance::execute::{connect_controller, perform, read_clus
 use moldau_operator::rebalance::lifecycle::{
     drained, next, Action, Observation, Request as RebalanceRequest,
 };
+use moldau_operator::rebalance::throttle;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -316,7 +320,7 @@ async fn remove_brokers_drains_broker_3_and_keeps_every_record() {
         cluster: "local".into(),
         mode: RebalanceMode::RemoveBrokers,
         brokers: vec![3],
-        throttle_bytes_per_second: None,
+        throttle_bytes_per_second: Some(50_000_000),
         topics: None,
         max_concurrent_moves: Some(2),
         approved: false,
@@ -330,6 +334,7 @@ async fn remove_brokers_drains_broker_3_and_keeps_every_record() {
     let now = "2026-12-02T00:00:00Z";
     let mut status: Option<KafkaRebalanceStatus> = None;
     let mut submitted = 0;
+    let mut throttled_seen = 0;
     let mut phases = Vec::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
     loop {
@@ -342,8 +347,25 @@ async fn remove_brokers_drains_broker_3_and_keeps_every_record() {
             submitted += m.len();
             assert!(m.len() <= 2, "at most maxConcurrentMoves in flight");
         }
-        let refused = perform(&step.action, &addrs, T).await.unwrap();
+        let refused = perform(&step, &addrs, T).await.unwrap();
         assert!(refused.is_empty(), "the broker refused {refused:?}");
+        if let Some(applied) = &step.status.throttle {
+            // What the status says is set is what the topic's config says.
+            let mut admin = connect_controller(&addrs, T).await.unwrap();
+            let config = admin.describe_topic_config(TOPIC).await.unwrap();
+            let value = |k: &str| {
+                config
+                    .iter()
+                    .find(|e| e.name == k)
+                    .and_then(|e| e.value.clone())
+                    .unwrap_or_default()
+            };
+            let t = &applied.topics[0];
+            assert_eq!(value(throttle::LEADER_REPLICAS), t.leader);
+            assert_eq!(value(throttle::FOLLOWER_REPLICAS), t.follower);
+            assert!(t.follower.split(',').all(|e| !e.ends_with(":3")));
+            throttled_seen += 1;
+        }
         let phase = step.status.phase;
         if phases.last() != Some(&phase) {
             phases.push(phase);
@@ -384,6 +406,19 @@ async fn remove_brokers_drains_broker_3_and_keeps_every_record() {
     let progress = status.progress.clone().unwrap();
     assert_eq!(progress.partitions_done, progress.partitions_total);
     assert!(submitted as i64 >= progress.partitions_total);
+
+    assert!(throttled_seen > 0, "the moves ran throttled");
+    assert_eq!(status.throttle, None);
+    let mut admin = connect_controller(&addrs, T).await.unwrap();
+    let config = admin.describe_topic_config(TOPIC).await.unwrap();
+    for k in [throttle::LEADER_REPLICAS, throttle::FOLLOWER_REPLICAS] {
+        let v = config
+            .iter()
+            .find(|e| e.name == k)
+            .and_then(|e| e.value.clone());
+        assert!(v.unwrap_or_default().is_empty(), "{k} removed at the end");
+    }
+    drop(admin);
 
     let after = read_cluster(&addrs, T).await.unwrap();
     assert!(

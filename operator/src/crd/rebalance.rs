@@ -84,9 +84,14 @@ pub struct KafkaRebalanceSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 1000))]
     pub brokers: Vec<i32>,
-    /// Requested replication throttle in bytes per second. Accepted and
-    /// reported in the status, but NOT applied: the broker does not enforce
-    /// replication throttles yet, so moves copy at full speed.
+    /// Replication throttle in bytes per second while moves run, as
+    /// `kafka-reassign-partitions --throttle` sets it: the rate
+    /// (`leader.replication.throttled.rate` and
+    /// `follower.replication.throttled.rate`) on every broker a move of the
+    /// batch in flight touches, and the moving replicas listed in their
+    /// topics' `leader/follower.replication.throttled.replicas`. Removed
+    /// when the rebalance ends (Ready, Stopped, Failed). Unthrottled when
+    /// unset. May change while moves run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub throttle_bytes_per_second: Option<i64>,
@@ -249,8 +254,37 @@ pub struct KafkaRebalanceStatus {
     /// Execution progress.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<RebalanceProgress>,
-    /// The requested `throttleBytesPerSecond`, reported (not applied: the
-    /// broker does not enforce replication throttles yet).
+    /// The replication throttle the operator has set in Kafka for the
+    /// batch in flight (what it removes when the rebalance ends); absent
+    /// when none is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub requested_throttle_bytes_per_second: Option<i64>,
+    pub throttle: Option<AppliedThrottle>,
+}
+
+/// A replication throttle set in Kafka by a rebalance.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AppliedThrottle {
+    /// Bytes per second, per broker and direction.
+    pub bytes_per_second: i64,
+    /// Brokers whose `leader/follower.replication.throttled.rate` is set.
+    #[serde(default)]
+    pub brokers: Vec<i32>,
+    /// Topics whose throttled-replica lists are set, with their values.
+    #[serde(default)]
+    pub topics: Vec<ThrottledTopic>,
+}
+
+/// The throttled-replica lists set on one topic.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ThrottledTopic {
+    /// Topic name.
+    pub topic: String,
+    /// `leader.replication.throttled.replicas`: `partition:broker` of the
+    /// replicas the moves copy from.
+    pub leader: String,
+    /// `follower.replication.throttled.replicas`: `partition:broker` of the
+    /// replicas the moves create.
+    pub follower: String,
 }

@@ -34,6 +34,8 @@ use super::{codes, KafkaError};
 const CLIENT_ID: &str = "moldau-operator";
 /// Config resource type of a topic.
 const RESOURCE_TOPIC: i8 = 2;
+/// Kafka config resource type of a broker.
+const RESOURCE_BROKER: i8 = 4;
 /// DescribeConfigs `config_source` of a topic-level override.
 pub const SOURCE_TOPIC_CONFIG: i8 = 1;
 
@@ -409,6 +411,26 @@ impl AdminClient {
         name: &str,
         ops: &[ConfigOp],
     ) -> Result<(), KafkaError> {
+        self.alter_config(RESOURCE_TOPIC, name, ops).await
+    }
+
+    /// Applies dynamic config operations to a broker (`entity`: its node
+    /// id, or `""` for the cluster-wide default), as `kafka-configs
+    /// --entity-type brokers` does.
+    pub async fn alter_broker_config(
+        &mut self,
+        entity: &str,
+        ops: &[ConfigOp],
+    ) -> Result<(), KafkaError> {
+        self.alter_config(RESOURCE_BROKER, entity, ops).await
+    }
+
+    async fn alter_config(
+        &mut self,
+        resource_type: i8,
+        name: &str,
+        ops: &[ConfigOp],
+    ) -> Result<(), KafkaError> {
         let configs = ops
             .iter()
             .map(|op| match op {
@@ -424,7 +446,7 @@ impl AdminClient {
             .collect();
         let req = IncrementalAlterConfigsRequest::default().with_resources(vec![
             AlterConfigsResource::default()
-                .with_resource_type(RESOURCE_TOPIC)
+                .with_resource_type(resource_type)
                 .with_resource_name(s(name))
                 .with_configs(configs),
         ]);

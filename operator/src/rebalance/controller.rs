@@ -45,7 +45,7 @@ pub fn status_patch(status: &KafkaRebalanceStatus) -> serde_json::Value {
             "proposal",
             "moves",
             "progress",
-            "requestedThrottleBytesPerSecond",
+            "throttle",
         ] {
             map.entry(key).or_insert(serde_json::Value::Null);
         }
@@ -111,6 +111,24 @@ fn describe(action: &Action) -> String {
     }
 }
 
+/// The step to write when performing one failed: the old status, marked
+/// `KafkaUnavailable`, retried soon.
+fn unavailable(
+    req: &Request,
+    old: Option<&KafkaRebalanceStatus>,
+    e: &crate::kafka::KafkaError,
+    now: &str,
+) -> lifecycle::Step {
+    let mut step = lifecycle::next(
+        req,
+        old,
+        &Observation::Unavailable(format!("performing the rebalance step failed: {e}")),
+        now,
+    );
+    step.requeue = Requeue::Soon;
+    step
+}
+
 async fn apply(kr: Arc<KafkaRebalance>, ctx: Arc<Context>) -> Result<Requeued> {
     let ns = kr
         .namespace()
@@ -126,21 +144,26 @@ async fn apply(kr: Arc<KafkaRebalance>, ctx: Arc<Context>) -> Result<Requeued> {
     let now = format_time(k8s_openapi::jiff::Timestamp::now());
     let old = kr.status.as_ref();
     let mut step = lifecycle::next(&req, old, &observed, &now);
-    if step.action != Action::None {
-        match perform(&step.action, &brokers, ctx.tunables.kafka_timeout).await {
+    if step.action != Action::None || step.throttle.is_some() {
+        match perform(&step, &brokers, ctx.tunables.kafka_timeout).await {
             Ok(refused) if refused.is_empty() => {
                 tracing::info!(rebalance = %kr.name_any(), namespace = %ns,
-                    cluster = %kr.spec.cluster, "{}", describe(&step.action));
+                    cluster = %kr.spec.cluster, throttle = ?step.throttle, "{}", describe(&step.action));
             }
             Ok(refused) => {
-                step = lifecycle::refused(&req, old, &refused, &now);
+                step = lifecycle::refused(&req, old, &step, &refused, &now);
+                if let Err(e) = perform(&step, &brokers, ctx.tunables.kafka_timeout).await {
+                    tracing::warn!(rebalance = %kr.name_any(), namespace = %ns, error = %e,
+                        "removing the throttle of a refused rebalance failed; retrying");
+                    step = unavailable(&req, old, &e, &now);
+                }
             }
             Err(e) => {
-                // The status still describes the plan; the next reconcile
-                // sees what was (not) started and repeats what is missing.
+                // Not written: the old status still says what is set and
+                // started, so the next reconcile computes this step again.
                 tracing::warn!(rebalance = %kr.name_any(), namespace = %ns, error = %e,
                     "rebalance action failed; retrying");
-                step.requeue = Requeue::Soon;
+                step = unavailable(&req, old, &e, &now);
             }
         }
     }

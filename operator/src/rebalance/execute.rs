@@ -4,16 +4,20 @@
 //! lifecycle [`Action`] through the admin client. The KafkaRebalance
 //! controller uses these with broker pod addresses; the integration tests
 //! use them with brokers on 127.0.0.1. Callers pass socket addresses by
-//! broker id; nothing here resolves names.
+//! broker id; nothing here resolves names. Decides nothing: what to do
+//! comes from the lifecycle step.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use crate::kafka::{AdminClient, ClusterMetadata, KafkaError, OngoingReassignment, PartitionError};
+use crate::kafka::{
+    codes, AdminClient, ClusterMetadata, ConfigOp, KafkaError, OngoingReassignment, PartitionError,
+};
 
-use super::lifecycle::{Action, ObservedCluster};
+use super::lifecycle::{Action, ObservedCluster, Step};
 use super::plan::{Broker, Partition};
+use super::throttle::{self, ThrottleChange};
 
 /// Kafka's default `min.insync.replicas`.
 const DEFAULT_MIN_ISR: usize = 1;
@@ -119,30 +123,83 @@ pub async fn read_cluster(
     Ok(observed_from(&meta, &sizes, &min_isr, ongoing))
 }
 
-/// Performs `action` on the controller. Returns the partitions the broker
-/// refused (an election that could not happen is logged by the caller, not
-/// a refusal of the rebalance).
+/// Applies a throttle change through `admin` (broker rates as dynamic
+/// broker configs of each broker id, throttled-replica lists as topic
+/// configs). Deleting a config that is not set is not an error.
+pub async fn apply_throttle(
+    admin: &mut AdminClient,
+    change: &ThrottleChange,
+) -> Result<(), KafkaError> {
+    for (broker, rate) in &change.brokers {
+        let ops: Vec<ConfigOp> = [throttle::LEADER_RATE, throttle::FOLLOWER_RATE]
+            .iter()
+            .map(|k| match rate {
+                Some(r) => ConfigOp::Set(k.to_string(), r.to_string()),
+                None => ConfigOp::Delete(k.to_string()),
+            })
+            .collect();
+        admin.alter_broker_config(&broker.to_string(), &ops).await?;
+    }
+    for (topic, lists) in &change.topics {
+        let ops = match lists {
+            Some((leader, follower)) => vec![
+                ConfigOp::Set(throttle::LEADER_REPLICAS.into(), leader.clone()),
+                ConfigOp::Set(throttle::FOLLOWER_REPLICAS.into(), follower.clone()),
+            ],
+            None => vec![
+                ConfigOp::Delete(throttle::LEADER_REPLICAS.into()),
+                ConfigOp::Delete(throttle::FOLLOWER_REPLICAS.into()),
+            ],
+        };
+        match admin.alter_topic_config(topic, &ops).await {
+            // A topic deleted meanwhile has no throttle left to remove.
+            Err(e) if lists.is_none() && e.code() == Some(codes::UNKNOWN_TOPIC_OR_PARTITION) => {}
+            r => r?,
+        }
+    }
+    Ok(())
+}
+
+/// Performs a lifecycle step on the controller: its throttle change (before
+/// a Submit, so the copy starts throttled; after the other actions) and its
+/// action. Returns the partitions the broker refused (an election that
+/// could not happen is logged, not a refusal of the rebalance). An error
+/// means some of it may not have happened; every part is safe to repeat.
 pub async fn perform(
-    action: &Action,
+    step: &Step,
     addrs: &[(i32, SocketAddr)],
     timeout: Duration,
 ) -> Result<Vec<PartitionError>, KafkaError> {
-    match action {
-        Action::None => Ok(Vec::new()),
+    if step.action == Action::None && step.throttle.is_none() {
+        return Ok(Vec::new());
+    }
+    let mut admin = connect_controller(addrs, timeout).await?;
+    let throttle_first = matches!(step.action, Action::Submit(_));
+    if throttle_first {
+        if let Some(change) = &step.throttle {
+            apply_throttle(&mut admin, change).await?;
+        }
+    }
+    let refused = match &step.action {
+        Action::None => Vec::new(),
         Action::Submit(moves) | Action::Cancel(moves) => {
-            let mut admin = connect_controller(addrs, timeout).await?;
-            admin.alter_partition_reassignments(moves).await
+            admin.alter_partition_reassignments(moves).await?
         }
         Action::ElectPreferred(parts) => {
-            let mut admin = connect_controller(addrs, timeout).await?;
             let failed = admin.elect_preferred_leaders(parts).await?;
             for e in &failed {
                 tracing::info!(topic = %e.topic, partition = e.partition, code = e.code,
                     "preferred leader not elected after the rebalance");
             }
-            Ok(Vec::new())
+            Vec::new()
+        }
+    };
+    if !throttle_first {
+        if let Some(change) = &step.throttle {
+            apply_throttle(&mut admin, change).await?;
         }
     }
+    Ok(refused)
 }
 
 #[cfg(test)]

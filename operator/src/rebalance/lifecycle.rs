@@ -50,8 +50,13 @@
 //! - **Transient trouble** (no broker reachable) keeps the phase and sets
 //!   `Ready=False KafkaUnavailable`; an unknown cluster is `Failed
 //!   ClusterNotFound` and re-evaluated on every call, like every `Failed`.
-//! - **Throttle**: reported, not applied (the broker does not enforce
-//!   replication throttles yet); the proposal says so in its caveats.
+//! - **Throttle** (`throttleBytesPerSecond`): set in Kafka for the batch in
+//!   flight, moved on with each batch, removed when the rebalance ends in
+//!   any way; see [`super::throttle`]. Each step carries the change
+//!   ([`Step::throttle`]) from what `status.throttle` says is set to what
+//!   the new status wants; a step whose change or action could not be
+//!   performed is not written (the controller writes the
+//!   `KafkaUnavailable` step instead), so the next one computes it again.
 //!
 //! # For automatic rebalancing (scale-out, drain before scale-down)
 //!
@@ -72,6 +77,7 @@ use crate::crd::{
 use crate::kafka::{OngoingReassignment, PartitionError, Reassignment};
 
 use super::plan::{self, Broker, BrokerId, Caveat, Goal, Options, Partition, PlanError};
+use super::throttle::{self, ThrottleChange};
 
 /// The request: the spec and what the annotations say.
 #[derive(Clone, Debug, PartialEq)]
@@ -144,6 +150,9 @@ pub struct Step {
     pub requeue: Requeue,
     /// An Event for a phase transition.
     pub event: Option<EventSpec>,
+    /// Throttle configs to change in Kafka before (Submit) or after (the
+    /// other actions) the action.
+    pub throttle: Option<ThrottleChange>,
 }
 
 /// Whether the approve annotation is set.
@@ -326,11 +335,6 @@ fn proposal_status(
             caveats.push(format!("topic {t} does not exist"));
         }
     }
-    if let Some(t) = req.spec.throttle_bytes_per_second {
-        caveats.push(format!(
-            "throttleBytesPerSecond {t} is not applied: the broker does not enforce replication throttles yet"
-        ));
-    }
     let load = |l: Option<&plan::BrokerLoad>| {
         l.map(|l| BrokerLoadStatus {
             replicas: to_i64(l.replicas),
@@ -498,7 +502,7 @@ fn finish(
 ) -> Step {
     status.phase = Some(phase);
     status.observed_generation = req.generation;
-    status.requested_throttle_bytes_per_second = req.spec.throttle_bytes_per_second;
+    let throttle = set_throttle(req, old, &mut status);
     status.conditions = conditions(old, phase, reason, &message, req.generation, now);
     let changed = old.phase != Some(phase) || ready_reason(old) != Some(reason);
     let event = changed.then(|| EventSpec {
@@ -511,7 +515,32 @@ fn finish(
         status,
         requeue,
         event,
+        throttle,
     }
+}
+
+/// The throttle `status` wants (only while `Rebalancing` with a throttle in
+/// the spec: for the moves of the batch in flight), stored in it; returns
+/// the change from what `old` says is set.
+fn set_throttle(
+    req: &Request,
+    old: &KafkaRebalanceStatus,
+    status: &mut KafkaRebalanceStatus,
+) -> Option<ThrottleChange> {
+    let wanted = match (req.spec.throttle_bytes_per_second, status.phase) {
+        (Some(rate), Some(RebalancePhase::Rebalancing)) if rate > 0 => {
+            let batch = status.progress.as_ref().map(|p| p.current_batch);
+            let moves: Vec<&PlannedMove> = status
+                .moves
+                .iter()
+                .filter(|m| Some(m.batch) == batch)
+                .collect();
+            (!moves.is_empty()).then(|| throttle::wanted(rate, moves))
+        }
+        _ => None,
+    };
+    status.throttle = wanted;
+    throttle::change(old.throttle.as_ref(), status.throttle.as_ref())
 }
 
 fn failed(req: &Request, old: &KafkaRebalanceStatus, f: Failure, now: &str) -> Step {
@@ -532,17 +561,19 @@ fn failed(req: &Request, old: &KafkaRebalanceStatus, f: Failure, now: &str) -> S
     )
 }
 
-/// The step after the brokers refused some of a step's reassignments
+/// The step after the brokers refused some of `performed`'s reassignments
 /// (`old` is the status before that step): `Failed` with the refusals as
-/// the reason's message. Like every `Failed`, the next step plans again
-/// from the cluster as it is.
+/// the reason's message, removing the throttle `performed` set. Like every
+/// `Failed`, the next step plans again from the cluster as it is.
 pub fn refused(
     req: &Request,
     old: Option<&KafkaRebalanceStatus>,
+    performed: &Step,
     errors: &[PartitionError],
     now: &str,
 ) -> Step {
-    let old = old.cloned().unwrap_or_default();
+    let mut old = old.cloned().unwrap_or_default();
+    old.throttle = performed.status.throttle.clone();
     let listed: Vec<String> = errors
         .iter()
         .take(5)
@@ -569,6 +600,22 @@ fn approved(req: &Request) -> bool {
 
 /// The next step of a rebalance. Pure; never panics on any input.
 pub fn next(
+    req: &Request,
+    status: Option<&KafkaRebalanceStatus>,
+    observed: &Observation,
+    now: &str,
+) -> Step {
+    let mut step = next_step(req, status, observed, now);
+    if !matches!(observed, Observation::Cluster(_)) {
+        // Nothing can be changed in Kafka now: what is set stays recorded,
+        // to be removed once the brokers are reachable again.
+        step.throttle = None;
+        step.status.throttle = status.and_then(|s| s.throttle.clone());
+    }
+    step
+}
+
+fn next_step(
     req: &Request,
     status: Option<&KafkaRebalanceStatus>,
     observed: &Observation,
@@ -661,7 +708,7 @@ pub fn next(
 fn keep(req: &Request, old: &KafkaRebalanceStatus, requeue: Requeue, now: &str) -> Step {
     let mut status = old.clone();
     status.observed_generation = req.generation;
-    status.requested_throttle_bytes_per_second = req.spec.throttle_bytes_per_second;
+    let throttle = set_throttle(req, old, &mut status);
     if let Some(phase) = old.phase {
         if let Some(c) = old.conditions.iter().find(|c| c.type_ == "Ready") {
             let (reason, message) = (c.reason.clone(), c.message.clone());
@@ -673,6 +720,7 @@ fn keep(req: &Request, old: &KafkaRebalanceStatus, requeue: Requeue, now: &str) 
         status,
         requeue,
         event: None,
+        throttle,
     }
 }
 

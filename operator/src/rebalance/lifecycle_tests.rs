@@ -522,23 +522,121 @@ fn a_balanced_cluster_is_ready_at_once() {
 }
 
 #[test]
-fn throttle_and_unknown_topics_are_reported_not_faked() {
+fn unknown_topics_are_reported() {
     let mut s = spec(RebalanceMode::AddBrokers, &[3]);
-    s.throttle_bytes_per_second = Some(1_000_000);
     s.topics = Some(vec!["t".into(), "nope".into()]);
     let st = step(&req(&s), None, &cluster(4, 6));
-    assert_eq!(
-        st.status.requested_throttle_bytes_per_second,
-        Some(1_000_000)
-    );
     let caveats = st.status.proposal.unwrap().caveats;
-    assert!(
-        caveats.iter().any(|c| c.contains("not applied")),
-        "{caveats:?}"
-    );
     assert!(caveats
         .iter()
         .any(|c| c.contains("topic nope does not exist")));
+}
+
+#[test]
+fn the_throttle_follows_the_batch_in_flight_and_is_removed_at_the_end() {
+    let mut s = spec(RebalanceMode::AddBrokers, &[3]);
+    s.throttle_bytes_per_second = Some(1_000_000);
+    s.approved = true;
+    let r = req(&s);
+    let mut c = cluster(4, 12);
+    // Approved: the first batch is submitted with its throttle.
+    let st = step(&r, None, &c);
+    assert!(matches!(st.action, Action::Submit(_)));
+    let set = st.throttle.clone().expect("throttle set with batch 0");
+    let applied = st.status.throttle.clone().unwrap();
+    assert_eq!(applied.bytes_per_second, 1_000_000);
+    let batch0: Vec<_> = st.status.moves.iter().filter(|m| m.batch == 0).collect();
+    for m in &batch0 {
+        for b in m.from.iter().chain(&m.to) {
+            assert_eq!(set.brokers.get(b), Some(&Some(1_000_000)), "broker {b}");
+        }
+        let (leader, follower) = set.topics[&m.topic].clone().unwrap();
+        assert!(leader.contains(&format!("{}:{}", m.partition, m.from[0])));
+        assert!(follower.contains(&format!("{}:3", m.partition)));
+    }
+    start_moves(&mut c, &st.action);
+    // While the batch runs nothing changes.
+    let wait = step(&r, Some(&st.status), &c);
+    assert_eq!(wait.throttle, None);
+    assert_eq!(wait.status.throttle, st.status.throttle);
+    // Kafka unreachable: nothing changes, what is set stays recorded.
+    let down = next(
+        &r,
+        Some(&wait.status),
+        &Observation::Unavailable("no broker".into()),
+        NOW,
+    );
+    assert_eq!(down.throttle, None);
+    assert_eq!(down.status.throttle, st.status.throttle);
+    // A new rate while moves run is set on the same brokers.
+    let mut faster = s.clone();
+    faster.throttle_bytes_per_second = Some(2_000_000);
+    let r2 = req(&faster);
+    let sped = step(&r2, Some(&wait.status), &c);
+    let ch = sped.throttle.clone().unwrap();
+    assert!(ch.brokers.values().all(|v| *v == Some(2_000_000)));
+    assert!(ch.topics.is_empty());
+    // Run every batch to the end; the last step removes exactly what is set.
+    let mut status = sped.status;
+    let mut last = None;
+    for _ in 0..20 {
+        finish_all(&mut c);
+        let st = step(&r2, Some(&status), &c);
+        start_moves(&mut c, &st.action);
+        status = st.status.clone();
+        if status.phase == Some(RebalancePhase::Ready) {
+            last = Some(st);
+            break;
+        }
+        assert!(status.throttle.is_some());
+    }
+    let done = last.expect("Ready");
+    assert_eq!(done.status.throttle, None);
+    let clear = done.throttle.unwrap();
+    assert!(clear.brokers.values().all(|v| v.is_none()));
+    assert!(clear.topics.values().all(|v| v.is_none()));
+    assert!(!clear.topics.is_empty());
+}
+
+#[test]
+fn stop_and_failure_remove_the_throttle() {
+    let mut s = spec(RebalanceMode::AddBrokers, &[3]);
+    s.throttle_bytes_per_second = Some(1_000);
+    s.approved = true;
+    let r = req(&s);
+    let mut c = cluster(4, 12);
+    let st = step(&r, None, &c);
+    start_moves(&mut c, &st.action);
+    let set = st.status.throttle.clone().unwrap();
+    let mut stop = r.clone();
+    stop.stop_annotation = true;
+    let stopped = step(&stop, Some(&st.status), &c);
+    assert!(matches!(stopped.action, Action::Cancel(_)));
+    assert_eq!(stopped.status.throttle, None);
+    let clear = stopped.throttle.unwrap();
+    assert_eq!(clear.brokers.len(), set.brokers.len());
+    // Failed (the brokers refused) removes it too.
+    let refused = refused(
+        &r,
+        None,
+        &st,
+        &[crate::kafka::PartitionError {
+            topic: "t".into(),
+            partition: 0,
+            code: 39,
+            message: None,
+        }],
+        NOW,
+    );
+    assert_eq!(refused.status.phase, Some(RebalancePhase::Failed));
+    assert_eq!(refused.status.throttle, None);
+    assert!(refused.throttle.is_some());
+    // Without a throttle in the spec nothing is ever set.
+    let mut plain = s.clone();
+    plain.throttle_bytes_per_second = None;
+    let st = step(&req(&plain), None, &cluster(4, 12));
+    assert_eq!(st.throttle, None);
+    assert_eq!(st.status.throttle, None);
 }
 
 #[test]
@@ -639,7 +737,7 @@ fn refused_moves_fail_with_the_brokers_reason() {
         code: 39,
         message: Some("replica 9 is not alive".into()),
     }];
-    let failed = refused(&req(&s), Some(&st.status), &errors, NOW);
+    let failed = refused(&req(&s), Some(&st.status), &st, &errors, NOW);
     assert_eq!(failed.status.phase, Some(RebalancePhase::Failed));
     assert_eq!(reason(&failed.status), "ReassignmentRefused");
     let msg = &failed

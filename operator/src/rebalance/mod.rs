@@ -16,7 +16,8 @@
 //! executing the moves (AlterPartitionReassignments with a throttle, one
 //! batch at a time, then preferred leader elections) belong to a controller.
 //!
-//! Layout: `lifecycle` (the resource's phases, pure), `execute` (admin
+//! Layout: `lifecycle` (the resource's phases, pure), `throttle` (the
+//! replication throttle of the batch in flight, pure), `execute` (admin
 //! client edge), `controller` (Kubernetes edge), `plan` (input and output
 //! types, validation, the entry point),
 //! `state` (the working assignment and per-broker load), `phases` (drain,
@@ -29,6 +30,7 @@ pub mod lifecycle;
 mod phases;
 pub mod plan;
 mod state;
+pub mod throttle;
 
 #[cfg(test)]
 mod lifecycle_tests;
