@@ -108,6 +108,10 @@ fn check(held: &ClusterRole, source: &str) {
         ("kafkarebalances", "list"),
         ("kafkarebalances", "watch"),
         ("kafkarebalances/status", "patch"),
+        // the rebalance a scale runs
+        ("kafkarebalances", "create"),
+        ("kafkarebalances", "patch"),
+        ("kafkarebalances", "delete"),
     ] {
         assert!(
             allows(&held, "moldau.io", res, verb, None),

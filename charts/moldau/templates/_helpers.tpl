@@ -74,6 +74,11 @@ from what the operator really does (operator/src):
 - apiGroups: [moldau.io]
   resources: [kafkaclusters/status, kafkatopics/status, kafkarebalances/status]
   verbs: [get, patch, update]
+# The KafkaRebalance a scale runs is created (server-side apply) and
+# deleted by the operator.
+- apiGroups: [moldau.io]
+  resources: [kafkarebalances]
+  verbs: [create, delete]
 - apiGroups: [moldau.io]
   resources: [kafkaclusters/finalizers, kafkatopics/finalizers]
   verbs: [update]

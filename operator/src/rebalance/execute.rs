@@ -15,6 +15,8 @@ use crate::kafka::{
     codes, AdminClient, ClusterMetadata, ConfigOp, KafkaError, OngoingReassignment, PartitionError,
 };
 
+use crate::cluster::scaling::Placement;
+
 use super::lifecycle::{Action, ObservedCluster, Step};
 use super::plan::{Broker, Partition};
 use super::throttle::{self, ThrottleChange};
@@ -65,6 +67,47 @@ pub fn observed_from(
         partitions,
         ongoing,
     }
+}
+
+/// Where the replicas are, for a scale-down's decision
+/// (`cluster::scaling`): the highest replication factor (a topic's largest
+/// replica list) and every broker holding a replica or targeted by a
+/// running reassignment.
+pub fn placement_of(meta: &ClusterMetadata, ongoing: &[OngoingReassignment]) -> Placement {
+    let mut out = Placement::default();
+    for t in &meta.topics {
+        let rf = t
+            .partition_details
+            .iter()
+            .map(|p| p.replicas.len())
+            .max()
+            .map_or(t.replication_factor, |n| n.try_into().unwrap_or(i32::MAX));
+        if out
+            .max_replication_factor
+            .as_ref()
+            .is_none_or(|(_, m)| rf > *m)
+        {
+            out.max_replication_factor = Some((t.name.clone(), rf));
+        }
+        for p in &t.partition_details {
+            out.holding.extend(p.replicas.iter().copied());
+        }
+    }
+    for o in ongoing {
+        out.holding.extend(o.replicas.iter().copied());
+    }
+    out
+}
+
+/// Reads [`placement_of`] the cluster through its controller.
+pub async fn read_placement(
+    addrs: &[(i32, SocketAddr)],
+    timeout: Duration,
+) -> Result<Placement, KafkaError> {
+    let mut admin = connect_controller(addrs, timeout).await?;
+    let meta = admin.metadata(None).await?;
+    let ongoing = admin.list_partition_reassignments().await?;
+    Ok(placement_of(&meta, &ongoing))
 }
 
 /// An admin connection to the active controller, found through the first
@@ -264,5 +307,53 @@ mod tests {
             Vec::new(),
         );
         assert_eq!(o.partitions[0].min_insync_replicas, 2);
+    }
+
+    #[test]
+    fn placement_has_the_highest_factor_and_every_holder() {
+        let part = |partition, replicas: &[i32]| PartitionInfo {
+            partition,
+            leader: replicas[0],
+            replicas: replicas.to_vec(),
+            isr: replicas.to_vec(),
+        };
+        let topic = |name: &str, rf, parts| TopicMetadata {
+            name: name.into(),
+            topic_id: None,
+            partitions: 1,
+            replication_factor: rf,
+            partition_details: parts,
+        };
+        let meta = ClusterMetadata {
+            controller_id: 0,
+            brokers: Vec::new(),
+            topics: vec![
+                topic("a", 2, vec![part(0, &[0, 1])]),
+                topic("b", 3, vec![part(0, &[1, 2, 3])]),
+                topic("c", 1, vec![part(0, &[2])]),
+            ],
+        };
+        let moving = OngoingReassignment {
+            topic: "c".into(),
+            partition: 0,
+            replicas: vec![2, 5],
+            adding: vec![5],
+            removing: vec![2],
+        };
+        let p = placement_of(&meta, &[moving]);
+        assert_eq!(p.max_replication_factor, Some(("b".to_string(), 3)));
+        assert_eq!(
+            p.holding.into_iter().collect::<Vec<_>>(),
+            vec![0, 1, 2, 3, 5]
+        );
+        let empty = placement_of(
+            &ClusterMetadata {
+                controller_id: 0,
+                brokers: Vec::new(),
+                topics: Vec::new(),
+            },
+            &[],
+        );
+        assert_eq!(empty, Placement::default());
     }
 }
