@@ -174,9 +174,17 @@ async fn decide_scale(
     } else {
         None
     };
-    let pending = kc.status.as_ref().and_then(|s| s.auto_rebalance.as_ref());
+    // The scale's state is read from the API server, not the (possibly
+    // stale) cached object: a reconcile started by the StatefulSet change
+    // of the previous one must see what that one recorded.
+    let clusters: Api<KafkaCluster> = Api::namespaced(ctx.client.clone(), &names.namespace);
+    let fresh = clusters.get_opt(&names.cluster).await?;
+    let pending = fresh
+        .as_ref()
+        .and_then(|kc| kc.status.as_ref())
+        .and_then(|s| s.auto_rebalance.as_ref());
     let name = names.auto_rebalance();
-    Ok(scaling::decide(&ScaleInput {
+    let decision = scaling::decide(&ScaleInput {
         desired: kc.spec.replicas,
         auto,
         current,
@@ -185,7 +193,21 @@ async fn decide_scale(
         rebalance: rebalance.as_ref(),
         placement: placement.as_ref(),
         rebalance_name: &name,
-    }))
+    });
+    if decision.pending.as_ref() != pending {
+        // Record the scale's state before acting on it, so a reconcile that
+        // fails half-way cannot lose it (e.g. a grown StatefulSet whose new
+        // brokers would never be filled).
+        let patch = serde_json::json!({"status": {"autoRebalance": decision.pending}});
+        clusters
+            .patch_status(
+                &names.cluster,
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await?;
+    }
+    Ok(decision)
 }
 
 /// Applies or deletes the operator's `KafkaRebalance` as decided.

@@ -218,8 +218,13 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
         .run(reconcile, error_policy, ctx)
         .for_each(|res| async move {
             if let Err(e) = res {
-                let reconciler =
-                    matches!(e, kube::runtime::controller::Error::ReconcilerFailed(..));
+                // A rebalance deleted while queued (the operator deletes a
+                // scale's rebalance when it is done) is not worth a warning.
+                let reconciler = matches!(
+                    e,
+                    kube::runtime::controller::Error::ReconcilerFailed(..)
+                        | kube::runtime::controller::Error::ObjectNotFound(..)
+                );
                 crate::context::log_controller_error(KIND, &e, reconciler);
             }
         })

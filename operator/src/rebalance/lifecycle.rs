@@ -58,14 +58,13 @@
 //!   performed is not written (the controller writes the
 //!   `KafkaUnavailable` step instead), so the next one computes it again.
 //!
-//! # For automatic rebalancing (scale-out, drain before scale-down)
+//! # Automatic rebalancing (scale-out, drain before scale-down)
 //!
-//! The cluster controller can create a `KafkaRebalance` (mode
-//! `add-brokers`/`remove-brokers`, `approved: true`, owned by the
-//! `KafkaCluster`) and lower the StatefulSet once its phase is `Ready`; or
-//! call [`next`] itself with a synthetic spec and keep the
-//! `KafkaRebalanceStatus` in its own status. Both use the same pure steps;
-//! [`drained`] answers "does broker X still hold a replica".
+//! The cluster controller (`cluster::scaling`) creates a `KafkaRebalance`
+//! of its own (`add-brokers`/`remove-brokers`, `approved: true`, owned by
+//! the `KafkaCluster`), which runs through this same lifecycle, and lowers
+//! the StatefulSet only when Kafka shows no replica on the drained brokers
+//! ([`drained`] answers the same question for one broker).
 
 use std::collections::{BTreeMap, BTreeSet};
 
