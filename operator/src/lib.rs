@@ -5,7 +5,8 @@
 //! edge), `topic` (the KafkaTopic reconciler: planner, status, sync, async
 //! edge), `kafka` (a small Kafka admin client), `leader` (Lease-based leader
 //! election), `telemetry` (metrics and the HTTP endpoints), `events`
-//! (Kubernetes Events), `rebalance` (the partition-reassignment planner),
+//! (Kubernetes Events), `rebalance` (the partition-reassignment planner and
+//! the KafkaRebalance reconciler: pure lifecycle, admin edge, async edge),
 //! `context` (what reconcilers share), `error`.
 //! Decisions are pure functions; the async code only reads, applies and
 //! reports. The operator uses only the broker's wire protocol and its

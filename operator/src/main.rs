@@ -1,5 +1,6 @@
-//! `moldau-operator`: runs the KafkaCluster and KafkaTopic controllers behind
-//! Lease-based leader election, with `/metrics`, `/healthz` and `/readyz`.
+//! `moldau-operator`: runs the KafkaCluster, KafkaTopic and KafkaRebalance
+//! controllers behind Lease-based leader election, with `/metrics`,
+//! `/healthz` and `/readyz`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -11,7 +12,7 @@ use moldau_operator::context::{Context, Tunables};
 use moldau_operator::events::Events;
 use moldau_operator::leader::{ElectionConfig, LeaderElector};
 use moldau_operator::telemetry::{self, Metrics};
-use moldau_operator::{cluster, quota, topic};
+use moldau_operator::{cluster, quota, rebalance, topic};
 
 /// The Moldau Kubernetes operator.
 #[derive(Parser, Debug)]
@@ -87,7 +88,8 @@ async fn run_controllers(ctx: Arc<Context>, namespace: Option<String>) {
     tokio::join!(
         cluster::controller::run(ctx.clone(), namespace.clone()),
         topic::controller::run(ctx.clone(), namespace.clone()),
-        quota::controller::run(ctx, namespace),
+        quota::controller::run(ctx.clone(), namespace.clone()),
+        rebalance::controller::run(ctx, namespace),
     );
 }
 

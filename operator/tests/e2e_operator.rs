@@ -20,7 +20,10 @@
 //! pods that fail over; a leader that loses its Lease stops;
 //! `manifests/examples/kafkacluster-production.yaml` applied as written
 //! gives 3 in-sync replicas to an auto-created topic and to a KafkaTopic
-//! without a replication factor.
+//! without a replication factor; a `KafkaRebalance` goes proposal →
+//! approve → Ready and drains a broker; scaling 3 → 4 → 3 → 1 moves the
+//! data onto the new broker, drains it before its pod goes, and refuses to
+//! go below a topic's replication factor.
 //! Skipped with `MOLDAU_E2E=0`.
 
 mod support;
@@ -40,7 +43,9 @@ use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::Api;
 use moldau_e2e::{ensure_pod_runner, kubectl_ok, paths, pod_is_ready, wait_for, TestNamespace};
-use moldau_operator::crd::{find_condition, KafkaCluster, KafkaTopic};
+use moldau_operator::crd::{
+    find_condition, KafkaCluster, KafkaRebalance, KafkaRebalanceStatus, KafkaTopic, RebalancePhase,
+};
 use moldau_operator::kafka::{AdminClient, ConfigOp};
 use serde_json::json;
 
@@ -1744,5 +1749,424 @@ async fn api_server_enforces_the_crd_validation() -> Result<()> {
         .patch("c", &pp, &Patch::Merge(json!({"spec": {"replicas": 3}})))
         .await?;
     // No operator runs here: drop the finalizer-free objects with the namespace.
+    Ok(())
+}
+
+/// The phase of KafkaRebalance `name` once `ok` holds for its status.
+async fn rebalance_where(
+    api: &Api<KafkaRebalance>,
+    name: &str,
+    what: &str,
+    ok: impl Fn(&KafkaRebalanceStatus) -> bool,
+) -> Result<KafkaRebalanceStatus> {
+    wait_for(LONG, what, || async {
+        let kr = api.get(name).await?;
+        Ok(kr.status.filter(|s| ok(s)))
+    })
+    .await
+}
+
+/// A `KafkaRebalance` through the operator on the real control plane: a
+/// cluster of 3 with an RF=2 topic holding records; `remove-brokers [2]`
+/// gives a proposal and waits; the approve annotation runs it to `Ready`;
+/// then no broker lists a replica on broker 2 and every record is read back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rebalance_removes_a_broker_after_approval() -> Result<()> {
+    if !enabled() {
+        return Ok(());
+    }
+    let t0 = std::time::Instant::now();
+    apply_crds()?;
+    pod_runner()?;
+    let ns = TestNamespace::new("op-rebalance").await?;
+    let _release = ReleaseTopics(ns.name.clone());
+    let _op = Operator::start(&ns.name, "op-rebalance")?;
+    let clusters: Api<KafkaCluster> = ns.api();
+    let topics: Api<KafkaTopic> = ns.api();
+    let rebalances: Api<KafkaRebalance> = ns.api();
+    let pods: Api<Pod> = ns.api();
+    let pp = PostParams::default();
+
+    let kc: KafkaCluster = serde_json::from_value(json!({
+        "apiVersion": "moldau.io/v1alpha1",
+        "kind": "KafkaCluster",
+        "metadata": {"name": "reb"},
+        "spec": {
+            "replicas": 3,
+            "image": "moldau/broker:e2e",
+            "storage": {"size": "1Gi", "deleteClaim": true},
+            "config": {
+                "auto.create.topics.enable": "false",
+                "broker.heartbeat.interval.ms": "200",
+                "broker.session.timeout.ms": "6000",
+                "replica.fetch.wait.max.ms": "100",
+            },
+        },
+    }))?;
+    clusters.create(&pp, &kc).await?;
+    all_brokers_registered(&clusters, "reb", 3).await?;
+    topics
+        .create(&pp, &topic("moving", "reb", 6, 2, json!({}))?)
+        .await?;
+    topic_where(&topics, "moving", "topic moving Ready", |kt| {
+        has_condition(kt, "Ready", "True", None)
+    })
+    .await?;
+    let addrs = broker_addrs(&pods, "reb", 3).await?;
+    let bootstrap = addrs[&0].to_string();
+    for p in 0..6 {
+        let payload = format!("p{p}-a\np{p}-b\n");
+        let path = std::env::temp_dir().join(format!("{}-p{p}.txt", ns.name));
+        std::fs::write(&path, payload)?;
+        let part = p.to_string();
+        kcat(&[
+            "-b",
+            &bootstrap,
+            "-P",
+            "-t",
+            "moving",
+            "-p",
+            &part,
+            "-X",
+            "acks=all",
+            "-l",
+            path.to_str().unwrap(),
+        ])
+        .await?;
+    }
+
+    let kr: KafkaRebalance = serde_json::from_value(json!({
+        "apiVersion": "moldau.io/v1alpha1",
+        "kind": "KafkaRebalance",
+        "metadata": {"name": "drain"},
+        "spec": {"cluster": "reb", "mode": "remove-brokers", "brokers": [2], "maxConcurrentMoves": 2},
+    }))?;
+    rebalances.create(&pp, &kr).await?;
+    let proposal = rebalance_where(&rebalances, "drain", "a proposal", |s| {
+        s.phase == Some(RebalancePhase::ProposalReady)
+    })
+    .await?;
+    let moves = proposal.proposal.as_ref().map(|p| p.moves).unwrap_or(0);
+    assert!(moves >= 4, "4 of 12 replicas are on broker 2: {proposal:?}");
+    // Unapproved, it stays a proposal.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let still = rebalances.get("drain").await?.status.unwrap();
+    assert_eq!(still.phase, Some(RebalancePhase::ProposalReady));
+    assert_eq!(still.session_id, proposal.session_id);
+
+    rebalances
+        .patch(
+            "drain",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"moldau.io/rebalance-approve": "true"}}}),
+            ),
+        )
+        .await?;
+    let done = rebalance_where(&rebalances, "drain", "rebalance Ready", |s| {
+        s.phase == Some(RebalancePhase::Ready) || s.phase == Some(RebalancePhase::Failed)
+    })
+    .await?;
+    assert_eq!(done.phase, Some(RebalancePhase::Ready), "{done:?}");
+    let progress = done.progress.clone().unwrap();
+    assert_eq!(progress.partitions_done, progress.partitions_total);
+    assert_eq!(
+        condition(&done.conditions, "Ready"),
+        Some(("True".into(), "RebalanceComplete".into()))
+    );
+    eprintln!("rebalance Ready after {:?}: {progress:?}", t0.elapsed());
+
+    for (id, addr) in &addrs {
+        let mut admin = AdminClient::connect(*addr, Duration::from_secs(5)).await?;
+        let md = admin.metadata(Some(&["moving".to_string()])).await?;
+        for p in md.topics.iter().flat_map(|t| t.partition_details.iter()) {
+            assert!(
+                !p.replicas.contains(&2) && p.replicas.len() == 2,
+                "reb-{id} lists moving-{} on {:?}",
+                p.partition,
+                p.replicas
+            );
+        }
+    }
+    for p in 0..6 {
+        let part = p.to_string();
+        let got = wait_for(SHORT, &format!("moving-{p} readable"), || async {
+            let out = kcat(&[
+                "-b",
+                &bootstrap,
+                "-C",
+                "-t",
+                "moving",
+                "-p",
+                &part,
+                "-o",
+                "beginning",
+                "-e",
+                "-q",
+            ])
+            .await;
+            Ok(out.ok().filter(|o| o.lines().count() >= 2))
+        })
+        .await?;
+        assert_eq!(
+            got.lines().collect::<Vec<_>>(),
+            vec![format!("p{p}-a"), format!("p{p}-b")]
+        );
+    }
+    assert!(events_with_reason(&ns, "RebalanceComplete").await? >= 1);
+    Ok(())
+}
+
+/// Replica count per broker of `topic`, as broker `addr` reports it.
+async fn replicas_per_broker(addr: SocketAddr, topic: &str) -> Result<BTreeMap<i32, usize>> {
+    let mut admin = AdminClient::connect(addr, Duration::from_secs(5)).await?;
+    let md = admin.metadata(Some(&[topic.to_string()])).await?;
+    let mut counts = BTreeMap::new();
+    for p in md.topics.iter().flat_map(|t| t.partition_details.iter()) {
+        for b in &p.replicas {
+            *counts.entry(*b).or_insert(0) += 1;
+        }
+    }
+    Ok(counts)
+}
+
+/// Waits (up to [`SHORT`]) for an Event with `reason` in the namespace.
+async fn event_seen(ns: &TestNamespace, reason: &str) -> Result<()> {
+    wait_for(SHORT, &format!("an Event {reason}"), || async {
+        Ok((events_with_reason(ns, reason).await? >= 1).then_some(()))
+    })
+    .await
+}
+
+/// The StatefulSet's replicas of cluster `name`.
+async fn sts_replicas(sets: &Api<StatefulSet>, name: &str) -> Result<i32> {
+    Ok(sets
+        .get(name)
+        .await?
+        .spec
+        .and_then(|s| s.replicas)
+        .unwrap_or_default())
+}
+
+/// Automatic rebalance on scaling, through the operator on the real control
+/// plane: a cluster of 3 with an RF=2 topic of 12 partitions holding
+/// records. `kubectl scale` to 4 → the operator's `add-brokers` rebalance
+/// fills broker 3 (every broker within ±1 replica of the others; the topic's
+/// status shows its partitions moving meanwhile); scaled back to 3 → broker
+/// 3 is drained before the StatefulSet goes to 3; scaled to 1 → refused
+/// (RF 2) with a condition and an Event, the StatefulSet stays at 3; every
+/// record is still there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scaling_moves_the_data() -> Result<()> {
+    if !enabled() {
+        return Ok(());
+    }
+    let t0 = std::time::Instant::now();
+    apply_crds()?;
+    pod_runner()?;
+    let ns = TestNamespace::new("op-autoscale").await?;
+    let _release = ReleaseTopics(ns.name.clone());
+    let _op = Operator::start(&ns.name, "op-autoscale")?;
+    let clusters: Api<KafkaCluster> = ns.api();
+    let topics: Api<KafkaTopic> = ns.api();
+    let sets: Api<StatefulSet> = ns.api();
+    let rebalances: Api<KafkaRebalance> = ns.api();
+    let pods: Api<Pod> = ns.api();
+    let pp = PostParams::default();
+    let kc: KafkaCluster = serde_json::from_value(json!({
+        "apiVersion": "moldau.io/v1alpha1",
+        "kind": "KafkaCluster",
+        "metadata": {"name": "auto"},
+        "spec": {
+            "replicas": 3,
+            "image": "moldau/broker:e2e",
+            "storage": {"size": "1Gi", "deleteClaim": true},
+            "config": {
+                "auto.create.topics.enable": "false",
+                "broker.heartbeat.interval.ms": "200",
+                "broker.session.timeout.ms": "6000",
+                "replica.fetch.wait.max.ms": "100",
+            },
+            "rebalance": {"maxConcurrentMoves": 2, "throttleBytesPerSecond": 10000000},
+        },
+    }))?;
+    clusters.create(&pp, &kc).await?;
+    all_brokers_registered(&clusters, "auto", 3).await?;
+    topics
+        .create(&pp, &topic("scaled", "auto", 12, 2, json!({}))?)
+        .await?;
+    topic_where(&topics, "scaled", "topic scaled Ready", |kt| {
+        has_condition(kt, "Ready", "True", None)
+    })
+    .await?;
+    let addrs = broker_addrs(&pods, "auto", 3).await?;
+    let bootstrap = addrs[&0].to_string();
+    for p in 0..12 {
+        let path = std::env::temp_dir().join(format!("{}-p{p}.txt", ns.name));
+        std::fs::write(&path, format!("p{p}-a\np{p}-b\n"))?;
+        let part = p.to_string();
+        kcat(&[
+            "-b",
+            &bootstrap,
+            "-P",
+            "-t",
+            "scaled",
+            "-p",
+            &part,
+            "-X",
+            "acks=all",
+            "-l",
+            path.to_str().unwrap(),
+        ])
+        .await?;
+    }
+
+    // Scale out: broker 3 receives its share.
+    ns.kubectl_ok(&["scale", "kafkacluster/auto", "--replicas=4"])?;
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+    let saw_progress = AtomicBool::new(false);
+    let saw_pending = AtomicBool::new(false);
+    wait_for(LONG, "the scale-out's rebalance done", || async {
+        let kt = topics.get("scaled").await?;
+        if let Some(r) = kt.status.and_then(|s| s.reassignment) {
+            if r.rebalance.as_deref() == Some("auto-auto-rebalance") && r.partitions_total > 0 {
+                saw_progress.store(true, Relaxed);
+            }
+        }
+        let kc = clusters.get("auto").await?;
+        let s = kc.status.unwrap_or_default();
+        if s.auto_rebalance.is_some() {
+            saw_pending.store(true, Relaxed);
+        }
+        let done = saw_pending.load(Relaxed)
+            && s.auto_rebalance.is_none()
+            && s.registered_brokers == vec![0, 1, 2, 3]
+            && sts_replicas(&sets, "auto").await? == 4;
+        Ok(done.then_some(()))
+    })
+    .await?;
+    let saw_progress = saw_progress.load(Relaxed);
+    assert!(
+        saw_progress,
+        "KafkaTopic scaled showed its partitions moving"
+    );
+    let counts = replicas_per_broker(addrs[&0], "scaled").await?;
+    eprintln!(
+        "after 3 -> 4 ({:?}): replicas per broker {counts:?}",
+        t0.elapsed()
+    );
+    assert_eq!(counts.keys().copied().collect::<Vec<_>>(), vec![0, 1, 2, 3]);
+    let (lo, hi) = (
+        counts.values().min().unwrap(),
+        counts.values().max().unwrap(),
+    );
+    assert!(hi - lo <= 1, "replica counts within ±1: {counts:?}");
+    event_seen(&ns, "ScaleOutRebalanced").await?;
+    // The scale's rebalance is deleted when it is done; the topic no longer
+    // shows moves.
+    wait_for(SHORT, "the scale's rebalance deleted", || async {
+        Ok(rebalances
+            .get_opt("auto-auto-rebalance")
+            .await?
+            .is_none()
+            .then_some(()))
+    })
+    .await?;
+    topic_where(
+        &topics,
+        "scaled",
+        "no reassignment in the topic's status",
+        |kt| kt.status.as_ref().is_some_and(|s| s.reassignment.is_none()),
+    )
+    .await?;
+
+    // Scale down: broker 3 is drained before its pod goes.
+    ns.kubectl_ok(&["scale", "kafkacluster/auto", "--replicas=3"])?;
+    let deadline = std::time::Instant::now() + LONG;
+    let mut saw_draining = false;
+    loop {
+        let replicas = sts_replicas(&sets, "auto").await?;
+        if replicas == 3 {
+            // Lowered: broker 3 held nothing at that moment and holds nothing now.
+            let counts = replicas_per_broker(addrs[&0], "scaled").await?;
+            assert!(!counts.contains_key(&3), "broker 3 drained: {counts:?}");
+            break;
+        }
+        assert_eq!(replicas, 4);
+        let kc = clusters.get("auto").await?;
+        if let Some(p) = kc.status.and_then(|s| s.auto_rebalance) {
+            saw_draining |= p.brokers == vec![3];
+        }
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "broker 3 was not drained"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(saw_draining, "status.autoRebalance showed the drain");
+    event_seen(&ns, "DrainStarted").await?;
+    event_seen(&ns, "BrokersDrained").await?;
+    wait_for(LONG, "3 brokers, pod auto-3 gone", || async {
+        let gone = pods.get_opt("auto-3").await?.is_none();
+        let kc = clusters.get("auto").await?;
+        Ok((gone
+            && kc
+                .status
+                .is_some_and(|s| s.replicas == 3 && s.auto_rebalance.is_none()))
+        .then_some(()))
+    })
+    .await?;
+    eprintln!("after 4 -> 3: {:?}", t0.elapsed());
+
+    // Below the replication factor: refused, the StatefulSet stays.
+    ns.kubectl_ok(&["scale", "kafkacluster/auto", "--replicas=1"])?;
+    let kc = wait_for(LONG, "scale-down to 1 refused", || async {
+        let kc = clusters.get("auto").await?;
+        let refused = kc.status.as_ref().is_some_and(|s| {
+            condition(&s.conditions, "Degraded") == Some(("True".into(), "ScaleDownRefused".into()))
+                && s.observed_generation == kc.metadata.generation
+        });
+        Ok(refused.then_some(kc))
+    })
+    .await?;
+    let message = find_condition(&kc.status.unwrap().conditions, "Degraded")
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    assert!(message.contains("replication factor 2"), "{message}");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        sts_replicas(&sets, "auto").await?,
+        3,
+        "StatefulSet unchanged"
+    );
+    event_seen(&ns, "ScaleDownRefused").await?;
+    assert!(rebalances.get_opt("auto-auto-rebalance").await?.is_none());
+
+    for p in 0..12 {
+        let part = p.to_string();
+        let got = wait_for(SHORT, &format!("scaled-{p} readable"), || async {
+            let out = kcat(&[
+                "-b",
+                &bootstrap,
+                "-C",
+                "-t",
+                "scaled",
+                "-p",
+                &part,
+                "-o",
+                "beginning",
+                "-e",
+                "-q",
+            ])
+            .await;
+            Ok(out.ok().filter(|o| o.lines().count() >= 2))
+        })
+        .await?;
+        assert_eq!(
+            got.lines().collect::<Vec<_>>(),
+            vec![format!("p{p}-a"), format!("p{p}-b")]
+        );
+    }
+    eprintln!("scaling_moves_the_data took {:?}", t0.elapsed());
     Ok(())
 }

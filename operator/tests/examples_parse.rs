@@ -4,7 +4,9 @@
 
 use std::path::Path;
 
-use moldau_operator::crd::{KafkaCluster, KafkaQuota, KafkaRetentionPolicy, KafkaTopic};
+use moldau_operator::crd::{
+    KafkaCluster, KafkaQuota, KafkaRebalance, KafkaRetentionPolicy, KafkaTopic, RebalanceMode,
+};
 use serde::Deserialize;
 
 fn docs(file: &str) -> Vec<serde_yaml::Value> {
@@ -33,6 +35,11 @@ fn valid_examples_parse() {
     assert_eq!(topics.len(), 2);
     assert_eq!(topics[1].kafka_topic_name(), "customer.state");
     assert_eq!(topics[0].kafka_topic_name(), "orders");
+    let drain: KafkaRebalance =
+        serde_yaml::from_value(docs("kafkarebalance.yaml").remove(0)).unwrap();
+    assert_eq!(drain.spec.mode, RebalanceMode::RemoveBrokers);
+    assert_eq!(drain.spec.brokers, vec![3, 4]);
+    assert!(!drain.spec.approved);
 }
 
 #[test]

@@ -101,6 +101,23 @@ fn check(held: &ClusterRole, source: &str) {
         ),
         "{source}: the operator cannot read the cluster record"
     );
+    // The KafkaRebalance controller watches its resources, reads the
+    // approve/stop annotations and writes their status.
+    for (res, verb) in [
+        ("kafkarebalances", "get"),
+        ("kafkarebalances", "list"),
+        ("kafkarebalances", "watch"),
+        ("kafkarebalances/status", "patch"),
+        // the rebalance a scale runs
+        ("kafkarebalances", "create"),
+        ("kafkarebalances", "patch"),
+        ("kafkarebalances", "delete"),
+    ] {
+        assert!(
+            allows(&held, "moldau.io", res, verb, None),
+            "{source}: the operator cannot {verb} {res}"
+        );
+    }
 }
 
 /// The policy resources the operator reconciles: `(resource, verbs)`.

@@ -69,11 +69,16 @@ from what the operator really does (operator/src):
 */}}
 {{- define "moldau.operatorRules" -}}
 - apiGroups: [moldau.io]
-  resources: [kafkaclusters, kafkatopics]
+  resources: [kafkaclusters, kafkatopics, kafkarebalances]
   verbs: [get, list, watch, patch, update]
 - apiGroups: [moldau.io]
-  resources: [kafkaclusters/status, kafkatopics/status]
+  resources: [kafkaclusters/status, kafkatopics/status, kafkarebalances/status]
   verbs: [get, patch, update]
+# The KafkaRebalance a scale runs is created (server-side apply) and
+# deleted by the operator.
+- apiGroups: [moldau.io]
+  resources: [kafkarebalances]
+  verbs: [create, delete]
 - apiGroups: [moldau.io]
   resources: [kafkaclusters/finalizers, kafkatopics/finalizers]
   verbs: [update]

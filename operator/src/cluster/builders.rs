@@ -39,7 +39,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 use sha2::{Digest, Sha256};
 
-use crate::crd::KafkaCluster;
+use crate::crd::{KafkaCluster, KafkaRebalance, KafkaRebalanceSpec, RebalanceMode};
 
 /// Port of the broker's HTTP endpoints (`/metrics`, `/healthz`, `/readyz`).
 pub const BROKER_HTTP_PORT: i32 = 9644;
@@ -127,6 +127,10 @@ impl Names {
     pub fn pod(&self, ordinal: i32) -> String {
         format!("{}-{}", self.cluster, ordinal)
     }
+    /// The `KafkaRebalance` the operator runs when the cluster scales.
+    pub fn auto_rebalance(&self) -> String {
+        format!("{}-auto-rebalance", self.cluster)
+    }
 }
 
 /// Labels selecting the broker pods of a cluster.
@@ -185,8 +189,19 @@ pub struct ClusterObjects {
     pub pdb: PodDisruptionBudget,
 }
 
-/// Builds every desired child of `kc`.
+/// Builds every desired child of `kc`, the StatefulSet with
+/// `spec.replicas` brokers.
 pub fn desired_objects(kc: &KafkaCluster) -> Result<ClusterObjects, BuildError> {
+    desired_objects_scaled(kc, kc.spec.replicas)
+}
+
+/// Builds every desired child of `kc`, the StatefulSet with `replicas`
+/// brokers (what `scaling::decide` says while a scale waits for data to
+/// move).
+pub fn desired_objects_scaled(
+    kc: &KafkaCluster,
+    replicas: i32,
+) -> Result<ClusterObjects, BuildError> {
     let names = Names::of(kc)?;
     let owner = owner_reference(kc)?;
     let properties = render_properties(&kc.spec.config);
@@ -206,7 +221,7 @@ pub fn desired_objects(kc: &KafkaCluster) -> Result<ClusterObjects, BuildError> 
             data: Some(BTreeMap::from([(CONFIG_KEY.to_string(), properties)])),
             ..Default::default()
         },
-        stateful_set: stateful_set(kc, &names, &owner, &config_hash),
+        stateful_set: stateful_set(kc, &names, &owner, &config_hash, replicas),
         pdb: PodDisruptionBudget {
             metadata: meta(&names, names.pdb(), &owner),
             spec: Some(PodDisruptionBudgetSpec {
@@ -217,6 +232,32 @@ pub fn desired_objects(kc: &KafkaCluster) -> Result<ClusterObjects, BuildError> 
             ..Default::default()
         },
     })
+}
+
+/// The `KafkaRebalance` the operator runs for a scale of `kc`: approved
+/// (the scale is the approval), owned by `kc`, with the cluster's
+/// `spec.rebalance` throttle and batch size.
+pub fn auto_rebalance(
+    kc: &KafkaCluster,
+    mode: RebalanceMode,
+    brokers: &[i32],
+) -> Result<KafkaRebalance, BuildError> {
+    let names = Names::of(kc)?;
+    let owner = owner_reference(kc)?;
+    let mut kr = KafkaRebalance::new(
+        &names.auto_rebalance(),
+        KafkaRebalanceSpec {
+            cluster: names.cluster.clone(),
+            mode,
+            brokers: brokers.to_vec(),
+            throttle_bytes_per_second: kc.spec.rebalance.throttle_bytes_per_second,
+            topics: None,
+            max_concurrent_moves: kc.spec.rebalance.max_concurrent_moves,
+            approved: true,
+        },
+    );
+    kr.metadata = meta(&names, names.auto_rebalance(), &owner);
+    Ok(kr)
 }
 
 /// The controller owner reference pointing at `kc`.
@@ -476,6 +517,7 @@ fn stateful_set(
     names: &Names,
     owner: &OwnerReference,
     hash: &str,
+    replicas: i32,
 ) -> StatefulSet {
     let overrides = kc.spec.pod_template.clone().unwrap_or_default();
     let mut pod_labels = overrides.labels.clone();
@@ -628,7 +670,7 @@ fn stateful_set(
     StatefulSet {
         metadata: meta(names, names.stateful_set(), owner),
         spec: Some(StatefulSetSpec {
-            replicas: Some(kc.spec.replicas),
+            replicas: Some(replicas),
             selector: label_selector(&names.cluster),
             service_name: Some(names.headless_service()),
             pod_management_policy: Some("Parallel".into()),
@@ -636,19 +678,19 @@ fn stateful_set(
                 type_: Some("OnDelete".into()),
                 ..Default::default()
             }),
-            persistent_volume_claim_retention_policy: Some(
+            // A removed broker's claim goes the way all claims go when the
+            // cluster is deleted: storage.deleteClaim decides both.
+            persistent_volume_claim_retention_policy: Some({
+                let policy = if storage.delete_claim {
+                    "Delete"
+                } else {
+                    "Retain"
+                };
                 StatefulSetPersistentVolumeClaimRetentionPolicy {
-                    when_deleted: Some(
-                        if storage.delete_claim {
-                            "Delete"
-                        } else {
-                            "Retain"
-                        }
-                        .into(),
-                    ),
-                    when_scaled: Some("Retain".into()),
-                },
-            ),
+                    when_deleted: Some(policy.into()),
+                    when_scaled: Some(policy.into()),
+                }
+            }),
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
                     labels: Some(pod_labels),
@@ -744,6 +786,7 @@ mod tests {
                 controller_port: 9091,
                 rack_topology_key: None,
                 pod_template: None,
+                rebalance: Default::default(),
             },
         );
         kc.metadata.namespace = Some("ns".into());
@@ -818,6 +861,7 @@ mod tests {
             .as_ref()
             .unwrap();
         assert_eq!(retention.when_deleted.as_deref(), Some("Retain"));
+        assert_eq!(retention.when_scaled.as_deref(), Some("Retain"));
         // selector labels are a subset of the pod labels
         let pod_labels = spec
             .template
@@ -842,6 +886,34 @@ mod tests {
             .as_ref()
             .unwrap();
         assert_eq!(retention.when_deleted.as_deref(), Some("Delete"));
+        assert_eq!(retention.when_scaled.as_deref(), Some("Delete"));
+    }
+
+    #[test]
+    fn the_statefulset_runs_the_replicas_the_scale_decides() {
+        let objs = desired_objects_scaled(&cluster(3), 5).unwrap();
+        assert_eq!(sts_spec(&objs).replicas, Some(5));
+    }
+
+    #[test]
+    fn the_auto_rebalance_is_approved_owned_and_carries_the_cluster_settings() {
+        let mut kc = cluster(3);
+        kc.spec.rebalance.throttle_bytes_per_second = Some(1000);
+        kc.spec.rebalance.max_concurrent_moves = Some(4);
+        let kr = auto_rebalance(&kc, RebalanceMode::RemoveBrokers, &[2]).unwrap();
+        assert_eq!(kr.metadata.name.as_deref(), Some("demo-auto-rebalance"));
+        assert_eq!(kr.metadata.namespace.as_deref(), Some("ns"));
+        assert_eq!(
+            kr.metadata.owner_references.as_ref().unwrap()[0].name,
+            "demo"
+        );
+        assert_eq!(kr.metadata.labels.as_ref().unwrap()[CLUSTER_LABEL], "demo");
+        assert_eq!(kr.spec.cluster, "demo");
+        assert_eq!(kr.spec.mode, RebalanceMode::RemoveBrokers);
+        assert_eq!(kr.spec.brokers, vec![2]);
+        assert!(kr.spec.approved);
+        assert_eq!(kr.spec.throttle_bytes_per_second, Some(1000));
+        assert_eq!(kr.spec.max_concurrent_moves, Some(4));
     }
 
     #[test]

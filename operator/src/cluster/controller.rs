@@ -3,12 +3,21 @@
 //! cluster record (read through the API server, never from a broker),
 //! deletes at most one outdated pod per reconcile (as the rollout planner
 //! says), writes status and publishes Events. All decisions come from
-//! `builders`, `rollout`, `status`.
+//! `builders`, `rollout`, `scaling`, `status`.
+//!
+//! Scaling: the StatefulSet gets the replicas `scaling::decide` returns,
+//! not `spec.replicas` directly; for that it reads the operator's
+//! `KafkaRebalance` of the cluster and, only while a scale-down is asked
+//! for, the partitions' placement from the brokers (Metadata and
+//! ListPartitionReassignments through the controller, at pod IPs), then
+//! applies or deletes that `KafkaRebalance` as decided. The rebalance
+//! itself runs in the KafkaRebalance controller.
 //!
 //! The cluster record is not watched (its kind belongs to the brokers and
 //! may not be installed yet); a cluster that is not Ready is reconciled again
 //! after `retry`, a Ready one after `cluster_resync` or at any pod change.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -26,12 +35,15 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::context::{Context, FIELD_MANAGER};
-use crate::crd::{format_time, KafkaCluster};
+use crate::crd::{find_condition, format_time, KafkaCluster, KafkaRebalance};
 use crate::error::{Error, Result};
+use crate::rebalance::execute::read_placement;
+use crate::topic::controller::ready_brokers;
 
 use super::builders::{self, ClusterObjects, Names, CLUSTER_LABEL};
-use super::membership::read_membership;
+use super::membership::{read_membership, Membership};
 use super::rollout::{next_step, PodState, RolloutStep};
+use super::scaling::{self, ObservedRebalance, RebalanceChange, ScaleDecision, ScaleInput};
 use super::status::{
     cluster_status, status_events, status_patch, ClusterObservation, Problem, READY,
 };
@@ -107,6 +119,128 @@ pub fn current_update_revision(sts: &StatefulSet) -> Option<String> {
     status.update_revision.clone().filter(|r| !r.is_empty())
 }
 
+/// The operator's `KafkaRebalance` as the scale decision sees it.
+pub fn observed_rebalance(kr: &KafkaRebalance) -> ObservedRebalance {
+    let status = kr.status.as_ref();
+    let current = status.and_then(|s| s.observed_generation) == kr.metadata.generation;
+    let ready = status.and_then(|s| find_condition(&s.conditions, "Ready"));
+    ObservedRebalance {
+        mode: kr.spec.mode,
+        brokers: kr.spec.brokers.clone(),
+        phase: status.and_then(|s| s.phase).filter(|_| current),
+        reason: ready.map(|c| c.reason.clone()).unwrap_or_default(),
+        message: ready.map(|c| c.message.clone()).unwrap_or_default(),
+    }
+}
+
+/// Reads what the scale decision needs and takes it.
+async fn decide_scale(
+    ctx: &Context,
+    kc: &KafkaCluster,
+    names: &Names,
+    current: Option<i32>,
+    pods: &[Pod],
+    membership: &Membership,
+) -> Result<ScaleDecision> {
+    let auto = kc.spec.rebalance.auto_on_scale;
+    let registered: BTreeSet<i32> = membership
+        .view()
+        .map(|v| v.registered.iter().copied().collect())
+        .unwrap_or_default();
+    let ready: BTreeSet<i32> = pods
+        .iter()
+        .filter_map(pod_state)
+        .filter(|p| p.ready && !p.terminating && registered.contains(&p.ordinal))
+        .map(|p| p.ordinal)
+        .collect();
+    let api: Api<KafkaRebalance> = Api::namespaced(ctx.client.clone(), &names.namespace);
+    let rebalance = if auto && current.is_some() {
+        api.get_opt(&names.auto_rebalance())
+            .await?
+            .map(|kr| observed_rebalance(&kr))
+    } else {
+        None
+    };
+    let placement = if scaling::needs_placement(kc.spec.replicas, auto, current) {
+        let brokers = ready_brokers(pods, kc.spec.listener_port);
+        match read_placement(&brokers, ctx.tunables.kafka_timeout).await {
+            Ok(p) => Some(p),
+            Err(e) => {
+                tracing::info!(cluster = %builders::object_key(kc), error = %e,
+                    "reading the partitions for a scale-down failed; retrying");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    // The scale's state is read from the API server, not the (possibly
+    // stale) cached object: a reconcile started by the StatefulSet change
+    // of the previous one must see what that one recorded.
+    let clusters: Api<KafkaCluster> = Api::namespaced(ctx.client.clone(), &names.namespace);
+    let fresh = clusters.get_opt(&names.cluster).await?;
+    let pending = fresh
+        .as_ref()
+        .and_then(|kc| kc.status.as_ref())
+        .and_then(|s| s.auto_rebalance.as_ref());
+    let name = names.auto_rebalance();
+    let decision = scaling::decide(&ScaleInput {
+        desired: kc.spec.replicas,
+        auto,
+        current,
+        ready: &ready,
+        pending,
+        rebalance: rebalance.as_ref(),
+        placement: placement.as_ref(),
+        rebalance_name: &name,
+    });
+    if decision.pending.as_ref() != pending {
+        // Record the scale's state before acting on it, so a reconcile that
+        // fails half-way cannot lose it (e.g. a grown StatefulSet whose new
+        // brokers would never be filled).
+        let patch = serde_json::json!({"status": {"autoRebalance": decision.pending}});
+        clusters
+            .patch_status(
+                &names.cluster,
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await?;
+    }
+    Ok(decision)
+}
+
+/// Applies or deletes the operator's `KafkaRebalance` as decided.
+async fn change_rebalance(
+    ctx: &Context,
+    kc: &KafkaCluster,
+    names: &Names,
+    change: &RebalanceChange,
+) -> Result<()> {
+    let api: Api<KafkaRebalance> = Api::namespaced(ctx.client.clone(), &names.namespace);
+    match change {
+        RebalanceChange::Keep => {}
+        RebalanceChange::Apply(mode, brokers) => {
+            let kr = builders::auto_rebalance(kc, *mode, brokers)?;
+            api.patch(
+                &names.auto_rebalance(),
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&kr),
+            )
+            .await?;
+        }
+        RebalanceChange::Delete => match api
+            .delete(&names.auto_rebalance(), &DeleteParams::default())
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        },
+    }
+    Ok(())
+}
+
 /// Reconciles one KafkaCluster.
 pub async fn reconcile(kc: Arc<KafkaCluster>, ctx: Arc<Context>) -> Result<Action> {
     let started = Instant::now();
@@ -131,21 +265,41 @@ async fn reconcile_inner(kc: &KafkaCluster, ctx: &Context) -> Result<Action> {
     let pod_api: Api<Pod> = Api::namespaced(client.clone(), &ns);
 
     let before = sts_api.get_opt(&names.stateful_set()).await?;
+    let current = before
+        .as_ref()
+        .and_then(|s| s.spec.as_ref())
+        .and_then(|s| s.replicas);
+    let selector = builders::selector_string(&names.cluster);
+    let pods_before = pod_api
+        .list(&ListParams::default().labels(&selector))
+        .await?;
+    let membership = read_membership(client, &names).await?;
     let mut problem = cluster_spec_problem(&kc.spec);
-    if problem.is_none() {
-        let objs = builders::desired_objects(kc)?;
+    let scale = if problem.is_none() {
+        Some(decide_scale(ctx, kc, &names, current, &pods_before.items, &membership).await?)
+    } else {
+        None
+    };
+    if let Some(scale) = &scale {
+        let objs = builders::desired_objects_scaled(kc, scale.replicas)?;
         if let Err(e) = apply_all(client, &ns, &objs).await {
             tracing::warn!(cluster = %builders::object_key(kc), error = %e, "applying desired objects failed");
             problem = Some(Problem {
                 reason: "ApplyFailed".into(),
                 message: e.to_string(),
             });
+        } else if let Err(e) = change_rebalance(ctx, kc, &names, &scale.rebalance).await {
+            tracing::warn!(cluster = %builders::object_key(kc), error = %e, "applying the scale's KafkaRebalance failed");
+            problem = Some(Problem {
+                reason: "ApplyFailed".into(),
+                message: e.to_string(),
+            });
         } else {
-            match before
-                .as_ref()
-                .and_then(|s| s.spec.as_ref())
-                .and_then(|s| s.replicas)
-            {
+            if let Some(ev) = &scale.event {
+                tracing::info!(cluster = %builders::object_key(kc), reason = %ev.reason, "{}", ev.note);
+                ctx.events.publish(&reference, "Scale", ev).await;
+            }
+            match current {
                 None => {
                     ctx.events
                         .normal(
@@ -155,18 +309,19 @@ async fn reconcile_inner(kc: &KafkaCluster, ctx: &Context) -> Result<Action> {
                             format!(
                                 "created StatefulSet {} with {} brokers",
                                 names.stateful_set(),
-                                kc.spec.replicas
+                                scale.replicas
                             ),
                         )
                         .await
                 }
-                Some(old) if old != kc.spec.replicas => {
+                Some(old) if old != scale.replicas => {
+                    tracing::info!(cluster = %builders::object_key(kc), from = old, to = scale.replicas, "scaled the StatefulSet");
                     ctx.events
                         .normal(
                             &reference,
                             "Scale",
                             "ClusterScaled",
-                            format!("scaled from {old} to {} brokers", kc.spec.replicas),
+                            format!("scaled from {old} to {} brokers", scale.replicas),
                         )
                         .await
                 }
@@ -176,14 +331,20 @@ async fn reconcile_inner(kc: &KafkaCluster, ctx: &Context) -> Result<Action> {
     }
 
     let sts = sts_api.get_opt(&names.stateful_set()).await?;
-    let selector = builders::selector_string(&names.cluster);
+    // What the StatefulSet runs now (while a scale waits for data to move,
+    // not spec.replicas).
+    let running = sts
+        .as_ref()
+        .and_then(|s| s.spec.as_ref())
+        .and_then(|s| s.replicas)
+        .unwrap_or(kc.spec.replicas);
     let pods = pod_api
         .list(&ListParams::default().labels(&selector))
         .await?;
     let pod_states: Vec<PodState> = pods.items.iter().filter_map(pod_state).collect();
     let update_revision = sts.as_ref().and_then(current_update_revision);
     let step = if sts.is_some() {
-        next_step(kc.spec.replicas, update_revision.as_deref(), &pod_states)
+        next_step(running, update_revision.as_deref(), &pod_states)
     } else {
         RolloutStep::Wait("StatefulSet does not exist yet".into())
     };
@@ -221,10 +382,19 @@ async fn reconcile_inner(kc: &KafkaCluster, ctx: &Context) -> Result<Action> {
         }
     }
 
-    let membership = read_membership(client, &names).await?;
+    let (scaling, auto_rebalance) = match (&scale, &problem) {
+        (Some(s), None) => (s.note.clone(), s.pending.clone()),
+        // Nothing was applied: the scale's state stays as it was.
+        _ => (
+            None,
+            kc.status.as_ref().and_then(|s| s.auto_rebalance.clone()),
+        ),
+    };
     let obs = ClusterObservation {
         generation: kc.metadata.generation,
-        desired_replicas: kc.spec.replicas,
+        desired_replicas: running,
+        scaling,
+        auto_rebalance,
         update_revision,
         pods: pod_states,
         rollout: step.clone(),
@@ -250,7 +420,10 @@ async fn reconcile_inner(kc: &KafkaCluster, ctx: &Context) -> Result<Action> {
         ctx.events.publish(&reference, "Reconcile", &ev).await;
     }
 
+    // A scale waiting for partitions to move is looked at again soon.
     let settled = problem.is_none()
+        && status.auto_rebalance.is_none()
+        && scale.as_ref().is_some_and(|s| s.note.is_none())
         && matches!(step, RolloutStep::UpToDate)
         && crate::crd::find_condition(&status.conditions, READY).is_some_and(|c| c.is_true());
     Ok(if settled {
@@ -291,12 +464,15 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
     let svc: Api<Service> = api(&client, &namespace);
     let cm: Api<ConfigMap> = api(&client, &namespace);
     let pods: Api<Pod> = api(&client, &namespace);
+    let rebalances: Api<KafkaRebalance> = api(&client, &namespace);
     let children =
         watcher::Config::default().labels("app.kubernetes.io/managed-by=moldau-operator");
     Controller::new(clusters, watcher::Config::default())
         .owns(sts, children.clone())
         .owns(svc, children.clone())
         .owns(cm, children.clone())
+        // the KafkaRebalance of a scale: its progress moves the scale on
+        .owns(rebalances, children.clone())
         .watches(
             pods,
             watcher::Config::default().labels("app.kubernetes.io/name=moldau-broker"),

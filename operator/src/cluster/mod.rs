@@ -1,5 +1,6 @@
 //! The `KafkaCluster` reconciler: `builders` (desired objects), `rollout`
-//! (rolling-restart planner), `status` (conditions) are pure; `membership`
+//! (rolling-restart planner), `scaling` (how many brokers run and which
+//! partition move a scale waits for), `status` (conditions) are pure; `membership`
 //! parses the brokers' cluster record (and reads it); `controller` is the
 //! thin async edge that reads, applies and reports.
 
@@ -7,5 +8,6 @@ pub mod builders;
 pub mod controller;
 pub mod membership;
 pub mod rollout;
+pub mod scaling;
 pub mod status;
 pub mod validate;

@@ -10,10 +10,13 @@
 //! controller the cluster record names. Ready pods alone are not enough: a
 //! broker that never joined the cluster serves a cluster of its own.
 
-use crate::crd::{find_condition, merge_conditions, Condition, KafkaClusterStatus};
+use crate::crd::{
+    find_condition, merge_conditions, AutoRebalanceStatus, Condition, KafkaClusterStatus,
+};
 
 use super::membership::Membership;
 use super::rollout::{PodState, RolloutStep};
+use super::scaling::{NoteKind, ScaleNote};
 
 /// Condition type: all brokers are up, run the current template and are
 /// registered with one controller.
@@ -53,6 +56,10 @@ pub struct ClusterObservation {
     pub bootstrap_servers: String,
     /// The brokers' cluster record.
     pub membership: Membership,
+    /// What a scale is doing (`scaling::decide`).
+    pub scaling: Option<ScaleNote>,
+    /// The scale's partition move in progress (`status.autoRebalance`).
+    pub auto_rebalance: Option<AutoRebalanceStatus>,
 }
 
 /// Node ids `0..desired` that are not registered (unfenced) in `view`.
@@ -121,9 +128,11 @@ pub fn cluster_status(
     };
     let desired = obs.desired_replicas;
 
-    let degraded = match &obs.problem {
-        Some(p) => Condition::new(DEGRADED, true, &p.reason, p.message.clone()),
-        None => Condition::new(DEGRADED, false, "AsExpected", "reconciled without errors"),
+    let scale_note = |kind: NoteKind| obs.scaling.as_ref().filter(|n| n.kind == kind);
+    let degraded = match (&obs.problem, scale_note(NoteKind::Problem)) {
+        (Some(p), _) => Condition::new(DEGRADED, true, &p.reason, p.message.clone()),
+        (None, Some(n)) => Condition::new(DEGRADED, true, n.reason, n.message.clone()),
+        (None, None) => Condition::new(DEGRADED, false, "AsExpected", "reconciled without errors"),
     };
 
     let progressing = match &obs.rollout {
@@ -139,6 +148,10 @@ pub fn cluster_status(
             "RollingRestart",
             format!("{updated}/{desired} brokers updated; waiting: {why}"),
         ),
+        _ if scale_note(NoteKind::Progress).is_some() => {
+            let n = scale_note(NoteKind::Progress).expect("checked");
+            Condition::new(PROGRESSING, true, n.reason, n.message.clone())
+        }
         _ if replicas != desired => Condition::new(
             PROGRESSING,
             true,
@@ -221,6 +234,7 @@ pub fn cluster_status(
         controller: view.and_then(|v| v.controller),
         controller_epoch: view.map(|v| v.epoch),
         registered_brokers: view.map(|v| v.registered.clone()).unwrap_or_default(),
+        auto_rebalance: obs.auto_rebalance.clone(),
     }
 }
 
@@ -230,7 +244,12 @@ pub fn cluster_status(
 pub fn status_patch(status: &KafkaClusterStatus) -> serde_json::Value {
     let mut value = serde_json::to_value(status).unwrap_or_default();
     if let Some(obj) = value.as_object_mut() {
-        for key in ["controller", "controllerEpoch", "registeredBrokers"] {
+        for key in [
+            "controller",
+            "controllerEpoch",
+            "registeredBrokers",
+            "autoRebalance",
+        ] {
             obj.entry(key).or_insert(serde_json::Value::Null);
         }
     }
@@ -321,6 +340,8 @@ mod tests {
             selector: "a=b".into(),
             bootstrap_servers: "demo-bootstrap.ns.svc:9092".into(),
             membership: known(Some(1), 5, &[0, 1, 2]),
+            scaling: None,
+            auto_rebalance: None,
         }
     }
 
@@ -569,5 +590,55 @@ mod tests {
         assert_eq!(json["controller"], 1);
         assert_eq!(json["controllerEpoch"], 5);
         assert_eq!(json["registeredBrokers"], serde_json::json!([0, 1, 2]));
+    }
+
+    #[test]
+    fn a_refused_scale_down_is_degraded_with_a_warning_and_the_brokers_stay_ready() {
+        let mut o = obs(all_pods_ready(), RolloutStep::UpToDate);
+        let ready = cluster_status(None, &o, "t0");
+        o.scaling = Some(ScaleNote {
+            kind: NoteKind::Problem,
+            reason: "ScaleDownRefused",
+            message: "topic t has replication factor 2".into(),
+        });
+        let s = cluster_status(Some(&ready), &o, "t1");
+        let d = find_condition(&s.conditions, DEGRADED).unwrap();
+        assert!(d.is_true());
+        assert_eq!(d.reason, "ScaleDownRefused");
+        assert!(find_condition(&s.conditions, READY).unwrap().is_true());
+        let events = status_events(Some(&ready), &s);
+        assert_eq!(events.len(), 1);
+        assert!(events[0].warning);
+        assert_eq!(events[0].reason, "ScaleDownRefused");
+        // once, not on every reconcile
+        assert!(status_events(Some(&s), &cluster_status(Some(&s), &o, "t2")).is_empty());
+    }
+
+    #[test]
+    fn a_drain_is_progress_and_the_pending_move_is_in_the_status() {
+        let mut o = obs(all_pods_ready(), RolloutStep::UpToDate);
+        o.scaling = Some(ScaleNote {
+            kind: NoteKind::Progress,
+            reason: "DrainingBrokers",
+            message: "moving every replica off brokers 2".into(),
+        });
+        o.auto_rebalance = Some(AutoRebalanceStatus {
+            mode: crate::crd::RebalanceMode::RemoveBrokers,
+            brokers: vec![2],
+            rebalance: "demo-auto-rebalance".into(),
+        });
+        let s = cluster_status(None, &o, "t0");
+        let p = find_condition(&s.conditions, PROGRESSING).unwrap();
+        assert!(p.is_true());
+        assert_eq!(p.reason, "DrainingBrokers");
+        assert!(!find_condition(&s.conditions, DEGRADED).unwrap().is_true());
+        assert_eq!(s.auto_rebalance, o.auto_rebalance);
+        let patch = status_patch(&cluster_status(
+            None,
+            &obs(all_pods_ready(), RolloutStep::UpToDate),
+            "t0",
+        ));
+        assert!(patch["status"]["autoRebalance"].is_null());
+        assert!(patch["status"].get("autoRebalance").is_some());
     }
 }

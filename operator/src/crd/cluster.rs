@@ -16,7 +16,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::Condition;
+use super::{Condition, RebalanceMode};
 
 /// Broker config keys the operator sets itself; `spec.config` may not override them.
 pub const RESERVED_BROKER_CONFIG: &[&str] = &[
@@ -94,6 +94,49 @@ pub struct KafkaClusterSpec {
     /// Overrides merged into the broker pod template.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_template: Option<PodTemplateOverrides>,
+    /// Partition moves when `replicas` changes.
+    #[serde(default)]
+    pub rebalance: ClusterRebalanceSpec,
+}
+
+/// What the operator does with partitions when the cluster scales.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterRebalanceSpec {
+    /// Move data when `replicas` changes (default true): a scale-out ends
+    /// with an `add-brokers` KafkaRebalance onto the new brokers once they
+    /// are Ready; a scale-down first drains the highest ordinals with a
+    /// `remove-brokers` KafkaRebalance and lowers the StatefulSet only when
+    /// they hold no replica, and is refused while some topic's replication
+    /// factor exceeds the new broker count. Both rebalances are named
+    /// `<cluster>-auto-rebalance`, owned by this cluster, and approved by
+    /// the operator. When false, `replicas` goes to the StatefulSet as is.
+    #[serde(default = "default_true")]
+    pub auto_on_scale: bool,
+    /// Replication throttle (bytes/s) of those rebalances; unthrottled
+    /// when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub throttle_bytes_per_second: Option<i64>,
+    /// Most partition moves in flight at once; the planner's default when
+    /// unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10000))]
+    pub max_concurrent_moves: Option<i32>,
+}
+
+impl Default for ClusterRebalanceSpec {
+    fn default() -> Self {
+        Self {
+            auto_on_scale: true,
+            throttle_bytes_per_second: None,
+            max_concurrent_moves: None,
+        }
+    }
+}
+
+fn default_true() -> bool {
+    true
 }
 
 /// Default Kafka listener port.
@@ -183,4 +226,21 @@ pub struct KafkaClusterStatus {
     /// fenced, ascending.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub registered_brokers: Vec<i32>,
+    /// The partition move a scale is waiting for (`spec.rebalance.autoOnScale`);
+    /// absent when none is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_rebalance: Option<AutoRebalanceStatus>,
+}
+
+/// A scale's partition move in progress.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AutoRebalanceStatus {
+    /// `add-brokers` (scale-out) or `remove-brokers` (drain before a
+    /// scale-down).
+    pub mode: RebalanceMode,
+    /// The brokers being filled or drained.
+    pub brokers: Vec<i32>,
+    /// The `KafkaRebalance` that moves the partitions.
+    pub rebalance: String,
 }

@@ -1,6 +1,6 @@
 //! Custom resource definitions of the `moldau.io/v1alpha1` API group.
 //!
-//! Owns the Rust types of `KafkaCluster` and `KafkaTopic` (spec, status and the
+//! Owns the Rust types of `KafkaCluster`, `KafkaTopic` and `KafkaRebalance` (spec, status and the
 //! schema validation that the API server enforces: OpenAPI bounds and CEL
 //! rules), the shared `Condition` type, and the rendering of the CRD YAML that
 //! `crdgen` writes to `crds/`. It must not contain reconcile logic.
@@ -12,12 +12,14 @@
 mod cluster;
 mod condition;
 mod quota;
+mod rebalance;
 mod retention;
 mod topic;
 
 pub use cluster::*;
 pub use condition::*;
 pub use quota::*;
+pub use rebalance::*;
 pub use retention::*;
 pub use topic::*;
 
@@ -36,6 +38,7 @@ pub fn all_crds() -> Vec<CustomResourceDefinition> {
         KafkaTopic::crd(),
         KafkaQuota::crd(),
         KafkaRetentionPolicy::crd(),
+        KafkaRebalance::crd(),
         moldau_coordination::shard::MetadataShard::crd(),
     ]
 }

@@ -32,6 +32,8 @@ use super::Condition;
     printcolumn(name = "Cluster", type_ = "string", json_path = ".spec.clusterRef"),
     printcolumn(name = "Partitions", type_ = "integer", json_path = ".spec.partitions"),
     printcolumn(name = "Replicas", type_ = "integer", json_path = ".status.replicationFactor"),
+    printcolumn(name = "Moved", type_ = "integer", json_path = ".status.reassignment.partitionsDone", priority = 1),
+    printcolumn(name = "Moves", type_ = "integer", json_path = ".status.reassignment.partitionsTotal", priority = 1),
     printcolumn(
         name = "Status",
         type_ = "string",
@@ -116,4 +118,27 @@ pub struct KafkaTopicStatus {
     /// Effective topic config reported by DescribeConfigs (sensitive values omitted).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub config: BTreeMap<String, String>,
+    /// Present while partitions of the topic move (a `KafkaRebalance` or
+    /// any other reassignment); removed when none does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reassignment: Option<TopicReassignment>,
+}
+
+/// Partition moves of one topic in progress.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TopicReassignment {
+    /// The `KafkaRebalance` (same namespace) moving the topic's partitions,
+    /// if one is `Rebalancing` them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rebalance: Option<String>,
+    /// Moves of this topic's partitions in that rebalance's proposal.
+    #[serde(default)]
+    pub partitions_total: i32,
+    /// Of those, the moves done (replicas at their target).
+    #[serde(default)]
+    pub partitions_done: i32,
+    /// Partitions moving now (ListPartitionReassignments), by anyone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub partitions_moving: Vec<i32>,
 }

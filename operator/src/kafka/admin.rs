@@ -16,6 +16,10 @@ use kafka_protocol::messages::incremental_alter_configs_request::{
 };
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{
+    AlterPartitionReassignmentsRequest, DescribeLogDirsRequest, ElectLeadersRequest,
+    ListPartitionReassignmentsRequest,
+};
+use kafka_protocol::messages::{
     ApiVersionsRequest, CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest,
     DescribeConfigsRequest, IncrementalAlterConfigsRequest, MetadataRequest, TopicName,
 };
@@ -23,12 +27,15 @@ use kafka_protocol::protocol::{Request, StrBytes};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use super::reassign::{self, OngoingReassignment, PartitionError, Reassignment};
 use super::wire::{self, ApiVersions};
 use super::{codes, KafkaError};
 
 const CLIENT_ID: &str = "moldau-operator";
 /// Config resource type of a topic.
 const RESOURCE_TOPIC: i8 = 2;
+/// Kafka config resource type of a broker.
+const RESOURCE_BROKER: i8 = 4;
 /// DescribeConfigs `config_source` of a topic-level override.
 pub const SOURCE_TOPIC_CONFIG: i8 = 1;
 
@@ -41,6 +48,21 @@ pub struct BrokerInfo {
     pub host: String,
     /// Advertised port.
     pub port: i32,
+    /// `broker.rack`, if set.
+    pub rack: Option<String>,
+}
+
+/// One partition as reported by Metadata.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartitionInfo {
+    /// Partition index.
+    pub partition: i32,
+    /// Leader (-1 when offline).
+    pub leader: i32,
+    /// Replicas in order; the first is the preferred leader.
+    pub replicas: Vec<i32>,
+    /// In-sync replicas.
+    pub isr: Vec<i32>,
 }
 
 /// A topic as reported by Metadata.
@@ -54,6 +76,8 @@ pub struct TopicMetadata {
     pub partitions: i32,
     /// Largest replica set of any partition.
     pub replication_factor: i32,
+    /// Every partition, by index.
+    pub partition_details: Vec<PartitionInfo>,
 }
 
 /// The result of a Metadata call.
@@ -227,6 +251,7 @@ impl AdminClient {
                     node_id: b.node_id.0,
                     host: b.host.as_str().to_string(),
                     port: b.port,
+                    rack: opt_string(&b.rack),
                 })
                 .collect(),
             topics: Vec::new(),
@@ -258,6 +283,20 @@ impl AdminClient {
                     .map(|p| p.replica_nodes.len() as i32)
                     .max()
                     .unwrap_or(0),
+                partition_details: {
+                    let mut ps: Vec<PartitionInfo> = t
+                        .partitions
+                        .iter()
+                        .map(|p| PartitionInfo {
+                            partition: p.partition_index,
+                            leader: p.leader_id.0,
+                            replicas: p.replica_nodes.iter().map(|b| b.0).collect(),
+                            isr: p.isr_nodes.iter().map(|b| b.0).collect(),
+                        })
+                        .collect();
+                    ps.sort_by_key(|p| p.partition);
+                    ps
+                },
             });
         }
         Ok(out)
@@ -372,6 +411,26 @@ impl AdminClient {
         name: &str,
         ops: &[ConfigOp],
     ) -> Result<(), KafkaError> {
+        self.alter_config(RESOURCE_TOPIC, name, ops).await
+    }
+
+    /// Applies dynamic config operations to a broker (`entity`: its node
+    /// id, or `""` for the cluster-wide default), as `kafka-configs
+    /// --entity-type brokers` does.
+    pub async fn alter_broker_config(
+        &mut self,
+        entity: &str,
+        ops: &[ConfigOp],
+    ) -> Result<(), KafkaError> {
+        self.alter_config(RESOURCE_BROKER, entity, ops).await
+    }
+
+    async fn alter_config(
+        &mut self,
+        resource_type: i8,
+        name: &str,
+        ops: &[ConfigOp],
+    ) -> Result<(), KafkaError> {
         let configs = ops
             .iter()
             .map(|op| match op {
@@ -387,7 +446,7 @@ impl AdminClient {
             .collect();
         let req = IncrementalAlterConfigsRequest::default().with_resources(vec![
             AlterConfigsResource::default()
-                .with_resource_type(RESOURCE_TOPIC)
+                .with_resource_type(resource_type)
                 .with_resource_name(s(name))
                 .with_configs(configs),
         ]);
@@ -431,5 +490,57 @@ impl AdminClient {
             }
         }
         Ok(())
+    }
+
+    /// Starts (target replicas) or cancels (`None`) partition reassignments
+    /// (KIP-455; send to the controller). Returns the partitions the broker
+    /// refused; cancelling a move that already finished is not refused.
+    pub async fn alter_partition_reassignments(
+        &mut self,
+        moves: &[Reassignment],
+    ) -> Result<Vec<PartitionError>, KafkaError> {
+        let cancel = moves.iter().all(|m| m.replicas.is_none());
+        let req = reassign::alter_request(moves, 30_000);
+        let resp = self
+            .call::<AlterPartitionReassignmentsRequest>(req, "AlterPartitionReassignments")
+            .await?;
+        reassign::alter_errors(&resp, cancel)
+    }
+
+    /// The reassignments the controller is running.
+    pub async fn list_partition_reassignments(
+        &mut self,
+    ) -> Result<Vec<OngoingReassignment>, KafkaError> {
+        let resp = self
+            .call::<ListPartitionReassignmentsRequest>(
+                reassign::list_request(30_000),
+                "ListPartitionReassignments",
+            )
+            .await?;
+        reassign::ongoing(&resp)
+    }
+
+    /// Size in bytes of every replica on this broker, by (topic, partition).
+    pub async fn describe_log_dirs(&mut self) -> Result<BTreeMap<(String, i32), u64>, KafkaError> {
+        let resp = self
+            .call::<DescribeLogDirsRequest>(reassign::log_dirs_request(), "DescribeLogDirs")
+            .await?;
+        reassign::replica_sizes(&resp)
+    }
+
+    /// Elects the preferred leader (first replica) of `partitions`. Returns
+    /// the partitions it could not elect for.
+    pub async fn elect_preferred_leaders(
+        &mut self,
+        partitions: &[(String, i32)],
+    ) -> Result<Vec<PartitionError>, KafkaError> {
+        if partitions.is_empty() {
+            return Ok(Vec::new());
+        }
+        let req = reassign::elect_preferred_request(partitions, 30_000);
+        let resp = self
+            .call::<ElectLeadersRequest>(req, "ElectLeaders")
+            .await?;
+        reassign::elect_errors(&resp)
     }
 }

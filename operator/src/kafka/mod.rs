@@ -1,17 +1,24 @@
 //! A small async Kafka admin client on the `kafka-protocol` crate over a tokio
 //! `TcpStream`: ApiVersions, Metadata, CreateTopics, CreatePartitions,
-//! DescribeConfigs, IncrementalAlterConfigs and DeleteTopics; DescribeClientQuotas
-//! and AlterClientQuotas (`quota`).
+//! DescribeConfigs, IncrementalAlterConfigs, DeleteTopics, and for
+//! rebalancing AlterPartitionReassignments, ListPartitionReassignments,
+//! DescribeLogDirs and ElectLeaders; DescribeClientQuotas and
+//! AlterClientQuotas (`quota`).
 //!
 //! `wire` owns framing and version negotiation (pure, unit tested); `admin`
-//! owns the connection and the typed admin calls. Callers pass socket
+//! owns the connection and the typed admin calls; `reassign` builds and
+//! reads the reassignment messages (pure, unit tested). Callers pass socket
 //! addresses (broker pod IPs); this module never resolves names.
 
 pub mod admin;
 pub mod quota;
+pub mod reassign;
 pub mod wire;
 
-pub use admin::{AdminClient, BrokerInfo, ClusterMetadata, ConfigEntry, ConfigOp, TopicMetadata};
+pub use admin::{
+    AdminClient, BrokerInfo, ClusterMetadata, ConfigEntry, ConfigOp, PartitionInfo, TopicMetadata,
+};
+pub use reassign::{OngoingReassignment, PartitionError, Reassignment};
 
 use kafka_protocol::ResponseError;
 

@@ -2,7 +2,12 @@
 //! when a cluster is rebalanced, scaled out (`AddBrokers`) or drained before
 //! a scale-down (`RemoveBrokers`).
 //!
-//! This module owns only the decision. [`plan::plan`] is a pure function of
+//! [`lifecycle`] is the `KafkaRebalance` resource's lifecycle as a pure step
+//! function over the planner; [`execute`] reads the cluster and performs a
+//! step through the admin client; [`controller`] is the thin async edge
+//! that runs it for each resource.
+//!
+//! [`plan::plan`] is a pure function of
 //! the brokers (ids, racks), the partitions (replicas, leaders, sizes,
 //! `min.insync.replicas`), a [`plan::Goal`] and [`plan::Options`]; it returns
 //! a [`plan::Plan`] (moves in bounded batches, bytes to move, load per broker
@@ -11,15 +16,24 @@
 //! executing the moves (AlterPartitionReassignments with a throttle, one
 //! batch at a time, then preferred leader elections) belong to a controller.
 //!
-//! Layout: `plan` (input and output types, validation, the entry point),
+//! Layout: `lifecycle` (the resource's phases, pure), `throttle` (the
+//! replication throttle of the batch in flight, pure), `execute` (admin
+//! client edge), `controller` (Kubernetes edge), `plan` (input and output
+//! types, validation, the entry point),
 //! `state` (the working assignment and per-broker load), `phases` (drain,
 //! rack repair, replica and leader balance), `bytes` (byte balance).
 
 mod bytes;
+pub mod controller;
+pub mod execute;
+pub mod lifecycle;
 mod phases;
 pub mod plan;
 mod state;
+pub mod throttle;
 
+#[cfg(test)]
+mod lifecycle_tests;
 #[cfg(test)]
 mod proptests;
 #[cfg(test)]

@@ -5,6 +5,13 @@
 //! `sync` through the admin client, writes status, publishes
 //! Events, and applies `deletionPolicy` in a finalizer that never blocks
 //! deletion once the cluster is gone or being deleted.
+//!
+//! While partitions of the topic move it also reports their progress
+//! (`status.reassignment`, see [`super::reassignment`] for why the topic
+//! controller is its writer): it reads ListPartitionReassignments and the
+//! cluster's `KafkaRebalance`s, reconciles again after `retry` while
+//! anything moves, and is woken when a rebalance that moves the topic
+//! changes.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -24,11 +31,15 @@ use crate::cluster::controller::pod_state;
 use crate::cluster::membership::read_membership;
 use crate::cluster::status::Problem;
 use crate::context::Context;
-use crate::crd::{find_condition, format_time, DeletionPolicy, KafkaCluster, KafkaTopic};
+use crate::crd::{
+    find_condition, format_time, DeletionPolicy, KafkaCluster, KafkaRebalance, KafkaTopic,
+    TopicReassignment,
+};
 use crate::error::{Error, Result};
 use crate::kafka::AdminClient;
 
-use super::plan::{default_replication_factor, TopicAction};
+use super::plan::{default_replication_factor, ObservedTopic, TopicAction};
+use super::reassignment::topic_reassignment;
 use super::status::topic_status;
 use super::sync::sync_topic;
 
@@ -181,19 +192,57 @@ fn action_event(action: &TopicAction, topic: &str) -> (&'static str, String) {
     }
 }
 
+/// The topic's move progress: running reassignments from the controller
+/// (`admin`), the `KafkaRebalance`s of its cluster from the API server. A
+/// read that fails is logged and counts as nothing moving.
+async fn reassignment_of(
+    ctx: &Context,
+    kt: &KafkaTopic,
+    admin: &mut AdminClient,
+    observed: &ObservedTopic,
+) -> Option<TopicReassignment> {
+    let name = kt.kafka_topic_name();
+    let ongoing = admin
+        .list_partition_reassignments()
+        .await
+        .map_err(|e| tracing::debug!(topic = %name, error = %e, "listing reassignments failed"))
+        .unwrap_or_default();
+    let rebalances: Vec<KafkaRebalance> = match kt.namespace() {
+        Some(ns) => Api::<KafkaRebalance>::namespaced(ctx.client.clone(), &ns)
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items)
+            .map_err(|e| tracing::debug!(topic = %name, error = %e, "listing rebalances failed"))
+            .unwrap_or_default(),
+        None => Vec::new(),
+    };
+    let names: Vec<String> = rebalances.iter().map(|r| r.name_any()).collect();
+    let of_cluster: Vec<(&str, &crate::crd::KafkaRebalanceStatus)> = rebalances
+        .iter()
+        .zip(&names)
+        .filter(|(r, _)| r.spec.cluster == kt.spec.cluster_ref)
+        .filter_map(|(r, n)| r.status.as_ref().map(|s| (n.as_str(), s)))
+        .collect();
+    topic_reassignment(&name, &observed.replicas, &ongoing, &of_cluster)
+}
+
+/// Writes the status. `reassignment`: `Some(value)` sets the move progress
+/// (`Some(None)` removes it), `None` keeps what the status says (Kafka
+/// could not be asked).
 async fn write_status(
     ctx: &Context,
     kt: &KafkaTopic,
     reference: &ObjectReference,
     observed: Option<&super::plan::ObservedTopic>,
     problems: &[Problem],
+    reassignment: Option<Option<TopicReassignment>>,
 ) -> Result<()> {
     let ns = kt
         .namespace()
         .ok_or(Error::MissingField("metadata.namespace"))?;
     let old = kt.status.as_ref();
     let now = format_time(k8s_openapi::jiff::Timestamp::now());
-    let status = topic_status(
+    let mut status = topic_status(
         old,
         kt.metadata.generation,
         &kt.kafka_topic_name(),
@@ -201,9 +250,18 @@ async fn write_status(
         problems,
         &now,
     );
+    status.reassignment = match reassignment {
+        Some(r) => r,
+        None => old.and_then(|s| s.reassignment.clone()),
+    };
     if old != Some(&status) {
         let api: Api<KafkaTopic> = Api::namespaced(ctx.client.clone(), &ns);
-        let patch = serde_json::json!({ "status": status });
+        let mut value = serde_json::to_value(&status).unwrap_or_default();
+        if let Some(map) = value.as_object_mut() {
+            // A merge patch keeps fields it does not mention: say null.
+            map.entry("reassignment").or_insert(serde_json::Value::Null);
+        }
+        let patch = serde_json::json!({ "status": value });
         api.patch_status(
             &kt.name_any(),
             &PatchParams::default(),
@@ -241,13 +299,13 @@ async fn apply_topic(kt: Arc<KafkaTopic>, ctx: Arc<Context>) -> Result<Action> {
                 kt.spec.cluster_ref
             ),
         };
-        write_status(&ctx, &kt, &reference, None, &[p]).await?;
+        write_status(&ctx, &kt, &reference, None, &[p], None).await?;
         return Ok(Action::requeue(ctx.tunables.topic_resync));
     }
     let (brokers, registered, default_rf) = match target(&ctx, &kt).await? {
         Target::Broker(brokers, registered, default_rf) => (brokers, registered, default_rf),
         Target::Unavailable(p) | Target::Gone(p) => {
-            write_status(&ctx, &kt, &reference, None, &[p]).await?;
+            write_status(&ctx, &kt, &reference, None, &[p], None).await?;
             return Ok(Action::requeue(ctx.tunables.retry));
         }
     };
@@ -255,18 +313,27 @@ async fn apply_topic(kt: Arc<KafkaTopic>, ctx: Arc<Context>) -> Result<Action> {
     let outcome = match connect_admin(&ctx, &brokers).await {
         Ok((mut admin, controller)) => {
             addr = controller;
-            sync_topic(&mut admin, &name, &kt.spec, registered, default_rf).await
+            match sync_topic(&mut admin, &name, &kt.spec, registered, default_rf).await {
+                Ok(o) => {
+                    let moving = match &o.observed {
+                        Some(observed) => reassignment_of(&ctx, &kt, &mut admin, observed).await,
+                        None => None,
+                    };
+                    Ok((o, moving))
+                }
+                Err(e) => Err(e),
+            }
         }
         Err(e) => Err(e),
     };
-    let outcome = match outcome {
+    let (outcome, moving) = match outcome {
         Ok(o) => o,
         Err(e) => {
             let p = Problem {
                 reason: "KafkaUnavailable".into(),
                 message: format!("broker {addr}: {e}"),
             };
-            write_status(&ctx, &kt, &reference, None, &[p]).await?;
+            write_status(&ctx, &kt, &reference, None, &[p], None).await?;
             return Ok(Action::requeue(ctx.tunables.retry));
         }
     };
@@ -280,9 +347,15 @@ async fn apply_topic(kt: Arc<KafkaTopic>, ctx: Arc<Context>) -> Result<Action> {
         &reference,
         outcome.observed.as_ref(),
         &outcome.problems,
+        Some(moving.clone()),
     )
     .await?;
-    Ok(Action::requeue(ctx.tunables.topic_resync))
+    Ok(Action::requeue(if moving.is_some() {
+        // Progress shows while partitions move.
+        ctx.tunables.retry
+    } else {
+        ctx.tunables.topic_resync
+    }))
 }
 
 async fn cleanup_topic(kt: Arc<KafkaTopic>, ctx: Arc<Context>) -> Result<Action> {
@@ -380,6 +453,26 @@ pub fn topics_of(topics: &[Arc<KafkaTopic>], kc: &KafkaCluster) -> Vec<ObjectRef
         .collect()
 }
 
+/// The topics whose partitions rebalance `kr` moves (same namespace and
+/// cluster, named in its moves).
+pub fn topics_moved_by(
+    topics: &[Arc<KafkaTopic>],
+    kr: &KafkaRebalance,
+) -> Vec<ObjectRef<KafkaTopic>> {
+    let Some(status) = &kr.status else {
+        return Vec::new();
+    };
+    topics
+        .iter()
+        .filter(|t| t.namespace() == kr.namespace() && t.spec.cluster_ref == kr.spec.cluster)
+        .filter(|t| {
+            let name = t.kafka_topic_name();
+            status.moves.iter().any(|m| m.topic == name)
+        })
+        .map(|t| ObjectRef::from_obj(t.as_ref()))
+        .collect()
+}
+
 /// Runs the KafkaTopic controller until the stream ends.
 pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
     let api: Api<KafkaTopic> = match &namespace {
@@ -390,13 +483,22 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
         Some(ns) => Api::namespaced(ctx.client.clone(), ns),
         None => Api::all(ctx.client.clone()),
     };
+    let rebalances: Api<KafkaRebalance> = match &namespace {
+        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
+        None => Api::all(ctx.client.clone()),
+    };
     let controller = Controller::new(api, watcher::Config::default());
     let topics = controller.store();
+    let moved = controller.store();
     // A change of a cluster (e.g. it became Ready, or is being deleted)
-    // reconciles its topics at once instead of at their next retry.
+    // reconciles its topics at once instead of at their next retry; so does
+    // a change of a rebalance that moves them (their progress).
     controller
         .watches(clusters, watcher::Config::default(), move |kc| {
             topics_of(&topics.state(), &kc)
+        })
+        .watches(rebalances, watcher::Config::default(), move |kr| {
+            topics_moved_by(&moved.state(), &kr)
         })
         .run(reconcile, error_policy, ctx)
         .for_each(|res| async move {
@@ -448,6 +550,35 @@ mod tests {
                 k8s_openapi::jiff::Timestamp::from_second(created).unwrap(),
             ));
         kt
+    }
+
+    #[test]
+    fn rebalance_changes_map_to_the_topics_they_move() {
+        let topics = vec![
+            Arc::new(named("a", None, "c", 1)),
+            Arc::new(named("b", Some("kafka-b"), "c", 1)),
+            Arc::new(named("x", None, "other", 1)),
+        ];
+        let mut kr = KafkaRebalance::new(
+            "r",
+            serde_json::from_value(serde_json::json!({"cluster": "c"})).unwrap(),
+        );
+        kr.metadata.namespace = Some("ns".into());
+        assert!(topics_moved_by(&topics, &kr).is_empty(), "no status yet");
+        let mv = |t: &str| crate::crd::PlannedMove {
+            topic: t.into(),
+            ..Default::default()
+        };
+        kr.status = Some(crate::crd::KafkaRebalanceStatus {
+            moves: vec![mv("kafka-b"), mv("x"), mv("a")],
+            ..Default::default()
+        });
+        let got: Vec<String> = topics_moved_by(&topics, &kr)
+            .into_iter()
+            .map(|r| r.name)
+            .collect();
+        // x is moved in another cluster only
+        assert_eq!(got, vec!["a".to_string(), "b".to_string()]);
     }
 
     #[test]

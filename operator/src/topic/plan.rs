@@ -9,7 +9,10 @@
 //! Partitions only grow; a replication factor change is reported, not done
 //! (it needs a reassignment, a later resource); topic-level config overrides
 //! that are not in the spec are removed, so drift made behind the operator's
-//! back is undone on the next reconcile.
+//! back is undone on the next reconcile — except the two throttled-replica
+//! lists ([`REASSIGNMENT_CONFIGS`]): they belong to whoever moves the
+//! topic's partitions (a `KafkaRebalance`, `kafka-reassign-partitions
+//! --throttle`), are never removed here, and `spec.config` may not set them.
 
 use std::collections::BTreeMap;
 
@@ -31,6 +34,8 @@ pub struct ObservedTopic {
     pub overrides: BTreeMap<String, String>,
     /// Every non-sensitive config value (the effective config).
     pub effective: BTreeMap<String, String>,
+    /// Replicas of each partition (partition → broker ids).
+    pub replicas: BTreeMap<i32, Vec<i32>>,
 }
 
 /// One admin action.
@@ -90,6 +95,12 @@ pub fn default_replication_factor(cluster_config: &BTreeMap<String, String>) -> 
         .unwrap_or(KAFKA_DEFAULT_REPLICATION_FACTOR)
 }
 
+/// Topic configs owned by partition reassignments, not by the KafkaTopic.
+pub const REASSIGNMENT_CONFIGS: &[&str] = &[
+    crate::rebalance::throttle::LEADER_REPLICAS,
+    crate::rebalance::throttle::FOLLOWER_REPLICAS,
+];
+
 /// Plans the actions for `spec` given the observed topic (None = absent),
 /// the number of live brokers (see [`broker_count`]) and the cluster's
 /// default replication factor (see [`default_replication_factor`]).
@@ -107,6 +118,21 @@ pub fn plan(
             format!(
                 "spec.config keys are not Kafka config names: {}",
                 bad.join(", ")
+            ),
+        ));
+        return out;
+    }
+    let reserved: Vec<&str> = REASSIGNMENT_CONFIGS
+        .iter()
+        .copied()
+        .filter(|k| spec.config.contains_key(*k))
+        .collect();
+    if !reserved.is_empty() {
+        out.problems.push(problem(
+            "ReservedConfig",
+            format!(
+                "spec.config may not set {}: partition reassignments set them (KafkaRebalance throttleBytesPerSecond)",
+                reserved.join(", ")
             ),
         ));
         return out;
@@ -175,6 +201,7 @@ pub fn plan(
             .overrides
             .keys()
             .filter(|k| !spec.config.contains_key(*k))
+            .filter(|k| !REASSIGNMENT_CONFIGS.contains(&k.as_str()))
             .map(|k| ConfigOp::Delete(k.clone())),
     );
     if !ops.is_empty() {
@@ -212,6 +239,7 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             effective: BTreeMap::new(),
+            replicas: BTreeMap::new(),
         }
     }
 
@@ -362,5 +390,33 @@ mod tests {
         let p = plan(&spec(1, 1, &[("Not A Key", "1")]), None, 1, 1);
         assert!(p.actions.is_empty());
         assert_eq!(p.problems[0].reason, "InvalidConfig");
+    }
+
+    #[test]
+    fn reassignment_throttles_are_left_to_reassignments() {
+        let o = observed(
+            3,
+            2,
+            &[
+                ("retention.ms", "5"),
+                ("leader.replication.throttled.replicas", "0:1"),
+                ("follower.replication.throttled.replicas", "0:2"),
+            ],
+        );
+        let p = plan(&spec(3, 2, &[]), Some(&o), 3, 1);
+        assert_eq!(
+            p.actions,
+            vec![TopicAction::AlterConfig(vec![ConfigOp::Delete(
+                "retention.ms".into()
+            )])]
+        );
+        let p = plan(
+            &spec(3, 2, &[("follower.replication.throttled.replicas", "*")]),
+            Some(&o),
+            3,
+            1,
+        );
+        assert!(p.actions.is_empty());
+        assert_eq!(p.problems[0].reason, "ReservedConfig");
     }
 }

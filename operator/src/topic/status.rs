@@ -75,6 +75,8 @@ pub fn topic_status(
             .map(|o| o.effective.clone())
             .or_else(|| old.map(|s| s.config.clone()))
             .unwrap_or_default(),
+        // Set by the controller from `super::reassignment`.
+        reassignment: None,
     }
 }
 
@@ -91,6 +93,7 @@ mod tests {
             replication_factor: 1,
             overrides: BTreeMap::new(),
             effective: BTreeMap::from([("retention.ms".to_string(), "1000".to_string())]),
+            replicas: BTreeMap::new(),
         }
     }
 

@@ -44,6 +44,11 @@ pub async fn observe(
         topic_id: t.topic_id,
         partitions: t.partitions,
         replication_factor: t.replication_factor,
+        replicas: t
+            .partition_details
+            .iter()
+            .map(|p| (p.partition, p.replicas.clone()))
+            .collect(),
         ..Default::default()
     };
     for e in entries {
