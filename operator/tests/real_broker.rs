@@ -83,6 +83,44 @@ async fn topic_lifecycle_against_the_real_broker() {
     .unwrap();
     assert!(out.problems.is_empty(), "{:?}", out.problems);
     assert_eq!(out.observed.unwrap().partitions, 4);
+    // The replicas of each partition come with the observation.
+    let out = sync_topic(
+        &mut admin,
+        "orders",
+        &spec(4, &[("retention.ms", "3600000")]),
+        None,
+        1,
+    )
+    .await
+    .unwrap();
+    let replicas = out.observed.unwrap().replicas;
+    assert_eq!(
+        replicas.keys().copied().collect::<Vec<_>>(),
+        vec![0, 1, 2, 3]
+    );
+    assert!(replicas.values().all(|r| r.len() == 1));
+
+    // One config key of many topics in one request (the rebalance's read of
+    // min.insync.replicas); a topic that does not exist is left out.
+    let mut other = spec(1, &[("min.insync.replicas", "1")]);
+    other.replication_factor = Some(1);
+    sync_topic(&mut admin, "other", &other, None, 1)
+        .await
+        .unwrap();
+    let got = admin
+        .describe_topics_config_key(
+            &["orders".into(), "other".into(), "nope".into()],
+            "min.insync.replicas",
+        )
+        .await
+        .unwrap();
+    assert_eq!(got.get("other").map(String::as_str), Some("1"));
+    assert!(
+        got.contains_key("orders"),
+        "defaults are reported too: {got:?}"
+    );
+    assert!(!got.contains_key("nope"));
+    admin.delete_topic("other").await.unwrap();
 
     // Impossible replication factor on a single broker.
     let mut wide = spec(1, &[]);

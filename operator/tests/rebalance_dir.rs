@@ -206,9 +206,20 @@ async fn produce_all(nodes: &[Node]) {
                     .with_partition_data(vec![PartitionProduceData::default()
                         .with_index(partition)
                         .with_records(Some(batch(half)))])]);
-            let resp = rpc(addr, &req, 9).await;
-            let code = resp.responses[0].partition_responses[0].error_code;
-            assert_eq!(code, 0, "produce to {TOPIC}-{partition}");
+            // A leader may learn of the new topic a moment after the
+            // controller's Metadata lists it: retry what a client retries
+            // (UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER), bounded.
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+            loop {
+                let resp = rpc(addr, &req, 9).await;
+                let code = resp.responses[0].partition_responses[0].error_code;
+                if (code == 3 || code == 6) && tokio::time::Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
+                assert_eq!(code, 0, "produce to {TOPIC}-{partition}");
+                break;
+            }
         }
     }
 }

@@ -405,6 +405,44 @@ impl AdminClient {
             .collect())
     }
 
+    /// One config `key` of many topics in one DescribeConfigs request:
+    /// topic → its value (absent when the topic reports none or an error,
+    /// e.g. it was deleted meanwhile). Sensitive values are never reported.
+    pub async fn describe_topics_config_key(
+        &mut self,
+        topics: &[String],
+        key: &str,
+    ) -> Result<BTreeMap<String, String>, KafkaError> {
+        if topics.is_empty() {
+            return Ok(BTreeMap::new());
+        }
+        let req = DescribeConfigsRequest::default().with_resources(
+            topics
+                .iter()
+                .map(|t| {
+                    DescribeConfigsResource::default()
+                        .with_resource_type(RESOURCE_TOPIC)
+                        .with_resource_name(s(t))
+                        .with_configuration_keys(Some(vec![s(key)]))
+                })
+                .collect(),
+        );
+        let resp = self.call(req, "DescribeConfigs").await?;
+        Ok(resp
+            .results
+            .into_iter()
+            .filter(|r| r.error_code == 0)
+            .filter_map(|r| {
+                let topic = r.resource_name.as_str().to_string();
+                r.configs
+                    .into_iter()
+                    .find(|c| c.name.as_str() == key && !c.is_sensitive)
+                    .and_then(|c| opt_string(&c.value))
+                    .map(|v| (topic, v))
+            })
+            .collect())
+    }
+
     /// Applies config operations to a topic.
     pub async fn alter_topic_config(
         &mut self,

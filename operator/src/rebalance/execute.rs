@@ -134,8 +134,8 @@ pub async fn connect_controller(
 }
 
 /// Reads the cluster: Metadata and reassignments from the controller,
-/// replica sizes from every broker of `addrs`, `min.insync.replicas` per
-/// topic. A broker that cannot be reached fails the read (sizes would be
+/// replica sizes from every broker of `addrs`, `min.insync.replicas` of
+/// every topic (one DescribeConfigs for all). A broker that cannot be reached fails the read (sizes would be
 /// missing and the plan skewed).
 pub async fn read_cluster(
     addrs: &[(i32, SocketAddr)],
@@ -144,18 +144,13 @@ pub async fn read_cluster(
     let mut admin = connect_controller(addrs, timeout).await?;
     let meta = admin.metadata(None).await?;
     let ongoing = admin.list_partition_reassignments().await?;
-    let mut min_isr = BTreeMap::new();
-    for t in &meta.topics {
-        let entries = admin.describe_topic_config(&t.name).await?;
-        if let Some(v) = entries
-            .iter()
-            .find(|e| e.name == "min.insync.replicas")
-            .and_then(|e| e.value.as_deref())
-            .and_then(|v| v.parse::<usize>().ok())
-        {
-            min_isr.insert(t.name.clone(), v);
-        }
-    }
+    let names: Vec<String> = meta.topics.iter().map(|t| t.name.clone()).collect();
+    let min_isr: BTreeMap<String, usize> = admin
+        .describe_topics_config_key(&names, "min.insync.replicas")
+        .await?
+        .into_iter()
+        .filter_map(|(t, v)| Some((t, v.trim().parse::<usize>().ok()?)))
+        .collect();
     let mut sizes = Vec::new();
     for b in &meta.brokers {
         if let Some((_, addr)) = addrs.iter().find(|(id, _)| *id == b.node_id) {
