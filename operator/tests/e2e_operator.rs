@@ -1953,7 +1953,8 @@ async fn sts_replicas(sets: &Api<StatefulSet>, name: &str) -> Result<i32> {
 /// records. `kubectl scale` to 4 → the operator's `add-brokers` rebalance
 /// fills broker 3 (every broker within ±1 replica of the others; the topic's
 /// status shows its partitions moving meanwhile); scaled back to 3 → broker
-/// 3 is drained before the StatefulSet goes to 3; scaled to 1 → refused
+/// 3 is drained before the StatefulSet goes to 3, and its claim is deleted
+/// (`deleteClaim: true`); scaled to 1 → refused
 /// (RF 2) with a condition and an Event, the StatefulSet stays at 3; every
 /// record is still there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -2117,6 +2118,13 @@ async fn scaling_moves_the_data() -> Result<()> {
     })
     .await?;
     eprintln!("after 4 -> 3: {:?}", t0.elapsed());
+    // storage.deleteClaim: the removed broker's claim goes with it.
+    let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> = ns.api();
+    wait_for(SHORT, "claim data-auto-3 deleted", || async {
+        Ok(claims.get_opt("data-auto-3").await?.is_none().then_some(()))
+    })
+    .await?;
+    assert!(claims.get_opt("data-auto-2").await?.is_some());
 
     // Below the replication factor: refused, the StatefulSet stays.
     ns.kubectl_ok(&["scale", "kafkacluster/auto", "--replicas=1"])?;
