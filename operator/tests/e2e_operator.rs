@@ -15,8 +15,8 @@
 //! deleted; topics are created,
 //! grown, repaired after drift and deleted through the finalizer; impossible
 //! specs become conditions; the scale subresource works under the operator's
-//! own ClusterRole; a config change rolls the brokers highest ordinal first
-//! (ignored for now, see that test); the shipped Deployment runs two operator
+//! own ClusterRole; a config change rolls the brokers highest ordinal first;
+//! the shipped Deployment runs two operator
 //! pods that fail over; a leader that loses its Lease stops;
 //! `manifests/examples/kafkacluster-production.yaml` applied as written
 //! gives 3 in-sync replicas to an auto-created topic and to a KafkaTopic
@@ -543,8 +543,7 @@ async fn cluster_and_topic_lifecycle() -> Result<()> {
     assert_eq!(reason.as_deref(), Some("InvalidConfig"));
     assert!(sts.get_opt("bad").await?.is_none());
 
-    // (Rolling restarts: `scale_then_roll_one_broker_at_a_time`, ignored until
-    // the pod runner bug it hits is fixed.)
+    // (Rolling restarts: `scale_then_roll_one_broker_at_a_time`.)
 
     // Deleting topics: Delete removes it from Kafka; an orphan is released.
     topics.delete("orders", &DeleteParams::default()).await?;
@@ -1421,10 +1420,6 @@ async fn operator_runs_with_only_its_clusterrole() -> Result<()> {
     Ok(())
 }
 
-// Ignored until the pod runner stops writing a replaced pod's status into its
-// successor (same name, new uid): the strategic-merge status patch then holds
-// two podIPs, every later status update is rejected and the new pod never
-// turns Ready. Run with `cargo test -p moldau-operator --test e2e_operator -- --ignored`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scale_then_roll_one_broker_at_a_time() -> Result<()> {
     if !enabled() {
