@@ -106,7 +106,7 @@ stage faults 900 needs=install,build -- e2e/faults/run.sh test
 if [ -x e2e/scripts/build-tools.sh ]; then
   stage k8s-tools 1800 -- e2e/scripts/build-tools.sh
   stage k8s-up 600 needs=k8s-tools,build -- e2e/scripts/controlplane-up.sh
-  stage k8s-e2e 2400 needs=k8s-up -- cargo test -p moldau-e2e -p moldau-operator -p moldau-coordination
+  stage k8s-e2e 2400 needs=k8s-up -- cargo test --no-fail-fast -p moldau-e2e -p moldau-operator -p moldau-coordination
   # tear down whenever bring-up was attempted, whatever the tests did
   if [ -x e2e/scripts/controlplane-down.sh ] && [ -n "${status[k8s-up]:-}" ] && [ "${status[k8s-up]}" != skip ]; then
     stage k8s-down 300 -- e2e/scripts/controlplane-down.sh

@@ -102,12 +102,20 @@ async fn wait_jsonpath(ns: &str, what: &str, path: &str, want: &str) -> Result<(
     .await
 }
 
-fn crd_names() -> [&'static str; 3] {
-    [
-        "kafkaclusters.moldau.io",
-        "kafkatopics.moldau.io",
-        "metadatashards.moldau.io",
-    ]
+/// Every CRD the chart ships (`charts/moldau/crds/<name>.yaml`), so a new
+/// kind is covered without editing this list.
+fn crd_names() -> Vec<String> {
+    let dir = repo().join("charts/moldau/crds");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().to_string_lossy().into_owned();
+            name.strip_suffix(".yaml").map(str::to_string)
+        })
+        .collect();
+    names.sort();
+    assert!(names.len() >= 3, "CRDs in {}: {names:?}", dir.display());
+    names
 }
 
 #[tokio::test]
@@ -290,7 +298,7 @@ async fn helm_install_small_cluster_produce_consume_uninstall() -> Result<()> {
     })
     .await?;
     for crd in crd_names() {
-        kubectl_ok(&["get", "crd", crd])?;
+        kubectl_ok(&["get", "crd", &crd])?;
     }
     assert_eq!(
         jsonpath(ns, "kafkacluster/small", "{.metadata.name}")?,
@@ -412,6 +420,7 @@ async fn helm_upgrade_updates_templated_crds() -> Result<()> {
     // CRDs that exist already (installed from crds/ or by kubectl) are
     // adopted by the release, as the README says.
     for crd in crd_names() {
+        let crd = crd.as_str();
         if kubectl(&["get", "crd", crd])?.status.success() {
             kubectl_ok(&[
                 "label",
@@ -453,7 +462,7 @@ async fn helm_upgrade_updates_templated_crds() -> Result<()> {
         let keep = kubectl_ok(&[
             "get",
             "crd",
-            crd,
+            &crd,
             "-o",
             "jsonpath={.metadata.annotations.helm\\.sh/resource-policy}",
         ])?;
@@ -508,7 +517,7 @@ async fn helm_upgrade_updates_templated_crds() -> Result<()> {
         "110s",
     ])?;
     for crd in crd_names() {
-        kubectl_ok(&["get", "crd", crd])?;
+        kubectl_ok(&["get", "crd", &crd])?;
     }
     assert!(ops
         .api::<Deployment>()
