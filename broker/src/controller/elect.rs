@@ -206,9 +206,7 @@ mod tests {
         }
     }
 
-    fn set(ids: &[i32]) -> BTreeSet<i32> {
-        ids.iter().copied().collect()
-    }
+    use crate::controller::test_support::set;
 
     fn code(r: Result<Change, (ResponseError, String)>) -> Option<ResponseError> {
         r.err().map(|(c, _)| c)

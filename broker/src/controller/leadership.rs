@@ -259,24 +259,7 @@ pub fn alter_isr(
 mod tests {
     use super::*;
 
-    fn p(replicas: &[i32], isr: &[i32], leader: i32) -> PartitionState {
-        PartitionState {
-            topic: "t".into(),
-            topic_id: uuid::Uuid::nil(),
-            index: 0,
-            replicas: replicas.to_vec(),
-            isr: isr.to_vec(),
-            leader,
-            leader_epoch: 5,
-            partition_epoch: 9,
-            adding: vec![],
-            removing: vec![],
-        }
-    }
-
-    fn set(ids: &[i32]) -> BTreeSet<i32> {
-        ids.iter().copied().collect()
-    }
+    use crate::controller::test_support::{p, set};
 
     #[test]
     fn a_fenced_leader_is_replaced_from_the_isr_and_epochs_grow() {

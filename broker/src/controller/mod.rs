@@ -34,6 +34,8 @@ pub mod registry;
 pub mod rpc;
 pub mod session;
 pub mod store;
+#[cfg(test)]
+mod test_support;
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -187,24 +187,7 @@ pub fn cancel(p: &PartitionState, live: &BTreeSet<i32>) -> Result<PartitionState
 mod tests {
     use super::*;
 
-    fn p(replicas: &[i32], isr: &[i32], leader: i32) -> PartitionState {
-        PartitionState {
-            topic: "t".into(),
-            topic_id: uuid::Uuid::nil(),
-            index: 0,
-            replicas: replicas.to_vec(),
-            isr: isr.to_vec(),
-            leader,
-            leader_epoch: 5,
-            partition_epoch: 9,
-            adding: vec![],
-            removing: vec![],
-        }
-    }
-
-    fn set(ids: &[i32]) -> BTreeSet<i32> {
-        ids.iter().copied().collect()
-    }
+    use crate::controller::test_support::{p, set};
 
     #[test]
     fn a_move_adds_first_and_removes_once_the_new_replicas_are_in_sync() {

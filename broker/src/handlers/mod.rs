@@ -125,12 +125,15 @@ pub async fn handle(
     ctx.throttle_ms = 0;
     ctx.request_throttle_ms = 0;
     let kind = crate::quota::QuotaKind::Request;
-    let image = broker.image();
-    let quotas = &image.client_quotas;
-    if !(ctx.is_quota_client() && crate::quota::QuotaManager::applies(quotas, &ctx.client_id, kind))
-    {
+    // brokers' own connections never look at quotas
+    let image = ctx.is_quota_client().then(|| broker.image());
+    let Some(quotas) = image
+        .as_ref()
+        .map(|i| &i.client_quotas)
+        .filter(|q| crate::quota::QuotaManager::applies(q, &ctx.client_id, kind))
+    else {
         return dispatch(broker, api, version, header, request, request_bytes, ctx).await;
-    }
+    };
     ctx.request_throttle_ms =
         broker
             .quotas

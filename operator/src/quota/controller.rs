@@ -25,7 +25,7 @@ use crate::crd::{
 };
 use crate::error::{Error, Result};
 use crate::kafka::{AdminClient, KafkaError};
-use crate::topic::controller::{connect_admin, ready_brokers};
+use crate::topic::controller::{connect_admin, ready_brokers, referencing};
 
 use super::plan::{plan, settle};
 
@@ -225,11 +225,7 @@ pub fn error_policy(kq: Arc<KafkaQuota>, err: &Error, ctx: Arc<Context>) -> Acti
 
 /// The KafkaQuotas that reference cluster `kc`.
 pub fn quotas_of(quotas: &[Arc<KafkaQuota>], kc: &KafkaCluster) -> Vec<ObjectRef<KafkaQuota>> {
-    quotas
-        .iter()
-        .filter(|q| q.namespace() == kc.namespace() && q.spec.cluster_ref == kc.name_any())
-        .map(|q| ObjectRef::from_obj(q.as_ref()))
-        .collect()
+    referencing(quotas, kc, |q| &q.spec.cluster_ref)
 }
 
 /// Runs the KafkaQuota controller until the stream ends.

@@ -444,13 +444,26 @@ pub fn error_policy(kt: Arc<KafkaTopic>, err: &Error, ctx: Arc<Context>) -> Acti
     Action::requeue(ctx.tunables.retry)
 }
 
+/// The objects of a kind that reference cluster `kc` (same namespace,
+/// `cluster_ref` naming it): what a cluster change wakes.
+pub fn referencing<K>(
+    objects: &[Arc<K>],
+    kc: &KafkaCluster,
+    cluster_ref: impl Fn(&K) -> &str,
+) -> Vec<ObjectRef<K>>
+where
+    K: Resource<DynamicType = ()>,
+{
+    objects
+        .iter()
+        .filter(|o| o.namespace() == kc.namespace() && cluster_ref(o) == kc.name_any())
+        .map(|o| ObjectRef::from_obj(o.as_ref()))
+        .collect()
+}
+
 /// The topics that reference cluster `kc`.
 pub fn topics_of(topics: &[Arc<KafkaTopic>], kc: &KafkaCluster) -> Vec<ObjectRef<KafkaTopic>> {
-    topics
-        .iter()
-        .filter(|t| t.namespace() == kc.namespace() && t.spec.cluster_ref == kc.name_any())
-        .map(|t| ObjectRef::from_obj(t.as_ref()))
-        .collect()
+    referencing(topics, kc, |t| &t.spec.cluster_ref)
 }
 
 /// The topics whose partitions rebalance `kr` moves (same namespace and
