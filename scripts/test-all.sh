@@ -32,6 +32,14 @@ budget="${TEST_ALL_BUDGET:-5100}"
 only="${TEST_ALL_STAGES:-}"
 skip_list="${TEST_ALL_SKIP:-}"
 start=$SECONDS
+# One build of everything, no incremental caches: CI's disk is finite and each
+# copy of the dependency tree costs gigabytes.
+export CARGO_INCREMENTAL=0
+# The test binaries that need the Kubernetes control plane (they return at once
+# under MOLDAU_E2E=0); the k8s-e2e stage runs exactly these.
+K8S_TEST_TARGETS=(store apiserver cluster_kubernetes cluster_kubernetes_clients helm lease
+  packaging_chart packaging_helm packaging_images packaging_install_manifest podspec
+  statefulset e2e_operator)
 declare -A status=()
 order=()
 summary=()
@@ -81,7 +89,8 @@ stage() {
     [ $rc -eq 124 ] && why="timed out after ${limit}s"
     summary+=("$(printf '%-10s FAILED  %5ss  (%s)' "$name" "$dt" "$why")")
   fi
-  echo "=== stage $name: ${status[$name]} in ${dt}s"
+  # disk is a resource the suite can exhaust; say what each stage left
+  echo "=== stage $name: ${status[$name]} in ${dt}s ($(df -h --output=avail . | tail -1 | tr -d ' ') free)"
 }
 
 stage install 1200 -- ./scripts/install-test-deps.sh
@@ -106,7 +115,12 @@ stage faults 900 needs=install,build -- e2e/faults/run.sh test
 if [ -x e2e/scripts/build-tools.sh ]; then
   stage k8s-tools 1800 -- e2e/scripts/build-tools.sh
   stage k8s-up 600 needs=k8s-tools,build -- e2e/scripts/controlplane-up.sh
-  stage k8s-e2e 2400 needs=k8s-up -- cargo test --no-fail-fast -p moldau-e2e -p moldau-operator -p moldau-coordination
+  # --workspace (not -p): the same feature set as the unit stage, so these
+  # test binaries are the ones it already built, not a second copy of the tree.
+  k8s_tests=""
+  for t in "${K8S_TEST_TARGETS[@]}"; do k8s_tests+=" --test $t"; done
+  # shellcheck disable=SC2086
+  stage k8s-e2e 2400 needs=k8s-up -- cargo test --workspace --no-fail-fast $k8s_tests
   # tear down whenever bring-up was attempted, whatever the tests did
   if [ -x e2e/scripts/controlplane-down.sh ] && [ -n "${status[k8s-up]:-}" ] && [ "${status[k8s-up]}" != skip ]; then
     stage k8s-down 300 -- e2e/scripts/controlplane-down.sh
