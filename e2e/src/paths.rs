@@ -65,7 +65,10 @@ pub fn workspace_bin(package: &str, bin: &str) -> PathBuf {
     let _guard = BUILD.lock().unwrap_or_else(|e| e.into_inner());
     let target = dir.parent().expect("target dir").to_path_buf();
     let mut cmd = std::process::Command::new(env!("CARGO"));
-    cmd.args(["build", "-p", package, "--bin", bin])
+    // --workspace: the features of a workspace build, so this reuses what
+    // `cargo test --workspace` compiled instead of building a second copy
+    // of the dependency tree (`-p` would resolve the package's own features).
+    cmd.args(["build", "--workspace", "--bin", bin])
         .env("CARGO_TARGET_DIR", &target)
         .current_dir(env!("CARGO_MANIFEST_DIR"));
     if dir.file_name().and_then(|n| n.to_str()) == Some("release") {
@@ -74,7 +77,7 @@ pub fn workspace_bin(package: &str, bin: &str) -> PathBuf {
     let status = cmd.status().expect("running cargo build");
     assert!(
         status.success(),
-        "cargo build -p {package} --bin {bin} failed"
+        "cargo build --workspace --bin {bin} (package {package}) failed"
     );
     dir.join(bin)
 }

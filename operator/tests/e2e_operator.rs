@@ -23,7 +23,10 @@
 //! without a replication factor; a `KafkaRebalance` goes proposal →
 //! approve → Ready and drains a broker; scaling 3 → 4 → 3 → 1 moves the
 //! data onto the new broker, drains it before its pod goes, and refuses to
-//! go below a topic's replication factor.
+//! go below a topic's replication factor; a `KafkaRetentionPolicy` governs
+//! the `retention.ms` of 20 topics (applications' and KafkaTopics'), a
+//! topic created later, follows its changes (default, enforce, bounds),
+//! undoes drift, and gives every topic its own value back when deleted.
 //! Skipped with `MOLDAU_E2E=0`.
 
 mod support;
@@ -44,7 +47,8 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::Api;
 use moldau_e2e::{ensure_pod_runner, kubectl_ok, paths, pod_is_ready, wait_for, TestNamespace};
 use moldau_operator::crd::{
-    find_condition, KafkaCluster, KafkaRebalance, KafkaRebalanceStatus, KafkaTopic, RebalancePhase,
+    find_condition, KafkaCluster, KafkaRebalance, KafkaRebalanceStatus, KafkaRetentionPolicy,
+    KafkaRetentionPolicyStatus, KafkaTopic, RebalancePhase,
 };
 use moldau_operator::kafka::{AdminClient, ConfigOp};
 use serde_json::json;
@@ -1255,9 +1259,15 @@ struct ReleaseTopics(String);
 
 impl Drop for ReleaseTopics {
     fn drop(&mut self) {
-        let Ok(names) =
-            moldau_e2e::kubectl_ok(&["-n", &self.0, "get", "kafkatopics", "-o", "name"])
-        else {
+        // and the other kinds with finalizers that need a broker
+        let Ok(names) = moldau_e2e::kubectl_ok(&[
+            "-n",
+            &self.0,
+            "get",
+            "kafkatopics,kafkaretentionpolicies",
+            "-o",
+            "name",
+        ]) else {
             return;
         };
         for name in names.lines().filter(|l| !l.is_empty()) {
@@ -1748,6 +1758,293 @@ async fn api_server_enforces_the_crd_validation() -> Result<()> {
 }
 
 /// The phase of KafkaRebalance `name` once `ok` holds for its status.
+async fn policy_where(
+    api: &Api<KafkaRetentionPolicy>,
+    name: &str,
+    what: &str,
+    f: impl Fn(&KafkaRetentionPolicyStatus) -> bool,
+) -> Result<KafkaRetentionPolicyStatus> {
+    wait_for(LONG, what, || async {
+        let kp = api.get(name).await?;
+        Ok(kp.status.filter(|s| f(s)))
+    })
+    .await
+}
+
+/// `retention.ms` of `topics` as the broker reports their overrides
+/// (absent: no override, the broker default).
+async fn retention_of(
+    addr: SocketAddr,
+    topics: &[String],
+) -> Result<BTreeMap<String, Option<String>>> {
+    let mut admin = AdminClient::connect(addr, Duration::from_secs(10)).await?;
+    let overrides = admin.describe_topics_overrides(topics).await?;
+    Ok(topics
+        .iter()
+        .map(|t| {
+            let v = overrides
+                .get(t)
+                .and_then(|o| o.get("retention.ms"))
+                .cloned();
+            (t.clone(), v)
+        })
+        .collect())
+}
+
+/// Waits until every topic's `retention.ms` override is `want(topic)`.
+async fn retention_becomes(
+    addr: SocketAddr,
+    topics: &[String],
+    what: &str,
+    want: impl Fn(&str) -> Option<String>,
+) -> Result<()> {
+    let last = std::sync::Mutex::new(BTreeMap::new());
+    let outcome = wait_for(LONG, what, || async {
+        let got = retention_of(addr, topics).await?;
+        let ok = got.iter().all(|(t, v)| *v == want(t));
+        *last.lock().unwrap() = got;
+        Ok(ok.then_some(()))
+    })
+    .await;
+    outcome.with_context(|| format!("last seen: {:?}", last.lock().unwrap()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_policy_governs_every_matching_topic() -> Result<()> {
+    if !enabled() {
+        return Ok(());
+    }
+    apply_crds()?;
+    pod_runner()?;
+    let ns = TestNamespace::new("op-retention").await?;
+    let _release = ReleaseTopics(ns.name.clone());
+    let _op = Operator::start(&ns.name, "op-retention")?;
+    let clusters: Api<KafkaCluster> = ns.api();
+    let topics: Api<KafkaTopic> = ns.api();
+    let policies: Api<KafkaRetentionPolicy> = ns.api();
+    let pods: Api<Pod> = ns.api();
+    let configmaps: Api<ConfigMap> = ns.api();
+    let pp = PostParams::default();
+
+    let kc: KafkaCluster = serde_json::from_value(json!({
+        "apiVersion": "moldau.io/v1alpha1",
+        "kind": "KafkaCluster",
+        "metadata": {"name": "pol"},
+        "spec": {
+            "replicas": 1,
+            "image": "moldau/broker:e2e",
+            "storage": {"size": "1Gi", "deleteClaim": true},
+            "config": {"auto.create.topics.enable": "false"},
+        },
+    }))?;
+    clusters.create(&pp, &kc).await?;
+    all_brokers_registered(&clusters, "pol", 1).await?;
+    let addr = broker_addr(&pods, "pol-0").await?;
+
+    // 18 topics created by applications (one with its own retention), two
+    // KafkaTopics (one with its own), and one topic no selector matches
+    let mut admin = AdminClient::connect(addr, Duration::from_secs(10)).await?;
+    let own = |v: &str| BTreeMap::from([("retention.ms".to_string(), v.to_string())]);
+    for i in 0..18 {
+        let config = if i == 0 { own("1000") } else { BTreeMap::new() };
+        admin
+            .create_topic(&format!("logs-{i}"), 1, 1, &config)
+            .await?;
+    }
+    admin.create_topic("orders", 1, 1, &BTreeMap::new()).await?;
+    let mut kt_a = topic("logs-kt-a", "pol", 1, 1, json!({}))?;
+    kt_a.metadata.labels = Some(BTreeMap::from([("team".into(), "a".into())]));
+    topics.create(&pp, &kt_a).await?;
+    topics
+        .create(
+            &pp,
+            &topic("logs-kt-b", "pol", 1, 1, json!({"retention.ms": "7200000"}))?,
+        )
+        .await?;
+    for name in ["logs-kt-a", "logs-kt-b"] {
+        topic_where(&topics, name, "KafkaTopic Ready", |kt| {
+            has_condition(kt, "Ready", "True", None)
+        })
+        .await?;
+    }
+    let mut matched: Vec<String> = (0..18).map(|i| format!("logs-{i}")).collect();
+    matched.extend(["logs-kt-a".to_string(), "logs-kt-b".to_string()]);
+
+    // mode default: fills in where the topic sets nothing itself
+    let week = "604800000";
+    let policy: KafkaRetentionPolicy = serde_json::from_value(json!({
+        "apiVersion": "moldau.io/v1alpha1",
+        "kind": "KafkaRetentionPolicy",
+        "metadata": {"name": "logs"},
+        "spec": {"clusterRef": "pol", "selector": {"topicNames": ["logs-*"]},
+                 "config": {"retention.ms": week}},
+    }))?;
+    policies.create(&pp, &policy).await?;
+    let own_or = |fallback: &'static str| {
+        move |t: &str| match t {
+            "logs-0" => Some("1000".to_string()),
+            "logs-kt-b" => Some("7200000".to_string()),
+            _ => Some(fallback.to_string()),
+        }
+    };
+    retention_becomes(
+        addr,
+        &matched,
+        "the policy's retention on 20 topics",
+        own_or(week),
+    )
+    .await?;
+    assert_eq!(
+        retention_of(addr, &["orders".into()]).await?["orders"],
+        None
+    );
+    let status = policy_where(&policies, "logs", "20 matched and conforming", |s| {
+        s.matched_topics == 20 && s.conforming_topics == 20
+    })
+    .await?;
+    assert_eq!(
+        condition(&status.conditions, "Ready"),
+        Some(("True".into(), "Applied".into()))
+    );
+    let kt = topic_where(&topics, "logs-kt-a", "policyConfig shown", |kt| {
+        kt.status
+            .as_ref()
+            .is_some_and(|s| !s.policy_config.is_empty())
+    })
+    .await?;
+    assert_eq!(
+        kt.status.unwrap().policy_config,
+        BTreeMap::from([("retention.ms".to_string(), "logs".to_string())])
+    );
+    let kt_b = topics.get("logs-kt-b").await?;
+    assert!(
+        kt_b.status.unwrap().policy_config.is_empty(),
+        "its own value stands in mode default"
+    );
+
+    // a topic an application creates later is brought into line
+    admin
+        .create_topic("logs-late", 1, 1, &BTreeMap::new())
+        .await?;
+    matched.push("logs-late".into());
+    retention_becomes(
+        addr,
+        &["logs-late".into()],
+        "the late topic governed",
+        |_| Some(week.to_string()),
+    )
+    .await?;
+    policy_where(&policies, "logs", "21 matched", |s| {
+        s.matched_topics == 21 && s.conforming_topics == 21
+    })
+    .await?;
+
+    // a change behind the operator's back is undone
+    admin
+        .alter_topic_config(
+            "logs-1",
+            &[ConfigOp::Set("retention.ms".into(), "5".into())],
+        )
+        .await?;
+    retention_becomes(addr, &["logs-1".into()], "drift undone", |_| {
+        Some(week.to_string())
+    })
+    .await?;
+
+    // changing the policy changes every topic; enforce overrides own values
+    let day = "86400000";
+    policies
+        .patch(
+            "logs",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"config": {"retention.ms": day}}})),
+        )
+        .await?;
+    retention_becomes(addr, &matched, "the new retention everywhere", own_or(day)).await?;
+    policies
+        .patch(
+            "logs",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"mode": "enforce"}})),
+        )
+        .await?;
+    retention_becomes(addr, &matched, "enforce overrides own values", |_| {
+        Some(day.to_string())
+    })
+    .await?;
+    // with bounds, an own value is clamped into them instead
+    policies
+        .patch(
+            "logs",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"spec": {"bounds": {"retention.ms": {"min": 3600000, "max": 172800000}}}}),
+            ),
+        )
+        .await?;
+    retention_becomes(addr, &matched, "own values clamped into the bounds", |t| {
+        Some(
+            match t {
+                "logs-0" => "3600000",
+                "logs-kt-b" => "7200000",
+                _ => day,
+            }
+            .to_string(),
+        )
+    })
+    .await?;
+
+    // a policy with an unknown config is refused with a reason and changes nothing
+    let bad: KafkaRetentionPolicy = serde_json::from_value(json!({
+        "apiVersion": "moldau.io/v1alpha1",
+        "kind": "KafkaRetentionPolicy",
+        "metadata": {"name": "bad"},
+        "spec": {"clusterRef": "pol", "selector": {"topicNames": ["orders"]}, "priority": 5,
+                 "config": {"retention.msx": "1"}},
+    }))?;
+    policies.create(&pp, &bad).await?;
+    let status = policy_where(&policies, "bad", "InvalidPolicy", |s| {
+        condition(&s.conditions, "Ready").is_some_and(|(_, r)| r == "InvalidPolicy")
+    })
+    .await?;
+    let ready = find_condition(&status.conditions, "Ready").unwrap();
+    assert!(ready.message.contains("retention.msx"), "{}", ready.message);
+    policies.delete("bad", &DeleteParams::default()).await?;
+
+    // deleting the policy gives every topic its own settings back
+    let records = configmaps.get("pol-policy-records").await?;
+    assert!(
+        records.data.unwrap_or_default()["records.json"].contains("logs-late"),
+        "the previous values are recorded"
+    );
+    policies.delete("logs", &DeleteParams::default()).await?;
+    wait_for(LONG, "the policy gone (finalizer released)", || async {
+        Ok(policies.get_opt("logs").await?.is_none().then_some(()))
+    })
+    .await?;
+    let restored = retention_of(addr, &matched).await?;
+    for (t, v) in &restored {
+        let want = match t.as_str() {
+            "logs-0" => Some("1000".to_string()),
+            "logs-kt-b" => Some("7200000".to_string()),
+            _ => None,
+        };
+        assert_eq!(v, &want, "{t} restored (all: {restored:?})");
+    }
+    topic_where(&topics, "logs-kt-a", "policyConfig cleared", |kt| {
+        kt.status
+            .as_ref()
+            .is_some_and(|s| s.policy_config.is_empty())
+    })
+    .await?;
+    let records = configmaps.get("pol-policy-records").await?;
+    assert_eq!(
+        records.data.unwrap_or_default()["records.json"].trim(),
+        "[]"
+    );
+    Ok(())
+}
+
 async fn rebalance_where(
     api: &Api<KafkaRebalance>,
     name: &str,

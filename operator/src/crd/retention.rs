@@ -140,7 +140,23 @@ pub struct KafkaRetentionPolicyStatus {
     /// Matched topics whose governed configs are as the policies resolve.
     #[serde(default)]
     pub conforming_topics: i32,
-    /// Matched topics that do not conform, with the reason.
+    /// Matched topics that do not conform, with the reason (at most 50 listed).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub non_conforming: Vec<NonConformingTopic>,
+    /// Keys of matched topics that a policy of higher precedence governs
+    /// instead of this one (at most 50 listed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conflicts: Vec<PolicyConflict>,
+}
+
+/// A key of a topic this policy would govern but another one does.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyConflict {
+    /// Topic name.
+    pub topic: String,
+    /// Config key.
+    pub key: String,
+    /// The policy that governs it.
+    pub winner: String,
 }

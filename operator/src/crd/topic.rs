@@ -122,6 +122,10 @@ pub struct KafkaTopicStatus {
     /// any other reassignment); removed when none does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reassignment: Option<TopicReassignment>,
+    /// Config keys whose value a `KafkaRetentionPolicy` decided (filled in
+    /// or overrode `spec.config`) → that policy's name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub policy_config: BTreeMap<String, String>,
 }
 
 /// Partition moves of one topic in progress.

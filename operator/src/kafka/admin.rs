@@ -11,6 +11,7 @@ use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+use kafka_protocol::messages::describe_configs_response::DescribeConfigsResourceResult;
 use kafka_protocol::messages::incremental_alter_configs_request::{
     AlterConfigsResource, AlterableConfig,
 };
@@ -128,6 +129,20 @@ fn s(v: &str) -> StrBytes {
 
 fn opt_string(v: &Option<StrBytes>) -> Option<String> {
     v.as_ref().map(|v| v.as_str().to_string())
+}
+
+/// A DescribeConfigs entry; sensitive values are never kept.
+fn config_entry(c: DescribeConfigsResourceResult) -> ConfigEntry {
+    ConfigEntry {
+        name: c.name.as_str().to_string(),
+        value: if c.is_sensitive {
+            None
+        } else {
+            opt_string(&c.value)
+        },
+        source: c.config_source,
+        sensitive: c.is_sensitive,
+    }
 }
 
 impl AdminClient {
@@ -389,18 +404,39 @@ impl AdminClient {
                 opt_string(&result.error_message),
             ));
         }
-        Ok(result
-            .configs
+        Ok(result.configs.into_iter().map(config_entry).collect())
+    }
+
+    /// The configs of many topics in one DescribeConfigs request (only
+    /// `key` when given): topic → its entries. Topics that answer with an
+    /// error (e.g. deleted meanwhile) are left out.
+    async fn describe_topics(
+        &mut self,
+        topics: &[String],
+        key: Option<&str>,
+    ) -> Result<BTreeMap<String, Vec<ConfigEntry>>, KafkaError> {
+        if topics.is_empty() {
+            return Ok(BTreeMap::new());
+        }
+        let req = DescribeConfigsRequest::default().with_resources(
+            topics
+                .iter()
+                .map(|t| {
+                    DescribeConfigsResource::default()
+                        .with_resource_type(RESOURCE_TOPIC)
+                        .with_resource_name(s(t))
+                        .with_configuration_keys(key.map(|k| vec![s(k)]))
+                })
+                .collect(),
+        );
+        let resp = self.call(req, "DescribeConfigs").await?;
+        Ok(resp
+            .results
             .into_iter()
-            .map(|c| ConfigEntry {
-                name: c.name.as_str().to_string(),
-                value: if c.is_sensitive {
-                    None
-                } else {
-                    opt_string(&c.value)
-                },
-                source: c.config_source,
-                sensitive: c.is_sensitive,
+            .filter(|r| r.error_code == 0)
+            .map(|r| {
+                let entries = r.configs.into_iter().map(config_entry).collect();
+                (r.resource_name.as_str().to_string(), entries)
             })
             .collect())
     }
@@ -413,32 +449,38 @@ impl AdminClient {
         topics: &[String],
         key: &str,
     ) -> Result<BTreeMap<String, String>, KafkaError> {
-        if topics.is_empty() {
-            return Ok(BTreeMap::new());
-        }
-        let req = DescribeConfigsRequest::default().with_resources(
-            topics
-                .iter()
-                .map(|t| {
-                    DescribeConfigsResource::default()
-                        .with_resource_type(RESOURCE_TOPIC)
-                        .with_resource_name(s(t))
-                        .with_configuration_keys(Some(vec![s(key)]))
-                })
-                .collect(),
-        );
-        let resp = self.call(req, "DescribeConfigs").await?;
-        Ok(resp
-            .results
+        Ok(self
+            .describe_topics(topics, Some(key))
+            .await?
             .into_iter()
-            .filter(|r| r.error_code == 0)
-            .filter_map(|r| {
-                let topic = r.resource_name.as_str().to_string();
-                r.configs
+            .filter_map(|(topic, entries)| {
+                entries
                     .into_iter()
-                    .find(|c| c.name.as_str() == key && !c.is_sensitive)
-                    .and_then(|c| opt_string(&c.value))
+                    .find(|e| e.name == key)
+                    .and_then(|e| e.value)
                     .map(|v| (topic, v))
+            })
+            .collect())
+    }
+
+    /// The topic-level overrides (DescribeConfigs source = topic) of many
+    /// topics in one request: topic → key → value. Topics that answer with
+    /// an error are left out; sensitive values are never reported.
+    pub async fn describe_topics_overrides(
+        &mut self,
+        topics: &[String],
+    ) -> Result<BTreeMap<String, BTreeMap<String, String>>, KafkaError> {
+        Ok(self
+            .describe_topics(topics, None)
+            .await?
+            .into_iter()
+            .map(|(topic, entries)| {
+                let overrides = entries
+                    .into_iter()
+                    .filter(|e| e.source == SOURCE_TOPIC_CONFIG)
+                    .filter_map(|e| Some((e.name, e.value?)))
+                    .collect();
+                (topic, overrides)
             })
             .collect())
     }

@@ -120,6 +120,13 @@ pub fn validate(policy: &KafkaRetentionPolicy) -> Vec<String> {
             out.push(format!("{k} is not a Kafka topic config"));
         }
     }
+    for k in s.config.keys().chain(s.bounds.keys()) {
+        if crate::topic::plan::REASSIGNMENT_CONFIGS.contains(&k.as_str()) {
+            out.push(format!(
+                "{k} belongs to partition reassignments, not to policies"
+            ));
+        }
+    }
     if s.mode == PolicyMode::Default && !s.bounds.is_empty() {
         out.push("bounds apply in mode enforce only".into());
     }
@@ -284,7 +291,7 @@ pub fn non_conformance(resolved: &Resolved, actual: &BTreeMap<String, String>) -
 
 /// What a policy changed on a topic without a KafkaTopic: the value the key
 /// had before (None: unset, i.e. the broker default).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ConfigRecord {
     /// Topic.
     pub topic: String,
@@ -532,6 +539,15 @@ mod tests {
                 "config": {"retention.ms": "10"}, "bounds": {"retention.ms": {"min": 1}}}),
         );
         assert_eq!(validate(&d), vec!["bounds apply in mode enforce only"]);
+        let throttle = policy(
+            "t",
+            serde_json::json!({"selector": {"topicNames": ["*"]},
+                "config": {"leader.replication.throttled.replicas": "*"}}),
+        );
+        assert_eq!(
+            validate(&throttle),
+            vec!["leader.replication.throttled.replicas belongs to partition reassignments, not to policies"]
+        );
     }
 
     #[test]

@@ -6,6 +6,12 @@
 //! Events, and applies `deletionPolicy` in a finalizer that never blocks
 //! deletion once the cluster is gone or being deleted.
 //!
+//! The topic's config is its `spec.config` as the cluster's
+//! `KafkaRetentionPolicy`s resolve it (`crate::retention::resolve`): this
+//! reconciler is the one writer of a managed topic's configs, and shows in
+//! `status.policyConfig` which policy decided which key. A change of a
+//! policy of its cluster reconciles the topic at once.
+//!
 //! While partitions of the topic move it also reports their progress
 //! (`status.reassignment`, see [`super::reassignment`] for why the topic
 //! controller is its writer): it reads ListPartitionReassignments and the
@@ -13,6 +19,7 @@
 //! anything moves, and is woken when a rebalance that moves the topic
 //! changes.
 
+use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
@@ -32,8 +39,8 @@ use crate::cluster::membership::read_membership;
 use crate::cluster::status::Problem;
 use crate::context::Context;
 use crate::crd::{
-    find_condition, format_time, DeletionPolicy, KafkaCluster, KafkaRebalance, KafkaTopic,
-    TopicReassignment,
+    find_condition, format_time, DeletionPolicy, KafkaCluster, KafkaRebalance,
+    KafkaRetentionPolicy, KafkaTopic, TopicReassignment,
 };
 use crate::error::{Error, Result};
 use crate::kafka::AdminClient;
@@ -236,6 +243,7 @@ async fn write_status(
     observed: Option<&super::plan::ObservedTopic>,
     problems: &[Problem],
     reassignment: Option<Option<TopicReassignment>>,
+    policy_config: Option<BTreeMap<String, String>>,
 ) -> Result<()> {
     let ns = kt
         .namespace()
@@ -254,12 +262,17 @@ async fn write_status(
         Some(r) => r,
         None => old.and_then(|s| s.reassignment.clone()),
     };
+    status.policy_config = match policy_config {
+        Some(p) => p,
+        None => old.map(|s| s.policy_config.clone()).unwrap_or_default(),
+    };
     if old != Some(&status) {
         let api: Api<KafkaTopic> = Api::namespaced(ctx.client.clone(), &ns);
         let mut value = serde_json::to_value(&status).unwrap_or_default();
         if let Some(map) = value.as_object_mut() {
             // A merge patch keeps fields it does not mention: say null.
             map.entry("reassignment").or_insert(serde_json::Value::Null);
+            map.entry("policyConfig").or_insert(serde_json::Value::Null);
         }
         let patch = serde_json::json!({ "status": value });
         api.patch_status(
@@ -299,21 +312,26 @@ async fn apply_topic(kt: Arc<KafkaTopic>, ctx: Arc<Context>) -> Result<Action> {
                 kt.spec.cluster_ref
             ),
         };
-        write_status(&ctx, &kt, &reference, None, &[p], None).await?;
+        write_status(&ctx, &kt, &reference, None, &[p], None, None).await?;
         return Ok(Action::requeue(ctx.tunables.topic_resync));
     }
     let (brokers, registered, default_rf) = match target(&ctx, &kt).await? {
         Target::Broker(brokers, registered, default_rf) => (brokers, registered, default_rf),
         Target::Unavailable(p) | Target::Gone(p) => {
-            write_status(&ctx, &kt, &reference, None, &[p], None).await?;
+            write_status(&ctx, &kt, &reference, None, &[p], None, None).await?;
             return Ok(Action::requeue(ctx.tunables.retry));
         }
     };
+    let policies: Api<KafkaRetentionPolicy> = Api::namespaced(ctx.client.clone(), &ns);
+    let policies = policies.list(&ListParams::default()).await?.items;
+    let resolved = resolve_policies(&kt, &policies);
+    let mut spec = kt.spec.clone();
+    spec.config = resolved.config;
     let mut addr = brokers[0].1;
     let outcome = match connect_admin(&ctx, &brokers).await {
         Ok((mut admin, controller)) => {
             addr = controller;
-            match sync_topic(&mut admin, &name, &kt.spec, registered, default_rf).await {
+            match sync_topic(&mut admin, &name, &spec, registered, default_rf).await {
                 Ok(o) => {
                     let moving = match &o.observed {
                         Some(observed) => reassignment_of(&ctx, &kt, &mut admin, observed).await,
@@ -333,7 +351,7 @@ async fn apply_topic(kt: Arc<KafkaTopic>, ctx: Arc<Context>) -> Result<Action> {
                 reason: "KafkaUnavailable".into(),
                 message: format!("broker {addr}: {e}"),
             };
-            write_status(&ctx, &kt, &reference, None, &[p], None).await?;
+            write_status(&ctx, &kt, &reference, None, &[p], None, None).await?;
             return Ok(Action::requeue(ctx.tunables.retry));
         }
     };
@@ -348,6 +366,7 @@ async fn apply_topic(kt: Arc<KafkaTopic>, ctx: Arc<Context>) -> Result<Action> {
         outcome.observed.as_ref(),
         &outcome.problems,
         Some(moving.clone()),
+        Some(resolved.set_by),
     )
     .await?;
     Ok(Action::requeue(if moving.is_some() {
@@ -438,6 +457,33 @@ pub async fn reconcile(kt: Arc<KafkaTopic>, ctx: Arc<Context>) -> Result<Action>
     result
 }
 
+/// `kt`'s spec.config as the usable policies of its cluster resolve it.
+pub fn resolve_policies(
+    kt: &KafkaTopic,
+    policies: &[KafkaRetentionPolicy],
+) -> crate::retention::resolve::Resolved {
+    let ns = kt.namespace().unwrap_or_default();
+    let usable = crate::retention::usable(policies, &ns, &kt.spec.cluster_ref);
+    let facts = crate::retention::resolve::TopicFacts {
+        name: kt.kafka_topic_name(),
+        labels: Some(kt.labels().clone()),
+        own: kt.spec.config.clone(),
+    };
+    crate::retention::resolve::resolve(&facts, &usable)
+}
+
+/// The topics of the cluster of policy `kp` (any of them may match it).
+pub fn topics_of_policy(
+    topics: &[Arc<KafkaTopic>],
+    kp: &KafkaRetentionPolicy,
+) -> Vec<ObjectRef<KafkaTopic>> {
+    topics
+        .iter()
+        .filter(|t| t.namespace() == kp.namespace() && t.spec.cluster_ref == kp.spec.cluster_ref)
+        .map(|t| ObjectRef::from_obj(t.as_ref()))
+        .collect()
+}
+
 /// Requeue policy after a failed reconcile: retry soon, never crash.
 pub fn error_policy(kt: Arc<KafkaTopic>, err: &Error, ctx: Arc<Context>) -> Action {
     tracing::warn!(topic = %kt.name_any(), namespace = ?kt.namespace(), error = %err, "topic reconcile failed");
@@ -500,9 +546,14 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
         Some(ns) => Api::namespaced(ctx.client.clone(), ns),
         None => Api::all(ctx.client.clone()),
     };
+    let policies: Api<KafkaRetentionPolicy> = match &namespace {
+        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
+        None => Api::all(ctx.client.clone()),
+    };
     let controller = Controller::new(api, watcher::Config::default());
     let topics = controller.store();
     let moved = controller.store();
+    let governed = controller.store();
     // A change of a cluster (e.g. it became Ready, or is being deleted)
     // reconciles its topics at once instead of at their next retry; so does
     // a change of a rebalance that moves them (their progress).
@@ -512,6 +563,9 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
         })
         .watches(rebalances, watcher::Config::default(), move |kr| {
             topics_moved_by(&moved.state(), &kr)
+        })
+        .watches(policies, watcher::Config::default(), move |kp| {
+            topics_of_policy(&governed.state(), &kp)
         })
         .run(reconcile, error_policy, ctx)
         .for_each(|res| async move {

@@ -77,6 +77,8 @@ pub fn topic_status(
             .unwrap_or_default(),
         // Set by the controller from `super::reassignment`.
         reassignment: None,
+        // Set by the controller from the retention policies' resolution.
+        policy_config: Default::default(),
     }
 }
 
