@@ -69,7 +69,7 @@ impl Broker {
         let request_budget = RequestBudget::new(budget, config.socket_request_max_bytes);
         let replicas = crate::replication::ReplicaManager::new(
             node_id,
-            crate::replication::FetchSettings::from_config(config),
+            crate::replication::FetchSettings::from_config(&config),
         );
         let dynamic_configs =
             crate::local_store::JsonFile::open(topics.data_dir(), "dynamic-broker-configs.json");
@@ -156,6 +156,8 @@ impl Broker {
             &self.client_quotas.get(),
         );
         self.replicas.apply_dynamic_configs(&image);
+        self.topics
+            .apply_dynamic_broker_configs(&image.broker_configs, self.node_id);
         *self.image.write() = Arc::new(image);
     }
 
@@ -164,6 +166,8 @@ impl Broker {
     pub fn install_image(&self, image: MetadataImage) {
         self.remote_image.store(true, Ordering::SeqCst);
         self.has_controller_image.store(true, Ordering::SeqCst);
+        self.topics
+            .apply_dynamic_broker_configs(&image.broker_configs, self.node_id);
         *self.image.write() = Arc::new(image);
     }
 

@@ -197,6 +197,10 @@ pub struct BrokerConfig {
     pub follower_replication_throttled_rate: u64,
     /// Every property as given (file, then overrides), for DescribeConfigs.
     pub raw: BTreeMap<String, String>,
+    /// Dynamic broker configs laid over `raw` (see
+    /// `crate::dynamic_config::effective`): key → value and source, most
+    /// specific first (this broker's own, then the cluster default).
+    pub dynamic: BTreeMap<String, Vec<(String, crate::topic_config::ConfigSource)>>,
 }
 
 impl Default for BrokerConfig {
@@ -253,6 +257,7 @@ impl Default for BrokerConfig {
             leader_replication_throttled_rate: u64::MAX,
             follower_replication_throttled_rate: u64::MAX,
             raw: BTreeMap::new(),
+            dynamic: BTreeMap::new(),
         }
     }
 }

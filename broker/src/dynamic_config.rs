@@ -8,16 +8,26 @@
 //! the metadata image.
 //!
 //! Which configs are dynamic: the replication throttle rates (Kafka's
-//! `kafka-reassign-partitions --throttle` sets and clears them), and
-//! `replica.alter.log.dirs.io.max.bytes.per.second`, accepted so Kafka's
-//! tools work but without effect: a Moldau broker has one data directory,
-//! so replicas never move between its directories. Any other broker
-//! config is refused as Kafka refuses read-only ones (INVALID_REQUEST).
+//! `kafka-reassign-partitions --throttle` sets and clears them); the broker
+//! defaults of topic configs Kafka marks dynamic (`log.retention.*`,
+//! `log.segment.bytes`, `log.roll.*`, `log.cleanup.policy`, `log.flush.*`,
+//! `log.index.*`, `log.segment.delete.delay.ms`,
+//! `log.message.timestamp.type`, `message.max.bytes`,
+//! `min.insync.replicas`), which take effect on every open log of the
+//! broker as soon as the image carrying them is installed ([`effective`]);
+//! and `replica.alter.log.dirs.io.max.bytes.per.second`, accepted so
+//! Kafka's tools work but without effect: a Moldau broker has one data
+//! directory, so replicas never move between its directories. Any other
+//! broker config is refused as Kafka refuses read-only ones
+//! (INVALID_REQUEST) — among them `max.connections*` and the `log.cleaner.*`
+//! family, which Kafka can change at run time but Moldau reads at start
+//! only (or does not have).
 
 use std::collections::BTreeMap;
 
 use kafka_protocol::error::ResponseError;
 
+use crate::config::BrokerConfig;
 use crate::topic_config::ConfigSource;
 use crate::topics::TopicError;
 
@@ -49,7 +59,115 @@ pub const DYNAMIC_BROKER_CONFIGS: &[DynamicDef] = &[
         name: "replica.alter.log.dirs.io.max.bytes.per.second",
         doc: "accepted for Kafka's tools; no effect: a Moldau broker has one data directory",
     },
+    DynamicDef {
+        name: "log.retention.ms",
+        doc: "default retention.ms of topics",
+    },
+    DynamicDef {
+        name: "log.retention.minutes",
+        doc: "default retention of topics in minutes (log.retention.ms wins)",
+    },
+    DynamicDef {
+        name: "log.retention.hours",
+        doc: "default retention of topics in hours (log.retention.ms and .minutes win)",
+    },
+    DynamicDef {
+        name: "log.retention.bytes",
+        doc: "default retention.bytes of topics",
+    },
+    DynamicDef {
+        name: "log.segment.bytes",
+        doc: "default segment.bytes of topics",
+    },
+    DynamicDef {
+        name: "log.roll.ms",
+        doc: "default segment.ms of topics",
+    },
+    DynamicDef {
+        name: "log.roll.hours",
+        doc: "default segment.ms of topics in hours (log.roll.ms wins)",
+    },
+    DynamicDef {
+        name: "log.cleanup.policy",
+        doc: "default cleanup.policy of topics",
+    },
+    DynamicDef {
+        name: "log.flush.interval.messages",
+        doc: "default flush.messages of topics",
+    },
+    DynamicDef {
+        name: "log.flush.interval.ms",
+        doc: "default flush.ms of topics",
+    },
+    DynamicDef {
+        name: "log.index.interval.bytes",
+        doc: "default index.interval.bytes of topics",
+    },
+    DynamicDef {
+        name: "log.index.size.max.bytes",
+        doc: "default segment.index.bytes of topics",
+    },
+    DynamicDef {
+        name: "log.segment.delete.delay.ms",
+        doc: "default file.delete.delay.ms of topics",
+    },
+    DynamicDef {
+        name: "log.message.timestamp.type",
+        doc: "default message.timestamp.type of topics",
+    },
+    DynamicDef {
+        name: "message.max.bytes",
+        doc: "default max.message.bytes of topics",
+    },
+    DynamicDef {
+        name: "min.insync.replicas",
+        doc: "default min.insync.replicas of topics",
+    },
 ];
+
+/// Whether `name` is one of the throttle-like rates (non-negative longs
+/// with their own validation) rather than a broker property.
+fn is_rate(name: &str) -> bool {
+    matches!(
+        name,
+        LEADER_THROTTLED_RATE
+            | FOLLOWER_THROTTLED_RATE
+            | "replica.alter.log.dirs.io.max.bytes.per.second"
+    )
+}
+
+/// Broker `node`'s effective config: its static properties with every
+/// dynamic value laid over them (its own over the cluster default), built
+/// with the same rules as at start (so `log.retention.ms` still wins over a
+/// dynamic `log.retention.hours`, as in Kafka). `raw` stays the static
+/// properties; `dynamic` records what was laid over them.
+pub fn effective(
+    static_config: &BrokerConfig,
+    configs: &BrokerConfigs,
+    node: i32,
+) -> Result<BrokerConfig, crate::config::ConfigError> {
+    let mut props = static_config.raw.clone();
+    let mut dynamic = BTreeMap::new();
+    for def in DYNAMIC_BROKER_CONFIGS {
+        let own = configs
+            .get(&node.to_string())
+            .and_then(|c| c.get(def.name))
+            .map(|v| (v.clone(), ConfigSource::DynamicBroker));
+        let default = configs
+            .get("")
+            .and_then(|c| c.get(def.name))
+            .map(|v| (v.clone(), ConfigSource::DynamicDefaultBroker));
+        let values: Vec<(String, ConfigSource)> = own.into_iter().chain(default).collect();
+        if let Some((v, _)) = values.first() {
+            props.insert(def.name.to_string(), v.clone());
+            dynamic.insert(def.name.to_string(), values);
+        }
+    }
+    let mut c = BrokerConfig::from_properties(props)?;
+    c.raw = static_config.raw.clone();
+    c.dynamic = dynamic;
+    Ok(c)
+}
 
 pub fn find(name: &str) -> Option<&'static DynamicDef> {
     DYNAMIC_BROKER_CONFIGS.iter().find(|d| d.name == name)
@@ -80,6 +198,13 @@ pub fn validate(name: &str, value: &str) -> Result<(), TopicError> {
                     .join(", ")
             ),
         ));
+    }
+    if !is_rate(name) {
+        // a broker property: the rules it has in the broker's properties
+        let props = BTreeMap::from([(name.to_string(), value.to_string())]);
+        return BrokerConfig::from_properties(props)
+            .map(|_| ())
+            .map_err(|e| TopicError::new(ResponseError::InvalidConfig, e.to_string()));
     }
     match value.trim().parse::<i64>() {
         Ok(v) if v >= 0 => Ok(()),
@@ -156,10 +281,79 @@ mod tests {
             ResponseError::InvalidConfig
         );
         assert_eq!(
-            validate("log.retention.ms", "1").unwrap_err().code,
+            validate("num.partitions", "1").unwrap_err().code,
             ResponseError::InvalidRequest
+        );
+        assert_eq!(
+            validate("max.connections", "10").unwrap_err().code,
+            ResponseError::InvalidRequest,
+            "read at start only"
+        );
+        assert!(validate("log.retention.ms", "1").is_ok());
+        assert!(validate("log.cleanup.policy", "compact").is_ok());
+        assert_eq!(
+            validate("log.retention.ms", "a week").unwrap_err().code,
+            ResponseError::InvalidConfig
+        );
+        assert_eq!(
+            validate("log.message.timestamp.type", "Now")
+                .unwrap_err()
+                .code,
+            ResponseError::InvalidConfig
         );
         assert!(validate_entity("").is_ok() && validate_entity("3").is_ok());
         assert!(validate_entity("x").is_err() && validate_entity("-1").is_err());
+    }
+
+    #[test]
+    fn dynamic_values_lay_over_the_static_properties_with_kafkas_precedence() {
+        let static_config = BrokerConfig::load(
+            None,
+            &[
+                "log.retention.ms=1000".into(),
+                "message.max.bytes=500".into(),
+            ],
+        )
+        .unwrap();
+        let mut c = BrokerConfigs::new();
+        let eff = effective(&static_config, &c, 1).unwrap();
+        assert_eq!(eff, static_config, "nothing dynamic: the static config");
+        c.entry(String::new())
+            .or_default()
+            .insert("message.max.bytes".into(), "100".into());
+        c.entry(String::new())
+            .or_default()
+            .insert("log.retention.hours".into(), "2".into());
+        c.entry("1".into())
+            .or_default()
+            .insert("message.max.bytes".into(), "50".into());
+        let eff = effective(&static_config, &c, 1).unwrap();
+        assert_eq!(eff.message_max_bytes, 50, "own over default over static");
+        assert_eq!(
+            effective(&static_config, &c, 2).unwrap().message_max_bytes,
+            100
+        );
+        assert_eq!(
+            eff.log_retention_ms, 1000,
+            "a static ms wins over dynamic hours"
+        );
+        assert_eq!(
+            eff.raw, static_config.raw,
+            "raw stays the static properties"
+        );
+        assert_eq!(
+            eff.dynamic["message.max.bytes"],
+            vec![
+                ("50".to_string(), ConfigSource::DynamicBroker),
+                ("100".to_string(), ConfigSource::DynamicDefaultBroker)
+            ]
+        );
+        c.entry(String::new())
+            .or_default()
+            .insert("log.retention.ms".into(), "7".into());
+        assert_eq!(
+            effective(&static_config, &c, 1).unwrap().log_retention_ms,
+            7
+        );
     }
 }

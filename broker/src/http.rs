@@ -19,7 +19,7 @@ async fn metrics(State(broker): State<Arc<Broker>>) -> impl IntoResponse {
     for topic in broker.topics.all() {
         let min_isr = crate::topic_config::min_insync_replicas(
             &topic.meta.configs,
-            broker.topics.broker_config(),
+            &broker.topics.broker_config(),
         );
         for p in &topic.partitions {
             if let Some(summary) = p.leader_summary() {

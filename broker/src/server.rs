@@ -108,7 +108,7 @@ pub async fn run_reporting(
         elapsed_ms = started.elapsed().as_millis() as u64,
         "logs recovered"
     );
-    let limits = connection_limit_settings(topics.broker_config())?;
+    let limits = connection_limit_settings(topics.static_broker_config())?;
     tracing::info!(
         max_connections = limits.max_connections,
         max_connections_per_ip = limits.max_connections_per_ip,

@@ -176,8 +176,13 @@ pub fn find(name: &str) -> Option<&'static TopicConfigDef> {
 
 /// The broker-wide default of a topic config.
 pub fn broker_default(def: &TopicConfigDef, broker: &BrokerConfig) -> (String, ConfigSource) {
-    let source = match def.broker_key {
-        Some(k) if broker.raw.contains_key(k) => ConfigSource::StaticBroker,
+    let dynamic = def
+        .broker_key
+        .and_then(|k| broker.dynamic.get(k))
+        .and_then(|values| values.first());
+    let source = match (dynamic, def.broker_key) {
+        (Some((_, source)), _) => *source,
+        (None, Some(k)) if broker.raw.contains_key(k) => ConfigSource::StaticBroker,
         _ => ConfigSource::Default,
     };
     let value = match def.name {
@@ -300,9 +305,11 @@ pub fn effective(
 
 /// The synonyms of one topic config, most specific first, as Kafka's
 /// DescribeConfigs lists them with `include_synonyms`: the topic's own
-/// value (dynamic topic config), the broker config it defaults to when
-/// set in the broker's configuration (static broker config), and the
-/// built-in default (under the broker config's name where there is one).
+/// value (dynamic topic config), the broker config it defaults to when set
+/// dynamically for this broker or the cluster (dynamic broker config,
+/// dynamic default broker config) and in the broker's properties (static
+/// broker config), and the built-in default (under the broker config's
+/// name where there is one).
 pub fn synonyms(
     def: &TopicConfigDef,
     overrides: &BTreeMap<String, String>,
@@ -315,12 +322,12 @@ pub fn synonyms(
         out.push((def.name, v.clone(), ConfigSource::DynamicTopic));
     }
     if let Some(key) = def.broker_key {
-        if broker.raw.contains_key(key) {
-            out.push((
-                key,
-                broker_default(def, broker).0,
-                ConfigSource::StaticBroker,
-            ));
+        // dynamic broker values: this broker's own, then the cluster default
+        for (value, source) in broker.dynamic.get(key).into_iter().flatten() {
+            out.push((key, value.trim().to_string(), *source));
+        }
+        if let Some(value) = broker.raw.get(key) {
+            out.push((key, value.trim().to_string(), ConfigSource::StaticBroker));
         }
     }
     let default_name = def.broker_key.unwrap_or(def.name);
@@ -426,6 +433,41 @@ mod tests {
                 ConfigSource::Default
             )]
         );
+    }
+
+    #[test]
+    fn dynamic_broker_values_are_the_default_and_listed_before_the_static_one() {
+        let broker = BrokerConfig::load(None, &["log.retention.ms=1000".into()]).unwrap();
+        let dynamic = crate::dynamic_config::BrokerConfigs::from([
+            (
+                String::new(),
+                BTreeMap::from([("log.retention.ms".to_string(), "20".to_string())]),
+            ),
+            (
+                "3".to_string(),
+                BTreeMap::from([("log.retention.ms".to_string(), "30".to_string())]),
+            ),
+        ]);
+        let eff = crate::dynamic_config::effective(&broker, &dynamic, 3).unwrap();
+        let retention = find("retention.ms").unwrap();
+        assert_eq!(
+            broker_default(retention, &eff),
+            ("30".to_string(), ConfigSource::DynamicBroker)
+        );
+        let listed: Vec<ConfigSource> = synonyms(retention, &BTreeMap::new(), &eff)
+            .into_iter()
+            .map(|(_, _, s)| s)
+            .collect();
+        assert_eq!(
+            listed,
+            vec![
+                ConfigSource::DynamicBroker,
+                ConfigSource::DynamicDefaultBroker,
+                ConfigSource::StaticBroker,
+                ConfigSource::Default
+            ]
+        );
+        assert_eq!(log_config(&BTreeMap::new(), &eff).retention_ms, 30);
     }
 
     #[test]

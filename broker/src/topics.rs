@@ -149,7 +149,10 @@ pub enum AlterOp {
 /// The live topics of this broker.
 #[derive(Debug)]
 pub struct TopicManager {
+    /// The broker's static properties, as loaded.
     broker: BrokerConfig,
+    /// With the dynamic broker configs of the current image laid over them.
+    effective: RwLock<Arc<BrokerConfig>>,
     data_dir: PathBuf,
     /// The controller's metadata store (standalone: the data directory's file).
     file: Box<dyn MetadataStore>,
@@ -316,6 +319,7 @@ impl TopicManager {
         }
         Ok(Self {
             recovery,
+            effective: RwLock::new(Arc::new(broker.clone())),
             broker,
             data_dir: data_dir.to_path_buf(),
             file,
@@ -333,8 +337,45 @@ impl TopicManager {
     pub fn recovery_stats(&self) -> RecoveryStats {
         self.recovery
     }
-    pub fn broker_config(&self) -> &BrokerConfig {
+    /// The broker's effective config: its properties with the dynamic
+    /// broker configs laid over them.
+    pub fn broker_config(&self) -> Arc<BrokerConfig> {
+        self.effective.read().clone()
+    }
+    /// The broker's static properties, as loaded at start.
+    pub fn static_broker_config(&self) -> &BrokerConfig {
         &self.broker
+    }
+    /// Lays the dynamic broker configs of an image over the static ones;
+    /// when that changes the effective config, every open log gets its
+    /// topic's config anew (e.g. a dynamic `log.retention.ms` reaches every
+    /// topic without an override of its own). A value that does not parse
+    /// (validated when written, so only from a newer broker) is logged and
+    /// the last effective config stays.
+    pub fn apply_dynamic_broker_configs(
+        &self,
+        configs: &crate::dynamic_config::BrokerConfigs,
+        node_id: i32,
+    ) {
+        let next = match crate::dynamic_config::effective(&self.broker, configs, node_id) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "a dynamic broker config does not apply; keeping the last ones");
+                return;
+            }
+        };
+        if **self.effective.read() == next {
+            return;
+        }
+        let next = Arc::new(next);
+        *self.effective.write() = next.clone();
+        for t in self.all() {
+            let cfg = topic_config::log_config(&t.meta.configs, &next);
+            for p in &t.partitions {
+                p.with_log(|log| log.set_config(cfg.clone()));
+            }
+        }
+        tracing::info!(dynamic = ?next.dynamic.keys().collect::<Vec<_>>(), "dynamic broker configs applied");
     }
     /// The data directory (the broker's one log directory).
     pub fn data_dir(&self) -> &Path {
@@ -460,12 +501,12 @@ impl TopicManager {
     ) -> Result<Arc<Topic>, TopicError> {
         let _guard = self.admin.lock();
         let partitions = if partitions == -1 {
-            self.broker.num_partitions
+            self.broker_config().num_partitions
         } else {
             partitions
         };
         let rf = if replication_factor == -1 {
-            self.broker.default_replication_factor
+            self.broker_config().default_replication_factor
         } else {
             replication_factor
         };
@@ -478,7 +519,7 @@ impl TopicManager {
             configs,
             held: None,
         };
-        let topic = match open_topic(&self.data_dir, &meta, &self.broker) {
+        let topic = match open_topic(&self.data_dir, &meta, &self.broker_config()) {
             Ok(t) => Arc::new(t),
             Err(e) => {
                 remove_created(&self.data_dir, name, 0..partitions);
@@ -503,7 +544,7 @@ impl TopicManager {
         if let Some(t) = self.get(name) {
             return Ok(t);
         }
-        if !self.broker.auto_create_topics_enable {
+        if !self.broker_config().auto_create_topics_enable {
             return Err(TopicError::new(
                 ResponseError::UnknownTopicOrPartition,
                 format!("topic {name} does not exist"),
@@ -518,7 +559,7 @@ impl TopicManager {
     /// Deletes a topic and its data.
     pub fn delete(&self, name: &str) -> Result<Uuid, TopicError> {
         let _guard = self.admin.lock();
-        if !self.broker.delete_topic_enable {
+        if !self.broker_config().delete_topic_enable {
             return Err(TopicError::new(
                 ResponseError::TopicDeletionDisabled,
                 "delete.topic.enable is false",
@@ -612,7 +653,7 @@ impl TopicManager {
         let mut meta = current.meta.clone();
         meta.partitions = count;
         let mut partitions = current.partitions.clone();
-        let cfg = topic_config::log_config(&meta.configs, &self.broker);
+        let cfg = topic_config::log_config(&meta.configs, &self.broker_config());
         let added = current.meta.partitions..count;
         for index in added.clone() {
             match open_partition(&self.data_dir, &meta, index, cfg.clone()) {
@@ -663,7 +704,7 @@ impl TopicManager {
         }
         let mut meta = current.meta.clone();
         meta.configs = configs;
-        let log_config = topic_config::log_config(&meta.configs, &self.broker);
+        let log_config = topic_config::log_config(&meta.configs, &self.broker_config());
         let topic = Arc::new(Topic {
             meta,
             partitions: current.partitions.clone(),
@@ -748,7 +789,7 @@ impl TopicManager {
                 // a topic of the cluster with no replica here
                 continue;
             }
-            let cfg = topic_config::log_config(&meta.configs, &self.broker);
+            let cfg = topic_config::log_config(&meta.configs, &self.broker_config());
             let mut partitions = Vec::with_capacity(held.len());
             for index in &held {
                 let open = current.as_ref().and_then(|t| t.partition(*index).cloned());

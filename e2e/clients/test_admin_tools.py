@@ -130,6 +130,61 @@ def test_kafka_features_describes_what_the_broker_supports(broker):
     }, got
 
 
+def produce_one(bootstrap: str, topic: str, size: int):
+    """Produces one record of `size` bytes; its delivery error (None: delivered)."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0, "logger": RDKAFKA_LOGGER})
+    errors = []
+    p.produce(topic, b"x" * size, on_delivery=lambda e, m: errors.append(e))
+    assert p.flush(30) == 0, "no delivery report"
+    return errors[0]
+
+
+def test_dynamic_broker_defaults_reach_topics_without_a_restart(broker, new_topic):
+    """`kafka-configs --entity-type brokers --entity-default` changes the
+    defaults of topics without an override of their own, at once: DescribeConfigs
+    shows them with their dynamic source, and `message.max.bytes` is enforced."""
+    from confluent_kafka import KafkaError
+
+    topic = new_topic(partitions=1, prefix="dyn")
+    default = ["--entity-type", "brokers", "--entity-default"]
+    assert produce_one(broker.bootstrap, topic, 5000) is None
+
+    def describe() -> str:
+        p = kafka_tools.configs(broker.bootstrap, "--describe", "--entity-type", "topics", "--entity-name", topic, "--all")
+        assert p.returncode == 0, p
+        return p.stdout
+
+    try:
+        p = kafka_tools.configs(
+            broker.bootstrap, "--alter", *default, "--add-config", "log.retention.ms=12345678,message.max.bytes=2000"
+        )
+        assert p.returncode == 0, p
+        shown = "retention.ms=12345678 sensitive=false synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:log.retention.ms=12345678"
+        wait_for("the dynamic default shown on the topic", lambda: shown in describe())
+        assert "max.message.bytes=2000 sensitive=false synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:message.max.bytes=2000" in describe()
+
+        def refused():
+            e = produce_one(broker.bootstrap, topic, 5000)
+            return e is not None and e.code() == KafkaError.MSG_SIZE_TOO_LARGE
+
+        wait_for("a batch above the dynamic message.max.bytes refused", refused)
+        assert produce_one(broker.bootstrap, topic, 500) is None
+
+        # a config Kafka cannot change at run time is refused as read-only
+        p = kafka_tools.configs(broker.bootstrap, "--alter", *default, "--add-config", "num.partitions=3")
+        assert p.returncode != 0, p
+        assert "num.partitions" in p.stdout + p.stderr, p
+    finally:
+        p = kafka_tools.configs(
+            broker.bootstrap, "--alter", *default, "--delete-config", "log.retention.ms,message.max.bytes"
+        )
+        assert p.returncode == 0, p
+    wait_for("the default back", lambda: "retention.ms=12345678" not in describe())
+    wait_for("large batches accepted again", lambda: produce_one(broker.bootstrap, topic, 5000) is None)
+
+
 # -- three brokers -------------------------------------------------------------
 
 

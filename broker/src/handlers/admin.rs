@@ -237,7 +237,7 @@ pub fn create_topics(
                 }
                 if version >= 5 {
                     let effective =
-                        topic_config::effective(&configs, broker.topics.broker_config());
+                        topic_config::effective(&configs, &broker.topics.broker_config());
                     r = r.with_configs(Some(
                         effective
                             .into_iter()

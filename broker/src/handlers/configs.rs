@@ -63,7 +63,7 @@ fn describe_topic(
             .configs
             .clone()
     };
-    let effective = topic_config::effective(&overrides, broker.topics.broker_config());
+    let effective = topic_config::effective(&overrides, &broker.topics.broker_config());
     Ok(effective
         .into_iter()
         .filter(|(k, _)| wanted(keys, k))
@@ -81,7 +81,7 @@ fn describe_topic(
                 })
                 .with_synonyms(match def {
                     Some(def) if include_synonyms => {
-                        topic_config::synonyms(def, &overrides, broker.topics.broker_config())
+                        topic_config::synonyms(def, &overrides, &broker.topics.broker_config())
                             .into_iter()
                             .map(|(name, value, source)| {
                                 DescribeConfigsSynonym::default()
@@ -118,7 +118,8 @@ fn describe_broker(
             format!("this is broker {}, not {name}", broker.node_id),
         ));
     }
-    let cfg = broker.topics.broker_config();
+    // the static properties; the dynamic values are laid over them below
+    let cfg = broker.topics.static_broker_config();
     // Kafka shows an unlimited rate as Long.MAX_VALUE
     let rate = |r: u64| i64::try_from(r).unwrap_or(i64::MAX).to_string();
     let mut values: BTreeMap<String, (String, ConfigSource)> = [

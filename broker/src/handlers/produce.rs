@@ -86,7 +86,7 @@ pub fn handle(broker: &Broker, req: ProduceRequest, _version: i16) -> Handled {
             broker.topics.get(&name).map_or(1, |t| {
                 crate::topic_config::min_insync_replicas(
                     &t.meta.configs,
-                    broker.topics.broker_config(),
+                    &broker.topics.broker_config(),
                 )
             })
         });
