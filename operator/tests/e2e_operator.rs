@@ -15,7 +15,9 @@
 //! deleted; topics are created,
 //! grown, repaired after drift and deleted through the finalizer; impossible
 //! specs become conditions; the scale subresource works under the operator's
-//! own ClusterRole; a config change rolls the brokers highest ordinal first;
+//! own ClusterRole; a config change rolls the brokers highest ordinal first,
+//! and a new value of a dynamic broker config reaches every broker without
+//! any pod restarting;
 //! the shipped Deployment runs two operator
 //! pods that fail over; a leader that loses its Lease stops;
 //! `manifests/examples/kafkacluster-production.yaml` applied as written
@@ -1524,6 +1526,67 @@ async fn scale_then_roll_one_broker_at_a_time() -> Result<()> {
     );
     cluster_condition(&clusters, "roll", "Ready", "True").await?;
     assert!(events_with_reason(&ns, "RollingRestart").await? >= 1);
+
+    // A new value of a dynamic broker config: no pod is replaced, every
+    // broker takes it at run time (DescribeConfigs of each broker shows it
+    // as the cluster-wide dynamic default).
+    let list = pods
+        .list(&ListParams::default().labels("moldau.io/cluster=roll"))
+        .await?;
+    let before: BTreeMap<String, (String, Option<String>)> = list
+        .items
+        .iter()
+        .map(|p| {
+            let started = p
+                .status
+                .as_ref()
+                .and_then(|s| s.start_time.as_ref())
+                .map(|t| t.0.to_string());
+            (
+                p.metadata.name.clone().unwrap_or_default(),
+                (uid(p), started),
+            )
+        })
+        .collect();
+    assert_eq!(before.len(), 3);
+    clusters
+        .patch(
+            "roll",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"config": {"log.retention.ms": "3600000"}}})),
+        )
+        .await?;
+    let addrs = broker_addrs(&pods, "roll", 3).await?;
+    wait_for(LONG, "every broker with the new default", || async {
+        for addr in addrs.values() {
+            let mut admin = AdminClient::connect(*addr, Duration::from_secs(10)).await?;
+            let defaults = admin.describe_broker_defaults().await?;
+            if defaults.get("log.retention.ms").map(String::as_str) != Some("3600000") {
+                return Ok(None);
+            }
+        }
+        Ok(Some(()))
+    })
+    .await?;
+    event_seen(&ns, "DynamicConfigUpdated").await?;
+    // what the roll above took, and more: nothing is restarted
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let list = pods
+        .list(&ListParams::default().labels("moldau.io/cluster=roll"))
+        .await?;
+    for p in &list.items {
+        let name = p.metadata.name.clone().unwrap_or_default();
+        let started = p
+            .status
+            .as_ref()
+            .and_then(|s| s.start_time.as_ref())
+            .map(|t| t.0.to_string());
+        assert_eq!(
+            before.get(&name),
+            Some(&(uid(p), started)),
+            "{name} was replaced or restarted for a dynamic config"
+        );
+    }
     Ok(())
 }
 

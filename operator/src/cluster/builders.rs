@@ -205,7 +205,10 @@ pub fn desired_objects_scaled(
     let names = Names::of(kc)?;
     let owner = owner_reference(kc)?;
     let properties = render_properties(&kc.spec.config);
-    let config_hash = config_hash(&properties);
+    // a new value of a dynamic key is applied at run time, not by a roll
+    let config_hash = config_hash(&render_properties(&super::dynamic::hash_input(
+        &kc.spec.config,
+    )));
     Ok(ClusterObjects {
         service_account: ServiceAccount {
             metadata: meta(&names, names.broker_identity(), &owner),

@@ -13,6 +13,11 @@
 //! applies or deletes that `KafkaRebalance` as decided. The rebalance
 //! itself runs in the KafkaRebalance controller.
 //!
+//! Config: a new value of a key `dynamic` lists is applied as the
+//! cluster-wide dynamic broker default through a Ready broker (the pods'
+//! config hash does not cover those values, so no roll); every other
+//! change rolls the brokers.
+//!
 //! The cluster record is not watched (its kind belongs to the brokers and
 //! may not be installed yet); a cluster that is not Ready is reconciled again
 //! after `retry`, a Ready one after `cluster_resync` or at any pod change.
@@ -252,6 +257,58 @@ pub async fn reconcile(kc: Arc<KafkaCluster>, ctx: Arc<Context>) -> Result<Actio
     result
 }
 
+/// Sets the dynamic keys of `spec.config` as the cluster-wide broker
+/// defaults (see [`super::dynamic`]) through a Ready broker. A failure is
+/// logged and retried by the next reconcile; it never fails this one.
+async fn sync_dynamic_configs(
+    ctx: &Context,
+    kc: &KafkaCluster,
+    pods: &[Pod],
+    reference: &k8s_openapi::api::core::v1::ObjectReference,
+) {
+    let brokers = crate::topic::controller::ready_brokers(pods, kc.spec.listener_port);
+    if brokers.is_empty() {
+        return;
+    }
+    let outcome = async {
+        let (mut admin, _) = crate::topic::controller::connect_admin(ctx, &brokers).await?;
+        let current = admin.describe_broker_defaults().await?;
+        let ops = super::dynamic::plan(&kc.spec.config, &current);
+        if !ops.is_empty() {
+            admin.alter_broker_config("", &ops).await?;
+        }
+        Ok::<_, crate::kafka::KafkaError>(ops)
+    }
+    .await;
+    match outcome {
+        Ok(ops) if !ops.is_empty() => {
+            let keys: Vec<&str> = ops
+                .iter()
+                .map(|op| match op {
+                    crate::kafka::ConfigOp::Set(k, _) | crate::kafka::ConfigOp::Delete(k) => {
+                        k.as_str()
+                    }
+                })
+                .collect();
+            ctx.events
+                .normal(
+                    reference,
+                    "Reconcile",
+                    "DynamicConfigUpdated",
+                    format!(
+                        "applied cluster-wide broker configs without a restart: {}",
+                        keys.join(", ")
+                    ),
+                )
+                .await;
+        }
+        Ok(_) => {}
+        Err(e) => {
+            tracing::warn!(cluster = %builders::object_key(kc), error = %e, "applying dynamic broker configs failed; retried at the next reconcile")
+        }
+    }
+}
+
 async fn reconcile_inner(kc: &KafkaCluster, ctx: &Context) -> Result<Action> {
     if kc.metadata.deletion_timestamp.is_some() {
         // Children are garbage-collected through owner references.
@@ -380,6 +437,10 @@ async fn reconcile_inner(kc: &KafkaCluster, ctx: &Context) -> Result<Action> {
             Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
             Err(e) => return Err(e.into()),
         }
+    }
+
+    if problem.is_none() {
+        sync_dynamic_configs(ctx, kc, &pods.items, &reference).await;
     }
 
     let (scaling, auto_rebalance) = match (&scale, &problem) {

@@ -1,11 +1,13 @@
 //! The `KafkaCluster` reconciler: `builders` (desired objects), `rollout`
 //! (rolling-restart planner), `scaling` (how many brokers run and which
-//! partition move a scale waits for), `status` (conditions) are pure; `membership`
+//! partition move a scale waits for), `status` (conditions), `dynamic`
+//! (which config changes need no roll) are pure; `membership`
 //! parses the brokers' cluster record (and reads it); `controller` is the
 //! thin async edge that reads, applies and reports.
 
 pub mod builders;
 pub mod controller;
+pub mod dynamic;
 pub mod membership;
 pub mod rollout;
 pub mod scaling;

@@ -39,6 +39,8 @@ const RESOURCE_TOPIC: i8 = 2;
 const RESOURCE_BROKER: i8 = 4;
 /// DescribeConfigs `config_source` of a topic-level override.
 pub const SOURCE_TOPIC_CONFIG: i8 = 1;
+/// DescribeConfigs `config_source` of a cluster-wide dynamic broker default.
+pub const SOURCE_DYNAMIC_DEFAULT_BROKER: i8 = 3;
 
 /// A broker as reported by Metadata.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -492,6 +494,39 @@ impl AdminClient {
         ops: &[ConfigOp],
     ) -> Result<(), KafkaError> {
         self.alter_config(RESOURCE_TOPIC, name, ops).await
+    }
+
+    /// The cluster-wide dynamic broker defaults (DescribeConfigs of the
+    /// broker resource `""`, entries of source DYNAMIC_DEFAULT_BROKER_CONFIG).
+    pub async fn describe_broker_defaults(
+        &mut self,
+    ) -> Result<BTreeMap<String, String>, KafkaError> {
+        let req = DescribeConfigsRequest::default().with_resources(vec![
+            DescribeConfigsResource::default()
+                .with_resource_type(RESOURCE_BROKER)
+                .with_resource_name(s(""))
+                .with_configuration_keys(None),
+        ]);
+        let resp = self.call(req, "DescribeConfigs").await?;
+        let result = resp
+            .results
+            .into_iter()
+            .next()
+            .ok_or_else(|| KafkaError::Protocol("DescribeConfigs response is empty".into()))?;
+        if result.error_code != 0 {
+            return Err(KafkaError::broker(
+                "DescribeConfigs",
+                result.error_code,
+                opt_string(&result.error_message),
+            ));
+        }
+        Ok(result
+            .configs
+            .into_iter()
+            .map(config_entry)
+            .filter(|e| e.source == SOURCE_DYNAMIC_DEFAULT_BROKER)
+            .filter_map(|e| Some((e.name, e.value?)))
+            .collect())
     }
 
     /// Applies dynamic config operations to a broker (`entity`: its node
