@@ -164,6 +164,15 @@ def test_dynamic_broker_defaults_reach_topics_without_a_restart(broker, new_topi
         shown = "retention.ms=12345678 sensitive=false synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:log.retention.ms=12345678"
         wait_for("the dynamic default shown on the topic", lambda: shown in describe())
         assert "max.message.bytes=2000 sensitive=false synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:message.max.bytes=2000" in describe()
+        # and on the broker itself, the dynamic default first among its synonyms
+        from confluent_kafka.admin import AdminClient
+
+        (node,) = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=10).brokers
+        p = kafka_tools.configs(
+            broker.bootstrap, "--describe", "--entity-type", "brokers", "--entity-name", str(node), "--all"
+        )
+        assert p.returncode == 0, p
+        assert "log.retention.ms=12345678 sensitive=false synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:log.retention.ms=12345678" in p.stdout, p.stdout
 
         def refused():
             e = produce_one(broker.bootstrap, topic, 5000)

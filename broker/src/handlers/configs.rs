@@ -21,6 +21,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::str_bytes;
 use crate::broker::Broker;
+use crate::config::BrokerConfig;
 use crate::topic_config::{self, ConfigSource, ConfigType};
 use crate::topics::{AlterOp, TopicError};
 
@@ -97,32 +98,11 @@ fn describe_topic(
         .collect())
 }
 
-fn describe_broker(
-    broker: &Broker,
-    name: &str,
-    keys: &Option<Vec<StrBytes>>,
-) -> Result<Vec<DescribeConfigsResourceResult>, TopicError> {
-    let image = broker.image();
-    if name.is_empty() {
-        // the default entity: the cluster-wide dynamic defaults only
-        let defaults = image.broker_configs.get("").cloned().unwrap_or_default();
-        return Ok(defaults
-            .into_iter()
-            .filter(|(k, _)| wanted(keys, k))
-            .map(|(k, v)| config_entry(&k, &v, ConfigSource::DynamicDefaultBroker, false))
-            .collect());
-    }
-    if name != broker.node_id.to_string() {
-        return Err(TopicError::new(
-            ResponseError::InvalidRequest,
-            format!("this is broker {}, not {name}", broker.node_id),
-        ));
-    }
-    // the static properties; the dynamic values are laid over them below
-    let cfg = broker.topics.static_broker_config();
+/// The broker configs DescribeConfigs reports, with their values in `cfg`.
+fn broker_values(cfg: &BrokerConfig) -> Vec<(&'static str, String)> {
     // Kafka shows an unlimited rate as Long.MAX_VALUE
     let rate = |r: u64| i64::try_from(r).unwrap_or(i64::MAX).to_string();
-    let mut values: BTreeMap<String, (String, ConfigSource)> = [
+    vec![
         ("num.partitions", cfg.num_partitions.to_string()),
         (
             "default.replication.factor",
@@ -138,6 +118,7 @@ fn describe_broker(
             cfg.socket_request_max_bytes.to_string(),
         ),
         ("message.max.bytes", cfg.message_max_bytes.to_string()),
+        ("min.insync.replicas", cfg.min_insync_replicas.to_string()),
         ("log.segment.bytes", cfg.log_segment_bytes.to_string()),
         ("log.roll.ms", cfg.log_roll_ms.to_string()),
         ("log.retention.ms", cfg.log_retention_ms.to_string()),
@@ -177,41 +158,152 @@ fn describe_broker(
             rate(cfg.follower_replication_throttled_rate),
         ),
     ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), (v, ConfigSource::Default)))
-    .collect();
-    for (k, v) in &cfg.raw {
-        values.insert(k.clone(), (v.clone(), ConfigSource::StaticBroker));
-    }
-    for def in crate::dynamic_config::DYNAMIC_BROKER_CONFIGS {
-        let dynamic =
-            crate::dynamic_config::resolve(&image.broker_configs, broker.node_id, def.name);
-        if let Some((v, source)) = dynamic {
-            values.insert(def.name.to_string(), (v.to_string(), source));
+}
+
+/// One broker config with every value it has, most specific first: this
+/// broker's dynamic value, the cluster-wide dynamic default, the broker's
+/// properties, the default (`defaults`: what the static config makes of
+/// an unset key, e.g. `log.retention.ms` from `log.retention.hours`). The
+/// first is the effective one; all are its synonyms (Kafka's
+/// DescribeConfigs `include_synonyms`).
+fn broker_synonyms(
+    key: &str,
+    dynamic: &crate::dynamic_config::BrokerConfigs,
+    node: i32,
+    static_cfg: &BrokerConfig,
+    defaults: &BTreeMap<&'static str, String>,
+) -> Vec<(String, ConfigSource)> {
+    let mut out = Vec::new();
+    if crate::dynamic_config::find(key).is_some() {
+        let own = dynamic.get(&node.to_string()).and_then(|c| c.get(key));
+        if let Some(v) = own {
+            out.push((v.clone(), ConfigSource::DynamicBroker));
+        }
+        if let Some(v) = dynamic.get("").and_then(|c| c.get(key)) {
+            out.push((v.clone(), ConfigSource::DynamicDefaultBroker));
         }
     }
-    Ok(values
+    if let Some(v) = static_cfg.raw.get(key) {
+        out.push((v.trim().to_string(), ConfigSource::StaticBroker));
+    }
+    if let Some(v) = defaults.get(key) {
+        out.push((v.clone(), ConfigSource::Default));
+    }
+    out
+}
+
+fn describe_broker(
+    broker: &Broker,
+    name: &str,
+    keys: &Option<Vec<StrBytes>>,
+    docs: bool,
+    include_synonyms: bool,
+) -> Result<Vec<DescribeConfigsResourceResult>, TopicError> {
+    let image = broker.image();
+    let doc = |k: &str| {
+        crate::dynamic_config::find(k)
+            .map(|d| str_bytes(d.doc))
+            .filter(|_| docs)
+    };
+    if name.is_empty() {
+        // the default entity: the cluster-wide dynamic defaults only
+        let defaults = image.broker_configs.get("").cloned().unwrap_or_default();
+        return Ok(defaults
+            .into_iter()
+            .filter(|(k, _)| wanted(keys, k))
+            .map(|(k, v)| {
+                let synonyms = if include_synonyms {
+                    vec![(v.clone(), ConfigSource::DynamicDefaultBroker)]
+                } else {
+                    Vec::new()
+                };
+                config_entry(
+                    &k,
+                    &EntryValues::new(&v, ConfigSource::DynamicDefaultBroker, synonyms),
+                    false,
+                )
+                .with_documentation(doc(&k))
+            })
+            .collect());
+    }
+    if name != broker.node_id.to_string() {
+        return Err(TopicError::new(
+            ResponseError::InvalidRequest,
+            format!("this is broker {}, not {name}", broker.node_id),
+        ));
+    }
+    // the static properties; the dynamic values are laid over them
+    let static_cfg = broker.topics.static_broker_config();
+    let defaults: BTreeMap<&'static str, String> = broker_values(static_cfg).into_iter().collect();
+    let mut keys_shown: std::collections::BTreeSet<String> =
+        defaults.keys().map(|k| k.to_string()).collect();
+    keys_shown.extend(static_cfg.raw.keys().cloned());
+    keys_shown.extend(
+        crate::dynamic_config::DYNAMIC_BROKER_CONFIGS
+            .iter()
+            .filter(|d| {
+                crate::dynamic_config::resolve(&image.broker_configs, broker.node_id, d.name)
+                    .is_some()
+            })
+            .map(|d| d.name.to_string()),
+    );
+    Ok(keys_shown
         .into_iter()
-        .filter(|(k, _)| wanted(keys, k))
-        .map(|(k, (v, source))| {
+        .filter(|k| wanted(keys, k))
+        .filter_map(|k| {
+            let all = broker_synonyms(
+                &k,
+                &image.broker_configs,
+                broker.node_id,
+                static_cfg,
+                &defaults,
+            );
+            let (value, source) = all.first().cloned()?;
             let read_only = crate::dynamic_config::find(&k).is_none();
-            config_entry(&k, &v, source, read_only)
+            let synonyms = if include_synonyms { all } else { Vec::new() };
+            Some(
+                config_entry(&k, &EntryValues::new(&value, source, synonyms), read_only)
+                    .with_documentation(doc(&k)),
+            )
         })
         .collect())
 }
 
-fn config_entry(
-    name: &str,
-    value: &str,
+/// An entry's value and source, and the synonyms to report (empty unless asked).
+struct EntryValues {
+    value: String,
     source: ConfigSource,
-    read_only: bool,
-) -> DescribeConfigsResourceResult {
+    synonyms: Vec<(String, ConfigSource)>,
+}
+
+impl EntryValues {
+    fn new(value: &str, source: ConfigSource, synonyms: Vec<(String, ConfigSource)>) -> Self {
+        EntryValues {
+            value: value.to_string(),
+            source,
+            synonyms,
+        }
+    }
+}
+
+fn config_entry(name: &str, e: &EntryValues, read_only: bool) -> DescribeConfigsResourceResult {
     DescribeConfigsResourceResult::default()
         .with_name(str_bytes(name))
-        .with_value(Some(str_bytes(value)))
+        .with_value(Some(str_bytes(&e.value)))
         .with_read_only(read_only)
-        .with_config_source(source as i8)
+        .with_config_source(e.source as i8)
         .with_config_type(ConfigType::String as i8)
+        .with_synonyms(
+            e.synonyms
+                .iter()
+                .map(|(value, source)| {
+                    DescribeConfigsSynonym::default()
+                        .with_name(str_bytes(name))
+                        .with_value(Some(str_bytes(value)))
+                        .with_source(*source as i8)
+                })
+                .collect(),
+        )
 }
 
 pub fn describe(broker: &Broker, req: DescribeConfigsRequest) -> DescribeConfigsResponse {
@@ -228,7 +320,13 @@ pub fn describe(broker: &Broker, req: DescribeConfigsRequest) -> DescribeConfigs
                     req.include_documentation,
                     req.include_synonyms,
                 ),
-                BROKER => describe_broker(broker, &name, &r.configuration_keys),
+                BROKER => describe_broker(
+                    broker,
+                    &name,
+                    &r.configuration_keys,
+                    req.include_documentation,
+                    req.include_synonyms,
+                ),
                 other => Err(TopicError::new(
                     ResponseError::InvalidRequest,
                     format!("resource type {other} is not supported"),
