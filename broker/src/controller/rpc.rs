@@ -115,11 +115,19 @@ pub fn quota_part_to_pb(part: &Option<crate::quota::QuotaName>) -> pb::QuotaEnti
             present: true,
             is_default: true,
             name: String::new(),
+            is_prefix: false,
         },
         Some(QuotaName::Name(n)) => pb::QuotaEntityPart {
             present: true,
             is_default: false,
             name: n.clone(),
+            is_prefix: false,
+        },
+        Some(QuotaName::Prefix(p)) => pb::QuotaEntityPart {
+            present: true,
+            is_default: false,
+            name: p.clone(),
+            is_prefix: true,
         },
     }
 }
@@ -129,6 +137,8 @@ pub fn quota_part_from_pb(part: Option<&pb::QuotaEntityPart>) -> Option<crate::q
     let p = part.filter(|p| p.present)?;
     Some(if p.is_default {
         QuotaName::Default
+    } else if p.is_prefix {
+        QuotaName::Prefix(p.name.clone())
     } else {
         QuotaName::Name(p.name.clone())
     })
