@@ -13,7 +13,8 @@ and enforced on real confluent-kafka clients:
 - quotas survive a broker restart (SIGTERM and kill -9) and removing them
   with `--delete-config` leaves nothing behind;
 - three Moldau brokers: a quota set through one broker (to the controller,
-  stored in the cluster metadata) is shown by every other broker;
+  stored in the cluster metadata) is shown by every other broker, a
+  `client-id-prefix` one too;
 - Moldau's `client-id-prefix` entity (an extension: Kafka has none), set
   through Kafka's Java Admin client: a prefix's quota holds for a producer
   whose client id starts with it while another producer is not slowed, an
@@ -243,6 +244,17 @@ def test_a_quota_set_through_one_broker_is_shown_by_every_broker():
             while described(c[n].bootstrap, client(cid)) != {"producer_byte_rate": MIB}:
                 assert time.monotonic() < deadline, f"broker {n} does not show the quota"
                 time.sleep(0.5)
+        # Moldau's client-id-prefix entity travels the same way (through
+        # each broker in turn: one of them forwards to the controller)
+        for n in (0, 1, 2):
+            prefix = unique(f"qclp{n}") + "-"
+            set_quota(c[n].bootstrap, {"client-id-prefix": prefix}, producer_byte_rate=MIB)
+            want = {(("client-id-prefix", prefix),): {"producer_byte_rate": MIB}}
+            for m in (0, 1, 2):
+                deadline = time.monotonic() + 15
+                while kafka_tools.describe_client_quotas(c[m].bootstrap, f"client-id-prefix={prefix}") != want:
+                    assert time.monotonic() < deadline, f"broker {m} does not show the prefix quota set through {n}"
+                    time.sleep(0.5)
     finally:
         c.close(keep=True)
 

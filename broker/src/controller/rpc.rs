@@ -1121,3 +1121,33 @@ impl ControllerService {
         out
     }
 }
+
+#[cfg(test)]
+mod quota_part_tests {
+    use super::*;
+    use crate::quota::QuotaName;
+
+    #[test]
+    fn quota_entity_parts_round_trip_between_brokers_and_controller() {
+        for part in [
+            None,
+            Some(QuotaName::Default),
+            Some(QuotaName::Name("app".into())),
+            Some(QuotaName::Prefix("batch-".into())),
+        ] {
+            let pb = quota_part_to_pb(&part);
+            assert_eq!(quota_part_from_pb(Some(&pb)), part);
+        }
+        // a part from a broker that knows no prefixes is a name
+        let old = pb::QuotaEntityPart {
+            present: true,
+            is_default: false,
+            name: "app".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            quota_part_from_pb(Some(&old)),
+            Some(QuotaName::Name("app".into()))
+        );
+    }
+}
