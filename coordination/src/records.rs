@@ -66,12 +66,17 @@ pub struct ClusterRecord {
 
 /// One part of a client-quota entity: a name, or the default of its kind
 /// (`{"kind": "name", "name": "app-1"}` / `{"kind": "default"}`: both
-/// objects, so the MetadataShard schema stays structural).
+/// objects, so the MetadataShard schema stays structural), or — client ids
+/// only, a Moldau extension — every client id starting with a prefix
+/// (`{"kind": "prefix", "name": "batch-"}`; records written before it
+/// existed read unchanged).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(tag = "kind", content = "name", rename_all = "camelCase")]
 pub enum QuotaName {
     Name(String),
     Default,
+    /// Client ids starting with this (non-empty) prefix.
+    Prefix(String),
 }
 
 /// By hand: the derived schema is a `oneOf` whose variants give `kind`
@@ -84,9 +89,9 @@ impl JsonSchema for QuotaName {
     fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         schemars::json_schema!({
             "type": "object",
-            "description": "A name (kind: name) or the default of its kind (kind: default).",
+            "description": "A name (kind: name), the default of its kind (kind: default), or a client-id prefix (kind: prefix).",
             "properties": {
-                "kind": {"type": "string", "enum": ["name", "default"]},
+                "kind": {"type": "string", "enum": ["name", "default", "prefix"]},
                 "name": {"type": "string"}
             },
             "required": ["kind"]
@@ -95,7 +100,8 @@ impl JsonSchema for QuotaName {
 }
 
 /// A client-quota entity: a user and/or a client id (each a name or the
-/// default); a part that is `None` is not part of the entity.
+/// default; a client id may also be a prefix); a part that is `None` is not
+/// part of the entity.
 #[derive(
     Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
 )]
@@ -288,6 +294,34 @@ mod tests {
             serde_json::from_value::<ClientQuotaRecord>(json).unwrap(),
             record
         );
+    }
+
+    #[test]
+    fn prefix_entities_are_a_new_kind_and_old_records_read_unchanged() {
+        let record = ClientQuotaRecord {
+            entity: QuotaEntity {
+                user: None,
+                client_id: Some(QuotaName::Prefix("batch-".into())),
+            },
+            values: BTreeMap::from([("producer_byte_rate".into(), "1024".into())]),
+        };
+        let json = serde_json::to_value(&record).unwrap();
+        assert_eq!(
+            json["entity"]["clientId"],
+            serde_json::json!({"kind": "prefix", "name": "batch-"})
+        );
+        assert_eq!(
+            serde_json::from_value::<ClientQuotaRecord>(json).unwrap(),
+            record
+        );
+        // a record as written before prefixes existed
+        let old = serde_json::json!({
+            "entity": {"user": {"kind": "default"}, "clientId": {"kind": "name", "name": "app"}},
+            "values": {"consumer_byte_rate": "10"}
+        });
+        let old: ClientQuotaRecord = serde_json::from_value(old).unwrap();
+        assert_eq!(old.entity.client_id, Some(QuotaName::Name("app".into())));
+        assert_eq!(old.entity.user, Some(QuotaName::Default));
     }
 
     fn topic() -> TopicRecord {

@@ -13,7 +13,13 @@ and enforced on real confluent-kafka clients:
 - quotas survive a broker restart (SIGTERM and kill -9) and removing them
   with `--delete-config` leaves nothing behind;
 - three Moldau brokers: a quota set through one broker (to the controller,
-  stored in the cluster metadata) is shown by every other broker.
+  stored in the cluster metadata) is shown by every other broker, a
+  `client-id-prefix` one too;
+- Moldau's `client-id-prefix` entity (an extension: Kafka has none), set
+  through Kafka's Java Admin client: a prefix's quota holds for a producer
+  whose client id starts with it while another producer is not slowed, an
+  exact client id's quota beats the prefix's, and the longest matching
+  prefix wins. Skipped against Apache Kafka.
 
 Every user is `ANONYMOUS` until client authentication exists, so the tests
 use client-id entities; the user and default entities' precedence is unit
@@ -238,5 +244,81 @@ def test_a_quota_set_through_one_broker_is_shown_by_every_broker():
             while described(c[n].bootstrap, client(cid)) != {"producer_byte_rate": MIB}:
                 assert time.monotonic() < deadline, f"broker {n} does not show the quota"
                 time.sleep(0.5)
+        # Moldau's client-id-prefix entity travels the same way (through
+        # each broker in turn: one of them forwards to the controller)
+        for n in (0, 1, 2):
+            prefix = unique(f"qclp{n}") + "-"
+            set_quota(c[n].bootstrap, {"client-id-prefix": prefix}, producer_byte_rate=MIB)
+            want = {(("client-id-prefix", prefix),): {"producer_byte_rate": MIB}}
+            for m in (0, 1, 2):
+                deadline = time.monotonic() + 15
+                while kafka_tools.describe_client_quotas(c[m].bootstrap, f"client-id-prefix={prefix}") != want:
+                    assert time.monotonic() < deadline, f"broker {m} does not show the prefix quota set through {n}"
+                    time.sleep(0.5)
     finally:
         c.close(keep=True)
+
+
+moldau_only = pytest.mark.skipif(
+    brokers.target() == "kafka",
+    reason="client-id-prefix quota entities are a Moldau extension: Apache Kafka has no prefix entities",
+)
+
+
+def set_quota(bootstrap: str, entity: dict[str, str | None], **ops: float | None) -> None:
+    p = kafka_tools.alter_client_quotas(bootstrap, entity, ops)
+    assert p.returncode == 0 and p.stdout.strip() == "ok", f"alterClientQuotas {entity} {ops}:\n{p.stdout}\n{p.stderr}"
+
+
+@moldau_only
+def test_a_client_id_prefix_quota_holds_for_matching_producers_and_no_other(broker):
+    topic = create_topic(broker, unique("qpp"))
+    prefix = unique("batch") + "-"
+    set_quota(broker.bootstrap, {"client-id-prefix": prefix}, producer_byte_rate=MIB)
+    # shown as its own entity type: EXACT and SPECIFIED, strict or not; a
+    # client-id filter does not see it
+    shown = {(("client-id-prefix", prefix),): {"producer_byte_rate": MIB}}
+    assert kafka_tools.describe_client_quotas(broker.bootstrap, f"client-id-prefix={prefix}") == shown
+    assert kafka_tools.describe_client_quotas(broker.bootstrap, f"client-id-prefix={prefix}", strict=True) == shown
+    assert shown.items() <= kafka_tools.describe_client_quotas(broker.bootstrap, "client-id-prefix").items()
+    assert (("client-id-prefix", prefix),) not in kafka_tools.describe_client_quotas(broker.bootstrap, "client-id")
+    # a client-id part and a client-id-prefix part in one entity: refused
+    p = kafka_tools.alter_client_quotas(
+        broker.bootstrap, {"client-id": prefix, "client-id-prefix": prefix}, {"producer_byte_rate": 1.0}
+    )
+    assert p.returncode == 1 and "InvalidRequestException" in p.stdout, p.stdout + p.stderr
+
+    matched, other = prefix + "loader-1", unique("online")
+    s, f = {}, {}
+    run_threads(
+        (produce_for, (broker.bootstrap, topic, matched, MEASURE_S, None, s)),
+        (produce_for, (broker.bootstrap, topic, other, MEASURE_S, 4 * MIB, f)),
+    )
+    assert_rate_within(s["bytes"], MEASURE_S, MIB)
+    assert s["throttles"], "the producer under the prefix was never told its throttle time"
+    assert f["bytes"] >= 0.8 * 4 * MIB * MEASURE_S, f"the other producer got {f['bytes'] / MEASURE_S / MIB:.2f} MiB/s of 4"
+    assert not f["throttles"], f"the other producer was throttled: {f['throttles'][:5]}"
+
+    set_quota(broker.bootstrap, {"client-id-prefix": prefix}, producer_byte_rate=None)
+    assert kafka_tools.describe_client_quotas(broker.bootstrap, f"client-id-prefix={prefix}") == {}
+
+
+@moldau_only
+def test_an_exact_client_id_beats_a_prefix_and_the_longest_prefix_wins(broker):
+    topic = create_topic(broker, unique("qpx"))
+    prefix = unique("tenant") + "-"
+    exact, longer, sibling = prefix + "exact", prefix + "eu-1", prefix + "us-1"
+    set_quota(broker.bootstrap, {"client-id-prefix": prefix}, producer_byte_rate=MIB // 2)
+    set_quota(broker.bootstrap, {"client-id-prefix": prefix + "eu-"}, producer_byte_rate=MIB)
+    set_quota(broker.bootstrap, {"client-id": exact}, producer_byte_rate=2 * MIB)
+    got = {cid: {} for cid in (exact, longer, sibling)}
+    run_threads(*((produce_for, (broker.bootstrap, topic, cid, MEASURE_S, None, out)) for cid, out in got.items()))
+    # each within 20 % of its own quota: none of them is the next one's
+    assert_rate_within(got[exact]["bytes"], MEASURE_S, 2 * MIB)
+    assert_rate_within(got[longer]["bytes"], MEASURE_S, MIB)
+    assert_rate_within(got[sibling]["bytes"], MEASURE_S, MIB // 2)
+    for cid, out in got.items():
+        assert out["throttles"], f"{cid} was never told its throttle time"
+    set_quota(broker.bootstrap, {"client-id-prefix": prefix}, producer_byte_rate=None)
+    set_quota(broker.bootstrap, {"client-id-prefix": prefix + "eu-"}, producer_byte_rate=None)
+    set_quota(broker.bootstrap, {"client-id": exact}, producer_byte_rate=None)

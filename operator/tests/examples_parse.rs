@@ -48,10 +48,14 @@ fn quota_example_parses_and_plans() {
         .into_iter()
         .map(|d| serde_yaml::from_value(d).unwrap())
         .collect();
-    assert_eq!(quotas.len(), 2);
+    assert_eq!(quotas.len(), 3);
     assert_eq!(quotas[0].spec.producer_byte_rate, Some(1048576));
+    assert_eq!(
+        quotas[2].spec.entities[0].client_id_prefix.as_deref(),
+        Some("etl-")
+    );
     let plan = moldau_operator::quota::plan::plan(&quotas, &Default::default());
-    assert_eq!(plan.alterations.len(), 2);
+    assert_eq!(plan.alterations.len(), 3);
     assert!(plan.objects.values().all(|o| o.refused.is_empty()));
 }
 

@@ -150,3 +150,74 @@ async fn quotas_are_applied_repaired_and_removed_on_a_real_broker() {
     .await
     .expect("test took longer than 120 s");
 }
+
+#[tokio::test]
+async fn client_id_prefix_entities_round_trip_on_a_real_broker() {
+    let broker = start_broker().await;
+    tokio::time::timeout(Duration::from_secs(120), async {
+        let mut admin = AdminClient::connect(broker.addr, T).await.unwrap();
+        let prefix = |user: Option<EntityName>, p: &str| QuotaEntity {
+            user,
+            client_id: Some(EntityName::Prefix(p.into())),
+        };
+        let mut qs = vec![
+            kq(
+                "tenant",
+                10,
+                serde_json::json!({"entities": [{"clientIdPrefix": "app"},
+                    {"user": "ANONYMOUS", "clientIdPrefix": "app-"}],
+                    "producerByteRate": 2048}),
+            ),
+            // the same name as an exact client id: another entity
+            kq(
+                "exact",
+                20,
+                serde_json::json!({"entities": [{"clientId": "app"}], "consumerByteRate": 4096}),
+            ),
+        ];
+        reconcile(&mut admin, &mut qs).await;
+        for q in &qs {
+            let status = q.status.as_ref().unwrap();
+            assert!(status.refused.is_empty(), "{status:?}");
+        }
+        let described = admin.describe_client_quotas().await.unwrap();
+        let anonymous = Some(EntityName::Name("ANONYMOUS".into()));
+        assert_eq!(
+            described,
+            BTreeMap::from([
+                (
+                    prefix(None, "app"),
+                    BTreeMap::from([("producer_byte_rate".to_string(), 2048.0)])
+                ),
+                (
+                    prefix(anonymous.clone(), "app-"),
+                    BTreeMap::from([("producer_byte_rate".to_string(), 2048.0)])
+                ),
+                (
+                    client("app"),
+                    BTreeMap::from([("consumer_byte_rate".to_string(), 4096.0)])
+                ),
+            ])
+        );
+        assert_eq!(prefix(None, "app").to_string(), "client-id-prefix=app");
+
+        // an empty prefix is the broker's INVALID_REQUEST (the CRD and the
+        // planner refuse it before it gets there)
+        let results = admin
+            .alter_client_quotas(&[QuotaAlteration {
+                entity: prefix(None, ""),
+                ops: BTreeMap::from([("producer_byte_rate".to_string(), Some(1.0))]),
+            }])
+            .await
+            .unwrap();
+        assert!(results[0].1.is_err(), "{results:?}");
+
+        // deleting the prefix object removes its two entities only
+        qs[0].metadata.deletion_timestamp = qs[0].metadata.creation_timestamp.clone();
+        reconcile(&mut admin, &mut qs).await;
+        let described = admin.describe_client_quotas().await.unwrap();
+        assert_eq!(described.keys().collect::<Vec<_>>(), vec![&client("app")]);
+    })
+    .await
+    .expect("test took longer than 120 s");
+}

@@ -115,11 +115,19 @@ pub fn quota_part_to_pb(part: &Option<crate::quota::QuotaName>) -> pb::QuotaEnti
             present: true,
             is_default: true,
             name: String::new(),
+            is_prefix: false,
         },
         Some(QuotaName::Name(n)) => pb::QuotaEntityPart {
             present: true,
             is_default: false,
             name: n.clone(),
+            is_prefix: false,
+        },
+        Some(QuotaName::Prefix(p)) => pb::QuotaEntityPart {
+            present: true,
+            is_default: false,
+            name: p.clone(),
+            is_prefix: true,
         },
     }
 }
@@ -129,6 +137,8 @@ pub fn quota_part_from_pb(part: Option<&pb::QuotaEntityPart>) -> Option<crate::q
     let p = part.filter(|p| p.present)?;
     Some(if p.is_default {
         QuotaName::Default
+    } else if p.is_prefix {
+        QuotaName::Prefix(p.name.clone())
     } else {
         QuotaName::Name(p.name.clone())
     })
@@ -1109,5 +1119,35 @@ impl ControllerService {
         tracing::info!(partitions = count, election = ?kind, "leaders elected on request");
         out.metadata_offset = state.metadata_offset;
         out
+    }
+}
+
+#[cfg(test)]
+mod quota_part_tests {
+    use super::*;
+    use crate::quota::QuotaName;
+
+    #[test]
+    fn quota_entity_parts_round_trip_between_brokers_and_controller() {
+        for part in [
+            None,
+            Some(QuotaName::Default),
+            Some(QuotaName::Name("app".into())),
+            Some(QuotaName::Prefix("batch-".into())),
+        ] {
+            let pb = quota_part_to_pb(&part);
+            assert_eq!(quota_part_from_pb(Some(&pb)), part);
+        }
+        // a part from a broker that knows no prefixes is a name
+        let old = pb::QuotaEntityPart {
+            present: true,
+            is_default: false,
+            name: "app".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            quota_part_from_pb(Some(&old)),
+            Some(QuotaName::Name("app".into()))
+        );
     }
 }

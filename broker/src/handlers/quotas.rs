@@ -2,7 +2,9 @@
 //! `kafka-configs --entity-type users|clients` and Admin clients use. The
 //! wire shapes and filters live here; the quotas are the image's, changed
 //! through the [`Controller`](crate::controller::Controller). Entity types
-//! `user` and `client-id`; `ip` quotas are not supported (INVALID_REQUEST).
+//! `user` and `client-id`, and Moldau's extension `client-id-prefix` (the
+//! name is the prefix; it has no default form and does not combine with
+//! `client-id`); `ip` quotas are not supported (INVALID_REQUEST).
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::describe_client_quotas_request::ComponentData;
@@ -19,6 +21,9 @@ use crate::topics::TopicError;
 
 const USER: &str = "user";
 const CLIENT_ID: &str = "client-id";
+/// Moldau's extension: the client ids starting with the entity name.
+const CLIENT_ID_PREFIX: &str = "client-id-prefix";
+const SUPPORTED: &str = "user, client-id, client-id-prefix";
 
 fn invalid(message: String) -> TopicError {
     TopicError::new(ResponseError::InvalidRequest, message)
@@ -30,21 +35,31 @@ fn entity_of<'a>(
 ) -> Result<QuotaEntity, TopicError> {
     let mut e = QuotaEntity::default();
     for (kind, name) in parts {
-        let value = Some(match name {
-            Some(n) => QuotaName::Name(n.to_string()),
-            None => QuotaName::Default,
+        let value = Some(match (kind, name) {
+            (CLIENT_ID_PREFIX, Some(n)) => QuotaName::Prefix(n.to_string()),
+            (CLIENT_ID_PREFIX, None) => {
+                return Err(invalid(format!(
+                    "{CLIENT_ID_PREFIX} has no default form: name the prefix"
+                )))
+            }
+            (_, Some(n)) => QuotaName::Name(n.to_string()),
+            (_, None) => QuotaName::Default,
         });
         let slot = match kind {
             USER => &mut e.user,
-            CLIENT_ID => &mut e.client_id,
+            CLIENT_ID | CLIENT_ID_PREFIX => &mut e.client_id,
             other => {
                 return Err(invalid(format!(
-                    "quota entity type {other:?} is not supported (user, client-id)"
+                    "quota entity type {other:?} is not supported ({SUPPORTED})"
                 )))
             }
         };
         if slot.is_some() {
-            return Err(invalid(format!("quota entity type {kind} given twice")));
+            return Err(invalid(if kind == USER {
+                format!("quota entity type {kind} given twice")
+            } else {
+                format!("one client-id part per entity: {CLIENT_ID} or {CLIENT_ID_PREFIX}, once")
+            }));
         }
         *slot = value;
     }
@@ -57,11 +72,11 @@ fn parts_of(e: &QuotaEntity) -> Vec<(&'static str, Option<StrBytes>)> {
     [(USER, &e.user), (CLIENT_ID, &e.client_id)]
         .into_iter()
         .filter_map(|(kind, part)| {
-            let name = match part.as_ref()? {
-                QuotaName::Default => None,
-                QuotaName::Name(n) => Some(str_bytes(n)),
-            };
-            Some((kind, name))
+            Some(match part.as_ref()? {
+                QuotaName::Default => (kind, None),
+                QuotaName::Name(n) => (kind, Some(str_bytes(n))),
+                QuotaName::Prefix(p) => (CLIENT_ID_PREFIX, Some(str_bytes(p))),
+            })
         })
         .collect()
 }
@@ -108,9 +123,29 @@ pub fn alter(broker: &Broker, req: AlterClientQuotasRequest) -> AlterClientQuota
     AlterClientQuotasResponse::default().with_entries(entries)
 }
 
-/// Whether `part` (an entity's part of one kind) passes a filter component.
-fn component_matches(c: &ComponentData, part: &Option<QuotaName>) -> Result<bool, TopicError> {
+/// Whether `part` (an entity's part of one kind) passes a filter component
+/// (`prefix`: a `client-id-prefix` component, which sees only prefixes; the
+/// other kinds never see them).
+fn component_matches(
+    c: &ComponentData,
+    part: &Option<QuotaName>,
+    prefix: bool,
+) -> Result<bool, TopicError> {
+    if prefix {
+        return Ok(match (c.match_type, part) {
+            (0, Some(QuotaName::Prefix(p))) => c._match.as_ref().is_some_and(|m| m.as_str() == p),
+            (1, _) => {
+                return Err(invalid(format!(
+                    "{CLIENT_ID_PREFIX} has no default form to match"
+                )))
+            }
+            (2, Some(p)) => matches!(p, QuotaName::Prefix(_)),
+            (0 | 2, _) => false,
+            (other, _) => return Err(invalid(format!("unknown match type {other}"))),
+        });
+    }
     Ok(match (c.match_type, part) {
+        (0..=2, Some(QuotaName::Prefix(_))) => false,
         (_, None) => false,
         // EXACT: the named entity
         (0, Some(QuotaName::Name(n))) => c._match.as_ref().is_some_and(|m| m.as_str() == n),
@@ -126,16 +161,17 @@ fn component_matches(c: &ComponentData, part: &Option<QuotaName>) -> Result<bool
 fn described(e: &QuotaEntity, req: &DescribeClientQuotasRequest) -> Result<bool, TopicError> {
     let mut filtered = 0;
     for c in &req.components {
-        let part = match c.entity_type.as_str() {
-            USER => &e.user,
-            CLIENT_ID => &e.client_id,
+        let (part, prefix) = match c.entity_type.as_str() {
+            USER => (&e.user, false),
+            CLIENT_ID => (&e.client_id, false),
+            CLIENT_ID_PREFIX => (&e.client_id, true),
             other => {
                 return Err(invalid(format!(
-                    "quota entity type {other:?} is not supported (user, client-id)"
+                    "quota entity type {other:?} is not supported ({SUPPORTED})"
                 )))
             }
         };
-        if !component_matches(c, part)? {
+        if !component_matches(c, part, prefix)? {
             return Ok(false);
         }
         filtered += 1;
@@ -186,4 +222,101 @@ pub fn describe(broker: &Broker, req: DescribeClientQuotasRequest) -> DescribeCl
     DescribeClientQuotasResponse::default()
         .with_error_message(None)
         .with_entries(Some(entries))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entity(parts: &[(&str, Option<&str>)]) -> Result<QuotaEntity, TopicError> {
+        entity_of(parts.iter().copied())
+    }
+
+    fn component(kind: &str, match_type: i8, name: Option<&str>) -> ComponentData {
+        ComponentData::default()
+            .with_entity_type(str_bytes(kind))
+            .with_match_type(match_type)
+            .with_match(name.map(str_bytes))
+    }
+
+    fn describes(e: &QuotaEntity, components: Vec<ComponentData>, strict: bool) -> bool {
+        let req = DescribeClientQuotasRequest::default()
+            .with_components(components)
+            .with_strict(strict);
+        described(e, &req).unwrap()
+    }
+
+    #[test]
+    fn client_id_prefix_entities_on_the_wire() {
+        let e = entity(&[(USER, None), (CLIENT_ID_PREFIX, Some("batch-"))]).unwrap();
+        assert_eq!(e.client_id, Some(QuotaName::Prefix("batch-".into())));
+        assert_eq!(
+            parts_of(&e),
+            vec![(USER, None), (CLIENT_ID_PREFIX, Some(str_bytes("batch-")))]
+        );
+        for bad in [
+            vec![(CLIENT_ID_PREFIX, Some("a")), (CLIENT_ID, Some("a"))],
+            vec![(CLIENT_ID, None), (CLIENT_ID_PREFIX, Some("a"))],
+            vec![(CLIENT_ID_PREFIX, None)],
+            vec![(CLIENT_ID_PREFIX, Some(""))],
+            vec![("user-prefix", Some("a"))],
+        ] {
+            assert_eq!(
+                entity(&bad).unwrap_err().code,
+                ResponseError::InvalidRequest,
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn describe_filters_see_prefixes_only_through_their_own_type() {
+        let p = entity(&[(CLIENT_ID_PREFIX, Some("batch-"))]).unwrap();
+        let up = entity(&[(USER, Some("u")), (CLIENT_ID_PREFIX, Some("batch-"))]).unwrap();
+        let exact = entity(&[(CLIENT_ID, Some("batch-"))]).unwrap();
+        let c = component;
+        // EXACT on the prefix
+        assert!(describes(
+            &p,
+            vec![c(CLIENT_ID_PREFIX, 0, Some("batch-"))],
+            false
+        ));
+        assert!(!describes(
+            &p,
+            vec![c(CLIENT_ID_PREFIX, 0, Some("batch"))],
+            false
+        ));
+        assert!(!describes(
+            &exact,
+            vec![c(CLIENT_ID_PREFIX, 0, Some("batch-"))],
+            false
+        ));
+        assert!(!describes(&p, vec![c(CLIENT_ID, 0, Some("batch-"))], false));
+        // SPECIFIED
+        assert!(describes(&p, vec![c(CLIENT_ID_PREFIX, 2, None)], false));
+        assert!(!describes(
+            &exact,
+            vec![c(CLIENT_ID_PREFIX, 2, None)],
+            false
+        ));
+        assert!(!describes(&p, vec![c(CLIENT_ID, 2, None)], false));
+        // strict: only entities with exactly the filtered parts
+        assert!(describes(&up, vec![c(CLIENT_ID_PREFIX, 2, None)], false));
+        assert!(!describes(&up, vec![c(CLIENT_ID_PREFIX, 2, None)], true));
+        assert!(describes(
+            &up,
+            vec![c(USER, 0, Some("u")), c(CLIENT_ID_PREFIX, 2, None)],
+            true
+        ));
+        // a prefix has no default
+        let req = DescribeClientQuotasRequest::default().with_components(vec![c(
+            CLIENT_ID_PREFIX,
+            1,
+            None,
+        )]);
+        assert_eq!(
+            described(&p, &req).unwrap_err().code,
+            ResponseError::InvalidRequest
+        );
+    }
 }

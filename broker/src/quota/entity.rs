@@ -2,15 +2,25 @@
 //! which configured entity's quota applies to a connection's user and
 //! client id, and the validation of AlterClientQuotas changes.
 //!
-//! Precedence, most specific first (Kafka's table):
+//! Precedence, most specific first (Kafka's table, with Moldau's client-id
+//! prefixes — marked ¹ — right after each exact client id):
 //! 1. user + client id
-//! 2. user + default client id
-//! 3. user
-//! 4. default user + client id
-//! 5. default user + default client id
-//! 6. default user
-//! 7. client id
-//! 8. default client id
+//! 2. user + client-id prefix ¹
+//! 3. user + default client id
+//! 4. user
+//! 5. default user + client id
+//! 6. default user + client-id prefix ¹
+//! 7. default user + default client id
+//! 8. default user
+//! 9. client id
+//! 10. client-id prefix ¹
+//! 11. default client id
+//!
+//! ¹ A client-id prefix (wire entity type `client-id-prefix`, a Moldau
+//! extension: Kafka has no prefix entities) matches every client id that
+//! starts with it; among several matching prefixes of one level the
+//! longest wins. Users have no prefix form. A quota is looked up key by
+//! key: the first level that sets the key gives it.
 //!
 //! Until client authentication exists every client is the user
 //! `ANONYMOUS` (Kafka's name for an unauthenticated principal), so user
@@ -77,34 +87,74 @@ fn name(n: &str) -> Option<QuotaName> {
     Some(QuotaName::Name(n.to_string()))
 }
 
-/// The entities that may set a quota for `user` and `client_id`, most
-/// specific first.
-pub fn candidates(user: &str, client_id: &str) -> [QuotaEntity; 8] {
-    let e = |user, client_id| QuotaEntity { user, client_id };
-    let default = || Some(QuotaName::Default);
+/// How a precedence level names the client id.
+#[derive(Clone, Copy)]
+enum ClientPart {
+    Exact,
+    Prefix,
+    Default,
+    Absent,
+}
+
+/// The levels of the precedence table (see the module doc), most specific
+/// first: the user part and how the client id is named.
+fn levels(user: &str) -> [(Option<QuotaName>, ClientPart); 11] {
+    use ClientPart::*;
+    let u = || name(user);
+    let d = || Some(QuotaName::Default);
     [
-        e(name(user), name(client_id)),
-        e(name(user), default()),
-        e(name(user), None),
-        e(default(), name(client_id)),
-        e(default(), default()),
-        e(default(), None),
-        e(None, name(client_id)),
-        e(None, default()),
+        (u(), Exact),
+        (u(), Prefix),
+        (u(), Default),
+        (u(), Absent),
+        (d(), Exact),
+        (d(), Prefix),
+        (d(), Default),
+        (d(), Absent),
+        (None, Exact),
+        (None, Prefix),
+        (None, Default),
     ]
 }
 
 /// The quota `key` that applies to `user` / `client_id`, and the entity it
-/// comes from — the first of [`candidates`] that sets it.
+/// comes from: the first level of the precedence table that sets it (at a
+/// prefix level, the longest matching prefix that sets it).
 pub fn resolve(
     quotas: &ClientQuotas,
     user: &str,
     client_id: &str,
     key: &str,
 ) -> Option<(QuotaEntity, f64)> {
-    candidates(user, client_id).into_iter().find_map(|e| {
+    let lookup = |e: QuotaEntity| {
         let v = quotas.get(&e)?.get(key)?;
         Some((e, *v))
+    };
+    levels(user).into_iter().find_map(|(user, client)| {
+        let e = |client_id| QuotaEntity {
+            user: user.clone(),
+            client_id,
+        };
+        match client {
+            ClientPart::Exact => lookup(e(name(client_id))),
+            ClientPart::Default => lookup(e(Some(QuotaName::Default))),
+            ClientPart::Absent => lookup(e(None)),
+            // Every prefix of the client id sorts between "" and the client
+            // id itself, and of two of them the longer sorts last: the
+            // first match walking back from the client id is the longest.
+            ClientPart::Prefix => {
+                let prefix = |p: &str| e(Some(QuotaName::Prefix(p.to_string())));
+                quotas
+                    .range(prefix("")..=prefix(client_id))
+                    .rev()
+                    .find_map(|(entity, values)| match &entity.client_id {
+                        Some(QuotaName::Prefix(p)) if client_id.starts_with(p.as_str()) => {
+                            Some((entity.clone(), *values.get(key)?))
+                        }
+                        _ => None,
+                    })
+            }
+        }
     })
 }
 
@@ -130,13 +180,18 @@ pub fn validate(key: &str, value: Option<f64>) -> Result<(), TopicError> {
     }
 }
 
-/// Checks an entity: a user and/or a client id, nothing else.
+/// Checks an entity: a user and/or a client id (or client-id prefix),
+/// nothing else; a prefix is non-empty and never a user's.
 pub fn validate_entity(e: &QuotaEntity) -> Result<(), TopicError> {
+    let invalid = |m: &str| Err(TopicError::new(ResponseError::InvalidRequest, m));
     if e.user.is_none() && e.client_id.is_none() {
-        return Err(TopicError::new(
-            ResponseError::InvalidRequest,
-            "a quota entity names a user, a client id, or both",
-        ));
+        return invalid("a quota entity names a user, a client id, or both");
+    }
+    if matches!(e.user, Some(QuotaName::Prefix(_))) {
+        return invalid("users have no prefix form (only client ids do)");
+    }
+    if matches!(&e.client_id, Some(QuotaName::Prefix(p)) if p.is_empty()) {
+        return invalid("a client-id prefix is not empty");
     }
     Ok(())
 }
@@ -177,17 +232,24 @@ mod tests {
         QuotaEntity { user, client_id }
     }
 
+    fn prefix(p: &str) -> Option<QuotaName> {
+        Some(QuotaName::Prefix(p.to_string()))
+    }
+
     #[test]
     fn kafkas_precedence_most_specific_first() {
         let d = || Some(QuotaName::Default);
         let levels = [
-            entity(name("alice"), name("app")),
+            entity(name("alice"), name("app-1")),
+            entity(name("alice"), prefix("app-")),
             entity(name("alice"), d()),
             entity(name("alice"), None),
-            entity(d(), name("app")),
+            entity(d(), name("app-1")),
+            entity(d(), prefix("app")),
             entity(d(), d()),
             entity(d(), None),
-            entity(None, name("app")),
+            entity(None, name("app-1")),
+            entity(None, prefix("a")),
             entity(None, d()),
         ];
         // with every level set, each lookup finds the most specific one;
@@ -202,16 +264,80 @@ mod tests {
                 )
             })
             .collect();
+        // prefixes that do not match never apply
+        for e in [
+            entity(name("alice"), prefix("app-10")),
+            entity(name("alice"), prefix("b")),
+            entity(None, prefix("APP")),
+            entity(name("bob"), prefix("app")),
+        ] {
+            quotas.insert(e, BTreeMap::from([(PRODUCER_BYTE_RATE.to_string(), 99.0)]));
+        }
         for (i, e) in levels.iter().enumerate() {
             assert_eq!(
-                resolve(&quotas, "alice", "app", PRODUCER_BYTE_RATE),
+                resolve(&quotas, "alice", "app-1", PRODUCER_BYTE_RATE),
                 Some((e.clone(), i as f64 + 1.0)),
                 "level {}",
                 i + 1
             );
             quotas.remove(e);
         }
-        assert_eq!(resolve(&quotas, "alice", "app", PRODUCER_BYTE_RATE), None);
+        assert_eq!(resolve(&quotas, "alice", "app-1", PRODUCER_BYTE_RATE), None);
+    }
+
+    #[test]
+    fn the_longest_matching_prefix_that_sets_the_key_wins() {
+        let mut q = ClientQuotas::new();
+        let set = |q: &mut ClientQuotas, p: &str, key: &str, v: f64| {
+            apply(q, &[(entity(None, prefix(p)), vec![(key.into(), Some(v))])]).unwrap()
+        };
+        set(&mut q, "b", PRODUCER_BYTE_RATE, 1.0);
+        set(&mut q, "batch-", PRODUCER_BYTE_RATE, 2.0);
+        set(&mut q, "batch-eu", CONSUMER_BYTE_RATE, 3.0);
+        set(&mut q, "batch-eu-1-and-more", PRODUCER_BYTE_RATE, 4.0);
+        set(&mut q, "batch-f", PRODUCER_BYTE_RATE, 5.0);
+        let rate = |q: &ClientQuotas, client: &str, key: &str| resolve(q, ANONYMOUS, client, key);
+        assert_eq!(
+            rate(&q, "batch-eu-1", PRODUCER_BYTE_RATE),
+            Some((entity(None, prefix("batch-")), 2.0)),
+            "batch-eu sets no producer rate; batch-eu-1-and-more is longer than the id"
+        );
+        assert_eq!(rate(&q, "batch-eu-1", CONSUMER_BYTE_RATE).unwrap().1, 3.0);
+        assert_eq!(
+            rate(&q, "batch-f", PRODUCER_BYTE_RATE).unwrap().1,
+            5.0,
+            "a prefix equal to the id matches"
+        );
+        assert_eq!(rate(&q, "bulk", PRODUCER_BYTE_RATE).unwrap().1, 1.0);
+        assert_eq!(rate(&q, "online", PRODUCER_BYTE_RATE), None);
+        assert_eq!(rate(&q, "", PRODUCER_BYTE_RATE), None);
+        // multi-byte characters are cut on their boundaries
+        set(&mut q, "żó", REQUEST_PERCENTAGE, 7.0);
+        assert_eq!(rate(&q, "żółw", REQUEST_PERCENTAGE).unwrap().1, 7.0);
+        // an exact client id is more specific than any prefix
+        apply(
+            &mut q,
+            &[(
+                entity(None, name("batch-eu-1")),
+                vec![(PRODUCER_BYTE_RATE.into(), Some(6.0))],
+            )],
+        )
+        .unwrap();
+        assert_eq!(rate(&q, "batch-eu-1", PRODUCER_BYTE_RATE).unwrap().1, 6.0);
+        assert_eq!(rate(&q, "batch-eu-2", PRODUCER_BYTE_RATE).unwrap().1, 2.0);
+    }
+
+    #[test]
+    fn prefixes_are_client_ids_only_and_never_empty() {
+        assert!(validate_entity(&entity(None, prefix("a"))).is_ok());
+        assert!(validate_entity(&entity(Some(QuotaName::Default), prefix("a"))).is_ok());
+        for bad in [entity(None, prefix("")), entity(prefix("a"), None)] {
+            assert_eq!(
+                validate_entity(&bad).unwrap_err().code,
+                ResponseError::InvalidRequest,
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]

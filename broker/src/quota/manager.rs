@@ -8,7 +8,8 @@
 //!
 //! A quota set on an entity with a default part (e.g. the default client
 //! id) is a quota *per* client, as in Kafka: each client id gets its own
-//! meter. Brokers' replication traffic is never counted here (replication
+//! meter. A quota on a client-id prefix (a Moldau extension) is shared by
+//! all the clients it matches, like a named entity's. Brokers' replication traffic is never counted here (replication
 //! has its own throttles).
 
 use std::collections::HashMap;
@@ -64,10 +65,14 @@ impl QuotaKind {
 }
 
 /// The meter's entity for a client: the matched entity with its default
-/// parts replaced by the client's own names (one meter per client).
+/// parts replaced by the client's own names (one meter per client). A
+/// client-id prefix stays: the clients it matches share one meter.
 fn metered(entity: &QuotaEntity, user: &str, client_id: &str) -> QuotaEntity {
     let own = |part: &Option<QuotaName>, name: &str| {
-        part.as_ref().map(|_| QuotaName::Name(name.to_string()))
+        part.as_ref().map(|p| match p {
+            QuotaName::Prefix(_) => p.clone(),
+            _ => QuotaName::Name(name.to_string()),
+        })
     };
     QuotaEntity {
         user: own(&entity.user, user),
@@ -261,6 +266,30 @@ mod tests {
             m.record(&q, "b", QuotaKind::Fetch, 900.0, t0),
             0,
             "b has its own meter"
+        );
+    }
+
+    #[test]
+    fn the_clients_of_a_prefix_share_its_meter() {
+        let q = quotas(
+            QuotaEntity {
+                user: None,
+                client_id: Some(QuotaName::Prefix("batch-".into())),
+            },
+            PRODUCER_BYTE_RATE,
+            1000.0,
+        );
+        let m = QuotaManager::default();
+        let t0 = 1_000_000;
+        assert_eq!(m.record(&q, "batch-1", QuotaKind::Produce, 600.0, t0), 0);
+        assert!(
+            m.record(&q, "batch-2", QuotaKind::Produce, 600.0, t0) > 0,
+            "1200 B of the prefix's 1000 B/s"
+        );
+        assert_eq!(
+            m.record(&q, "online", QuotaKind::Produce, 1e9, t0),
+            0,
+            "no match"
         );
     }
 

@@ -9,7 +9,9 @@ warnings, to stderr (kafka-dist/tools-log4j2.properties), so stdout is the
 tool's own output.
 
 Also runs AlterReassignments.java (beside this file) on the same class path,
-Kafka's Java Admin client starting reassignments the tool refuses to start.
+Kafka's Java Admin client starting reassignments the tool refuses to start,
+and ClientQuotas.java, the Admin client's client quotas with any entity type
+(`kafka-configs` knows only users, clients and ips).
 
 Knows nothing about brokers beyond a bootstrap address.
 """
@@ -31,6 +33,7 @@ REASSIGN_PARTITIONS = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand
 CONFIGS = "kafka.admin.ConfigCommand"
 FEATURES = "org.apache.kafka.tools.FeatureCommand"
 ALTER_REASSIGNMENTS = str(Path(__file__).with_name("AlterReassignments.java"))
+CLIENT_QUOTAS = str(Path(__file__).with_name("ClientQuotas.java"))
 
 
 @functools.cache
@@ -110,6 +113,29 @@ def alter_reassignments(bootstrap: str, moves: dict[tuple[str, int], list[int]])
     partition, exit 0 when all were accepted."""
     specs = [f"{t}:{p}:{','.join(str(r) for r in replicas)}" for (t, p), replicas in moves.items()]
     return run(ALTER_REASSIGNMENTS, [bootstrap, *specs])
+
+
+def alter_client_quotas(bootstrap: str, entity: dict[str, str | None], ops: dict[str, float | None]) -> subprocess.CompletedProcess:
+    """Kafka's Java `Admin.alterClientQuotas` of one entity (entity type →
+    name, None for the default) with key → value (None: remove); stdout is
+    `ok` or `error <ExceptionClass>: <message>`, exit 0 when accepted."""
+    parts = ",".join(f"{t}={'<default>' if n is None else n}" for t, n in entity.items())
+    changes = [f"{k}={'' if v is None else v}" for k, v in ops.items()]
+    return run(CLIENT_QUOTAS, [bootstrap, "alter", parts, *changes])
+
+
+def describe_client_quotas(bootstrap: str, *components: str, strict: bool = False) -> dict[tuple, dict[str, float]]:
+    """Kafka's Java `Admin.describeClientQuotas` with filter components
+    `TYPE=NAME` (EXACT) or `TYPE` (SPECIFIED): entity (sorted (type, name)
+    pairs) → key → value."""
+    p = run(CLIENT_QUOTAS, [bootstrap, "describe", *components, *(["--strict"] if strict else [])])
+    assert p.returncode == 0, f"ClientQuotas describe exited {p.returncode}:\n{p.stdout}\n{p.stderr}"
+    out = {}
+    for line in p.stdout.splitlines():
+        entity, _, values = line.partition("\t")
+        key = tuple(tuple(part.split("=", 1)) for part in entity.split(","))
+        out[key] = {k: float(v) for k, v in (kv.split("=", 1) for kv in values.split(",") if kv)}
+    return out
 
 
 def configs(bootstrap: str, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess:

@@ -4,9 +4,13 @@
 //!
 //! An entity is a user, a client id, or both (Kafka's `(user, client-id)`
 //! pair), each either named exactly or the default (`defaultUser` /
-//! `defaultClientId`, Kafka's `<default>`). Until authentication exists every
-//! client is the user `ANONYMOUS`. Prefix matching of entity names is not
-//! supported (Kafka quotas have no prefix entities).
+//! `defaultClientId`, Kafka's `<default>`). A client id may instead be named
+//! by prefix (`clientIdPrefix`: every client id starting with it; Moldau's
+//! `client-id-prefix` entity type, an extension — Kafka has none): it comes
+//! right after the exact client id in Kafka's precedence, the longest
+//! matching prefix wins, and the clients it matches share its rates. Users
+//! have no prefix form. Until authentication exists every client is the user
+//! `ANONYMOUS`.
 //!
 //! Ownership: the status' `applied` list records exactly the entity keys this
 //! object set on the broker; the reconciler removes those (and only those)
@@ -72,14 +76,16 @@ pub struct KafkaQuotaSpec {
     pub request_percentage: Option<f64>,
 }
 
-/// A quota entity: a user, a client id, or both; each by exact name or the default.
+/// A quota entity: a user, a client id, or both; each by exact name or the
+/// default, a client id also by prefix.
 #[derive(
     Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Default, KubeSchema,
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("!(has(self.user) && has(self.defaultUser) && self.defaultUser)").message("user and defaultUser are exclusive"))]
 #[x_kube(validation = Rule::new("!(has(self.clientId) && has(self.defaultClientId) && self.defaultClientId)").message("clientId and defaultClientId are exclusive"))]
-#[x_kube(validation = Rule::new("has(self.user) || has(self.clientId) || (has(self.defaultUser) && self.defaultUser) || (has(self.defaultClientId) && self.defaultClientId)").message("name a user, a client id, or a default"))]
+#[x_kube(validation = Rule::new("!(has(self.clientIdPrefix) && (has(self.clientId) || (has(self.defaultClientId) && self.defaultClientId)))").message("clientIdPrefix is exclusive with clientId and defaultClientId"))]
+#[x_kube(validation = Rule::new("has(self.user) || has(self.clientId) || has(self.clientIdPrefix) || (has(self.defaultUser) && self.defaultUser) || (has(self.defaultClientId) && self.defaultClientId)").message("name a user, a client id, a client-id prefix, or a default"))]
 pub struct QuotaEntitySpec {
     /// Exact user name (`ANONYMOUS` until authentication exists).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -95,6 +101,13 @@ pub struct QuotaEntitySpec {
     /// The default client-id entity (`<default>`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub default_client_id: bool,
+    /// Every client id starting with this prefix (Moldau's `client-id-prefix`
+    /// entity, an extension of Kafka's quotas); exclusive with `clientId`
+    /// and `defaultClientId`. The longest matching prefix wins; an exact
+    /// client id beats any prefix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub client_id_prefix: Option<String>,
 }
 
 /// Quotas of one entity that this object set on the broker.

@@ -1,6 +1,7 @@
 //! DescribeClientQuotas and AlterClientQuotas (KIP-546) on the admin
 //! connection, with entities as typed values (`user` and `client-id` parts,
-//! each a name or the default).
+//! each a name or the default; a client id may be Moldau's
+//! `client-id-prefix` instead).
 
 use std::collections::BTreeMap;
 
@@ -15,6 +16,8 @@ use super::{AdminClient, KafkaError};
 pub const USER: &str = "user";
 /// Kafka's entity type of client ids.
 pub const CLIENT_ID: &str = "client-id";
+/// Moldau's entity type of client-id prefixes (an extension of Kafka's).
+pub const CLIENT_ID_PREFIX: &str = "client-id-prefix";
 
 /// One part of a quota entity: a name, or the default (`<default>`).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -23,6 +26,9 @@ pub enum EntityName {
     Default,
     /// An exact name.
     Name(String),
+    /// Client ids starting with this prefix (client-id parts only; sent as
+    /// entity type `client-id-prefix`).
+    Prefix(String),
 }
 
 /// A quota entity: a user part, a client-id part, or both.
@@ -38,14 +44,16 @@ impl std::fmt::Display for QuotaEntity {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let part = |n: &EntityName| match n {
             EntityName::Default => "<default>".to_string(),
-            EntityName::Name(n) => n.clone(),
+            EntityName::Name(n) | EntityName::Prefix(n) => n.clone(),
         };
         let mut parts = Vec::new();
         if let Some(u) = &self.user {
             parts.push(format!("user={}", part(u)));
         }
-        if let Some(c) = &self.client_id {
-            parts.push(format!("client-id={}", part(c)));
+        match &self.client_id {
+            Some(c @ EntityName::Prefix(_)) => parts.push(format!("client-id-prefix={}", part(c))),
+            Some(c) => parts.push(format!("client-id={}", part(c))),
+            None => {}
         }
         f.write_str(&parts.join(","))
     }
@@ -72,13 +80,14 @@ fn entity_of<'a>(
 ) -> Result<QuotaEntity, KafkaError> {
     let mut e = QuotaEntity::default();
     for (kind, name) in parts {
-        let name = match name {
-            Some(n) => EntityName::Name(n.to_string()),
-            None => EntityName::Default,
+        let name = match (kind, name) {
+            (CLIENT_ID_PREFIX, n) => EntityName::Prefix(n.unwrap_or_default().to_string()),
+            (_, Some(n)) => EntityName::Name(n.to_string()),
+            (_, None) => EntityName::Default,
         };
         match kind {
             USER => e.user = Some(name),
-            CLIENT_ID => e.client_id = Some(name),
+            CLIENT_ID | CLIENT_ID_PREFIX => e.client_id = Some(name),
             other => {
                 return Err(KafkaError::Protocol(format!(
                     "unknown quota entity type {other:?}"
@@ -93,19 +102,18 @@ fn wire_parts(e: &QuotaEntity) -> Vec<(&'static str, Option<StrBytes>)> {
     [(USER, &e.user), (CLIENT_ID, &e.client_id)]
         .into_iter()
         .filter_map(|(kind, part)| {
-            Some((
-                kind,
-                match part.as_ref()? {
-                    EntityName::Default => None,
-                    EntityName::Name(n) => Some(s(n)),
-                },
-            ))
+            Some(match part.as_ref()? {
+                EntityName::Default => (kind, None),
+                EntityName::Name(n) => (kind, Some(s(n))),
+                EntityName::Prefix(p) => (CLIENT_ID_PREFIX, Some(s(p))),
+            })
         })
         .collect()
 }
 
 impl AdminClient {
-    /// Every client quota the broker has (user and client-id entities).
+    /// Every client quota the broker has (user, client-id and
+    /// client-id-prefix entities).
     pub async fn describe_client_quotas(&mut self) -> Result<ClientQuotas, KafkaError> {
         let req = DescribeClientQuotasRequest::default()
             .with_components(Vec::new())

@@ -41,12 +41,20 @@ pub fn entity_of_spec(e: &QuotaEntitySpec) -> Result<QuotaEntity, String> {
         (None, true) => Ok(Some(EntityName::Default)),
         (None, false) => Ok(None),
     };
-    let entity = QuotaEntity {
+    let mut entity = QuotaEntity {
         user: part(&e.user, e.default_user, "User")?,
         client_id: part(&e.client_id, e.default_client_id, "ClientId")?,
     };
+    match (&e.client_id_prefix, &entity.client_id) {
+        (Some(_), Some(_)) => {
+            return Err("clientIdPrefix is exclusive with clientId and defaultClientId".into())
+        }
+        (Some(p), None) if p.is_empty() => return Err("clientIdPrefix is empty".into()),
+        (Some(p), None) => entity.client_id = Some(EntityName::Prefix(p.clone())),
+        (None, _) => {}
+    }
     if entity.user.is_none() && entity.client_id.is_none() {
-        return Err("an entity needs a user, a client id or a default".into());
+        return Err("an entity needs a user, a client id, a client-id prefix or a default".into());
     }
     Ok(entity)
 }
@@ -54,17 +62,19 @@ pub fn entity_of_spec(e: &QuotaEntitySpec) -> Result<QuotaEntity, String> {
 /// The spec form of a broker entity.
 pub fn spec_of_entity(e: &QuotaEntity) -> QuotaEntitySpec {
     let split = |p: &Option<EntityName>| match p {
-        Some(EntityName::Name(n)) => (Some(n.clone()), false),
-        Some(EntityName::Default) => (None, true),
-        None => (None, false),
+        Some(EntityName::Name(n)) => (Some(n.clone()), false, None),
+        Some(EntityName::Default) => (None, true, None),
+        Some(EntityName::Prefix(p)) => (None, false, Some(p.clone())),
+        None => (None, false, None),
     };
-    let (user, default_user) = split(&e.user);
-    let (client_id, default_client_id) = split(&e.client_id);
+    let (user, default_user, _) = split(&e.user);
+    let (client_id, default_client_id, client_id_prefix) = split(&e.client_id);
     QuotaEntitySpec {
         user,
         default_user,
         client_id,
         default_client_id,
+        client_id_prefix,
     }
 }
 
@@ -314,6 +324,15 @@ mod tests {
                 default_client_id: true,
                 ..Default::default()
             },
+            QuotaEntitySpec {
+                client_id_prefix: Some("batch-".into()),
+                ..Default::default()
+            },
+            QuotaEntitySpec {
+                user: Some("alice".into()),
+                client_id_prefix: Some("batch-".into()),
+                ..Default::default()
+            },
         ];
         for s in specs {
             assert_eq!(spec_of_entity(&entity_of_spec(&s).unwrap()), s);
@@ -507,5 +526,74 @@ mod tests {
         let p = plan(&qs, &ClientQuotas::new());
         assert!(p.alterations.is_empty());
         assert!(p.objects["a"].refused[0].reason.contains("exclusive"));
+    }
+
+    #[test]
+    fn prefix_entities_are_planned_apart_from_exact_client_ids() {
+        let mut qs = vec![
+            kq(
+                "prefix",
+                1,
+                serde_json::json!({"entities": [{"clientIdPrefix": "batch-"}], "producerByteRate": 100}),
+            ),
+            kq(
+                "exact",
+                2,
+                serde_json::json!({"entities": [{"clientId": "batch-"}], "producerByteRate": 200}),
+            ),
+            kq(
+                "bad",
+                3,
+                serde_json::json!({"entities": [{"clientIdPrefix": "x", "clientId": "x"},
+                    {"clientIdPrefix": "y", "defaultClientId": true}, {"clientIdPrefix": ""}],
+                    "producerByteRate": 1}),
+            ),
+        ];
+        let mut broker = ClientQuotas::new();
+        let p = reconcile(&mut qs, &mut broker);
+        let prefix = QuotaEntity {
+            user: None,
+            client_id: Some(EntityName::Prefix("batch-".into())),
+        };
+        // the same name as a prefix and as a client id: two entities, no conflict
+        assert_eq!(
+            broker,
+            ClientQuotas::from([
+                (prefix.clone(), vals(&[(PRODUCER_BYTE_RATE, 100.0)])),
+                (client("batch-"), vals(&[(PRODUCER_BYTE_RATE, 200.0)])),
+            ])
+        );
+        assert_eq!(p.objects["prefix"].refused, vec![]);
+        assert_eq!(p.objects["exact"].refused, vec![]);
+        let reasons: Vec<_> = p.objects["bad"]
+            .refused
+            .iter()
+            .map(|r| r.reason.as_str())
+            .collect();
+        assert_eq!(
+            reasons,
+            [
+                "clientIdPrefix is exclusive with clientId and defaultClientId",
+                "clientIdPrefix is exclusive with clientId and defaultClientId",
+                "clientIdPrefix is empty"
+            ]
+        );
+        assert_eq!(
+            qs[0].status.as_ref().unwrap().applied[0].entity,
+            QuotaEntitySpec {
+                client_id_prefix: Some("batch-".into()),
+                ..Default::default()
+            }
+        );
+        // deleting the prefix object removes the prefix entity only
+        qs[0].metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::from_second(5).unwrap(),
+            ));
+        reconcile(&mut qs, &mut broker);
+        assert_eq!(
+            broker,
+            ClientQuotas::from([(client("batch-"), vals(&[(PRODUCER_BYTE_RATE, 200.0)]))])
+        );
     }
 }
