@@ -390,7 +390,7 @@ async fn a_throttled_move_goes_at_the_throttled_rate() {
         assert_eq!(code, 0);
     }
     assert_eq!(
-        alter_broker_config(&mut s, "", "log.retention.ms", "1").await,
+        alter_broker_config(&mut s, "", "num.partitions", "1").await,
         42,
         "INVALID_REQUEST: not a dynamic config"
     );
