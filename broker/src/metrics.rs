@@ -53,6 +53,9 @@ pub struct Metrics {
     pub bytes_in: Family<TopicLabel, Counter>,
     pub bytes_out: Family<TopicLabel, Counter>,
     pub records_in: Family<TopicLabel, Counter>,
+    /// Produced batches the leader recompressed to the topic's
+    /// `compression.type` (never counted with `producer`).
+    pub produce_recompressed_batches: Family<TopicLabel, Counter>,
     pub requests: Family<ApiLabel, Counter>,
     pub request_errors: Family<ApiLabel, Counter>,
     pub request_seconds: Family<ApiLabel, Histogram, fn() -> Histogram>,
@@ -106,6 +109,7 @@ impl Default for Metrics {
             bytes_in: Family::default(),
             bytes_out: Family::default(),
             records_in: Family::default(),
+            produce_recompressed_batches: Family::default(),
             requests: Family::default(),
             request_errors: Family::default(),
             request_seconds: Family::new_with_constructor(new_histogram),
@@ -162,6 +166,11 @@ impl Metrics {
             "records_in",
             "Records appended, per topic",
             self.records_in.clone(),
+        );
+        registry.register(
+            "produce_recompressed_batches",
+            "Produced batches recompressed to the topic's compression.type, per topic",
+            self.produce_recompressed_batches.clone(),
         );
         registry.register(
             "requests",

@@ -67,6 +67,8 @@ pub async fn run_reporting(
     report_to: Option<tokio::sync::oneshot::Sender<BoundAddresses>>,
 ) -> anyhow::Result<()> {
     let broker_config = BrokerConfig::load(cli.config_file.as_deref(), &cli.overrides)?;
+    crate::topic_config::validate_broker_keys(&broker_config)
+        .map_err(|e| anyhow::anyhow!("invalid broker config {e}"))?;
     crate::resources::raise_nofile_limit();
     let listener = TcpListener::bind(cli.listen)
         .await

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 
 use crate::config::BrokerConfig;
+use crate::storage::recompress::TargetCompression;
 use crate::storage::LogConfig;
 
 /// Value type of a config, as DescribeConfigs v3+ reports it.
@@ -49,10 +50,28 @@ pub const TOPIC_CONFIGS: &[TopicConfigDef] = &[
         doc: "delete, compact, or both",
     },
     TopicConfigDef {
+        name: "compression.gzip.level",
+        broker_key: Some("compression.gzip.level"),
+        kind: ConfigType::Int,
+        doc: "gzip level of broker-side compression: 1 to 9, or -1 for the codec's default",
+    },
+    TopicConfigDef {
+        name: "compression.lz4.level",
+        broker_key: Some("compression.lz4.level"),
+        kind: ConfigType::Int,
+        doc: "lz4 level of broker-side compression: 1 to 17",
+    },
+    TopicConfigDef {
         name: "compression.type",
-        broker_key: None,
+        broker_key: Some("compression.type"),
         kind: ConfigType::String,
-        doc: "only `producer`: batches are stored as the producer compressed them",
+        doc: "codec batches are stored with: gzip, snappy, lz4, zstd or uncompressed (the broker recompresses), or producer (stored as the producer compressed them)",
+    },
+    TopicConfigDef {
+        name: "compression.zstd.level",
+        broker_key: Some("compression.zstd.level"),
+        kind: ConfigType::Int,
+        doc: "zstd level of broker-side compression: -131072 to 22",
     },
     TopicConfigDef {
         name: "delete.retention.ms",
@@ -97,6 +116,18 @@ pub const TOPIC_CONFIGS: &[TopicConfigDef] = &[
         doc: "replicas throttled on the leader side while their follower is outside the ISR: * or partition:broker,…",
     },
     TopicConfigDef {
+        name: "local.retention.bytes",
+        broker_key: Some("log.local.retention.bytes"),
+        kind: ConfigType::Long,
+        doc: "tiered storage: accepted, no effect (Moldau has no tiered storage)",
+    },
+    TopicConfigDef {
+        name: "local.retention.ms",
+        broker_key: Some("log.local.retention.ms"),
+        kind: ConfigType::Long,
+        doc: "tiered storage: accepted, no effect (Moldau has no tiered storage)",
+    },
+    TopicConfigDef {
         name: "max.compaction.lag.ms",
         broker_key: None,
         kind: ConfigType::Long,
@@ -107,6 +138,18 @@ pub const TOPIC_CONFIGS: &[TopicConfigDef] = &[
         broker_key: Some("message.max.bytes"),
         kind: ConfigType::Int,
         doc: "largest record batch accepted",
+    },
+    TopicConfigDef {
+        name: "message.timestamp.after.max.ms",
+        broker_key: Some("log.message.timestamp.after.max.ms"),
+        kind: ConfigType::Long,
+        doc: "with CreateTime, records more than this ahead of the broker's clock are refused (INVALID_TIMESTAMP)",
+    },
+    TopicConfigDef {
+        name: "message.timestamp.before.max.ms",
+        broker_key: Some("log.message.timestamp.before.max.ms"),
+        kind: ConfigType::Long,
+        doc: "with CreateTime, records more than this behind the broker's clock are refused (INVALID_TIMESTAMP)",
     },
     TopicConfigDef {
         name: "message.timestamp.type",
@@ -133,6 +176,30 @@ pub const TOPIC_CONFIGS: &[TopicConfigDef] = &[
         doc: "in-sync replicas needed for acks=all",
     },
     TopicConfigDef {
+        name: "preallocate",
+        broker_key: Some("log.preallocate"),
+        kind: ConfigType::Boolean,
+        doc: "accepted, no effect: Moldau's segment files grow with appends (their indexes are preallocated and memory-mapped)",
+    },
+    TopicConfigDef {
+        name: "remote.log.copy.disable",
+        broker_key: None,
+        kind: ConfigType::Boolean,
+        doc: "tiered storage: accepted, no effect (Moldau has no tiered storage)",
+    },
+    TopicConfigDef {
+        name: "remote.log.delete.on.disable",
+        broker_key: None,
+        kind: ConfigType::Boolean,
+        doc: "tiered storage: accepted, no effect (Moldau has no tiered storage)",
+    },
+    TopicConfigDef {
+        name: "remote.storage.enable",
+        broker_key: None,
+        kind: ConfigType::Boolean,
+        doc: "tiered storage: only false (Moldau has no tiered storage; true is refused as by a Kafka broker without it)",
+    },
+    TopicConfigDef {
         name: "retention.bytes",
         broker_key: Some("log.retention.bytes"),
         kind: ConfigType::Long,
@@ -155,6 +222,12 @@ pub const TOPIC_CONFIGS: &[TopicConfigDef] = &[
         broker_key: Some("log.index.size.max.bytes"),
         kind: ConfigType::Int,
         doc: "size of a segment's offset index",
+    },
+    TopicConfigDef {
+        name: "segment.jitter.ms",
+        broker_key: Some("log.roll.jitter.ms"),
+        kind: ConfigType::Long,
+        doc: "a segment rolls by age at segment.ms minus a random jitter below this, drawn per segment",
     },
     TopicConfigDef {
         name: "segment.ms",
@@ -185,9 +258,28 @@ pub fn broker_default(def: &TopicConfigDef, broker: &BrokerConfig) -> (String, C
         (None, Some(k)) if broker.raw.contains_key(k) => ConfigSource::StaticBroker,
         _ => ConfigSource::Default,
     };
+    // Configs without a typed field in `BrokerConfig`: the broker's
+    // properties as given (validated at start, see `validate_broker_keys`),
+    // else Kafka's default.
+    let raw_or = |default: &str| -> String {
+        def.broker_key
+            .and_then(|k| broker.raw.get(k))
+            .map_or_else(|| default.to_string(), |v| v.trim().to_string())
+    };
     let value = match def.name {
         "cleanup.policy" => broker.log_cleanup_policy.clone(),
-        "compression.type" => "producer".into(),
+        "compression.type" => raw_or("producer"),
+        "compression.gzip.level" => raw_or("-1"),
+        "compression.lz4.level" => raw_or("9"),
+        "compression.zstd.level" => raw_or("3"),
+        "local.retention.bytes" | "local.retention.ms" => raw_or("-2"),
+        "message.timestamp.after.max.ms" => raw_or("3600000"),
+        "message.timestamp.before.max.ms" => raw_or(&i64::MAX.to_string()),
+        "preallocate" => raw_or("false"),
+        "remote.log.copy.disable" | "remote.log.delete.on.disable" | "remote.storage.enable" => {
+            "false".into()
+        }
+        "segment.jitter.ms" => raw_or("0"),
         "delete.retention.ms" => "86400000".into(),
         "file.delete.delay.ms" => broker.log_segment_delete_delay_ms.to_string(),
         "flush.messages" => broker.log_flush_interval_messages.to_string(),
@@ -221,9 +313,107 @@ fn long_at_least(value: &str, min: i64) -> Result<i64, String> {
     Ok(v)
 }
 
+/// Kafka's `ConfigException` text for a refused value.
+fn kafka_invalid(name: &str, value: &str, why: impl std::fmt::Display) -> String {
+    format!("Invalid value {value} for configuration {name}: {why}")
+}
+
+/// A Kafka `LONG`/`INT` within `[min, max]`, refused with Kafka's messages.
+fn kafka_number(name: &str, value: &str, int: bool, min: i64, max: i64) -> Result<i64, String> {
+    let parsed = if int {
+        value.trim().parse::<i32>().map(i64::from).ok()
+    } else {
+        value.trim().parse::<i64>().ok()
+    };
+    let kind = if int { "INT" } else { "LONG" };
+    let v =
+        parsed.ok_or_else(|| kafka_invalid(name, value, format!("Not a number of type {kind}")))?;
+    if v < min {
+        return Err(kafka_invalid(
+            name,
+            value,
+            format!("Value must be at least {min}"),
+        ));
+    }
+    if v > max {
+        return Err(kafka_invalid(
+            name,
+            value,
+            format!("Value must be no more than {max}"),
+        ));
+    }
+    Ok(v)
+}
+
+/// A Kafka `BOOLEAN` (`true`/`false`, any case).
+fn kafka_bool(name: &str, value: &str) -> Result<bool, String> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(kafka_invalid(
+            name,
+            value,
+            "Expected value to be either true or false",
+        )),
+    }
+}
+
+/// The codecs `compression.type` accepts besides `producer`, as Kafka's
+/// `BrokerCompressionType` names them.
+const CODECS: &[(&str, kafka_protocol::records::Compression)] = &[
+    ("uncompressed", kafka_protocol::records::Compression::None),
+    ("zstd", kafka_protocol::records::Compression::Zstd),
+    ("lz4", kafka_protocol::records::Compression::Lz4),
+    ("snappy", kafka_protocol::records::Compression::Snappy),
+    ("gzip", kafka_protocol::records::Compression::Gzip),
+];
+
 /// Validates one topic config override; the error text is for the client.
 pub fn validate(name: &str, value: &str) -> Result<(), String> {
     let def = find(name).ok_or_else(|| format!("unknown topic config {name}"))?;
+    match def.name {
+        "compression.type"
+            if value.trim() != "producer" && !CODECS.iter().any(|(n, _)| *n == value.trim()) =>
+        {
+            return Err(kafka_invalid(
+                name,
+                value,
+                "String must be one of: uncompressed, zstd, lz4, snappy, gzip, producer",
+            ));
+        }
+        "compression.gzip.level" => {
+            let v = kafka_number(name, value, true, i64::from(i32::MIN), i64::from(i32::MAX))?;
+            if v != -1 && !(1..=9).contains(&v) {
+                return Err(kafka_invalid(
+                    name,
+                    value,
+                    "Value must be between 1 and 9 or equal to -1",
+                ));
+            }
+        }
+        "compression.lz4.level" => {
+            kafka_number(name, value, true, 1, 17)?;
+        }
+        "compression.zstd.level" => {
+            kafka_number(name, value, true, -131_072, 22)?;
+        }
+        "local.retention.ms" | "local.retention.bytes" => {
+            kafka_number(name, value, false, -2, i64::MAX)?;
+        }
+        "message.timestamp.after.max.ms"
+        | "message.timestamp.before.max.ms"
+        | "segment.jitter.ms" => {
+            kafka_number(name, value, false, 0, i64::MAX)?;
+        }
+        "preallocate" | "remote.log.copy.disable" | "remote.log.delete.on.disable" => {
+            kafka_bool(name, value)?;
+        }
+        "remote.storage.enable" if kafka_bool(name, value)? => {
+            // Kafka's answer when `remote.log.storage.system.enable` is off.
+            return Err("Tiered Storage functionality is disabled in the broker. Topic cannot be configured with remote log storage.".into());
+        }
+        _ => {}
+    }
     match def.name {
         "cleanup.policy" => {
             let parts: Vec<&str> = value.split(',').map(str::trim).collect();
@@ -232,9 +422,6 @@ pub fn validate(name: &str, value: &str) -> Result<(), String> {
                     "cleanup.policy {value:?}: expected delete, compact or both"
                 ));
             }
-        }
-        "compression.type" if value != "producer" => {
-            return Err("Moldau stores batches as the producer compressed them: only compression.type=producer is supported".into());
         }
         "message.timestamp.type" if value != "CreateTime" && value != "LogAppendTime" => {
             return Err("message.timestamp.type must be CreateTime or LogAppendTime".into());
@@ -391,7 +578,64 @@ pub fn log_config(overrides: &BTreeMap<String, String>, broker: &BrokerConfig) -
             .filter(|r| r.is_finite())
             .map_or(d.min_cleanable_dirty_ratio, |r| r.clamp(0.0, 1.0)),
         min_compaction_lag_ms: long("min.compaction.lag.ms", d.min_compaction_lag_ms).max(0),
+        segment_jitter_ms: long("segment.jitter.ms", d.segment_jitter_ms).max(0),
+        message_timestamp_before_max_ms: long(
+            "message.timestamp.before.max.ms",
+            d.message_timestamp_before_max_ms,
+        )
+        .max(0),
+        message_timestamp_after_max_ms: long(
+            "message.timestamp.after.max.ms",
+            d.message_timestamp_after_max_ms,
+        )
+        .max(0),
+        compression: target_compression(&eff),
     }
+}
+
+/// `compression.type` and the level of its codec, as the storage layer
+/// applies them (an unknown value, never accepted, keeps `producer`).
+fn target_compression(eff: &BTreeMap<&'static str, (String, ConfigSource)>) -> TargetCompression {
+    let value = |name: &str| eff.get(name).map_or("", |(v, _)| v.trim());
+    let Some(&(_, codec)) = CODECS.iter().find(|(n, _)| *n == value("compression.type")) else {
+        return TargetCompression::Producer;
+    };
+    use kafka_protocol::records::Compression;
+    let (level_key, default) = match codec {
+        Compression::Gzip => ("compression.gzip.level", -1),
+        Compression::Lz4 => ("compression.lz4.level", 9),
+        Compression::Zstd => ("compression.zstd.level", 3),
+        Compression::None | Compression::Snappy => ("", 0),
+    };
+    let level = value(level_key).parse::<i32>().unwrap_or(default);
+    TargetCompression::Codec { codec, level }
+}
+
+/// Checks the broker properties that supply defaults of topic configs
+/// without a typed `BrokerConfig` field (`compression.type`,
+/// `log.roll.jitter.ms`, …) with the topic config's rules, so a bad
+/// broker default fails at start rather than at each topic.
+pub fn validate_broker_keys(broker: &BrokerConfig) -> Result<(), String> {
+    for def in TOPIC_CONFIGS {
+        let Some(key) = def.broker_key else { continue };
+        let raw_only = matches!(
+            def.name,
+            "compression.type"
+                | "compression.gzip.level"
+                | "compression.lz4.level"
+                | "compression.zstd.level"
+                | "local.retention.bytes"
+                | "local.retention.ms"
+                | "message.timestamp.after.max.ms"
+                | "message.timestamp.before.max.ms"
+                | "preallocate"
+                | "segment.jitter.ms"
+        );
+        if let (true, Some(v)) = (raw_only, broker.raw.get(key)) {
+            validate(def.name, v).map_err(|e| format!("{key}: {e}"))?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -512,9 +756,216 @@ mod tests {
         assert!(validate("no.such.config", "1").is_err());
         assert!(validate("cleanup.policy", "compact,delete").is_ok());
         assert!(validate("cleanup.policy", "shred").is_err());
-        assert!(validate("compression.type", "gzip").is_err());
+        assert!(validate("compression.type", "gzip").is_ok());
+        assert!(validate("compression.type", "brotli").is_err());
         assert!(validate("segment.bytes", "10").is_err());
         assert!(validate("message.timestamp.type", "LogAppendTime").is_ok());
+    }
+
+    /// The names Apache Kafka 4.1.1's `LogConfig` defines (its internal
+    /// `internal.segment.bytes` aside), printed from its `configDefCopy()`.
+    const KAFKA_4_1_TOPIC_CONFIGS: &[&str] = &[
+        "cleanup.policy",
+        "compression.gzip.level",
+        "compression.lz4.level",
+        "compression.type",
+        "compression.zstd.level",
+        "delete.retention.ms",
+        "file.delete.delay.ms",
+        "flush.messages",
+        "flush.ms",
+        "follower.replication.throttled.replicas",
+        "index.interval.bytes",
+        "leader.replication.throttled.replicas",
+        "local.retention.bytes",
+        "local.retention.ms",
+        "max.compaction.lag.ms",
+        "max.message.bytes",
+        "message.timestamp.after.max.ms",
+        "message.timestamp.before.max.ms",
+        "message.timestamp.type",
+        "min.cleanable.dirty.ratio",
+        "min.compaction.lag.ms",
+        "min.insync.replicas",
+        "preallocate",
+        "remote.log.copy.disable",
+        "remote.log.delete.on.disable",
+        "remote.storage.enable",
+        "retention.bytes",
+        "retention.ms",
+        "segment.bytes",
+        "segment.index.bytes",
+        "segment.jitter.ms",
+        "segment.ms",
+        "unclean.leader.election.enable",
+    ];
+
+    #[test]
+    fn every_kafka_topic_config_is_known_and_its_default_valid() {
+        let mut ours: Vec<&str> = TOPIC_CONFIGS.iter().map(|d| d.name).collect();
+        ours.sort_unstable();
+        assert_eq!(ours, KAFKA_4_1_TOPIC_CONFIGS);
+        let broker = BrokerConfig::default();
+        for def in TOPIC_CONFIGS {
+            let (v, source) = broker_default(def, &broker);
+            assert_eq!(source, ConfigSource::Default, "{}", def.name);
+            if !v.is_empty() {
+                assert_eq!(validate(def.name, &v), Ok(()), "{} default {v:?}", def.name);
+            }
+        }
+        for gone in [
+            "message.format.version",
+            "message.downconversion.enable",
+            "message.timestamp.difference.max.ms",
+        ] {
+            assert!(
+                validate(gone, "x").is_err(),
+                "{gone} was removed in Kafka 4.0"
+            );
+        }
+    }
+
+    #[test]
+    fn new_configs_validate_with_kafkas_rules_and_messages() {
+        for (k, ok) in [
+            ("compression.gzip.level", &["-1", "1", "9"][..]),
+            ("compression.lz4.level", &["1", "17"]),
+            ("compression.zstd.level", &["-131072", "0", "22"]),
+            ("segment.jitter.ms", &["0", "9223372036854775807"]),
+            ("message.timestamp.after.max.ms", &["0", "3600000"]),
+            ("message.timestamp.before.max.ms", &["0"]),
+            ("local.retention.ms", &["-2", "-1", "5"]),
+            ("local.retention.bytes", &["-2", "100"]),
+            ("preallocate", &["true", "FALSE"]),
+            ("remote.storage.enable", &["false"]),
+            ("remote.log.copy.disable", &["true", "false"]),
+            ("remote.log.delete.on.disable", &["true"]),
+        ] {
+            for v in ok {
+                assert_eq!(validate(k, v), Ok(()), "{k}={v}");
+            }
+        }
+        for codec in ["uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"] {
+            assert_eq!(validate("compression.type", codec), Ok(()));
+        }
+        for (k, v, message) in [
+            ("compression.zstd.level", "23", "Invalid value 23 for configuration compression.zstd.level: Value must be no more than 22"),
+            ("compression.zstd.level", "-131073", "Invalid value -131073 for configuration compression.zstd.level: Value must be at least -131072"),
+            ("compression.gzip.level", "0", "Invalid value 0 for configuration compression.gzip.level: Value must be between 1 and 9 or equal to -1"),
+            ("compression.gzip.level", "10", "Invalid value 10 for configuration compression.gzip.level: Value must be between 1 and 9 or equal to -1"),
+            ("compression.gzip.level", "x", "Invalid value x for configuration compression.gzip.level: Not a number of type INT"),
+            ("compression.lz4.level", "0", "Invalid value 0 for configuration compression.lz4.level: Value must be at least 1"),
+            ("compression.lz4.level", "18", "Invalid value 18 for configuration compression.lz4.level: Value must be no more than 17"),
+            ("preallocate", "maybe", "Invalid value maybe for configuration preallocate: Expected value to be either true or false"),
+            ("segment.jitter.ms", "-1", "Invalid value -1 for configuration segment.jitter.ms: Value must be at least 0"),
+            ("segment.jitter.ms", "abc", "Invalid value abc for configuration segment.jitter.ms: Not a number of type LONG"),
+            ("message.timestamp.after.max.ms", "-1", "Invalid value -1 for configuration message.timestamp.after.max.ms: Value must be at least 0"),
+            ("local.retention.ms", "-3", "Invalid value -3 for configuration local.retention.ms: Value must be at least -2"),
+            ("remote.storage.enable", "yes", "Invalid value yes for configuration remote.storage.enable: Expected value to be either true or false"),
+            ("remote.storage.enable", "true", "Tiered Storage functionality is disabled in the broker. Topic cannot be configured with remote log storage."),
+            ("compression.type", "brotli", "Invalid value brotli for configuration compression.type: String must be one of: uncompressed, zstd, lz4, snappy, gzip, producer"),
+        ] {
+            assert_eq!(validate(k, v), Err(message.to_string()), "{k}={v}");
+        }
+    }
+
+    #[test]
+    fn new_configs_reach_the_log_config() {
+        use kafka_protocol::records::Compression;
+        let broker = BrokerConfig::default();
+        let d = log_config(&BTreeMap::new(), &broker);
+        assert_eq!(d.compression, TargetCompression::Producer);
+        assert_eq!(d.segment_jitter_ms, 0);
+        assert_eq!(d.message_timestamp_after_max_ms, 3_600_000);
+        assert_eq!(d.message_timestamp_before_max_ms, i64::MAX);
+        let o = BTreeMap::from([
+            ("compression.type".to_string(), "zstd".to_string()),
+            ("compression.zstd.level".to_string(), "-7".to_string()),
+            ("compression.gzip.level".to_string(), "2".to_string()),
+            ("segment.jitter.ms".to_string(), "500".to_string()),
+            (
+                "message.timestamp.before.max.ms".to_string(),
+                "10".to_string(),
+            ),
+            (
+                "message.timestamp.after.max.ms".to_string(),
+                "20".to_string(),
+            ),
+        ]);
+        let c = log_config(&o, &broker);
+        assert_eq!(
+            c.compression,
+            TargetCompression::Codec {
+                codec: Compression::Zstd,
+                level: -7
+            }
+        );
+        assert_eq!(c.segment_jitter_ms, 500);
+        assert_eq!(
+            (
+                c.message_timestamp_before_max_ms,
+                c.message_timestamp_after_max_ms
+            ),
+            (10, 20)
+        );
+        for (codec, level) in [
+            ("gzip", Some((Compression::Gzip, -1))),
+            ("lz4", Some((Compression::Lz4, 9))),
+            ("snappy", Some((Compression::Snappy, 0))),
+            ("uncompressed", Some((Compression::None, 0))),
+            ("producer", None),
+        ] {
+            let o = BTreeMap::from([("compression.type".to_string(), codec.to_string())]);
+            let want = level.map_or(TargetCompression::Producer, |(codec, level)| {
+                TargetCompression::Codec { codec, level }
+            });
+            assert_eq!(log_config(&o, &broker).compression, want, "{codec}");
+        }
+    }
+
+    #[test]
+    fn broker_properties_supply_the_new_defaults() {
+        let broker = BrokerConfig::load(
+            None,
+            &[
+                "compression.type=lz4".into(),
+                "compression.lz4.level=3".into(),
+                "log.roll.jitter.ms=700".into(),
+                "log.message.timestamp.after.max.ms=5".into(),
+                "log.preallocate=true".into(),
+            ],
+        )
+        .unwrap();
+        assert_eq!(validate_broker_keys(&broker), Ok(()));
+        let eff = effective(&BTreeMap::new(), &broker);
+        assert_eq!(
+            eff["compression.type"],
+            ("lz4".into(), ConfigSource::StaticBroker)
+        );
+        assert_eq!(
+            eff["preallocate"],
+            ("true".into(), ConfigSource::StaticBroker)
+        );
+        assert_eq!(
+            eff["remote.storage.enable"],
+            ("false".into(), ConfigSource::Default)
+        );
+        let c = log_config(&BTreeMap::new(), &broker);
+        assert_eq!(
+            c.compression,
+            TargetCompression::Codec {
+                codec: kafka_protocol::records::Compression::Lz4,
+                level: 3
+            }
+        );
+        assert_eq!(
+            (c.segment_jitter_ms, c.message_timestamp_after_max_ms),
+            (700, 5)
+        );
+        let bad = BrokerConfig::load(None, &["compression.zstd.level=99".into()]).unwrap();
+        assert!(validate_broker_keys(&bad)
+            .unwrap_err()
+            .contains("compression.zstd.level"));
     }
 
     #[test]

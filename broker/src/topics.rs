@@ -90,7 +90,9 @@ pub fn storage_error_code(e: &StorageError) -> ResponseError {
         StorageError::CorruptBatch(_) => ResponseError::CorruptMessage,
         StorageError::UnsupportedMagic(_) => ResponseError::UnsupportedForMessageFormat,
         StorageError::MessageTooLarge { .. } => ResponseError::MessageTooLarge,
-        StorageError::InvalidTimestamp(_) => ResponseError::InvalidTimestamp,
+        StorageError::InvalidTimestamp(_) | StorageError::TimestampErrors { .. } => {
+            ResponseError::InvalidTimestamp
+        }
         StorageError::InvalidRecord(_) | StorageError::RecordErrors { .. } => {
             ResponseError::InvalidRecord
         }

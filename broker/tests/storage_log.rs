@@ -220,6 +220,67 @@ fn storage_roll_by_segment_ms() {
 }
 
 #[test]
+fn storage_roll_by_segment_ms_minus_a_per_segment_jitter() {
+    // segment.ms 10 s, jitter up to 8 s: each segment rolls at the age
+    // 10 s - its own jitter, which lies in [0, 8 s) and stays the same for
+    // that segment; across segments the jitters differ.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = LogConfig {
+        segment_ms: 10_000,
+        segment_jitter_ms: 8_000,
+        ..config()
+    };
+    let mut log = PartitionLog::open(dir.path(), cfg.clone(), NOW).expect("open");
+    let mut jitters = std::collections::BTreeSet::new();
+    let mut t = NOW;
+    for _ in 0..20 {
+        let base = log.log_end_offset();
+        let jitter = log.roll_jitter_ms(base);
+        assert!((0..8_000).contains(&jitter), "{jitter}");
+        assert_eq!(log.roll_jitter_ms(base), jitter, "fixed per segment");
+        jitters.insert(jitter);
+        let before = log.segment_count();
+        log.append(&mut batch(1, t), 0, t).expect("first batch");
+        let first = t;
+        // Not yet: at exactly segment.ms - jitter.
+        t = first + 10_000 - jitter;
+        log.append(&mut batch(1, t), 0, t).expect("append");
+        assert_eq!(log.segment_count(), before, "rolled too early");
+        // One ms later it rolls.
+        t += 1;
+        log.append(&mut batch(1, t), 0, t).expect("append");
+        assert_eq!(
+            log.segment_count(),
+            before + 1,
+            "not rolled at segment.ms - jitter"
+        );
+        assert_eq!(
+            log.segment_base_offsets().last(),
+            Some(&(log.log_end_offset() - 1))
+        );
+        // Start the next round on a fresh segment whose first batch is now.
+        t += 1;
+        log.enforce_retention(t + 20_000).expect("retention");
+        t += 20_001;
+    }
+    assert!(jitters.len() > 10, "jitters barely vary: {jitters:?}");
+
+    // Without jitter (the default), the age is segment.ms exactly.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = PartitionLog::open(dir.path(), config(), NOW).expect("open");
+    assert_eq!(log.roll_jitter_ms(0), 0);
+    // Jitter is bounded by segment.ms, as Kafka's min(jitter, segment.ms).
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = LogConfig {
+        segment_ms: 5,
+        segment_jitter_ms: 1_000_000,
+        ..config()
+    };
+    let log = PartitionLog::open(dir.path(), cfg, NOW).expect("open");
+    assert!((0..5).all(|b| (0..5).contains(&log.roll_jitter_ms(b))));
+}
+
+#[test]
 fn storage_retention_by_time() {
     let dir = tempfile::tempdir().expect("tempdir");
     let cfg = LogConfig {

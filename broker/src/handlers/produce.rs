@@ -1,7 +1,11 @@
 //! Produce: validates each partition's batches (magic 2, CRC-32C,
 //! `max.message.bytes`, then every record as Kafka's `LogValidator` does:
 //! counts, lengths, offset deltas, bounded decompression, keys on compacted
-//! topics) and appends them. With acks=0 nothing is answered.
+//! topics, CreateTime timestamps within `message.timestamp.before.max.ms` /
+//! `message.timestamp.after.max.ms`), recompresses batches to the topic's
+//! `compression.type` when it is a codec the producer did not use
+//! (`storage::recompress`; `producer` stores them as sent), and appends
+//! them. With acks=0 nothing is answered.
 //!
 //! Durability, as Kafka: acks=1 answers once the leader has the batches in
 //! its page cache (the topic's flush policy may add an fsync); acks=all is
@@ -26,7 +30,7 @@ use super::str_bytes;
 use crate::broker::Broker;
 use crate::metrics::Metrics;
 use crate::partition::{AckState, Partition};
-use crate::storage::{batch, StorageError};
+use crate::storage::{batch, recompress, StorageError};
 use crate::topics::{storage_error_code, Appended};
 
 fn partition_error(index: i32, code: ResponseError, message: String) -> PartitionProduceResponse {
@@ -127,33 +131,67 @@ pub fn handle(broker: &Broker, req: ProduceRequest, _version: i16) -> Handled {
                 ));
                 continue;
             };
-            let (max, compacted) =
-                partition.with_log(|log| (log.config().max_message_bytes, log.config().compact));
+            let (max, compacted, bounds, target) = partition.with_log(|log| {
+                let c = log.config();
+                // message.timestamp.before/after.max.ms: CreateTime only.
+                let bounds = (!c.log_append_time).then(|| batch::TimestampBounds {
+                    now_ms: crate::topics::now_ms(),
+                    before_max_ms: c.message_timestamp_before_max_ms,
+                    after_max_ms: c.message_timestamp_after_max_ms,
+                });
+                (c.max_message_bytes, c.compact, bounds, c.compression)
+            });
             // Compaction keeps the last record per key: keyless records
             // have no place in such a topic (INVALID_RECORD, as Kafka).
-            // Compressed records are decompressed to be checked: that work
-            // leaves the runtime's worker (uncompressed ones are a cheap walk).
+            // Compressed records are decompressed to be checked, and
+            // batches whose codec differs from the topic's
+            // compression.type recompressed (then `max.message.bytes` is
+            // checked again on the result, as Kafka does): that work
+            // leaves the runtime's worker (uncompressed ones are a cheap
+            // walk). `producer` keeps the batches as sent.
             let validated = batch::validate_batches(&records, max).and_then(|h| {
-                if h.iter().any(|b| b.compression() != 0) {
-                    crate::offload::blocking(|| batch::validate_records(&records, &h, compacted))?;
+                let recompressing = h.iter().any(|b| recompress::needs_recompression(b, target));
+                if recompressing || h.iter().any(|b| b.compression() != 0) {
+                    crate::offload::blocking(|| {
+                        batch::validate_records_bounded(&records, &h, compacted, bounds)?;
+                        match recompress::recompress(&records, &h, target)? {
+                            Some((out, n)) => {
+                                let h2 = batch::validate_batches(&out, max)?;
+                                Ok((Some((out, n)), h2))
+                            }
+                            None => Ok((None, h)),
+                        }
+                    })
                 } else {
-                    batch::validate_records(&records, &h, compacted)?;
+                    batch::validate_records_bounded(&records, &h, compacted, bounds)?;
+                    Ok((None, h))
                 }
-                Ok(h)
             });
-            let headers = match validated {
-                Ok(h) => h,
+            let (recompressed, headers) = match validated {
+                Ok(v) => v,
                 Err(e) => {
                     tracing::debug!(topic = %name, partition = index, error = %e, "rejected produce");
                     let mut refused = partition_error(index, storage_error_code(&e), e.to_string());
-                    if let StorageError::RecordErrors { errors } = e {
+                    if let StorageError::RecordErrors { errors }
+                    | StorageError::TimestampErrors { errors } = e
+                    {
                         refused.record_errors = record_errors(errors);
                     }
                     partition_responses.push(refused);
                     continue;
                 }
             };
-            let mut buf = records.to_vec();
+            let mut buf = match recompressed {
+                Some((out, n)) => {
+                    broker
+                        .metrics
+                        .produce_recompressed_batches
+                        .get_or_create(&Metrics::topic(&name))
+                        .inc_by(n as u64);
+                    out
+                }
+                None => records.to_vec(),
+            };
             let appended = partition.append(&mut buf, &headers, min_isr);
             if let (Ok(a), Some(min_isr)) = (&appended, min_isr) {
                 let required = match a {

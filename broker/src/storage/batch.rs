@@ -321,6 +321,30 @@ pub fn empty_copy(batch: &[u8]) -> Result<Vec<u8>> {
     Ok(out)
 }
 
+/// The batch at the start of `batch` with its records replaced by
+/// `payload` (the same records, encoded with codec `codec_id`): header
+/// fields kept (offsets, timestamps, producer id, epoch, sequence,
+/// transactional/control/timestamp-type flags), `batchLength`, the codec
+/// bits of `attributes` and the CRC rewritten.
+pub fn with_payload(batch: &[u8], payload: &[u8], codec_id: u8) -> Result<Vec<u8>> {
+    let header = BatchHeader::parse(batch)?;
+    let length = i32::try_from(BATCH_HEADER_LEN - LOG_OVERHEAD + payload.len())
+        .map_err(|_| corrupt("re-encoded batch is too large"))?;
+    let mut out = Vec::with_capacity(BATCH_HEADER_LEN + payload.len());
+    out.extend_from_slice(
+        batch
+            .get(..BATCH_HEADER_LEN)
+            .ok_or_else(|| corrupt("short batch header"))?,
+    );
+    out.extend_from_slice(payload);
+    write_bytes(&mut out, LENGTH_POS, &length.to_be_bytes());
+    let attributes = (header.attributes & !0x07) | i16::from(codec_id & 0x07);
+    write_bytes(&mut out, ATTRIBUTES_POS, &attributes.to_be_bytes());
+    let crc = compute_crc(&out);
+    write_bytes(&mut out, CRC_POS, &crc.to_be_bytes());
+    Ok(out)
+}
+
 /// Reads a zig-zag varint (Kafka's `varint`/`varlong`) at `*pos`.
 fn read_varlong(buf: &[u8], pos: &mut usize) -> Option<i64> {
     let mut value: u64 = 0;
@@ -456,8 +480,52 @@ pub fn find_record_at_or_after(
 /// are `CorruptBatch` (`CORRUPT_MESSAGE`). Memory stays bounded by the
 /// largest single record: compressed payloads are streamed.
 pub fn validate_records(buf: &[u8], headers: &[BatchHeader], require_keys: bool) -> Result<()> {
+    validate_records_bounded(buf, headers, require_keys, None)
+}
+
+/// Kafka's `message.timestamp.before.max.ms` / `message.timestamp.after.max.ms`
+/// on a CreateTime topic: a record timestamp more than `before_max_ms`
+/// before `now_ms`, or more than `after_max_ms` after it, is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimestampBounds {
+    pub now_ms: i64,
+    pub before_max_ms: i64,
+    pub after_max_ms: i64,
+}
+
+impl TimestampBounds {
+    /// Kafka's `LogValidator.validateTimestamp` message for an out-of-range
+    /// timestamp, or `None` when `timestamp` is accepted (`-1`, no
+    /// timestamp, always is).
+    fn check(&self, timestamp: i64, offset: i64) -> Option<String> {
+        if timestamp == -1 {
+            return None;
+        }
+        let diff = self.now_ms.saturating_sub(timestamp);
+        (diff > self.before_max_ms || diff.saturating_neg() > self.after_max_ms).then(|| {
+            format!(
+                "Timestamp {timestamp} of message with offset {offset} is out of range. The timestamp should be within [{}, {}]",
+                self.now_ms.saturating_sub(self.before_max_ms),
+                self.now_ms.saturating_add(self.after_max_ms)
+            )
+        })
+    }
+}
+
+/// [`validate_records`], also checking every record's CreateTime
+/// timestamp against `bounds` (when given) as Kafka's `LogValidator`
+/// does: the records out of range are [`StorageError::TimestampErrors`]
+/// (`INVALID_TIMESTAMP` with one entry per record, KIP-467), which win
+/// over keyless records in a compacted topic, as in Kafka.
+pub fn validate_records_bounded(
+    buf: &[u8],
+    headers: &[BatchHeader],
+    require_keys: bool,
+    bounds: Option<TimestampBounds>,
+) -> Result<()> {
     let mut pos = 0usize;
     let mut keyless = Vec::new();
+    let mut out_of_range = Vec::new();
     let mut first_index = 0i32;
     for header in headers {
         let size = header.total_size();
@@ -466,9 +534,21 @@ pub fn validate_records(buf: &[u8], headers: &[BatchHeader], require_keys: bool)
             .and_then(|end| buf.get(pos..end))
             .ok_or_else(|| corrupt("batch runs past the end of the record set"))?;
         let require_key = require_keys && !header.is_control();
-        validate_batch_records(batch, header, require_key, first_index, &mut keyless)?;
+        let rules = Rules {
+            require_key,
+            bounds: bounds.filter(|_| !header.is_control() && !header.is_log_append_time()),
+            base_offset: header.base_offset,
+            base_timestamp: header.base_timestamp,
+            first_index,
+        };
+        validate_batch_records(batch, header, &rules, &mut keyless, &mut out_of_range)?;
         pos += size;
         first_index = first_index.saturating_add(header.records_count);
+    }
+    if !out_of_range.is_empty() {
+        return Err(StorageError::TimestampErrors {
+            errors: out_of_range,
+        });
     }
     if keyless.is_empty() {
         return Ok(());
@@ -490,14 +570,25 @@ fn invalid(msg: impl Into<String>) -> StorageError {
     StorageError::InvalidRecord(msg.into())
 }
 
+/// What [`validate_batch_records`] checks beyond structure.
+struct Rules {
+    require_key: bool,
+    bounds: Option<TimestampBounds>,
+    base_offset: i64,
+    base_timestamp: i64,
+    /// Index of the batch's first record in the whole record set.
+    first_index: i32,
+}
+
 /// Checks one batch's records; the indexes (from `first_index`) of
-/// keyless records go to `keyless` when keys are required.
+/// keyless records go to `keyless` when keys are required, those of
+/// records out of the timestamp bounds to `out_of_range`.
 fn validate_batch_records(
     batch: &[u8],
     header: &BatchHeader,
-    require_key: bool,
-    first_index: i32,
+    rules: &Rules,
     keyless: &mut Vec<i32>,
+    out_of_range: &mut Vec<(i32, String)>,
 ) -> Result<()> {
     let count = header.records_count;
     if count <= 0 {
@@ -515,12 +606,12 @@ fn validate_batch_records(
     let codec = compression::codec_of(header.compression()).map_err(|e| corrupt(e.to_string()))?;
     if header.compression() == 0 {
         let mut source = SliceRecords(payload);
-        return walk_records(&mut source, count, require_key, first_index, keyless);
+        return walk_records(&mut source, count, rules, keyless, out_of_range);
     }
     let reader = compression::decoder(payload, codec, compression::MAX_DECOMPRESSED_BATCH_BYTES)
         .map_err(decompress_error)?;
     let mut source = StreamRecords::new(reader);
-    walk_records(&mut source, count, require_key, first_index, keyless)
+    walk_records(&mut source, count, rules, keyless, out_of_range)
 }
 
 fn decompress_error(e: compression::DecompressError) -> StorageError {
@@ -633,9 +724,9 @@ impl<R: std::io::Read> RecordSource for StreamRecords<R> {
 fn walk_records(
     source: &mut impl RecordSource,
     count: i32,
-    require_key: bool,
-    first_index: i32,
+    rules: &Rules,
     keyless: &mut Vec<i32>,
+    out_of_range: &mut Vec<(i32, String)>,
 ) -> Result<()> {
     for expected_delta in 0..count {
         let len = source.next_length()?.ok_or_else(|| {
@@ -645,9 +736,17 @@ fn walk_records(
         })?;
         let len =
             usize::try_from(len).map_err(|_| invalid(format!("negative record length {len}")))?;
-        let key_is_null = check_record(source.body(len)?, expected_delta)?;
-        if require_key && key_is_null {
-            keyless.push(first_index.saturating_add(expected_delta));
+        let (key_is_null, timestamp_delta) = check_record(source.body(len)?, expected_delta)?;
+        let index = rules.first_index.saturating_add(expected_delta);
+        if rules.require_key && key_is_null {
+            keyless.push(index);
+        }
+        if let Some(bounds) = &rules.bounds {
+            let timestamp = rules.base_timestamp.saturating_add(timestamp_delta);
+            let offset = rules.base_offset.saturating_add(i64::from(expected_delta));
+            if let Some(message) = bounds.check(timestamp, offset) {
+                out_of_range.push((index, message));
+            }
         }
     }
     if source.next_length()?.is_some() {
@@ -680,13 +779,14 @@ fn skip_field(body: &[u8], pos: &mut usize, nullable: bool, what: &str) -> Resul
 }
 
 /// Checks one record body (what follows its length prefix); whether its
-/// key is null.
-fn check_record(body: &[u8], expected_delta: i32) -> Result<bool> {
+/// key is null, and its timestamp delta.
+fn check_record(body: &[u8], expected_delta: i32) -> Result<(bool, i64)> {
     let mut pos = 1usize; // attributes
     if body.is_empty() {
         return Err(invalid("empty record"));
     }
-    read_varlong(body, &mut pos).ok_or_else(|| invalid("bad timestamp delta"))?;
+    let timestamp_delta =
+        read_varlong(body, &mut pos).ok_or_else(|| invalid("bad timestamp delta"))?;
     let delta = read_varint32(body, &mut pos).ok_or_else(|| invalid("bad offset delta"))?;
     if delta != expected_delta {
         return Err(invalid(format!(
@@ -709,7 +809,7 @@ fn check_record(body: &[u8], expected_delta: i32) -> Result<bool> {
             body.len()
         )));
     }
-    Ok(key_is_null)
+    Ok((key_is_null, timestamp_delta))
 }
 
 #[cfg(test)]
@@ -971,6 +1071,74 @@ mod tests {
         let last = bad.len() - 1;
         bad[last] ^= 0xff;
         assert!(find_record_at_or_after(&bad, 0, 0).is_err());
+    }
+
+    #[test]
+    fn timestamp_bounds_name_each_record_out_of_range() {
+        // Two batches (none, zstd) of 3 records at ts, ts+1, ts+2.
+        let now = 1_000_000;
+        let mut buf = encode(3, now - 100, Compression::None);
+        buf.extend_from_slice(&encode(3, now + 50, Compression::Zstd));
+        let hs = validate_batches(&buf, 1 << 20).unwrap();
+        let bounds = |before, after| {
+            Some(TimestampBounds {
+                now_ms: now,
+                before_max_ms: before,
+                after_max_ms: after,
+            })
+        };
+        assert!(validate_records_bounded(&buf, &hs, false, None).is_ok());
+        assert!(validate_records_bounded(&buf, &hs, false, bounds(100, 52)).is_ok());
+        // before 99: record 0 (now-100) is out; after 50: records 4, 5 are out.
+        match validate_records_bounded(&buf, &hs, false, bounds(99, 50)) {
+            Err(StorageError::TimestampErrors { errors }) => {
+                let idx: Vec<i32> = errors.iter().map(|(i, _)| *i).collect();
+                assert_eq!(idx, vec![0, 4, 5]);
+                assert_eq!(
+                    errors[0].1,
+                    format!("Timestamp {} of message with offset 0 is out of range. The timestamp should be within [{}, {}]", now - 100, now - 99, now + 50)
+                );
+                assert!(errors[1]
+                    .1
+                    .starts_with(&format!("Timestamp {} of message with offset 1 ", now + 51)));
+            }
+            other => panic!("{other:?}"),
+        }
+        // Timestamp errors win over keyless records (INVALID_TIMESTAMP, as Kafka).
+        let r = validate_records_bounded(&buf, &hs, true, bounds(0, 0));
+        assert!(
+            matches!(r, Err(StorageError::TimestampErrors { ref errors }) if errors.len() == 6),
+            "{r:?}"
+        );
+        // Unbounded (Long.MAX_VALUE) never overflows.
+        let far = encode(1, i64::MIN / 2, Compression::None);
+        let fh = validate_batches(&far, 1 << 20).unwrap();
+        assert!(validate_records_bounded(&far, &fh, false, bounds(i64::MAX, i64::MAX)).is_ok());
+        assert!(validate_records_bounded(&far, &fh, false, bounds(i64::MAX / 4, 0)).is_err());
+        // A LogAppendTime batch is not checked against CreateTime bounds.
+        let mut lat = encode(2, 5, Compression::None);
+        set_log_append_time(&mut lat, now);
+        let lh = validate_batches(&lat, 1 << 20).unwrap();
+        assert!(validate_records_bounded(&lat, &lh, false, bounds(0, 0)).is_ok());
+    }
+
+    #[test]
+    fn with_payload_rewrites_length_codec_and_crc_only() {
+        let b = encode(4, 77, Compression::None);
+        let h = validate_one(&b).unwrap();
+        let payload = b[BATCH_HEADER_LEN..].to_vec();
+        let same = with_payload(&b, &payload, 0).unwrap();
+        assert_eq!(same, b);
+        let packed = super::super::recompress::compress(&payload, Compression::Gzip, 6).unwrap();
+        let g = with_payload(&b, &packed, 1).unwrap();
+        let gh = validate_one(&g).unwrap();
+        assert_eq!(gh.compression(), 1);
+        assert_eq!(gh.total_size(), BATCH_HEADER_LEN + packed.len());
+        assert_eq!(
+            (gh.base_timestamp, gh.max_timestamp, gh.records_count),
+            (h.base_timestamp, h.max_timestamp, h.records_count)
+        );
+        assert_eq!(decode_records(&g).unwrap(), decode_records(&b).unwrap());
     }
 
     #[test]

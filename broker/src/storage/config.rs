@@ -39,6 +39,20 @@ pub struct LogConfig {
     /// `min.compaction.lag.ms`: a segment is cleaned only once its newest
     /// record is at least this old.
     pub min_compaction_lag_ms: i64,
+    /// `segment.jitter.ms`: the active segment rolls by age at `segment.ms`
+    /// minus a random jitter in `[0, min(jitter, segment.ms))`, drawn once
+    /// per segment (as Kafka), so many partitions do not roll together.
+    pub segment_jitter_ms: i64,
+    /// `message.timestamp.before.max.ms`: with CreateTime, a record whose
+    /// timestamp is more than this in the past is refused (`INVALID_TIMESTAMP`).
+    pub message_timestamp_before_max_ms: i64,
+    /// `message.timestamp.after.max.ms`: with CreateTime, a record whose
+    /// timestamp is more than this in the future is refused.
+    pub message_timestamp_after_max_ms: i64,
+    /// `compression.type` with its codec's `compression.*.level`: what the
+    /// leader's produce path recompresses batches to (`Producer`: stored
+    /// as sent, zero-copy).
+    pub compression: super::recompress::TargetCompression,
 }
 
 impl Default for LogConfig {
@@ -60,6 +74,10 @@ impl Default for LogConfig {
             delete_retention_ms: 24 * 3600 * 1000,
             min_cleanable_dirty_ratio: 0.5,
             min_compaction_lag_ms: 0,
+            segment_jitter_ms: 0,
+            message_timestamp_before_max_ms: i64::MAX,
+            message_timestamp_after_max_ms: 3_600_000,
+            compression: super::recompress::TargetCompression::Producer,
         }
     }
 }

@@ -122,6 +122,9 @@ pub struct PartitionLog {
     /// Set by [`PartitionLog::close_in_place`]: the log refuses changes.
     closed: bool,
     open_report: OpenReport,
+    /// Random per opened log: with a segment's base offset it draws that
+    /// segment's roll jitter (`segment.jitter.ms`), fixed for the segment.
+    jitter_seed: u64,
 }
 
 fn out_of_range(requested: i64, log_start: i64, log_end: i64) -> StorageError {
@@ -386,6 +389,10 @@ impl PartitionLog {
             epochs,
             closed: false,
             open_report,
+            jitter_seed: {
+                use std::hash::BuildHasher;
+                std::collections::hash_map::RandomState::new().hash_one(now_ms)
+            },
         };
         if epochs_changed {
             // Failing (a full disk) is harmless: the next open redoes it.
@@ -504,10 +511,34 @@ impl PartitionLog {
     }
 
     fn segment_expired_by_age(&self, seg: &Segment, now_ms: i64) -> bool {
+        let roll_after = self
+            .config
+            .segment_ms
+            .saturating_sub(self.roll_jitter_ms(seg.base_offset()));
         !seg.is_empty()
             && seg
                 .roll_base_ms()
-                .is_some_and(|b| now_ms.saturating_sub(b) > self.config.segment_ms)
+                .is_some_and(|b| now_ms.saturating_sub(b) > roll_after)
+    }
+
+    /// The roll jitter of the segment starting at `base_offset`: as
+    /// Kafka's `LogConfig.randomSegmentJitter`, uniform in
+    /// `[0, min(segment.jitter.ms, segment.ms))`, 0 without jitter; the
+    /// same for the segment's whole life (it depends only on the log's
+    /// random seed and the segment's base offset).
+    pub fn roll_jitter_ms(&self, base_offset: i64) -> i64 {
+        let bound = self.config.segment_jitter_ms.min(self.config.segment_ms);
+        if bound <= 0 {
+            return 0;
+        }
+        // splitmix64 of seed and base offset: uniform enough for spreading rolls.
+        let mut z = self
+            .jitter_seed
+            .wrapping_add((base_offset as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        (z % bound as u64) as i64
     }
 
     /// Appends already validated batches (see `batch::validate_batches`):

@@ -28,6 +28,7 @@ pub mod config;
 pub mod epochs;
 pub mod index;
 pub mod log;
+pub mod recompress;
 pub mod segment;
 pub mod space;
 #[cfg(test)]
@@ -64,6 +65,11 @@ pub enum StorageError {
     /// errors), e.g. records without a key in a compacted topic.
     #[error("{} record(s) rejected, the first: {}", errors.len(), errors.first().map_or("", |e| e.1.as_str()))]
     RecordErrors { errors: Vec<(i32, String)> },
+    /// Records whose timestamps lie outside the topic's
+    /// `message.timestamp.before/after.max.ms` bounds, by index in the
+    /// record set (`INVALID_TIMESTAMP`, KIP-467 per-record errors).
+    #[error("One or more records have been rejected due to invalid timestamp")]
+    TimestampErrors { errors: Vec<(i32, String)> },
     /// A timestamp outside what the topic accepts (`INVALID_TIMESTAMP`).
     #[error("invalid timestamp: {0}")]
     InvalidTimestamp(String),

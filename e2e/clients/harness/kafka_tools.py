@@ -1,7 +1,7 @@
 """Apache Kafka's own command-line admin tools, run as the distribution runs
 them: `bin/kafka-log-dirs.sh`, `bin/kafka-leader-election.sh`,
-`bin/kafka-reassign-partitions.sh`, `bin/kafka-configs.sh` and
-`bin/kafka-features.sh` are `kafka-run-class.sh` of the main
+`bin/kafka-reassign-partitions.sh`, `bin/kafka-configs.sh`,
+`bin/kafka-topics.sh` and `bin/kafka-features.sh` are `kafka-run-class.sh` of the main
 classes below, here started with `java`
 on the reference distribution's class path (kafka-dist/jars, resolved by
 kafka-dist/fetch-jars.sh, which kafka-tools is part of) and logging only
@@ -31,6 +31,7 @@ LOG_DIRS = "org.apache.kafka.tools.LogDirsCommand"
 LEADER_ELECTION = "org.apache.kafka.tools.LeaderElectionCommand"
 REASSIGN_PARTITIONS = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"
 CONFIGS = "kafka.admin.ConfigCommand"
+TOPICS = "org.apache.kafka.tools.TopicCommand"
 FEATURES = "org.apache.kafka.tools.FeatureCommand"
 ALTER_REASSIGNMENTS = str(Path(__file__).with_name("AlterReassignments.java"))
 CLIENT_QUOTAS = str(Path(__file__).with_name("ClientQuotas.java"))
@@ -154,3 +155,9 @@ def features(bootstrap: str) -> dict[str, dict[str, str]]:
         if "Feature" in fields:
             out[fields.pop("Feature")] = fields
     return out
+
+
+def topics(bootstrap: str, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess:
+    """`kafka-topics --bootstrap-server B ARGS…` (e.g. `--create --topic T
+    --config k=v`); its exit code is the caller's to judge."""
+    return run(TOPICS, ["--bootstrap-server", bootstrap, *args], timeout=timeout)

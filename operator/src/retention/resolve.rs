@@ -21,10 +21,15 @@ use kube::ResourceExt;
 
 use crate::crd::{KafkaRetentionPolicy, PolicyMode};
 
-/// Kafka's topic-level config names (Kafka 3.x docs, topic configs).
+/// Kafka's topic-level config names: exactly those Apache Kafka 4.1's
+/// `LogConfig` defines (its internal `internal.segment.bytes` aside), the
+/// same list the broker accepts (`moldau_broker::topic_config::TOPIC_CONFIGS`).
 pub const TOPIC_CONFIGS: &[&str] = &[
     "cleanup.policy",
+    "compression.gzip.level",
+    "compression.lz4.level",
     "compression.type",
+    "compression.zstd.level",
     "delete.retention.ms",
     "file.delete.delay.ms",
     "flush.messages",
@@ -36,16 +41,15 @@ pub const TOPIC_CONFIGS: &[&str] = &[
     "local.retention.ms",
     "max.compaction.lag.ms",
     "max.message.bytes",
-    "message.downconversion.enable",
-    "message.format.version",
     "message.timestamp.after.max.ms",
     "message.timestamp.before.max.ms",
-    "message.timestamp.difference.max.ms",
     "message.timestamp.type",
     "min.cleanable.dirty.ratio",
     "min.compaction.lag.ms",
     "min.insync.replicas",
     "preallocate",
+    "remote.log.copy.disable",
+    "remote.log.delete.on.disable",
     "remote.storage.enable",
     "retention.bytes",
     "retention.ms",
