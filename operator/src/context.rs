@@ -48,6 +48,21 @@ pub struct Context {
     pub tunables: Tunables,
 }
 
+impl Context {
+    /// The API of kind `K` a controller watches: in `namespace` when the
+    /// operator is confined to one, else in every namespace.
+    pub fn watched_api<K>(&self, namespace: &Option<String>) -> kube::Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        match namespace {
+            Some(ns) => kube::Api::namespaced(self.client.clone(), ns),
+            None => kube::Api::all(self.client.clone()),
+        }
+    }
+}
+
 /// Logs what a controller stream yields: reconcile failures are already
 /// logged by the error policies; watch and queue failures are logged here.
 pub fn log_controller_error<E: std::fmt::Display>(kind: &str, err: &E, reconciler_failed: bool) {

@@ -382,14 +382,15 @@ impl AdminClient {
         Ok(())
     }
 
-    /// The config of a topic.
-    pub async fn describe_topic_config(
+    /// The configs of one resource (`resource_type`, `name`).
+    async fn describe_one(
         &mut self,
+        resource_type: i8,
         name: &str,
     ) -> Result<Vec<ConfigEntry>, KafkaError> {
         let req = DescribeConfigsRequest::default().with_resources(vec![
             DescribeConfigsResource::default()
-                .with_resource_type(RESOURCE_TOPIC)
+                .with_resource_type(resource_type)
                 .with_resource_name(s(name))
                 .with_configuration_keys(None),
         ]);
@@ -407,6 +408,14 @@ impl AdminClient {
             ));
         }
         Ok(result.configs.into_iter().map(config_entry).collect())
+    }
+
+    /// The config of a topic.
+    pub async fn describe_topic_config(
+        &mut self,
+        name: &str,
+    ) -> Result<Vec<ConfigEntry>, KafkaError> {
+        self.describe_one(RESOURCE_TOPIC, name).await
     }
 
     /// The configs of many topics in one DescribeConfigs request (only
@@ -501,29 +510,10 @@ impl AdminClient {
     pub async fn describe_broker_defaults(
         &mut self,
     ) -> Result<BTreeMap<String, String>, KafkaError> {
-        let req = DescribeConfigsRequest::default().with_resources(vec![
-            DescribeConfigsResource::default()
-                .with_resource_type(RESOURCE_BROKER)
-                .with_resource_name(s(""))
-                .with_configuration_keys(None),
-        ]);
-        let resp = self.call(req, "DescribeConfigs").await?;
-        let result = resp
-            .results
+        Ok(self
+            .describe_one(RESOURCE_BROKER, "")
+            .await?
             .into_iter()
-            .next()
-            .ok_or_else(|| KafkaError::Protocol("DescribeConfigs response is empty".into()))?;
-        if result.error_code != 0 {
-            return Err(KafkaError::broker(
-                "DescribeConfigs",
-                result.error_code,
-                opt_string(&result.error_message),
-            ));
-        }
-        Ok(result
-            .configs
-            .into_iter()
-            .map(config_entry)
             .filter(|e| e.source == SOURCE_DYNAMIC_DEFAULT_BROKER)
             .filter_map(|e| Some((e.name, e.value?)))
             .collect())

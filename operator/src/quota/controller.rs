@@ -230,14 +230,8 @@ pub fn quotas_of(quotas: &[Arc<KafkaQuota>], kc: &KafkaCluster) -> Vec<ObjectRef
 
 /// Runs the KafkaQuota controller until the stream ends.
 pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
-    let api: Api<KafkaQuota> = match &namespace {
-        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
-        None => Api::all(ctx.client.clone()),
-    };
-    let clusters: Api<KafkaCluster> = match &namespace {
-        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
-        None => Api::all(ctx.client.clone()),
-    };
+    let api: Api<KafkaQuota> = ctx.watched_api(&namespace);
+    let clusters: Api<KafkaCluster> = ctx.watched_api(&namespace);
     let controller = Controller::new(api, watcher::Config::default());
     let quotas = controller.store();
     controller

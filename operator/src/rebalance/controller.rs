@@ -210,10 +210,7 @@ pub fn error_policy(kr: Arc<KafkaRebalance>, err: &Error, ctx: Arc<Context>) -> 
 
 /// Runs the KafkaRebalance controller until the stream ends.
 pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
-    let api: Api<KafkaRebalance> = match &namespace {
-        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
-        None => Api::all(ctx.client.clone()),
-    };
+    let api: Api<KafkaRebalance> = ctx.watched_api(&namespace);
     Controller::new(api, watcher::Config::default())
         .run(reconcile, error_policy, ctx)
         .for_each(|res| async move {

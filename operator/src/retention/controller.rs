@@ -498,18 +498,9 @@ pub fn policies_of_topic(
 
 /// Runs the KafkaRetentionPolicy controller until the stream ends.
 pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
-    let api: Api<KafkaRetentionPolicy> = match &namespace {
-        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
-        None => Api::all(ctx.client.clone()),
-    };
-    let clusters: Api<KafkaCluster> = match &namespace {
-        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
-        None => Api::all(ctx.client.clone()),
-    };
-    let topics: Api<KafkaTopic> = match &namespace {
-        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
-        None => Api::all(ctx.client.clone()),
-    };
+    let api: Api<KafkaRetentionPolicy> = ctx.watched_api(&namespace);
+    let clusters: Api<KafkaCluster> = ctx.watched_api(&namespace);
+    let topics: Api<KafkaTopic> = ctx.watched_api(&namespace);
     let controller = Controller::new(api, watcher::Config::default());
     let by_cluster = controller.store();
     let by_topic = controller.store();

@@ -22,7 +22,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::crd::{KafkaRetentionPolicy, NonConformingTopic, PolicyConflict};
 use crate::kafka::ConfigOp;
 
-use super::resolve::{own_config, records_for, resolve, ConfigRecord, Resolved, TopicFacts};
+use super::resolve::{
+    mismatches, own_config, records_for, resolve, ConfigRecord, Resolved, TopicFacts,
+};
 
 /// Entries listed at most in a policy's status (the counts are exact).
 pub const MAX_LISTED: usize = 50;
@@ -145,32 +147,14 @@ fn op_key(op: &ConfigOp) -> &str {
     }
 }
 
-/// Why `topic` does not carry what `policy` governs of it: the keys whose
-/// actual override differs from the resolution, or None.
+/// Why `topic` does not carry what `policy` governs of it, or None.
 fn mismatch(
     policy: &str,
     resolved: &Resolved,
     actual: &BTreeMap<String, String>,
     managed: bool,
 ) -> Option<String> {
-    let bad: Vec<String> = resolved
-        .governed_by
-        .iter()
-        .filter(|(_, p)| p.as_str() == policy)
-        .map(|(k, _)| k)
-        .filter(|k| actual.get(*k) != resolved.config.get(*k))
-        .map(|k| {
-            format!(
-                "{k} is {} (want {})",
-                actual.get(k).map(String::as_str).unwrap_or("unset"),
-                resolved
-                    .config
-                    .get(k)
-                    .map(String::as_str)
-                    .unwrap_or("unset")
-            )
-        })
-        .collect();
+    let bad = mismatches(resolved, actual, Some(policy));
     if bad.is_empty() {
         return None;
     }

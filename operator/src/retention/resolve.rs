@@ -271,26 +271,29 @@ pub fn resolve(topic: &TopicFacts, policies: &[&KafkaRetentionPolicy]) -> Resolv
     out
 }
 
-/// Why a topic does not conform to its resolution, if it does not: the
-/// governed keys whose actual override differs.
-pub fn non_conformance(resolved: &Resolved, actual: &BTreeMap<String, String>) -> Option<String> {
-    let bad: Vec<String> = resolved
+/// Why a topic does not conform to its resolution: each governed key (of
+/// `policy` only, when given) whose actual override differs, as "KEY is
+/// VALUE (want VALUE)". Empty: it conforms.
+pub fn mismatches(
+    resolved: &Resolved,
+    actual: &BTreeMap<String, String>,
+    policy: Option<&str>,
+) -> Vec<String> {
+    let shown = |v: Option<&String>| v.map(String::as_str).unwrap_or("unset").to_string();
+    resolved
         .governed_by
-        .keys()
+        .iter()
+        .filter(|(_, p)| policy.is_none_or(|want| p.as_str() == want))
+        .map(|(k, _)| k)
         .filter(|k| actual.get(*k) != resolved.config.get(*k))
         .map(|k| {
             format!(
                 "{k} is {} (want {})",
-                actual.get(k).map(String::as_str).unwrap_or("unset"),
-                resolved
-                    .config
-                    .get(k)
-                    .map(String::as_str)
-                    .unwrap_or("unset"),
+                shown(actual.get(k)),
+                shown(resolved.config.get(k))
             )
         })
-        .collect();
-    (!bad.is_empty()).then(|| bad.join("; "))
+        .collect()
 }
 
 /// What a policy changed on a topic without a KafkaTopic: the value the key
@@ -574,8 +577,8 @@ mod tests {
         assert_eq!(records.len(), 2);
         // the broker now has the policy's values
         let applied = r.config.clone();
-        assert_eq!(non_conformance(&r, &applied), None);
-        assert!(non_conformance(&r, &overrides).is_some());
+        assert!(mismatches(&r, &applied, None).is_empty());
+        assert!(!mismatches(&r, &overrides, None).is_empty());
         // next reconcile: own settings are recovered from the records
         let own2 = own_config("app-1", &applied, &records);
         assert_eq!(own2, overrides);

@@ -534,22 +534,10 @@ pub fn topics_moved_by(
 
 /// Runs the KafkaTopic controller until the stream ends.
 pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
-    let api: Api<KafkaTopic> = match &namespace {
-        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
-        None => Api::all(ctx.client.clone()),
-    };
-    let clusters: Api<KafkaCluster> = match &namespace {
-        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
-        None => Api::all(ctx.client.clone()),
-    };
-    let rebalances: Api<KafkaRebalance> = match &namespace {
-        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
-        None => Api::all(ctx.client.clone()),
-    };
-    let policies: Api<KafkaRetentionPolicy> = match &namespace {
-        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
-        None => Api::all(ctx.client.clone()),
-    };
+    let api: Api<KafkaTopic> = ctx.watched_api(&namespace);
+    let clusters: Api<KafkaCluster> = ctx.watched_api(&namespace);
+    let rebalances: Api<KafkaRebalance> = ctx.watched_api(&namespace);
+    let policies: Api<KafkaRetentionPolicy> = ctx.watched_api(&namespace);
     let controller = Controller::new(api, watcher::Config::default());
     let topics = controller.store();
     let moved = controller.store();
