@@ -184,7 +184,8 @@ fn broker_synonyms(
         }
     }
     if let Some(v) = static_cfg.raw.get(key) {
-        out.push((v.trim().to_string(), ConfigSource::StaticBroker));
+        // as given in the properties (leading/trailing spaces are the value's)
+        out.push((v.clone(), ConfigSource::StaticBroker));
     }
     if let Some(v) = defaults.get(key) {
         out.push((v.clone(), ConfigSource::Default));
