@@ -8,53 +8,14 @@
 
 mod wire_common;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::{
     ApiKey, FetchRequest, FetchResponse, InitProducerIdRequest, InitProducerIdResponse,
 };
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use kafka_protocol::records::{Compression, RecordBatchDecoder};
 use moldau_broker::storage::batch;
 use wire_common::*;
-
-fn encode(values: &[Vec<u8>], pid: i64, epoch: i16, seq: i32, compression: Compression) -> Bytes {
-    let records: Vec<Record> = values
-        .iter()
-        .enumerate()
-        .map(|(i, v)| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: pid,
-            producer_epoch: epoch,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            sequence: if pid < 0 {
-                i as i32 - 1
-            } else {
-                seq + i as i32
-            },
-            timestamp: 1_700_000_000_000 + i as i64,
-            key: Some(Bytes::from(format!("k{i}"))),
-            value: Some(Bytes::from(v.clone())),
-            headers: Default::default(),
-        })
-        .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        &records,
-        &RecordEncodeOptions {
-            version: 2,
-            compression,
-        },
-    )
-    .unwrap();
-    buf.freeze()
-}
 
 /// The raw record set of partition 0 from offset 0.
 async fn fetch_raw(s: &mut tokio::net::TcpStream, topic: &str) -> Bytes {
@@ -103,9 +64,9 @@ async fn broker_default_codec_recompresses_and_keeps_idempotence() {
     let values: Vec<Vec<u8>> = (0..30)
         .map(|i| format!("value {i} ").repeat(20).into_bytes())
         .collect();
-    let sent = encode(&values, pid, epoch, 0, Compression::None);
+    let sent = batch_from(&values, pid, epoch, 0, Compression::None);
     assert_eq!(produce(&mut s, "z", sent.clone()).await, (0, 0));
-    let more = encode(&values[..3], pid, epoch, 30, Compression::Gzip);
+    let more = batch_from(&values[..3], pid, epoch, 30, Compression::Gzip);
     assert_eq!(produce(&mut s, "z", more).await, (0, 30));
     // The retry of the first batch: its original offset, nothing appended.
     assert_eq!(produce(&mut s, "z", sent.clone()).await, (0, 0));
@@ -158,7 +119,7 @@ async fn max_message_bytes_applies_after_recompression() {
     assert_eq!(create_topic(&mut s, "u", 1).await.0, 0);
     // 20 KB of repetitive values: ~200 bytes as lz4, 20 KB uncompressed.
     let values: Vec<Vec<u8>> = (0..20).map(|_| vec![b'x'; 1000]).collect();
-    let packed = encode(&values, -1, -1, 0, Compression::Lz4);
+    let packed = batch_from(&values, -1, -1, 0, Compression::Lz4);
     assert!(packed.len() < 4000, "{}", packed.len());
     assert_eq!(
         produce(&mut s, "u", packed).await.0,
@@ -166,7 +127,7 @@ async fn max_message_bytes_applies_after_recompression() {
         "MESSAGE_TOO_LARGE"
     );
     // A batch still small once uncompressed is stored uncompressed.
-    let small = encode(&values[..2], -1, -1, 0, Compression::Lz4);
+    let small = batch_from(&values[..2], -1, -1, 0, Compression::Lz4);
     assert_eq!(produce(&mut s, "u", small).await, (0, 0));
     let raw = fetch_raw(&mut s, "u").await;
     let headers = batch::validate_batches(&raw, usize::MAX).unwrap();

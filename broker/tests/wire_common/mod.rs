@@ -127,6 +127,19 @@ pub async fn call<Req: Encodable, Resp: Decodable>(
 
 /// One uncompressed batch of `values` (keys `k0`, `k1`, …).
 pub fn batch(values: &[Vec<u8>]) -> Bytes {
+    batch_from(values, -1, -1, 0, Compression::None)
+}
+
+/// A batch of `values` (keys `k0`, `k1`, …) from producer `pid`/`epoch`
+/// with sequences from `first_sequence` (no producer: `pid` -1), compressed
+/// with `compression`.
+pub fn batch_from(
+    values: &[Vec<u8>],
+    pid: i64,
+    epoch: i16,
+    first_sequence: i32,
+    compression: Compression,
+) -> Bytes {
     let records: Vec<Record> = values
         .iter()
         .enumerate()
@@ -135,11 +148,15 @@ pub fn batch(values: &[Vec<u8>]) -> Bytes {
             control: false,
             delete_horizon: false,
             partition_leader_epoch: -1,
-            producer_id: -1,
-            producer_epoch: -1,
+            producer_id: pid,
+            producer_epoch: epoch,
             timestamp_type: TimestampType::Creation,
             offset: i as i64,
-            sequence: i as i32 - 1,
+            sequence: if pid < 0 {
+                i as i32 - 1
+            } else {
+                first_sequence + i as i32
+            },
             timestamp: 1_700_000_000_000 + i as i64,
             key: Some(Bytes::from(format!("k{i}"))),
             value: Some(Bytes::from(v.clone())),
@@ -152,7 +169,7 @@ pub fn batch(values: &[Vec<u8>]) -> Bytes {
         &records,
         &RecordEncodeOptions {
             version: 2,
-            compression: Compression::None,
+            compression,
         },
     )
     .expect("encode batch");

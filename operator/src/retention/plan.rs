@@ -250,21 +250,8 @@ pub fn not_yet_restored(
 
 #[cfg(test)]
 mod tests {
+    use super::super::resolve::test_support::{map, policy};
     use super::*;
-
-    fn policy(name: &str, spec: serde_json::Value) -> KafkaRetentionPolicy {
-        let mut spec = spec;
-        spec["clusterRef"] = "c".into();
-        let mut p = KafkaRetentionPolicy::new(name, serde_json::from_value(spec).unwrap());
-        p.metadata.namespace = Some("ns".into());
-        p
-    }
-
-    fn map(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
-        kv.iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
 
     fn week() -> KafkaRetentionPolicy {
         policy(

@@ -350,11 +350,15 @@ pub fn records_for(
         .collect()
 }
 
+/// Fixtures shared by the retention modules' unit tests.
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(crate) mod test_support {
+    use std::collections::BTreeMap;
 
-    fn policy(name: &str, spec: serde_json::Value) -> KafkaRetentionPolicy {
+    use crate::crd::KafkaRetentionPolicy;
+
+    /// A policy of cluster `c` in namespace `ns` with `spec` (clusterRef added).
+    pub fn policy(name: &str, spec: serde_json::Value) -> KafkaRetentionPolicy {
         let mut spec = spec;
         spec["clusterRef"] = "c".into();
         let mut p = KafkaRetentionPolicy::new(name, serde_json::from_value(spec).unwrap());
@@ -362,11 +366,18 @@ mod tests {
         p
     }
 
-    fn map(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
+    /// A string map from pairs.
+    pub fn map(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
         kv.iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_support::{map, policy};
+    use super::*;
 
     fn topic(name: &str, labels: Option<&[(&str, &str)]>, own: &[(&str, &str)]) -> TopicFacts {
         TopicFacts {
