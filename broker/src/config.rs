@@ -72,6 +72,11 @@ pub struct Cli {
     /// Log filter (tracing `EnvFilter` syntax).
     #[arg(long, env = "MOLDAU_LOG", default_value = "info")]
     pub log: String,
+    /// Check the broker properties (file and `--set`) and exit: 0 when the
+    /// broker would start with them, 1 with each problem printed (a bad
+    /// value, or a key neither Moldau nor Kafka knows). Starts nothing.
+    #[arg(long)]
+    pub check_config: bool,
     /// Log format: `text` or `json`.
     #[arg(long, env = "MOLDAU_LOG_FORMAT", default_value = "text")]
     pub log_format: String,
@@ -602,25 +607,34 @@ impl BrokerConfig {
 
     /// Reads the properties file (if any) and applies `key=value` overrides.
     pub fn load(file: Option<&std::path::Path>, overrides: &[String]) -> Result<Self, ConfigError> {
-        let mut props = match file {
-            Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-                    path: path.to_path_buf(),
-                    source,
-                })?;
-                parse_properties(&text)?
-            }
-            None => BTreeMap::new(),
-        };
-        for (i, o) in overrides.iter().enumerate() {
-            let (k, v) = o.split_once('=').ok_or_else(|| ConfigError::Syntax {
-                line: i + 1,
-                text: o.clone(),
-            })?;
-            props.insert(k.trim().to_string(), v.trim().to_string());
-        }
-        Self::from_properties(props)
+        Self::from_properties(load_properties(file, overrides)?)
     }
+}
+
+/// The properties of the file (if any) with the `key=value` overrides
+/// applied, unparsed.
+pub fn load_properties(
+    file: Option<&std::path::Path>,
+    overrides: &[String],
+) -> Result<BTreeMap<String, String>, ConfigError> {
+    let mut props = match file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                path: path.to_path_buf(),
+                source,
+            })?;
+            parse_properties(&text)?
+        }
+        None => BTreeMap::new(),
+    };
+    for (i, o) in overrides.iter().enumerate() {
+        let (k, v) = o.split_once('=').ok_or_else(|| ConfigError::Syntax {
+            line: i + 1,
+            text: o.clone(),
+        })?;
+        props.insert(k.trim().to_string(), v.trim().to_string());
+    }
+    Ok(props)
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@
 
 pub mod broker;
 pub mod config;
+pub mod config_check;
 pub mod controller;
 pub mod dynamic_config;
 pub mod group;

@@ -7,6 +7,9 @@ use tracing_subscriber::EnvFilter;
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    if cli.check_config {
+        std::process::exit(check_config(&cli));
+    }
     let filter = EnvFilter::try_new(&cli.log).unwrap_or_else(|_| EnvFilter::new("info"));
     if cli.log_format == "json" {
         tracing_subscriber::fmt()
@@ -21,4 +24,27 @@ fn main() -> anyhow::Result<()> {
         .build()?;
     let (_tx, rx) = tokio::sync::watch::channel(false);
     runtime.block_on(moldau_broker::server::run(cli, rx, true))
+}
+
+/// `--check-config`: prints each problem of the properties, or that they
+/// are fine; the exit code says which (0 fine, 1 problems).
+fn check_config(cli: &Cli) -> i32 {
+    let props =
+        match moldau_broker::config::load_properties(cli.config_file.as_deref(), &cli.overrides) {
+            Ok(props) => props,
+            Err(e) => {
+                eprintln!("broker config: {e}");
+                return 1;
+            }
+        };
+    let problems = moldau_broker::config_check::check(&props);
+    for p in &problems {
+        eprintln!("broker config: {p}");
+    }
+    if problems.is_empty() {
+        println!("broker config OK ({} properties)", props.len());
+        0
+    } else {
+        1
+    }
 }

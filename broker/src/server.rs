@@ -69,6 +69,13 @@ pub async fn run_reporting(
     let broker_config = BrokerConfig::load(cli.config_file.as_deref(), &cli.overrides)?;
     crate::topic_config::validate_broker_keys(&broker_config)
         .map_err(|e| anyhow::anyhow!("invalid broker config {e}"))?;
+    // As Kafka: a key nobody knows is kept and reported, not fatal
+    // (`--check-config` and the operator refuse it).
+    for key in broker_config.raw.keys() {
+        if !crate::config_check::is_known(key) {
+            tracing::warn!(%key, "the broker config {key} is not a Moldau or Kafka config name; ignored");
+        }
+    }
     crate::resources::raise_nofile_limit();
     let listener = TcpListener::bind(cli.listen)
         .await

@@ -790,6 +790,7 @@ mod tests {
                 rack_topology_key: None,
                 pod_template: None,
                 rebalance: Default::default(),
+                rollout: Default::default(),
             },
         );
         kc.metadata.namespace = Some("ns".into());

@@ -46,8 +46,9 @@ use crate::rebalance::execute::read_placement;
 use crate::topic::controller::ready_brokers;
 
 use super::builders::{self, ClusterObjects, Names, CLUSTER_LABEL};
+use super::health::{read_replica_health, HealthView};
 use super::membership::{read_membership, Membership};
-use super::rollout::{next_step, PodState, RolloutStep};
+use super::rollout::{next_step, roll_pending, PodState, RolloutStep};
 use super::scaling::{self, ObservedRebalance, RebalanceChange, ScaleDecision, ScaleInput};
 use super::status::{
     cluster_status, status_events, status_patch, ClusterObservation, Problem, READY,
@@ -353,7 +354,6 @@ async fn reconcile_inner(kc: &KafkaCluster, ctx: &Context) -> Result<Action> {
             });
         } else {
             if let Some(ev) = &scale.event {
-                tracing::info!(cluster = %builders::object_key(kc), reason = %ev.reason, "{}", ev.note);
                 ctx.events.publish(&reference, "Scale", ev).await;
             }
             match current {
@@ -372,7 +372,6 @@ async fn reconcile_inner(kc: &KafkaCluster, ctx: &Context) -> Result<Action> {
                         .await
                 }
                 Some(old) if old != scale.replicas => {
-                    tracing::info!(cluster = %builders::object_key(kc), from = old, to = scale.replicas, "scaled the StatefulSet");
                     ctx.events
                         .normal(
                             &reference,
@@ -401,7 +400,12 @@ async fn reconcile_inner(kc: &KafkaCluster, ctx: &Context) -> Result<Action> {
     let pod_states: Vec<PodState> = pods.items.iter().filter_map(pod_state).collect();
     let update_revision = sts.as_ref().and_then(current_update_revision);
     let step = if sts.is_some() {
-        next_step(running, update_revision.as_deref(), &pod_states)
+        let health = if roll_pending(running, update_revision.as_deref(), &pod_states) {
+            read_replica_health(client, &names).await
+        } else {
+            HealthView::Known(Default::default())
+        };
+        next_step(running, update_revision.as_deref(), &pod_states, &health)
     } else {
         RolloutStep::Wait("StatefulSet does not exist yet".into())
     };
@@ -421,7 +425,6 @@ async fn reconcile_inner(kc: &KafkaCluster, ctx: &Context) -> Result<Action> {
         };
         match pod_api.delete(name, &dp).await {
             Ok(_) => {
-                tracing::info!(cluster = %builders::object_key(kc), pod = %name, "rolling restart: deleted pod");
                 ctx.events
                     .normal(
                         &reference,
@@ -463,6 +466,7 @@ async fn reconcile_inner(kc: &KafkaCluster, ctx: &Context) -> Result<Action> {
         selector,
         bootstrap_servers: builders::bootstrap_servers(&names, kc.spec.listener_port),
         membership,
+        stall_timeout_seconds: kc.spec.rollout.stall_timeout_seconds,
     };
     let now = format_time(k8s_openapi::jiff::Timestamp::now());
     let old_status = kc.status.as_ref();
@@ -476,6 +480,15 @@ async fn reconcile_inner(kc: &KafkaCluster, ctx: &Context) -> Result<Action> {
             &Patch::Merge(&patch),
         )
         .await?;
+    }
+    if let (Some(hold), true) = (
+        &status.rollout_hold,
+        old_status
+            .and_then(|s| s.rollout_hold.as_ref())
+            .map(|h| (&h.reason, h.broker))
+            != status.rollout_hold.as_ref().map(|h| (&h.reason, h.broker)),
+    ) {
+        tracing::info!(cluster = %builders::object_key(kc), reason = %hold.reason, "rolling restart held: {}", hold.message);
     }
     for ev in status_events(old_status, &status) {
         ctx.events.publish(&reference, "Reconcile", &ev).await;

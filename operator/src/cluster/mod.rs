@@ -8,6 +8,7 @@
 pub mod builders;
 pub mod controller;
 pub mod dynamic;
+pub mod health;
 pub mod membership;
 pub mod rollout;
 pub mod scaling;

@@ -12,6 +12,7 @@
 
 use crate::crd::{
     find_condition, merge_conditions, AutoRebalanceStatus, Condition, KafkaClusterStatus,
+    RolloutHoldStatus,
 };
 
 use super::membership::Membership;
@@ -60,6 +61,42 @@ pub struct ClusterObservation {
     pub scaling: Option<ScaleNote>,
     /// The scale's partition move in progress (`status.autoRebalance`).
     pub auto_rebalance: Option<AutoRebalanceStatus>,
+    /// `spec.rollout.stallTimeoutSeconds`.
+    pub stall_timeout_seconds: i64,
+}
+
+/// The hold to report: the planner's, since the time the roll first waited
+/// at this gate for this broker (kept from the old status), else now.
+fn rollout_hold(
+    old: Option<&KafkaClusterStatus>,
+    step: &RolloutStep,
+    now: &str,
+) -> Option<RolloutHoldStatus> {
+    let RolloutStep::Held(hold) = step else {
+        return None;
+    };
+    let reason = hold.gate.reason().to_string();
+    let since = old
+        .and_then(|s| s.rollout_hold.as_ref())
+        .filter(|h| h.reason == reason && h.broker == hold.broker)
+        .map(|h| h.since.clone())
+        .unwrap_or_else(|| now.to_string());
+    Some(RolloutHoldStatus {
+        reason,
+        broker: hold.broker,
+        message: hold.message.clone(),
+        since,
+    })
+}
+
+/// Whole seconds from `since` to `now` (RFC 3339); 0 when either does not
+/// parse.
+fn seconds_between(since: &str, now: &str) -> i64 {
+    use k8s_openapi::jiff::Timestamp;
+    match (since.parse::<Timestamp>(), now.parse::<Timestamp>()) {
+        (Ok(a), Ok(b)) => b.as_second() - a.as_second(),
+        _ => 0,
+    }
 }
 
 /// Node ids `0..desired` that are not registered (unfenced) in `view`.
@@ -129,10 +166,26 @@ pub fn cluster_status(
     let desired = obs.desired_replicas;
 
     let scale_note = |kind: NoteKind| obs.scaling.as_ref().filter(|n| n.kind == kind);
-    let degraded = match (&obs.problem, scale_note(NoteKind::Problem)) {
-        (Some(p), _) => Condition::new(DEGRADED, true, &p.reason, p.message.clone()),
-        (None, Some(n)) => Condition::new(DEGRADED, true, n.reason, n.message.clone()),
-        (None, None) => Condition::new(DEGRADED, false, "AsExpected", "reconciled without errors"),
+    let hold = rollout_hold(old, &obs.rollout, now);
+    let stalled = hold.as_ref().and_then(|h| {
+        let waited = seconds_between(&h.since, now);
+        (waited >= obs.stall_timeout_seconds).then(|| {
+            let at = h.broker.map(|b| format!(" at broker {b}")).unwrap_or_default();
+            format!(
+                "rolling restart held{at} for {waited}s (limit {}s): {}; it is not forced on and goes on by itself once that is resolved",
+                obs.stall_timeout_seconds, h.message
+            )
+        })
+    });
+    let degraded = match (&obs.problem, scale_note(NoteKind::Problem), stalled) {
+        (Some(p), _, _) => Condition::new(DEGRADED, true, &p.reason, p.message.clone()),
+        (None, Some(n), _) => Condition::new(DEGRADED, true, n.reason, n.message.clone()),
+        (None, None, Some(message)) => {
+            Condition::new(DEGRADED, true, "RollingRestartStalled", message)
+        }
+        (None, None, None) => {
+            Condition::new(DEGRADED, false, "AsExpected", "reconciled without errors")
+        }
     };
 
     let progressing = match &obs.rollout {
@@ -147,6 +200,12 @@ pub fn cluster_status(
             true,
             "RollingRestart",
             format!("{updated}/{desired} brokers updated; waiting: {why}"),
+        ),
+        RolloutStep::Held(h) => Condition::new(
+            PROGRESSING,
+            true,
+            "RollingRestart",
+            format!("{updated}/{desired} brokers updated; held: {}", h.message),
         ),
         _ if scale_note(NoteKind::Progress).is_some() => {
             let n = scale_note(NoteKind::Progress).expect("checked");
@@ -235,6 +294,7 @@ pub fn cluster_status(
         controller_epoch: view.map(|v| v.epoch),
         registered_brokers: view.map(|v| v.registered.clone()).unwrap_or_default(),
         auto_rebalance: obs.auto_rebalance.clone(),
+        rollout_hold: hold,
     }
 }
 
@@ -248,6 +308,7 @@ pub fn status_patch(status: &KafkaClusterStatus) -> serde_json::Value {
             "controller",
             "controllerEpoch",
             "registeredBrokers",
+            "rolloutHold",
             "autoRebalance",
         ] {
             obj.entry(key).or_insert(serde_json::Value::Null);
@@ -342,6 +403,7 @@ mod tests {
             membership: known(Some(1), 5, &[0, 1, 2]),
             scaling: None,
             auto_rebalance: None,
+            stall_timeout_seconds: 300,
         }
     }
 
@@ -385,12 +447,86 @@ mod tests {
     fn rolling_restart_is_progressing_and_not_ready() {
         let o = obs(
             vec![pod(0, "r1", true), pod(1, "r1", true), pod(2, "r2", false)],
-            RolloutStep::Wait("pod demo-2 is not ready".into()),
+            RolloutStep::Wait("pod demo-2 is terminating".into()),
         );
         let s = cluster_status(None, &o, "t0");
         assert!(!cond(&s, READY).is_true());
         assert_eq!(cond(&s, PROGRESSING).reason, "RollingRestart");
         assert_eq!(s.updated_replicas, 1);
+    }
+
+    #[test]
+    fn a_held_roll_is_reported_and_stalls_after_the_timeout() {
+        use crate::cluster::rollout::{Gate, Hold};
+        let pods = vec![pod(0, "r1", true), pod(1, "r1", true), pod(2, "r2", true)];
+        let held = |broker: Option<i32>, gate: Gate| {
+            obs(
+                pods.clone(),
+                RolloutStep::Held(Hold {
+                    gate,
+                    broker,
+                    message: "broker 1 is next once every partition is in sync: 1 under-replicated partition(s) (t-0)".into(),
+                }),
+            )
+        };
+        let o = held(None, Gate::UnderReplicated);
+        let t0 = "2026-12-02T10:00:00Z";
+        let s1 = cluster_status(None, &o, t0);
+        assert_eq!(cond(&s1, PROGRESSING).reason, "RollingRestart");
+        assert!(cond(&s1, PROGRESSING)
+            .message
+            .contains("held: broker 1 is next"));
+        assert!(!cond(&s1, DEGRADED).is_true());
+        let h = s1.rollout_hold.clone().unwrap();
+        assert_eq!(h.reason, "PartitionsUnderReplicated");
+        assert_eq!(h.since, t0);
+        // still held 299 s later: not yet stalled, the start time kept
+        let s2 = cluster_status(Some(&s1), &o, "2026-12-02T10:04:59Z");
+        assert_eq!(s2.rollout_hold.as_ref().unwrap().since, t0);
+        assert!(!cond(&s2, DEGRADED).is_true());
+        assert!(status_events(Some(&s1), &s2).is_empty());
+        // 300 s: stalled, with a Warning Event once
+        let s3 = cluster_status(Some(&s2), &o, "2026-12-02T10:05:00Z");
+        let d = cond(&s3, DEGRADED);
+        assert!(d.is_true());
+        assert_eq!(d.reason, "RollingRestartStalled");
+        assert!(
+            d.message.contains("held for 300s (limit 300s)"),
+            "{}",
+            d.message
+        );
+        assert!(d.message.contains("t-0"), "{}", d.message);
+        let events = status_events(Some(&s2), &s3);
+        assert!(
+            events
+                .iter()
+                .any(|e| e.warning && e.reason == "RollingRestartStalled"),
+            "{events:?}"
+        );
+        // another gate starts its own clock
+        let other = held(Some(2), Gate::BrokerNotReady);
+        let s4 = cluster_status(Some(&s3), &other, "2026-12-02T10:06:00Z");
+        let h4 = s4.rollout_hold.as_ref().unwrap();
+        assert_eq!(
+            (h4.broker, h4.since.as_str()),
+            (Some(2), "2026-12-02T10:06:00Z")
+        );
+        assert!(!cond(&s4, DEGRADED).is_true());
+        // the gate opens: no hold, not degraded
+        let going = obs(
+            pods.clone(),
+            RolloutStep::Delete {
+                name: "demo-1".into(),
+                ordinal: 1,
+            },
+        );
+        let s5 = cluster_status(Some(&s3), &going, "2026-12-02T10:07:00Z");
+        assert_eq!(s5.rollout_hold, None);
+        assert!(!cond(&s5, DEGRADED).is_true());
+        assert_eq!(
+            status_patch(&s5)["status"]["rolloutHold"],
+            serde_json::Value::Null
+        );
     }
 
     #[test]

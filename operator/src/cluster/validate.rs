@@ -1,8 +1,13 @@
 //! Checks of a `KafkaCluster` spec that the CRD schema cannot express cheaply
 //! (map keys): config keys must look like Kafka config names and must not be
-//! ones the operator sets itself; and, again, that the broker's ports differ
-//! (the CRD's CEL rule says so too, but an older CRD may be installed). Pure; a failure becomes a `Degraded`
-//! condition, never a crash.
+//! ones the operator sets itself, and every key and value must pass the
+//! broker's own check (`moldau_broker::config_check`, the code
+//! `moldau-broker --check-config` runs: a misspelled key or a value the
+//! broker would refuse at start is refused here, before any broker is
+//! rolled onto it); and, again, that the broker's ports differ (the CRD's
+//! CEL rule says so too, but an older CRD may be installed). Pure; a
+//! failure becomes a `Degraded` condition and a Warning Event, never a
+//! crash and never a roll.
 
 use std::collections::BTreeMap;
 
@@ -69,6 +74,20 @@ pub fn cluster_spec_problem(spec: &KafkaClusterSpec) -> Option<Problem> {
             ),
         });
     }
+    let problems = moldau_broker::config_check::check(&spec.config);
+    if !problems.is_empty() {
+        return Some(Problem {
+            reason: "InvalidConfig".into(),
+            message: format!(
+                "spec.config is refused, no broker was restarted: {}",
+                problems
+                    .iter()
+                    .map(|p| p.to_string())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+        });
+    }
     None
 }
 
@@ -104,6 +123,35 @@ mod tests {
             .unwrap()
             .message
             .contains("Bad Key"));
+    }
+
+    #[test]
+    fn config_the_broker_would_refuse_is_refused_before_a_roll() {
+        let mut spec: KafkaClusterSpec = serde_json::from_value(serde_json::json!({
+            "replicas": 1, "image": "i", "storage": {"size": "1Gi"},
+            "config": {"num.partitions": "3", "num.io.threads": "8"}
+        }))
+        .unwrap();
+        assert_eq!(cluster_spec_problem(&spec), None);
+        spec.config.insert("num.partitions".into(), "abc".into());
+        let p = cluster_spec_problem(&spec).unwrap();
+        assert_eq!(p.reason, "InvalidConfig");
+        assert!(
+            p.message.contains("num.partitions") && p.message.contains("\"abc\""),
+            "{}",
+            p.message
+        );
+        spec.config.insert("num.partitions".into(), "3".into());
+        spec.config
+            .insert("log.retention.msx".into(), "1000".into());
+        let p = cluster_spec_problem(&spec).unwrap();
+        assert!(
+            p.message.contains(
+                "log.retention.msx: unknown broker config (did you mean log.retention.ms?)"
+            ),
+            "{}",
+            p.message
+        );
     }
 
     #[test]

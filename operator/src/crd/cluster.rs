@@ -97,6 +97,37 @@ pub struct KafkaClusterSpec {
     /// Partition moves when `replicas` changes.
     #[serde(default)]
     pub rebalance: ClusterRebalanceSpec,
+    /// How rolling restarts proceed.
+    #[serde(default)]
+    pub rollout: RolloutSpec,
+}
+
+/// Rolling restarts: one broker at a time, highest ordinal first, each only
+/// when every broker is Ready and no partition is under-replicated or
+/// offline (so the previous broker is back in every ISR it left).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutSpec {
+    /// Seconds a roll may wait at one gate (a restarted broker not Ready,
+    /// partitions not back in sync) before the cluster reports it stalled:
+    /// `Degraded=True` with reason `RollingRestartStalled`, naming the
+    /// broker and what is waited for, and a Warning Event. A roll is never
+    /// forced on; it goes on by itself once the gate opens. Default 300.
+    #[serde(default = "default_stall_timeout_seconds")]
+    #[schemars(range(min = 1, max = 86400))]
+    pub stall_timeout_seconds: i64,
+}
+
+impl Default for RolloutSpec {
+    fn default() -> Self {
+        Self {
+            stall_timeout_seconds: default_stall_timeout_seconds(),
+        }
+    }
+}
+
+fn default_stall_timeout_seconds() -> i64 {
+    300
 }
 
 /// What the operator does with partitions when the cluster scales.
@@ -230,6 +261,26 @@ pub struct KafkaClusterStatus {
     /// absent when none is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auto_rebalance: Option<AutoRebalanceStatus>,
+    /// The rolling restart's wait at a health gate; absent when no roll is
+    /// held.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout_hold: Option<RolloutHoldStatus>,
+}
+
+/// A rolling restart waiting at a health gate.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutHoldStatus {
+    /// `BrokerNotReady`, `PartitionsUnderReplicated` or
+    /// `ReplicaHealthUnknown`.
+    pub reason: String,
+    /// The broker waited for, when one is (the one not Ready).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub broker: Option<i32>,
+    /// What is waited for.
+    pub message: String,
+    /// Since when (RFC 3339) the roll waits at this gate.
+    pub since: String,
 }
 
 /// A scale's partition move in progress.

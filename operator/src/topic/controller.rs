@@ -434,7 +434,11 @@ async fn cleanup_topic(kt: Arc<KafkaTopic>, ctx: Arc<Context>) -> Result<Action>
     }
 }
 
-/// Reconciles one KafkaTopic (through the finalizer helper).
+/// Reconciles one KafkaTopic: through the finalizer helper when its
+/// deletion has work to do (`deletionPolicy: Delete`); a `Retain` topic
+/// carries no finalizer at all (one left from an earlier `Delete` is
+/// removed), so deleting it — or its namespace after the operator is gone —
+/// never waits on the operator.
 pub async fn reconcile(kt: Arc<KafkaTopic>, ctx: Arc<Context>) -> Result<Action> {
     let started = Instant::now();
     let ns = kt
@@ -442,19 +446,54 @@ pub async fn reconcile(kt: Arc<KafkaTopic>, ctx: Arc<Context>) -> Result<Action>
         .ok_or(Error::MissingField("metadata.namespace"))?;
     let api: Api<KafkaTopic> = Api::namespaced(ctx.client.clone(), &ns);
     let c = ctx.clone();
-    let result = finalizer(&api, FINALIZER, kt, |event| async move {
-        match event {
-            FinalizerEvent::Apply(kt) => apply_topic(kt, c).await,
-            FinalizerEvent::Cleanup(kt) => cleanup_topic(kt, c).await,
-        }
-    })
-    .await
-    .map_err(|e| Error::Finalizer(e.to_string()));
+    let result = if kt.spec.deletion_policy == DeletionPolicy::Retain {
+        reconcile_retained(&api, kt, c).await
+    } else {
+        finalizer(&api, FINALIZER, kt, |event| async move {
+            match event {
+                FinalizerEvent::Apply(kt) => apply_topic(kt, c).await,
+                FinalizerEvent::Cleanup(kt) => cleanup_topic(kt, c).await,
+            }
+        })
+        .await
+        .map_err(|e| Error::Finalizer(e.to_string()))
+    };
     ctx.metrics.reconciled(KIND, started.elapsed());
     if result.is_err() {
         ctx.metrics.failed(KIND);
     }
     result
+}
+
+/// A `Retain` topic: our finalizer, if an earlier `Delete` policy left it,
+/// comes off (guarded by the resourceVersion read); a topic being deleted
+/// is then let go, a live one reconciled as usual.
+async fn reconcile_retained(
+    api: &Api<KafkaTopic>,
+    kt: Arc<KafkaTopic>,
+    ctx: Arc<Context>,
+) -> Result<Action> {
+    let finalizers = kt.finalizers();
+    if finalizers.iter().any(|f| f == FINALIZER) {
+        let rest: Vec<&String> = finalizers.iter().filter(|f| *f != FINALIZER).collect();
+        let patch = serde_json::json!({
+            "metadata": {
+                "finalizers": rest,
+                "resourceVersion": kt.resource_version(),
+            }
+        });
+        api.patch(
+            &kt.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+        tracing::info!(topic = %kt.name_any(), namespace = ?kt.namespace(), "deletionPolicy Retain: removed the deletion finalizer");
+    }
+    if kt.metadata.deletion_timestamp.is_some() {
+        return cleanup_topic(kt, ctx).await;
+    }
+    apply_topic(kt, ctx).await
 }
 
 /// `kt`'s spec.config as the usable policies of its cluster resolve it.
