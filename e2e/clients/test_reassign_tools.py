@@ -39,7 +39,8 @@ reassignment moves it:
   ISR again and `--list` finds nothing; the broker is started again.
 
 Not covered: whether the throttle slows the move (the rate here is high;
-broker/tests/reassignment_dir.rs measures a throttled move),
+test_move_under_load.py measures a 1 MB/s throttle's rate, and moves and
+cancels under load),
 `--replica-alter-log-dirs-throttle` and log-directory moves (`log_dirs`
 other than "any"; Moldau has one directory per broker).
 Every wait is bounded; the module takes about 20 s.

@@ -255,6 +255,8 @@ class MoldauBroker(Broker):
 
 class KafkaBroker(Broker):
     kind = "kafka"
+    # extra environment for kafka-up.sh (KAFKA_EXTRA_PROPS, …); None: this process's
+    env: dict[str, str] | None = None
 
     def start(self) -> None:
         self.starts += 1
@@ -262,7 +264,12 @@ class KafkaBroker(Broker):
         log = open(self.log_path, "wb")
         # kafka-up.sh without --daemon execs the JVM: self.proc is the broker.
         self.proc = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **self.env} if self.env else None,
+            preexec_fn=_die_with_parent,
         )
         log.close()
         deadline = time.monotonic() + START_TIMEOUT

@@ -126,3 +126,66 @@ class Cluster:
             b.resume()
         for b in self.nodes.values():
             b.close(keep=keep)
+
+
+class KafkaCluster:
+    """`size` Apache Kafka brokers (node ids 0..size-1) forming one KRaft
+    cluster on 127.0.0.1, the reference for cluster tests run with
+    MOLDAU_TEST_TARGET=kafka: node 0 is broker and the only controller,
+    the others are brokers only. Each is kafka-up.sh (one data directory per
+    node under `workdir`) with KAFKA_EXTRA_PROPS overriding its single-node
+    properties and KAFKA_CLUSTER_ID shared. `settings` are server
+    properties (DEFAULT_SETTINGS are Kafka's too). Same interface as
+    Cluster."""
+
+    def __init__(self, workdir: Path, size: int = 3, settings: dict[str, str] | None = None):
+        import uuid as _uuid
+
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        # a KRaft cluster id: 16 bytes, URL-safe base64 without padding
+        import base64
+
+        cluster_id = base64.urlsafe_b64encode(_uuid.uuid4().bytes).decode().rstrip("=")
+        controller = brokers.free_port()
+        merged = {**DEFAULT_SETTINGS, **(settings or {})}
+        self.nodes: dict[int, brokers.KafkaBroker] = {}
+        for n in range(size):
+            b = brokers.KafkaBroker(self.workdir / f"node-{n}")
+            props = {
+                "node.id": str(n),
+                "controller.quorum.voters": f"0@127.0.0.1:{controller}",
+                **({} if n == 0 else {"process.roles": "broker", "listeners": f"PLAINTEXT://{b.bootstrap}"}),
+                **merged,
+            }
+            extra = b.workdir / "extra.properties"
+            extra.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+            b.env = {
+                "KAFKA_EXTRA_PROPS": str(extra),
+                "KAFKA_CLUSTER_ID": cluster_id,
+                "KAFKA_CONTROLLER_PORT": str(controller),
+                "KAFKA_HEAP_OPTS": "-Xms128m -Xmx512m",
+            }
+            self.nodes[n] = b
+
+    def __getitem__(self, node: int) -> brokers.KafkaBroker:
+        return self.nodes[node]
+
+    def values(self):
+        return self.nodes.values()
+
+    def items(self):
+        return self.nodes.items()
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.bootstrap for b in self.nodes.values())
+
+    def start(self) -> None:
+        """Node 0 (the controller) first: the others wait for it."""
+        for b in self.nodes.values():
+            b.start()
+
+    def close(self, keep: bool = True) -> None:
+        for b in reversed(list(self.nodes.values())):
+            b.close(keep=keep)

@@ -23,7 +23,13 @@
 #                          chosen once and kept in DATADIR/server.properties)
 #   KAFKA_HEAP_OPTS        JVM heap flags (default: -Xms256m -Xmx768m)
 #   KAFKA_EXTRA_PROPS      file with extra server properties appended to the
-#                          generated ones (e.g. flush policy for benchmarks)
+#                          generated ones (e.g. flush policy for benchmarks);
+#                          later lines win, so it can also make this node one
+#                          of several (node.id, process.roles,
+#                          controller.quorum.voters, listeners: see
+#                          harness/cluster.py, KafkaCluster)
+#   KAFKA_CLUSTER_ID       the cluster id a new DATADIR is formatted with
+#                          (default: a random one; nodes of one cluster share it)
 #   KAFKA_JAVA             java binary (default: java on PATH; needs Java 17+)
 #
 # The jars come from `mvn dependency:copy-dependencies` on pom.xml beside this
@@ -102,7 +108,7 @@ mv "$props.tmp" "$props"
 
 cp="$here/jars/*"
 if [ ! -f "$datadir/metadata/meta.properties" ]; then
-  cluster_id="$("$java" -cp "$cp" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -1)"
+  cluster_id="${KAFKA_CLUSTER_ID:-$("$java" -cp "$cp" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -1)}"
   "$java" -cp "$cp" -Dlog4j2.configurationFile="$here/log4j2.properties" \
     kafka.tools.StorageTool format -t "$cluster_id" -c "$props" --ignore-formatted \
     > "$datadir/format.out" 2>&1 || { cat "$datadir/format.out" >&2; exit 1; }
