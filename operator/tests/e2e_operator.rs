@@ -3261,14 +3261,25 @@ async fn rolling_restart_waits_for_every_isr_under_load() -> Result<()> {
     let mut max_unavailable = 0;
     let deadline = std::time::Instant::now() + LONG + LONG;
     loop {
-        if let Ok(gaps) = isr_gaps(&addrs, "load").await {
+        let list = pods
+            .list(&ListParams::default().labels("moldau.io/cluster=gated"))
+            .await?;
+        // a restarted pod may come back on another IP: ask the live ones
+        let live: BTreeMap<i64, SocketAddr> = list
+            .items
+            .iter()
+            .filter(|p| pod_is_ready(p) && p.metadata.deletion_timestamp.is_none())
+            .filter_map(|p| {
+                let ip: IpAddr = p.status.as_ref()?.pod_ip.as_ref()?.parse().ok()?;
+                let ordinal = p.metadata.name.as_ref()?.rsplit('-').next()?.parse().ok()?;
+                ip.is_loopback().then(|| (ordinal, SocketAddr::new(ip, 9092)))
+            })
+            .collect();
+        if let Ok(gaps) = isr_gaps(&live, "load").await {
             if gaps.len() > worst.len() {
                 worst = gaps;
             }
         }
-        let list = pods
-            .list(&ListParams::default().labels("moldau.io/cluster=gated"))
-            .await?;
         let ready = list
             .items
             .iter()
@@ -3304,6 +3315,12 @@ async fn rolling_restart_waits_for_every_isr_under_load() -> Result<()> {
 
     let written = producer.stop().await?;
     assert!(written > 100, "only {written} records written");
+    let bootstrap = broker_addrs(&pods, "gated", 3)
+        .await?
+        .values()
+        .map(|a| a.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
     let counts = wait_for(SHORT, "every record readable", || async {
         let counts = record_counts(&bootstrap, "load").await?;
         Ok((counts.len() as u64 >= written).then_some(counts))
