@@ -1,6 +1,8 @@
 //! The group coordinator: consumer groups ([`state`]) and their committed
 //! offsets ([`offsets`]), persisted in the compacted internal topic
-//! `__consumer_offsets` and loaded from it at start.
+//! `__consumer_offsets` and loaded from it at start, with each settled
+//! generation's metadata ([`metadata`]) so a coordinator that takes a group
+//! over keeps its members.
 //!
 //! This module owns the groups' in-memory state and the waiting
 //! JoinGroup/SyncGroup requests; the offsets topic's log is reached only
@@ -17,6 +19,7 @@
 //! partition with their application to `state`. No append ever runs while
 //! `state` is held, so heartbeats and joins never wait on the log.
 
+pub mod metadata;
 pub mod offsets;
 pub mod state;
 
@@ -67,11 +70,34 @@ impl Default for CoordinatorSettings {
 struct Inner {
     groups: HashMap<String, Group>,
     offsets: OffsetTable,
+    /// Per group, the (generation, member count) of the metadata record
+    /// last stored, so one settled generation is written once.
+    stored: HashMap<String, (i32, usize)>,
     join_waiters: HashMap<(String, String), oneshot::Sender<JoinResult>>,
     sync_waiters: HashMap<(String, String), oneshot::Sender<SyncResult>>,
 }
 
 impl Inner {
+    /// The shard's state read from its offsets partition: the offsets, and
+    /// every group whose metadata was stored, restored at `now` (members
+    /// keep their generation and get a fresh session).
+    fn restored(mut offsets: OffsetTable, now: i64) -> Inner {
+        let snapshots = offsets.take_snapshots();
+        let mut inner = Inner {
+            offsets,
+            ..Default::default()
+        };
+        for (id, snapshot) in snapshots {
+            inner
+                .stored
+                .insert(id.clone(), (snapshot.generation, snapshot.members.len()));
+            inner
+                .groups
+                .insert(id.clone(), Group::restore(&id, &snapshot, now));
+        }
+        inner
+    }
+
     fn deliver(&mut self, group: &str, effects: Vec<Effect>) {
         for e in effects {
             match e {
@@ -316,10 +342,7 @@ impl GroupCoordinator {
                     .and_then(|p| read_offsets(&p));
                 match loaded {
                     Ok((table, records)) => {
-                        *shard.state.lock() = Inner {
-                            offsets: table,
-                            ..Default::default()
-                        };
+                        *shard.state.lock() = Inner::restored(table, now_ms());
                         shard.owner.store(OWNED, Ordering::SeqCst);
                         tracing::info!(
                             partition = index,
@@ -383,8 +406,13 @@ impl GroupCoordinator {
                 target.put(group, topic, *partition, c.clone());
             }
         }
+        for (group, snapshot) in table.take_snapshots() {
+            let index = offsets::partition_for(&group, self.shards.len() as i32);
+            per_shard[usize::try_from(index).unwrap_or(0)].put_snapshot(&group, snapshot);
+        }
+        let now = now_ms();
         for (shard, offsets) in self.shards.iter().zip(per_shard) {
-            shard.state.lock().offsets = offsets;
+            *shard.state.lock() = Inner::restored(offsets, now);
         }
         Ok(records)
     }
@@ -514,6 +542,44 @@ impl GroupCoordinator {
         };
         rx.await
             .unwrap_or_else(|_| error_join(ResponseError::UnknownMemberId, ""))
+    }
+
+    /// Stores `group_id`'s metadata when it has settled on a generation (or
+    /// emptied) since it was last stored, so a coordinator that takes the
+    /// group over keeps its members (see [`metadata`]). Called after a
+    /// SyncGroup or LeaveGroup; blocking (waits for the offsets partition's
+    /// ISR). A failed write is logged: the group works on, and a take-over
+    /// before the next store makes its members rejoin.
+    pub fn store_group(&self, topics: &TopicManager, group_id: &str) {
+        let shard = self.shard(group_id);
+        let _writes = shard.writes.lock();
+        let (snapshot, mark) = {
+            let inner = shard.state.lock();
+            let Some(snapshot) = inner
+                .groups
+                .get(group_id)
+                .and_then(|g| g.snapshot(now_ms()))
+            else {
+                return;
+            };
+            let mark = (snapshot.generation, snapshot.members.len());
+            if inner.stored.get(group_id) == Some(&mark) {
+                return;
+            }
+            (snapshot, mark)
+        };
+        let record = (
+            metadata::encode_key(group_id),
+            Some(metadata::encode_value(&snapshot)),
+        );
+        match self.persist(topics, group_id, vec![record]) {
+            Ok(()) => {
+                shard.state.lock().stored.insert(group_id.to_string(), mark);
+            }
+            Err(e) => {
+                tracing::warn!(group = group_id, error = %e.message, "could not store the group's metadata")
+            }
+        }
     }
 
     /// SyncGroup: the leader's call hands out assignments; followers wait for it.
@@ -865,6 +931,12 @@ impl GroupCoordinator {
         let tombstones = keys
             .iter()
             .map(|(t, p)| (offsets::encode_key(group_id, t, *p), None))
+            .chain(
+                inner
+                    .stored
+                    .contains_key(group_id)
+                    .then(|| (metadata::encode_key(group_id), None)),
+            )
             .collect();
         drop(inner);
         self.persist(topics, group_id, tombstones)
@@ -874,6 +946,7 @@ impl GroupCoordinator {
             inner.offsets.remove(group_id, &t, p);
         }
         inner.groups.remove(group_id);
+        inner.stored.remove(group_id);
         Ok(())
     }
 

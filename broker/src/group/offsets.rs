@@ -128,6 +128,9 @@ pub fn partition_for(group: &str, partitions: i32) -> i32 {
 #[derive(Debug, Default, Clone)]
 pub struct OffsetTable {
     groups: BTreeMap<String, BTreeMap<(String, i32), CommittedOffset>>,
+    /// The latest group-metadata record of each group read with them
+    /// ([`super::metadata`]), for the coordinator to restore the groups.
+    snapshots: BTreeMap<String, super::metadata::GroupSnapshot>,
 }
 
 impl OffsetTable {
@@ -159,9 +162,35 @@ impl OffsetTable {
     pub fn has_group(&self, group: &str) -> bool {
         self.groups.contains_key(group)
     }
-    /// Applies one record of the offsets topic (a tombstone deletes).
+    /// The latest stored metadata of each group.
+    pub fn snapshots(&self) -> &BTreeMap<String, super::metadata::GroupSnapshot> {
+        &self.snapshots
+    }
+    /// Takes the stored group metadata out (the coordinator keeps groups
+    /// elsewhere once restored).
+    pub fn take_snapshots(&mut self) -> BTreeMap<String, super::metadata::GroupSnapshot> {
+        std::mem::take(&mut self.snapshots)
+    }
+    /// Keeps `snapshot` as the stored metadata of `group`.
+    pub fn put_snapshot(&mut self, group: &str, snapshot: super::metadata::GroupSnapshot) {
+        self.snapshots.insert(group.to_string(), snapshot);
+    }
+    /// Applies one record of the offsets topic (a tombstone deletes): an
+    /// offset commit or a group's metadata.
     pub fn apply_record(&mut self, key: Option<Bytes>, value: Option<Bytes>) {
-        let Some((group, topic, partition)) = key.and_then(decode_key) else {
+        let Some(key) = key else { return };
+        if let Some(group) = super::metadata::decode_key(key.clone()) {
+            match value.and_then(super::metadata::decode_value) {
+                Some(snapshot) => {
+                    self.snapshots.insert(group, snapshot);
+                }
+                None => {
+                    self.snapshots.remove(&group);
+                }
+            }
+            return;
+        }
+        let Some((group, topic, partition)) = decode_key(key) else {
             return;
         };
         match value.and_then(decode_value) {
@@ -234,5 +263,29 @@ mod tests {
         t.apply_record(Some(encode_key("g", "t", 0)), None);
         assert_eq!(t.get("g", "t", 0), None);
         assert!(!t.has_group("g"));
+    }
+
+    #[test]
+    fn table_keeps_the_latest_group_metadata() {
+        use super::super::metadata::{self, GroupSnapshot};
+        let snapshot = |generation| GroupSnapshot {
+            protocol_type: "consumer".into(),
+            generation,
+            protocol: Some("range".into()),
+            leader: None,
+            timestamp_ms: 1,
+            members: vec![],
+        };
+        let mut t = OffsetTable::default();
+        for generation in [1, 2] {
+            t.apply_record(
+                Some(metadata::encode_key("g")),
+                Some(metadata::encode_value(&snapshot(generation))),
+            );
+        }
+        assert_eq!(t.snapshots()["g"].generation, 2);
+        assert!(!t.has_group("g"), "metadata is not an offset");
+        t.apply_record(Some(metadata::encode_key("g")), None);
+        assert!(t.snapshots().is_empty());
     }
 }

@@ -223,6 +223,85 @@ impl Group {
         }
     }
 
+    /// What the coordinator stores of a settled group (`Stable`, or `Empty`
+    /// with its generation); `None` in the states between (a rebalance is
+    /// not stored: a new coordinator lets its members rejoin).
+    pub fn snapshot(&self, now_ms: i64) -> Option<super::metadata::GroupSnapshot> {
+        if !matches!(self.state, GroupState::Stable | GroupState::Empty) {
+            return None;
+        }
+        let protocol = self.protocol_name.clone();
+        let members = self
+            .members
+            .values()
+            .map(|m| super::metadata::MemberSnapshot {
+                member_id: m.id.clone(),
+                group_instance_id: m.group_instance_id.clone(),
+                client_id: m.client_id.clone(),
+                client_host: m.client_host.clone(),
+                rebalance_timeout_ms: m.rebalance_timeout_ms,
+                session_timeout_ms: m.session_timeout_ms,
+                subscription: protocol
+                    .as_deref()
+                    .map(|p| m.metadata_for(p))
+                    .unwrap_or_default(),
+                assignment: m.assignment.clone(),
+            })
+            .collect();
+        Some(super::metadata::GroupSnapshot {
+            protocol_type: self.protocol_type.clone().unwrap_or_default(),
+            generation: self.generation_id,
+            protocol,
+            leader: self.leader.clone(),
+            timestamp_ms: now_ms,
+            members,
+        })
+    }
+
+    /// A group as a stored snapshot describes it, taken over at `now_ms`:
+    /// `Stable` in the stored generation with its members (each with a
+    /// fresh session, as Kafka's coordinator does on load), or `Empty`.
+    pub fn restore(id: &str, snapshot: &super::metadata::GroupSnapshot, now_ms: i64) -> Self {
+        let mut g = Group::new(id);
+        g.generation_id = snapshot.generation;
+        g.protocol_type =
+            (!snapshot.protocol_type.is_empty()).then(|| snapshot.protocol_type.clone());
+        g.protocol_name = snapshot.protocol.clone();
+        if snapshot.members.is_empty() {
+            return g;
+        }
+        g.state = GroupState::Stable;
+        g.leader = snapshot.leader.clone();
+        for m in &snapshot.members {
+            if let Some(instance) = &m.group_instance_id {
+                g.static_members
+                    .insert(instance.clone(), m.member_id.clone());
+            }
+            g.members.insert(
+                m.member_id.clone(),
+                Member {
+                    id: m.member_id.clone(),
+                    group_instance_id: m.group_instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    session_timeout_ms: m.session_timeout_ms,
+                    rebalance_timeout_ms: m.rebalance_timeout_ms,
+                    protocol_type: snapshot.protocol_type.clone(),
+                    protocols: snapshot
+                        .protocol
+                        .iter()
+                        .map(|p| (p.clone(), m.subscription.clone()))
+                        .collect(),
+                    assignment: m.assignment.clone(),
+                    last_heartbeat_ms: now_ms,
+                    awaiting_join: false,
+                    awaiting_sync: false,
+                },
+            );
+        }
+        g
+    }
+
     pub fn is_empty(&self) -> bool {
         self.members.is_empty() && self.pending.is_empty()
     }
@@ -984,6 +1063,55 @@ mod tests {
         assert_eq!(&s.assignment[..], b"A");
         assert_eq!(g.state, GroupState::Stable);
         assert_eq!(g.heartbeat(&id, None, 1, 2), 0);
+    }
+
+    #[test]
+    fn a_settled_group_is_restored_with_its_members_in_the_same_generation() {
+        let mut g = Group::new("g");
+        let (id, _) = join_new(&mut g, 0);
+        assert_eq!(g.snapshot(0), None, "a rebalance is not stored");
+        g.sync(
+            &id,
+            None,
+            1,
+            Some("consumer"),
+            Some("range"),
+            vec![(id.clone(), Bytes::from_static(b"A"))],
+            1,
+        );
+        let stored = g.snapshot(5).expect("a stable group is stored");
+        assert_eq!((stored.generation, stored.members.len()), (1, 1));
+        assert_eq!(&stored.members[0].subscription[..], b"meta-range");
+        // through the record codec, as a new coordinator reads it
+        let read =
+            super::super::metadata::decode_value(super::super::metadata::encode_value(&stored))
+                .unwrap();
+        let mut r = Group::restore("g", &read, 1_000);
+        assert_eq!(r.state, GroupState::Stable);
+        assert_eq!(r.leader.as_deref(), Some(id.as_str()));
+        // the member goes on in its generation: no rejoin, commits accepted
+        assert_eq!(r.heartbeat(&id, None, 1, 1_001), 0);
+        assert!(r.check_member(&id, None, 1).is_ok());
+        assert_eq!(
+            r.heartbeat("someone-else", None, 1, 1_001),
+            ResponseError::UnknownMemberId.code()
+        );
+        // its session starts at the take-over
+        r.tick(1_000 + 9_999, &settings());
+        assert_eq!(r.state, GroupState::Stable);
+        r.tick(1_000 + 10_001, &settings());
+        assert_ne!(r.state, GroupState::Stable, "the session expired");
+        // a rejoin of the restored member with its protocol keeps the group
+        let mut r = Group::restore("g", &read, 0);
+        let (reply, _) = r.join(join_req(&id, None, &["range"]), 1, &settings());
+        assert!(matches!(reply, Reply::Now(_)) || matches!(reply, Reply::Later(_)));
+        // an empty group keeps its generation
+        let empty = super::super::metadata::GroupSnapshot {
+            members: vec![],
+            ..read
+        };
+        let e = Group::restore("g", &empty, 0);
+        assert_eq!((e.state, e.generation_id), (GroupState::Empty, 1));
     }
 
     #[test]

@@ -306,11 +306,28 @@ async fn dispatch(
             encode_response(api, version, cid, &resp)
         }
         RequestKind::SyncGroup(r) => {
-            encode_response(api, version, cid, &groups::sync_group(b, r).await)
+            let group = r.group_id.0.to_string();
+            let resp = groups::sync_group(b, r).await;
+            if resp.error_code == 0 {
+                // the settled generation is stored (once) before the
+                // member hears of it, as Kafka's coordinator does
+                blocking(broker, api, move |b| {
+                    b.groups.store_group(&b.topics, &group)
+                })
+                .await?;
+            }
+            encode_response(api, version, cid, &resp)
         }
         RequestKind::Heartbeat(r) => encode_response(api, version, cid, &groups::heartbeat(b, r)),
         RequestKind::LeaveGroup(r) => {
-            encode_response(api, version, cid, &groups::leave_group(b, r, version))
+            let group = r.group_id.0.to_string();
+            let resp = groups::leave_group(b, r, version);
+            // an emptied group is stored as such
+            blocking(broker, api, move |b| {
+                b.groups.store_group(&b.topics, &group)
+            })
+            .await?;
+            encode_response(api, version, cid, &resp)
         }
         // Coordinator writes wait for the offsets partition's ISR (and
         // for the shard's write lock): on the blocking pool, so runtime
