@@ -249,22 +249,47 @@ pub fn find(name: &str) -> Option<&'static TopicConfigDef> {
 
 /// The broker-wide default of a topic config.
 pub fn broker_default(def: &TopicConfigDef, broker: &BrokerConfig) -> (String, ConfigSource) {
-    let dynamic = def
-        .broker_key
-        .and_then(|k| broker.dynamic.get(k))
-        .and_then(|values| values.first());
-    let source = match (dynamic, def.broker_key) {
-        (Some((_, source)), _) => *source,
-        (None, Some(k)) if broker.raw.contains_key(k) => ConfigSource::StaticBroker,
-        _ => ConfigSource::Default,
+    // A broker key's value and source: its dynamic value (this broker's,
+    // else the cluster default), else the broker's properties.
+    let broker_value = |k: &str| -> Option<(String, ConfigSource)> {
+        broker
+            .dynamic
+            .get(k)
+            .and_then(|values| values.first())
+            .map(|(v, source)| (v.trim().to_string(), *source))
+            .or_else(|| {
+                broker
+                    .raw
+                    .get(k)
+                    .map(|v| (v.trim().to_string(), ConfigSource::StaticBroker))
+            })
     };
+    let mut source = def
+        .broker_key
+        .and_then(broker_value)
+        .map_or(ConfigSource::Default, |(_, source)| source);
     // Configs without a typed field in `BrokerConfig`: the broker's
-    // properties as given (validated at start, see `validate_broker_keys`),
-    // else Kafka's default.
+    // dynamic value or its properties as given (validated when written or
+    // at start, see `validate_broker_keys`), else Kafka's default.
     let raw_or = |default: &str| -> String {
         def.broker_key
-            .and_then(|k| broker.raw.get(k))
-            .map_or_else(|| default.to_string(), |v| v.trim().to_string())
+            .and_then(broker_value)
+            .map_or_else(|| default.to_string(), |(v, _)| v)
+    };
+    // `log.roll.jitter.hours` when `log.roll.jitter.ms` is not set (as
+    // `log.roll.hours` for `log.roll.ms`).
+    let mut jitter = || -> String {
+        if let Some((v, _)) = broker_value("log.roll.jitter.ms") {
+            return v;
+        }
+        match broker_value("log.roll.jitter.hours") {
+            Some((h, hours_source)) => {
+                source = hours_source;
+                h.parse::<i64>()
+                    .map_or_else(|_| "0".into(), |h| h.saturating_mul(3_600_000).to_string())
+            }
+            None => "0".into(),
+        }
     };
     let value = match def.name {
         "cleanup.policy" => broker.log_cleanup_policy.clone(),
@@ -279,7 +304,7 @@ pub fn broker_default(def: &TopicConfigDef, broker: &BrokerConfig) -> (String, C
         "remote.log.copy.disable" | "remote.log.delete.on.disable" | "remote.storage.enable" => {
             "false".into()
         }
-        "segment.jitter.ms" => raw_or("0"),
+        "segment.jitter.ms" => jitter(),
         "delete.retention.ms" => "86400000".into(),
         "file.delete.delay.ms" => broker.log_segment_delete_delay_ms.to_string(),
         "flush.messages" => broker.log_flush_interval_messages.to_string(),
@@ -578,6 +603,7 @@ pub fn log_config(overrides: &BTreeMap<String, String>, broker: &BrokerConfig) -
             .filter(|r| r.is_finite())
             .map_or(d.min_cleanable_dirty_ratio, |r| r.clamp(0.0, 1.0)),
         min_compaction_lag_ms: long("min.compaction.lag.ms", d.min_compaction_lag_ms).max(0),
+        max_compaction_lag_ms: long("max.compaction.lag.ms", d.max_compaction_lag_ms).max(1),
         segment_jitter_ms: long("segment.jitter.ms", d.segment_jitter_ms).max(0),
         message_timestamp_before_max_ms: long(
             "message.timestamp.before.max.ms",
@@ -634,6 +660,10 @@ pub fn validate_broker_keys(broker: &BrokerConfig) -> Result<(), String> {
         if let (true, Some(v)) = (raw_only, broker.raw.get(key)) {
             validate(def.name, v).map_err(|e| format!("{key}: {e}"))?;
         }
+    }
+    if let Some(v) = broker.raw.get("log.roll.jitter.hours") {
+        kafka_number("log.roll.jitter.hours", v, true, 0, i64::from(i32::MAX))
+            .map_err(|e| format!("log.roll.jitter.hours: {e}"))?;
     }
     Ok(())
 }
@@ -712,6 +742,75 @@ mod tests {
             ]
         );
         assert_eq!(log_config(&BTreeMap::new(), &eff).retention_ms, 30);
+    }
+
+    #[test]
+    fn dynamic_broker_defaults_without_a_typed_field_reach_the_log_config() {
+        use crate::storage::recompress::TargetCompression;
+        let broker = BrokerConfig::load(
+            None,
+            &[
+                "compression.type=gzip".into(),
+                "log.roll.jitter.hours=1".into(),
+            ],
+        )
+        .unwrap();
+        let lc = log_config(&BTreeMap::new(), &broker);
+        assert!(matches!(lc.compression, TargetCompression::Codec { .. }));
+        assert_eq!(
+            lc.segment_jitter_ms, 3_600_000,
+            "from log.roll.jitter.hours"
+        );
+        let dynamic = crate::dynamic_config::BrokerConfigs::from([(
+            String::new(),
+            BTreeMap::from([
+                ("compression.type".to_string(), "producer".to_string()),
+                ("log.roll.jitter.ms".to_string(), "500".to_string()),
+                (
+                    "log.message.timestamp.after.max.ms".to_string(),
+                    "10".to_string(),
+                ),
+                (
+                    "log.message.timestamp.before.max.ms".to_string(),
+                    "20".to_string(),
+                ),
+                ("log.preallocate".to_string(), "true".to_string()),
+            ]),
+        )]);
+        let eff = crate::dynamic_config::effective(&broker, &dynamic, 1).unwrap();
+        let lc = log_config(&BTreeMap::new(), &eff);
+        assert_eq!(lc.compression, TargetCompression::Producer);
+        assert_eq!(
+            lc.segment_jitter_ms, 500,
+            "log.roll.jitter.ms wins over hours"
+        );
+        assert_eq!(
+            (
+                lc.message_timestamp_after_max_ms,
+                lc.message_timestamp_before_max_ms
+            ),
+            (10, 20)
+        );
+        assert_eq!(
+            broker_default(find("preallocate").unwrap(), &eff),
+            ("true".to_string(), ConfigSource::DynamicDefaultBroker)
+        );
+        // only hours, dynamically: its value and source
+        let dynamic = crate::dynamic_config::BrokerConfigs::from([(
+            String::new(),
+            BTreeMap::from([("log.roll.jitter.hours".to_string(), "2".to_string())]),
+        )]);
+        let eff = crate::dynamic_config::effective(&broker, &dynamic, 1).unwrap();
+        assert_eq!(
+            broker_default(find("segment.jitter.ms").unwrap(), &eff),
+            ("7200000".to_string(), ConfigSource::DynamicDefaultBroker)
+        );
+        // a topic's own override still wins
+        let o = BTreeMap::from([("compression.type".to_string(), "zstd".to_string())]);
+        assert!(matches!(
+            log_config(&o, &eff).compression,
+            TargetCompression::Codec { .. }
+        ));
     }
 
     #[test]

@@ -138,9 +138,19 @@ fn broker_values(cfg: &BrokerConfig) -> Vec<(&'static str, String)> {
             cfg.max_connections_per_ip.to_string(),
         ),
         (
+            "max.connections.per.ip.overrides",
+            cfg.max_connections_per_ip_overrides.clone(),
+        ),
+        (
             "connections.max.idle.ms",
             cfg.connections_max_idle_ms.to_string(),
         ),
+        // broker defaults of topic configs without a typed field: Kafka's
+        // defaults (a static or dynamic value comes first as its synonym)
+        ("compression.type", "producer".into()),
+        ("log.preallocate", "false".into()),
+        ("log.message.timestamp.after.max.ms", "3600000".into()),
+        ("log.message.timestamp.before.max.ms", i64::MAX.to_string()),
         (
             "queued.max.request.bytes",
             cfg.queued_max_request_bytes.to_string(),
