@@ -41,6 +41,15 @@ pub struct TopicConfigDef {
     pub doc: &'static str,
 }
 
+/// `internal.segment.bytes`: Kafka 4's internal topic config (for tests)
+/// that replaces `segment.bytes` and escapes its 1 MiB minimum (KIP-1030).
+/// Accepted from 1024 bytes; DescribeConfigs shows it only where a topic
+/// sets it, as Kafka does with internal configs.
+pub const INTERNAL_SEGMENT_BYTES: &str = "internal.segment.bytes";
+
+/// Kafka 4's minimum `segment.bytes` and `log.segment.bytes` (KIP-1030).
+pub const MIN_SEGMENT_BYTES: i64 = 1024 * 1024;
+
 /// Every topic config Moldau accepts. Others are rejected with INVALID_CONFIG.
 pub const TOPIC_CONFIGS: &[TopicConfigDef] = &[
     TopicConfigDef {
@@ -215,7 +224,13 @@ pub const TOPIC_CONFIGS: &[TopicConfigDef] = &[
         name: "segment.bytes",
         broker_key: Some("log.segment.bytes"),
         kind: ConfigType::Int,
-        doc: "size at which a segment is rolled",
+        doc: "size at which a segment is rolled; at least 1 MiB (1048576), as Kafka 4 (KIP-1030)",
+    },
+    TopicConfigDef {
+        name: INTERNAL_SEGMENT_BYTES,
+        broker_key: None,
+        kind: ConfigType::Int,
+        doc: "for tests only: a segment size that replaces segment.bytes, from 1024 bytes (Kafka 4's internal config of that name)",
     },
     TopicConfigDef {
         name: "segment.index.bytes",
@@ -469,14 +484,10 @@ pub fn validate(name: &str, value: &str) -> Result<(), String> {
             long_at_least(value, -1)?;
         }
         "segment.bytes" => {
-            long_at_least(value, 1024)?;
-            if value
-                .trim()
-                .parse::<i64>()
-                .map_or(true, |v| v > i32::MAX as i64)
-            {
-                return Err("segment.bytes must fit in an int".into());
-            }
+            kafka_number(name, value, true, MIN_SEGMENT_BYTES, i64::from(i32::MAX))?;
+        }
+        INTERNAL_SEGMENT_BYTES => {
+            kafka_number(name, value, true, 1024, i64::from(i32::MAX))?;
         }
         "segment.index.bytes" => {
             long_at_least(value, 4096)?;
@@ -505,6 +516,7 @@ pub fn effective(
 ) -> BTreeMap<&'static str, (String, ConfigSource)> {
     TOPIC_CONFIGS
         .iter()
+        .filter(|def| def.name != INTERNAL_SEGMENT_BYTES || overrides.contains_key(def.name))
         .map(|def| {
             let v = match overrides.get(def.name) {
                 Some(v) => (v.clone(), ConfigSource::DynamicTopic),
@@ -541,6 +553,9 @@ pub fn synonyms(
         if let Some(value) = broker.raw.get(key) {
             out.push((key, value.trim().to_string(), ConfigSource::StaticBroker));
         }
+    }
+    if def.name == INTERNAL_SEGMENT_BYTES {
+        return out; // no default: only a topic's own value
     }
     let default_name = def.broker_key.unwrap_or(def.name);
     out.push((
@@ -579,7 +594,11 @@ pub fn log_config(overrides: &BTreeMap<String, String>, broker: &BrokerConfig) -
         },
     );
     LogConfig {
-        segment_bytes: long("segment.bytes", d.segment_bytes as i64).max(1024) as u64,
+        segment_bytes: eff
+            .get(INTERNAL_SEGMENT_BYTES)
+            .and_then(|(v, _)| v.trim().parse::<i64>().ok())
+            .unwrap_or_else(|| long("segment.bytes", d.segment_bytes as i64))
+            .max(1024) as u64,
         segment_ms: long("segment.ms", d.segment_ms).max(1),
         retention_ms: long("retention.ms", d.retention_ms),
         retention_bytes: long("retention.bytes", d.retention_bytes),
@@ -831,6 +850,18 @@ mod tests {
         let lc = log_config(&o, &broker);
         assert_eq!(lc.segment_bytes, 4096);
         assert_eq!(lc.retention_ms, 1000);
+        assert!(
+            !eff.contains_key(INTERNAL_SEGMENT_BYTES),
+            "an internal config is listed only where set"
+        );
+        // internal.segment.bytes replaces segment.bytes
+        let mut small = o.clone();
+        small.insert(INTERNAL_SEGMENT_BYTES.to_string(), "2048".to_string());
+        assert_eq!(log_config(&small, &broker).segment_bytes, 2048);
+        assert_eq!(
+            effective(&small, &broker)[INTERNAL_SEGMENT_BYTES],
+            ("2048".into(), ConfigSource::DynamicTopic)
+        );
         assert!(lc.delete && !lc.compact);
         assert_eq!(lc.delete_retention_ms, 86_400_000);
         assert_eq!(lc.min_cleanable_dirty_ratio, 0.5);
@@ -858,6 +889,14 @@ mod tests {
         assert!(validate("compression.type", "gzip").is_ok());
         assert!(validate("compression.type", "brotli").is_err());
         assert!(validate("segment.bytes", "10").is_err());
+        assert_eq!(
+            validate("segment.bytes", "1048575").unwrap_err(),
+            "Invalid value 1048575 for configuration segment.bytes: Value must be at least 1048576"
+        );
+        assert!(validate("segment.bytes", "1048576").is_ok());
+        assert!(validate("segment.bytes", "2147483648").is_err());
+        assert!(validate(INTERNAL_SEGMENT_BYTES, "1024").is_ok());
+        assert!(validate(INTERNAL_SEGMENT_BYTES, "1023").is_err());
         assert!(validate("message.timestamp.type", "LogAppendTime").is_ok());
     }
 
@@ -901,7 +940,11 @@ mod tests {
 
     #[test]
     fn every_kafka_topic_config_is_known_and_its_default_valid() {
-        let mut ours: Vec<&str> = TOPIC_CONFIGS.iter().map(|d| d.name).collect();
+        let mut ours: Vec<&str> = TOPIC_CONFIGS
+            .iter()
+            .map(|d| d.name)
+            .filter(|n| *n != INTERNAL_SEGMENT_BYTES)
+            .collect();
         ours.sort_unstable();
         assert_eq!(ours, KAFKA_4_1_TOPIC_CONFIGS);
         let broker = BrokerConfig::default();
