@@ -10,7 +10,7 @@
 //! Which configs are dynamic: the replication throttle rates (Kafka's
 //! `kafka-reassign-partitions --throttle` sets and clears them); the broker
 //! defaults of topic configs Kafka marks dynamic (`log.retention.*`,
-//! `log.segment.bytes`, `log.roll.*` (with `log.roll.jitter.*`),
+//! `log.segment.bytes`, `log.roll.*` (with `log.roll.jitter.ms`),
 //! `log.cleanup.policy`, `log.flush.*`, `log.index.*`,
 //! `log.segment.delete.delay.ms`, `log.message.timestamp.type` and
 //! `log.message.timestamp.{before,after}.max.ms`, `compression.type` and
@@ -156,10 +156,6 @@ pub const DYNAMIC_BROKER_CONFIGS: &[DynamicDef] = &[
     DynamicDef {
         name: "log.roll.jitter.ms",
         doc: "default segment.jitter.ms of topics",
-    },
-    DynamicDef {
-        name: "log.roll.jitter.hours",
-        doc: "default segment.jitter.ms of topics in hours (log.roll.jitter.ms wins)",
     },
     DynamicDef {
         name: "log.preallocate",
@@ -361,14 +357,18 @@ mod tests {
         );
         assert!(validate("log.retention.ms", "1").is_ok());
         assert!(validate("compression.type", "lz4").is_ok());
-        assert!(validate("log.roll.jitter.hours", "2").is_ok());
+        // as Kafka: only the first synonym of a topic config's default is
+        // dynamic (log.roll.jitter.hours is read from the properties only)
+        assert_eq!(
+            validate("log.roll.jitter.hours", "2").unwrap_err().code,
+            ResponseError::InvalidRequest
+        );
         assert!(validate("log.preallocate", "true").is_ok());
         for (name, bad) in [
             ("compression.type", "brotli"),
             ("compression.zstd.level", "99"),
             ("log.message.timestamp.after.max.ms", "-1"),
             ("log.roll.jitter.ms", "soon"),
-            ("log.roll.jitter.hours", "-1"),
             ("log.preallocate", "maybe"),
         ] {
             assert_eq!(

@@ -814,15 +814,11 @@ mod tests {
             broker_default(find("preallocate").unwrap(), &eff),
             ("true".to_string(), ConfigSource::DynamicDefaultBroker)
         );
-        // only hours, dynamically: its value and source
-        let dynamic = crate::dynamic_config::BrokerConfigs::from([(
-            String::new(),
-            BTreeMap::from([("log.roll.jitter.hours".to_string(), "2".to_string())]),
-        )]);
-        let eff = crate::dynamic_config::effective(&broker, &dynamic, 1).unwrap();
+        // hours only (static; Kafka has only log.roll.jitter.ms dynamic):
+        // its value and source
         assert_eq!(
-            broker_default(find("segment.jitter.ms").unwrap(), &eff),
-            ("7200000".to_string(), ConfigSource::DynamicDefaultBroker)
+            broker_default(find("segment.jitter.ms").unwrap(), &broker),
+            ("3600000".to_string(), ConfigSource::StaticBroker)
         );
         // a topic's own override still wins
         let o = BTreeMap::from([("compression.type".to_string(), "zstd".to_string())]);
