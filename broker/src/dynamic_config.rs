@@ -234,8 +234,9 @@ pub fn validate_entity(entity: &str) -> Result<(), TopicError> {
     ))
 }
 
-/// Validates one dynamic broker config (all are non-negative longs).
-pub fn validate(name: &str, value: &str) -> Result<(), TopicError> {
+/// Checks that `name` can be changed dynamically (INVALID_REQUEST, as
+/// Kafka answers for a read-only config, when not).
+pub fn validate_name(name: &str) -> Result<(), TopicError> {
     if find(name).is_none() {
         return Err(TopicError::new(
             ResponseError::InvalidRequest,
@@ -249,6 +250,14 @@ pub fn validate(name: &str, value: &str) -> Result<(), TopicError> {
             ),
         ));
     }
+    Ok(())
+}
+
+/// Validates one dynamic broker config: a dynamic name, and a value with
+/// the rules the key has in the broker's properties (the rates:
+/// non-negative longs).
+pub fn validate(name: &str, value: &str) -> Result<(), TopicError> {
+    validate_name(name)?;
     if !is_rate(name) {
         // a broker property: the rules it has in the broker's properties
         // (keys without a typed field, e.g. `compression.type`, with the
@@ -387,6 +396,13 @@ mod tests {
                 .unwrap_err()
                 .code,
             ResponseError::InvalidConfig
+        );
+        for def in DYNAMIC_BROKER_CONFIGS {
+            assert!(validate_name(def.name).is_ok());
+        }
+        assert_eq!(
+            validate_name("num.partitions").unwrap_err().code,
+            ResponseError::InvalidRequest
         );
         assert!(validate_entity("").is_ok() && validate_entity("3").is_ok());
         assert!(validate_entity("x").is_err() && validate_entity("-1").is_err());

@@ -51,7 +51,11 @@ fn keyed_batch(keys: &[Option<&str>], compression: Compression) -> Bytes {
     buf.freeze()
 }
 
-async fn produce_raw(s: &mut tokio::net::TcpStream, topic: &str, partitions: Vec<(i32, Bytes)>) -> ProduceResponse {
+async fn produce_raw(
+    s: &mut tokio::net::TcpStream,
+    topic: &str,
+    partitions: Vec<(i32, Bytes)>,
+) -> ProduceResponse {
     let req = ProduceRequest::default()
         .with_acks(-1)
         .with_timeout_ms(5000)
@@ -79,10 +83,7 @@ async fn keyless_records_of_a_compacted_topic_are_each_named() {
 
     // keys a, -, c, -, e: records 1 and 3 are keyless (uncompressed and lz4)
     for compression in [Compression::None, Compression::Lz4] {
-        let records = keyed_batch(
-            &[Some("a"), None, Some("c"), None, Some("e")],
-            compression,
-        );
+        let records = keyed_batch(&[Some("a"), None, Some("c"), None, Some("e")], compression);
         let resp = produce_raw(&mut s, "compacted", vec![(0, records)]).await;
         let p = &resp.responses[0].partition_responses[0];
         assert_eq!(p.error_code, 87, "INVALID_RECORD");

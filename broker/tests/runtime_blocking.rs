@@ -109,7 +109,12 @@ async fn appends_that_roll_or_fsync_do_not_stall_other_connections() {
     create_with_configs(&mut admin, "other", &[]).await;
     // internal.segment.bytes (Kafka 4's test-only override of segment.bytes,
     // which refuses less than 1 MiB) of 1024: two 1.5 KiB batches roll.
-    create_with_configs(&mut admin, "held-roll", &[("internal.segment.bytes", "1024")]).await;
+    create_with_configs(
+        &mut admin,
+        "held-roll",
+        &[("internal.segment.bytes", "1024")],
+    )
+    .await;
     create_with_configs(&mut admin, "held-flush", &[("flush.messages", "1")]).await;
     let big = || batch(&[vec![b'x'; 1500]]);
 

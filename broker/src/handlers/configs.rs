@@ -379,7 +379,7 @@ pub fn apply_broker_incremental(
             (AlterOp::Delete, _) => {
                 // deleting a dynamic config that is not set is a no-op;
                 // naming a static one is refused, as Kafka does
-                crate::dynamic_config::validate(name, "0")?;
+                crate::dynamic_config::validate_name(name)?;
                 configs.remove(name);
             }
             (AlterOp::Set, None) => {
@@ -568,6 +568,40 @@ pub fn incremental_alter(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn broker_configs_of_any_value_type_can_be_deleted() {
+        let mut configs = BTreeMap::new();
+        let set = |k: &str, v: &str| (k.to_string(), AlterOp::Set, Some(v.to_string()));
+        let delete = |k: &str| (k.to_string(), AlterOp::Delete, None);
+        apply_broker_incremental(
+            &mut configs,
+            &[
+                set("compression.type", "lz4"),
+                set("log.preallocate", "true"),
+                set("max.connections.per.ip.overrides", "127.0.0.2:3"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(configs.len(), 3);
+        apply_broker_incremental(
+            &mut configs,
+            &[
+                delete("compression.type"),
+                delete("log.preallocate"),
+                delete("max.connections.per.ip.overrides"),
+                delete("log.roll.jitter.ms"),
+            ],
+        )
+        .unwrap();
+        assert!(configs.is_empty());
+        assert_eq!(
+            apply_broker_incremental(&mut configs, &[delete("num.partitions")])
+                .unwrap_err()
+                .code,
+            ResponseError::InvalidRequest
+        );
+    }
 
     #[test]
     fn incremental_ops_set_delete_append_subtract() {
