@@ -158,6 +158,7 @@ impl Broker {
         self.replicas.apply_dynamic_configs(&image);
         self.topics
             .apply_dynamic_broker_configs(&image.broker_configs, self.node_id);
+        self.apply_connection_limits();
         *self.image.write() = Arc::new(image);
     }
 
@@ -168,7 +169,28 @@ impl Broker {
         self.has_controller_image.store(true, Ordering::SeqCst);
         self.topics
             .apply_dynamic_broker_configs(&image.broker_configs, self.node_id);
+        self.apply_connection_limits();
         *self.image.write() = Arc::new(image);
+    }
+
+    /// Brings the connection limits to the effective broker config
+    /// (`max.connections*` are dynamic broker configs, as in Kafka).
+    fn apply_connection_limits(&self) {
+        match ConnectionLimitSettings::from_config(&self.topics.broker_config()) {
+            Ok(limits) => {
+                let (total, per_ip) = (limits.max_connections, limits.max_connections_per_ip);
+                if self.connection_limits.set_settings(limits) {
+                    tracing::info!(
+                        max_connections = total,
+                        max_connections_per_ip = per_ip,
+                        "connection limits changed"
+                    );
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "dynamic connection limits do not apply; keeping the last ones")
+            }
+        }
     }
 
     /// Puts the broker in cluster mode: metadata changes go to the

@@ -475,7 +475,18 @@ impl BrokerConfig {
                 "delete.topic.enable" => c.delete_topic_enable = parse_bool(k, v)?,
                 "socket.request.max.bytes" => c.socket_request_max_bytes = parse_num(k, v)?,
                 "message.max.bytes" => c.message_max_bytes = parse_num(k, v)?,
-                "log.segment.bytes" => c.log_segment_bytes = parse_num(k, v)?,
+                "log.segment.bytes" => {
+                    c.log_segment_bytes = parse_num(k, v)?;
+                    // Kafka 4's range (KIP-1030): an int of at least 1 MiB
+                    let min = crate::topic_config::MIN_SEGMENT_BYTES;
+                    if c.log_segment_bytes < min || c.log_segment_bytes > i64::from(i32::MAX) {
+                        return Err(ConfigError::Invalid {
+                            key: k.clone(),
+                            value: v.clone(),
+                            reason: format!("must be an int of at least {min} (1 MiB)"),
+                        });
+                    }
+                }
                 "log.roll.ms" => c.log_roll_ms = parse_num(k, v)?,
                 "log.retention.ms" => c.log_retention_ms = parse_num(k, v)?,
                 "log.retention.bytes" => c.log_retention_bytes = parse_num(k, v)?,

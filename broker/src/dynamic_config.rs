@@ -10,18 +10,24 @@
 //! Which configs are dynamic: the replication throttle rates (Kafka's
 //! `kafka-reassign-partitions --throttle` sets and clears them); the broker
 //! defaults of topic configs Kafka marks dynamic (`log.retention.*`,
-//! `log.segment.bytes`, `log.roll.*`, `log.cleanup.policy`, `log.flush.*`,
-//! `log.index.*`, `log.segment.delete.delay.ms`,
-//! `log.message.timestamp.type`, `message.max.bytes`,
-//! `min.insync.replicas`), which take effect on every open log of the
+//! `log.segment.bytes`, `log.roll.*` (with `log.roll.jitter.ms`),
+//! `log.cleanup.policy`, `log.flush.*`, `log.index.*`,
+//! `log.segment.delete.delay.ms`, `log.message.timestamp.type` and
+//! `log.message.timestamp.{before,after}.max.ms`, `compression.type` and
+//! `compression.{gzip,lz4,zstd}.level`, `log.preallocate`,
+//! `message.max.bytes`, `min.insync.replicas`), which take effect on every open log of the
 //! broker as soon as the image carrying them is installed ([`effective`]);
+//! the connection limits `max.connections`, `max.connections.per.ip` and
+//! `max.connections.per.ip.overrides`, which the broker's connection
+//! limiter takes from the same image (new connections over a lowered
+//! limit are closed, open ones stay, as in Kafka);
 //! and `replica.alter.log.dirs.io.max.bytes.per.second`, accepted so
 //! Kafka's tools work but without effect: a Moldau broker has one data
 //! directory, so replicas never move between its directories. Any other
 //! broker config is refused as Kafka refuses read-only ones
-//! (INVALID_REQUEST) — among them `max.connections*` and the `log.cleaner.*`
-//! family, which Kafka can change at run time but Moldau reads at start
-//! only (or does not have).
+//! (INVALID_REQUEST) — among them the `log.cleaner.*` family, which Kafka
+//! can change at run time but Moldau reads at start only (or does not
+//! have).
 
 use std::collections::BTreeMap;
 
@@ -123,6 +129,50 @@ pub const DYNAMIC_BROKER_CONFIGS: &[DynamicDef] = &[
         name: "min.insync.replicas",
         doc: "default min.insync.replicas of topics",
     },
+    DynamicDef {
+        name: "compression.type",
+        doc: "default compression.type of topics",
+    },
+    DynamicDef {
+        name: "compression.gzip.level",
+        doc: "default compression.gzip.level of topics",
+    },
+    DynamicDef {
+        name: "compression.lz4.level",
+        doc: "default compression.lz4.level of topics",
+    },
+    DynamicDef {
+        name: "compression.zstd.level",
+        doc: "default compression.zstd.level of topics",
+    },
+    DynamicDef {
+        name: "log.message.timestamp.before.max.ms",
+        doc: "default message.timestamp.before.max.ms of topics",
+    },
+    DynamicDef {
+        name: "log.message.timestamp.after.max.ms",
+        doc: "default message.timestamp.after.max.ms of topics",
+    },
+    DynamicDef {
+        name: "log.roll.jitter.ms",
+        doc: "default segment.jitter.ms of topics",
+    },
+    DynamicDef {
+        name: "log.preallocate",
+        doc: "default preallocate of topics (accepted, no effect on Moldau's segment files)",
+    },
+    DynamicDef {
+        name: "max.connections",
+        doc: "client connections the broker accepts in all; new ones over it are closed",
+    },
+    DynamicDef {
+        name: "max.connections.per.ip",
+        doc: "client connections the broker accepts from one IP; new ones over it are closed",
+    },
+    DynamicDef {
+        name: "max.connections.per.ip.overrides",
+        doc: "ip:count pairs that replace max.connections.per.ip for those IPs",
+    },
 ];
 
 /// Whether `name` is one of the throttle-like rates (non-negative longs
@@ -184,8 +234,9 @@ pub fn validate_entity(entity: &str) -> Result<(), TopicError> {
     ))
 }
 
-/// Validates one dynamic broker config (all are non-negative longs).
-pub fn validate(name: &str, value: &str) -> Result<(), TopicError> {
+/// Checks that `name` can be changed dynamically (INVALID_REQUEST, as
+/// Kafka answers for a read-only config, when not).
+pub fn validate_name(name: &str) -> Result<(), TopicError> {
     if find(name).is_none() {
         return Err(TopicError::new(
             ResponseError::InvalidRequest,
@@ -199,12 +250,23 @@ pub fn validate(name: &str, value: &str) -> Result<(), TopicError> {
             ),
         ));
     }
+    Ok(())
+}
+
+/// Validates one dynamic broker config: a dynamic name, and a value with
+/// the rules the key has in the broker's properties (the rates:
+/// non-negative longs).
+pub fn validate(name: &str, value: &str) -> Result<(), TopicError> {
+    validate_name(name)?;
     if !is_rate(name) {
         // a broker property: the rules it has in the broker's properties
+        // (keys without a typed field, e.g. `compression.type`, with the
+        // rules of the topic config they default)
         let props = BTreeMap::from([(name.to_string(), value.to_string())]);
         return BrokerConfig::from_properties(props)
-            .map(|_| ())
-            .map_err(|e| TopicError::new(ResponseError::InvalidConfig, e.to_string()));
+            .map_err(|e| e.to_string())
+            .and_then(|c| crate::topic_config::validate_broker_keys(&c))
+            .map_err(|e| TopicError::new(ResponseError::InvalidConfig, e));
     }
     match value.trim().parse::<i64>() {
         Ok(v) if v >= 0 => Ok(()),
@@ -285,11 +347,45 @@ mod tests {
             ResponseError::InvalidRequest
         );
         assert_eq!(
-            validate("max.connections", "10").unwrap_err().code,
+            validate("num.network.threads", "10").unwrap_err().code,
             ResponseError::InvalidRequest,
             "read at start only"
         );
+        assert!(validate("max.connections", "10").is_ok());
+        assert!(validate("max.connections.per.ip", "0").is_ok());
+        assert!(validate("max.connections.per.ip.overrides", "127.0.0.2:3, [::1]:0").is_ok());
+        assert_eq!(
+            validate("max.connections.per.ip.overrides", "somewhere")
+                .unwrap_err()
+                .code,
+            ResponseError::InvalidConfig
+        );
+        assert_eq!(
+            validate("max.connections.per.ip", "-1").unwrap_err().code,
+            ResponseError::InvalidConfig
+        );
         assert!(validate("log.retention.ms", "1").is_ok());
+        assert!(validate("compression.type", "lz4").is_ok());
+        // as Kafka: only the first synonym of a topic config's default is
+        // dynamic (log.roll.jitter.hours is read from the properties only)
+        assert_eq!(
+            validate("log.roll.jitter.hours", "2").unwrap_err().code,
+            ResponseError::InvalidRequest
+        );
+        assert!(validate("log.preallocate", "true").is_ok());
+        for (name, bad) in [
+            ("compression.type", "brotli"),
+            ("compression.zstd.level", "99"),
+            ("log.message.timestamp.after.max.ms", "-1"),
+            ("log.roll.jitter.ms", "soon"),
+            ("log.preallocate", "maybe"),
+        ] {
+            assert_eq!(
+                validate(name, bad).unwrap_err().code,
+                ResponseError::InvalidConfig,
+                "{name}={bad}"
+            );
+        }
         assert!(validate("log.cleanup.policy", "compact").is_ok());
         assert_eq!(
             validate("log.retention.ms", "a week").unwrap_err().code,
@@ -300,6 +396,13 @@ mod tests {
                 .unwrap_err()
                 .code,
             ResponseError::InvalidConfig
+        );
+        for def in DYNAMIC_BROKER_CONFIGS {
+            assert!(validate_name(def.name).is_ok());
+        }
+        assert_eq!(
+            validate_name("num.partitions").unwrap_err().code,
+            ResponseError::InvalidRequest
         );
         assert!(validate_entity("").is_ok() && validate_entity("3").is_ok());
         assert!(validate_entity("x").is_err() && validate_entity("-1").is_err());

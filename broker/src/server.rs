@@ -14,7 +14,7 @@ use crate::config::{BrokerConfig, Cli};
 use crate::group::state::GroupSettings;
 use crate::group::{CoordinatorSettings, GroupCoordinator};
 use crate::metrics::ReasonLabel;
-use crate::protocol::limits::{parse_per_ip_overrides, ConnectionLimitSettings};
+use crate::protocol::limits::ConnectionLimitSettings;
 use crate::topics::TopicManager;
 
 fn coordinator_settings(c: &BrokerConfig) -> CoordinatorSettings {
@@ -117,7 +117,8 @@ pub async fn run_reporting(
         elapsed_ms = started.elapsed().as_millis() as u64,
         "logs recovered"
     );
-    let limits = connection_limit_settings(topics.static_broker_config())?;
+    let limits = ConnectionLimitSettings::from_config(&topics.broker_config())
+        .map_err(anyhow::Error::msg)?;
     tracing::info!(
         max_connections = limits.max_connections,
         max_connections_per_ip = limits.max_connections_per_ip,
@@ -287,29 +288,6 @@ pub async fn run_reporting(
         "logs closed; bye"
     );
     Ok(())
-}
-
-/// Connection limits from the config. Unless `max.connections` is set, it
-/// is capped at half the open-files limit: the other half stays for segment
-/// and index files, so clients can never lock the logs out of descriptors.
-/// An explicit setting is honoured as given.
-fn connection_limit_settings(c: &BrokerConfig) -> anyhow::Result<ConnectionLimitSettings> {
-    let by_files = crate::resources::nofile_limits()
-        .ok()
-        .filter(|&(soft, _)| soft != libc::RLIM_INFINITY)
-        .map(|(soft, _)| usize::try_from(soft / 2).unwrap_or(usize::MAX))
-        .unwrap_or(usize::MAX);
-    let explicit = c.raw.contains_key("max.connections");
-    Ok(ConnectionLimitSettings {
-        max_connections: if explicit {
-            c.max_connections
-        } else {
-            c.max_connections.min(by_files)
-        },
-        max_connections_per_ip: c.max_connections_per_ip,
-        per_ip_overrides: parse_per_ip_overrides(&c.max_connections_per_ip_overrides)
-            .map_err(anyhow::Error::msg)?,
-    })
 }
 
 async fn wait_for_signal() {

@@ -41,6 +41,15 @@ pub struct TopicConfigDef {
     pub doc: &'static str,
 }
 
+/// `internal.segment.bytes`: Kafka 4's internal topic config (for tests)
+/// that replaces `segment.bytes` and escapes its 1 MiB minimum (KIP-1030).
+/// Accepted from 1024 bytes; DescribeConfigs shows it only where a topic
+/// sets it, as Kafka does with internal configs.
+pub const INTERNAL_SEGMENT_BYTES: &str = "internal.segment.bytes";
+
+/// Kafka 4's minimum `segment.bytes` and `log.segment.bytes` (KIP-1030).
+pub const MIN_SEGMENT_BYTES: i64 = 1024 * 1024;
+
 /// Every topic config Moldau accepts. Others are rejected with INVALID_CONFIG.
 pub const TOPIC_CONFIGS: &[TopicConfigDef] = &[
     TopicConfigDef {
@@ -215,7 +224,13 @@ pub const TOPIC_CONFIGS: &[TopicConfigDef] = &[
         name: "segment.bytes",
         broker_key: Some("log.segment.bytes"),
         kind: ConfigType::Int,
-        doc: "size at which a segment is rolled",
+        doc: "size at which a segment is rolled; at least 1 MiB (1048576), as Kafka 4 (KIP-1030)",
+    },
+    TopicConfigDef {
+        name: INTERNAL_SEGMENT_BYTES,
+        broker_key: None,
+        kind: ConfigType::Int,
+        doc: "for tests only: a segment size that replaces segment.bytes, from 1024 bytes (Kafka 4's internal config of that name)",
     },
     TopicConfigDef {
         name: "segment.index.bytes",
@@ -249,22 +264,47 @@ pub fn find(name: &str) -> Option<&'static TopicConfigDef> {
 
 /// The broker-wide default of a topic config.
 pub fn broker_default(def: &TopicConfigDef, broker: &BrokerConfig) -> (String, ConfigSource) {
-    let dynamic = def
-        .broker_key
-        .and_then(|k| broker.dynamic.get(k))
-        .and_then(|values| values.first());
-    let source = match (dynamic, def.broker_key) {
-        (Some((_, source)), _) => *source,
-        (None, Some(k)) if broker.raw.contains_key(k) => ConfigSource::StaticBroker,
-        _ => ConfigSource::Default,
+    // A broker key's value and source: its dynamic value (this broker's,
+    // else the cluster default), else the broker's properties.
+    let broker_value = |k: &str| -> Option<(String, ConfigSource)> {
+        broker
+            .dynamic
+            .get(k)
+            .and_then(|values| values.first())
+            .map(|(v, source)| (v.trim().to_string(), *source))
+            .or_else(|| {
+                broker
+                    .raw
+                    .get(k)
+                    .map(|v| (v.trim().to_string(), ConfigSource::StaticBroker))
+            })
     };
+    let mut source = def
+        .broker_key
+        .and_then(broker_value)
+        .map_or(ConfigSource::Default, |(_, source)| source);
     // Configs without a typed field in `BrokerConfig`: the broker's
-    // properties as given (validated at start, see `validate_broker_keys`),
-    // else Kafka's default.
+    // dynamic value or its properties as given (validated when written or
+    // at start, see `validate_broker_keys`), else Kafka's default.
     let raw_or = |default: &str| -> String {
         def.broker_key
-            .and_then(|k| broker.raw.get(k))
-            .map_or_else(|| default.to_string(), |v| v.trim().to_string())
+            .and_then(broker_value)
+            .map_or_else(|| default.to_string(), |(v, _)| v)
+    };
+    // `log.roll.jitter.hours` when `log.roll.jitter.ms` is not set (as
+    // `log.roll.hours` for `log.roll.ms`).
+    let mut jitter = || -> String {
+        if let Some((v, _)) = broker_value("log.roll.jitter.ms") {
+            return v;
+        }
+        match broker_value("log.roll.jitter.hours") {
+            Some((h, hours_source)) => {
+                source = hours_source;
+                h.parse::<i64>()
+                    .map_or_else(|_| "0".into(), |h| h.saturating_mul(3_600_000).to_string())
+            }
+            None => "0".into(),
+        }
     };
     let value = match def.name {
         "cleanup.policy" => broker.log_cleanup_policy.clone(),
@@ -279,7 +319,7 @@ pub fn broker_default(def: &TopicConfigDef, broker: &BrokerConfig) -> (String, C
         "remote.log.copy.disable" | "remote.log.delete.on.disable" | "remote.storage.enable" => {
             "false".into()
         }
-        "segment.jitter.ms" => raw_or("0"),
+        "segment.jitter.ms" => jitter(),
         "delete.retention.ms" => "86400000".into(),
         "file.delete.delay.ms" => broker.log_segment_delete_delay_ms.to_string(),
         "flush.messages" => broker.log_flush_interval_messages.to_string(),
@@ -444,14 +484,10 @@ pub fn validate(name: &str, value: &str) -> Result<(), String> {
             long_at_least(value, -1)?;
         }
         "segment.bytes" => {
-            long_at_least(value, 1024)?;
-            if value
-                .trim()
-                .parse::<i64>()
-                .map_or(true, |v| v > i32::MAX as i64)
-            {
-                return Err("segment.bytes must fit in an int".into());
-            }
+            kafka_number(name, value, true, MIN_SEGMENT_BYTES, i64::from(i32::MAX))?;
+        }
+        INTERNAL_SEGMENT_BYTES => {
+            kafka_number(name, value, true, 1024, i64::from(i32::MAX))?;
         }
         "segment.index.bytes" => {
             long_at_least(value, 4096)?;
@@ -480,6 +516,7 @@ pub fn effective(
 ) -> BTreeMap<&'static str, (String, ConfigSource)> {
     TOPIC_CONFIGS
         .iter()
+        .filter(|def| def.name != INTERNAL_SEGMENT_BYTES || overrides.contains_key(def.name))
         .map(|def| {
             let v = match overrides.get(def.name) {
                 Some(v) => (v.clone(), ConfigSource::DynamicTopic),
@@ -516,6 +553,9 @@ pub fn synonyms(
         if let Some(value) = broker.raw.get(key) {
             out.push((key, value.trim().to_string(), ConfigSource::StaticBroker));
         }
+    }
+    if def.name == INTERNAL_SEGMENT_BYTES {
+        return out; // no default: only a topic's own value
     }
     let default_name = def.broker_key.unwrap_or(def.name);
     out.push((
@@ -554,7 +594,11 @@ pub fn log_config(overrides: &BTreeMap<String, String>, broker: &BrokerConfig) -
         },
     );
     LogConfig {
-        segment_bytes: long("segment.bytes", d.segment_bytes as i64).max(1024) as u64,
+        segment_bytes: eff
+            .get(INTERNAL_SEGMENT_BYTES)
+            .and_then(|(v, _)| v.trim().parse::<i64>().ok())
+            .unwrap_or_else(|| long("segment.bytes", d.segment_bytes as i64))
+            .max(1024) as u64,
         segment_ms: long("segment.ms", d.segment_ms).max(1),
         retention_ms: long("retention.ms", d.retention_ms),
         retention_bytes: long("retention.bytes", d.retention_bytes),
@@ -578,6 +622,7 @@ pub fn log_config(overrides: &BTreeMap<String, String>, broker: &BrokerConfig) -
             .filter(|r| r.is_finite())
             .map_or(d.min_cleanable_dirty_ratio, |r| r.clamp(0.0, 1.0)),
         min_compaction_lag_ms: long("min.compaction.lag.ms", d.min_compaction_lag_ms).max(0),
+        max_compaction_lag_ms: long("max.compaction.lag.ms", d.max_compaction_lag_ms).max(1),
         segment_jitter_ms: long("segment.jitter.ms", d.segment_jitter_ms).max(0),
         message_timestamp_before_max_ms: long(
             "message.timestamp.before.max.ms",
@@ -634,6 +679,10 @@ pub fn validate_broker_keys(broker: &BrokerConfig) -> Result<(), String> {
         if let (true, Some(v)) = (raw_only, broker.raw.get(key)) {
             validate(def.name, v).map_err(|e| format!("{key}: {e}"))?;
         }
+    }
+    if let Some(v) = broker.raw.get("log.roll.jitter.hours") {
+        kafka_number("log.roll.jitter.hours", v, true, 0, i64::from(i32::MAX))
+            .map_err(|e| format!("log.roll.jitter.hours: {e}"))?;
     }
     Ok(())
 }
@@ -715,6 +764,71 @@ mod tests {
     }
 
     #[test]
+    fn dynamic_broker_defaults_without_a_typed_field_reach_the_log_config() {
+        use crate::storage::recompress::TargetCompression;
+        let broker = BrokerConfig::load(
+            None,
+            &[
+                "compression.type=gzip".into(),
+                "log.roll.jitter.hours=1".into(),
+            ],
+        )
+        .unwrap();
+        let lc = log_config(&BTreeMap::new(), &broker);
+        assert!(matches!(lc.compression, TargetCompression::Codec { .. }));
+        assert_eq!(
+            lc.segment_jitter_ms, 3_600_000,
+            "from log.roll.jitter.hours"
+        );
+        let dynamic = crate::dynamic_config::BrokerConfigs::from([(
+            String::new(),
+            BTreeMap::from([
+                ("compression.type".to_string(), "producer".to_string()),
+                ("log.roll.jitter.ms".to_string(), "500".to_string()),
+                (
+                    "log.message.timestamp.after.max.ms".to_string(),
+                    "10".to_string(),
+                ),
+                (
+                    "log.message.timestamp.before.max.ms".to_string(),
+                    "20".to_string(),
+                ),
+                ("log.preallocate".to_string(), "true".to_string()),
+            ]),
+        )]);
+        let eff = crate::dynamic_config::effective(&broker, &dynamic, 1).unwrap();
+        let lc = log_config(&BTreeMap::new(), &eff);
+        assert_eq!(lc.compression, TargetCompression::Producer);
+        assert_eq!(
+            lc.segment_jitter_ms, 500,
+            "log.roll.jitter.ms wins over hours"
+        );
+        assert_eq!(
+            (
+                lc.message_timestamp_after_max_ms,
+                lc.message_timestamp_before_max_ms
+            ),
+            (10, 20)
+        );
+        assert_eq!(
+            broker_default(find("preallocate").unwrap(), &eff),
+            ("true".to_string(), ConfigSource::DynamicDefaultBroker)
+        );
+        // hours only (static; Kafka has only log.roll.jitter.ms dynamic):
+        // its value and source
+        assert_eq!(
+            broker_default(find("segment.jitter.ms").unwrap(), &broker),
+            ("3600000".to_string(), ConfigSource::StaticBroker)
+        );
+        // a topic's own override still wins
+        let o = BTreeMap::from([("compression.type".to_string(), "zstd".to_string())]);
+        assert!(matches!(
+            log_config(&o, &eff).compression,
+            TargetCompression::Codec { .. }
+        ));
+    }
+
+    #[test]
     fn overrides_win_over_broker_defaults() {
         let broker = BrokerConfig::load(None, &["log.retention.ms=1000".into()]).unwrap();
         let mut o = BTreeMap::new();
@@ -732,6 +846,18 @@ mod tests {
         let lc = log_config(&o, &broker);
         assert_eq!(lc.segment_bytes, 4096);
         assert_eq!(lc.retention_ms, 1000);
+        assert!(
+            !eff.contains_key(INTERNAL_SEGMENT_BYTES),
+            "an internal config is listed only where set"
+        );
+        // internal.segment.bytes replaces segment.bytes
+        let mut small = o.clone();
+        small.insert(INTERNAL_SEGMENT_BYTES.to_string(), "2048".to_string());
+        assert_eq!(log_config(&small, &broker).segment_bytes, 2048);
+        assert_eq!(
+            effective(&small, &broker)[INTERNAL_SEGMENT_BYTES],
+            ("2048".into(), ConfigSource::DynamicTopic)
+        );
         assert!(lc.delete && !lc.compact);
         assert_eq!(lc.delete_retention_ms, 86_400_000);
         assert_eq!(lc.min_cleanable_dirty_ratio, 0.5);
@@ -759,6 +885,14 @@ mod tests {
         assert!(validate("compression.type", "gzip").is_ok());
         assert!(validate("compression.type", "brotli").is_err());
         assert!(validate("segment.bytes", "10").is_err());
+        assert_eq!(
+            validate("segment.bytes", "1048575").unwrap_err(),
+            "Invalid value 1048575 for configuration segment.bytes: Value must be at least 1048576"
+        );
+        assert!(validate("segment.bytes", "1048576").is_ok());
+        assert!(validate("segment.bytes", "2147483648").is_err());
+        assert!(validate(INTERNAL_SEGMENT_BYTES, "1024").is_ok());
+        assert!(validate(INTERNAL_SEGMENT_BYTES, "1023").is_err());
         assert!(validate("message.timestamp.type", "LogAppendTime").is_ok());
     }
 
@@ -802,7 +936,11 @@ mod tests {
 
     #[test]
     fn every_kafka_topic_config_is_known_and_its_default_valid() {
-        let mut ours: Vec<&str> = TOPIC_CONFIGS.iter().map(|d| d.name).collect();
+        let mut ours: Vec<&str> = TOPIC_CONFIGS
+            .iter()
+            .map(|d| d.name)
+            .filter(|n| *n != INTERNAL_SEGMENT_BYTES)
+            .collect();
         ours.sort_unstable();
         assert_eq!(ours, KAFKA_4_1_TOPIC_CONFIGS);
         let broker = BrokerConfig::default();

@@ -1,5 +1,5 @@
 //! Nothing blocks the async runtime, and shutdown is fast and clean:
-//! - a produce that rolls a segment (tiny `segment.bytes`) or fsyncs
+//! - a produce that rolls a segment (tiny `internal.segment.bytes`) or fsyncs
 //!   (`flush.messages=1`) runs off the runtime's worker: on a runtime with
 //!   one worker thread, while such an append is held in progress (a test
 //!   hook inside the blocking section waits for the test), requests of
@@ -107,8 +107,14 @@ async fn appends_that_roll_or_fsync_do_not_stall_other_connections() {
     let broker = start(dir.path(), &[]).await;
     let mut admin = broker.connect().await;
     create_with_configs(&mut admin, "other", &[]).await;
-    // segment.bytes is at least 1024: two 1.5 KiB batches roll.
-    create_with_configs(&mut admin, "held-roll", &[("segment.bytes", "1024")]).await;
+    // internal.segment.bytes (Kafka 4's test-only override of segment.bytes,
+    // which refuses less than 1 MiB) of 1024: two 1.5 KiB batches roll.
+    create_with_configs(
+        &mut admin,
+        "held-roll",
+        &[("internal.segment.bytes", "1024")],
+    )
+    .await;
     create_with_configs(&mut admin, "held-flush", &[("flush.messages", "1")]).await;
     let big = || batch(&[vec![b'x'; 1500]]);
 

@@ -275,6 +275,102 @@ fn storage_compaction_only_when_configured_dirty_and_old_enough() {
 }
 
 #[test]
+fn storage_compaction_max_compaction_lag_cleans_below_the_dirty_ratio() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = LogConfig {
+        min_cleanable_dirty_ratio: 0.99,
+        max_compaction_lag_ms: 5_000,
+        ..compact_config()
+    };
+    let mut log = PartitionLog::open(dir.path(), cfg.clone(), NOW).expect("open");
+    fill_rounds(&mut log, 8);
+    // Nothing cleaned yet: the ratio is 1 and a pass runs.
+    assert!(log.compact(NOW).expect("compact").ran);
+    // A few rounds more: dirty, but well below the ratio.
+    let mut written = read_all(&log).1;
+    written.extend(fill_rounds(&mut log, 3));
+    let out = log.compact(NOW + 1_000).expect("compact");
+    assert!(
+        !out.ran && out.dirty_ratio > 0.0 && out.dirty_ratio < 0.99,
+        "{out:?}"
+    );
+    assert_eq!(out.compaction_delay_ms, 0);
+    // min.compaction.lag.ms still protects records younger than it, even
+    // past the max lag.
+    log.set_config(LogConfig {
+        min_compaction_lag_ms: 60_000,
+        ..cfg.clone()
+    });
+    let out = log.compact(NOW + 10_000).expect("compact");
+    assert_eq!((out.ran, out.segments_cleanable), (false, 0), "{out:?}");
+    // Without it, the oldest dirty record is past the max lag: a pass runs
+    // whatever the ratio.
+    log.set_config(cfg.clone());
+    let out = log.compact(NOW + 10_000).expect("compact");
+    assert!(out.ran && out.records_removed > 0, "{out:?}");
+    assert!(out.compaction_delay_ms > 0, "{out:?}");
+    assert_eq!(latest(&read_all(&log).1), latest(&written));
+    // Everything cleanable is clean now: no further pass.
+    let out = log.compact(NOW + 20_000).expect("compact");
+    assert!(!out.ran, "{out:?}");
+    // The default (Long.MAX_VALUE) never forces a pass.
+    fill_rounds(&mut log, 3);
+    log.set_config(LogConfig {
+        max_compaction_lag_ms: i64::MAX,
+        ..cfg
+    });
+    let out = log.compact(NOW + 30 * DAY).expect("compact");
+    assert!(!out.ran, "{out:?}");
+}
+
+#[test]
+fn storage_compaction_max_compaction_lag_rolls_the_active_segment() {
+    // As Kafka's LogConfig.maxSegmentMs: in a compacted log the active
+    // segment rolls by age at min(segment.ms, max.compaction.lag.ms).
+    let big = LogConfig {
+        segment_bytes: 1 << 20,
+        max_compaction_lag_ms: 5_000,
+        ..compact_config()
+    };
+    for (cfg, rolls) in [
+        (big.clone(), true),
+        (
+            LogConfig {
+                compact: false,
+                delete: true,
+                ..big.clone()
+            },
+            false,
+        ),
+        (
+            LogConfig {
+                max_compaction_lag_ms: i64::MAX,
+                ..big.clone()
+            },
+            false,
+        ),
+    ] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut log = PartitionLog::open(dir.path(), cfg.clone(), NOW).expect("open");
+        let mut b = keyed(&[("k", Some("v1"))], NOW);
+        log.append(&mut b, 0, NOW).expect("append");
+        let mut b = keyed(&[("k", Some("v2"))], NOW);
+        log.append(&mut b, 0, NOW + 4_000).expect("append");
+        assert_eq!(log.segment_base_offsets().len(), 1);
+        let mut b = keyed(&[("k", Some("v3"))], NOW);
+        log.append(&mut b, 0, NOW + 6_000).expect("append");
+        let bases = log.segment_base_offsets();
+        assert_eq!(bases.len(), if rolls { 2 } else { 1 }, "{cfg:?}");
+        if rolls {
+            // The rolled segment is cleanable, and past the max lag.
+            log.set_high_watermark(log.log_end_offset());
+            let out = log.compact(NOW + 6_000).expect("compact");
+            assert!(out.ran && out.records_removed == 1, "{out:?}");
+        }
+    }
+}
+
+#[test]
 fn storage_compaction_tombstones_kept_until_delete_retention() {
     let dir = tempfile::tempdir().expect("tempdir");
     let cfg = LogConfig {

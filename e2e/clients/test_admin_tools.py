@@ -10,6 +10,11 @@ Kafka distribution (harness/kafka_tools.py).
   leads, so a preferred (or unclean) election of a partition reports a valid
   replica already elected, `--all-topic-partitions` elects nothing, and an
   unknown topic fails the tool with UnknownTopicOrPartition.
+  `kafka-configs --entity-type brokers --entity-default` changes topic
+  defaults (the older log.* ones and the newer compression.type,
+  log.message.timestamp.*.max.ms, log.roll.jitter.ms, log.preallocate) and
+  the connection limits (max.connections.per.ip and its overrides, from a
+  loopback address of the test's own) without a restart.
 - Three Moldau brokers (`auto.leader.rebalance.enable=false`, so leadership
   moves only when asked; cluster backend as in test_cluster.py): the
   preferred leader of partition 0 restarts and comes back in every ISR
@@ -141,6 +146,32 @@ def produce_one(bootstrap: str, topic: str, size: int):
     return errors[0]
 
 
+# broker defaults of topic configs added in Kafka 3.x/4.x, all dynamic in Kafka
+NEWER_DEFAULTS = {
+    "compression.type": "lz4",
+    "compression.lz4.level": "4",
+    "log.message.timestamp.before.max.ms": "86400000",
+    "log.message.timestamp.after.max.ms": "7200000",
+    "log.roll.jitter.ms": "1000",
+    "log.preallocate": "true",
+}
+# the topic config each defaults
+NEWER_TOPIC_NAMES = {
+    "log.message.timestamp.before.max.ms": "message.timestamp.before.max.ms",
+    "log.message.timestamp.after.max.ms": "message.timestamp.after.max.ms",
+    "log.roll.jitter.ms": "segment.jitter.ms",
+    "log.preallocate": "preallocate",
+}
+
+
+def newer_shown() -> list[str]:
+    """How kafka-configs --describe --all shows each newer dynamic default on a topic."""
+    return [
+        f"{NEWER_TOPIC_NAMES.get(k, k)}={v} sensitive=false synonyms={{DYNAMIC_DEFAULT_BROKER_CONFIG:{k}={v}"
+        for k, v in NEWER_DEFAULTS.items()
+    ]
+
+
 def test_dynamic_broker_defaults_reach_topics_without_a_restart(broker, new_topic):
     """`kafka-configs --entity-type brokers --entity-default` changes the
     defaults of topics without an override of their own, at once: DescribeConfigs
@@ -164,6 +195,10 @@ def test_dynamic_broker_defaults_reach_topics_without_a_restart(broker, new_topi
         shown = "retention.ms=12345678 sensitive=false synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:log.retention.ms=12345678"
         wait_for("the dynamic default shown on the topic", lambda: shown in describe())
         assert "max.message.bytes=2000 sensitive=false synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:message.max.bytes=2000" in describe()
+        # the newer log defaults are dynamic too
+        p = kafka_tools.configs(broker.bootstrap, "--alter", *default, "--add-config", ",".join(f"{k}={v}" for k, v in NEWER_DEFAULTS.items()))
+        assert p.returncode == 0, p
+        wait_for("the newer dynamic defaults shown on the topic", lambda: all(s in describe() for s in newer_shown()))
         # and on the broker itself, the dynamic default first among its synonyms
         from confluent_kafka.admin import AdminClient
 
@@ -187,11 +222,112 @@ def test_dynamic_broker_defaults_reach_topics_without_a_restart(broker, new_topi
         assert "num.partitions" in p.stdout + p.stderr, p
     finally:
         p = kafka_tools.configs(
-            broker.bootstrap, "--alter", *default, "--delete-config", "log.retention.ms,message.max.bytes"
+            broker.bootstrap,
+            "--alter",
+            *default,
+            "--delete-config",
+            ",".join(["log.retention.ms", "message.max.bytes", *NEWER_DEFAULTS]),
         )
         assert p.returncode == 0, p
     wait_for("the default back", lambda: "retention.ms=12345678" not in describe())
+    wait_for("the newer defaults back", lambda: not any(s in describe() for s in newer_shown()))
     wait_for("large batches accepted again", lambda: produce_one(broker.bootstrap, topic, 5000) is None)
+
+
+def test_connection_limits_change_without_a_restart(broker):
+    """`max.connections.per.ip` and `max.connections.per.ip.overrides` set
+    with kafka-configs decide about the next connections at once: from an
+    address of its own (127.0.0.77) a second connection is closed by a
+    per-IP limit of 1 while the first keeps working, and accepted once an
+    override raises that address's limit; the tools' own addresses keep a
+    high override throughout."""
+    import socket
+
+    from harness import kwire
+
+    default = ["--entity-type", "brokers", "--entity-default"]
+    source = "127.0.0.77"
+    tools = sorted({"127.0.0.1", broker.host})
+
+    def connect() -> socket.socket:
+        s = socket.socket()
+        s.bind((source, 0))
+        s.settimeout(10)
+        s.connect((broker.host, broker.port))
+        return s
+
+    def recv_exact(s: socket.socket, n: int) -> bytes | None:
+        buf = b""
+        while len(buf) < n:
+            chunk = s.recv(n - len(buf))
+            if not chunk:
+                return None
+            buf += chunk
+        return buf
+
+    def answers(s: socket.socket) -> bool:
+        """An ApiVersions v0 request gets its whole response (False: the broker closed the connection)."""
+        req = kwire.i16(18) + kwire.i16(0) + kwire.i32(1) + kwire.string("limits")
+        try:
+            s.sendall(kwire.i32(len(req)) + req)
+            size = recv_exact(s, 4)
+            return size is not None and recv_exact(s, int.from_bytes(size, "big", signed=True)) is not None
+        except (ConnectionResetError, BrokenPipeError):
+            return False
+
+    def one_more_held() -> bool:
+        """Opens a connection and keeps it if the broker answers on it.
+        (A closed probe's slot may be freed a moment later, so retried.)"""
+        s = connect()
+        if answers(s):
+            held.append(s)
+        else:
+            s.close()
+        return len(held) == 3
+
+    def overrides(*pairs: str) -> str:
+        return "max.connections.per.ip.overrides=[" + ",".join([*(f"{t}:1000" for t in tools), *pairs]) + "]"
+
+    def alter(*args: str) -> None:
+        p = kafka_tools.configs(broker.bootstrap, "--alter", *default, *args)
+        assert p.returncode == 0, p
+
+    held: list[socket.socket] = []
+
+    def second_refused() -> bool:
+        s = connect()
+        try:
+            return not answers(s)
+        finally:
+            s.close()
+
+    try:
+        alter("--add-config", f"max.connections.per.ip=1,{overrides()}")
+        held.append(connect())
+        assert answers(held[0])
+        wait_for("a second connection from one address closed", second_refused)
+        assert answers(held[0]), "the open connection stays"
+        # an override for the address raises its limit
+        alter("--add-config", overrides(f"{source}:3"))
+        wait_for("three connections from the address held", one_more_held)
+        assert all(answers(s) for s in held)
+        assert second_refused(), "a fourth connection over the override"
+    finally:
+        for s in held:
+            s.close()
+        alter("--delete-config", "max.connections.per.ip,max.connections.per.ip.overrides")
+    # and with the limits gone, many connections again
+    held.clear()
+
+    def five_held() -> bool:
+        one_more_held()
+        return len(held) >= 5
+
+    try:
+        wait_for("five connections from the address accepted again", five_held)
+    finally:
+        for s in held:
+            s.close()
 
 
 # -- three brokers -------------------------------------------------------------

@@ -138,9 +138,19 @@ fn broker_values(cfg: &BrokerConfig) -> Vec<(&'static str, String)> {
             cfg.max_connections_per_ip.to_string(),
         ),
         (
+            "max.connections.per.ip.overrides",
+            cfg.max_connections_per_ip_overrides.clone(),
+        ),
+        (
             "connections.max.idle.ms",
             cfg.connections_max_idle_ms.to_string(),
         ),
+        // broker defaults of topic configs without a typed field: Kafka's
+        // defaults (a static or dynamic value comes first as its synonym)
+        ("compression.type", "producer".into()),
+        ("log.preallocate", "false".into()),
+        ("log.message.timestamp.after.max.ms", "3600000".into()),
+        ("log.message.timestamp.before.max.ms", i64::MAX.to_string()),
         (
             "queued.max.request.bytes",
             cfg.queued_max_request_bytes.to_string(),
@@ -369,7 +379,7 @@ pub fn apply_broker_incremental(
             (AlterOp::Delete, _) => {
                 // deleting a dynamic config that is not set is a no-op;
                 // naming a static one is refused, as Kafka does
-                crate::dynamic_config::validate(name, "0")?;
+                crate::dynamic_config::validate_name(name)?;
                 configs.remove(name);
             }
             (AlterOp::Set, None) => {
@@ -558,6 +568,40 @@ pub fn incremental_alter(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn broker_configs_of_any_value_type_can_be_deleted() {
+        let mut configs = BTreeMap::new();
+        let set = |k: &str, v: &str| (k.to_string(), AlterOp::Set, Some(v.to_string()));
+        let delete = |k: &str| (k.to_string(), AlterOp::Delete, None);
+        apply_broker_incremental(
+            &mut configs,
+            &[
+                set("compression.type", "lz4"),
+                set("log.preallocate", "true"),
+                set("max.connections.per.ip.overrides", "127.0.0.2:3"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(configs.len(), 3);
+        apply_broker_incremental(
+            &mut configs,
+            &[
+                delete("compression.type"),
+                delete("log.preallocate"),
+                delete("max.connections.per.ip.overrides"),
+                delete("log.roll.jitter.ms"),
+            ],
+        )
+        .unwrap();
+        assert!(configs.is_empty());
+        assert_eq!(
+            apply_broker_incremental(&mut configs, &[delete("num.partitions")])
+                .unwrap_err()
+                .code,
+            ResponseError::InvalidRequest
+        );
+    }
 
     #[test]
     fn incremental_ops_set_delete_append_subtract() {

@@ -149,7 +149,16 @@ pub fn handle(broker: &Broker, req: ProduceRequest, _version: i16) -> Handled {
             // checked again on the result, as Kafka does): that work
             // leaves the runtime's worker (uncompressed ones are a cheap
             // walk). `producer` keeps the batches as sent.
+            // One record batch per partition and request: Kafka's log
+            // validator refuses more for format v2 (INVALID_RECORD), after
+            // each batch passed its size and CRC checks.
             let validated = batch::validate_batches(&records, max).and_then(|h| {
+                if h.len() > 1 {
+                    return Err(StorageError::InvalidRecord(format!(
+                        "{} record batches for one partition in one produce request; at most one is allowed",
+                        h.len()
+                    )));
+                }
                 let recompressing = h.iter().any(|b| recompress::needs_recompression(b, target));
                 if recompressing || h.iter().any(|b| b.compression() != 0) {
                     crate::offload::blocking(|| {

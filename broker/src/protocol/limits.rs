@@ -55,10 +55,12 @@ struct Counts {
     per_ip: HashMap<IpAddr, usize>,
 }
 
-/// Open connections, counted in all and per IP.
+/// Open connections, counted in all and per IP, and the limits they are
+/// held to (replaced at run time by dynamic broker configs: a lower limit
+/// refuses new connections and leaves open ones alone, as in Kafka).
 #[derive(Debug)]
 pub struct ConnectionLimiter {
-    settings: ConnectionLimitSettings,
+    settings: Mutex<ConnectionLimitSettings>,
     counts: Mutex<Counts>,
 }
 
@@ -85,24 +87,43 @@ impl Drop for ConnectionSlot {
 impl ConnectionLimiter {
     pub fn new(settings: ConnectionLimitSettings) -> Arc<Self> {
         Arc::new(Self {
-            settings,
+            settings: Mutex::new(settings),
             counts: Mutex::new(Counts::default()),
         })
+    }
+
+    /// The limits in force.
+    pub fn settings(&self) -> ConnectionLimitSettings {
+        self.settings.lock().clone()
+    }
+
+    /// Replaces the limits; returns whether they changed. Open connections
+    /// stay; the new limits decide about the next ones.
+    pub fn set_settings(&self, settings: ConnectionLimitSettings) -> bool {
+        let mut s = self.settings.lock();
+        if *s == settings {
+            return false;
+        }
+        *s = settings;
+        true
     }
 
     /// Takes a slot for a new connection from `ip`, or says which limit
     /// refuses it.
     pub fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<ConnectionSlot, Refusal> {
+        let (max_connections, per_ip_max) = {
+            let s = self.settings.lock();
+            let per_ip = s
+                .per_ip_overrides
+                .get(&ip)
+                .copied()
+                .unwrap_or(s.max_connections_per_ip);
+            (s.max_connections, per_ip)
+        };
         let mut c = self.counts.lock();
-        if c.total >= self.settings.max_connections {
+        if c.total >= max_connections {
             return Err(Refusal::Broker);
         }
-        let per_ip_max = self
-            .settings
-            .per_ip_overrides
-            .get(&ip)
-            .copied()
-            .unwrap_or(self.settings.max_connections_per_ip);
         let mine = c.per_ip.get(&ip).copied().unwrap_or(0);
         if mine >= per_ip_max {
             return Err(Refusal::PerIp);
@@ -162,6 +183,33 @@ impl RequestBudget {
 /// Parses `max.connections.per.ip.overrides` (`host:count,host:count`,
 /// hosts as IP literals; Kafka also allows names, which a broker without
 /// DNS lookups on this path refuses).
+impl ConnectionLimitSettings {
+    /// The limits of a broker config (static, or effective with dynamic
+    /// values laid over it). Unless `max.connections` is set (statically
+    /// or dynamically), it is capped at half the open-files limit: the
+    /// other half stays for segment and index files, so clients can never
+    /// lock the logs out of descriptors. An explicit setting is honoured
+    /// as given.
+    pub fn from_config(c: &crate::config::BrokerConfig) -> Result<Self, String> {
+        let by_files = crate::resources::nofile_limits()
+            .ok()
+            .filter(|&(soft, _)| soft != libc::RLIM_INFINITY)
+            .map(|(soft, _)| usize::try_from(soft / 2).unwrap_or(usize::MAX))
+            .unwrap_or(usize::MAX);
+        let explicit =
+            c.raw.contains_key("max.connections") || c.dynamic.contains_key("max.connections");
+        Ok(Self {
+            max_connections: if explicit {
+                c.max_connections
+            } else {
+                c.max_connections.min(by_files)
+            },
+            max_connections_per_ip: c.max_connections_per_ip,
+            per_ip_overrides: parse_per_ip_overrides(&c.max_connections_per_ip_overrides)?,
+        })
+    }
+}
+
 pub fn parse_per_ip_overrides(text: &str) -> Result<HashMap<IpAddr, usize>, String> {
     let mut out = HashMap::new();
     for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
@@ -222,6 +270,54 @@ mod tests {
         assert!(parse_per_ip_overrides("nohost").is_err());
         assert!(parse_per_ip_overrides("example:3").is_err());
         assert!(parse_per_ip_overrides("").unwrap().is_empty());
+    }
+
+    #[test]
+    fn new_limits_decide_about_new_connections_and_keep_open_ones() {
+        let l = limiter(100, 3);
+        let a: IpAddr = "127.0.0.1".parse().unwrap();
+        let open: Vec<_> = (0..3).map(|_| l.admit(a).unwrap()).collect();
+        let mut lower = l.settings();
+        lower.max_connections_per_ip = 1;
+        assert!(l.set_settings(lower.clone()));
+        assert!(!l.set_settings(lower.clone()), "unchanged");
+        assert_eq!(l.admit(a).unwrap_err(), Refusal::PerIp);
+        assert_eq!(l.open(), 3, "open connections stay");
+        // an override for this IP wins over the lowered default
+        lower.per_ip_overrides.insert(a, 4);
+        l.set_settings(lower.clone());
+        let _fourth = l.admit(a).unwrap();
+        assert_eq!(l.admit(a).unwrap_err(), Refusal::PerIp);
+        lower.max_connections = 4;
+        lower.per_ip_overrides.clear();
+        lower.max_connections_per_ip = 10;
+        l.set_settings(lower);
+        assert_eq!(l.admit(a).unwrap_err(), Refusal::Broker);
+        drop(open);
+        let _again = l.admit(a).unwrap();
+    }
+
+    #[test]
+    fn settings_come_from_the_effective_config() {
+        let static_config =
+            crate::config::BrokerConfig::load(None, &["max.connections.per.ip=7".into()]).unwrap();
+        let s = ConnectionLimitSettings::from_config(&static_config).unwrap();
+        assert_eq!(s.max_connections_per_ip, 7);
+        let mut dynamic = crate::dynamic_config::BrokerConfigs::new();
+        let default = dynamic.entry(String::new()).or_default();
+        default.insert("max.connections.per.ip".into(), "2".into());
+        default.insert("max.connections".into(), "5".into());
+        default.insert(
+            "max.connections.per.ip.overrides".into(),
+            "127.0.0.3:9".into(),
+        );
+        let eff = crate::dynamic_config::effective(&static_config, &dynamic, 1).unwrap();
+        let s = ConnectionLimitSettings::from_config(&eff).unwrap();
+        assert_eq!((s.max_connections, s.max_connections_per_ip), (5, 2));
+        assert_eq!(
+            s.per_ip_overrides[&"127.0.0.3".parse::<IpAddr>().unwrap()],
+            9
+        );
     }
 
     #[tokio::test]

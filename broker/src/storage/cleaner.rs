@@ -63,8 +63,8 @@ use super::{Result, StorageError};
 /// What one `PartitionLog::compact` call did.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct CompactionOutcome {
-    /// Whether a cleaning pass ran (the dirty ratio or a due tombstone
-    /// asked for one).
+    /// Whether a cleaning pass ran (the dirty ratio, the max compaction
+    /// lag or a due tombstone asked for one).
     pub ran: bool,
     /// Share of the cleanable bytes not cleaned yet, before the pass.
     pub dirty_ratio: f64,
@@ -83,6 +83,9 @@ pub struct CompactionOutcome {
     pub bytes_after: u64,
     /// The cleaner checkpoint after the call: segments below it are clean.
     pub cleaned_up_to: i64,
+    /// How far past `max.compaction.lag.ms` the oldest dirty record was
+    /// (0 when within the lag or when no pass was considered).
+    pub compaction_delay_ms: i64,
 }
 
 /// Latest offset of every key in the segments being cleaned, and the base

@@ -39,6 +39,13 @@ pub struct LogConfig {
     /// `min.compaction.lag.ms`: a segment is cleaned only once its newest
     /// record is at least this old.
     pub min_compaction_lag_ms: i64,
+    /// `max.compaction.lag.ms` (KIP-354): once the oldest dirty record
+    /// (first batch of the oldest uncleaned non-active segment) is older
+    /// than this, the log is cleaned whatever its dirty ratio; and in a
+    /// compacted log the active segment rolls by age at
+    /// `min(segment.ms, max.compaction.lag.ms)` so that its records become
+    /// cleanable (Kafka's `LogConfig.maxSegmentMs`).
+    pub max_compaction_lag_ms: i64,
     /// `segment.jitter.ms`: the active segment rolls by age at `segment.ms`
     /// minus a random jitter in `[0, min(jitter, segment.ms))`, drawn once
     /// per segment (as Kafka), so many partitions do not roll together.
@@ -74,6 +81,7 @@ impl Default for LogConfig {
             delete_retention_ms: 24 * 3600 * 1000,
             min_cleanable_dirty_ratio: 0.5,
             min_compaction_lag_ms: 0,
+            max_compaction_lag_ms: i64::MAX,
             segment_jitter_ms: 0,
             message_timestamp_before_max_ms: i64::MAX,
             message_timestamp_after_max_ms: 3_600_000,

@@ -510,10 +510,24 @@ impl PartitionLog {
         Ok(())
     }
 
+    /// The age at which the active segment rolls: `segment.ms`, or in a
+    /// compacted log `max.compaction.lag.ms` when that is shorter, so that
+    /// records cannot stay uncleanable in the active segment longer than
+    /// the lag allows (Kafka's `LogConfig.maxSegmentMs`; the jitter is
+    /// still drawn below `segment.ms`).
+    pub fn max_segment_ms(&self) -> i64 {
+        if self.config.compact && self.config.max_compaction_lag_ms > 0 {
+            self.config
+                .max_compaction_lag_ms
+                .min(self.config.segment_ms)
+        } else {
+            self.config.segment_ms
+        }
+    }
+
     fn segment_expired_by_age(&self, seg: &Segment, now_ms: i64) -> bool {
         let roll_after = self
-            .config
-            .segment_ms
+            .max_segment_ms()
             .saturating_sub(self.roll_jitter_ms(seg.base_offset()));
         !seg.is_empty()
             && seg
@@ -1259,7 +1273,10 @@ impl PartitionLog {
     /// A pass runs when the dirty ratio (bytes of cleanable segments at or
     /// after the cleaner checkpoint / bytes of all cleanable segments) is
     /// at least `min.cleanable.dirty.ratio` (and some bytes are dirty), or
-    /// when a tombstone kept by an earlier pass has expired. It builds the
+    /// when some bytes are dirty and the oldest dirty record is older than
+    /// `max.compaction.lag.ms` (KIP-354; `min.compaction.lag.ms` still
+    /// bounds what is cleanable), or when a tombstone kept by an earlier
+    /// pass has expired. It builds the
     /// latest offset per key over all cleanable segments, writes cleaned
     /// copies of the segments that lose records, checkpoints the cleaner
     /// offset (the end of the cleaned range), swaps the copies in oldest
@@ -1308,7 +1325,9 @@ impl PartitionLog {
         let dirty_enough =
             dirty > 0 && outcome.dirty_ratio >= self.config.min_cleanable_dirty_ratio;
         let tombstones_due = self.tombstone_due.is_some_and(|t| now_ms >= t);
-        if !dirty_enough && !tombstones_due {
+        outcome.compaction_delay_ms = self.max_compaction_delay_ms(cleaned_to, now_ms)?;
+        let lag_passed = dirty > 0 && outcome.compaction_delay_ms > 0;
+        if !dirty_enough && !tombstones_due && !lag_passed {
             return Ok(outcome);
         }
         outcome.ran = true;
@@ -1392,6 +1411,32 @@ impl PartitionLog {
             );
         }
         Ok(outcome)
+    }
+
+    /// How long ago the oldest dirty record should have been cleaned by
+    /// `max.compaction.lag.ms` (0 if not yet): as Kafka's
+    /// `LogCleanerManager.maxCompactionDelay`, the oldest dirty record's
+    /// time is the smallest positive max timestamp of the first batch of
+    /// each non-active segment at or after the cleaner checkpoint.
+    fn max_compaction_delay_ms(&self, cleaned_to: i64, now_ms: i64) -> Result<i64> {
+        let lag = self.config.max_compaction_lag_ms.max(0);
+        let clean_until = now_ms.saturating_sub(lag);
+        let n = self.segments.len();
+        let mut earliest = i64::MAX;
+        for seg in &self.segments[..n - 1] {
+            if seg.base_offset() < cleaned_to || seg.is_empty() {
+                continue;
+            }
+            let first = seg.header_at(0)?.max_timestamp;
+            if first > 0 {
+                earliest = earliest.min(first);
+            }
+        }
+        Ok(if earliest < clean_until {
+            clean_until - earliest
+        } else {
+            0
+        })
     }
 
     /// Applies the flush policy (`flush.messages`, `flush.ms`); call after
