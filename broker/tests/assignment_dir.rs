@@ -30,6 +30,9 @@ use wire_common::{call, name, Child};
 const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
 const INVALID_REQUEST: i16 = 42;
 
+/// Explicit `(partition, replicas)` of a CreateTopics request.
+type Assignments<'a> = &'a [(i32, &'a [i32])];
+
 /// One topic's CreateTopics answer: `(code, message, partitions, factor)`.
 type Created = (i16, Option<String>, i32, i16);
 
@@ -39,7 +42,7 @@ async fn create(
     topic: &str,
     partitions: i32,
     factor: i16,
-    assignments: &[(i32, &[i32])],
+    assignments: Assignments<'_>,
     validate_only: bool,
 ) -> Created {
     let req = CreateTopicsRequest::default()
@@ -149,7 +152,7 @@ async fn explicit_assignments_are_taken_as_given_through_any_broker() {
     }
 
     // Kafka's refusals.
-    let refused: [(&str, i32, i16, &[(i32, &[i32])], i16); 7] = [
+    let refused: [(&str, i32, i16, Assignments, i16); 7] = [
         (
             "unknown broker",
             -1,
