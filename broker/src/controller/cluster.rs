@@ -228,11 +228,18 @@ impl ClusterState {
             ));
         }
         let added = usize::try_from(count).unwrap_or(0) - have;
+        // The topic's factor as Kafka takes it: partition 0's replica count
+        // (a reassignment may have changed it since creation, KIP-860).
+        let factor = current
+            .partitions
+            .first()
+            .map_or(current.replication_factor, |p| {
+                i16::try_from(p.replicas.len()).unwrap_or(i16::MAX)
+            });
         let replicas = if assignments.is_empty() {
-            assign_replicas(brokers, have, added, current.replication_factor, seeds)
-                .map_err(placement_error)?
+            assign_replicas(brokers, have, added, factor, seeds).map_err(placement_error)?
         } else {
-            let factor = usize::try_from(current.replication_factor).unwrap_or(0);
+            let factor = usize::try_from(factor).unwrap_or(0);
             manual_for_extend(assignments, have, added, factor, registered, &live)
                 .map_err(manual_error)?
         };
@@ -594,6 +601,23 @@ mod tests {
             .collect();
         assert_eq!(replicas, vec![vec![0, 1], vec![2, 0], vec![1, 2]]);
         assert_eq!(grown.partitions[1].leader, 2);
+        // Partition 0 moved to three replicas: added partitions take three.
+        let mut moved = s.clone();
+        if let Some(t) = moved.topics.get_mut("m") {
+            t.partitions[0].replicas = vec![0, 1, 2];
+            t.partitions[0].isr = vec![0, 1, 2];
+        }
+        let three = moved
+            .plan_create_partitions(
+                "m",
+                2,
+                &[vec![2, 1, 0]],
+                &brokers(3),
+                &all,
+                Seeds::default(),
+            )
+            .unwrap();
+        assert_eq!(three.partitions[1].replicas, vec![2, 1, 0]);
         for bad in [
             vec![vec![2, 0]],             // one list for two partitions
             vec![vec![2], vec![1]],       // not the topic's factor
