@@ -292,6 +292,7 @@ async fn admin_changes_are_placed_persisted_and_refused_once_deposed() {
             name: "spread".into(),
             count: 15,
             validate_only: false,
+            assignments: Vec::new(),
         })
         .await
         .unwrap()

@@ -17,8 +17,18 @@
 //!   each partition spans `min(replicas, racks)` racks.
 //!
 //! Brokers must either all have a rack or none (Kafka refuses the mix too).
+//!
+//! Explicit assignments (`kafka-topics --replica-assignment`, Admin
+//! `NewTopic(name, replicasAssignments)`, CreatePartitions with
+//! assignments) are not placed but checked, with Kafka's rules and
+//! messages (`INVALID_REPLICA_ASSIGNMENT`): at least one replica, every one
+//! a registered broker (fenced ones included), none twice, the same count
+//! for every partition (and the topic's factor when partitions are added),
+//! partitions numbered `0..n` without gaps or repeats, and at least one
+//! replica in service: the ISR is the replicas in service, the leader the
+//! first of them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// A live broker as placement sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,6 +100,100 @@ pub fn assign_replicas(
     Ok((first_partition..first_partition + count)
         .map(|p| place_one(&ordered, &racks, p, rf, seeds))
         .collect())
+}
+
+/// Checks one partition's explicit `replicas` (see the module doc);
+/// `expected`: the replica count the other partitions have.
+fn check_manual(
+    partition: i64,
+    replicas: &[i32],
+    expected: Option<usize>,
+    registered: &BTreeSet<i32>,
+    live: &BTreeSet<i32>,
+) -> Result<(), String> {
+    if replicas.is_empty() {
+        return Err("The manual partition assignment includes an empty replica list.".into());
+    }
+    let mut sorted = replicas.to_vec();
+    sorted.sort_unstable();
+    let mut previous = None;
+    for id in sorted {
+        if !registered.contains(&id) {
+            return Err(format!(
+                "The manual partition assignment includes broker {id}, but no such broker is registered."
+            ));
+        }
+        if previous == Some(id) {
+            return Err(format!(
+                "The manual partition assignment includes the broker {id} more than once."
+            ));
+        }
+        previous = Some(id);
+    }
+    if let Some(expected) = expected.filter(|e| *e != replicas.len()) {
+        return Err(format!(
+            "The manual partition assignment includes a partition with {} replica(s), but this is not consistent with previous partitions, which have {expected} replica(s).",
+            replicas.len()
+        ));
+    }
+    if !replicas.iter().any(|r| live.contains(r)) {
+        return Err(format!(
+            "All brokers specified in the manual partition assignment for partition {partition} are fenced or in controlled shutdown."
+        ));
+    }
+    Ok(())
+}
+
+/// CreateTopics' explicit `(partition, replicas)` list, checked: each
+/// partition's replicas in partition order.
+pub fn manual_for_create(
+    assignments: &[(i32, Vec<i32>)],
+    registered: &BTreeSet<i32>,
+    live: &BTreeSet<i32>,
+) -> Result<Vec<Vec<i32>>, String> {
+    let mut by_partition: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
+    let mut expected = None;
+    for (partition, replicas) in assignments {
+        if by_partition.contains_key(partition) {
+            return Err(format!(
+                "Found multiple manual partition assignments for partition {partition}"
+            ));
+        }
+        check_manual(i64::from(*partition), replicas, expected, registered, live)?;
+        expected = Some(replicas.len());
+        by_partition.insert(*partition, replicas.clone());
+    }
+    if by_partition
+        .keys()
+        .enumerate()
+        .any(|(i, p)| i64::try_from(i).ok() != Some(i64::from(*p)))
+    {
+        return Err("partitions should be a consecutive 0-based integer sequence".into());
+    }
+    Ok(by_partition.into_values().collect())
+}
+
+/// CreatePartitions' explicit replicas of the `added` partitions from
+/// `first_partition` on, checked against the topic's `factor`.
+pub fn manual_for_extend(
+    assignments: &[Vec<i32>],
+    first_partition: usize,
+    added: usize,
+    factor: usize,
+    registered: &BTreeSet<i32>,
+    live: &BTreeSet<i32>,
+) -> Result<Vec<Vec<i32>>, String> {
+    if assignments.len() != added {
+        return Err(format!(
+            "Attempted to add {added} additional partition(s), but only {} assignment(s) were specified.",
+            assignments.len()
+        ));
+    }
+    for (i, replicas) in assignments.iter().enumerate() {
+        let partition = i64::try_from(first_partition + i).unwrap_or(i64::MAX);
+        check_manual(partition, replicas, Some(factor), registered, live)?;
+    }
+    Ok(assignments.to_vec())
 }
 
 /// Broker ids ordered so consecutive ones are on different racks.
@@ -234,6 +338,80 @@ mod tests {
         let whole = assign_replicas(&brokers(3), 0, 9, 2, Seeds::default()).unwrap();
         let tail = assign_replicas(&brokers(3), 6, 3, 2, Seeds::default()).unwrap();
         assert_eq!(&whole[6..], &tail[..]);
+    }
+
+    fn ids(v: &[i32]) -> BTreeSet<i32> {
+        v.iter().copied().collect()
+    }
+
+    #[test]
+    fn explicit_assignments_are_kept_in_partition_order() {
+        let all = ids(&[0, 1, 2]);
+        let a = manual_for_create(&[(1, vec![2, 0]), (0, vec![1, 2])], &all, &all).unwrap();
+        assert_eq!(a, vec![vec![1, 2], vec![2, 0]]);
+        // A fenced (registered, not live) replica is allowed while another
+        // replica is in service.
+        let a = manual_for_create(&[(0, vec![2, 1])], &all, &ids(&[1])).unwrap();
+        assert_eq!(a, vec![vec![2, 1]]);
+    }
+
+    #[test]
+    fn explicit_assignments_are_refused_with_kafkas_messages() {
+        let all = ids(&[0, 1, 2]);
+        let refused = |a: &[(i32, Vec<i32>)], live: &BTreeSet<i32>| {
+            manual_for_create(a, &all, live).unwrap_err()
+        };
+        assert_eq!(
+            refused(&[(0, vec![0, 7])], &all),
+            "The manual partition assignment includes broker 7, but no such broker is registered."
+        );
+        assert_eq!(
+            refused(&[(0, vec![1, 1])], &all),
+            "The manual partition assignment includes the broker 1 more than once."
+        );
+        assert_eq!(
+            refused(&[(0, vec![0, 1]), (1, vec![2])], &all),
+            "The manual partition assignment includes a partition with 1 replica(s), but this is not consistent with previous partitions, which have 2 replica(s)."
+        );
+        assert_eq!(
+            refused(&[(0, vec![0]), (2, vec![1])], &all),
+            "partitions should be a consecutive 0-based integer sequence"
+        );
+        assert_eq!(
+            refused(&[(1, vec![0])], &all),
+            "partitions should be a consecutive 0-based integer sequence"
+        );
+        assert_eq!(
+            refused(&[(0, vec![0]), (0, vec![1])], &all),
+            "Found multiple manual partition assignments for partition 0"
+        );
+        assert_eq!(
+            refused(&[(0, vec![])], &all),
+            "The manual partition assignment includes an empty replica list."
+        );
+        assert_eq!(
+            refused(&[(0, vec![0]), (1, vec![2])], &ids(&[0])),
+            "All brokers specified in the manual partition assignment for partition 1 are fenced or in controlled shutdown."
+        );
+    }
+
+    #[test]
+    fn explicit_assignments_of_added_partitions_match_the_topic() {
+        let all = ids(&[0, 1, 2]);
+        assert_eq!(
+            manual_for_extend(&[vec![2, 0], vec![0, 1]], 3, 2, 2, &all, &all).unwrap(),
+            vec![vec![2, 0], vec![0, 1]]
+        );
+        assert_eq!(
+            manual_for_extend(&[vec![2, 0]], 3, 2, 2, &all, &all).unwrap_err(),
+            "Attempted to add 2 additional partition(s), but only 1 assignment(s) were specified."
+        );
+        assert!(manual_for_extend(&[vec![2]], 3, 1, 2, &all, &all)
+            .unwrap_err()
+            .contains("which have 2 replica(s)"));
+        assert!(manual_for_extend(&[vec![1]], 3, 1, 1, &all, &ids(&[0]))
+            .unwrap_err()
+            .contains("partition 3 are fenced"));
     }
 
     #[test]

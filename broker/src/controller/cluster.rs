@@ -16,7 +16,9 @@ use kafka_protocol::error::ResponseError;
 use moldau_coordination::records::{ClusterRecord, PartitionRecord, TopicRecord};
 use uuid::Uuid;
 
-use super::assignment::{assign_replicas, BrokerSlot, PlacementError, Seeds};
+use super::assignment::{
+    assign_replicas, manual_for_create, manual_for_extend, BrokerSlot, PlacementError, Seeds,
+};
 use super::leadership::{Change, PartitionState};
 use crate::metadata::validate_topic_name;
 use crate::topic_config;
@@ -39,6 +41,33 @@ pub struct NewTopic {
     pub partitions: i32,
     pub replication_factor: i16,
     pub configs: BTreeMap<String, String>,
+    /// Explicit `(partition, replicas)`, preferred leader first; empty: the
+    /// controller places the replicas. With them, `partitions` and
+    /// `replication_factor` must be -1.
+    pub assignments: Vec<(i32, Vec<i32>)>,
+}
+
+/// Explicit assignments refused (Kafka's INVALID_REPLICA_ASSIGNMENT).
+pub fn manual_error(message: String) -> TopicError {
+    TopicError::new(ResponseError::InvalidReplicaAssignment, message)
+}
+
+/// CreateTopics with explicit assignments must leave the partition count
+/// and replication factor to them (`-1`), as Kafka requires.
+pub fn check_manual_counts(partitions: i32, replication_factor: i16) -> Result<(), TopicError> {
+    if replication_factor != -1 {
+        return Err(TopicError::new(
+            ResponseError::InvalidRequest,
+            "A manual partition assignment was specified, but replication factor was not set to -1.",
+        ));
+    }
+    if partitions != -1 {
+        return Err(TopicError::new(
+            ResponseError::InvalidRequest,
+            "A manual partition assignment was specified, but numPartitions was not set to -1.",
+        ));
+    }
+    Ok(())
 }
 
 /// The whole cluster metadata, as the active controller holds it.
@@ -59,17 +88,31 @@ fn unknown(name: &str) -> TopicError {
     )
 }
 
-/// New partitions `first..first+replicas.len()`, each led by its preferred
-/// (first) replica in leader epoch 0, with every replica in sync (an empty
-/// log is held by all of them, as Kafka starts a partition).
-fn new_partitions(first: usize, replicas: Vec<Vec<i32>>) -> Vec<PartitionRecord> {
+/// New partitions `first..first+replicas.len()` in leader epoch 0, with
+/// every replica in service (`live`) in sync (an empty log is held by all
+/// of them, as Kafka starts a partition) and the first of those leading:
+/// the preferred (first) replica unless an explicit assignment named a
+/// fenced broker first.
+fn new_partitions(
+    first: usize,
+    replicas: Vec<Vec<i32>>,
+    live: &BTreeSet<i32>,
+) -> Vec<PartitionRecord> {
     replicas
         .into_iter()
         .enumerate()
-        .map(|(i, replicas)| PartitionRecord {
+        .map(|(i, replicas)| {
+            let isr: Vec<i32> = replicas
+                .iter()
+                .copied()
+                .filter(|r| live.contains(r))
+                .collect();
+            (i, replicas, isr)
+        })
+        .map(|(i, replicas, isr)| PartitionRecord {
             index: i32::try_from(first + i).unwrap_or(i32::MAX),
-            leader: replicas[0],
-            isr: replicas.clone(),
+            leader: isr.first().copied().unwrap_or(-1),
+            isr,
             replicas,
             leader_epoch: 0,
             partition_epoch: 0,
@@ -89,13 +132,15 @@ fn validate_configs(configs: &BTreeMap<String, String>) -> Result<(), TopicError
 
 impl ClusterState {
     /// The topic a CreateTopics request would create, placed over the live
-    /// `brokers`; the caller picks `seeds` (at random, as Kafka does) and
-    /// the topic id.
+    /// `brokers` (or as its explicit assignments say, checked against the
+    /// `registered` brokers); the caller picks `seeds` (at random, as Kafka
+    /// does) and the topic id.
     pub fn plan_create(
         &self,
         request: NewTopic,
         defaults: CreateDefaults,
         brokers: &[BrokerSlot],
+        registered: &BTreeSet<i32>,
         seeds: Seeds,
         id: Uuid,
     ) -> Result<TopicRecord, TopicError> {
@@ -104,7 +149,9 @@ impl ClusterState {
             partitions,
             replication_factor,
             configs,
+            assignments,
         } = request;
+        let live: BTreeSet<i32> = brokers.iter().map(|b| b.id).collect();
         let name = name.as_str();
         validate_topic_name(name)
             .map_err(|m| TopicError::new(ResponseError::InvalidTopicException, m))?;
@@ -113,6 +160,22 @@ impl ClusterState {
                 ResponseError::TopicAlreadyExists,
                 format!("topic {name} already exists"),
             ));
+        }
+        if !assignments.is_empty() {
+            check_manual_counts(partitions, replication_factor)?;
+            let replicas =
+                manual_for_create(&assignments, registered, &live).map_err(manual_error)?;
+            validate_configs(&configs)?;
+            let rf = replicas
+                .first()
+                .map_or(1, |r| i16::try_from(r.len()).unwrap_or(i16::MAX));
+            return Ok(TopicRecord {
+                name: name.to_string(),
+                topic_id: id.to_string(),
+                replication_factor: rf,
+                configs,
+                partitions: new_partitions(0, replicas, &live),
+            });
         }
         let partitions = if partitions == -1 {
             defaults.num_partitions
@@ -138,20 +201,24 @@ impl ClusterState {
             topic_id: id.to_string(),
             replication_factor: rf,
             configs,
-            partitions: new_partitions(0, replicas),
+            partitions: new_partitions(0, replicas, &live),
         })
     }
 
     /// The topic grown to `count` partitions (CreatePartitions), the new
     /// ones placed over the live `brokers` with the topic's replication
-    /// factor.
+    /// factor, or as `assignments` (one replica list per added partition)
+    /// say, checked against the `registered` brokers.
     pub fn plan_create_partitions(
         &self,
         name: &str,
         count: i32,
+        assignments: &[Vec<i32>],
         brokers: &[BrokerSlot],
+        registered: &BTreeSet<i32>,
         seeds: Seeds,
     ) -> Result<TopicRecord, TopicError> {
+        let live: BTreeSet<i32> = brokers.iter().map(|b| b.id).collect();
         let current = self.topics.get(name).ok_or_else(|| unknown(name))?;
         let have = current.partitions.len();
         if usize::try_from(count).map_or(true, |c| c <= have) {
@@ -161,10 +228,24 @@ impl ClusterState {
             ));
         }
         let added = usize::try_from(count).unwrap_or(0) - have;
-        let replicas = assign_replicas(brokers, have, added, current.replication_factor, seeds)
-            .map_err(placement_error)?;
+        // The topic's factor as Kafka takes it: partition 0's replica count
+        // (a reassignment may have changed it since creation, KIP-860).
+        let factor = current
+            .partitions
+            .first()
+            .map_or(current.replication_factor, |p| {
+                i16::try_from(p.replicas.len()).unwrap_or(i16::MAX)
+            });
+        let replicas = if assignments.is_empty() {
+            assign_replicas(brokers, have, added, factor, seeds).map_err(placement_error)?
+        } else {
+            let factor = usize::try_from(factor).unwrap_or(0);
+            manual_for_extend(assignments, have, added, factor, registered, &live)
+                .map_err(manual_error)?
+        };
         let mut next = current.clone();
-        next.partitions.extend(new_partitions(have, replicas));
+        next.partitions
+            .extend(new_partitions(have, replicas, &live));
         Ok(next)
     }
 
@@ -269,6 +350,10 @@ mod tests {
         (0..n).map(|id| BrokerSlot { id, rack: None }).collect()
     }
 
+    fn registered() -> BTreeSet<i32> {
+        [0, 1, 2].into()
+    }
+
     const DEFAULTS: CreateDefaults = CreateDefaults {
         num_partitions: 3,
         replication_factor: 1,
@@ -286,9 +371,11 @@ mod tests {
                 partitions,
                 replication_factor: rf,
                 configs: BTreeMap::new(),
+                assignments: Vec::new(),
             },
             DEFAULTS,
             &brokers(3),
+            &registered(),
             Seeds::default(),
             Uuid::new_v4(),
         )
@@ -345,9 +432,11 @@ mod tests {
                 partitions: 1,
                 replication_factor: 1,
                 configs: [("retention.ms".to_string(), "soon".to_string())].into(),
+                assignments: Vec::new(),
             },
             DEFAULTS,
             &brokers(3),
+            &registered(),
             Seeds::default(),
             Uuid::new_v4(),
         );
@@ -363,25 +452,186 @@ mod tests {
         let mut s = ClusterState::default();
         s.topics.insert("t".into(), create(&s, "t", 2, 1).unwrap());
         let grown = s
-            .plan_create_partitions("t", 5, &brokers(3), Seeds::default())
+            .plan_create_partitions("t", 5, &[], &brokers(3), &registered(), Seeds::default())
             .unwrap();
         assert_eq!(grown.partitions.len(), 5);
         assert_eq!(grown.partitions[..2], s.topics["t"].partitions[..]);
         assert_eq!(grown.validate(), Ok(()));
         for n in [1, 2] {
             assert_eq!(
-                s.plan_create_partitions("t", n, &brokers(3), Seeds::default())
+                s.plan_create_partitions("t", n, &[], &brokers(3), &registered(), Seeds::default())
                     .unwrap_err()
                     .code,
                 ResponseError::InvalidPartitions
             );
         }
         assert_eq!(
-            s.plan_create_partitions("nope", 5, &brokers(3), Seeds::default())
+            s.plan_create_partitions("nope", 5, &[], &brokers(3), &registered(), Seeds::default())
                 .unwrap_err()
                 .code,
             ResponseError::UnknownTopicOrPartition
         );
+    }
+
+    fn manual(
+        s: &ClusterState,
+        partitions: i32,
+        rf: i16,
+        assignments: &[(i32, &[i32])],
+        live: &[i32],
+    ) -> Result<TopicRecord, TopicError> {
+        let slots: Vec<BrokerSlot> = live
+            .iter()
+            .map(|id| BrokerSlot {
+                id: *id,
+                rack: None,
+            })
+            .collect();
+        s.plan_create(
+            NewTopic {
+                name: "m".into(),
+                partitions,
+                replication_factor: rf,
+                configs: BTreeMap::new(),
+                assignments: assignments.iter().map(|(p, r)| (*p, r.to_vec())).collect(),
+            },
+            DEFAULTS,
+            &slots,
+            &[0, 1, 2].into(),
+            Seeds::default(),
+            Uuid::new_v4(),
+        )
+    }
+
+    #[test]
+    fn explicit_assignments_are_taken_as_given() {
+        let s = ClusterState::default();
+        let t = manual(&s, -1, -1, &[(1, &[2, 0]), (0, &[1, 2])], &[0, 1, 2]).unwrap();
+        assert_eq!(t.validate(), Ok(()));
+        assert_eq!(t.replication_factor, 2);
+        let got: Vec<(i32, Vec<i32>, i32, Vec<i32>)> = t
+            .partitions
+            .iter()
+            .map(|p| (p.index, p.replicas.clone(), p.leader, p.isr.clone()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (0, vec![1, 2], 1, vec![1, 2]),
+                (1, vec![2, 0], 2, vec![2, 0]),
+            ]
+        );
+        // A fenced preferred replica: in the replicas, not in the ISR, and
+        // the first replica in service leads.
+        let t = manual(&s, -1, -1, &[(0, &[2, 1])], &[0, 1]).unwrap();
+        assert_eq!(
+            (t.partitions[0].leader, t.partitions[0].isr.clone()),
+            (1, vec![1])
+        );
+    }
+
+    #[test]
+    fn explicit_assignments_are_refused_with_kafkas_codes() {
+        let mut s = ClusterState::default();
+        let code = |r: Result<TopicRecord, TopicError>| r.err().map(|e| e.code);
+        let all = [0, 1, 2];
+        for (partitions, rf) in [(2, -1), (-1, 2), (2, 2)] {
+            assert_eq!(
+                code(manual(
+                    &s,
+                    partitions,
+                    rf,
+                    &[(0, &[0, 1]), (1, &[1, 2])],
+                    &all
+                )),
+                Some(ResponseError::InvalidRequest),
+                "{partitions} {rf}"
+            );
+        }
+        let bad: [&[(i32, &[i32])]; 5] = [
+            &[(0, &[0, 7])],            // unknown broker
+            &[(0, &[1, 1])],            // a replica twice
+            &[(0, &[0, 1]), (1, &[2])], // uneven counts
+            &[(0, &[0]), (2, &[1])],    // a gap
+            &[(0, &[0]), (0, &[1])],    // a partition twice
+        ];
+        for a in bad {
+            assert_eq!(
+                code(manual(&s, -1, -1, a, &all)),
+                Some(ResponseError::InvalidReplicaAssignment),
+                "{a:?}"
+            );
+        }
+        assert_eq!(
+            code(manual(&s, -1, -1, &[(0, &[2])], &[0, 1])),
+            Some(ResponseError::InvalidReplicaAssignment),
+            "no replica in service"
+        );
+        s.topics
+            .insert("m".into(), manual(&s, -1, -1, &[(0, &[0])], &all).unwrap());
+        assert_eq!(
+            code(manual(&s, -1, -1, &[(0, &[0])], &all)),
+            Some(ResponseError::TopicAlreadyExists)
+        );
+    }
+
+    #[test]
+    fn added_partitions_take_explicit_assignments() {
+        let mut s = ClusterState::default();
+        let all: BTreeSet<i32> = [0, 1, 2].into();
+        s.topics.insert(
+            "m".into(),
+            manual(&s, -1, -1, &[(0, &[0, 1])], &[0, 1, 2]).unwrap(),
+        );
+        let grown = s
+            .plan_create_partitions(
+                "m",
+                3,
+                &[vec![2, 0], vec![1, 2]],
+                &brokers(3),
+                &all,
+                Seeds::default(),
+            )
+            .unwrap();
+        assert_eq!(grown.validate(), Ok(()));
+        let replicas: Vec<Vec<i32>> = grown
+            .partitions
+            .iter()
+            .map(|p| p.replicas.clone())
+            .collect();
+        assert_eq!(replicas, vec![vec![0, 1], vec![2, 0], vec![1, 2]]);
+        assert_eq!(grown.partitions[1].leader, 2);
+        // Partition 0 moved to three replicas: added partitions take three.
+        let mut moved = s.clone();
+        if let Some(t) = moved.topics.get_mut("m") {
+            t.partitions[0].replicas = vec![0, 1, 2];
+            t.partitions[0].isr = vec![0, 1, 2];
+        }
+        let three = moved
+            .plan_create_partitions(
+                "m",
+                2,
+                &[vec![2, 1, 0]],
+                &brokers(3),
+                &all,
+                Seeds::default(),
+            )
+            .unwrap();
+        assert_eq!(three.partitions[1].replicas, vec![2, 1, 0]);
+        for bad in [
+            vec![vec![2, 0]],             // one list for two partitions
+            vec![vec![2], vec![1]],       // not the topic's factor
+            vec![vec![2, 9], vec![1, 2]], // unknown broker
+            vec![vec![2, 2], vec![1, 2]], // a replica twice
+        ] {
+            assert_eq!(
+                s.plan_create_partitions("m", 3, &bad, &brokers(3), &all, Seeds::default())
+                    .unwrap_err()
+                    .code,
+                ResponseError::InvalidReplicaAssignment,
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]

@@ -62,6 +62,17 @@ pub struct ReassignRequest {
     pub target: Option<Vec<i32>>,
 }
 
+/// Explicit `(partition, replicas)` as the controller's RPC carries them.
+fn to_pb(assignments: &[(i32, Vec<i32>)]) -> Vec<pb::ManualAssignment> {
+    assignments
+        .iter()
+        .map(|(partition, replicas)| pb::ManualAssignment {
+            partition: *partition,
+            replicas: replicas.clone(),
+        })
+        .collect()
+}
+
 /// What CreateTopics reports about a created topic.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CreatedTopic {
@@ -80,6 +91,31 @@ impl<'a> Controller<'a> {
         self.broker.controller_link().map(|l| l.as_ref())
     }
 
+    /// Standalone: explicit assignments checked as the controller checks
+    /// them, this broker being the only registered one; the partition
+    /// count and replication factor they amount to (or the requested ones
+    /// when there are none).
+    fn standalone_manual(
+        &self,
+        partitions: i32,
+        replication_factor: i16,
+        assignments: &[(i32, Vec<i32>)],
+    ) -> Result<(i32, i16), TopicError> {
+        if assignments.is_empty() {
+            return Ok((partitions, replication_factor));
+        }
+        cluster::check_manual_counts(partitions, replication_factor)?;
+        let me = BTreeSet::from([self.broker.node_id]);
+        let replicas =
+            assignment::manual_for_create(assignments, &me, &me).map_err(cluster::manual_error)?;
+        Ok((
+            i32::try_from(replicas.len()).unwrap_or(i32::MAX),
+            replicas
+                .first()
+                .map_or(1, |r| i16::try_from(r.len()).unwrap_or(i16::MAX)),
+        ))
+    }
+
     /// Checks what `create_topic` would check, changing nothing.
     pub fn validate_create(
         &self,
@@ -87,6 +123,7 @@ impl<'a> Controller<'a> {
         partitions: i32,
         replication_factor: i16,
         configs: &BTreeMap<String, String>,
+        assignments: &[(i32, Vec<i32>)],
     ) -> Result<(), TopicError> {
         if let Some(link) = self.remote() {
             let request = pb::CreateTopicRequest {
@@ -95,23 +132,28 @@ impl<'a> Controller<'a> {
                 replication_factor: i32::from(replication_factor),
                 configs: configs.clone().into_iter().collect(),
                 validate_only: true,
+                assignments: to_pb(assignments),
             };
             return link
                 .admin(|mut c| async move { c.create_topic(request).await })
                 .map(drop);
         }
+        let (partitions, replication_factor) =
+            self.standalone_manual(partitions, replication_factor, assignments)?;
         self.broker
             .topics
             .validate_create(name, partitions, replication_factor, configs)
     }
 
-    /// CreateTopics (`-1`: the broker defaults).
+    /// CreateTopics (`-1`: the broker defaults), with explicit
+    /// `(partition, replicas)` assignments or none.
     pub fn create_topic(
         &self,
         name: &str,
         partitions: i32,
         replication_factor: i16,
         configs: BTreeMap<String, String>,
+        assignments: &[(i32, Vec<i32>)],
     ) -> Result<CreatedTopic, TopicError> {
         if let Some(link) = self.remote() {
             let request = pb::CreateTopicRequest {
@@ -120,6 +162,7 @@ impl<'a> Controller<'a> {
                 replication_factor: i32::from(replication_factor),
                 configs: configs.into_iter().collect(),
                 validate_only: false,
+                assignments: to_pb(assignments),
             };
             let id = link.admin(|mut c| async move { c.create_topic(request).await })?;
             if let Some(t) = self.broker.image().topic(name) {
@@ -136,6 +179,13 @@ impl<'a> Controller<'a> {
             // session is catching up): answer from the request, as Kafka
             // does; clients find the topic in Metadata shortly.
             let config = self.broker.topics.broker_config();
+            if let Some((_, first)) = assignments.first() {
+                return Ok(CreatedTopic {
+                    id: Uuid::parse_str(&id).unwrap_or(Uuid::nil()),
+                    partitions: i32::try_from(assignments.len()).unwrap_or(i32::MAX),
+                    replication_factor: i16::try_from(first.len()).unwrap_or(i16::MAX),
+                });
+            }
             return Ok(CreatedTopic {
                 id: Uuid::parse_str(&id).unwrap_or(Uuid::nil()),
                 partitions: if partitions == -1 {
@@ -150,6 +200,8 @@ impl<'a> Controller<'a> {
                 },
             });
         }
+        let (partitions, replication_factor) =
+            self.standalone_manual(partitions, replication_factor, assignments)?;
         let created = self
             .broker
             .topics
@@ -174,7 +226,7 @@ impl<'a> Controller<'a> {
                     format!("topic {name} does not exist"),
                 ));
             }
-            return match self.create_topic(name, -1, -1, BTreeMap::new()) {
+            return match self.create_topic(name, -1, -1, BTreeMap::new(), &[]) {
                 Err(e) if e.code == ResponseError::TopicAlreadyExists => Ok(()),
                 other => other.map(drop),
             };
@@ -198,11 +250,14 @@ impl<'a> Controller<'a> {
         deleted
     }
 
-    /// CreatePartitions: grows `name` to `count` partitions.
+    /// CreatePartitions: grows `name` to `count` partitions, the new ones
+    /// on the explicit `assignments` (one replica list per added partition)
+    /// or placed by the controller (none).
     pub fn create_partitions(
         &self,
         name: &str,
         count: i32,
+        assignments: &[Vec<i32>],
         validate_only: bool,
     ) -> Result<(), TopicError> {
         if let Some(link) = self.remote() {
@@ -210,10 +265,30 @@ impl<'a> Controller<'a> {
                 name: name.to_string(),
                 count,
                 validate_only,
+                assignments: assignments
+                    .iter()
+                    .map(|r| pb::ReplicaList {
+                        replicas: r.clone(),
+                    })
+                    .collect(),
             };
             return link
                 .admin(|mut c| async move { c.create_partitions(request).await })
                 .map(drop);
+        }
+        // Standalone: the same checks as the controller's, this broker
+        // being the only registered one (an unknown topic or a count that
+        // does not grow it is refused below first, as Kafka orders them).
+        if let Some(current) = self.broker.topics.get(name) {
+            let have = current.meta.partitions;
+            if !assignments.is_empty() && count > have {
+                let me = BTreeSet::from([self.broker.node_id]);
+                let added = usize::try_from(count - have).unwrap_or(0);
+                let first = usize::try_from(have).unwrap_or(0);
+                let factor = usize::try_from(current.meta.replication_factor).unwrap_or(1);
+                assignment::manual_for_extend(assignments, first, added, factor, &me, &me)
+                    .map_err(cluster::manual_error)?;
+            }
         }
         let grown = self
             .broker
@@ -363,7 +438,7 @@ impl<'a> Controller<'a> {
             .broker_config()
             .offsets_topic_replication_factor
             .max(1);
-        match self.create_topic(OFFSETS_TOPIC, partitions, rf, configs) {
+        match self.create_topic(OFFSETS_TOPIC, partitions, rf, configs, &[]) {
             Err(e) if e.code == ResponseError::TopicAlreadyExists => Ok(()),
             other => other.map(drop),
         }
@@ -553,7 +628,8 @@ mod tests {
         let b = broker(dir.path());
         let c = b.controller();
         assert!(b.image().topic("t").is_none());
-        c.create_topic("t", 2, 1, BTreeMap::new()).expect("create");
+        c.create_topic("t", 2, 1, BTreeMap::new(), &[])
+            .expect("create");
         let image = b.image();
         let t = image.topic("t").expect("published");
         assert_eq!(t.partitions.len(), 2);
@@ -562,9 +638,10 @@ mod tests {
             Some(PartitionRole::Leader { epoch: 0 })
         );
         assert_eq!(image.controller_id, 7);
-        c.create_partitions("t", 5, true).expect("validate only");
+        c.create_partitions("t", 5, &[], true)
+            .expect("validate only");
         assert_eq!(b.image().topic("t").unwrap().partitions.len(), 2);
-        c.create_partitions("t", 5, false).expect("grow");
+        c.create_partitions("t", 5, &[], false).expect("grow");
         assert_eq!(b.image().topic("t").unwrap().partitions.len(), 5);
         c.auto_create("auto").expect("auto-create");
         assert!(b.image().topic("auto").is_some());
@@ -572,8 +649,39 @@ mod tests {
         assert_eq!(b.image().topic_by_id(id), None);
         assert!(b.image().topic("t").is_none());
         // a failed change publishes what is (nothing changed)
-        assert!(c.create_topic("auto", 1, 1, BTreeMap::new()).is_err());
+        assert!(c.create_topic("auto", 1, 1, BTreeMap::new(), &[]).is_err());
         assert!(b.image().topic("auto").is_some());
+    }
+
+    #[test]
+    fn a_standalone_broker_takes_explicit_assignments_naming_itself() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let b = broker(dir.path());
+        let c = b.controller();
+        let mine = [(1, vec![7]), (0, vec![7])];
+        c.validate_create("m", -1, -1, &BTreeMap::new(), &mine)
+            .expect("valid");
+        assert!(b.image().topic("m").is_none(), "validate only");
+        let created = c
+            .create_topic("m", -1, -1, BTreeMap::new(), &mine)
+            .expect("create");
+        assert_eq!((created.partitions, created.replication_factor), (2, 1));
+        let code = |r: Result<(), TopicError>| r.err().map(|e| e.code);
+        assert_eq!(
+            code(c.validate_create("x", -1, -1, &BTreeMap::new(), &[(0, vec![8])])),
+            Some(ResponseError::InvalidReplicaAssignment)
+        );
+        assert_eq!(
+            code(c.validate_create("x", 1, -1, &BTreeMap::new(), &[(0, vec![7])])),
+            Some(ResponseError::InvalidRequest)
+        );
+        assert_eq!(
+            code(c.create_partitions("m", 3, &[vec![8]], false)),
+            Some(ResponseError::InvalidReplicaAssignment)
+        );
+        c.create_partitions("m", 3, &[vec![7]], false)
+            .expect("grow");
+        assert_eq!(b.image().topic("m").unwrap().partitions.len(), 3);
     }
 
     #[test]
@@ -581,7 +689,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let b = broker(dir.path());
         b.controller()
-            .create_topic("t", 1, 1, BTreeMap::new())
+            .create_topic("t", 1, 1, BTreeMap::new(), &[])
             .expect("create");
         let here = crate::handlers::led_partition(&b, &b.image(), "t", 0);
         assert_eq!(here.map(|(p, epoch)| (p.index, epoch)).ok(), Some((0, 0)));

@@ -304,6 +304,16 @@ impl ControllerService {
             .collect()
     }
 
+    /// Every registered broker (fenced ones included), by node id.
+    fn registered(state: &State) -> BTreeSet<i32> {
+        state
+            .registry
+            .to_records()
+            .iter()
+            .map(|b| b.node_id)
+            .collect()
+    }
+
     fn live_slots(state: &State) -> Vec<BrokerSlot> {
         state
             .registry
@@ -606,15 +616,22 @@ impl pb::controller_server::Controller for ControllerService {
         let r = request.into_inner();
         let mut state = self.state.lock().await;
         let brokers = Self::live_slots(&state);
+        let registered = Self::registered(&state);
         let planned = state.metadata.plan_create(
             NewTopic {
                 name: r.name.clone(),
                 partitions: r.partitions,
                 replication_factor: i16::try_from(r.replication_factor).unwrap_or(i16::MAX),
                 configs: r.configs.into_iter().collect(),
+                assignments: r
+                    .assignments
+                    .into_iter()
+                    .map(|a| (a.partition, a.replicas))
+                    .collect(),
             },
             self.settings.defaults,
             &brokers,
+            &registered,
             random_seeds(),
             Uuid::new_v4(),
         );
@@ -693,14 +710,19 @@ impl pb::controller_server::Controller for ControllerService {
         let r = request.into_inner();
         let mut state = self.state.lock().await;
         let brokers = Self::live_slots(&state);
-        let grown =
-            match state
-                .metadata
-                .plan_create_partitions(&r.name, r.count, &brokers, random_seeds())
-            {
-                Ok(t) => t,
-                Err(e) => return Ok(Response::new(admin_error(e))),
-            };
+        let registered = Self::registered(&state);
+        let assignments: Vec<Vec<i32>> = r.assignments.into_iter().map(|a| a.replicas).collect();
+        let grown = match state.metadata.plan_create_partitions(
+            &r.name,
+            r.count,
+            &assignments,
+            &brokers,
+            &registered,
+            random_seeds(),
+        ) {
+            Ok(t) => t,
+            Err(e) => return Ok(Response::new(admin_error(e))),
+        };
         if r.validate_only {
             return Ok(Response::new(pb::AdminResponse::default()));
         }
@@ -960,12 +982,7 @@ impl pb::controller_server::Controller for ControllerService {
         let r = request.into_inner();
         let mut state = self.state.lock().await;
         let live = Self::live(&state);
-        let registered: BTreeSet<i32> = state
-            .registry
-            .to_records()
-            .iter()
-            .map(|b| b.node_id)
-            .collect();
+        let registered = Self::registered(&state);
         let mut results = Vec::with_capacity(r.reassignments.len());
         let mut changes = Vec::new();
         for a in &r.reassignments {

@@ -124,18 +124,8 @@ pub async fn create_partitions_off_runtime(
     }
 }
 
-fn assignment_error(broker: &Broker, replicas: &[BrokerId]) -> Option<TopicError> {
-    if replicas.len() != 1 || replicas[0].0 != broker.node_id {
-        return Some(TopicError::new(
-            ResponseError::InvalidReplicaAssignment,
-            format!(
-                "replicas {:?}: this cluster has the single broker {}",
-                replicas.iter().map(|b| b.0).collect::<Vec<_>>(),
-                broker.node_id
-            ),
-        ));
-    }
-    None
+fn ids(replicas: &[BrokerId]) -> Vec<i32> {
+    replicas.iter().map(|b| b.0).collect()
 }
 
 pub fn create_topics(
@@ -173,45 +163,56 @@ pub fn create_topics(
                 }
             }
         }
-        let mut partitions = t.num_partitions;
-        let mut rf = t.replication_factor;
-        if outcome.is_ok() && !t.assignments.is_empty() {
-            if partitions != -1 || rf != -1 {
-                outcome = Err(TopicError::new(
-                    ResponseError::InvalidRequest,
-                    "both partition count/replication factor and assignments were given",
-                ));
-            } else {
-                partitions = t.assignments.len() as i32;
-                rf = 1;
-                if let Some(e) = t
-                    .assignments
-                    .iter()
-                    .find_map(|a| assignment_error(broker, &a.broker_ids))
-                {
-                    outcome = Err(e);
-                }
-            }
-        }
+        // Explicit replicas (checked by the controller, with Kafka's
+        // rules); with them the count and factor stay -1 and are theirs.
+        let assignments: Vec<(i32, Vec<i32>)> = t
+            .assignments
+            .iter()
+            .map(|a| (a.partition_index, ids(&a.broker_ids)))
+            .collect();
         let default_partitions = broker.topics.broker_config().num_partitions;
         let default_rf = broker.topics.broker_config().default_replication_factor;
+        let (partitions, rf) = match assignments.first() {
+            Some((_, first)) => (
+                i32::try_from(assignments.len()).unwrap_or(i32::MAX),
+                i16::try_from(first.len()).unwrap_or(i16::MAX),
+            ),
+            None => (
+                if t.num_partitions == -1 {
+                    default_partitions
+                } else {
+                    t.num_partitions
+                },
+                if t.replication_factor == -1 {
+                    default_rf
+                } else {
+                    t.replication_factor
+                },
+            ),
+        };
         let outcome = outcome.and_then(|()| {
             if req.validate_only {
-                broker.controller().validate_create(
-                    &name,
-                    if partitions == -1 {
-                        default_partitions
-                    } else {
-                        partitions
-                    },
-                    if rf == -1 { default_rf } else { rf },
-                    &configs,
-                )?;
+                // Defaults resolved here when the controller places the
+                // replicas; with assignments the request goes as sent.
+                let (p, r) = if assignments.is_empty() {
+                    (partitions, rf)
+                } else {
+                    (t.num_partitions, t.replication_factor)
+                };
+                broker
+                    .controller()
+                    .validate_create(&name, p, r, &configs, &assignments)?;
                 Ok(None)
             } else {
                 broker
                     .controller()
-                    .create_topic(&name, partitions, rf, configs.clone())
+                    .create_topic(
+                        &name,
+                        t.num_partitions,
+                        t.replication_factor,
+                        configs.clone(),
+                        &assignments,
+                    )
                     .map(Some)
             }
         });
@@ -219,15 +220,7 @@ pub fn create_topics(
             Ok(created) => {
                 let (id, count, factor) = match &created {
                     Some(t) => (t.id, t.partitions, t.replication_factor),
-                    None => (
-                        uuid::Uuid::nil(),
-                        if partitions == -1 {
-                            default_partitions
-                        } else {
-                            partitions
-                        },
-                        if rf == -1 { default_rf } else { rf },
-                    ),
+                    None => (uuid::Uuid::nil(), partitions, rf),
                 };
                 let mut r = result
                     .with_num_partitions(count)
@@ -326,16 +319,18 @@ pub fn create_partitions(
         .into_iter()
         .map(|t| {
             let name = t.name.0.as_str().to_string();
-            let assignment_problem = t.assignments.as_ref().and_then(|list| {
-                list.iter()
-                    .find_map(|a| assignment_error(broker, &a.broker_ids))
-            });
-            let outcome = match assignment_problem {
-                Some(e) => Err(e),
-                None => broker
-                    .controller()
-                    .create_partitions(&name, t.count, req.validate_only),
-            };
+            let assignments: Vec<Vec<i32>> = t
+                .assignments
+                .iter()
+                .flatten()
+                .map(|a| ids(&a.broker_ids))
+                .collect();
+            let outcome = broker.controller().create_partitions(
+                &name,
+                t.count,
+                &assignments,
+                req.validate_only,
+            );
             let entry = CreatePartitionsTopicResult::default().with_name(t.name);
             match outcome {
                 Ok(()) => entry,
