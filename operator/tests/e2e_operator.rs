@@ -23,9 +23,12 @@
 //! `manifests/examples/kafkacluster-production.yaml` applied as written
 //! gives 3 in-sync replicas to an auto-created topic and to a KafkaTopic
 //! without a replication factor; a `KafkaRebalance` goes proposal →
-//! approve → Ready and drains a broker; scaling 3 → 4 → 3 → 1 moves the
-//! data onto the new broker, drains it before its pod goes, and refuses to
-//! go below a topic's replication factor; a `KafkaRetentionPolicy` governs
+//! approve → Ready and drains a broker; scaling 3 → 5 → 3 → 1 moves the
+//! data onto the new brokers, drains them before their pods go, and refuses
+//! to go below a topic's replication factor, while a group member reads
+//! every record exactly once; a rolling restart under `acks=all` load waits
+//! for every ISR and reports itself stalled, and a broker config the broker
+//! would refuse is refused before any roll; a `KafkaRetentionPolicy` governs
 //! the `retention.ms` of 20 topics (applications' and KafkaTopics'), a
 //! topic created later, follows its changes (default, enforce, bounds),
 //! undoes drift, and gives every topic its own value back when deleted.
