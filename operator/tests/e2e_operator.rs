@@ -588,6 +588,43 @@ async fn cluster_and_topic_lifecycle() -> Result<()> {
     Ok(())
 }
 
+/// What a test sees of a rolling restart: the pods replaced (uid changed
+/// from `original`), in order, and the most brokers unavailable at once.
+struct RollWatch {
+    original: BTreeMap<String, String>,
+    order: Vec<String>,
+    max_unavailable: usize,
+}
+
+impl RollWatch {
+    fn new(original: BTreeMap<String, String>) -> Self {
+        RollWatch {
+            original,
+            order: Vec::new(),
+            max_unavailable: 0,
+        }
+    }
+
+    /// Notes one listing of the cluster's pods; true once every pod was
+    /// replaced and all are Ready again.
+    fn observe(&mut self, pods: &[Pod]) -> bool {
+        let ready = pods
+            .iter()
+            .filter(|p| pod_is_ready(p) && p.metadata.deletion_timestamp.is_none())
+            .count();
+        let expected = self.original.len();
+        self.max_unavailable = self.max_unavailable.max(expected - ready.min(expected));
+        for p in pods {
+            let name = p.metadata.name.clone().unwrap_or_default();
+            let uid = p.metadata.uid.clone().unwrap_or_default();
+            if self.original.get(&name) != Some(&uid) && !self.order.contains(&name) {
+                self.order.push(name);
+            }
+        }
+        self.order.len() == expected && ready == expected
+    }
+}
+
 /// Runs `kcat` (the Debian package) with `args`, killed after 30 s; its stdout.
 async fn kcat(args: &[&str]) -> Result<String> {
     let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
@@ -1503,39 +1540,27 @@ async fn scale_then_roll_one_broker_at_a_time() -> Result<()> {
             &Patch::Merge(json!({"spec": {"config": {"log.retention.ms": "7200000"}}})),
         )
         .await?;
-    let mut order: Vec<String> = Vec::new();
-    let mut max_unavailable = 0;
+    let mut watch = RollWatch::new(original);
     let deadline = std::time::Instant::now() + LONG;
     loop {
         let list = pods
             .list(&ListParams::default().labels("moldau.io/cluster=roll"))
             .await?;
-        let ready = list
-            .items
-            .iter()
-            .filter(|p| pod_is_ready(p) && p.metadata.deletion_timestamp.is_none())
-            .count();
-        max_unavailable = max_unavailable.max(3 - ready.min(3));
-        for p in &list.items {
-            let name = p.metadata.name.clone().unwrap_or_default();
-            if original.get(&name) != Some(&uid(p)) && !order.contains(&name) {
-                order.push(name);
-            }
-        }
-        let replaced_and_ready = order.len() == 3 && ready == 3;
-        if replaced_and_ready {
+        if watch.observe(&list.items) {
             break;
         }
         anyhow::ensure!(
             std::time::Instant::now() < deadline,
-            "rolling restart incomplete: replaced {order:?}"
+            "rolling restart incomplete: replaced {:?}",
+            watch.order
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(order, vec!["roll-2", "roll-1", "roll-0"]);
+    assert_eq!(watch.order, vec!["roll-2", "roll-1", "roll-0"]);
     assert!(
-        max_unavailable <= 1,
-        "{max_unavailable} brokers were unavailable at once"
+        watch.max_unavailable <= 1,
+        "{} brokers were unavailable at once",
+        watch.max_unavailable
     );
     cluster_condition(&clusters, "roll", "Ready", "True").await?;
     assert!(events_with_reason(&ns, "RollingRestart").await? >= 1);
@@ -3264,9 +3289,8 @@ async fn rolling_restart_waits_for_every_isr_under_load() -> Result<()> {
 
     // The roll goes on once broker 0 is back in sync; never two brokers out
     // of sync at once.
-    let mut order: Vec<String> = Vec::new();
+    let mut watch = RollWatch::new(original.clone());
     let mut worst = std::collections::BTreeSet::new();
-    let mut max_unavailable = 0;
     let deadline = std::time::Instant::now() + LONG + LONG;
     loop {
         let list = pods
@@ -3289,31 +3313,21 @@ async fn rolling_restart_waits_for_every_isr_under_load() -> Result<()> {
                 worst = gaps;
             }
         }
-        let ready = list
-            .items
-            .iter()
-            .filter(|p| pod_is_ready(p) && p.metadata.deletion_timestamp.is_none())
-            .count();
-        max_unavailable = max_unavailable.max(3 - ready.min(3));
-        for p in &list.items {
-            let name = p.metadata.name.clone().unwrap_or_default();
-            if original.get(&name) != Some(&uid(p)) && !order.contains(&name) {
-                order.push(name);
-            }
-        }
-        if order.len() == 3 && ready == 3 {
+        if watch.observe(&list.items) {
             break;
         }
         anyhow::ensure!(
             std::time::Instant::now() < deadline,
-            "rolling restart incomplete: replaced {order:?}"
+            "rolling restart incomplete: replaced {:?}",
+            watch.order
         );
         tokio::time::sleep(Duration::from_millis(150)).await;
     }
-    assert_eq!(order, vec!["gated-2", "gated-1", "gated-0"]);
+    assert_eq!(watch.order, vec!["gated-2", "gated-1", "gated-0"]);
     assert!(
-        max_unavailable <= 1,
-        "{max_unavailable} brokers down at once"
+        watch.max_unavailable <= 1,
+        "{} brokers down at once",
+        watch.max_unavailable
     );
     assert!(
         worst.len() <= 1,
