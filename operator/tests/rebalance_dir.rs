@@ -141,7 +141,9 @@ fn batch(values: &[String]) -> bytes::Bytes {
             producer_epoch: -1,
             timestamp_type: TimestampType::Creation,
             offset: i as i64,
-            sequence: -1,
+            // offset - sequence constant: the encoder keeps one batch (a
+            // produce of several batches for a partition is INVALID_RECORD)
+            sequence: i as i32 - 1,
             timestamp: 1_700_000_000_000 + i as i64,
             key: None,
             value: Some(bytes::Bytes::from(v.clone())),
