@@ -10,10 +10,8 @@ cancels); ListPartitionReassignments, DescribeLogDirs and
 AlterPartitionReassignments are also asked directly through kafka-python's
 admin client, confluent-kafka gives Metadata.
 
-Under load (one partition, RF 2, `min.insync.replicas=2`, on {0, 1} —
-moved there after creation when the broker placed it elsewhere, as
-Moldau's CreateTopics takes no explicit replica assignment in cluster
-mode): an
+Under load (one partition, RF 2, `min.insync.replicas=2`, created on
+{0, 1} with an explicit replica assignment): an
 idempotent `acks=all` confluent-kafka producer writes numbered records
 throughout (4 MB first, so that a move lasts seconds, then ~150 records/s);
 three kcat consumers read throughout — two by partition (`-p 0`), one in a
@@ -184,27 +182,14 @@ def sizes(c, topic: str) -> dict[int, int]:
 
 def create_topic(c, prefix: str, on: list[int]) -> str:
     """A topic of one partition, RF 2, `min.insync.replicas=2`, on the
-    brokers `on`: created with two replicas wherever the broker puts them,
-    then moved there if need be (Moldau's CreateTopics refuses an explicit
-    replica assignment in cluster mode: "this cluster has the single
-    broker 0")."""
+    brokers `on` (CreateTopics with an explicit replica assignment)."""
     from confluent_kafka.admin import NewTopic
-    from kafka import TopicPartition
 
     name = f"{prefix}-{uuid.uuid4().hex[:8]}"
-    nt = NewTopic(name, 1, len(on), config={"min.insync.replicas": "2"})
+    nt = NewTopic(name, num_partitions=1, replica_assignment=[on], config={"min.insync.replicas": "2"})
     admin(c).create_topics([nt], request_timeout=30)[name].result(30)
-
-    def in_sync():
-        _, r, isr = replicas(c, name)
-        return len(r) == len(on) and isr == sorted(r)
-
-    wait_until(f"{name}-0 on {len(on)} brokers, all in sync", in_sync, 30)
-    if sorted(replicas(c, name)[1]) != sorted(on):
-        result = kadmin(c).alter_partition_reassignments({TopicPartition(name, 0): on})
-        assert result == {TopicPartition(name, 0): None}, result
     wait_replicas(c, name, on, 30)
-    wait_until(f"{name}-0's move done", lambda: listed(c, name) is None, 30)
+    assert replicas(c, name)[1] == on, "the replicas as assigned, preferred leader first"
     return name
 
 
