@@ -107,7 +107,7 @@ if [ $k8s = 1 ]; then
 else
   stage unit 1800 -- cargo test --workspace
 fi
-stage fuzz 1200 needs=install -- ./scripts/fuzz.sh 30
+stage fuzz 1800 needs=install -- ./scripts/fuzz.sh 30
 # shellcheck disable=SC2086
 stage clients 1800 needs=install,build -- e2e/clients/run.sh ${PYTEST_ARGS:-}
 stage faults 900 needs=install,build -- e2e/faults/run.sh test
