@@ -52,6 +52,7 @@ about 90 s: three JVMs start).
 from __future__ import annotations
 
 import json
+from functools import partial
 import signal
 import subprocess
 import threading
@@ -67,6 +68,9 @@ from harness import kafka_tools
 from harness import kcat
 from harness.clients import RDKAFKA_LOGGER
 from harness.cluster import Cluster, KafkaCluster, backend, cluster_args
+from harness.waiting import wait_until as _wait_until
+
+wait_until = partial(_wait_until, every=0.2)
 
 NODES = (0, 1, 2)
 SETTINGS = {
@@ -123,24 +127,6 @@ def kadmin(c):
     if key not in _ADMINS:
         _ADMINS[key] = KafkaAdminClient(bootstrap_servers=c.bootstrap.split(","), client_id="moldau-e2e-move-kp", request_timeout_ms=10000)
     return _ADMINS[key]
-
-
-def wait_until(what: str, check, timeout: float, every: float = 0.2):
-    """check()'s first truthy value within `timeout` seconds, else an
-    AssertionError naming what never happened and the last value seen."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while True:
-        try:
-            got = check()
-            if got:
-                return got
-            last = got
-        except Exception as e:  # noqa: BLE001 - retried until the deadline
-            last = e
-        if time.monotonic() > deadline:
-            raise AssertionError(f"never {what} within {timeout}s; last: {last!r}")
-        time.sleep(every)
 
 
 def replicas(c, topic: str) -> tuple[int, list[int], list[int]]:

@@ -60,6 +60,7 @@ from harness import broker as brokers
 from harness import kafka_tools
 from harness.clients import RDKAFKA_LOGGER
 from harness.cluster import Cluster, backend, cluster_args
+from harness.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(brokers.target() != "moldau", reason="Moldau's cluster mode")
 
@@ -114,25 +115,6 @@ def admin(c: Cluster):
     if c.bootstrap not in _ADMINS:
         _ADMINS[c.bootstrap] = AdminClient({"bootstrap.servers": c.bootstrap, "client.id": "moldau-e2e-reassign-admin", "logger": RDKAFKA_LOGGER})
     return _ADMINS[c.bootstrap]
-
-
-def wait_until(what: str, check, timeout: float):
-    """check()'s first truthy value within `timeout` seconds, else an
-    AssertionError naming what never happened and the last value (or
-    exception) seen."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while True:
-        try:
-            got = check()
-            if got:
-                return got
-            last = got
-        except Exception as e:  # noqa: BLE001 - retried until the deadline
-            last = e
-        if time.monotonic() > deadline:
-            raise AssertionError(f"never {what} within {timeout}s; last: {last!r}")
-        time.sleep(0.3)
 
 
 def partitions(c: Cluster, topic: str) -> dict[int, tuple[int, list[int], list[int]]]:

@@ -61,6 +61,7 @@ from harness import broker as brokers
 from harness import kcat
 from harness.clients import JAVA_DIR, RDKAFKA_LOGGER
 from harness.cluster import Cluster, backend, cluster_args
+from harness.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(brokers.target() != "moldau", reason="Moldau's cluster mode")
 
@@ -118,24 +119,6 @@ def admin(bootstrap: str):
     if bootstrap not in _ADMINS:
         _ADMINS[bootstrap] = AdminClient({"bootstrap.servers": bootstrap, "client.id": "moldau-e2e-repl-admin", "logger": RDKAFKA_LOGGER})
     return _ADMINS[bootstrap]
-
-
-def wait_until(what: str, check, timeout: float):
-    """check()'s first truthy value within `timeout` seconds, else an AssertionError
-    naming what never happened and the last value (or exception) seen."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while True:
-        try:
-            got = check()
-            if got:
-                return got
-            last = got
-        except Exception as e:  # noqa: BLE001 - retried until the deadline
-            last = e
-        if time.monotonic() > deadline:
-            raise AssertionError(f"never {what} within {timeout}s; last: {last!r}")
-        time.sleep(0.2)
 
 
 def partitions(bootstrap: str, topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
