@@ -55,10 +55,24 @@ def target() -> str:
     return t
 
 
+_HANDED_OUT: set[tuple[str, int]] = set()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    """A port free on `host` now and never handed out before in this process.
+
+    The probe socket is closed before the caller binds, so the kernel may offer
+    the same port to the next probe; a broker once got one port for both its
+    Kafka and its HTTP listener and failed to start. Remembering every port
+    handed out rules that out.
+    """
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+        if (host, port) not in _HANDED_OUT:
+            _HANDED_OUT.add((host, port))
+            return port
 
 
 class BrokerError(RuntimeError):

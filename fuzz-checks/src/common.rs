@@ -1,5 +1,4 @@
-//! Helpers shared by the fuzz targets (a module of each, not a target).
-#![allow(dead_code)]
+//! Helpers shared by the fuzz checks.
 
 use std::path::PathBuf;
 
