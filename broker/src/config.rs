@@ -121,6 +121,10 @@ pub struct BrokerConfig {
     pub log_message_timestamp_type: String,
     pub log_segment_delete_delay_ms: i64,
     pub log_cleanup_policy: String,
+    /// `log.cleaner.io.max.bytes.per.second`: bytes the cleaner reads and
+    /// writes per second, all compacted partitions together (Kafka's
+    /// default, `Double.MAX_VALUE`, is no limit). Read at start.
+    pub log_cleaner_io_max_bytes_per_second: f64,
     pub group_initial_rebalance_delay_ms: i64,
     pub group_min_session_timeout_ms: i32,
     pub group_max_session_timeout_ms: i32,
@@ -229,6 +233,7 @@ impl Default for BrokerConfig {
             log_message_timestamp_type: "CreateTime".into(),
             log_segment_delete_delay_ms: 60_000,
             log_cleanup_policy: "delete".into(),
+            log_cleaner_io_max_bytes_per_second: f64::MAX,
             group_initial_rebalance_delay_ms: 3_000,
             group_min_session_timeout_ms: 6_000,
             group_max_session_timeout_ms: 1_800_000,
@@ -499,6 +504,17 @@ impl BrokerConfig {
                 "log.index.size.max.bytes" => c.log_index_size_max_bytes = parse_num(k, v)?,
                 "log.segment.delete.delay.ms" => c.log_segment_delete_delay_ms = parse_num(k, v)?,
                 "log.cleanup.policy" => c.log_cleanup_policy = v.trim().to_string(),
+                "log.cleaner.io.max.bytes.per.second" => {
+                    let rate: f64 = parse_num(k, v)?;
+                    if rate.is_nan() || rate <= 0.0 {
+                        return Err(ConfigError::Invalid {
+                            key: k.clone(),
+                            value: v.clone(),
+                            reason: "must be a positive number of bytes per second".into(),
+                        });
+                    }
+                    c.log_cleaner_io_max_bytes_per_second = rate;
+                }
                 "group.initial.rebalance.delay.ms" => {
                     c.group_initial_rebalance_delay_ms = parse_num(k, v)?
                 }
@@ -806,6 +822,34 @@ mod tests {
         assert!(!c.auto_create_topics_enable);
         let hours = BrokerConfig::load(None, &["log.retention.hours=2".into()]).unwrap();
         assert_eq!(hours.log_retention_ms, 7_200_000);
+    }
+
+    #[test]
+    fn cleaner_io_limit_is_a_positive_rate_and_unlimited_by_default() {
+        assert_eq!(
+            BrokerConfig::default().log_cleaner_io_max_bytes_per_second,
+            f64::MAX
+        );
+        let c = BrokerConfig::load(
+            None,
+            &["log.cleaner.io.max.bytes.per.second=1048576".into()],
+        )
+        .unwrap();
+        assert_eq!(c.log_cleaner_io_max_bytes_per_second, 1_048_576.0);
+        // Kafka's default written out is accepted too
+        let c = BrokerConfig::load(
+            None,
+            &["log.cleaner.io.max.bytes.per.second=1.7976931348623157E308".into()],
+        )
+        .unwrap();
+        assert_eq!(c.log_cleaner_io_max_bytes_per_second, f64::MAX);
+        for bad in ["0", "-5", "NaN", "fast"] {
+            let err = BrokerConfig::load(
+                None,
+                &[format!("log.cleaner.io.max.bytes.per.second={bad}")],
+            );
+            assert!(err.is_err(), "{bad} accepted");
+        }
     }
 
     #[test]

@@ -43,7 +43,8 @@ pub use crate::partition::{
     Appended, BlockingAppendHook, Partition, PartitionOffsets, BLOCKING_APPEND_HOOK,
 };
 use crate::producer::ids::ProducerIdBlocks;
-use crate::storage::{self, StorageError};
+use crate::storage::cleaner::Throttle;
+use crate::storage::{self, CompactionPlan, StorageError};
 use crate::topic_config;
 
 /// A refused admin operation: the Kafka error code and a message for the client.
@@ -166,6 +167,8 @@ pub struct TopicManager {
     producer_ids: Mutex<ProducerIdBlocks>,
     /// What opening the logs at start had to recover.
     recovery: RecoveryStats,
+    /// `log.cleaner.io.max.bytes.per.second`, shared by every pass.
+    cleaner_throttle: Throttle,
 }
 
 /// What [`TopicManager::open`] found: after a clean stop, no partition is
@@ -321,6 +324,7 @@ impl TopicManager {
         }
         Ok(Self {
             recovery,
+            cleaner_throttle: Throttle::new(broker.log_cleaner_io_max_bytes_per_second),
             effective: RwLock::new(Arc::new(broker.clone())),
             broker,
             data_dir: data_dir.to_path_buf(),
@@ -850,23 +854,44 @@ impl TopicManager {
         }
     }
 
-    /// Runs retention and the flush policy on every partition.
+    /// Runs retention, compaction and the flush policy on every partition.
+    /// A compaction pass does its reading and writing between two short
+    /// holds of the partition's lock (see `PartitionLog::plan_compaction`),
+    /// so produce and fetch go on while a partition is cleaned.
     pub fn housekeeping(&self) {
         let now = now_ms();
         for topic in self.all() {
             for p in &topic.partitions {
-                let outcome = p.with_log(|log| {
+                let (outcome, plan) = p.with_log(|log| {
                     let r = log.enforce_retention(now);
-                    if log.config().compact {
-                        if let Err(e) = log.compact(now) {
-                            tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "compaction failed");
-                        }
-                    }
+                    let plan = if log.config().compact {
+                        log.plan_compaction(now)
+                    } else {
+                        Ok(CompactionPlan::Nothing(Default::default()))
+                    };
                     if let Err(e) = log.maybe_flush(now) {
                         tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "flush failed");
                     }
-                    r
+                    (r, plan)
                 });
+                match plan {
+                    Ok(CompactionPlan::Nothing(_)) => {}
+                    Ok(CompactionPlan::Pass(mut pass)) => {
+                        let ran = pass.run(&self.cleaner_throttle);
+                        match p.with_log(|log| log.finish_compaction(pass, ran)) {
+                            Ok(o) if o.abandoned => {
+                                tracing::info!(topic = %p.topic, partition = p.index, "compaction pass abandoned: the log changed while it ran")
+                            }
+                            Ok(_) => {}
+                            Err(e) => {
+                                tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "compaction failed")
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "compaction failed")
+                    }
+                }
                 match outcome {
                     Ok(o) if o.segments_deleted > 0 => tracing::info!(
                         topic = %p.topic,

@@ -18,36 +18,14 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use bytes::Bytes;
-use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
     ApiKey, CreateTopicsRequest, CreateTopicsResponse, ProduceRequest, ProduceResponse,
 };
-use kafka_protocol::protocol::StrBytes;
 use moldau_broker::topics::BLOCKING_APPEND_HOOK;
 use tokio::net::TcpStream;
 use wire_common::*;
-
-async fn create_with_configs(stream: &mut TcpStream, topic: &str, configs: &[(&str, &str)]) {
-    let req = CreateTopicsRequest::default()
-        .with_timeout_ms(60_000)
-        .with_topics(vec![CreatableTopic::default()
-            .with_name(name(topic))
-            .with_num_partitions(1)
-            .with_replication_factor(1)
-            .with_configs(
-                configs
-                    .iter()
-                    .map(|(k, v)| {
-                        CreatableTopicConfig::default()
-                            .with_name(StrBytes::from_string(k.to_string()))
-                            .with_value(Some(StrBytes::from_string(v.to_string())))
-                    })
-                    .collect(),
-            )]);
-    let resp: CreateTopicsResponse = call(stream, ApiKey::CreateTopics, 7, &req).await;
-    assert_eq!(resp.topics[0].error_code, 0, "{topic}: {resp:?}");
-}
 
 fn produce_request(topic: &str, records: Bytes) -> ProduceRequest {
     ProduceRequest::default()

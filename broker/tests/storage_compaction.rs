@@ -1,6 +1,7 @@
 //! Log compaction (`cleanup.policy=compact`): what survives a clean, the
-//! offsets and batch fields it keeps, reads across the gaps it leaves, and
-//! recovery from a crash at every step of the swap.
+//! offsets and batch fields it keeps, reads across the gaps it leaves,
+//! recovery from a crash at every step of the swap, and a pass running
+//! beside appends (its reading and writing happen without the log).
 
 #[path = "storage_common/mod.rs"]
 mod common;
@@ -15,7 +16,8 @@ use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
 use moldau_broker::storage::batch::{self, BatchHeader};
-use moldau_broker::storage::{checkpoint, LogConfig, PartitionLog};
+use moldau_broker::storage::cleaner::Throttle;
+use moldau_broker::storage::{checkpoint, CompactionPlan, LogConfig, PartitionLog};
 
 const NOW: i64 = 1_700_000_000_000;
 const DAY: i64 = 24 * 3600 * 1000;
@@ -615,7 +617,9 @@ fn restore(dir: &Path, files: &BTreeMap<String, Vec<u8>>) {
     }
     fs::create_dir_all(dir).expect("mkdir");
     for (name, bytes) in files {
-        fs::write(dir.join(name), bytes).expect("write");
+        let path = dir.join(name);
+        fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        fs::write(path, bytes).expect("write");
     }
 }
 
@@ -672,6 +676,10 @@ fn storage_compaction_crash_at_every_step_of_the_swap() {
                 .all(|n| !n.ends_with(".cleaned") && !n.ends_with(".swap")),
             "{what}: {names:?}"
         );
+        assert!(
+            !dir.join("cleaner-staging").exists(),
+            "{what}: staging left"
+        );
         recs
     };
     let checkpoint_file = |state: &mut BTreeMap<String, Vec<u8>>| {
@@ -685,6 +693,95 @@ fn storage_compaction_crash_at_every_step_of_the_swap() {
         [format!("{stem}.index"), format!("{stem}.timeindex")]
     };
 
+    // This version's protocol: copies and their indexes are prepared in
+    // `cleaner-staging/` (without the partition's lock), then installed
+    // oldest first: copy → `<base>.log.swap` (commit point), its indexes
+    // renamed over the segment's, `.swap` → `.log`.
+    let prepared_index = |name: &str| -> Vec<(String, Option<Vec<u8>>)> {
+        index_names(name)
+            .into_iter()
+            .map(|idx| {
+                let bytes = after.get(&idx).cloned();
+                (idx, bytes)
+            })
+            .collect()
+    };
+    let stage = |s: &mut BTreeMap<String, Vec<u8>>, name: &str, bytes: Vec<u8>, indexes: bool| {
+        s.insert(format!("cleaner-staging/{name}"), bytes);
+        if indexes {
+            for (idx, b) in prepared_index(name) {
+                if let Some(b) = b {
+                    s.insert(format!("cleaner-staging/{idx}"), b);
+                }
+            }
+        }
+    };
+    let installed = |s: &mut BTreeMap<String, Vec<u8>>, name: &str, bytes: Vec<u8>| {
+        s.insert(name.to_string(), bytes);
+        for (idx, b) in prepared_index(name) {
+            match b {
+                Some(b) => s.insert(idx, b),
+                None => s.remove(&idx),
+            };
+        }
+    };
+    // A. Crash while preparing: copies staged (the last torn, without its
+    // indexes yet), no checkpoint.
+    let mut s = before.clone();
+    for (i, (name, new)) in changed.iter().enumerate() {
+        let mut bytes = new.clone().unwrap_or_default();
+        let last = i == changed.len() - 1;
+        if last {
+            bytes.truncate(bytes.len() / 2);
+        }
+        stage(&mut s, name, bytes, !last);
+    }
+    assert_eq!(
+        check(&s, "staged").len(),
+        written.len(),
+        "nothing committed, nothing lost"
+    );
+    // B. Staged and the cleaner checkpoint written.
+    checkpoint_file(&mut s);
+    assert_eq!(check(&s, "staged, checkpoint written").len(), written.len());
+    // C. Installed one by one, oldest first, with a crash at every rename
+    // of segment j's installation.
+    for j in 0..changed.len() {
+        let mut s = before.clone();
+        checkpoint_file(&mut s);
+        for (i, (name, new)) in changed.iter().enumerate() {
+            let bytes = new.clone().unwrap_or_default();
+            if i < j {
+                installed(&mut s, name, bytes);
+            } else if i == j {
+                s.insert(format!("{name}.swap"), bytes);
+                for (idx, b) in prepared_index(name) {
+                    if let Some(b) = b {
+                        s.insert(format!("cleaner-staging/{idx}"), b);
+                    }
+                }
+            } else {
+                stage(&mut s, name, bytes, true);
+            }
+        }
+        check(&s, &format!("installing {j}: committed"));
+        // j's prepared indexes renamed over the segment's
+        let name = &changed[j].0;
+        for (idx, b) in prepared_index(name) {
+            s.remove(&format!("cleaner-staging/{idx}"));
+            match b {
+                Some(b) => s.insert(idx, b),
+                None => s.remove(&idx),
+            };
+        }
+        check(&s, &format!("installing {j}: indexes in place"));
+        let bytes = s.remove(&format!("{name}.swap")).expect("swap");
+        s.insert(name.clone(), bytes);
+        check(&s, &format!("installing {j}: done"));
+    }
+
+    // Copies left by an earlier version, which wrote them as `.cleaned`
+    // beside the segments and removed the indexes on swap:
     // 1. Crash while writing the copies: some `.cleaned` (one torn), no checkpoint.
     let mut s = before.clone();
     for (i, (name, new)) in changed.iter().enumerate() {
@@ -790,4 +887,127 @@ fn storage_compaction_keeps_batches_it_cannot_decode() {
     let bytes = slice_bytes(&log.read(b0, 1, l0 + 1).expect("read"));
     assert_eq!(&bytes[header_len..], &bad[header_len..]);
     assert_eq!(headers(&bytes)[0].base_offset, b0);
+}
+
+/// A pass reads and writes without the log: between its plan and its
+/// finish the log takes appends (rolling new segments) and serves reads,
+/// and the finished log has the cleaned range plus every record appended
+/// meanwhile, at its offset.
+#[test]
+fn storage_compaction_pass_runs_while_the_log_takes_appends() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut log = PartitionLog::open(tmp.path(), compact_config(), NOW).expect("open");
+    let mut written = fill_rounds(&mut log, 12);
+    let segments_before = files_with_suffix(tmp.path(), ".log").len();
+
+    let CompactionPlan::Pass(mut pass) = log.plan_compaction(NOW).expect("plan") else {
+        panic!("a pass is due");
+    };
+    assert!(tmp.path().join("cleaner-staging").is_dir());
+    // The log goes on: appends that roll new segments, and reads.
+    let during = fill_rounds(&mut log, 6);
+    assert!(files_with_suffix(tmp.path(), ".log").len() > segments_before);
+    written.extend(during.iter().cloned());
+    let (_, recs) = read_all(&log);
+    assert_eq!(
+        recs.len(),
+        written.len(),
+        "reads during the pass see everything"
+    );
+
+    pass.run(&Throttle::unlimited()).expect("run");
+    // still nothing swapped: the live log is untouched until the finish
+    assert_eq!(read_all(&log).1.len(), written.len());
+    let out = log.finish_compaction(pass, Ok(())).expect("finish");
+    assert!(
+        out.ran && !out.abandoned && out.segments_rewritten > 0,
+        "{out:?}"
+    );
+    assert!(out.records_removed > 0);
+    assert!(!tmp.path().join("cleaner-staging").exists());
+
+    let (_, recs) = read_all(&log);
+    assert_eq!(latest(&recs), latest(&written), "latest value of every key");
+    // every record appended during the pass is there, unchanged
+    for rec in &during {
+        assert!(
+            recs.contains(rec),
+            "{rec:?} appended during the pass is gone"
+        );
+    }
+    // below the cleaned offset each key once
+    let cleaned: Vec<&Rec> = recs.iter().filter(|r| r.0 < out.cleaned_up_to).collect();
+    let keys: std::collections::BTreeSet<&String> = cleaned.iter().map(|r| &r.1).collect();
+    assert_eq!(
+        keys.len(),
+        cleaned.len(),
+        "a key twice below the cleaned offset"
+    );
+
+    // and it survives a clean restart as it is
+    let end = log.log_end_offset();
+    log.close().expect("close");
+    let log = PartitionLog::open(tmp.path(), compact_config(), NOW).expect("reopen");
+    assert_eq!(log.log_end_offset(), end);
+    assert_eq!(read_all(&log).1, recs);
+}
+
+/// A pass whose segments changed while it ran (retention, truncation) is
+/// not swapped in: the log keeps what it has, the staging directory goes,
+/// and the next pass starts over.
+#[test]
+fn storage_compaction_pass_is_abandoned_when_the_log_changed() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut log = PartitionLog::open(tmp.path(), compact_config(), NOW).expect("open");
+    fill_rounds(&mut log, 12);
+
+    // the first segment goes (DeleteRecords past it, then retention)
+    let CompactionPlan::Pass(mut pass) = log.plan_compaction(NOW).expect("plan") else {
+        panic!("a pass is due");
+    };
+    pass.run(&Throttle::unlimited()).expect("run");
+    let second = {
+        let bases = files_with_suffix(tmp.path(), ".log");
+        bases[1]
+            .trim_end_matches(".log")
+            .parse::<i64>()
+            .expect("base")
+    };
+    log.delete_records_before(second).expect("delete records");
+    log.enforce_retention(NOW).expect("retention");
+    let before = read_all(&log).1;
+    let out = log.finish_compaction(pass, Ok(())).expect("finish");
+    assert!(out.abandoned && !out.ran, "{out:?}");
+    assert_eq!(read_all(&log).1, before, "nothing swapped");
+    assert!(!tmp.path().join("cleaner-staging").exists());
+    // the next pass cleans
+    let out = log.compact(NOW).expect("compact");
+    assert!(out.ran && out.records_removed > 0, "{out:?}");
+
+    // a follower's truncation to a new start under a running pass
+    fill_rounds(&mut log, 12);
+    let CompactionPlan::Pass(mut pass) = log.plan_compaction(NOW).expect("plan") else {
+        panic!("a pass is due");
+    };
+    let end = log.log_end_offset();
+    log.truncate_fully_and_start_at(end).expect("truncate");
+    // the pass may fail reading (its segments are gone) or finish: either
+    // way nothing is swapped
+    let ran = pass.run(&Throttle::unlimited());
+    match log.finish_compaction(pass, ran) {
+        Ok(out) => assert!(out.abandoned, "{out:?}"),
+        Err(e) => eprintln!("the pass failed as its segments went: {e}"),
+    }
+    assert_eq!((log.log_start_offset(), log.log_end_offset()), (end, end));
+    assert!(!tmp.path().join("cleaner-staging").exists());
+
+    // a later plan supersedes an earlier one that never finished
+    fill_rounds(&mut log, 12);
+    let CompactionPlan::Pass(first) = log.plan_compaction(NOW).expect("plan") else {
+        panic!("a pass is due");
+    };
+    let out = log.compact(NOW).expect("compact");
+    assert!(out.ran);
+    let stale = log.finish_compaction(first, Ok(())).expect("finish");
+    assert!(stale.abandoned, "{stale:?}");
 }

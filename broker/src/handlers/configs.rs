@@ -129,6 +129,10 @@ fn broker_values(cfg: &BrokerConfig) -> Vec<(&'static str, String)> {
         ),
         ("log.cleanup.policy", cfg.log_cleanup_policy.clone()),
         (
+            "log.cleaner.io.max.bytes.per.second",
+            kafka_double(cfg.log_cleaner_io_max_bytes_per_second),
+        ),
+        (
             "log.message.timestamp.type",
             cfg.log_message_timestamp_type.clone(),
         ),
@@ -563,6 +567,18 @@ pub fn incremental_alter(
         })
         .collect();
     IncrementalAlterConfigsResponse::default().with_responses(responses)
+}
+
+/// A double as Kafka's configs print one (`Double.MAX_VALUE` as Java
+/// writes it; whole numbers with a `.0`).
+fn kafka_double(v: f64) -> String {
+    if v == f64::MAX {
+        "1.7976931348623157E308".into()
+    } else if v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{v:.1}")
+    } else {
+        v.to_string()
+    }
 }
 
 #[cfg(test)]

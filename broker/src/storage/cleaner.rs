@@ -1,12 +1,16 @@
 //! Log compaction (`cleanup.policy=compact`): the pieces of one cleaning
 //! pass and the crash-safe swap of cleaned segments.
 //!
-//! This module owns the bytes of cleaned segments (`<base>.log.cleaned`,
-//! `<base>.log.swap`) and the rules of what survives a clean; the choice of
-//! which segments to clean, the cleaner checkpoint and the replacement of
-//! in-memory segments belong to `log` (`PartitionLog::compact`). It never
-//! touches the active segment (the log never hands it over) and knows
-//! nothing of the Kafka protocol or of topics.
+//! This module owns the bytes of cleaned segments (the staging directory
+//! `<partition>/cleaner-staging/`, `<base>.log.swap`), the rules of what
+//! survives a clean and the cleaner's I/O throttle
+//! (`log.cleaner.io.max.bytes.per.second`); the choice of which segments to
+//! clean, the cleaner checkpoint and the replacement of in-memory segments
+//! belong to `log` (`PartitionLog::plan_compaction` /
+//! `CompactionPass::run` / `PartitionLog::finish_compaction`). It reads
+//! sealed segments through [`SealedBytes`], never the active segment, so a
+//! pass runs without the partition's lock, and knows nothing of the Kafka
+//! protocol or of topics.
 //!
 //! What survives, per record of a cleaned segment (as Kafka's cleaner):
 //! - the record is the latest one for its key among all cleaned segments;
@@ -34,30 +38,37 @@
 //! sequence state rebuilt from the log survives (Kafka keeps it likewise).
 //!
 //! Crash safety (the swap, per segment, oldest first): the cleaned copy is
-//! written to `<base>.log.cleaned` and fsynced; after all copies of a pass
-//! are written the log checkpoints the cleaner offset; then each copy is
-//! renamed `<base>.log.swap` (the commit point, directory fsynced), the
-//! segment's index files are removed, and the `.swap` is renamed over
-//! `<base>.log` (directory fsynced). On open, [`recover_leftovers`] removes
-//! every `.cleaned` file (an uncommitted pass) and completes every
-//! `<base>.log.swap` (removing that segment's indexes, which recovery then
-//! rebuilds). Because segments are committed oldest first, a crash leaves
-//! a prefix of cleaned segments followed by untouched ones: every record a
-//! cleaned segment dropped is superseded by a later record that is still
-//! present, so no latest value (nor a tombstone's effect) is lost.
+//! written to `cleaner-staging/<base>.log` and fsynced, and its indexes are
+//! built beside it — all without the partition's lock. Under the lock, the
+//! log checkpoints the cleaner offset; then each copy is renamed to
+//! `<base>.log.swap` in the partition directory (the commit point,
+//! directory fsynced), its prepared indexes are renamed over the segment's,
+//! and the `.swap` is renamed over `<base>.log` (directory fsynced): a few
+//! renames, no data copied or read under the lock. On open,
+//! [`recover_leftovers`] removes the staging directory and every `.cleaned`
+//! file (an uncommitted pass; `.cleaned` is where earlier versions wrote
+//! copies) and completes every `<base>.log.swap` (removing that segment's
+//! indexes, whichever they are, and recovery rebuilds them). Because
+//! segments are committed oldest first, a crash leaves a prefix of cleaned
+//! segments followed by untouched ones: every record a cleaned segment
+//! dropped is superseded by a later record that is still present, so no
+//! latest value (nor a tombstone's effect) is lost.
 
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufWriter, ErrorKind, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions};
 
 use super::batch::{self, BatchHeader};
 use super::checkpoint;
-use super::segment::{self, Segment};
+use super::segment::{self, SealedBytes};
 use super::{Result, StorageError};
 
 /// What one `PartitionLog::compact` call did.
@@ -86,6 +97,9 @@ pub struct CompactionOutcome {
     /// How far past `max.compaction.lag.ms` the oldest dirty record was
     /// (0 when within the lag or when no pass was considered).
     pub compaction_delay_ms: i64,
+    /// A pass ran but was not swapped in: the log changed while it ran
+    /// (retention, a truncation, a move of the partition's directory).
+    pub abandoned: bool,
 }
 
 /// Latest offset of every key in the segments being cleaned, and the base
@@ -119,7 +133,8 @@ fn corrupt(msg: impl Into<String>) -> StorageError {
 
 /// Walks the batches of a segment: `(position, header, whole batch bytes)`.
 fn for_each_batch(
-    seg: &Segment,
+    seg: &SealedBytes,
+    throttle: &Throttle,
     mut f: impl FnMut(u64, &BatchHeader, &[u8]) -> Result<()>,
 ) -> Result<()> {
     let mut pos = 0u64;
@@ -127,6 +142,7 @@ fn for_each_batch(
         let h = seg.header_at(pos)?;
         let size = h.total_size() as u64;
         let bytes = seg.read_batch(pos, size)?;
+        throttle.account(size);
         f(pos, &h, &bytes)?;
         pos += size;
     }
@@ -135,10 +151,10 @@ fn for_each_batch(
 
 /// Builds the key → latest offset map over `segments` (oldest first).
 /// Memory: one entry per distinct key, holding a copy of the key.
-pub fn build_offset_map(segments: &[Segment]) -> Result<OffsetMap> {
+pub fn build_offset_map(segments: &[SealedBytes], throttle: &Throttle) -> Result<OffsetMap> {
     let mut map = OffsetMap::default();
     for seg in segments {
-        for_each_batch(seg, |pos, h, bytes| {
+        for_each_batch(seg, throttle, |pos, h, bytes| {
             if h.producer_id >= 0 {
                 map.last_batch_of_producer
                     .insert(h.producer_id, h.base_offset);
@@ -286,13 +302,30 @@ fn filter_batch(
     Ok(fate)
 }
 
-/// `<dir>/<base>.log.cleaned`.
-pub fn cleaned_path(dir: &Path, base: i64) -> PathBuf {
-    dir.join(format!(
-        "{}{}",
-        segment::file_name(base, segment::LOG_SUFFIX),
-        segment::CLEANED_SUFFIX
-    ))
+/// Name of the directory inside a partition's where a pass builds its
+/// cleaned segments (removed when the pass ends, and at open).
+pub const STAGING_DIR: &str = "cleaner-staging";
+
+/// `<dir>/cleaner-staging`.
+pub fn staging_dir(dir: &Path) -> PathBuf {
+    dir.join(STAGING_DIR)
+}
+
+/// Creates an empty staging directory (removing what an earlier pass left).
+pub fn create_staging(dir: &Path) -> Result<PathBuf> {
+    let staging = staging_dir(dir);
+    remove_staging(dir)?;
+    fs::create_dir(&staging)?;
+    Ok(staging)
+}
+
+/// Removes the staging directory and whatever is in it.
+pub fn remove_staging(dir: &Path) -> Result<()> {
+    match fs::remove_dir_all(staging_dir(dir)) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// `<dir>/<base>.log.swap`.
@@ -313,7 +346,13 @@ fn remove_if_exists(path: &Path) -> Result<()> {
 }
 
 /// Copies `[from, to)` of the segment file to `out`.
-fn copy_range(seg: &Segment, from: u64, to: u64, out: &mut impl Write) -> Result<()> {
+fn copy_range(
+    seg: &SealedBytes,
+    from: u64,
+    to: u64,
+    out: &mut impl Write,
+    throttle: &Throttle,
+) -> Result<()> {
     const CHUNK: u64 = 1 << 20;
     let mut buf = Vec::new();
     let mut pos = from;
@@ -322,26 +361,28 @@ fn copy_range(seg: &Segment, from: u64, to: u64, out: &mut impl Write) -> Result
         buf.resize(usize::try_from(len).unwrap_or(0), 0);
         seg.file().read_exact_at(&mut buf, pos)?;
         out.write_all(&buf)?;
+        throttle.account(len);
         pos += len;
     }
     Ok(())
 }
 
-/// Writes the cleaned copy of `seg` to `<base>.log.cleaned` and fsyncs it.
-/// Returns `false` (and leaves no file) when nothing in the segment goes.
-/// The file is created only at the first change; the unchanged prefix
-/// is then copied as is.
+/// Writes the cleaned copy of `seg` to `<staging>/<base>.log` and fsyncs
+/// it. Returns `false` (and leaves no file) when nothing in the segment
+/// goes. The file is created only at the first change; the unchanged
+/// prefix is then copied as is.
 pub fn write_cleaned(
-    seg: &Segment,
+    seg: &SealedBytes,
+    staging: &Path,
     map: &OffsetMap,
     now_ms: i64,
     delete_retention_ms: i64,
     stats: &mut CleanStats,
+    throttle: &Throttle,
 ) -> Result<bool> {
-    let dir = seg.log_path().parent().unwrap_or(Path::new("."));
-    let path = cleaned_path(dir, seg.base_offset());
+    let path = staging.join(segment::file_name(seg.base_offset(), segment::LOG_SUFFIX));
     let mut out: Option<BufWriter<File>> = None;
-    let result = for_each_batch(seg, |pos, h, bytes| {
+    let result = for_each_batch(seg, throttle, |pos, h, bytes| {
         let fate = if h.is_control() {
             Fate::Keep
         } else {
@@ -361,13 +402,16 @@ pub fn write_cleaned(
                 .truncate(true)
                 .open(&path)?;
             let mut w = BufWriter::with_capacity(1 << 16, f);
-            copy_range(seg, 0, pos, &mut w)?;
+            copy_range(seg, 0, pos, &mut w, throttle)?;
             out = Some(w);
         }
         if let Some(w) = out.as_mut() {
             match &fate {
                 Fate::Keep => w.write_all(bytes)?,
-                Fate::Replace(b) => w.write_all(b)?,
+                Fate::Replace(b) => {
+                    w.write_all(b)?;
+                    throttle.account(b.len() as u64);
+                }
                 Fate::Drop => {}
             }
         }
@@ -387,14 +431,30 @@ pub fn write_cleaned(
     finish
 }
 
-/// Removes a cleaned copy that will not be committed.
-pub fn discard_cleaned(dir: &Path, base: i64) -> Result<()> {
-    remove_if_exists(&cleaned_path(dir, base))
-}
-
-/// Commit point of one segment: `.cleaned` → `.swap`, directory fsynced.
-pub fn commit_swap(dir: &Path, base: i64) -> Result<()> {
-    fs::rename(cleaned_path(dir, base), swap_path(dir, base))?;
+/// Puts the prepared cleaned segment `<staging>/<base>.*` in place of the
+/// partition's segment `base`: the copy becomes `<base>.log.swap` (the
+/// commit point, directory fsynced), its indexes replace the segment's
+/// (renames; a crash before or after either leaves a `.swap` whose
+/// completion removes whatever indexes are there), and the `.swap` becomes
+/// `<base>.log` (directory fsynced).
+pub fn install_prepared(dir: &Path, staging: &Path, base: i64) -> Result<()> {
+    fs::rename(
+        staging.join(segment::file_name(base, segment::LOG_SUFFIX)),
+        swap_path(dir, base),
+    )?;
+    checkpoint::fsync_dir(dir)?;
+    for suffix in [segment::INDEX_SUFFIX, segment::TIME_INDEX_SUFFIX] {
+        let name = segment::file_name(base, suffix);
+        match fs::rename(staging.join(&name), dir.join(&name)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::NotFound => remove_if_exists(&dir.join(&name))?,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    fs::rename(
+        swap_path(dir, base),
+        dir.join(segment::file_name(base, segment::LOG_SUFFIX)),
+    )?;
     checkpoint::fsync_dir(dir)?;
     Ok(())
 }
@@ -413,10 +473,15 @@ pub fn finish_swap(dir: &Path, base: i64) -> Result<()> {
     Ok(())
 }
 
-/// On open, before segments are listed: discards uncommitted `.cleaned`
-/// files and completes committed `<base>.log.swap` files. Returns the base
-/// offsets of completed swaps (their indexes are gone and get rebuilt).
+/// On open, before segments are listed: discards an uncommitted pass (the
+/// staging directory, and `.cleaned` files of earlier versions) and
+/// completes committed `<base>.log.swap` files. Returns the base offsets of
+/// completed swaps (their indexes are gone and get rebuilt).
 pub fn recover_leftovers(dir: &Path) -> Result<Vec<i64>> {
+    if staging_dir(dir).exists() {
+        tracing::info!(path = %staging_dir(dir).display(), "discarding an unfinished compaction pass");
+        remove_staging(dir)?;
+    }
     let mut completed = Vec::new();
     let mut names = Vec::new();
     for entry in fs::read_dir(dir)? {
@@ -445,4 +510,124 @@ pub fn recover_leftovers(dir: &Path) -> Result<Vec<i64>> {
         checkpoint::fsync_dir(dir)?;
     }
     Ok(completed)
+}
+
+/// The cleaner's I/O budget, `log.cleaner.io.max.bytes.per.second`, shared
+/// by every pass of the broker (as Kafka's cleaner threads share theirs):
+/// bytes read and written are accounted as they go, and the pass sleeps
+/// whenever it is ahead of the rate. Unlimited by default.
+#[derive(Debug)]
+pub struct Throttle {
+    bytes_per_second: f64,
+    window: Mutex<Window>,
+}
+
+#[derive(Debug)]
+struct Window {
+    started: Instant,
+    bytes: u64,
+}
+
+/// The rate is measured over windows this long (restarted when one is
+/// over), so an idle cleaner earns no burst.
+const THROTTLE_WINDOW: Duration = Duration::from_secs(1);
+
+impl Throttle {
+    /// A budget of `bytes_per_second`; not finite or not positive (Kafka's
+    /// default is `Double.MAX_VALUE`) means unlimited.
+    pub fn new(bytes_per_second: f64) -> Self {
+        Throttle {
+            bytes_per_second,
+            window: Mutex::new(Window {
+                started: Instant::now(),
+                bytes: 0,
+            }),
+        }
+    }
+
+    pub fn unlimited() -> Self {
+        Throttle::new(f64::INFINITY)
+    }
+
+    fn limited(&self) -> bool {
+        // Kafka's default, Double.MAX_VALUE, is "no limit" too
+        self.bytes_per_second.is_finite()
+            && self.bytes_per_second > 0.0
+            && self.bytes_per_second < f64::MAX
+    }
+
+    /// Counts `bytes` of cleaner I/O and sleeps as long as the budget says.
+    pub fn account(&self, bytes: u64) {
+        if !self.limited() {
+            return;
+        }
+        let pause = {
+            let mut w = self.window.lock();
+            let now = Instant::now();
+            if now.duration_since(w.started) > THROTTLE_WINDOW {
+                w.started = now;
+                w.bytes = 0;
+            }
+            w.bytes += bytes;
+            pause_for(
+                self.bytes_per_second,
+                w.bytes,
+                now.duration_since(w.started),
+            )
+        };
+        if !pause.is_zero() {
+            std::thread::sleep(pause);
+        }
+    }
+}
+
+/// How long to wait so that `bytes` over `elapsed` come down to `rate`
+/// bytes per second (zero when already at or below it).
+pub fn pause_for(rate: f64, bytes: u64, elapsed: Duration) -> Duration {
+    let due = Duration::from_secs_f64(bytes as f64 / rate);
+    due.saturating_sub(elapsed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pause_brings_the_rate_down_to_the_budget() {
+        // 1 MB at 1 MB/s after 0.25 s: wait the other 0.75 s
+        assert_eq!(
+            pause_for(1e6, 1_000_000, Duration::from_millis(250)),
+            Duration::from_millis(750)
+        );
+        // below the rate: no wait
+        assert_eq!(
+            pause_for(1e6, 100_000, Duration::from_millis(250)),
+            Duration::ZERO
+        );
+    }
+
+    #[test]
+    fn the_throttle_holds_a_pass_to_its_rate() {
+        // 600 KB at 1 MB/s: at least 0.5 s (the first window's bytes are
+        // accounted before any pause, so a little less than 0.6 s)
+        let t = Throttle::new(1e6);
+        let started = Instant::now();
+        for _ in 0..60 {
+            t.account(10_000);
+        }
+        assert!(
+            started.elapsed() >= Duration::from_millis(500),
+            "{:?}",
+            started.elapsed()
+        );
+        // unlimited, and Kafka's default: no wait
+        let started = Instant::now();
+        for rate in [f64::MAX, f64::INFINITY, 0.0] {
+            let t = Throttle::new(rate);
+            for _ in 0..1000 {
+                t.account(1 << 20);
+            }
+        }
+        assert!(started.elapsed() < Duration::from_millis(500));
+    }
 }

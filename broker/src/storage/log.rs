@@ -29,9 +29,9 @@ use std::sync::Arc;
 
 use super::batch::{self, BatchHeader};
 use super::checkpoint;
-use super::cleaner::{self, CleanStats, CompactionOutcome};
+use super::cleaner::{self, CleanStats, CompactionOutcome, Throttle};
 use super::epochs::{EpochEntry, LeaderEpochCache};
-use super::segment::{self, BatchInfo, Segment};
+use super::segment::{self, BatchInfo, SealedBytes, Segment};
 use super::{LogConfig, Result, StorageError};
 
 /// What an append did.
@@ -121,10 +121,85 @@ pub struct PartitionLog {
     epochs: LeaderEpochCache,
     /// Set by [`PartitionLog::close_in_place`]: the log refuses changes.
     closed: bool,
+    /// Number of the last compaction pass planned; a pass finishes only if
+    /// no later one was planned meanwhile.
+    compaction_pass: u64,
     open_report: OpenReport,
     /// Random per opened log: with a segment's base offset it draws that
     /// segment's roll jitter (`segment.jitter.ms`), fixed for the segment.
     jitter_seed: u64,
+}
+
+/// What [`PartitionLog::plan_compaction`] decided.
+#[derive(Debug)]
+pub enum CompactionPlan {
+    /// No pass is due (the outcome says why: nothing cleanable, not dirty
+    /// enough, ...).
+    Nothing(CompactionOutcome),
+    /// A pass to run without the log's lock, then finish under it.
+    Pass(CompactionPass),
+}
+
+/// One compaction pass between its plan and its finish: the bytes it reads
+/// (segments that were sealed and cleanable when planned) and, once run,
+/// the cleaned segments it prepared in the staging directory, indexes
+/// included. It holds no lock and touches nothing of the live log.
+#[derive(Debug)]
+pub struct CompactionPass {
+    id: u64,
+    dir: PathBuf,
+    staging: PathBuf,
+    segments: Vec<SealedBytes>,
+    /// Base offset of the first segment after the cleaned range: the
+    /// cleaner checkpoint once the pass is swapped in.
+    clean_to: i64,
+    now_ms: i64,
+    delete_retention_ms: i64,
+    index_interval_bytes: u64,
+    segment_index_bytes: u64,
+    outcome: CompactionOutcome,
+    /// `(index among segments, the cleaned copy)` for each segment that
+    /// loses records, oldest first.
+    prepared: Vec<(usize, Segment)>,
+    stats: CleanStats,
+}
+
+impl CompactionPass {
+    /// The middle phase, without the log's lock: builds the latest offset
+    /// per key over the cleanable segments, writes a cleaned copy of each
+    /// segment that loses records into the staging directory and builds
+    /// its indexes there (validating the copy as recovery would), every
+    /// byte read and written counted against `throttle`. Appends, reads and
+    /// rolls of the log go on meanwhile; they never touch these segments.
+    pub fn run(&mut self, throttle: &Throttle) -> Result<()> {
+        let map = cleaner::build_offset_map(&self.segments, throttle)?;
+        for (i, seg) in self.segments.iter().enumerate() {
+            let changed = cleaner::write_cleaned(
+                seg,
+                &self.staging,
+                &map,
+                self.now_ms,
+                self.delete_retention_ms,
+                &mut self.stats,
+                throttle,
+            )?;
+            if !changed {
+                continue;
+            }
+            let mut copy = Segment::open(&self.staging, seg.base_offset())?;
+            copy.recover(
+                self.index_interval_bytes,
+                self.segment_index_bytes,
+                self.now_ms,
+                true,
+            )?;
+            throttle.account(copy.size());
+            copy.seal()?;
+            copy.flush()?;
+            self.prepared.push((i, copy));
+        }
+        Ok(())
+    }
 }
 
 fn out_of_range(requested: i64, log_start: i64, log_end: i64) -> StorageError {
@@ -388,6 +463,7 @@ impl PartitionLog {
             },
             epochs,
             closed: false,
+            compaction_pass: 0,
             open_report,
             jitter_seed: {
                 use std::hash::BuildHasher;
@@ -1265,7 +1341,13 @@ impl PartitionLog {
     }
 
     /// One compaction pass when the cleanup policy contains `compact` (see
-    /// `cleaner` for what survives and how the swap is crash-safe).
+    /// `cleaner` for what survives and how the swap is crash-safe), all
+    /// three phases in a row with no I/O limit: what a caller that holds
+    /// the log alone (tests, tools) uses. The broker runs the phases
+    /// itself so that the work in the middle happens without the
+    /// partition's lock: [`PartitionLog::plan_compaction`] (under the
+    /// lock), [`CompactionPass::run`] (without it),
+    /// [`PartitionLog::finish_compaction`] (under the lock, a few renames).
     ///
     /// Cleanable are the leading non-active segments that end at or below
     /// the high watermark and whose newest record is at least
@@ -1284,13 +1366,27 @@ impl PartitionLog {
     /// Offsets of kept records never change; reads across the gaps return
     /// the next batch.
     pub fn compact(&mut self, now_ms: i64) -> Result<CompactionOutcome> {
+        match self.plan_compaction(now_ms)? {
+            CompactionPlan::Nothing(outcome) => Ok(outcome),
+            CompactionPlan::Pass(mut pass) => {
+                let ran = pass.run(&Throttle::unlimited());
+                self.finish_compaction(pass, ran)
+            }
+        }
+    }
+
+    /// The first phase of [`PartitionLog::compact`], under the log's lock:
+    /// decides whether a pass is due and, if so, takes what it will read
+    /// (the cleanable segments' bytes as they are now, [`SealedBytes`]) and
+    /// creates its staging directory. Cheap: one header read per segment.
+    pub fn plan_compaction(&mut self, now_ms: i64) -> Result<CompactionPlan> {
         let first_base = self.segments[0].base_offset();
         let mut outcome = CompactionOutcome {
             cleaned_up_to: self.cleaned_to.unwrap_or(first_base),
             ..CompactionOutcome::default()
         };
         if !self.config.compact || self.closed {
-            return Ok(outcome);
+            return Ok(CompactionPlan::Nothing(outcome));
         }
         let n = self.segments.len();
         let lag = self.config.min_compaction_lag_ms;
@@ -1307,7 +1403,7 @@ impl PartitionLog {
         }
         outcome.segments_cleanable = k;
         if k == 0 {
-            return Ok(outcome);
+            return Ok(CompactionPlan::Nothing(outcome));
         }
         let cleaned_to = self.cleaned_to.unwrap_or(i64::MIN);
         let (mut dirty, mut total) = (0u64, 0u64);
@@ -1328,53 +1424,97 @@ impl PartitionLog {
         outcome.compaction_delay_ms = self.max_compaction_delay_ms(cleaned_to, now_ms)?;
         let lag_passed = dirty > 0 && outcome.compaction_delay_ms > 0;
         if !dirty_enough && !tombstones_due && !lag_passed {
-            return Ok(outcome);
+            return Ok(CompactionPlan::Nothing(outcome));
         }
         outcome.ran = true;
         outcome.bytes_before = total;
+        self.compaction_pass += 1;
+        let staging = cleaner::create_staging(&self.dir)?;
+        Ok(CompactionPlan::Pass(CompactionPass {
+            id: self.compaction_pass,
+            dir: self.dir.clone(),
+            staging,
+            segments: self.segments[..k]
+                .iter()
+                .map(Segment::sealed_bytes)
+                .collect(),
+            clean_to: self.segments[k].base_offset(),
+            now_ms,
+            delete_retention_ms: self.config.delete_retention_ms,
+            index_interval_bytes: self.config.index_interval_bytes,
+            segment_index_bytes: self.config.segment_index_bytes,
+            outcome,
+            prepared: Vec::new(),
+            stats: CleanStats::default(),
+        }))
+    }
 
-        let map = cleaner::build_offset_map(&self.segments[..k])?;
-        let mut stats = CleanStats::default();
-        let mut changed = Vec::new();
-        for i in 0..k {
-            let written = cleaner::write_cleaned(
-                &self.segments[i],
-                &map,
-                now_ms,
-                self.config.delete_retention_ms,
-                &mut stats,
-            );
-            match written {
-                Ok(true) => changed.push(i),
-                Ok(false) => {}
-                Err(e) => {
-                    for &j in &changed {
-                        cleaner::discard_cleaned(&self.dir, self.segments[j].base_offset())?;
-                    }
-                    return Err(e);
+    /// The last phase of [`PartitionLog::compact`], under the log's lock:
+    /// if the log still holds the segments the pass read (same files and
+    /// sizes: no retention, truncation, move or later pass in between),
+    /// checkpoints the cleaner offset and swaps the prepared segments in
+    /// (renames only, see `cleaner::install_prepared`), then removes
+    /// segments other than the first that cleaning left empty. Otherwise
+    /// nothing is swapped (`abandoned`; the next pass starts over). Either
+    /// way the staging directory goes. `ran` is what
+    /// [`CompactionPass::run`] returned.
+    pub fn finish_compaction(
+        &mut self,
+        pass: CompactionPass,
+        ran: Result<()>,
+    ) -> Result<CompactionOutcome> {
+        let CompactionPass {
+            id,
+            dir,
+            staging,
+            segments,
+            clean_to,
+            mut outcome,
+            prepared,
+            stats,
+            ..
+        } = pass;
+        let discard = |why: &str| {
+            if let Err(e) = fs::remove_dir_all(&staging) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    tracing::warn!(path = %staging.display(), error = %e, "cannot remove the cleaner's staging directory");
                 }
             }
+            tracing::debug!(dir = %dir.display(), why, "compaction pass discarded");
+        };
+        if let Err(e) = ran {
+            drop(prepared);
+            discard("failed");
+            return Err(e);
+        }
+        let k = segments.len();
+        let unchanged = id == self.compaction_pass
+            && !self.closed
+            && self.dir == dir
+            && k < self.segments.len()
+            && self.segments[k].base_offset() == clean_to
+            && segments
+                .iter()
+                .zip(&self.segments)
+                .all(|(taken, seg)| taken.is_still(seg));
+        if !unchanged {
+            drop(prepared);
+            discard("the log changed while it ran");
+            outcome.ran = false;
+            outcome.abandoned = true;
+            return Ok(outcome);
         }
         // The checkpoint goes first: once a copy is committed, recovery
         // must already know that its offsets may have gaps.
-        let new_cleaned_to = self.segments[k].base_offset();
-        checkpoint::write_checkpoint(&self.dir, checkpoint::CLEANER_OFFSET_FILE, new_cleaned_to)?;
-        self.cleaned_to = Some(new_cleaned_to);
-        for &i in &changed {
-            let base = self.segments[i].base_offset();
-            cleaner::commit_swap(&self.dir, base)?;
-            cleaner::finish_swap(&self.dir, base)?;
-            let mut seg = Segment::open(&self.dir, base)?;
-            seg.recover(
-                self.config.index_interval_bytes,
-                self.config.segment_index_bytes,
-                now_ms,
-                true,
-            )?;
-            seg.seal()?;
+        checkpoint::write_checkpoint(&self.dir, checkpoint::CLEANER_OFFSET_FILE, clean_to)?;
+        self.cleaned_to = Some(clean_to);
+        outcome.segments_rewritten = prepared.len();
+        for (i, mut seg) in prepared {
+            cleaner::install_prepared(&self.dir, &staging, seg.base_offset())?;
+            seg.relocate(&self.dir);
             self.segments[i] = seg;
         }
-        outcome.segments_rewritten = changed.len();
+        cleaner::remove_staging(&self.dir)?;
         // Segments left empty (other than the first, which keeps the log
         // start in place) hold nothing: remove them.
         let mut i = 1;
@@ -1399,7 +1539,7 @@ impl PartitionLog {
         outcome.records_removed = stats.records_removed;
         outcome.tombstones_removed = stats.tombstones_removed;
         outcome.bytes_after = self.segments[..end].iter().map(Segment::size).sum();
-        outcome.cleaned_up_to = new_cleaned_to;
+        outcome.cleaned_up_to = clean_to;
         if outcome.records_removed > 0 {
             tracing::info!(
                 dir = %self.dir.display(),

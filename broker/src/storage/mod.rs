@@ -39,7 +39,9 @@ pub use config::LogConfig;
 pub use epochs::{
     truncation_offset, truncation_point, EpochEntry, LeaderEpochCache, TruncationPoint,
 };
-pub use log::{AppendResult, FetchSlice, PartitionLog, RetentionOutcome};
+pub use log::{
+    AppendResult, CompactionPass, CompactionPlan, FetchSlice, PartitionLog, RetentionOutcome,
+};
 
 /// Errors of the storage layer. Each maps onto one Kafka error code at the
 /// protocol edge (see `protocol::errors`).

@@ -99,6 +99,65 @@ fn corrupt(msg: impl Into<String>) -> StorageError {
     StorageError::CorruptBatch(msg.into())
 }
 
+/// The bytes of a sealed segment as they were when taken
+/// ([`Segment::sealed_bytes`]): the same open file and its size then,
+/// readable without the partition's lock (the cleaner reads them so). If
+/// the segment is deleted meanwhile the file stays readable; if it is
+/// truncated, reads past the new end fail. Whoever acts on what was read
+/// checks under the lock that the segment is still the one taken
+/// ([`SealedBytes::is_still`]).
+#[derive(Clone, Debug)]
+pub struct SealedBytes {
+    base_offset: i64,
+    log_path: PathBuf,
+    file: Arc<File>,
+    size: u64,
+}
+
+impl SealedBytes {
+    pub fn base_offset(&self) -> i64 {
+        self.base_offset
+    }
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+    pub fn file(&self) -> &Arc<File> {
+        &self.file
+    }
+    pub fn log_path(&self) -> &Path {
+        &self.log_path
+    }
+    /// Whether `seg` is the segment these bytes were taken from, unchanged
+    /// (same file, same base, same size).
+    pub fn is_still(&self, seg: &Segment) -> bool {
+        Arc::ptr_eq(&self.file, &seg.file)
+            && self.base_offset == seg.base_offset
+            && self.size == seg.size
+    }
+    /// Parses the header of the batch at `pos` (wholly inside the bytes).
+    pub fn header_at(&self, pos: u64) -> Result<BatchHeader> {
+        HeaderReader::new(self, BATCH_HEADER_LEN).header(pos)
+    }
+    /// Reads the whole batch at `pos` of `size` bytes.
+    pub fn read_batch(&self, pos: u64, size: u64) -> Result<Vec<u8>> {
+        read_batch_of(self.into(), pos, size)
+    }
+}
+
+/// Reads `size` bytes at `pos`, which must lie inside the segment.
+fn read_batch_of(seg: SegmentView<'_>, pos: u64, size: u64) -> Result<Vec<u8>> {
+    if pos.checked_add(size).is_none_or(|end| end > seg.size) {
+        return Err(corrupt(format!(
+            "{}: batch at {pos} runs past the end",
+            seg.log_path.display()
+        )));
+    }
+    let len = usize::try_from(size).map_err(|_| corrupt("batch too large"))?;
+    let mut buf = vec![0u8; len];
+    seg.file.read_exact_at(&mut buf, pos)?;
+    Ok(buf)
+}
+
 impl Segment {
     /// Creates an empty segment (truncating any file of the same name) with
     /// indexes that may grow to `index_bytes` (their first page reserved).
@@ -374,16 +433,17 @@ impl Segment {
 
     /// Reads the whole batch at `pos` of `size` bytes.
     pub fn read_batch(&self, pos: u64, size: u64) -> Result<Vec<u8>> {
-        if pos.checked_add(size).is_none_or(|end| end > self.size) {
-            return Err(corrupt(format!(
-                "{}: batch at {pos} runs past the end",
-                self.log_path.display()
-            )));
+        read_batch_of(self.into(), pos, size)
+    }
+
+    /// The segment's bytes as they are now, to read without the log's lock.
+    pub fn sealed_bytes(&self) -> SealedBytes {
+        SealedBytes {
+            base_offset: self.base_offset,
+            log_path: self.log_path.clone(),
+            file: Arc::clone(&self.file),
+            size: self.size,
         }
-        let len = usize::try_from(size).map_err(|_| corrupt("batch too large"))?;
-        let mut buf = vec![0u8; len];
-        self.read_exact_at(&mut buf, pos)?;
-        Ok(buf)
     }
 
     /// Position of the first batch whose last offset is `>= offset`, or
@@ -517,7 +577,7 @@ impl Segment {
         // The first and last entries must point at the start of the batch
         // they name (checking every entry would cost a read per entry).
         let n = self.offset_index.entries();
-        let mut reader = HeaderReader::new(self, LOG_OVERHEAD);
+        let mut reader = HeaderReader::new(&*self, LOG_OVERHEAD);
         for i in [0, n.saturating_sub(1)] {
             if let Some((offset, pos)) = self.offset_index.entry(i) {
                 match reader.prefix(pos) {
@@ -796,8 +856,36 @@ const READ_AHEAD: usize = 16 * 1024;
 
 /// Reads batch headers of one segment through a read-ahead buffer, so that
 /// walking many small batches costs one `pread` per chunk, not per batch.
+/// What a [`HeaderReader`] reads: a segment's file up to its size.
+#[derive(Clone, Copy)]
+struct SegmentView<'a> {
+    file: &'a File,
+    size: u64,
+    log_path: &'a Path,
+}
+
+impl<'a> From<&'a Segment> for SegmentView<'a> {
+    fn from(seg: &'a Segment) -> Self {
+        SegmentView {
+            file: &seg.file,
+            size: seg.size,
+            log_path: &seg.log_path,
+        }
+    }
+}
+
+impl<'a> From<&'a SealedBytes> for SegmentView<'a> {
+    fn from(seg: &'a SealedBytes) -> Self {
+        SegmentView {
+            file: &seg.file,
+            size: seg.size,
+            log_path: &seg.log_path,
+        }
+    }
+}
+
 struct HeaderReader<'a> {
-    seg: &'a Segment,
+    seg: SegmentView<'a>,
     buf: Vec<u8>,
     /// File position of `buf[0]`.
     buf_pos: u64,
@@ -805,9 +893,9 @@ struct HeaderReader<'a> {
 }
 
 impl<'a> HeaderReader<'a> {
-    fn new(seg: &'a Segment, read_ahead: usize) -> Self {
+    fn new(seg: impl Into<SegmentView<'a>>, read_ahead: usize) -> Self {
         HeaderReader {
-            seg,
+            seg: seg.into(),
             buf: Vec::new(),
             buf_pos: 0,
             read_ahead,

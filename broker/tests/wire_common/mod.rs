@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
@@ -209,6 +209,29 @@ pub async fn create_topic(
         t.error_code,
         t.error_message.as_ref().map(|m| m.to_string()),
     )
+}
+
+/// CreateTopics of one single-partition topic with `configs`, which must
+/// succeed.
+pub async fn create_with_configs(stream: &mut TcpStream, topic: &str, configs: &[(&str, &str)]) {
+    let req = CreateTopicsRequest::default()
+        .with_timeout_ms(60_000)
+        .with_topics(vec![CreatableTopic::default()
+            .with_name(name(topic))
+            .with_num_partitions(1)
+            .with_replication_factor(1)
+            .with_configs(
+                configs
+                    .iter()
+                    .map(|(k, v)| {
+                        CreatableTopicConfig::default()
+                            .with_name(StrBytes::from_string(k.to_string()))
+                            .with_value(Some(StrBytes::from_string(v.to_string())))
+                    })
+                    .collect(),
+            )]);
+    let resp: CreateTopicsResponse = call(stream, ApiKey::CreateTopics, 7, &req).await;
+    assert_eq!(resp.topics[0].error_code, 0, "{topic}: {resp:?}");
 }
 
 /// DeleteTopics of one topic by name: its error code.
