@@ -5,7 +5,8 @@
 //! - a broker process with a low RLIMIT_NOFILE answers a CreateTopics that
 //!   runs out of descriptors with an error for that topic, cleans up what it
 //!   created, keeps serving, and accepts connections again once a flood of
-//!   connections that exhausted its descriptors goes away.
+//!   connections that exhausted its descriptors goes away;
+//! - CreatePartitions with an empty (present) assignment list is refused.
 
 mod wire_common;
 
@@ -159,4 +160,40 @@ async fn running_out_of_file_descriptors_fails_one_request_not_the_broker() {
         "accept errors must be logged, rate-limited ({accept_warnings} lines):\n{log}"
     );
     drop((c, c2, c3, c4));
+}
+
+/// CreatePartitions with an assignment list that is present but empty is
+/// refused as Kafka's controller refuses it (only an absent list lets the
+/// broker place the new partitions); an absent list still works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_partitions_refuses_an_empty_assignment_list() {
+    use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
+    use kafka_protocol::messages::{CreatePartitionsRequest, CreatePartitionsResponse};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = start(dir.path(), &[]).await;
+    let mut s = broker.connect().await;
+    assert_eq!(create_topic(&mut s, "grown", 1).await.0, 0);
+    let grow = |assignments: Option<Vec<_>>| {
+        CreatePartitionsRequest::default()
+            .with_timeout_ms(30_000)
+            .with_topics(vec![CreatePartitionsTopic::default()
+                .with_name(name("grown"))
+                .with_count(3)
+                .with_assignments(assignments)])
+    };
+    let resp: CreatePartitionsResponse =
+        call(&mut s, ApiKey::CreatePartitions, 3, &grow(Some(Vec::new()))).await;
+    let r = &resp.results[0];
+    assert_eq!(r.error_code, 39, "INVALID_REPLICA_ASSIGNMENT: {r:?}");
+    assert!(
+        r.error_message
+            .as_deref()
+            .is_some_and(|m| m.contains("add 2 additional partition(s), but only 0 assignment(s)")),
+        "{r:?}"
+    );
+    let resp: CreatePartitionsResponse =
+        call(&mut s, ApiKey::CreatePartitions, 3, &grow(None)).await;
+    assert_eq!(resp.results[0].error_code, 0, "{:?}", resp.results[0]);
+    broker.stop().await;
 }

@@ -310,6 +310,31 @@ pub fn delete_topics(
     DeleteTopicsResponse::default().with_responses(responses)
 }
 
+/// An assignment list that is present but empty while partitions are
+/// added: Kafka's controller refuses it (INVALID_REPLICA_ASSIGNMENT) rather
+/// than placing the partitions itself, which only an absent list asks for.
+/// The checks Kafka makes before this one (unknown topic, a count that is
+/// no increase) are the controller's and come first.
+fn empty_assignment_list<T>(
+    broker: &Broker,
+    name: &str,
+    count: i32,
+    assignments: &Option<Vec<T>>,
+) -> Option<TopicError> {
+    if !matches!(assignments, Some(list) if list.is_empty()) {
+        return None;
+    }
+    let have = broker.topics.get(name)?.partitions.len();
+    let added = usize::try_from(count)
+        .ok()?
+        .checked_sub(have)
+        .filter(|&n| n > 0)?;
+    Some(TopicError::new(
+        ResponseError::InvalidReplicaAssignment,
+        format!("Attempted to add {added} additional partition(s), but only 0 assignment(s) were specified."),
+    ))
+}
+
 pub fn create_partitions(
     broker: &Broker,
     req: CreatePartitionsRequest,
@@ -325,12 +350,15 @@ pub fn create_partitions(
                 .flatten()
                 .map(|a| ids(&a.broker_ids))
                 .collect();
-            let outcome = broker.controller().create_partitions(
-                &name,
-                t.count,
-                &assignments,
-                req.validate_only,
-            );
+            let outcome = match empty_assignment_list(broker, &name, t.count, &t.assignments) {
+                Some(refused) => Err(refused),
+                None => broker.controller().create_partitions(
+                    &name,
+                    t.count,
+                    &assignments,
+                    req.validate_only,
+                ),
+            };
             let entry = CreatePartitionsTopicResult::default().with_name(t.name);
             match outcome {
                 Ok(()) => entry,
