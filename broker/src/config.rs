@@ -125,6 +125,11 @@ pub struct BrokerConfig {
     /// writes per second, all compacted partitions together (Kafka's
     /// default, `Double.MAX_VALUE`, is no limit). Read at start.
     pub log_cleaner_io_max_bytes_per_second: f64,
+    /// `log.cleaner.enable`: whether compacted topics are cleaned at all.
+    pub log_cleaner_enable: bool,
+    /// `log.cleaner.backoff.ms`: how often the cleaner looks for compacted
+    /// partitions due for a pass (Kafka: 15 s).
+    pub log_cleaner_backoff_ms: i64,
     pub group_initial_rebalance_delay_ms: i64,
     pub group_min_session_timeout_ms: i32,
     pub group_max_session_timeout_ms: i32,
@@ -234,6 +239,8 @@ impl Default for BrokerConfig {
             log_segment_delete_delay_ms: 60_000,
             log_cleanup_policy: "delete".into(),
             log_cleaner_io_max_bytes_per_second: f64::MAX,
+            log_cleaner_enable: true,
+            log_cleaner_backoff_ms: 15_000,
             group_initial_rebalance_delay_ms: 3_000,
             group_min_session_timeout_ms: 6_000,
             group_max_session_timeout_ms: 1_800_000,
@@ -504,6 +511,17 @@ impl BrokerConfig {
                 "log.index.size.max.bytes" => c.log_index_size_max_bytes = parse_num(k, v)?,
                 "log.segment.delete.delay.ms" => c.log_segment_delete_delay_ms = parse_num(k, v)?,
                 "log.cleanup.policy" => c.log_cleanup_policy = v.trim().to_string(),
+                "log.cleaner.enable" => c.log_cleaner_enable = parse_bool(k, v)?,
+                "log.cleaner.backoff.ms" => {
+                    c.log_cleaner_backoff_ms = parse_num(k, v)?;
+                    if c.log_cleaner_backoff_ms < 0 {
+                        return Err(ConfigError::Invalid {
+                            key: k.clone(),
+                            value: v.clone(),
+                            reason: "must be at least 0".into(),
+                        });
+                    }
+                }
                 "log.cleaner.io.max.bytes.per.second" => {
                     let rate: f64 = parse_num(k, v)?;
                     if rate.is_nan() || rate <= 0.0 {
@@ -825,7 +843,7 @@ mod tests {
     }
 
     #[test]
-    fn cleaner_io_limit_is_a_positive_rate_and_unlimited_by_default() {
+    fn cleaner_settings_parse_with_kafkas_defaults() {
         assert_eq!(
             BrokerConfig::default().log_cleaner_io_max_bytes_per_second,
             f64::MAX
@@ -843,6 +861,19 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.log_cleaner_io_max_bytes_per_second, f64::MAX);
+        let c = BrokerConfig::load(
+            None,
+            &[
+                "log.cleaner.enable=false".into(),
+                "log.cleaner.backoff.ms=500".into(),
+            ],
+        )
+        .unwrap();
+        assert!(!c.log_cleaner_enable);
+        assert_eq!(c.log_cleaner_backoff_ms, 500);
+        assert!(BrokerConfig::default().log_cleaner_enable);
+        assert_eq!(BrokerConfig::default().log_cleaner_backoff_ms, 15_000);
+        assert!(BrokerConfig::load(None, &["log.cleaner.backoff.ms=-1".into()]).is_err());
         for bad in ["0", "-5", "NaN", "fast"] {
             let err = BrokerConfig::load(
                 None,

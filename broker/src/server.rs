@@ -209,6 +209,36 @@ pub async fn run_reporting(
         }
     });
 
+    // The log cleaner: compaction passes every log.cleaner.backoff.ms, on
+    // its own cadence (Kafka's cleaner threads do the same), not the
+    // retention check's (5 minutes by default).
+    let cleaner = broker.topics.broker_config().log_cleaner_enable.then(|| {
+        let cleaner_broker = broker.clone();
+        let backoff = Duration::from_millis(
+            cleaner_broker
+                .topics
+                .broker_config()
+                .log_cleaner_backoff_ms
+                .clamp(100, 3_600_000) as u64,
+        );
+        let mut cleaner_shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            let first = tokio::time::Instant::now() + backoff.min(Duration::from_secs(30));
+            let mut tick = tokio::time::interval_at(first, backoff);
+            // a pass longer than the backoff: the next starts after it
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {
+                        let b = cleaner_broker.clone();
+                        let _ = tokio::task::spawn_blocking(move || b.topics.clean()).await;
+                    }
+                    r = cleaner_shutdown.changed() => if r.is_err() || *cleaner_shutdown.borrow() { break },
+                }
+            }
+        })
+    });
+
     broker.set_ready(true);
     if let Some(tx) = report_to {
         let _ = tx.send(BoundAddresses {
@@ -274,6 +304,9 @@ pub async fn run_reporting(
     })
     .await;
     housekeeping.abort();
+    if let Some(cleaner) = cleaner {
+        cleaner.abort();
+    }
     if let Some(mode) = cluster_mode {
         mode.stop().await;
     }

@@ -854,44 +854,19 @@ impl TopicManager {
         }
     }
 
-    /// Runs retention, compaction and the flush policy on every partition.
-    /// A compaction pass does its reading and writing between two short
-    /// holds of the partition's lock (see `PartitionLog::plan_compaction`),
-    /// so produce and fetch go on while a partition is cleaned.
+    /// Runs retention and the flush policy on every partition
+    /// (`log.retention.check.interval.ms`; compaction is [`Self::clean`]).
     pub fn housekeeping(&self) {
         let now = now_ms();
         for topic in self.all() {
             for p in &topic.partitions {
-                let (outcome, plan) = p.with_log(|log| {
+                let outcome = p.with_log(|log| {
                     let r = log.enforce_retention(now);
-                    let plan = if log.config().compact {
-                        log.plan_compaction(now)
-                    } else {
-                        Ok(CompactionPlan::Nothing(Default::default()))
-                    };
                     if let Err(e) = log.maybe_flush(now) {
                         tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "flush failed");
                     }
-                    (r, plan)
+                    r
                 });
-                match plan {
-                    Ok(CompactionPlan::Nothing(_)) => {}
-                    Ok(CompactionPlan::Pass(mut pass)) => {
-                        let ran = pass.run(&self.cleaner_throttle);
-                        match p.with_log(|log| log.finish_compaction(pass, ran)) {
-                            Ok(o) if o.abandoned => {
-                                tracing::info!(topic = %p.topic, partition = p.index, "compaction pass abandoned: the log changed while it ran")
-                            }
-                            Ok(_) => {}
-                            Err(e) => {
-                                tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "compaction failed")
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "compaction failed")
-                    }
-                }
                 match outcome {
                     Ok(o) if o.segments_deleted > 0 => tracing::info!(
                         topic = %p.topic,
@@ -904,6 +879,44 @@ impl TopicManager {
                     Ok(_) => {}
                     Err(e) => {
                         tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "retention failed")
+                    }
+                }
+            }
+        }
+    }
+
+    /// One round of the log cleaner (every `log.cleaner.backoff.ms`): a
+    /// compaction pass on each compacted partition that is due for one. A
+    /// pass does its reading and writing between two short holds of the
+    /// partition's lock (see `PartitionLog::plan_compaction`), so produce
+    /// and fetch go on while a partition is cleaned; its I/O counts against
+    /// `log.cleaner.io.max.bytes.per.second`.
+    pub fn clean(&self) {
+        for topic in self.all() {
+            for p in &topic.partitions {
+                let now = now_ms();
+                let plan = p.with_log(|log| {
+                    if log.config().compact {
+                        log.plan_compaction(now)
+                    } else {
+                        Ok(CompactionPlan::Nothing(Default::default()))
+                    }
+                });
+                let outcome = match plan {
+                    Ok(CompactionPlan::Nothing(_)) => continue,
+                    Ok(CompactionPlan::Pass(mut pass)) => {
+                        let ran = pass.run(&self.cleaner_throttle);
+                        p.with_log(|log| log.finish_compaction(pass, ran))
+                    }
+                    Err(e) => Err(e),
+                };
+                match outcome {
+                    Ok(o) if o.abandoned => {
+                        tracing::info!(topic = %p.topic, partition = p.index, "compaction pass abandoned: the log changed while it ran")
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "compaction failed")
                     }
                 }
             }

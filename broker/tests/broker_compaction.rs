@@ -35,7 +35,7 @@ async fn produce_and_fetch_go_on_while_a_partition_is_cleaned() {
         tmp.path(),
         &[
             "--set",
-            "log.retention.check.interval.ms=300",
+            "log.cleaner.backoff.ms=300",
             // ~1.5 MB to read and write: a pass of several seconds
             "--set",
             "log.cleaner.io.max.bytes.per.second=250000",
@@ -133,5 +133,43 @@ async fn produce_and_fetch_go_on_while_a_partition_is_cleaned() {
             rec.0
         );
     }
+    broker.stop().await;
+}
+
+/// `log.cleaner.enable=false`: compacted topics are not cleaned at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disabled_cleaner_cleans_nothing() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let broker = start(
+        tmp.path(),
+        &[
+            "--set",
+            "log.cleaner.backoff.ms=100",
+            "--set",
+            "log.cleaner.enable=false",
+        ],
+    )
+    .await;
+    let mut s = broker.connect().await;
+    create_with_configs(
+        &mut s,
+        TOPIC,
+        &[
+            ("cleanup.policy", "compact"),
+            ("internal.segment.bytes", "16384"),
+            ("min.cleanable.dirty.ratio", "0.01"),
+        ],
+    )
+    .await;
+    for r in 0..20 {
+        assert_eq!(produce(&mut s, TOPIC, batch(&round(r, 10))).await.0, 0);
+    }
+    // 20 cleaner rounds' worth of time, had it been enabled
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        fetch_all(&mut s, TOPIC, 0).await.len(),
+        200,
+        "records were cleaned"
+    );
     broker.stop().await;
 }

@@ -1,9 +1,9 @@
 """Log compaction read back with a real client (issue 5, cleanup.policy=compact).
 
 Runs against Moldau and Apache Kafka (MOLDAU_TEST_TARGET=kafka) with a broker of
-the module's own whose cleaner runs often: log.retention.check.interval.ms=500
-(Moldau's housekeeping, which runs the cleaner) and log.cleaner.backoff.ms=500
-(Kafka's cleaner threads). Segments roll by time (segment.ms) and by size on
+the module's own whose cleaner runs often: log.cleaner.backoff.ms=500 (the
+cleaner's cadence in both) and log.retention.check.interval.ms=500 (where
+Moldau rolls an aged active segment of a compacted topic). Segments roll by time (segment.ms) and by size on
 both: Kafka 4 refuses segment.bytes below 1 MiB, so the topic sets its internal
 test-only override internal.segment.bytes, which Moldau accepts too.
 """

@@ -132,6 +132,11 @@ fn broker_values(cfg: &BrokerConfig) -> Vec<(&'static str, String)> {
             "log.cleaner.io.max.bytes.per.second",
             kafka_double(cfg.log_cleaner_io_max_bytes_per_second),
         ),
+        ("log.cleaner.enable", cfg.log_cleaner_enable.to_string()),
+        (
+            "log.cleaner.backoff.ms",
+            cfg.log_cleaner_backoff_ms.to_string(),
+        ),
         (
             "log.message.timestamp.type",
             cfg.log_message_timestamp_type.clone(),
