@@ -1157,6 +1157,57 @@ mod tests {
     }
 
     #[test]
+    fn partitions_open_on_the_recovery_threads_in_order_and_count_what_they_read() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let m = TopicManager::open(dir.path(), BrokerConfig::default()).expect("open");
+        for name in ["a", "b", "c"] {
+            m.create(name, 5, 1, BTreeMap::new()).expect("create");
+        }
+        for t in m.all() {
+            for p in &t.partitions {
+                let mut b = crate::storage::test_batches::batch_of(2, 1_000, |_| {
+                    (None, Some(bytes::Bytes::from_static(b"v")))
+                });
+                let headers = crate::storage::batch::validate_batches(&b, 1 << 20).unwrap();
+                p.append(&mut b, &headers, None).expect("append");
+            }
+        }
+        m.close();
+        drop(m);
+        for threads in [1, 4] {
+            let broker = BrokerConfig {
+                num_recovery_threads_per_data_dir: threads,
+                ..BrokerConfig::default()
+            };
+            let m = TopicManager::open(dir.path(), broker).expect("reopen");
+            let all = m.all();
+            assert_eq!(all.len(), 3);
+            for t in &all {
+                assert_eq!(
+                    t.partitions.iter().map(|p| p.index).collect::<Vec<_>>(),
+                    [0, 1, 2, 3, 4]
+                );
+                for p in &t.partitions {
+                    assert_eq!(p.offsets().log_end, 2);
+                }
+            }
+            let stats = m.recovery_stats();
+            assert_eq!(stats.partitions, 15);
+            assert_eq!(stats.unclean_partitions, 0);
+            assert_eq!(stats.bytes_read, 0);
+            assert_eq!(stats.producer_snapshots_loaded, 15);
+            m.close();
+        }
+        // After a crash every partition re-validates its only segment.
+        let m = TopicManager::open(dir.path(), BrokerConfig::default()).expect("reopen");
+        drop(m);
+        let m = TopicManager::open(dir.path(), BrokerConfig::default()).expect("recover");
+        let stats = m.recovery_stats();
+        assert_eq!(stats.unclean_partitions, 15);
+        assert!(stats.bytes_read > 0);
+    }
+
+    #[test]
     fn an_assignment_opens_only_the_partitions_placed_here_and_survives_a_restart() {
         let dir = tempfile::tempdir().expect("tempdir");
         let m = TopicManager::open(dir.path(), BrokerConfig::default()).expect("open");

@@ -183,6 +183,7 @@ async fn producer_state_comes_back_from_snapshots_after_clean_and_unclean_stops(
     let mut s = broker.connect(Duration::from_secs(120)).await;
     let m = broker.metrics().await;
     let read = metric(&m, "moldau_log_recovery_bytes_read_total").expect("metric");
+    eprintln!("after kill -9 the start read {read} of {whole} bytes of segments");
     assert!(read > 0 && read < whole, "read {read} of {whole}; {m}");
     assert!(
         metric(&m, "moldau_log_recovery_unclean_partitions").is_some_and(|n| n >= 3),
