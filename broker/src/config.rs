@@ -203,6 +203,10 @@ pub struct BrokerConfig {
     pub replica_fetch_response_max_bytes: i32,
     /// `replica.fetch.backoff.ms`: a follower's pause after a failed fetch.
     pub replica_fetch_backoff_ms: i64,
+    /// `num.recovery.threads.per.data.dir`: how many threads open (and,
+    /// after an unclean stop, recover) partitions at start. Kafka 4's
+    /// default, 2 (KIP-1030); at least 1.
+    pub num_recovery_threads_per_data_dir: usize,
     /// `leader.replication.throttled.rate`: bytes/s a leader sends to
     /// throttled followers (`u64::MAX`: no limit, Kafka's default).
     pub leader_replication_throttled_rate: u64,
@@ -271,6 +275,7 @@ impl Default for BrokerConfig {
             replica_fetch_max_bytes: 1024 * 1024,
             replica_fetch_response_max_bytes: 10 * 1024 * 1024,
             replica_fetch_backoff_ms: 1_000,
+            num_recovery_threads_per_data_dir: 2,
             leader_replication_throttled_rate: u64::MAX,
             follower_replication_throttled_rate: u64::MAX,
             raw: BTreeMap::new(),
@@ -596,6 +601,17 @@ impl BrokerConfig {
                     c.replica_fetch_response_max_bytes = parse_num(k, v)?
                 }
                 "replica.fetch.backoff.ms" => c.replica_fetch_backoff_ms = parse_num(k, v)?,
+                "num.recovery.threads.per.data.dir" => {
+                    let n: i32 = parse_num(k, v)?;
+                    if n < 1 {
+                        return Err(ConfigError::Invalid {
+                            key: k.clone(),
+                            value: v.clone(),
+                            reason: "must be at least 1".into(),
+                        });
+                    }
+                    c.num_recovery_threads_per_data_dir = n as usize;
+                }
                 // Kafka's type is a non-negative long; its maximum means no limit
                 "leader.replication.throttled.rate" => {
                     c.leader_replication_throttled_rate = parse_num::<i64>(k, v)?
@@ -925,6 +941,13 @@ mod tests {
     fn broker_config_rejects_bad_values() {
         assert!(BrokerConfig::load(None, &["num.partitions=0".into()]).is_err());
         assert!(BrokerConfig::load(None, &["num.partitions=x".into()]).is_err());
+        for bad in ["0", "-1", "two"] {
+            let o = format!("num.recovery.threads.per.data.dir={bad}");
+            assert!(BrokerConfig::load(None, &[o]).is_err(), "{bad}");
+        }
+        assert_eq!(BrokerConfig::default().num_recovery_threads_per_data_dir, 2);
+        let c = BrokerConfig::load(None, &["num.recovery.threads.per.data.dir=8".into()]).unwrap();
+        assert_eq!(c.num_recovery_threads_per_data_dir, 8);
         assert!(BrokerConfig::load(None, &["auto.create.topics.enable=maybe".into()]).is_err());
         assert!(BrokerConfig::load(None, &["log.message.timestamp.type=Now".into()]).is_err());
     }

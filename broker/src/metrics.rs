@@ -97,6 +97,11 @@ pub struct Metrics {
     /// with their indexes rebuilt. Both 0 after a clean stop.
     pub recovery_unclean_partitions: Gauge,
     pub recovery_segments_recovered: Gauge,
+    /// Bytes of segment data read at start to re-validate segments and to
+    /// rebuild the producer state (0 after a clean stop), and partitions
+    /// whose producer state started from a snapshot.
+    pub recovery_bytes_read: Counter,
+    pub producer_snapshots_loaded: Counter,
     /// Client quotas: throttle time given, by quota kind and client id.
     pub quota_throttle_time_ms: Family<crate::quota::manager::QuotaLabels, Counter>,
     /// Client quotas: bytes (or handling ms) counted, by kind and client id.
@@ -136,6 +141,8 @@ impl Default for Metrics {
             max_fds: Gauge::default(),
             recovery_unclean_partitions: Gauge::default(),
             recovery_segments_recovered: Gauge::default(),
+            recovery_bytes_read: Counter::default(),
+            producer_snapshots_loaded: Counter::default(),
             quota_throttle_time_ms: Family::default(),
             quota_recorded: Family::default(),
         }
@@ -307,6 +314,16 @@ impl Metrics {
             "log_recovery_segments_recovered",
             "Segments the last start re-validated (CRC) and re-indexed",
             self.recovery_segments_recovered.clone(),
+        );
+        registry.register(
+            "log_recovery_bytes_read",
+            "Bytes of segment data the start read to re-validate segments and rebuild idempotent producer state (0 after a clean stop)",
+            self.recovery_bytes_read.clone(),
+        );
+        registry.register(
+            "log_producer_snapshots_loaded",
+            "Partitions whose idempotent producer state the start loaded from a snapshot",
+            self.producer_snapshots_loaded.clone(),
         );
         registry.register(
             "quota_throttle_time_ms",

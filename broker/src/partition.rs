@@ -80,6 +80,8 @@ pub struct Partition {
     /// Follower: the high watermark its leader last reported (-1: none
     /// yet), for DescribeLogDirs' offset lag.
     leader_high_watermark: AtomicI64,
+    /// What rebuilding the producer state cost when the partition opened.
+    producer_load: ProducerStateLoad,
 }
 
 /// The outcome of an append.
@@ -221,35 +223,47 @@ pub struct FetchPosition {
     pub leading: bool,
 }
 
-/// Rebuilds producer sequence state by reading every batch header of the
-/// log (headers only, one `pread` each).
-fn scan_producers(log: &PartitionLog) -> storage::Result<ProducerStates> {
-    use std::os::unix::fs::FileExt;
-    let mut states = ProducerStates::default();
-    let end = log.log_end_offset();
-    let mut offset = log.log_start_offset();
-    while offset < end {
-        let slice = log.read(offset, 1 << 20, end)?;
-        if slice.is_empty() {
-            break;
-        }
-        let mut pos = slice.position;
-        let stop = slice.position + slice.len;
-        let mut next = offset;
-        let mut header = [0u8; BATCH_HEADER_LEN];
-        while pos + BATCH_HEADER_LEN as u64 <= stop {
-            slice.file.read_exact_at(&mut header, pos)?;
-            let h = BatchHeader::parse(&header)?;
-            states.replay(&h);
-            next = h.last_offset() + 1;
-            pos += h.total_size() as u64;
-        }
-        if next <= offset {
-            break;
-        }
-        offset = next;
+/// What rebuilding a partition's producer state cost.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProducerStateLoad {
+    /// A snapshot was loaded (else the scan started at the log start).
+    pub snapshot_loaded: bool,
+    /// Bytes of batch headers read after the snapshot.
+    pub bytes_read: u64,
+}
+
+/// Rebuilds producer sequence state: loads the newest usable snapshot (see
+/// `storage::producer_snapshot` and [`PartitionLog::latest_producer_snapshot`])
+/// and replays the headers of the batches after it (headers only, one
+/// `pread` each); without one, replays every batch of the log.
+fn load_producers(log: &PartitionLog) -> storage::Result<(ProducerStates, ProducerStateLoad)> {
+    if log.log_start_offset() == log.log_end_offset() {
+        return Ok((ProducerStates::default(), ProducerStateLoad::default()));
     }
-    Ok(states)
+    let (mut states, from, snapshot_loaded) = match log.latest_producer_snapshot()? {
+        Some((offset, entries)) => (ProducerStates::from_snapshot(entries), offset, true),
+        None => (ProducerStates::default(), log.log_start_offset(), false),
+    };
+    let bytes_read = log.for_each_header_from(from, |h| states.replay(h))?;
+    Ok((
+        states,
+        ProducerStateLoad {
+            snapshot_loaded,
+            bytes_read,
+        },
+    ))
+}
+
+/// Writes a producer state snapshot when the log rolled during an append
+/// (the active segment changed). Failing (a full disk) only costs a longer
+/// rebuild at the next start, so it is logged, not returned.
+fn snapshot_if_rolled(state: &mut PartitionState, active_before: i64) {
+    if state.log.active_base_offset() != active_before {
+        let entries = state.producers.to_snapshot();
+        if let Err(e) = state.log.write_producer_snapshot(&entries) {
+            tracing::warn!(dir = %state.log.dir().display(), error = %e, "cannot write a producer state snapshot");
+        }
+    }
 }
 
 impl Partition {
@@ -272,8 +286,9 @@ impl Partition {
             end
         };
         log.set_high_watermark(hw);
-        let producers = scan_producers(&log)?;
+        let (producers, producer_load) = load_producers(&log)?;
         Ok(Self {
+            producer_load,
             topic: topic.name.clone(),
             topic_id: topic.id,
             index,
@@ -443,6 +458,7 @@ impl Partition {
                 log_start_offset: state.log.log_start_offset(),
             });
         }
+        let active_before = state.log.active_base_offset();
         let result = state.log.append(batches, leader_epoch, now)?;
         let mut offset = result.base_offset;
         for h in headers {
@@ -458,6 +474,7 @@ impl Partition {
             }
             offset += h.last_offset_delta as i64 + 1;
         }
+        snapshot_if_rolled(state, active_before);
         state.log.maybe_flush(now)?;
         Ok(Appended::New(result))
     }
@@ -836,6 +853,7 @@ impl Partition {
             if first < end && state.log.log_start_offset() == end {
                 state.log.truncate_fully_and_start_at(first)?;
             }
+            let active_before = state.log.active_base_offset();
             let result = state.log.append_replicated(batches, now)?;
             let mut pos = 0usize;
             while let Some(rest) = batches.get(pos..).filter(|r| r.len() >= BATCH_HEADER_LEN) {
@@ -845,6 +863,7 @@ impl Partition {
                 }
                 pos += h.total_size();
             }
+            snapshot_if_rolled(&mut state, active_before);
             debug_assert!(result.last_offset + 1 == state.log.log_end_offset());
             state.log.maybe_flush(now)?;
         }
@@ -912,7 +931,7 @@ impl Partition {
         } else {
             state.log.truncate_to(offset)?;
         }
-        let producers = scan_producers(&state.log)?;
+        let (producers, _) = load_producers(&state.log)?;
         state.producers = producers;
         let end = state.log.log_end_offset();
         let hw = state.log.high_watermark().min(end);
@@ -948,6 +967,27 @@ impl Partition {
     /// Waiting for the lock moves off a runtime worker after a moment;
     /// `f` itself runs where the caller is (callers doing file work call
     /// from the blocking pool).
+    /// What rebuilding the producer state cost when the partition opened.
+    pub fn producer_state_load(&self) -> ProducerStateLoad {
+        self.producer_load
+    }
+
+    /// Clean shutdown: writes a producer state snapshot at the log end
+    /// (so the next start reads no batch header), then
+    /// [`PartitionLog::close_in_place`]. A snapshot that cannot be written
+    /// (a full disk) is logged: the next start then scans the batches.
+    pub fn close_log(&self) -> storage::Result<()> {
+        let mut state = self.lock();
+        if state.log.is_closed() {
+            return Ok(());
+        }
+        let entries = state.producers.to_snapshot();
+        if let Err(e) = state.log.write_producer_snapshot(&entries) {
+            tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "cannot write a producer state snapshot at shutdown");
+        }
+        state.log.close_in_place()
+    }
+
     pub fn with_log<T>(&self, f: impl FnOnce(&mut PartitionLog) -> T) -> T {
         f(&mut self.lock().log)
     }
@@ -1028,6 +1068,187 @@ mod tests {
             held: None,
         };
         Partition::open(&meta, 0, dir.join("t-0"), storage::LogConfig::default()).unwrap()
+    }
+
+    /// One batch of `n` records of idempotent producer `pid` in `epoch`,
+    /// sequences `seq..seq + n`.
+    fn idempotent(pid: i64, epoch: i16, seq: i32, n: usize) -> Vec<u8> {
+        use kafka_protocol::records::{
+            Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+        };
+        let records: Vec<Record> = (0..n)
+            .map(|i| Record {
+                transactional: false,
+                control: false,
+                delete_horizon: false,
+                partition_leader_epoch: -1,
+                producer_id: pid,
+                producer_epoch: epoch,
+                timestamp_type: TimestampType::Creation,
+                offset: i as i64,
+                sequence: seq + i as i32,
+                timestamp: 1_000 + i as i64,
+                key: None,
+                value: Some(Bytes::from(vec![b'v'; 30])),
+                headers: Default::default(),
+            })
+            .collect();
+        let mut buf = bytes::BytesMut::new();
+        RecordBatchEncoder::encode(
+            &mut buf,
+            &records,
+            &RecordEncodeOptions {
+                version: 2,
+                compression: Compression::None,
+            },
+        )
+        .unwrap();
+        buf.to_vec()
+    }
+
+    fn produce(p: &Partition, pid: i64, seq: i32, n: usize) -> Result<Appended, TopicError> {
+        let mut b = idempotent(pid, 0, seq, n);
+        let headers = crate::storage::batch::validate_batches(&b, 1 << 20).unwrap();
+        p.append(&mut b, &headers, None)
+    }
+
+    /// A partition of a replication factor 1 topic with small segments.
+    fn open_small(dir: &std::path::Path) -> Partition {
+        let meta = TopicMeta {
+            name: "t".into(),
+            id: Uuid::nil(),
+            partitions: 1,
+            replication_factor: 1,
+            configs: Default::default(),
+            held: None,
+        };
+        let config = storage::LogConfig {
+            segment_bytes: 600,
+            ..storage::LogConfig::default()
+        };
+        Partition::open(&meta, 0, dir.join("t-0"), config).unwrap()
+    }
+
+    /// Producer 1 writes `rounds` batches of 2 records from sequence
+    /// `from`, producer 2 one record each; returns the next sequences.
+    fn write_rounds(p: &Partition, rounds: i32, from: (i32, i32)) -> (i32, i32) {
+        let (mut s1, mut s2) = from;
+        for _ in 0..rounds {
+            assert!(matches!(produce(p, 1, s1, 2).unwrap(), Appended::New(_)));
+            assert!(matches!(produce(p, 2, s2, 1).unwrap(), Appended::New(_)));
+            s1 += 2;
+            s2 += 1;
+        }
+        (s1, s2)
+    }
+
+    fn producers_of(p: &Partition) -> Vec<crate::storage::producer_snapshot::SnapshotEntry> {
+        p.lock().producers.to_snapshot()
+    }
+
+    /// The answers the restored state gives: a retry of producer 1's last
+    /// batch is a duplicate at its first offset (nothing appended), a gap
+    /// is OUT_OF_ORDER_SEQUENCE, the next sequence appends.
+    fn assert_deduplicates(p: &Partition, next1: i32, last_batch_offset: i64) {
+        let end = p.offsets().log_end;
+        match produce(p, 1, next1 - 2, 2).unwrap() {
+            Appended::Duplicate { base_offset, .. } => assert_eq!(base_offset, last_batch_offset),
+            other => panic!("a retry was appended: {other:?}"),
+        }
+        assert_eq!(p.offsets().log_end, end, "no second copy");
+        assert_eq!(
+            produce(p, 1, next1 + 1, 1).unwrap_err().code,
+            ResponseError::OutOfOrderSequenceNumber
+        );
+        assert!(matches!(produce(p, 1, next1, 1).unwrap(), Appended::New(_)));
+    }
+
+    fn last_batch_of_producer_1(p: &Partition) -> i64 {
+        let entries = producers_of(p);
+        entries[0].batches.last().unwrap().first_offset
+    }
+
+    #[test]
+    fn producer_state_survives_a_clean_restart_without_reading_batches() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = open_small(dir.path());
+        let (s1, _) = write_rounds(&p, 20, (0, 0));
+        assert!(p.with_log(|l| l.segment_count()) > 2);
+        let before = producers_of(&p);
+        let last = last_batch_of_producer_1(&p);
+        let end = p.offsets().log_end;
+        p.close_log().unwrap();
+        drop(p);
+        let snapshots = crate::storage::producer_snapshot::list(&dir.path().join("t-0")).unwrap();
+        assert_eq!(snapshots.len(), 2, "{snapshots:?}");
+        assert_eq!(snapshots.last(), Some(&end));
+
+        let p = open_small(dir.path());
+        assert_eq!(
+            p.producer_state_load(),
+            ProducerStateLoad {
+                snapshot_loaded: true,
+                bytes_read: 0
+            }
+        );
+        let report = p.with_log(|l| l.open_report());
+        assert!(!report.unclean);
+        assert_eq!(report.bytes_read, 0);
+        assert_eq!(producers_of(&p), before);
+        assert_deduplicates(&p, s1, last);
+    }
+
+    #[test]
+    fn producer_state_survives_an_unclean_restart_reading_only_after_the_snapshot() {
+        let dir = tempfile::tempdir().unwrap();
+        let pdir = dir.path().join("t-0");
+        let p = open_small(dir.path());
+        let next = write_rounds(&p, 10, (0, 0));
+        p.with_log(|l| l.flush()).unwrap();
+        let recovery_point = p.offsets().log_end;
+        let (s1, _) = write_rounds(&p, 10, next);
+        let before = producers_of(&p);
+        let last = last_batch_of_producer_1(&p);
+        drop(p); // kill -9: no snapshot at the end, no clean-shutdown marker
+        let snapshots = crate::storage::producer_snapshot::list(&pdir).unwrap();
+        let usable = *snapshots
+            .iter()
+            .rev()
+            .find(|&&o| o <= recovery_point)
+            .expect("a snapshot at or below the recovery point is kept");
+        assert!(usable > 0);
+
+        // What a full scan reads: a header per batch.
+        let total_batches = 40;
+        let header = crate::storage::batch::BATCH_HEADER_LEN as u64;
+        let p = open_small(dir.path());
+        let load = p.producer_state_load();
+        assert!(load.snapshot_loaded);
+        let after = p.with_log(|l| {
+            let mut n = 0u64;
+            l.for_each_header_from(usable, |_| n += 1).unwrap();
+            n
+        });
+        assert_eq!(load.bytes_read, after * header);
+        assert!(after > 0 && after < total_batches, "{after}");
+        assert!(p.with_log(|l| l.open_report()).unclean);
+        assert_eq!(producers_of(&p), before);
+        assert_deduplicates(&p, s1, last);
+        let state = producers_of(&p);
+        drop(p);
+
+        // Every snapshot unusable (bad CRC): a full scan gives the same state.
+        for o in crate::storage::producer_snapshot::list(&pdir).unwrap() {
+            let path = pdir.join(crate::storage::producer_snapshot::file_name(o));
+            let mut b = std::fs::read(&path).unwrap();
+            let n = b.len();
+            b[n - 1] ^= 1;
+            std::fs::write(&path, b).unwrap();
+        }
+        let p = open_small(dir.path());
+        assert!(!p.producer_state_load().snapshot_loaded);
+        assert!(p.producer_state_load().bytes_read > after * header);
+        assert_eq!(producers_of(&p), state);
     }
 
     fn image(leader: i32, epoch: i32, isr: &[i32], partition_epoch: i32) -> PartitionImage {

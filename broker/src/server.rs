@@ -114,6 +114,8 @@ pub async fn run_reporting(
         partitions = recovery.partitions,
         unclean_partitions = recovery.unclean_partitions,
         segments_recovered = recovery.segments_recovered,
+        bytes_read = recovery.bytes_read,
+        producer_snapshots_loaded = recovery.producer_snapshots_loaded,
         elapsed_ms = started.elapsed().as_millis() as u64,
         "logs recovered"
     );
@@ -134,6 +136,14 @@ pub async fn run_reporting(
         .metrics
         .recovery_segments_recovered
         .set(i64::try_from(recovery.segments_recovered).unwrap_or(i64::MAX));
+    broker
+        .metrics
+        .recovery_bytes_read
+        .inc_by(recovery.bytes_read);
+    broker
+        .metrics
+        .producer_snapshots_loaded
+        .inc_by(recovery.producer_snapshots_loaded as u64);
 
     let group_broker = broker.clone();
     let mut group_shutdown = shutdown.clone();

@@ -134,6 +134,10 @@ fn broker_values(cfg: &BrokerConfig) -> Vec<(&'static str, String)> {
         ),
         ("log.cleaner.enable", cfg.log_cleaner_enable.to_string()),
         (
+            "num.recovery.threads.per.data.dir",
+            cfg.num_recovery_threads_per_data_dir.to_string(),
+        ),
+        (
             "log.cleaner.backoff.ms",
             cfg.log_cleaner_backoff_ms.to_string(),
         ),

@@ -4,7 +4,9 @@
 //! [`state`] is the pure per-partition bookkeeping; [`ids`] hands out
 //! producer ids that stay unique across restarts. Partitions own their
 //! [`state::ProducerStates`] next to their log (see `topics`), so the check
-//! and the append happen under one lock.
+//! and the append happen under one lock; at start they restore it from the
+//! log's producer state snapshots (`storage::producer_snapshot`) and the
+//! batches after the newest usable one.
 
 pub mod ids;
 pub mod state;

@@ -7,6 +7,7 @@ use std::collections::{HashMap, VecDeque};
 use kafka_protocol::error::ResponseError;
 
 use crate::storage::batch::BatchHeader;
+use crate::storage::producer_snapshot::{SnapshotBatch, SnapshotEntry};
 
 /// How many recent batches per producer are remembered for duplicate
 /// detection (the producer's `max.in.flight.requests.per.connection` limit).
@@ -149,6 +150,57 @@ impl ProducerStates {
         }
     }
 
+    /// The table as snapshot entries (see `storage::producer_snapshot`),
+    /// sorted by producer id.
+    pub fn to_snapshot(&self) -> Vec<SnapshotEntry> {
+        let mut entries: Vec<SnapshotEntry> = self
+            .producers
+            .iter()
+            .map(|(&producer_id, e)| SnapshotEntry {
+                producer_id,
+                epoch: e.epoch,
+                batches: e
+                    .batches
+                    .iter()
+                    .map(|b| SnapshotBatch {
+                        first_seq: b.first_seq,
+                        last_seq: b.last_seq,
+                        first_offset: b.first_offset,
+                    })
+                    .collect(),
+            })
+            .collect();
+        entries.sort_unstable_by_key(|e| e.producer_id);
+        entries
+    }
+
+    /// The table a snapshot holds (the last [`BATCHES_PER_PRODUCER`]
+    /// batches of each producer are kept).
+    pub fn from_snapshot(entries: Vec<SnapshotEntry>) -> Self {
+        let producers = entries
+            .into_iter()
+            .map(|e| {
+                let skip = e.batches.len().saturating_sub(BATCHES_PER_PRODUCER);
+                let batches = e.batches[skip..]
+                    .iter()
+                    .map(|b| BatchMeta {
+                        first_seq: b.first_seq,
+                        last_seq: b.last_seq,
+                        first_offset: b.first_offset,
+                    })
+                    .collect();
+                (
+                    e.producer_id,
+                    ProducerEntry {
+                        epoch: e.epoch,
+                        batches,
+                    },
+                )
+            })
+            .collect();
+        ProducerStates { producers }
+    }
+
     pub fn len(&self) -> usize {
         self.producers.len()
     }
@@ -243,6 +295,38 @@ mod tests {
             s.check(1, 0, 1, 1),
             SeqCheck::Reject(ResponseError::OutOfOrderSequenceNumber)
         );
+    }
+
+    #[test]
+    fn snapshot_round_trip_keeps_every_answer() {
+        let mut s = ProducerStates::default();
+        for i in 0..7 {
+            s.record(1, 2, i * 2, i * 2 + 1, 10 + i as i64);
+        }
+        s.record(2, 0, 0, 0, 40);
+        let entries = s.to_snapshot();
+        assert_eq!(entries.len(), 2);
+        assert_eq!(entries[0].batches.len(), BATCHES_PER_PRODUCER);
+        let back = ProducerStates::from_snapshot(entries.clone());
+        assert_eq!(back.to_snapshot(), entries);
+        for (pid, epoch, first, last) in [
+            (1, 2, 12, 13),
+            (1, 2, 4, 5),
+            (1, 2, 2, 3),
+            (1, 2, 14, 14),
+            (1, 2, 15, 15),
+            (1, 1, 14, 14),
+            (2, 0, 0, 0),
+            (2, 0, 1, 1),
+            (3, 0, 0, 0),
+            (3, 0, 1, 1),
+        ] {
+            assert_eq!(
+                back.check(pid, epoch, first, last),
+                s.check(pid, epoch, first, last),
+                "{pid} {epoch} {first}..={last}"
+            );
+        }
     }
 
     #[test]

@@ -31,6 +31,7 @@ use super::batch::{self, BatchHeader};
 use super::checkpoint;
 use super::cleaner::{self, CleanStats, CompactionOutcome, Throttle};
 use super::epochs::{EpochEntry, LeaderEpochCache};
+use super::producer_snapshot::{self, SnapshotEntry};
 use super::segment::{self, BatchInfo, SealedBytes, Segment};
 use super::{LogConfig, Result, StorageError};
 
@@ -80,6 +81,8 @@ pub struct OpenReport {
     /// Segments whose batches were re-validated and indexes rebuilt (after
     /// an unclean stop, or because an index was missing or corrupt).
     pub segments_recovered: usize,
+    /// Bytes of segment data re-validated (CRC) by that recovery.
+    pub bytes_read: u64,
 }
 
 /// How often `maybe_flush` checkpoints a changed high watermark (Kafka's
@@ -339,6 +342,7 @@ impl PartitionLog {
         let mut segments: Vec<Segment> = Vec::with_capacity(bases.len().max(1));
         // Recovered segments have preallocated indexes: sealed below unless last.
         let mut recovered = Vec::with_capacity(bases.len());
+        let mut bytes_validated = 0u64;
         for (i, &base) in bases.iter().enumerate() {
             let next_base = bases.get(i + 1).copied();
             let indexes_present = [segment::INDEX_SUFFIX, segment::TIME_INDEX_SUFFIX]
@@ -368,6 +372,7 @@ impl PartitionLog {
             }
             let mut truncated = false;
             if must_recover {
+                bytes_validated += seg.file().metadata()?.len();
                 let cut = seg.recover(
                     config.index_interval_bytes,
                     config.segment_index_bytes,
@@ -394,6 +399,7 @@ impl PartitionLog {
         let open_report = OpenReport {
             unclean: !clean && !bases.is_empty(),
             segments_recovered: recovered.iter().filter(|&&r| r).count(),
+            bytes_read: bytes_validated,
         };
         if segments.is_empty() {
             let base = checkpointed_start.unwrap_or(0).max(0);
@@ -506,6 +512,11 @@ impl PartitionLog {
                 pull_back(&log.dir, checkpoint::CLEANER_OFFSET_FILE, now);
             }
         }
+        // Producer state snapshots of a history that did not survive, or
+        // below the log start (a deletion interrupted after its checkpoint).
+        if let Err(e) = producer_snapshot::remove_outside(&log.dir, log_start_offset, log_end) {
+            tracing::warn!(dir = %log.dir.display(), error = %e, "cannot remove producer state snapshots");
+        }
         checkpoint::remove_clean_shutdown(&log.dir)?;
         tracing::debug!(
             dir = %log.dir.display(),
@@ -540,6 +551,76 @@ impl PartitionLog {
     fn active_mut(&mut self) -> &mut Segment {
         let last = self.segments.len() - 1;
         &mut self.segments[last]
+    }
+
+    /// Base offset of the active segment (it changes when the log rolls).
+    pub fn active_base_offset(&self) -> i64 {
+        self.active().base_offset()
+    }
+
+    /// The producer state snapshot a rebuild of the producer state starts
+    /// from: the newest usable one (see `producer_snapshot`) between the
+    /// log start and the recovery point (the log end after a clean start;
+    /// after an unclean one, what the last flush made durable). `None`: scan
+    /// from the log start.
+    pub fn latest_producer_snapshot(&self) -> Result<Option<(i64, Vec<SnapshotEntry>)>> {
+        let max = self.recovery_point.min(self.log_end_offset());
+        producer_snapshot::latest(&self.dir, self.log_start_offset, max)
+    }
+
+    /// Writes a producer state snapshot at the log end (`entries` must be
+    /// the state after every batch below it), unless one is there already,
+    /// and prunes older ones (see [`producer_snapshot::prune`]).
+    pub fn write_producer_snapshot(&mut self, entries: &[SnapshotEntry]) -> Result<()> {
+        let end = self.log_end_offset();
+        if end == self.log_start_offset {
+            // Nothing to replay: a start needs no snapshot.
+            return Ok(());
+        }
+        let existing = producer_snapshot::list(&self.dir)?;
+        if existing.contains(&end) {
+            return Ok(());
+        }
+        producer_snapshot::write(&self.dir, end, entries)?;
+        producer_snapshot::prune(&self.dir, self.recovery_point)?;
+        Ok(())
+    }
+
+    /// Calls `f` with the header of every batch from the one holding
+    /// `offset` to the log end (one `pread` of the header each); returns
+    /// the bytes read.
+    pub fn for_each_header_from(
+        &self,
+        offset: i64,
+        mut f: impl FnMut(&BatchHeader),
+    ) -> Result<u64> {
+        use std::os::unix::fs::FileExt;
+        let end = self.log_end_offset();
+        let mut offset = offset.max(self.log_start_offset);
+        let mut bytes = 0u64;
+        let mut header = [0u8; batch::BATCH_HEADER_LEN];
+        while offset < end {
+            let slice = self.read(offset, 1 << 20, end)?;
+            if slice.is_empty() {
+                break;
+            }
+            let mut pos = slice.position;
+            let stop = slice.position + slice.len;
+            let mut next = offset;
+            while pos + batch::BATCH_HEADER_LEN as u64 <= stop {
+                slice.file.read_exact_at(&mut header, pos)?;
+                bytes += batch::BATCH_HEADER_LEN as u64;
+                let h = BatchHeader::parse(&header)?;
+                f(&h);
+                next = h.last_offset() + 1;
+                pos += h.total_size() as u64;
+            }
+            if next <= offset {
+                break;
+            }
+            offset = next;
+        }
+        Ok(bytes)
     }
 
     /// Number of segments (for tests and metrics).
@@ -941,6 +1022,7 @@ impl PartitionLog {
         if self.epochs.truncate_from_end(new_end) {
             self.epochs.write()?;
         }
+        producer_snapshot::remove_outside(&self.dir, i64::MIN, new_end)?;
         Ok(())
     }
 
@@ -988,6 +1070,8 @@ impl PartitionLog {
         }
         self.epochs.clear();
         self.epochs.write()?;
+        // Every snapshot describes the history that goes.
+        producer_snapshot::remove_outside(&self.dir, i64::MAX, i64::MIN)?;
         checkpoint::remove_checkpoint(&self.dir, checkpoint::CLEANER_OFFSET_FILE)?;
         checkpoint::remove_checkpoint(&self.dir, checkpoint::CLEANER_TOMBSTONE_DUE_FILE)?;
         self.cleaned_to = None;
@@ -1232,6 +1316,10 @@ impl PartitionLog {
                 if let Err(e) = self.epochs.write() {
                     tracing::warn!(dir = %self.dir.display(), error = %e, "cannot write the leader epoch cache");
                 }
+            }
+            // Snapshots below the log start cannot be replayed from.
+            if let Err(e) = producer_snapshot::remove_outside(&self.dir, new_start, i64::MAX) {
+                tracing::warn!(dir = %self.dir.display(), error = %e, "cannot remove producer state snapshots");
             }
         }
         let count = count.min(self.segments.len().saturating_sub(1));
@@ -1765,3 +1853,7 @@ impl PartitionLog {
 #[cfg(test)]
 #[path = "log_repl_tests.rs"]
 mod repl_tests;
+
+#[cfg(test)]
+#[path = "log_snapshot_tests.rs"]
+mod snapshot_tests;

@@ -28,6 +28,7 @@ pub mod config;
 pub mod epochs;
 pub mod index;
 pub mod log;
+pub mod producer_snapshot;
 pub mod recompress;
 pub mod segment;
 pub mod space;
