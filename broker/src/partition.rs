@@ -1073,37 +1073,9 @@ mod tests {
     /// One batch of `n` records of idempotent producer `pid` in `epoch`,
     /// sequences `seq..seq + n`.
     fn idempotent(pid: i64, epoch: i16, seq: i32, n: usize) -> Vec<u8> {
-        use kafka_protocol::records::{
-            Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-        };
-        let records: Vec<Record> = (0..n)
-            .map(|i| Record {
-                transactional: false,
-                control: false,
-                delete_horizon: false,
-                partition_leader_epoch: -1,
-                producer_id: pid,
-                producer_epoch: epoch,
-                timestamp_type: TimestampType::Creation,
-                offset: i as i64,
-                sequence: seq + i as i32,
-                timestamp: 1_000 + i as i64,
-                key: None,
-                value: Some(Bytes::from(vec![b'v'; 30])),
-                headers: Default::default(),
-            })
-            .collect();
-        let mut buf = bytes::BytesMut::new();
-        RecordBatchEncoder::encode(
-            &mut buf,
-            &records,
-            &RecordEncodeOptions {
-                version: 2,
-                compression: Compression::None,
-            },
-        )
-        .unwrap();
-        buf.to_vec()
+        crate::storage::test_batches::idempotent_batch_of(pid, epoch, seq, n, 1_000, |_| {
+            (None, Some(Bytes::from(vec![b'v'; 30])))
+        })
     }
 
     fn produce(p: &Partition, pid: i64, seq: i32, n: usize) -> Result<Appended, TopicError> {

@@ -193,60 +193,26 @@ pub async fn run_reporting(
         None
     };
 
-    let hk_broker = broker.clone();
-    let interval = Duration::from_millis(
-        broker
-            .topics
-            .broker_config()
-            .log_retention_check_interval_ms
-            .clamp(100, 3_600_000) as u64,
+    let config = broker.topics.broker_config();
+    // Like Kafka, the first retention pass waits a little after start (30 s,
+    // or the check interval if shorter), so a restart does not race clients
+    // that are about to read.
+    let housekeeping = spawn_periodic(
+        &broker,
+        config.log_retention_check_interval_ms,
+        shutdown.clone(),
+        |b| b.topics.housekeeping(),
     );
-    let mut hk_shutdown = shutdown.clone();
-    let housekeeping = tokio::spawn(async move {
-        // Like Kafka, the first retention pass waits a little after start
-        // (30 s, or the check interval if shorter), so a restart does not
-        // race clients that are about to read.
-        let first = tokio::time::Instant::now() + interval.min(Duration::from_secs(30));
-        let mut tick = tokio::time::interval_at(first, interval);
-        loop {
-            tokio::select! {
-                _ = tick.tick() => {
-                    let b = hk_broker.clone();
-                    let _ = tokio::task::spawn_blocking(move || b.topics.housekeeping()).await;
-                }
-                r = hk_shutdown.changed() => if r.is_err() || *hk_shutdown.borrow() { break },
-            }
-        }
-    });
-
     // The log cleaner: compaction passes every log.cleaner.backoff.ms, on
     // its own cadence (Kafka's cleaner threads do the same), not the
     // retention check's (5 minutes by default).
-    let cleaner = broker.topics.broker_config().log_cleaner_enable.then(|| {
-        let cleaner_broker = broker.clone();
-        let backoff = Duration::from_millis(
-            cleaner_broker
-                .topics
-                .broker_config()
-                .log_cleaner_backoff_ms
-                .clamp(100, 3_600_000) as u64,
-        );
-        let mut cleaner_shutdown = shutdown.clone();
-        tokio::spawn(async move {
-            let first = tokio::time::Instant::now() + backoff.min(Duration::from_secs(30));
-            let mut tick = tokio::time::interval_at(first, backoff);
-            // a pass longer than the backoff: the next starts after it
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = tick.tick() => {
-                        let b = cleaner_broker.clone();
-                        let _ = tokio::task::spawn_blocking(move || b.topics.clean()).await;
-                    }
-                    r = cleaner_shutdown.changed() => if r.is_err() || *cleaner_shutdown.borrow() { break },
-                }
-            }
-        })
+    let cleaner = config.log_cleaner_enable.then(|| {
+        spawn_periodic(
+            &broker,
+            config.log_cleaner_backoff_ms,
+            shutdown.clone(),
+            |b| b.topics.clean(),
+        )
     });
 
     broker.set_ready(true);
@@ -347,4 +313,32 @@ async fn wait_for_signal() {
         }
         _ => std::future::pending::<()>().await,
     }
+}
+
+/// Runs `work` on the blocking pool every `interval_ms` (clamped to
+/// 100 ms..1 h), the first time after the interval or 30 s, whichever is
+/// shorter, until shutdown. A run longer than the interval delays the next
+/// one rather than piling runs up.
+fn spawn_periodic(
+    broker: &Arc<Broker>,
+    interval_ms: i64,
+    mut shutdown: watch::Receiver<bool>,
+    work: fn(&Broker),
+) -> tokio::task::JoinHandle<()> {
+    let broker = broker.clone();
+    let interval = Duration::from_millis(interval_ms.clamp(100, 3_600_000) as u64);
+    tokio::spawn(async move {
+        let first = tokio::time::Instant::now() + interval.min(Duration::from_secs(30));
+        let mut tick = tokio::time::interval_at(first, interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {
+                    let b = broker.clone();
+                    let _ = tokio::task::spawn_blocking(move || work(&b)).await;
+                }
+                r = shutdown.changed() => if r.is_err() || *shutdown.borrow() { break },
+            }
+        }
+    })
 }

@@ -28,29 +28,41 @@ fn round(r: usize, n: usize) -> Vec<Vec<u8>> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn produce_and_fetch_go_on_while_a_partition_is_cleaned() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let broker = start(
-        tmp.path(),
-        &[
-            "--set",
-            "log.cleaner.backoff.ms=300",
-            // ~1.5 MB to read and write: a pass of several seconds
-            "--set",
-            "log.cleaner.io.max.bytes.per.second=250000",
-        ],
-    )
-    .await;
+/// A broker with `settings` (`key=value`) and the compacted topic on it,
+/// rolling every `segment_bytes`, cleaned at any dirty ratio.
+async fn compacted_topic(
+    data: &Path,
+    settings: &[&str],
+    segment_bytes: u32,
+) -> (Running, tokio::net::TcpStream) {
+    let args: Vec<&str> = settings.iter().flat_map(|kv| ["--set", *kv]).collect();
+    let broker = start(data, &args).await;
     let mut s = broker.connect().await;
+    let segment_bytes = segment_bytes.to_string();
     create_with_configs(
         &mut s,
         TOPIC,
         &[
             ("cleanup.policy", "compact"),
-            ("internal.segment.bytes", "65536"),
+            ("internal.segment.bytes", &segment_bytes),
             ("min.cleanable.dirty.ratio", "0.01"),
         ],
+    )
+    .await;
+    (broker, s)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn produce_and_fetch_go_on_while_a_partition_is_cleaned() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    // ~1.5 MB to read and write at 250 KB/s: a pass of several seconds
+    let (broker, mut s) = compacted_topic(
+        tmp.path(),
+        &[
+            "log.cleaner.backoff.ms=300",
+            "log.cleaner.io.max.bytes.per.second=250000",
+        ],
+        65536,
     )
     .await;
     // 40 rounds of the same 20 keys (~800 KB) in many segments
@@ -140,25 +152,10 @@ async fn produce_and_fetch_go_on_while_a_partition_is_cleaned() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_disabled_cleaner_cleans_nothing() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let broker = start(
+    let (broker, mut s) = compacted_topic(
         tmp.path(),
-        &[
-            "--set",
-            "log.cleaner.backoff.ms=100",
-            "--set",
-            "log.cleaner.enable=false",
-        ],
-    )
-    .await;
-    let mut s = broker.connect().await;
-    create_with_configs(
-        &mut s,
-        TOPIC,
-        &[
-            ("cleanup.policy", "compact"),
-            ("internal.segment.bytes", "16384"),
-            ("min.cleanable.dirty.ratio", "0.01"),
-        ],
+        &["log.cleaner.backoff.ms=100", "log.cleaner.enable=false"],
+        16384,
     )
     .await;
     for r in 0..20 {

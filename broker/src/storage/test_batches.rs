@@ -14,6 +14,32 @@ pub fn batch_of(
     ts: i64,
     record: impl Fn(usize) -> (Option<Bytes>, Option<Bytes>),
 ) -> Vec<u8> {
+    // the encoder keeps records in one batch only while offset - sequence
+    // is constant
+    encode(n, ts, -1, -1, -1, record)
+}
+
+/// One uncompressed batch of `n` records of idempotent producer `pid` in
+/// `epoch`, sequences `seq..seq + n`, timestamps from `ts`.
+pub fn idempotent_batch_of(
+    pid: i64,
+    epoch: i16,
+    seq: i32,
+    n: usize,
+    ts: i64,
+    record: impl Fn(usize) -> (Option<Bytes>, Option<Bytes>),
+) -> Vec<u8> {
+    encode(n, ts, pid, epoch, seq, record)
+}
+
+fn encode(
+    n: usize,
+    ts: i64,
+    pid: i64,
+    epoch: i16,
+    first_seq: i32,
+    record: impl Fn(usize) -> (Option<Bytes>, Option<Bytes>),
+) -> Vec<u8> {
     let records: Vec<Record> = (0..n)
         .map(|i| {
             let (key, value) = record(i);
@@ -22,13 +48,11 @@ pub fn batch_of(
                 control: false,
                 delete_horizon: false,
                 partition_leader_epoch: -1,
-                producer_id: -1,
-                producer_epoch: -1,
+                producer_id: pid,
+                producer_epoch: epoch,
                 timestamp_type: TimestampType::Creation,
                 offset: i as i64,
-                // the encoder keeps records in one batch only while
-                // offset - sequence is constant
-                sequence: i as i32 - 1,
+                sequence: first_seq + i as i32,
                 timestamp: ts + i as i64,
                 key,
                 value,
