@@ -4,8 +4,9 @@
 //! session ids); `handlers::fetch` drives it, and `Broker` holds the one
 //! cache shared by all connections behind a mutex.
 //!
-//! A session is keyed by a random non-zero id and holds the partitions of
-//! its fetcher in a fixed order: for each, what the fetcher last asked
+//! A session is keyed by a random positive id (the handler draws them)
+//! and holds the partitions of its fetcher in a fixed order: for each,
+//! what the fetcher last asked
 //! (fetch offset, log start offset, max bytes, leader epochs) and what the
 //! broker last sent (high watermark, last stable offset, log start offset).
 //! An incremental request only names the partitions that changed; the

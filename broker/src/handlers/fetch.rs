@@ -537,8 +537,9 @@ fn settle_session(
                 .collect();
             let mut cache = broker.fetch_sessions.lock();
             let evictions = cache.evictions();
+            // positive ids, as Kafka's (kafka-python reads -1 as "throttled")
             let created = cache.create(replica >= 0, partitions, session_clock_ms(), || {
-                uuid::Uuid::new_v4().as_u128() as i32
+                (uuid::Uuid::new_v4().as_u128() as i32) & i32::MAX
             });
             broker
                 .metrics
