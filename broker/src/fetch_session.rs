@@ -40,7 +40,7 @@
 //! If no session can go, the new one is refused and the full fetch is
 //! answered with session id 0 (the client keeps sending full fetches).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// The session id of a fetch without a session.
 pub const NO_SESSION: i32 = 0;
@@ -170,23 +170,40 @@ impl Session {
         self.partitions.is_empty()
     }
 
-    fn position(&self, key: &PartitionKey) -> Option<usize> {
-        self.partitions.iter().position(|p| &p.request.key == key)
-    }
-
     /// Applies an incremental request: `changed` partitions are added (at
     /// the end) or have their request fields replaced; `forgotten` ones
-    /// leave the session.
+    /// leave the session. Linear in the session's size plus the request's.
     pub fn update(&mut self, changed: Vec<PartitionRequest>, forgotten: &[PartitionKey]) {
-        for request in changed {
-            match self.position(&request.key) {
+        let positions: Vec<Option<usize>> = {
+            let index: HashMap<(&str, i32), usize> = self
+                .partitions
+                .iter()
+                .enumerate()
+                .map(|(i, p)| ((p.request.key.topic.as_str(), p.request.key.partition), i))
+                .collect();
+            changed
+                .iter()
+                .map(|r| index.get(&(r.key.topic.as_str(), r.key.partition)).copied())
+                .collect()
+        };
+        let mut added: HashMap<PartitionKey, usize> = HashMap::new();
+        for (request, position) in changed.into_iter().zip(positions) {
+            match position.or_else(|| added.get(&request.key).copied()) {
                 Some(i) => self.partitions[i].request = request,
-                None => self.partitions.push(CachedPartition::new(request)),
+                None => {
+                    added.insert(request.key.clone(), self.partitions.len());
+                    self.partitions.push(CachedPartition::new(request));
+                }
             }
         }
         if !forgotten.is_empty() {
-            self.partitions
-                .retain(|p| !forgotten.contains(&p.request.key));
+            let forgotten: HashSet<(&str, i32)> = forgotten
+                .iter()
+                .map(|k| (k.topic.as_str(), k.partition))
+                .collect();
+            self.partitions.retain(|p| {
+                !forgotten.contains(&(p.request.key.topic.as_str(), p.request.key.partition))
+            });
         }
     }
 
@@ -582,7 +599,7 @@ mod tests {
     fn fetch_session_incremental_updates_and_forgets() {
         let mut cache = SessionCache::new(10, 1000);
         let id = cache.create(false, full(3), 0, ids()).unwrap();
-        let inc = cache
+        cache
             .incremental(
                 id,
                 1,
@@ -590,6 +607,20 @@ mod tests {
                 &[key("t", 2)],
                 1,
             )
+            .unwrap()
+            .unwrap();
+        // a partition listed twice is kept once, with its last request
+        let twice = vec![req("v", 0, 1), req("v", 0, 3)];
+        let inc = cache.incremental(id, 2, twice, &[], 1).unwrap().unwrap();
+        let v: Vec<i64> = inc
+            .partitions
+            .iter()
+            .filter(|p| p.request.key.topic == "v")
+            .map(|p| p.request.fetch_offset)
+            .collect();
+        assert_eq!(v, vec![3]);
+        let inc = cache
+            .incremental(id, 3, vec![], &[key("v", 0)], 1)
             .unwrap()
             .unwrap();
         let got: Vec<(String, i32, i64)> = inc
@@ -609,7 +640,7 @@ mod tests {
         );
         // forgetting everything closes the session
         let all = [key("t", 0), key("t", 1), key("u", 0)];
-        assert!(cache.incremental(id, 2, vec![], &all, 2).unwrap().is_none());
+        assert!(cache.incremental(id, 4, vec![], &all, 2).unwrap().is_none());
         assert!(cache.get(id).is_none());
     }
 
