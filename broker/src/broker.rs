@@ -50,6 +50,9 @@ pub struct Broker {
     pub client_quotas: crate::local_store::JsonFile<Vec<crate::quota::ClientQuotaRecord>>,
     /// Enforcement of the client quotas on this broker's traffic.
     pub quotas: crate::quota::QuotaManager,
+    /// Fetch sessions (KIP-227) of all connections; held only to look up,
+    /// create or update a session, never across a read or a wait.
+    pub fetch_sessions: parking_lot::Mutex<crate::fetch_session::SessionCache>,
 }
 
 impl Broker {
@@ -109,6 +112,10 @@ impl Broker {
             replicas,
             dynamic_configs,
             client_quotas,
+            fetch_sessions: parking_lot::Mutex::new(crate::fetch_session::SessionCache::new(
+                config.max_incremental_fetch_session_cache_slots,
+                config.min_incremental_fetch_session_eviction_ms,
+            )),
         }
     }
 

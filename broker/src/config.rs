@@ -156,6 +156,14 @@ pub struct BrokerConfig {
     /// request whose bytes do not all arrive within this time of its first
     /// byte closes the connection (slow or stalled senders).
     pub socket_request_read_timeout_ms: i64,
+    /// `max.incremental.fetch.session.cache.slots`: fetch sessions (KIP-227)
+    /// the broker keeps (0: none, every fetch is a full fetch).
+    pub max_incremental_fetch_session_cache_slots: usize,
+    /// `min.incremental.fetch.session.eviction.ms` (a constant in Kafka,
+    /// a config here so tests can shorten it): a fetch session unused this
+    /// long may be evicted, and one younger than this is only evicted by a
+    /// follower's (see `fetch_session`).
+    pub min_incremental_fetch_session_eviction_ms: u64,
     /// `broker.heartbeat.interval.ms` (cluster mode): how often this broker
     /// heartbeats to the controller (KRaft's name and default).
     pub broker_heartbeat_interval_ms: i64,
@@ -259,6 +267,8 @@ impl Default for BrokerConfig {
             connections_max_idle_ms: 600_000,
             queued_max_request_bytes: 256 * 1024 * 1024,
             socket_request_read_timeout_ms: 60_000,
+            max_incremental_fetch_session_cache_slots: crate::fetch_session::DEFAULT_CACHE_SLOTS,
+            min_incremental_fetch_session_eviction_ms: crate::fetch_session::DEFAULT_EVICTION_MS,
             broker_heartbeat_interval_ms: 2_000,
             broker_session_timeout_ms: 9_000,
             broker_rack: None,
@@ -566,6 +576,12 @@ impl BrokerConfig {
                 "queued.max.request.bytes" => c.queued_max_request_bytes = parse_num(k, v)?,
                 "socket.request.read.timeout.ms" => {
                     c.socket_request_read_timeout_ms = parse_num(k, v)?
+                }
+                "max.incremental.fetch.session.cache.slots" => {
+                    c.max_incremental_fetch_session_cache_slots = parse_num(k, v)?
+                }
+                "min.incremental.fetch.session.eviction.ms" => {
+                    c.min_incremental_fetch_session_eviction_ms = parse_num(k, v)?
                 }
                 "broker.heartbeat.interval.ms" => c.broker_heartbeat_interval_ms = parse_num(k, v)?,
                 "broker.session.timeout.ms" => c.broker_session_timeout_ms = parse_num(k, v)?,

@@ -26,6 +26,7 @@ use crate::config::BrokerConfig;
 pub const MOLDAU_BROKER_CONFIGS: &[&str] = &[
     "controller.lease.duration.ms",
     "controller.lease.retry.ms",
+    "min.incremental.fetch.session.eviction.ms",
     "socket.request.read.timeout.ms",
 ];
 

@@ -19,6 +19,7 @@ pub mod config;
 pub mod config_check;
 pub mod controller;
 pub mod dynamic_config;
+pub mod fetch_session;
 pub mod group;
 pub mod handlers;
 pub mod http;

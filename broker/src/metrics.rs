@@ -20,6 +20,16 @@ pub struct ReasonLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabel {
+    pub error: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ApiLabel {
     pub api: String,
 }
@@ -106,6 +116,16 @@ pub struct Metrics {
     pub quota_throttle_time_ms: Family<crate::quota::manager::QuotaLabels, Counter>,
     /// Client quotas: bytes (or handling ms) counted, by kind and client id.
     pub quota_recorded: Family<crate::quota::manager::QuotaLabels, Counter>,
+    /// Fetch sessions (KIP-227) in the cache.
+    pub fetch_sessions: Gauge,
+    /// Fetches of the session protocol, by kind: `full` (asking for a new
+    /// session) and `incremental` (accepted on a session).
+    pub fetch_session_requests: Family<KindLabel, Counter>,
+    /// Fetch sessions evicted to admit new ones.
+    pub fetch_session_evictions: Counter,
+    /// Incremental fetches refused, by error
+    /// (`fetch_session_id_not_found`, `invalid_fetch_session_epoch`).
+    pub fetch_session_errors: Family<ErrorLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -145,6 +165,10 @@ impl Default for Metrics {
             producer_snapshots_loaded: Counter::default(),
             quota_throttle_time_ms: Family::default(),
             quota_recorded: Family::default(),
+            fetch_sessions: Gauge::default(),
+            fetch_session_requests: Family::default(),
+            fetch_session_evictions: Counter::default(),
+            fetch_session_errors: Family::default(),
         }
     }
 }
@@ -334,6 +358,26 @@ impl Metrics {
             "quota_recorded",
             "Amounts counted against client quotas: bytes for produce and fetch, handling milliseconds for request; rate() of it is the client's rate",
             self.quota_recorded.clone(),
+        );
+        registry.register(
+            "fetch_sessions",
+            "Incremental fetch sessions (KIP-227) in the broker's cache",
+            self.fetch_sessions.clone(),
+        );
+        registry.register(
+            "fetch_session_requests",
+            "Fetches of the session protocol, by kind: full (asking for a new session) and incremental (served on a session)",
+            self.fetch_session_requests.clone(),
+        );
+        registry.register(
+            "fetch_session_evictions",
+            "Fetch sessions evicted from a full cache (max.incremental.fetch.session.cache.slots) to admit new ones",
+            self.fetch_session_evictions.clone(),
+        );
+        registry.register(
+            "fetch_session_errors",
+            "Incremental fetches refused, by error (fetch_session_id_not_found, invalid_fetch_session_epoch)",
+            self.fetch_session_errors.clone(),
         );
         let mut out = String::new();
         if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &registry) {

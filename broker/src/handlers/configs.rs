@@ -169,6 +169,14 @@ fn broker_values(cfg: &BrokerConfig) -> Vec<(&'static str, String)> {
             cfg.queued_max_request_bytes.to_string(),
         ),
         (
+            "max.incremental.fetch.session.cache.slots",
+            cfg.max_incremental_fetch_session_cache_slots.to_string(),
+        ),
+        (
+            "min.incremental.fetch.session.eviction.ms",
+            cfg.min_incremental_fetch_session_eviction_ms.to_string(),
+        ),
+        (
             "socket.request.read.timeout.ms",
             cfg.socket_request_read_timeout_ms.to_string(),
         ),

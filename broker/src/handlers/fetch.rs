@@ -12,8 +12,18 @@
 //! names its rack to an in-sync replica there (`preferred_read_replica`),
 //! and followers serve consumers below their own high watermark.
 //!
-//! Fetch sessions (KIP-227) are not kept: every answer has session id 0,
-//! which tells clients to keep sending full fetch requests.
+//! Fetch sessions (KIP-227, Fetch v7+): a full fetch with session id 0
+//! and epoch 0 creates a session if the broker's cache admits it (see
+//! `crate::fetch_session` for the cache and its eviction rules) and
+//! answers with its id; epoch -1 fetches without one. A full fetch naming
+//! a session closes it. An incremental fetch (a session id and its
+//! current epoch) names only the partitions that changed and those to
+//! forget; it is served, long-polling included, over the session's whole
+//! partition set, and its answer carries only the partitions with records,
+//! an error or changed offsets. An unknown session gets
+//! FETCH_SESSION_ID_NOT_FOUND, a wrong epoch INVALID_FETCH_SESSION_EPOCH
+//! (top-level errors; the client then starts over with a full fetch).
+//! Topics are named (Fetch v13+, with topic ids, is not offered).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,11 +31,17 @@ use std::time::Duration;
 use futures::future::select_all;
 use futures::FutureExt;
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::FetchRequest;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::{FetchRequest, TopicName};
+use kafka_protocol::protocol::StrBytes;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::broker::Broker;
+use crate::fetch_session::{
+    CachedPartition, PartitionAnswer, PartitionKey, PartitionRequest, SessionError, FINAL_EPOCH,
+    INITIAL_EPOCH, NO_SESSION,
+};
 use crate::metrics::Metrics;
 use crate::protocol::fetch_encode::{
     encode_fetch_response, FetchOut, PartitionOut, Piece, TopicOut,
@@ -328,6 +344,242 @@ fn watches(broker: &Broker, req: &FetchRequest) -> Vec<watch::Receiver<i64>> {
         .collect()
 }
 
+/// What a fetch does with fetch sessions.
+enum SessionPlan {
+    /// None: Fetch v4–v6, epoch -1, or a session its request emptied.
+    Sessionless,
+    /// A full fetch asking for a new session.
+    Create,
+    /// An incremental fetch on session `id`, which moved on to `epoch`;
+    /// `partitions` is a copy of the session's, which the request now lists.
+    Incremental {
+        id: i32,
+        epoch: i32,
+        partitions: Vec<CachedPartition>,
+    },
+}
+
+/// Milliseconds on a monotonic clock, for session use and age.
+fn session_clock_ms() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_millis() as u64
+}
+
+/// The partitions a request lists, in order.
+fn partition_requests(req: &FetchRequest) -> Vec<PartitionRequest> {
+    req.topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions.iter().map(move |p| PartitionRequest {
+                key: PartitionKey {
+                    topic: t.topic.0.as_str().to_string(),
+                    partition: p.partition,
+                },
+                fetch_offset: p.fetch_offset,
+                log_start_offset: p.log_start_offset,
+                max_bytes: p.partition_max_bytes,
+                current_leader_epoch: p.current_leader_epoch,
+                last_fetched_epoch: p.last_fetched_epoch,
+            })
+        })
+        .collect()
+}
+
+/// A session's partitions as a request's topics (consecutive partitions of
+/// a topic in one entry).
+fn session_topics(partitions: &[CachedPartition]) -> Vec<FetchTopic> {
+    let mut topics: Vec<FetchTopic> = Vec::new();
+    for p in partitions {
+        let r = &p.request;
+        let fp = FetchPartition::default()
+            .with_partition(r.key.partition)
+            .with_fetch_offset(r.fetch_offset)
+            .with_log_start_offset(r.log_start_offset)
+            .with_partition_max_bytes(r.max_bytes)
+            .with_current_leader_epoch(r.current_leader_epoch)
+            .with_last_fetched_epoch(r.last_fetched_epoch);
+        match topics.last_mut() {
+            Some(t) if t.topic.0.as_str() == r.key.topic => t.partitions.push(fp),
+            _ => topics.push(
+                FetchTopic::default()
+                    .with_topic(TopicName(StrBytes::from_string(r.key.topic.clone())))
+                    .with_partitions(vec![fp]),
+            ),
+        }
+    }
+    topics
+}
+
+/// What an answer says of each partition, in order.
+fn partition_answers(out: &FetchOut) -> Vec<PartitionAnswer> {
+    out.topics
+        .iter()
+        .flat_map(|t| &t.partitions)
+        .map(|p| PartitionAnswer {
+            has_records: p.records.as_ref().is_some_and(|r| r.len > 0),
+            error_code: p.error_code,
+            high_watermark: p.high_watermark,
+            last_stable_offset: p.last_stable_offset,
+            log_start_offset: p.log_start_offset,
+            preferred_read_replica: p.preferred_read_replica,
+            diverging: p.diverging_epoch.is_some(),
+        })
+        .collect()
+}
+
+fn count_sessions(broker: &Broker, cache: &crate::fetch_session::SessionCache) {
+    broker.metrics.fetch_sessions.set(cache.len() as i64);
+}
+
+/// Applies the session fields of a request (see the module doc): closes
+/// or moves a session on, and for an incremental fetch makes `req` list
+/// the session's whole partition set. `Err`: the top-level error.
+fn plan_session(
+    broker: &Broker,
+    req: &mut FetchRequest,
+    version: i16,
+) -> Result<SessionPlan, ResponseError> {
+    if version < 7 {
+        return Ok(SessionPlan::Sessionless);
+    }
+    let (id, epoch) = (req.session_id, req.session_epoch);
+    let requests = |kind: &str| {
+        broker
+            .metrics
+            .fetch_session_requests
+            .get_or_create(&crate::metrics::KindLabel { kind: kind.into() })
+            .inc();
+    };
+    if epoch == INITIAL_EPOCH || epoch == FINAL_EPOCH {
+        if id != NO_SESSION {
+            let mut cache = broker.fetch_sessions.lock();
+            cache.remove(id);
+            count_sessions(broker, &cache);
+        }
+        if epoch == FINAL_EPOCH {
+            return Ok(SessionPlan::Sessionless);
+        }
+        requests("full");
+        return Ok(SessionPlan::Create);
+    }
+    let changed = partition_requests(req);
+    let forgotten: Vec<PartitionKey> = req
+        .forgotten_topics_data
+        .iter()
+        .flat_map(|t| {
+            t.partitions.iter().map(|&partition| PartitionKey {
+                topic: t.topic.0.as_str().to_string(),
+                partition,
+            })
+        })
+        .collect();
+    let accepted = {
+        let mut cache = broker.fetch_sessions.lock();
+        let r = cache.incremental(id, epoch, changed, &forgotten, session_clock_ms());
+        count_sessions(broker, &cache);
+        r
+    };
+    match accepted {
+        Ok(Some(session)) => {
+            requests("incremental");
+            req.topics = session_topics(&session.partitions);
+            Ok(SessionPlan::Incremental {
+                id,
+                epoch: session.epoch,
+                partitions: session.partitions,
+            })
+        }
+        // Its request forgot every partition: the session is closed and
+        // what the request lists is fetched without one.
+        Ok(None) => Ok(SessionPlan::Sessionless),
+        Err(e) => {
+            let (code, label) = match e {
+                SessionError::NotFound => (
+                    ResponseError::FetchSessionIdNotFound,
+                    "fetch_session_id_not_found",
+                ),
+                SessionError::InvalidEpoch => (
+                    ResponseError::InvalidFetchSessionEpoch,
+                    "invalid_fetch_session_epoch",
+                ),
+            };
+            broker
+                .metrics
+                .fetch_session_errors
+                .get_or_create(&crate::metrics::ErrorLabel {
+                    error: label.into(),
+                })
+                .inc();
+            Err(code)
+        }
+    }
+}
+
+/// Finishes the session side of an answer: creates the session a full
+/// fetch asked for, or keeps only the partitions an incremental answer
+/// must carry; sets the answer's session id.
+fn settle_session(
+    broker: &Broker,
+    plan: SessionPlan,
+    req: &FetchRequest,
+    replica: i32,
+    out: &mut FetchOut,
+) {
+    match plan {
+        SessionPlan::Sessionless => {}
+        SessionPlan::Create => {
+            let partitions = partition_requests(req)
+                .into_iter()
+                .zip(partition_answers(out))
+                .collect();
+            let mut cache = broker.fetch_sessions.lock();
+            let evictions = cache.evictions();
+            // positive ids, as Kafka's (kafka-python reads -1 as "throttled")
+            let created = cache.create(replica >= 0, partitions, session_clock_ms(), || {
+                (uuid::Uuid::new_v4().as_u128() as i32) & i32::MAX
+            });
+            broker
+                .metrics
+                .fetch_session_evictions
+                .inc_by(cache.evictions() - evictions);
+            count_sessions(broker, &cache);
+            drop(cache);
+            out.session_id = created.unwrap_or(NO_SESSION);
+        }
+        SessionPlan::Incremental {
+            id,
+            epoch,
+            mut partitions,
+        } => {
+            let answers = partition_answers(out);
+            let chosen = {
+                let mut cache = broker.fetch_sessions.lock();
+                match cache
+                    .get_mut(id)
+                    .filter(|s| s.epoch == epoch && s.len() == answers.len())
+                {
+                    Some(session) => session.select(&answers),
+                    // closed or evicted while this fetch waited: answered as
+                    // the session stood; the next fetch learns it is gone
+                    None => {
+                        drop(cache);
+                        crate::fetch_session::select(&mut partitions, &answers)
+                    }
+                }
+            };
+            let mut chosen = chosen.into_iter();
+            for topic in &mut out.topics {
+                topic.partitions.retain(|_| chosen.next().unwrap_or(true));
+            }
+            out.topics.retain(|t| !t.partitions.is_empty());
+            out.session_id = id;
+        }
+    }
+}
+
 /// A fetch's response and how long its client is throttled for.
 pub struct Fetched {
     pub pieces: Vec<Piece>,
@@ -386,6 +638,20 @@ pub async fn handle(
             throttle_ms: 0,
         };
     }
+    let plan = match plan_session(broker, &mut req, version) {
+        Ok(plan) => plan,
+        Err(code) => {
+            let out = FetchOut {
+                throttle_time_ms: request_throttle_ms,
+                error_code: code.code(),
+                ..FetchOut::default()
+            };
+            return Fetched {
+                pieces: encode_fetch_response(correlation_id, version, &out),
+                throttle_ms: request_throttle_ms,
+            };
+        }
+    };
     let wait = Duration::from_millis(req.max_wait_ms.max(0) as u64).min(MAX_WAIT_CAP);
     let deadline = Instant::now() + wait;
     let min_bytes = req.min_bytes.max(0) as u64;
@@ -406,6 +672,7 @@ pub async fn handle(
             break gather(broker, &req, version);
         }
     };
+    settle_session(broker, plan, &req, replica, &mut gathered.out);
     let mut sent_total = 0;
     for topic in &gathered.out.topics {
         let sent: u64 = topic
