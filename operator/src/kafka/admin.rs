@@ -362,12 +362,15 @@ impl AdminClient {
         Ok((!result.topic_id.is_nil()).then(|| result.topic_id.to_string()))
     }
 
-    /// Grows a topic to `count` partitions.
+    /// Grows a topic to `count` partitions, placed by the cluster.
     pub async fn create_partitions(&mut self, name: &str, count: i32) -> Result<(), KafkaError> {
         let req = CreatePartitionsRequest::default()
             .with_topics(vec![CreatePartitionsTopic::default()
                 .with_name(TopicName(s(name)))
-                .with_count(count)])
+                .with_count(count)
+                // null, not the codec's default empty list: Kafka (and
+                // Moldau) refuse an empty list as INVALID_REPLICA_ASSIGNMENT
+                .with_assignments(None)])
             .with_timeout_ms(30_000);
         let resp = self.call(req, "CreatePartitions").await?;
         for r in resp.results {
