@@ -15,6 +15,8 @@ Outputs (in --out, default bench-results/<date>/):
 
 With --cluster, bench/cluster.py runs instead: three brokers of each kind,
 a topic with 3 replicas and min.insync.replicas=2, acks=all (see there).
+With --compaction, bench/compaction.py: produce latency while a compacted
+partition is cleaned, against the same without cleaning (see there).
 """
 from __future__ import annotations
 
@@ -415,6 +417,8 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="smaller loads (about 10 minutes)")
     ap.add_argument("--cluster", action="store_true",
                     help="3-broker clusters, RF=3, min.insync.replicas=2, acks=all (bench/cluster.py)")
+    ap.add_argument("--compaction", action="store_true",
+                    help="produce latency while a compacted partition is cleaned (bench/compaction.py)")
     ap.add_argument("--reps", type=int, default=None, help="repetitions per broker (default 3)")
     ap.add_argument("--out", default=None,
                     help="output directory (default bench-results/<date>, or <date>-cluster with --cluster)")
@@ -424,11 +428,16 @@ def main() -> int:
     ap.add_argument("--report-only", action="store_true", help="re-render from an existing raw.json")
     args = ap.parse_args()
     if args.out is None:
-        args.out = str(REPO / "bench-results" / (dt.date.today().isoformat() + ("-cluster" if args.cluster else "")))
+        suffix = "-cluster" if args.cluster else "-compaction" if args.compaction else ""
+        args.out = str(REPO / "bench-results" / (dt.date.today().isoformat() + suffix))
     if args.cluster:
         sys.path.insert(0, str(Path(__file__).parent))
         import cluster
         return cluster.main(args)
+    if args.compaction:
+        sys.path.insert(0, str(Path(__file__).parent))
+        import compaction
+        return compaction.main(args)
     if args.reps is None:
         args.reps = 3
     if args.report_only:

@@ -3,6 +3,7 @@
 #
 #   bench/run.sh [--quick] [--reps N] [--out DIR] [--only moldau|kafka]
 #   bench/run.sh --cluster [--quick] [--reps N] [--out DIR] [--only moldau|kafka]
+#   bench/run.sh --compaction [--quick] [--reps N] [--out DIR] [--only moldau|kafka]
 #   bench/run.sh [--cluster] --report-only --out DIR   # re-render the tables
 #
 # Builds the broker and the load generator in release mode (CARGO_TARGET_DIR
@@ -18,6 +19,10 @@
 # replicas and min.insync.replicas=2, acks=all, 100 B and 1 KiB records
 # (uncompressed; lz4 too without --quick); bench/cluster.py. Results:
 # bench-results/<date>-cluster/results.{md,json}. --quick: about 10 minutes.
+#
+# --compaction: produce p99 (paced, keyed) on a compacted partition of 256 MiB
+# (--quick) or 1 GiB while the cleaner works on it, against the same without
+# cleaning; bench/compaction.py. Results: bench-results/<date>-compaction/.
 #
 # MOLDAU_BENCH_BINS_DIR=DIR uses DIR/moldau-broker and DIR/moldau-bench as they
 # are (no cargo build), e.g. private copies that a concurrent build sharing the

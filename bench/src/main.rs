@@ -10,8 +10,11 @@
 //!   (default 1) and topic configs, ready once every partition has a leader
 //!   and all R replicas in sync;
 //! - `wait-cluster`: waits until the cluster's Metadata lists N brokers;
-//! - `produce`: as fast as the client can, measuring throughput and the
-//!   latency of every record from `send` to its delivery report;
+//! - `produce`: as fast as the client can (or paced, `--rate`), measuring
+//!   throughput and the latency of every record from `send` to its delivery
+//!   report; with `--keys N` records carry keys `key-0`..`key-(N-1)` in turn
+//!   (a compacted topic's load), and `--samples-out FILE` writes each
+//!   record's send time (Unix ms) and latency (µs) for windowed percentiles;
 //! - `consume`: a fresh consumer reads the topic from the beginning;
 //! - `e2e`: a paced producer and a consumer in one process; latency is the
 //!   time from `send` to the consumer seeing the record (same clock);
@@ -99,6 +102,15 @@ struct ProduceArgs {
     /// Producer `linger.ms`.
     #[arg(long, default_value_t = 5)]
     linger_ms: u64,
+    /// Records carry keys `key-0`..`key-(N-1)` in turn (0: no key).
+    #[arg(long, default_value_t = 0)]
+    keys: u64,
+    /// Records per second (0: as fast as possible).
+    #[arg(long, default_value_t = 0)]
+    rate: u64,
+    /// Writes `send_unix_ms latency_us` per acknowledged record here.
+    #[arg(long)]
+    samples_out: Option<std::path::PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -343,6 +355,8 @@ fn payload_pool(size: usize, n: usize) -> Vec<Vec<u8>> {
 struct Stats {
     base: Instant,
     latencies_us: Mutex<Vec<u32>>,
+    /// `(send ns since base, latency µs)` per record, when asked for.
+    samples: Option<Mutex<Vec<(u64, u32)>>>,
     acked: AtomicU64,
     acked_bytes: AtomicU64,
     failed: AtomicU64,
@@ -354,6 +368,7 @@ impl Stats {
         Self {
             base,
             latencies_us: Mutex::new(Vec::new()),
+            samples: None,
             acked: AtomicU64::new(0),
             acked_bytes: AtomicU64::new(0),
             failed: AtomicU64::new(0),
@@ -378,8 +393,12 @@ impl ProducerContext for Ctx {
         match result {
             Ok(m) => {
                 let us = now.saturating_sub(sent_ns as u64) / 1000;
+                let us = us.min(u64::from(u32::MAX)) as u32;
                 if let Ok(mut l) = self.0.latencies_us.lock() {
-                    l.push(us.min(u64::from(u32::MAX)) as u32);
+                    l.push(us);
+                }
+                if let Some(Ok(mut s)) = self.0.samples.as_ref().map(|s| s.lock()) {
+                    s.push((sent_ns as u64, us));
                 }
                 self.0.acked.fetch_add(1, Ordering::Relaxed);
                 self.0
@@ -424,7 +443,15 @@ fn pct_ms(sorted: &[u32], p: f64) -> Option<f64> {
 
 fn produce(a: &ProduceArgs) -> Result<()> {
     let base = Instant::now();
-    let stats = Arc::new(Stats::new(base));
+    let base_unix_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs_f64()
+        * 1e3;
+    let mut stats = Stats::new(base);
+    if a.samples_out.is_some() {
+        stats.samples = Some(Mutex::new(Vec::new()));
+    }
+    let stats = Arc::new(stats);
     let producer: BaseProducer<Ctx> =
         producer_config(&a.bootstrap, a.acks, a.compression, a.linger_ms)?
             .create_with_context(Ctx(Arc::clone(&stats)))?;
@@ -442,10 +469,25 @@ fn produce(a: &ProduceArgs) -> Result<()> {
             .saturating_sub(Duration::from_nanos(start_ns))
             < deadline
     {
+        if let Some(gap_ns) = (sent * 1_000_000_000).checked_div(a.rate) {
+            // paced: record n goes at start + n / rate
+            let due_ns = start_ns + gap_ns;
+            let now = stats.now_ns();
+            if now < due_ns {
+                producer.poll(Duration::ZERO);
+                thread::sleep(Duration::from_nanos((due_ns - now).min(1_000_000)));
+                continue;
+            }
+        }
         let value = &pool[(sent % pool.len() as u64) as usize];
-        let rec = BaseRecord::<(), [u8], usize>::with_opaque_to(&a.topic, stats.now_ns() as usize)
-            .partition(0)
-            .payload(value.as_slice());
+        let key = (a.keys > 0).then(|| format!("key-{}", sent % a.keys));
+        let mut rec =
+            BaseRecord::<str, [u8], usize>::with_opaque_to(&a.topic, stats.now_ns() as usize)
+                .partition(0)
+                .payload(value.as_slice());
+        if let Some(k) = &key {
+            rec = rec.key(k.as_str());
+        }
         match producer.send(rec) {
             Ok(()) => {
                 sent += 1;
@@ -473,6 +515,14 @@ fn produce(a: &ProduceArgs) -> Result<()> {
             .map_err(|_| anyhow::anyhow!("poisoned"))?,
     );
     lat.sort_unstable();
+    if let (Some(path), Some(samples)) = (&a.samples_out, &stats.samples) {
+        let samples = samples.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+        let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+        for (sent_ns, us) in samples.iter() {
+            writeln!(out, "{:.3} {us}", base_unix_ms + *sent_ns as f64 / 1e6)?;
+        }
+        out.flush()?;
+    }
     println!(
         "{}",
         json!({

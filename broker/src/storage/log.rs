@@ -1602,6 +1602,8 @@ impl PartitionLog {
             seg.relocate(&self.dir);
             self.segments[i] = seg;
         }
+        // the installs' last renames (see install_prepared)
+        checkpoint::fsync_dir(&self.dir)?;
         cleaner::remove_staging(&self.dir)?;
         // Segments left empty (other than the first, which keeps the log
         // start in place) hold nothing: remove them.
