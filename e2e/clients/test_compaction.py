@@ -10,7 +10,6 @@ test-only override internal.segment.bytes, which Moldau accepts too.
 
 from __future__ import annotations
 
-import os
 import shutil
 import time
 
@@ -32,21 +31,11 @@ BROKER_PROPS = {
 @pytest.fixture(scope="module")
 def cb():
     b = brokers.new_broker(STATE / f"own-test_compaction-{brokers.target()}")
-    path = b.workdir / "compaction-test.properties"
-    path.write_text("".join(f"{k}={v}\n" for k, v in BROKER_PROPS.items()))
-    key = "MOLDAU_CONFIG_FILE" if b.kind == "moldau" else "KAFKA_EXTRA_PROPS"
-    old = os.environ.get(key)
-    os.environ[key] = str(path)
     try:
-        b.start()
+        brokers.start_with_properties(b, BROKER_PROPS, "compaction-test")
     except Exception:
         b.close(keep=True)
         raise
-    finally:
-        if old is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = old
     yield b
     b.close(keep=True)
     shutil.rmtree(b.data_dir, ignore_errors=True)

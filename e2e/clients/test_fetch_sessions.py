@@ -175,22 +175,11 @@ def one_slot_broker():
     props = {"max.incremental.fetch.session.cache.slots": "1"}
     if b.kind == "moldau":
         props["min.incremental.fetch.session.eviction.ms"] = "100"
-    path = b.workdir / "fetch-sessions.properties"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-    key = "MOLDAU_CONFIG_FILE" if b.kind == "moldau" else "KAFKA_EXTRA_PROPS"
-    old = os.environ.get(key)
-    os.environ[key] = str(path)
     try:
-        b.start()
+        brokers.start_with_properties(b, props, "fetch-sessions")
     except Exception:
         b.close(keep=True)
         raise
-    finally:
-        if old is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = old
     yield b
     b.close(keep=True)
     shutil.rmtree(b.data_dir, ignore_errors=True)

@@ -52,24 +52,7 @@ def is_moldau() -> bool:
 # ---------------------------------------------------------------------------
 # the module's broker
 def _start_with_props(b: brokers.Broker, props: dict[str, str]) -> None:
-    path = b.workdir / "group-test.properties"
-    path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-    key = "MOLDAU_CONFIG_FILE" if b.kind == "moldau" else "KAFKA_EXTRA_PROPS"
-    orig = b.start
-
-    def start() -> None:
-        old = os.environ.get(key)
-        os.environ[key] = str(path)
-        try:
-            orig()
-        finally:
-            if old is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = old
-
-    b.start = start  # restart() calls self.start()
-    start()
+    brokers.start_with_properties(b, props, "group-test")
 
 
 @pytest.fixture(scope="module")

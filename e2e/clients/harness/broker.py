@@ -75,6 +75,32 @@ def free_port(host: str = "127.0.0.1") -> int:
             return port
 
 
+def start_with_properties(b: "Broker", props: dict[str, str], name: str = "test") -> None:
+    """Starts `b` with extra broker properties: a properties file given to
+    Moldau as MOLDAU_CONFIG_FILE and to Kafka as KAFKA_EXTRA_PROPS, set only
+    while it starts (other brokers of the session are not affected). Later
+    restarts of `b` (`restart()` calls `start()`) keep them."""
+    path = b.workdir / f"{name}.properties"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    key = "MOLDAU_CONFIG_FILE" if b.kind == "moldau" else "KAFKA_EXTRA_PROPS"
+    orig = b.start
+
+    def start() -> None:
+        old = os.environ.get(key)
+        os.environ[key] = str(path)
+        try:
+            orig()
+        finally:
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
+
+    b.start = start
+    start()
+
+
 class BrokerError(RuntimeError):
     pass
 
