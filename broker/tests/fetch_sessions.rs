@@ -15,7 +15,6 @@ use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProdu
 use kafka_protocol::messages::{
     ApiKey, FetchRequest, FetchResponse, ProduceRequest, ProduceResponse,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use wire_common::*;
 
@@ -102,19 +101,6 @@ fn partitions(resp: &FetchResponse) -> Vec<i32> {
     answered(resp).into_iter().map(|(p, _, _)| p).collect()
 }
 
-async fn metrics(http: std::net::SocketAddr) -> String {
-    let mut s = TcpStream::connect(http).await.expect("http");
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
-        .await
-        .expect("write");
-    let mut out = Vec::new();
-    tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut out))
-        .await
-        .expect("metrics timed out")
-        .expect("read");
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fetch_session_full_incremental_and_errors() {
     let dir = tempfile::tempdir().unwrap();
@@ -182,7 +168,7 @@ async fn fetch_session_full_incremental_and_errors() {
     assert_eq!(got[0].0, 2);
     assert!(got[0].1 > 0);
 
-    let m = metrics(broker.addrs.http).await;
+    let m = metrics_page(broker.addrs.http).await;
     assert_eq!(metric(&m, "moldau_fetch_sessions"), Some(1));
     assert_eq!(
         metric(&m, "moldau_fetch_session_requests_total{kind=\"full\"}"),
@@ -209,7 +195,7 @@ async fn fetch_session_full_incremental_and_errors() {
     // epoch -1 without a session creates none
     let sessionless = fetch(&mut s, &request(0, -1, &[(1, 0)], &[], 0)).await;
     assert_eq!(sessionless.session_id, 0);
-    let m = metrics(broker.addrs.http).await;
+    let m = metrics_page(broker.addrs.http).await;
     assert_eq!(metric(&m, "moldau_fetch_sessions"), Some(0));
     broker.stop().await;
 }
@@ -232,7 +218,7 @@ async fn fetch_session_one_slot_refuses_fresh_and_evicts_stale() {
     assert_eq!(partitions(&second), vec![0, 1]);
     let inc = fetch(&mut a, &request(first.session_id, 1, &[], &[], 0)).await;
     assert_eq!(inc.error_code, 0);
-    let m = metrics(broker.addrs.http).await;
+    let m = metrics_page(broker.addrs.http).await;
     assert_eq!(metric(&m, "moldau_fetch_session_evictions_total"), Some(0));
     broker.stop().await;
 
@@ -261,7 +247,7 @@ async fn fetch_session_one_slot_refuses_fresh_and_evicts_stale() {
     assert_eq!(evicted.error_code, FETCH_SESSION_ID_NOT_FOUND);
     let kept = fetch(&mut b, &request(second.session_id, 1, &[], &[], 0)).await;
     assert_eq!(kept.error_code, 0);
-    let m = metrics(broker.addrs.http).await;
+    let m = metrics_page(broker.addrs.http).await;
     assert_eq!(metric(&m, "moldau_fetch_session_evictions_total"), Some(1));
     assert_eq!(metric(&m, "moldau_fetch_sessions"), Some(1));
     broker.stop().await;

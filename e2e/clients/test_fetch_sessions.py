@@ -32,7 +32,7 @@ from confluent_kafka import Producer
 
 from conftest import STATE, create_topic, unique
 from harness import broker as brokers
-from harness.clients import JAVA_DIR, RDKAFKA_LOGGER
+from harness.clients import RDKAFKA_LOGGER, ClientError, java_program_classpath
 from harness.records import Consumed, Record, assert_same, gen_records
 
 pytestmark = [pytest.mark.timeout(600)]
@@ -44,23 +44,10 @@ CONSUMER_PROPS = {"fetch.max.bytes": "65536", "max.partition.fetch.bytes": "8192
 
 
 def java_classpath() -> str:
-    """SessionConsume's classes and the kafka-clients jars: maven's build
-    (scripts/install-test-deps.sh), else this one class compiled with javac
-    into e2e/.state (as test_groups.py does for GroupCheck)."""
-    lib = JAVA_DIR / "target" / "lib"
-    classes = JAVA_DIR / "target" / "classes"
-    src = JAVA_DIR / "src" / "main" / "java" / "io" / "moldau" / "e2e" / "SessionConsume.java"
-    if not lib.is_dir():
-        pytest.fail("Java client not built: run scripts/install-test-deps.sh")
-    built = classes / "io" / "moldau" / "e2e" / "SessionConsume.class"
-    if built.exists() and built.stat().st_mtime >= src.stat().st_mtime:
-        return f"{classes}{os.pathsep}{lib}/*"
-    out = brokers.REPO / "e2e" / ".state" / "clients" / "java-sessionconsume"
-    cls = out / "io" / "moldau" / "e2e" / "SessionConsume.class"
-    if not cls.exists() or cls.stat().st_mtime < src.stat().st_mtime:
-        out.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["javac", "-nowarn", "-d", str(out), "-cp", f"{lib}/*", str(src)], check=True, capture_output=True, timeout=180)
-    return f"{out}{os.pathsep}{lib}/*"
+    try:
+        return java_program_classpath("SessionConsume")
+    except ClientError as e:
+        pytest.fail(str(e))
 
 
 def produce_all(b: brokers.Broker, topic: str) -> dict[int, list[Record]]:

@@ -34,7 +34,7 @@ from conftest import STATE, admin_for, create_topic, retry_retriable, unique
 from harness import broker as brokers
 from harness import kgroup
 from harness.broker import _die_with_parent
-from harness.clients import JAVA_DIR, RDKAFKA_LOGGER
+from harness.clients import RDKAFKA_LOGGER, ClientError, java_program_classpath
 from harness.kcat import kcat_bin
 
 GROUP_PROPS = {
@@ -416,21 +416,10 @@ def test_kcat_balanced_consumer_group(gb):
 # ---------------------------------------------------------------------------
 # the Java client
 def java_group_classpath() -> str:
-    lib = JAVA_DIR / "target" / "lib"
-    classes = JAVA_DIR / "target" / "classes"
-    src = JAVA_DIR / "src" / "main" / "java" / "io" / "moldau" / "e2e" / "GroupCheck.java"
-    if not lib.is_dir():
-        pytest.fail("Java client not built: run scripts/install-test-deps.sh")
-    built = classes / "io" / "moldau" / "e2e" / "GroupCheck.class"
-    if built.exists() and built.stat().st_mtime >= src.stat().st_mtime:
-        return f"{classes}{os.pathsep}{lib}/*"
-    # not (re)built by maven yet: compile just this class
-    out = brokers.REPO / "e2e" / ".state" / "clients" / "java-groupcheck"
-    cls = out / "io" / "moldau" / "e2e" / "GroupCheck.class"
-    if not cls.exists() or cls.stat().st_mtime < src.stat().st_mtime:
-        out.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["javac", "-nowarn", "-d", str(out), "-cp", f"{lib}/*", str(src)], check=True, capture_output=True, timeout=180)
-    return f"{out}{os.pathsep}{lib}/*"
+    try:
+        return java_program_classpath("GroupCheck")
+    except ClientError as e:
+        pytest.fail(str(e))
 
 
 class JavaMember:

@@ -59,7 +59,7 @@ import pytest
 from conftest import STATE
 from harness import broker as brokers
 from harness import kcat
-from harness.clients import JAVA_DIR, RDKAFKA_LOGGER
+from harness.clients import RDKAFKA_LOGGER, ClientError, java_program_classpath
 from harness.cluster import Cluster, backend, cluster_args
 from harness.waiting import wait_until
 
@@ -334,23 +334,10 @@ class KcatProducer:
 
 
 def java_classpath() -> str:
-    """ReplicationCheck's classes and the kafka-clients jars: maven's build
-    (scripts/install-test-deps.sh), else this one class compiled with javac
-    into e2e/.state (as test_groups.py does for GroupCheck)."""
-    lib = JAVA_DIR / "target" / "lib"
-    classes = JAVA_DIR / "target" / "classes"
-    src = JAVA_DIR / "src" / "main" / "java" / "io" / "moldau" / "e2e" / "ReplicationCheck.java"
-    if not lib.is_dir():
-        pytest.fail("Java client not built: run scripts/install-test-deps.sh")
-    built = classes / "io" / "moldau" / "e2e" / "ReplicationCheck.class"
-    if built.exists() and built.stat().st_mtime >= src.stat().st_mtime:
-        return f"{classes}{os.pathsep}{lib}/*"
-    out = brokers.REPO / "e2e" / ".state" / "clients" / "java-replicationcheck"
-    cls = out / "io" / "moldau" / "e2e" / "ReplicationCheck.class"
-    if not cls.exists() or cls.stat().st_mtime < src.stat().st_mtime:
-        out.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["javac", "-nowarn", "-d", str(out), "-cp", f"{lib}/*", str(src)], check=True, capture_output=True, timeout=180)
-    return f"{out}{os.pathsep}{lib}/*"
+    try:
+        return java_program_classpath("ReplicationCheck")
+    except ClientError as e:
+        pytest.fail(str(e))
 
 
 class JavaProducer:

@@ -465,16 +465,7 @@ impl Child {
 
     /// The `/metrics` page.
     pub async fn metrics(&self) -> String {
-        let mut s = TcpStream::connect(self.http).await.expect("http");
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
-            .await
-            .expect("write");
-        let mut out = Vec::new();
-        tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut out))
-            .await
-            .expect("metrics timed out")
-            .expect("read");
-        String::from_utf8_lossy(&out).into_owned()
+        metrics_page(self.http).await
     }
 
     /// Sends `signal` and waits (at most `within`) for the process to exit.
@@ -502,4 +493,18 @@ impl Drop for Child {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The `/metrics` page of the broker whose HTTP listener is `http`.
+pub async fn metrics_page(http: std::net::SocketAddr) -> String {
+    let mut s = TcpStream::connect(http).await.expect("http");
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        .await
+        .expect("write");
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut out))
+        .await
+        .expect("metrics timed out")
+        .expect("read");
+    String::from_utf8_lossy(&out).into_owned()
 }

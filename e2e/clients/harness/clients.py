@@ -276,6 +276,30 @@ def _unb64n(s: str) -> bytes | None:
     return None if s == "~" else base64.b64decode(s)
 
 
+def java_program_classpath(program: str) -> str:
+    """The class path to run `io.moldau.e2e.<program>` with the kafka-clients
+    jars: maven's build (scripts/install-test-deps.sh) when it is up to date,
+    else that one class compiled with javac into e2e/.state. Raises
+    ClientError when the jars are missing."""
+    from .broker import REPO
+
+    lib = JAVA_DIR / "target" / "lib"
+    classes = JAVA_DIR / "target" / "classes"
+    src = JAVA_DIR / "src" / "main" / "java" / "io" / "moldau" / "e2e" / f"{program}.java"
+    if not lib.is_dir():
+        raise ClientError("Java client not built: run scripts/install-test-deps.sh")
+    built = classes / "io" / "moldau" / "e2e" / f"{program}.class"
+    if built.exists() and built.stat().st_mtime >= src.stat().st_mtime:
+        return f"{classes}{os.pathsep}{lib}/*"
+    out = REPO / "e2e" / ".state" / "clients" / f"java-{program.lower()}"
+    cls = out / "io" / "moldau" / "e2e" / f"{program}.class"
+    if not cls.exists() or cls.stat().st_mtime < src.stat().st_mtime:
+        out.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["javac", "-nowarn", "-d", str(out), "-cp", f"{lib}/*", str(src)],
+                       check=True, capture_output=True, timeout=180)
+    return f"{out}{os.pathsep}{lib}/*"
+
+
 class JavaClient(Client):
     """org.apache.kafka:kafka-clients via e2e/clients/java (ClientCheck)."""
 
