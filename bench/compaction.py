@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 from run import KAFKA_DIST, Kafka, Moldau, dir_bytes, log, machine_info, proc_status_kib
+from run import Runner as MatrixRunner
 
 TOPIC = "compacted"
 MODES = {
@@ -96,15 +97,9 @@ class Runner:
             "errors": [],
         }
 
-    def save(self) -> None:
-        (self.out / "raw.json").write_text(json.dumps(self.raw, indent=1))
-
-    def tool(self, *argv: str, timeout: float) -> dict:
-        p = subprocess.run([str(self.bench), *argv], capture_output=True, text=True, timeout=timeout)
-        line = next((ln for ln in reversed(p.stdout.splitlines()) if ln.startswith("{")), None)
-        if p.returncode != 0 or line is None:
-            raise RuntimeError(f"{argv[0]}: exit {p.returncode}: {p.stderr.strip()[-400:]}")
-        return json.loads(line)
+    # the matrix runner's: raw.json written atomically, one moldau-bench call
+    save = MatrixRunner.save
+    tool = MatrixRunner.tool
 
     def alter_lag(self, bootstrap: str) -> None:
         cmd = ["java", "-Xmx256m", f"-Dlog4j2.configurationFile={KAFKA_DIST / 'tools-log4j2.properties'}",
