@@ -131,7 +131,9 @@ class Moldau:
         self.proc = subprocess.Popen(
             [str(self.binary), "--listen", f"127.0.0.1:{self.port}",
              "--http-listen", f"127.0.0.1:{http}", "--data-dir", str(self.datadir),
-             "--log", "warn"],
+             # MOLDAU_BENCH_LOG: e.g. "warn,moldau_broker::topics=debug"
+             # shows each compaction pass's lock holds
+             "--log", os.environ.get("MOLDAU_BENCH_LOG", "warn")],
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         if not wait_port(self.port, 60, lambda: self.proc.poll() is None):
             raise RuntimeError(f"moldau did not start (see {out.name})")

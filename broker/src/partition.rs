@@ -279,6 +279,7 @@ impl Partition {
         config: storage::LogConfig,
     ) -> storage::Result<Self> {
         let mut log = PartitionLog::open(&dir, config, now_ms())?;
+        log.defer_file_removal();
         let end = log.log_end_offset();
         let hw = if topic.replication_factor > 1 {
             log.high_watermark().clamp(log.log_start_offset(), end)
@@ -885,7 +886,9 @@ impl Partition {
         if moved {
             self.publish_hw(hw);
         }
+        let retired = state.log.take_retired();
         drop(state);
+        drop(retired);
         Ok(())
     }
 
@@ -988,8 +991,17 @@ impl Partition {
         state.log.close_in_place()
     }
 
+    /// Runs `f` on the log under the partition's lock. Files `f` took out
+    /// of the log (retention, DeleteRecords, compaction) are removed after
+    /// the lock is released (see `storage::RetiredFiles`).
     pub fn with_log<T>(&self, f: impl FnOnce(&mut PartitionLog) -> T) -> T {
-        f(&mut self.lock().log)
+        let (out, retired) = {
+            let mut state = self.lock();
+            let out = f(&mut state.log);
+            (out, state.log.take_retired())
+        };
+        drop(retired);
+        out
     }
 
     pub fn size_bytes(&self) -> u64 {

@@ -2,12 +2,34 @@
 //! (`RLIMIT_NOFILE`, raised from the soft to the hard limit at start), the
 //! number of open descriptors (for `/metrics`), and the pacing of a
 //! listener whose `accept` fails (EMFILE/ENFILE), so it neither spins nor
-//! floods the log while descriptors are exhausted.
+//! floods the log while descriptors are exhausted; and the CPU priority of
+//! background maintenance threads.
 //!
 //! It owns no descriptors and touches no files other than `/proc/self/fd`.
 
 use std::io;
 use std::time::{Duration, Instant};
+
+/// The nice value of background maintenance threads (the log cleaner):
+/// under CPU contention the kernel gives them about a tenth of the share
+/// of a request-handling thread, so a compaction pass slows down rather
+/// than the produce and fetch paths; on an idle machine they run at full
+/// speed. (Redpanda runs compaction in a scheduling group with fewer
+/// shares for the same reason.)
+pub const BACKGROUND_NICE: i32 = 10;
+
+/// Lowers the calling thread's CPU priority to `nice` (Linux applies
+/// `setpriority(PRIO_PROCESS, tid)` to that one thread). A thread cannot
+/// raise its priority back without privileges, so only threads that do
+/// nothing else call this. Failing is logged and otherwise harmless.
+pub fn lower_this_threads_priority(nice: i32) {
+    // SAFETY: gettid has no preconditions; setpriority takes plain integers.
+    let tid = unsafe { libc::gettid() };
+    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) };
+    if rc != 0 {
+        tracing::warn!(nice, error = %io::Error::last_os_error(), "cannot lower a background thread's priority");
+    }
+}
 
 /// The soft and hard `RLIMIT_NOFILE`.
 pub fn nofile_limits() -> io::Result<(u64, u64)> {

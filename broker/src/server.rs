@@ -201,16 +201,19 @@ pub async fn run_reporting(
         &broker,
         config.log_retention_check_interval_ms,
         shutdown.clone(),
+        RunsOn::BlockingPool,
         |b| b.topics.housekeeping(),
     );
     // The log cleaner: compaction passes every log.cleaner.backoff.ms, on
     // its own cadence (Kafka's cleaner threads do the same), not the
-    // retention check's (5 minutes by default).
+    // retention check's (5 minutes by default), on a thread of its own at
+    // background priority so that a pass yields the CPU to requests.
     let cleaner = config.log_cleaner_enable.then(|| {
         spawn_periodic(
             &broker,
             config.log_cleaner_backoff_ms,
             shutdown.clone(),
+            RunsOn::LowPriorityThread("moldau-cleaner"),
             |b| b.topics.clean(),
         )
     });
@@ -315,30 +318,82 @@ async fn wait_for_signal() {
     }
 }
 
-/// Runs `work` on the blocking pool every `interval_ms` (clamped to
-/// 100 ms..1 h), the first time after the interval or 30 s, whichever is
-/// shorter, until shutdown. A run longer than the interval delays the next
-/// one rather than piling runs up.
+/// Where a periodic job runs.
+#[derive(Clone, Copy)]
+enum RunsOn {
+    /// tokio's blocking pool.
+    BlockingPool,
+    /// A thread of its own with this name, at [`crate::resources::BACKGROUND_NICE`]:
+    /// for work that may keep a core busy for seconds (compaction).
+    LowPriorityThread(&'static str),
+}
+
+/// Runs `work` every `interval_ms` (clamped to 100 ms..1 h), the first
+/// time after the interval or 30 s, whichever is shorter, until shutdown.
+/// A run longer than the interval delays the next one rather than piling
+/// runs up; shutdown waits for a run in progress.
 fn spawn_periodic(
     broker: &Arc<Broker>,
     interval_ms: i64,
     mut shutdown: watch::Receiver<bool>,
+    runs_on: RunsOn,
     work: fn(&Broker),
 ) -> tokio::task::JoinHandle<()> {
     let broker = broker.clone();
     let interval = Duration::from_millis(interval_ms.clamp(100, 3_600_000) as u64);
+    let thread = match runs_on {
+        RunsOn::BlockingPool => None,
+        RunsOn::LowPriorityThread(name) => low_priority_thread(name, &broker, work),
+    };
     tokio::spawn(async move {
         let first = tokio::time::Instant::now() + interval.min(Duration::from_secs(30));
         let mut tick = tokio::time::interval_at(first, interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                _ = tick.tick() => {
-                    let b = broker.clone();
-                    let _ = tokio::task::spawn_blocking(move || work(&b)).await;
-                }
+                _ = tick.tick() => match &thread {
+                    Some(runs) => {
+                        let (done, finished) = tokio::sync::oneshot::channel();
+                        if runs.send(done).is_ok() {
+                            let _ = finished.await;
+                        }
+                    }
+                    None => {
+                        let b = broker.clone();
+                        let _ = tokio::task::spawn_blocking(move || work(&b)).await;
+                    }
+                },
                 r = shutdown.changed() => if r.is_err() || *shutdown.borrow() { break },
             }
         }
+        // dropping `thread` ends the thread once its run (if any) is over
     })
+}
+
+/// A thread that runs `work` at background priority each time it is sent
+/// a completion sender, until the sending side is dropped. `None` (the
+/// blocking pool is used instead) if the thread cannot be started.
+fn low_priority_thread(
+    name: &'static str,
+    broker: &Arc<Broker>,
+    work: fn(&Broker),
+) -> Option<std::sync::mpsc::Sender<tokio::sync::oneshot::Sender<()>>> {
+    let (runs, requests) = std::sync::mpsc::channel::<tokio::sync::oneshot::Sender<()>>();
+    let broker = broker.clone();
+    let spawned = std::thread::Builder::new()
+        .name(name.to_string())
+        .spawn(move || {
+            crate::resources::lower_this_threads_priority(crate::resources::BACKGROUND_NICE);
+            while let Ok(done) = requests.recv() {
+                work(&broker);
+                let _ = done.send(());
+            }
+        });
+    match spawned {
+        Ok(_) => Some(runs),
+        Err(e) => {
+            tracing::warn!(thread = name, error = %e, "cannot start a background thread; using the blocking pool");
+            None
+        }
+    }
 }

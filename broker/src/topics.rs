@@ -899,6 +899,7 @@ impl TopicManager {
         for topic in self.all() {
             for p in &topic.partitions {
                 let now = now_ms();
+                let started = std::time::Instant::now();
                 let plan = p.with_log(|log| {
                     if log.config().compact {
                         log.plan_compaction(now)
@@ -906,19 +907,39 @@ impl TopicManager {
                         Ok(CompactionPlan::Nothing(Default::default()))
                     }
                 });
+                let planned = started.elapsed();
+                let mut ran_for = std::time::Duration::ZERO;
+                let mut swapped = std::time::Duration::ZERO;
                 let outcome = match plan {
                     Ok(CompactionPlan::Nothing(_)) => continue,
                     Ok(CompactionPlan::Pass(mut pass)) => {
+                        let t = std::time::Instant::now();
                         let ran = pass.run(&self.cleaner_throttle);
-                        p.with_log(|log| log.finish_compaction(pass, ran))
+                        ran_for = t.elapsed();
+                        let t = std::time::Instant::now();
+                        let finished = p.with_log(|log| log.finish_compaction(pass, ran));
+                        swapped = t.elapsed();
+                        finished
                     }
                     Err(e) => Err(e),
                 };
+                // The two lock holds are what produce and fetch of this
+                // partition wait for; logged so that a slow swap shows.
+                let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
                 match outcome {
                     Ok(o) if o.abandoned => {
                         tracing::info!(topic = %p.topic, partition = p.index, "compaction pass abandoned: the log changed while it ran")
                     }
-                    Ok(_) => {}
+                    Ok(o) => tracing::debug!(
+                        topic = %p.topic,
+                        partition = p.index,
+                        plan_ms = ms(planned),
+                        pass_ms = ms(ran_for),
+                        swap_ms = ms(swapped),
+                        segments_rewritten = o.segments_rewritten,
+                        segments_deleted = o.segments_deleted,
+                        "compaction pass"
+                    ),
                     Err(e) => {
                         tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "compaction failed")
                     }

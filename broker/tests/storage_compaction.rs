@@ -680,6 +680,10 @@ fn storage_compaction_crash_at_every_step_of_the_swap() {
             !dir.join("cleaner-staging").exists(),
             "{what}: staging left"
         );
+        assert!(
+            !dir.join("cleaner-commit").exists(),
+            "{what}: commit directory left"
+        );
         recs
     };
     let checkpoint_file = |state: &mut BTreeMap<String, Vec<u8>>| {
@@ -693,10 +697,12 @@ fn storage_compaction_crash_at_every_step_of_the_swap() {
         [format!("{stem}.index"), format!("{stem}.timeindex")]
     };
 
-    // This version's protocol: copies and their indexes are prepared in
-    // `cleaner-staging/` (without the partition's lock), then installed
-    // oldest first: copy → `<base>.log.swap` (commit point), its indexes
-    // renamed over the segment's, `.swap` → `.log`.
+    // Copies and their indexes are prepared in `cleaner-staging/`
+    // (without the partition's lock). This version then commits the whole
+    // pass (staging renamed `cleaner-commit/`) and installs from there;
+    // the previous one installed oldest first: copy → `<base>.log.swap`
+    // (commit point), its indexes renamed over the segment's, `.swap` →
+    // `.log`.
     let prepared_index = |name: &str| -> Vec<(String, Option<Vec<u8>>)> {
         index_names(name)
             .into_iter()
@@ -744,8 +750,72 @@ fn storage_compaction_crash_at_every_step_of_the_swap() {
     // B. Staged and the cleaner checkpoint written.
     checkpoint_file(&mut s);
     assert_eq!(check(&s, "staged, checkpoint written").len(), written.len());
-    // C. Installed one by one, oldest first, with a crash at every rename
-    // of segment j's installation.
+    // D. This version: the copies and the cleaner checkpoint staged
+    // together, committed (staging renamed `cleaner-commit/`), then a
+    // crash with any subset of the installs' renames done (they are
+    // fsynced once, after the last): here, for every j, segments before j
+    // installed, j with only its indexes or only its log moved, the rest
+    // still in the commit directory, the checkpoint moved or not. Every
+    // state recovers to the cleaned log.
+    let mut committed = before.clone();
+    let mut in_dir = BTreeMap::new();
+    checkpoint_file(&mut in_dir);
+    for (name, bytes) in in_dir {
+        committed.insert(format!("cleaner-commit/{name}"), bytes);
+    }
+    for (name, new) in &changed {
+        let bytes = new.clone().unwrap_or_default();
+        committed.insert(format!("cleaner-commit/{name}"), bytes);
+        for (idx, b) in prepared_index(name) {
+            if let Some(b) = b {
+                committed.insert(format!("cleaner-commit/{idx}"), b);
+            }
+        }
+    }
+    assert_eq!(check(&committed, "committed"), expected_after);
+    let move_index = |s: &mut BTreeMap<String, Vec<u8>>, name: &str| {
+        for (idx, b) in prepared_index(name) {
+            s.remove(&format!("cleaner-commit/{idx}"));
+            match b {
+                Some(b) => s.insert(idx, b),
+                None => s.remove(&idx),
+            };
+        }
+    };
+    let move_log = |s: &mut BTreeMap<String, Vec<u8>>, name: &str| {
+        let bytes = s.remove(&format!("cleaner-commit/{name}")).expect("copy");
+        s.insert(name.to_string(), bytes);
+    };
+    for j in 0..changed.len() {
+        let mut s = committed.clone();
+        if j % 2 == 1 {
+            let name = checkpoint::CLEANER_OFFSET_FILE;
+            let bytes = s.remove(&format!("cleaner-commit/{name}")).expect("staged");
+            s.insert(name.to_string(), bytes);
+        }
+        for (name, _) in &changed[..j] {
+            move_index(&mut s, name);
+            move_log(&mut s, name);
+        }
+        let name = &changed[j].0;
+        let mut only_index = s.clone();
+        move_index(&mut only_index, name);
+        assert_eq!(
+            check(&only_index, &format!("installing {j}: indexes moved")),
+            expected_after
+        );
+        let mut only_log = s.clone();
+        move_log(&mut only_log, name);
+        assert_eq!(
+            check(
+                &only_log,
+                &format!("installing {j}: log moved, indexes not")
+            ),
+            expected_after
+        );
+    }
+    // C. The previous version: installed one by one, oldest first, with a
+    // crash at every rename of segment j's installation.
     for j in 0..changed.len() {
         let mut s = before.clone();
         checkpoint_file(&mut s);
@@ -950,6 +1020,32 @@ fn storage_compaction_pass_runs_while_the_log_takes_appends() {
     let log = PartitionLog::open(tmp.path(), compact_config(), NOW).expect("reopen");
     assert_eq!(log.log_end_offset(), end);
     assert_eq!(read_all(&log).1, recs);
+}
+
+/// With removal deferred (as the broker runs its logs), the finish of a
+/// pass neither closes the files it replaced nor removes the segments it
+/// emptied: both wait in `take_retired()` for the caller to drop after
+/// releasing the partition's lock.
+#[test]
+fn storage_compaction_deferred_removal() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut log = PartitionLog::open(tmp.path(), compact_config(), NOW).expect("open");
+    log.defer_file_removal();
+    let written = fill_rounds(&mut log, 12);
+    let CompactionPlan::Pass(mut pass) = log.plan_compaction(NOW).expect("plan") else {
+        panic!("a pass is due");
+    };
+    pass.run(&Throttle::unlimited()).expect("run");
+    let out = log.finish_compaction(pass, Ok(())).expect("finish");
+    assert!(out.segments_rewritten > 0, "{out:?}");
+    assert!(!tmp.path().join("cleaner-commit").exists());
+    let emptied = files_with_suffix(tmp.path(), ".log.deleted").len();
+    assert_eq!(emptied, out.segments_deleted);
+    let retired = log.take_retired();
+    assert!(!retired.is_empty(), "the replaced files at least");
+    drop(retired);
+    assert!(files_with_suffix(tmp.path(), ".deleted").is_empty());
+    assert_eq!(latest(&read_all(&log).1), latest(&written));
 }
 
 /// A pass whose segments changed while it ran (retention, truncation) is

@@ -360,6 +360,37 @@ fn storage_retention_by_bytes() {
     assert!(log.size_bytes() > 0);
 }
 
+/// With removal deferred (as the broker runs its logs), retention renames
+/// the deleted segments `.deleted` and leaves their removal to whoever
+/// drops `take_retired()` — the broker does so after releasing the
+/// partition's lock, so that freeing large files never stalls appends.
+#[test]
+fn storage_retention_deferred_removal() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut log = PartitionLog::open(dir.path(), config(), NOW).expect("open");
+    log.defer_file_removal();
+    fill(&mut log, 60, NOW);
+    let mut cfg = config();
+    cfg.retention_bytes = 2048;
+    log.set_config(cfg);
+    let out = log.enforce_retention(NOW).expect("retention");
+    assert!(out.segments_deleted > 0);
+    let deleted = |suffix: &str| {
+        std::fs::read_dir(dir.path())
+            .expect("list")
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.ends_with(suffix))
+            .count()
+    };
+    // each deleted segment's files, renamed, still there
+    assert_eq!(deleted(".log.deleted"), out.segments_deleted);
+    let retired = log.take_retired();
+    assert!(!retired.is_empty());
+    assert!(log.take_retired().is_empty(), "taken once");
+    drop(retired);
+    assert_eq!(deleted(".deleted"), 0, "removed once dropped");
+}
+
 #[test]
 fn storage_delete_records_before() {
     let dir = tempfile::tempdir().expect("tempdir");

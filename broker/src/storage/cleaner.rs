@@ -37,22 +37,28 @@
 //! segments, which stays as a header-only batch so that the producer's
 //! sequence state rebuilt from the log survives (Kafka keeps it likewise).
 //!
-//! Crash safety (the swap, per segment, oldest first): the cleaned copy is
-//! written to `cleaner-staging/<base>.log` and fsynced, and its indexes are
-//! built beside it — all without the partition's lock. Under the lock, the
-//! log checkpoints the cleaner offset; then each copy is renamed to
-//! `<base>.log.swap` in the partition directory (the commit point,
-//! directory fsynced), its prepared indexes are renamed over the segment's,
-//! and the `.swap` is renamed over `<base>.log` (directory fsynced): a few
-//! renames, no data copied or read under the lock. On open,
-//! [`recover_leftovers`] removes the staging directory and every `.cleaned`
-//! file (an uncommitted pass; `.cleaned` is where earlier versions wrote
-//! copies) and completes every `<base>.log.swap` (removing that segment's
-//! indexes, whichever they are, and recovery rebuilds them). Because
-//! segments are committed oldest first, a crash leaves a prefix of cleaned
-//! segments followed by untouched ones: every record a cleaned segment
-//! dropped is superseded by a later record that is still present, so no
-//! latest value (nor a tombstone's effect) is lost.
+//! Crash safety (the swap, one commit per pass): each cleaned copy is
+//! written to `cleaner-staging/<base>.log` and fsynced, its indexes are
+//! built beside it, and the pass's cleaner checkpoints (the cleaner offset,
+//! below which offsets may have gaps, and when a kept tombstone is due)
+//! are written there too, the staging directory fsynced — all without the
+//! partition's lock. Under the lock, the staging directory is renamed
+//! `cleaner-commit/` (the commit point of the whole pass, the partition
+//! directory fsynced), each copy's indexes and the copy itself are renamed
+//! over the segment's, the checkpoints over the partition's, and the
+//! partition directory is fsynced once more before the commit directory
+//! goes: two fsyncs however many segments the pass rewrote, no data copied
+//! or read under the lock. On open,
+//! [`recover_leftovers`] removes the staging directory and every
+//! `.cleaned` file (an uncommitted pass; `.cleaned` is where earlier
+//! versions wrote copies), installs whatever a commit directory still
+//! holds (those segments' indexes are rebuilt), and completes every
+//! `<base>.log.swap` (the per-segment commit of earlier versions). A crash
+//! therefore keeps all of a pass's copies or none: every record a copy
+//! dropped is superseded by a later record that is still present, and a
+//! tombstone dropped in one copy never outlives the older values it
+//! deleted in another, so no latest value (nor a tombstone's effect) is
+//! lost.
 
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
@@ -431,35 +437,112 @@ pub fn write_cleaned(
     finish
 }
 
-/// Puts the prepared cleaned segment `<staging>/<base>.*` in place of the
-/// partition's segment `base`: the copy becomes `<base>.log.swap` (the
-/// commit point, directory fsynced), its indexes replace the segment's
-/// (renames; a crash before or after either leaves a `.swap` whose
-/// completion removes whatever indexes are there), and the `.swap` becomes
-/// `<base>.log`. That last rename is not fsynced here: until the caller's
-/// one directory fsync after the last install, a crash leaves the `.swap`,
-/// which recovery completes the same way — one fsync per segment under the
-/// partition's lock instead of two.
-pub fn install_prepared(dir: &Path, staging: &Path, base: i64) -> Result<()> {
-    fs::rename(
-        staging.join(segment::file_name(base, segment::LOG_SUFFIX)),
-        swap_path(dir, base),
-    )?;
+/// Where a committed pass's cleaned copies wait to be installed: the
+/// staging directory, renamed (see [`commit_pass`]).
+pub const COMMIT_DIR: &str = "cleaner-commit";
+
+/// `<dir>/cleaner-commit`.
+pub fn commit_dir(dir: &Path) -> PathBuf {
+    dir.join(COMMIT_DIR)
+}
+
+/// The commit point of a whole pass: the staging directory becomes the
+/// commit directory (one rename, the partition directory fsynced). Before
+/// it a crash discards the pass; after it recovery installs every copy
+/// (see [`recover_leftovers`]). The pass fsynced the staging directory
+/// (and each copy) before. All copies or none: a pass may drop a
+/// tombstone in one segment together with the older values it deleted in
+/// earlier ones, so a crash must never keep some of a pass's copies.
+pub fn commit_pass(dir: &Path) -> Result<()> {
+    fs::rename(staging_dir(dir), commit_dir(dir))?;
     checkpoint::fsync_dir(dir)?;
+    Ok(())
+}
+
+/// Installs the committed copy of segment `base`: its prepared indexes
+/// renamed over the segment's, then the copy renamed over `<base>.log`.
+/// Nothing is fsynced here: until [`finish_install`]'s one directory fsync
+/// a crash may keep any subset of these renames, and recovery finishes
+/// the rest from the commit directory.
+pub fn install_committed(dir: &Path, base: i64) -> Result<()> {
+    let commit = commit_dir(dir);
     for suffix in [segment::INDEX_SUFFIX, segment::TIME_INDEX_SUFFIX] {
         let name = segment::file_name(base, suffix);
-        match fs::rename(staging.join(&name), dir.join(&name)) {
+        match fs::rename(commit.join(&name), dir.join(&name)) {
             Ok(()) => {}
             Err(e) if e.kind() == ErrorKind::NotFound => remove_if_exists(&dir.join(&name))?,
             Err(e) => return Err(e.into()),
         }
     }
-    fs::rename(
-        swap_path(dir, base),
-        dir.join(segment::file_name(base, segment::LOG_SUFFIX)),
-    )?;
-    checkpoint::fsync_dir(dir)?;
+    let name = segment::file_name(base, segment::LOG_SUFFIX);
+    fs::rename(commit.join(&name), dir.join(&name))?;
     Ok(())
+}
+
+/// The cleaner checkpoints a pass staged (cleaner offset, tombstone due),
+/// renamed over the partition's; not fsynced, as [`install_committed`].
+pub fn install_checkpoints(dir: &Path) -> Result<()> {
+    let commit = commit_dir(dir);
+    for name in [
+        checkpoint::CLEANER_OFFSET_FILE,
+        checkpoint::CLEANER_TOMBSTONE_DUE_FILE,
+    ] {
+        match fs::rename(commit.join(name), dir.join(name)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// After every [`install_committed`] of a pass: fsyncs the partition
+/// directory (the installs are durable), then removes the commit
+/// directory.
+pub fn finish_install(dir: &Path) -> Result<()> {
+    checkpoint::fsync_dir(dir)?;
+    match fs::remove_dir_all(commit_dir(dir)) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Recovery of a committed pass interrupted while installing: every
+/// segment with a file left in the commit directory gets its copy (if the
+/// copy's rename did not survive) and loses its indexes, whichever they
+/// are (recovery rebuilds them). Returns those segments' base offsets.
+fn complete_committed(dir: &Path) -> Result<Vec<i64>> {
+    let commit = commit_dir(dir);
+    let mut bases = std::collections::BTreeSet::new();
+    for entry in fs::read_dir(&commit)? {
+        let name = entry?.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let base = [
+            segment::LOG_SUFFIX,
+            segment::INDEX_SUFFIX,
+            segment::TIME_INDEX_SUFFIX,
+        ]
+        .iter()
+        .find_map(|suffix| segment::parse_file_name(name, suffix));
+        if let Some(base) = base {
+            bases.insert(base);
+        }
+    }
+    for &base in &bases {
+        tracing::info!(dir = %dir.display(), base, "completing the install of a committed cleaned segment");
+        remove_if_exists(&dir.join(segment::file_name(base, segment::INDEX_SUFFIX)))?;
+        remove_if_exists(&dir.join(segment::file_name(base, segment::TIME_INDEX_SUFFIX)))?;
+        let name = segment::file_name(base, segment::LOG_SUFFIX);
+        match fs::rename(commit.join(&name), dir.join(&name)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    install_checkpoints(dir)?;
+    finish_install(dir)?;
+    Ok(bases.into_iter().collect())
 }
 
 /// Completes a committed swap: removes the segment's index files (rebuilt
@@ -485,6 +568,9 @@ pub fn recover_leftovers(dir: &Path) -> Result<Vec<i64>> {
         remove_staging(dir)?;
     }
     let mut completed = Vec::new();
+    if commit_dir(dir).exists() {
+        completed = complete_committed(dir)?;
+    }
     let mut names = Vec::new();
     for entry in fs::read_dir(dir)? {
         let entry = entry?;

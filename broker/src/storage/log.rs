@@ -131,6 +131,32 @@ pub struct PartitionLog {
     /// Random per opened log: with a segment's base offset it draws that
     /// segment's roll jitter (`segment.jitter.ms`), fixed for the segment.
     jitter_seed: u64,
+    /// Whether files taken out of the log wait in `retired` for the owner
+    /// to drop them after releasing its lock (see [`RetiredFiles`]).
+    defer_file_removal: bool,
+    retired: RetiredFiles,
+}
+
+/// Files that retention and compaction took out of a log, still open:
+/// dropping this removes the deleted segments' files (renamed `.deleted`
+/// already) and closes the replaced ones. Both free the files' blocks,
+/// which a filesystem does synchronously and which can take tens of
+/// milliseconds for large segments (much more with online discard), so the
+/// broker takes them out of the log under the partition's lock
+/// ([`PartitionLog::take_retired`]) and drops them after releasing it,
+/// keeping that work off the produce and fetch paths. Kafka defers it too
+/// (`file.delete.delay.ms`, on a scheduler thread).
+#[derive(Debug, Default)]
+#[must_use = "dropping it removes the files: do so without the partition's lock"]
+pub struct RetiredFiles {
+    deleted: Vec<segment::DeletedSegment>,
+    replaced: Vec<Segment>,
+}
+
+impl RetiredFiles {
+    pub fn is_empty(&self) -> bool {
+        self.deleted.is_empty() && self.replaced.is_empty()
+    }
 }
 
 /// What [`PartitionLog::plan_compaction`] decided.
@@ -201,6 +227,18 @@ impl CompactionPass {
             copy.flush()?;
             self.prepared.push((i, copy));
         }
+        // The checkpoints the pass leaves are staged with the copies and
+        // committed with them (see cleaner::commit_pass); writing them
+        // fsyncs the staging directory, which makes the copies' entries
+        // durable too.
+        let due = self.stats.next_tombstone_expiry.unwrap_or(i64::MAX);
+        checkpoint::write_checkpoints(
+            &self.staging,
+            &[
+                (checkpoint::CLEANER_OFFSET_FILE, self.clean_to),
+                (checkpoint::CLEANER_TOMBSTONE_DUE_FILE, due),
+            ],
+        )?;
         Ok(())
     }
 }
@@ -475,6 +513,8 @@ impl PartitionLog {
                 use std::hash::BuildHasher;
                 std::collections::hash_map::RandomState::new().hash_one(now_ms)
             },
+            defer_file_removal: false,
+            retired: RetiredFiles::default(),
         };
         if epochs_changed {
             // Failing (a full disk) is harmless: the next open redoes it.
@@ -1324,12 +1364,43 @@ impl PartitionLog {
         }
         let count = count.min(self.segments.len().saturating_sub(1));
         let mut bytes = 0;
-        for seg in self.segments.drain(..count) {
+        for seg in self.segments.drain(..count).collect::<Vec<_>>() {
             bytes += seg.size();
             tracing::info!(path = %seg.log_path().display(), "deleting segment");
-            seg.delete()?;
+            self.retire_deleted(seg)?;
         }
         Ok((count, bytes))
+    }
+
+    /// From now on, files that retention and compaction take out of the
+    /// log wait for [`PartitionLog::take_retired`] instead of being
+    /// removed at once (the broker's logs do this; see [`RetiredFiles`]).
+    pub fn defer_file_removal(&mut self) {
+        self.defer_file_removal = true;
+    }
+
+    /// The files taken out of the log since the last call, for the caller
+    /// to drop once it has released the partition's lock.
+    pub fn take_retired(&mut self) -> RetiredFiles {
+        std::mem::take(&mut self.retired)
+    }
+
+    /// Renames `seg`'s files `.deleted`; they are removed now, or when the
+    /// retired files are dropped if removal is deferred.
+    fn retire_deleted(&mut self, seg: Segment) -> Result<()> {
+        let deleted = seg.into_deleted()?;
+        if self.defer_file_removal {
+            self.retired.deleted.push(deleted);
+        }
+        Ok(())
+    }
+
+    /// `old`, whose file another one replaced, is closed now or when the
+    /// retired files are dropped if removal is deferred.
+    fn retire_replaced(&mut self, old: Segment) {
+        if self.defer_file_removal {
+            self.retired.replaced.push(old);
+        }
     }
 
     /// `DeleteRecords`: advances the log start offset to `offset` (deleting
@@ -1541,7 +1612,8 @@ impl PartitionLog {
     /// if the log still holds the segments the pass read (same files and
     /// sizes: no retention, truncation, move or later pass in between),
     /// checkpoints the cleaner offset and swaps the prepared segments in
-    /// (renames only, see `cleaner::install_prepared`), then removes
+    /// (renames and a constant number of fsyncs, see
+    /// `cleaner::commit_pass`), then removes
     /// segments other than the first that cleaning left empty. Otherwise
     /// nothing is swapped (`abandoned`; the next pass starts over). Either
     /// way the staging directory goes. `ran` is what
@@ -1592,19 +1664,21 @@ impl PartitionLog {
             outcome.abandoned = true;
             return Ok(outcome);
         }
-        // The checkpoint goes first: once a copy is committed, recovery
-        // must already know that its offsets may have gaps.
-        checkpoint::write_checkpoint(&self.dir, checkpoint::CLEANER_OFFSET_FILE, clean_to)?;
+        // The copies and the cleaner checkpoints (the cleaner offset tells
+        // recovery that offsets below it may have gaps) are committed
+        // together: two directory fsyncs under the lock, however many
+        // segments the pass rewrote (see cleaner::commit_pass).
         self.cleaned_to = Some(clean_to);
         outcome.segments_rewritten = prepared.len();
+        cleaner::commit_pass(&self.dir)?;
         for (i, mut seg) in prepared {
-            cleaner::install_prepared(&self.dir, &staging, seg.base_offset())?;
+            cleaner::install_committed(&self.dir, seg.base_offset())?;
             seg.relocate(&self.dir);
-            self.segments[i] = seg;
+            let old = std::mem::replace(&mut self.segments[i], seg);
+            self.retire_replaced(old);
         }
-        // the installs' last renames (see install_prepared)
-        checkpoint::fsync_dir(&self.dir)?;
-        cleaner::remove_staging(&self.dir)?;
+        cleaner::install_checkpoints(&self.dir)?;
+        cleaner::finish_install(&self.dir)?;
         // Segments left empty (other than the first, which keeps the log
         // start in place) hold nothing: remove them.
         let mut i = 1;
@@ -1613,7 +1687,7 @@ impl PartitionLog {
             if self.segments[i].is_empty() {
                 let seg = self.segments.remove(i);
                 tracing::debug!(path = %seg.log_path().display(), "removing a segment compaction emptied");
-                seg.delete()?;
+                self.retire_deleted(seg)?;
                 outcome.segments_deleted += 1;
                 end -= 1;
             } else {
@@ -1621,11 +1695,6 @@ impl PartitionLog {
             }
         }
         self.tombstone_due = stats.next_tombstone_expiry;
-        checkpoint::write_checkpoint(
-            &self.dir,
-            checkpoint::CLEANER_TOMBSTONE_DUE_FILE,
-            self.tombstone_due.unwrap_or(i64::MAX),
-        )?;
         outcome.records_removed = stats.records_removed;
         outcome.tombstones_removed = stats.tombstones_removed;
         outcome.bytes_after = self.segments[..end].iter().map(Segment::size).sum();

@@ -42,6 +42,7 @@ pub use epochs::{
 };
 pub use log::{
     AppendResult, CompactionPass, CompactionPlan, FetchSlice, PartitionLog, RetentionOutcome,
+    RetiredFiles,
 };
 
 /// Errors of the storage layer. Each maps onto one Kafka error code at the

@@ -816,8 +816,22 @@ impl Segment {
     /// Renames the segment's files with the `.deleted` suffix and removes
     /// them. Readers holding the `Arc<File>` keep reading the unlinked inode.
     pub fn delete(self) -> Result<()> {
+        drop(self.into_deleted()?);
+        Ok(())
+    }
+
+    /// The first half of [`Segment::delete`]: renames the segment's files
+    /// with the `.deleted` suffix (cheap, so it may happen under the
+    /// partition's lock) and returns them still open; dropping the
+    /// [`DeletedSegment`] removes them. Removal is the costly half: the
+    /// filesystem frees a large file's blocks when its last link and
+    /// descriptor go, which can take tens of milliseconds (more with
+    /// online discard), so the broker drops it after releasing the lock.
+    /// A crash in between leaves `.deleted` files, which open removes.
+    pub fn into_deleted(self) -> Result<DeletedSegment> {
         let Segment {
             log_path,
+            file,
             offset_index,
             time_index,
             ..
@@ -837,17 +851,44 @@ impl Segment {
             match fs::rename(&p, &to) {
                 Ok(()) => renamed.push(to),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e.into()),
+                Err(e) => {
+                    // what was renamed goes now; the rest stays a segment
+                    drop(DeletedSegment {
+                        renamed,
+                        _file: file,
+                    });
+                    return Err(e.into());
+                }
             }
         }
-        for p in renamed {
-            match fs::remove_file(&p) {
+        Ok(DeletedSegment {
+            renamed,
+            _file: file,
+        })
+    }
+}
+
+/// A segment renamed `.deleted` but not yet removed (see
+/// [`Segment::into_deleted`]): dropping it unlinks the files and closes
+/// the log file (readers holding their own `Arc<File>` keep the inode).
+#[derive(Debug)]
+pub struct DeletedSegment {
+    renamed: Vec<PathBuf>,
+    _file: Arc<File>,
+}
+
+impl Drop for DeletedSegment {
+    fn drop(&mut self) {
+        for p in &self.renamed {
+            match fs::remove_file(p) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e.into()),
+                // left for the next open, which removes `.deleted` files
+                Err(e) => {
+                    tracing::warn!(path = %p.display(), error = %e, "cannot remove a deleted segment file")
+                }
             }
         }
-        Ok(())
     }
 }
 
