@@ -135,6 +135,33 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_background_thread_runs_niced_and_others_do_not() {
+        let own = || {
+            // SAFETY: plain integers; errno is cleared first because -1
+            // is also a valid priority
+            unsafe {
+                *libc::__errno_location() = 0;
+                let tid = libc::gettid();
+                libc::getpriority(libc::PRIO_PROCESS, tid as libc::id_t)
+            }
+        };
+        let before = own();
+        let niced = std::thread::spawn(move || {
+            lower_this_threads_priority(BACKGROUND_NICE);
+            own()
+        })
+        .join()
+        .expect("thread");
+        if before <= BACKGROUND_NICE {
+            assert_eq!(niced, BACKGROUND_NICE);
+        } else {
+            // already nicer than that (raising priority needs privileges)
+            assert!(niced >= BACKGROUND_NICE, "{niced}");
+        }
+        assert_eq!(own(), before, "only that thread");
+    }
+
+    #[test]
     fn accept_backoff_grows_then_resets_and_logs_rarely() {
         let mut b = AcceptBackoff::default();
         let e = io::Error::from_raw_os_error(libc::EMFILE);
