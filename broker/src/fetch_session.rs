@@ -34,8 +34,9 @@
 //!    ago that has fewer partitions than the new one (a follower's only by
 //!    another follower's). Among those, the least valuable goes: a
 //!    consumer's before a follower's, then the fewest partitions, then the
-//!    least recently used. Kafka breaks ties of equal size by session id;
-//!    here an equal size never evicts.
+//!    least recently used (Kafka takes the lowest session id there). An
+//!    equal size never evicts, as in Kafka, whose tie-break by session id
+//!    always favours the existing session (the new one has none yet).
 //!
 //! If no session can go, the new one is refused and the full fetch is
 //! answered with session id 0 (the client keeps sending full fetches).

@@ -1611,8 +1611,8 @@ impl PartitionLog {
     /// The last phase of [`PartitionLog::compact`], under the log's lock:
     /// if the log still holds the segments the pass read (same files and
     /// sizes: no retention, truncation, move or later pass in between),
-    /// checkpoints the cleaner offset and swaps the prepared segments in
-    /// (renames and a constant number of fsyncs, see
+    /// commits the pass (the prepared segments and the cleaner checkpoints
+    /// together) and swaps them in (renames and two fsyncs, see
     /// `cleaner::commit_pass`), then removes
     /// segments other than the first that cleaning left empty. Otherwise
     /// nothing is swapped (`abandoned`; the next pass starts over). Either
@@ -1668,9 +1668,9 @@ impl PartitionLog {
         // recovery that offsets below it may have gaps) are committed
         // together: two directory fsyncs under the lock, however many
         // segments the pass rewrote (see cleaner::commit_pass).
-        self.cleaned_to = Some(clean_to);
         outcome.segments_rewritten = prepared.len();
         cleaner::commit_pass(&self.dir)?;
+        self.cleaned_to = Some(clean_to);
         for (i, mut seg) in prepared {
             cleaner::install_committed(&self.dir, seg.base_offset())?;
             seg.relocate(&self.dir);
