@@ -9,7 +9,9 @@
 //! - [`runner`]: the pod runner (`moldau-podrunner`), a minimal kubelet that
 //!   runs the containers of Pods bound to its Node as host processes;
 //! - [`leader`]: Lease-based leader election for tests (a thin wrapper over
-//!   the shared elector of `moldau_coordination::lease`).
+//!   the shared elector of `moldau_coordination::lease`);
+//! - [`ports`]: loopback ports for the processes tests start, never the
+//!   same one twice in a process.
 //!
 //! It must not depend on the broker's or the operator's internals: it drives
 //! them only as processes and through the Kubernetes API.
@@ -18,6 +20,7 @@ pub mod brokers;
 pub mod cluster;
 pub mod leader;
 pub mod paths;
+pub mod ports;
 pub mod runner;
 
 pub use cluster::*;

@@ -42,11 +42,7 @@ impl Drop for Broker {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    moldau_e2e::ports::unused_loopback_port()
 }
 
 fn install_crd() -> Result<()> {

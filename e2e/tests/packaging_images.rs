@@ -12,7 +12,6 @@
 mod packaging_support;
 
 use std::collections::BTreeMap;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -56,11 +55,7 @@ impl Buildah {
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    moldau_e2e::ports::unused_loopback_port()
 }
 
 #[test]

@@ -37,7 +37,7 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -88,11 +88,7 @@ fn pod_runner() -> Result<u32> {
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    moldau_e2e::ports::unused_loopback_port()
 }
 
 /// A `moldau-operator` process; SIGTERM then kill on drop.

@@ -64,10 +64,7 @@ fn broker_bin() -> PathBuf {
 }
 
 fn free_addr() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
+    SocketAddr::from(([127, 0, 0, 1], moldau_e2e::ports::unused_loopback_port()))
 }
 
 fn spawn(bin: &Path, id: i32, root: &Path) -> Node {

@@ -377,6 +377,29 @@ pub struct ChildOptions<'a> {
     pub args: &'a [&'a str],
 }
 
+/// A free address on 127.0.0.1 that no earlier call of this process
+/// returned: the kernel picks the port (bind to port 0) and it is released
+/// for the broker to bind; a released port is soon handed out again, so
+/// two calls in a row (a broker's Kafka and HTTP listeners) could
+/// otherwise get the same one. (`moldau_e2e::ports` does the same for the
+/// operator's and the e2e tests, which this crate does not depend on.)
+pub fn unused_loopback_addr() -> std::net::SocketAddr {
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let addr = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("bind a loopback port");
+        if GIVEN
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(addr.port())
+        {
+            return addr;
+        }
+    }
+}
+
 /// A broker child process (the binary built with these tests) on
 /// 127.0.0.1; killed on drop.
 pub struct Child {
@@ -390,13 +413,7 @@ impl Child {
     /// Starts a broker on `data`, logging to `log`.
     pub fn spawn(data: &Path, log: PathBuf, options: ChildOptions<'_>) -> Child {
         use std::os::unix::process::CommandExt;
-        let free = || {
-            std::net::TcpListener::bind("127.0.0.1:0")
-                .expect("bind")
-                .local_addr()
-                .expect("addr")
-        };
-        let (kafka, http) = (free(), free());
+        let (kafka, http) = (unused_loopback_addr(), unused_loopback_addr());
         let out = std::fs::File::create(&log).expect("log file");
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_moldau-broker"));
         cmd.args(["--listen", &kafka.to_string()])
