@@ -177,7 +177,11 @@ def test_two_java_consumers_share_one_session_slot(one_slot_broker):
     topic = create_topic(b, unique("onesslot"), PARTITIONS)
     produced = produce_all(b, topic)
     count = PARTITIONS * PER_PARTITION
-    consumers = [JavaSessionConsumer(b, unique(f"slot{i}"), topic, count, linger_ms=4000) for i in range(2)]
+    # Each keeps polling 12 s after it has read everything, so that the two
+    # fetch at the same time even when one JVM starts seconds after the
+    # other on a loaded machine (with 4 s, one consumer once finished and
+    # closed its session before the other's first fetch: no eviction).
+    consumers = [JavaSessionConsumer(b, unique(f"slot{i}"), topic, count, linger_ms=12000) for i in range(2)]
     results = [c.wait() for c in consumers]
     for consumed in results:
         assert_all_read(produced, consumed)
