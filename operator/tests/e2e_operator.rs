@@ -3078,7 +3078,19 @@ impl NumberedProducer {
             let mut n = 0u64;
             let pause = Duration::from_millis(1000 / per_second.max(1));
             while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
-                stdin.write_all(format!("{n}\n").as_bytes()).await?;
+                if let Err(e) = stdin.write_all(format!("{n}\n").as_bytes()).await {
+                    // kcat exited (a broken pipe): say why
+                    drop(stdin);
+                    let out =
+                        tokio::time::timeout(Duration::from_secs(10), child.wait_with_output())
+                            .await
+                            .context("kcat producer did not exit")??;
+                    anyhow::bail!(
+                        "kcat producer exited ({}) after {n} numbers, writing to it failed ({e}): {}",
+                        out.status,
+                        String::from_utf8_lossy(&out.stderr)
+                    );
+                }
                 n += 1;
                 tokio::time::sleep(pause).await;
             }
