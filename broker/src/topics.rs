@@ -923,8 +923,10 @@ impl TopicManager {
                     }
                     Err(e) => Err(e),
                 };
-                // The two lock holds are what produce and fetch of this
-                // partition wait for; logged so that a slow swap shows.
+                // The plan and the swap hold the partition's lock (what
+                // produce and fetch wait for); logged so that a slow one
+                // shows. swap_ms also counts freeing the retired files,
+                // which `with_log` does after releasing the lock.
                 let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
                 match outcome {
                     Ok(o) if o.abandoned => {
