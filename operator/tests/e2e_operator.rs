@@ -3051,6 +3051,18 @@ struct NumberedProducer {
 impl NumberedProducer {
     fn start(bootstrap: &str, topic: &str, per_second: u64) -> Result<NumberedProducer> {
         use tokio::io::AsyncWriteExt;
+        // librdkafka's log goes to a file, not a pipe nobody reads until the
+        // end (a full pipe would stall kcat), with the contexts that explain
+        // an idempotent producer's fatal error.
+        let log_path = std::env::temp_dir().join(format!(
+            "moldau-e2e-producer-{topic}-{}-{}.log",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis())
+                .unwrap_or_default()
+        ));
+        let log = std::fs::File::create(&log_path)?;
         let mut child = tokio::process::Command::new("kcat")
             .args([
                 "-b",
@@ -3064,16 +3076,35 @@ impl NumberedProducer {
                 "enable.idempotence=true",
                 "-X",
                 "linger.ms=5",
+                "-d",
+                "eos,topic,broker",
             ])
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
+            .stderr(log)
             .kill_on_drop(true)
             .spawn()
             .context("kcat (Debian package kcat)")?;
         let mut stdin = child.stdin.take().expect("piped");
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let stopped = stop.clone();
+        let log_file = log_path.clone();
+        let log_tail = move || {
+            let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            let errors: Vec<&str> = lines
+                .iter()
+                .copied()
+                .filter(|l| l.contains("ERROR") || l.contains("FATAL") || l.contains("fatal"))
+                .take(20)
+                .collect();
+            format!(
+                "first error lines:\n{}\n--- last 150 lines of {} ---\n{}",
+                errors.join("\n"),
+                log_path.display(),
+                lines[lines.len().saturating_sub(150)..].join("\n")
+            )
+        };
         let task = tokio::spawn(async move {
             let mut n = 0u64;
             let pause = Duration::from_millis(1000 / per_second.max(1));
@@ -3081,14 +3112,12 @@ impl NumberedProducer {
                 if let Err(e) = stdin.write_all(format!("{n}\n").as_bytes()).await {
                     // kcat exited (a broken pipe): say why
                     drop(stdin);
-                    let out =
-                        tokio::time::timeout(Duration::from_secs(10), child.wait_with_output())
-                            .await
-                            .context("kcat producer did not exit")??;
+                    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
+                        .await
+                        .context("kcat producer did not exit")??;
                     anyhow::bail!(
-                        "kcat producer exited ({}) after {n} numbers, writing to it failed ({e}): {}",
-                        out.status,
-                        String::from_utf8_lossy(&out.stderr)
+                        "kcat producer exited ({status}) after {n} numbers, writing to it failed ({e}): {}",
+                        log_tail()
                     );
                 }
                 n += 1;
@@ -3097,14 +3126,11 @@ impl NumberedProducer {
             drop(stdin);
             // kcat flushes what it holds on EOF (librdkafka retries through
             // leader changes) and exits
-            let out = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
+            let status = tokio::time::timeout(Duration::from_secs(120), child.wait())
                 .await
                 .context("kcat producer did not exit")??;
-            anyhow::ensure!(
-                out.status.success(),
-                "kcat producer: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            anyhow::ensure!(status.success(), "kcat producer: {status}: {}", log_tail());
+            let _ = std::fs::remove_file(&log_file);
             Ok(n)
         });
         Ok(NumberedProducer { stop, task })
