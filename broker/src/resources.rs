@@ -2,8 +2,8 @@
 //! (`RLIMIT_NOFILE`, raised from the soft to the hard limit at start), the
 //! number of open descriptors (for `/metrics`), and the pacing of a
 //! listener whose `accept` fails (EMFILE/ENFILE), so it neither spins nor
-//! floods the log while descriptors are exhausted; and the CPU priority of
-//! background maintenance threads.
+//! floods the log while descriptors are exhausted; and the CPU and I/O
+//! priority of background maintenance threads.
 //!
 //! It owns no descriptors and touches no files other than `/proc/self/fd`.
 
@@ -21,7 +21,11 @@ pub const BACKGROUND_NICE: i32 = 10;
 /// Lowers the calling thread's CPU priority to `nice` (Linux applies
 /// `setpriority(PRIO_PROCESS, tid)` to that one thread). A thread cannot
 /// raise its priority back without privileges, so only threads that do
-/// nothing else call this. Failing is logged and otherwise harmless.
+/// nothing else call this. The thread's I/O priority goes down with it
+/// (best-effort class, lowest level [`BACKGROUND_IO_LEVEL`]): the block
+/// layer's schedulers that honour priorities (mq-deadline, BFQ) serve the
+/// request handlers' reads and writes first. Failing is logged and
+/// otherwise harmless.
 pub fn lower_this_threads_priority(nice: i32) {
     // SAFETY: gettid has no preconditions; setpriority takes plain integers.
     let tid = unsafe { libc::gettid() };
@@ -29,6 +33,32 @@ pub fn lower_this_threads_priority(nice: i32) {
     if rc != 0 {
         tracing::warn!(nice, error = %io::Error::last_os_error(), "cannot lower a background thread's priority");
     }
+    // SAFETY: ioprio_set takes plain integers (who, id, priority).
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_ioprio_set,
+            IOPRIO_WHO_PROCESS,
+            tid,
+            background_io_priority(),
+        )
+    };
+    if rc != 0 {
+        tracing::warn!(error = %io::Error::last_os_error(), "cannot lower a background thread's I/O priority");
+    }
+}
+
+/// The best-effort level of background threads' I/O: 7, the lowest of the
+/// class (4 is every thread's default). Not the idle class, which a busy
+/// disk can starve for ever (a cleaner that never finishes lets a
+/// compacted partition grow without bound).
+pub const BACKGROUND_IO_LEVEL: i32 = 7;
+const IOPRIO_WHO_PROCESS: i32 = 1;
+const IOPRIO_CLASS_BE: i32 = 2;
+const IOPRIO_CLASS_SHIFT: i32 = 13;
+
+/// `ioprio_set`'s encoding of (best-effort, [`BACKGROUND_IO_LEVEL`]).
+fn background_io_priority() -> i32 {
+    (IOPRIO_CLASS_BE << IOPRIO_CLASS_SHIFT) | BACKGROUND_IO_LEVEL
 }
 
 /// The soft and hard `RLIMIT_NOFILE`.
@@ -145,13 +175,26 @@ mod tests {
                 libc::getpriority(libc::PRIO_PROCESS, tid as libc::id_t)
             }
         };
+        let io_priority = || {
+            // SAFETY: plain integers
+            unsafe {
+                libc::syscall(
+                    libc::SYS_ioprio_get,
+                    IOPRIO_WHO_PROCESS,
+                    libc::gettid(),
+                )
+            }
+        };
         let before = own();
-        let niced = std::thread::spawn(move || {
+        let io_before = io_priority();
+        let (niced, io_niced) = std::thread::spawn(move || {
             lower_this_threads_priority(BACKGROUND_NICE);
-            own()
+            (own(), io_priority())
         })
         .join()
         .expect("thread");
+        assert_eq!(io_niced, i64::from(background_io_priority()));
+        assert_eq!(io_priority(), io_before, "only that thread's I/O");
         if before <= BACKGROUND_NICE {
             assert_eq!(niced, BACKGROUND_NICE);
         } else {
