@@ -177,13 +177,7 @@ mod tests {
         };
         let io_priority = || {
             // SAFETY: plain integers
-            unsafe {
-                libc::syscall(
-                    libc::SYS_ioprio_get,
-                    IOPRIO_WHO_PROCESS,
-                    libc::gettid(),
-                )
-            }
+            unsafe { libc::syscall(libc::SYS_ioprio_get, IOPRIO_WHO_PROCESS, libc::gettid()) }
         };
         let before = own();
         let io_before = io_priority();
