@@ -2355,6 +2355,8 @@ impl GroupReader {
                 group,
                 "-X",
                 "auto.offset.reset=earliest",
+                // see NumberedProducer: not terminated by "all brokers down"
+                "-E",
                 "-q",
                 "-u",
                 topic,
@@ -3054,6 +3056,16 @@ impl NumberedProducer {
         // librdkafka's log goes to a file, not a pipe nobody reads until the
         // end (a full pipe would stall kcat), with the contexts that explain
         // an idempotent producer's fatal error.
+        //
+        // `-E`: kcat otherwise exits on librdkafka's informational "all
+        // broker connections are down", which a rolling restart can raise
+        // with two brokers up: a broker whose connection dropped counts as
+        // down until librdkafka reconnects to it, and librdkafka reconnects
+        // only when it has something to send there, so three restarts a few
+        // seconds apart can leave all three "down" (seen in about one run in
+        // four: kcat exit 1 after "3/3 brokers are down: terminating").
+        // librdkafka itself retries on; a record it finally fails to deliver
+        // still makes kcat exit 1 at the end (its delivery report count).
         let log_path = std::env::temp_dir().join(format!(
             "moldau-e2e-producer-{topic}-{}-{}.log",
             std::process::id(),
@@ -3078,6 +3090,7 @@ impl NumberedProducer {
                 "linger.ms=5",
                 "-d",
                 "eos,topic,broker",
+                "-E",
             ])
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
