@@ -17,6 +17,11 @@ With --cluster, bench/cluster.py runs instead: three brokers of each kind,
 a topic with 3 replicas and min.insync.replicas=2, acks=all (see there).
 With --compaction, bench/compaction.py: produce latency while a compacted
 partition is cleaned, against the same without cleaning (see there).
+With --partitions, bench/partitions.py: produce and consume throughput on one
+topic of 1,000 partitions with 10 producer and 10 consumer connections.
+With --restart, bench/restart.py: time from start to ready after a clean stop
+and after kill -9, with 1,000 partitions holding a small and a large amount of
+data.
 """
 from __future__ import annotations
 
@@ -122,21 +127,31 @@ class Moldau:
         self.datadir = datadir
         self.proc: subprocess.Popen | None = None
         self.port = 0
+        self.http_port = 0
+
+    @property
+    def logfile(self) -> Path:
+        return self.datadir.parent / f"{self.datadir.name}.log"
+
+    def spawn(self) -> None:
+        """Starts the process on new ports without waiting for it (restart.py
+        starts it again on the same data directory and times it)."""
+        self.port = free_port()
+        self.http_port = free_port()
+        self.datadir.mkdir(parents=True, exist_ok=True)
+        with open(self.logfile, "a") as out:
+            self.proc = subprocess.Popen(
+                [str(self.binary), "--listen", f"127.0.0.1:{self.port}",
+                 "--http-listen", f"127.0.0.1:{self.http_port}", "--data-dir", str(self.datadir),
+                 # MOLDAU_BENCH_LOG: e.g. "warn,moldau_broker::topics=debug"
+                 # shows each compaction pass's lock holds
+                 "--log", os.environ.get("MOLDAU_BENCH_LOG", "warn")],
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
     def start(self) -> None:
-        self.port = free_port()
-        http = free_port()
-        self.datadir.mkdir(parents=True, exist_ok=True)
-        out = open(self.datadir.parent / f"{self.datadir.name}.log", "w")
-        self.proc = subprocess.Popen(
-            [str(self.binary), "--listen", f"127.0.0.1:{self.port}",
-             "--http-listen", f"127.0.0.1:{http}", "--data-dir", str(self.datadir),
-             # MOLDAU_BENCH_LOG: e.g. "warn,moldau_broker::topics=debug"
-             # shows each compaction pass's lock holds
-             "--log", os.environ.get("MOLDAU_BENCH_LOG", "warn")],
-            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.spawn()
         if not wait_port(self.port, 60, lambda: self.proc.poll() is None):
-            raise RuntimeError(f"moldau did not start (see {out.name})")
+            raise RuntimeError(f"moldau did not start (see {self.logfile})")
 
     @property
     def pid(self) -> int:
@@ -208,7 +223,9 @@ class Runner:
 
     def tool(self, *argv: str, timeout: float) -> dict:
         cmd = [str(self.bench), *argv]
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        # An error's message, not a backtrace, in the last lines of stderr.
+        env = {**os.environ, "RUST_LIB_BACKTRACE": "0"}
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
         line = next((ln for ln in reversed(p.stdout.splitlines()) if ln.startswith("{")), None)
         if p.returncode != 0 or line is None:
             raise RuntimeError(f"{' '.join(argv[:3])}: exit {p.returncode}: "
@@ -421,6 +438,10 @@ def main() -> int:
                     help="3-broker clusters, RF=3, min.insync.replicas=2, acks=all (bench/cluster.py)")
     ap.add_argument("--compaction", action="store_true",
                     help="produce latency while a compacted partition is cleaned (bench/compaction.py)")
+    ap.add_argument("--partitions", action="store_true",
+                    help="throughput on 1,000 partitions, 10 producers and 10 consumers (bench/partitions.py)")
+    ap.add_argument("--restart", action="store_true",
+                    help="time to ready after SIGTERM and after kill -9, 1,000 partitions (bench/restart.py)")
     ap.add_argument("--reps", type=int, default=None, help="repetitions per broker (default 3)")
     ap.add_argument("--out", default=None,
                     help="output directory (default bench-results/<date>, or <date>-cluster with --cluster)")
@@ -430,7 +451,8 @@ def main() -> int:
     ap.add_argument("--report-only", action="store_true", help="re-render from an existing raw.json")
     args = ap.parse_args()
     if args.out is None:
-        suffix = "-cluster" if args.cluster else "-compaction" if args.compaction else ""
+        suffix = ("-cluster" if args.cluster else "-compaction" if args.compaction
+                  else "-partitions" if args.partitions else "-restart" if args.restart else "")
         args.out = str(REPO / "bench-results" / (dt.date.today().isoformat() + suffix))
     if args.cluster:
         sys.path.insert(0, str(Path(__file__).parent))
@@ -440,6 +462,14 @@ def main() -> int:
         sys.path.insert(0, str(Path(__file__).parent))
         import compaction
         return compaction.main(args)
+    if args.partitions:
+        sys.path.insert(0, str(Path(__file__).parent))
+        import partitions
+        return partitions.main(args)
+    if args.restart:
+        sys.path.insert(0, str(Path(__file__).parent))
+        import restart
+        return restart.main(args)
     if args.reps is None:
         args.reps = 3
     if args.report_only:

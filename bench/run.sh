@@ -4,6 +4,8 @@
 #   bench/run.sh [--quick] [--reps N] [--out DIR] [--only moldau|kafka]
 #   bench/run.sh --cluster [--quick] [--reps N] [--out DIR] [--only moldau|kafka]
 #   bench/run.sh --compaction [--quick] [--reps N] [--out DIR] [--only moldau|kafka]
+#   bench/run.sh --partitions [--quick] [--reps N] [--out DIR] [--only moldau|kafka]
+#   bench/run.sh --restart [--quick] [--reps N] [--out DIR] [--only moldau|kafka]
 #   bench/run.sh [--cluster] --report-only --out DIR   # re-render the tables
 #
 # Builds the broker and the load generator in release mode (CARGO_TARGET_DIR
@@ -23,6 +25,17 @@
 # --compaction: produce p99 (paced, keyed) on a compacted partition of 256 MiB
 # (--quick) or 1 GiB while the cleaner works on it, against the same without
 # cleaning; bench/compaction.py. Results: bench-results/<date>-compaction/.
+#
+# --partitions: one topic of 1,000 partitions; produce throughput with 10
+# producer connections (1 KiB records over all partitions, acks=1, linger 5 ms)
+# and consume throughput with 10 consumer connections reading all partitions,
+# peak RSS; bench/partitions.py. Results: bench-results/<date>-partitions/.
+# --quick: about 7 minutes.
+#
+# --restart: 1,000 partitions filled with 100 MiB then 1 GiB (--quick) or 1 GiB
+# then 10 GiB; at each size the time from start to ready after kill -9 and
+# after SIGTERM (and the SIGTERM's stop time); bench/restart.py. Results:
+# bench-results/<date>-restart/. --quick: about 12 minutes.
 #
 # MOLDAU_BENCH_BINS_DIR=DIR uses DIR/moldau-broker and DIR/moldau-bench as they
 # are (no cargo build), e.g. private copies that a concurrent build sharing the

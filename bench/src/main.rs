@@ -15,7 +15,14 @@
 //!   report; with `--keys N` records carry keys `key-0`..`key-(N-1)` in turn
 //!   (a compacted topic's load), and `--samples-out FILE` writes each
 //!   record's send time (Unix ms) and latency (µs) for windowed percentiles;
-//! - `consume`: a fresh consumer reads the topic from the beginning;
+//!   with `--producers N --partitions P`, N producers (one client, so one
+//!   connection, each) send in parallel, each over all P partitions in turn;
+//! - `consume`: a fresh consumer reads the topic from the beginning; with
+//!   `--consumers N --partitions P`, N consumers (one connection each) read
+//!   P partitions, consumer k the partitions p with p mod N = k;
+//! - `wait-ready`: returns once one ListOffsets (latest) answers without
+//!   error for every partition of a topic (a restarted broker is ready, as
+//!   a client sees it);
 //! - `e2e`: a paced producer and a consumer in one process; latency is the
 //!   time from `send` to the consumer seeing the record (same clock);
 //! - `tcp`: single-connection loopback TCP bandwidth (a machine limit).
@@ -111,6 +118,35 @@ struct ProduceArgs {
     /// Writes `send_unix_ms latency_us` per acknowledged record here.
     #[arg(long)]
     samples_out: Option<std::path::PathBuf>,
+    /// Producer clients sending in parallel (one thread and connection each);
+    /// `--count` and `--rate` are totals shared among them.
+    #[arg(long, default_value_t = 1)]
+    producers: u64,
+    /// Records go to partitions 0..P in turn (each producer starting at its
+    /// own share of the range).
+    #[arg(long, default_value_t = 1)]
+    partitions: u64,
+}
+
+#[derive(Parser)]
+struct ConsumeArgs {
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    bootstrap: String,
+    #[arg(long)]
+    topic: String,
+    /// Stop after this many records (in all)…
+    #[arg(long)]
+    count: u64,
+    /// …or after this many seconds.
+    #[arg(long, default_value_t = 30.0)]
+    max_seconds: f64,
+    /// Partitions 0..P are read.
+    #[arg(long, default_value_t = 1)]
+    partitions: i32,
+    /// Consumer clients reading in parallel (one thread and connection each),
+    /// consumer k the partitions p with p mod N = k.
+    #[arg(long, default_value_t = 1)]
+    consumers: i32,
 }
 
 #[derive(Subcommand)]
@@ -140,17 +176,17 @@ enum Cmd {
     },
     /// Produce as fast as possible; throughput and per-record ack latency.
     Produce(ProduceArgs),
-    /// Read partition 0 of a topic from the beginning; throughput.
-    Consume {
+    /// Read partitions 0..P of a topic from the beginning; throughput.
+    Consume(ConsumeArgs),
+    /// Wait until ListOffsets answers for every partition of a topic.
+    WaitReady {
         #[arg(long, default_value = "127.0.0.1:9092")]
         bootstrap: String,
         #[arg(long)]
         topic: String,
-        /// Stop after this many records…
-        #[arg(long)]
-        count: u64,
-        /// …or after this many seconds.
-        #[arg(long, default_value_t = 30.0)]
+        #[arg(long, default_value_t = 1)]
+        partitions: i32,
+        #[arg(long, default_value_t = 300.0)]
         max_seconds: f64,
     },
     /// Paced producer + consumer in one process; end-to-end latency.
@@ -197,12 +233,13 @@ fn main() -> Result<()> {
             max_seconds,
         } => wait_cluster(&bootstrap, brokers, max_seconds),
         Cmd::Produce(a) => produce(&a),
-        Cmd::Consume {
+        Cmd::Consume(a) => consume(&a),
+        Cmd::WaitReady {
             bootstrap,
             topic,
-            count,
+            partitions,
             max_seconds,
-        } => consume(&bootstrap, &topic, count, max_seconds),
+        } => wait_ready(&bootstrap, &topic, partitions, max_seconds),
         Cmd::E2e {
             bootstrap,
             topic,
@@ -441,35 +478,34 @@ fn pct_ms(sorted: &[u32], p: f64) -> Option<f64> {
     Some(f64::from(sorted[i]) / 1000.0)
 }
 
-fn produce(a: &ProduceArgs) -> Result<()> {
-    let base = Instant::now();
-    let base_unix_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)?
-        .as_secs_f64()
-        * 1e3;
-    let mut stats = Stats::new(base);
-    if a.samples_out.is_some() {
-        stats.samples = Some(Mutex::new(Vec::new()));
-    }
-    let stats = Arc::new(stats);
-    let producer: BaseProducer<Ctx> =
-        producer_config(&a.bootstrap, a.acks, a.compression, a.linger_ms)?
-            .create_with_context(Ctx(Arc::clone(&stats)))?;
-    // Connect and learn the leader before the clock starts.
-    producer
-        .client()
-        .fetch_metadata(Some(&a.topic), Duration::from_secs(10))?;
-    let pool = payload_pool(a.size, 1024);
-    let start_ns = stats.now_ns();
+/// One producer's part of a `produce` run.
+struct Share {
+    count: u64,
+    /// Records per second (0: as fast as possible).
+    rate: u64,
+    first_partition: u64,
+}
+
+/// Sends one producer's share and waits for its acknowledgements; returns
+/// the records sent and when the last was handed to the client.
+fn send_loop(
+    a: &ProduceArgs,
+    producer: &BaseProducer<Ctx>,
+    stats: &Stats,
+    pool: &[Vec<u8>],
+    share: Share,
+    start_ns: u64,
+) -> Result<(u64, u64)> {
     let deadline = Duration::from_secs_f64(a.max_seconds);
     let mut sent: u64 = 0;
-    while sent < a.count
-        && base
+    while sent < share.count
+        && stats
+            .base
             .elapsed()
             .saturating_sub(Duration::from_nanos(start_ns))
             < deadline
     {
-        if let Some(gap_ns) = (sent * 1_000_000_000).checked_div(a.rate) {
+        if let Some(gap_ns) = (sent * 1_000_000_000).checked_div(share.rate) {
             // paced: record n goes at start + n / rate
             let due_ns = start_ns + gap_ns;
             let now = stats.now_ns();
@@ -481,9 +517,10 @@ fn produce(a: &ProduceArgs) -> Result<()> {
         }
         let value = &pool[(sent % pool.len() as u64) as usize];
         let key = (a.keys > 0).then(|| format!("key-{}", sent % a.keys));
+        let partition = ((share.first_partition + sent) % a.partitions) as i32;
         let mut rec =
             BaseRecord::<str, [u8], usize>::with_opaque_to(&a.topic, stats.now_ns() as usize)
-                .partition(0)
+                .partition(partition)
                 .payload(value.as_slice());
         if let Some(k) = &key {
             rec = rec.key(k.as_str());
@@ -503,6 +540,66 @@ fn produce(a: &ProduceArgs) -> Result<()> {
     }
     let send_done_ns = stats.now_ns();
     producer.flush(Duration::from_secs(60))?;
+    Ok((sent, send_done_ns))
+}
+
+fn produce(a: &ProduceArgs) -> Result<()> {
+    if a.producers == 0 || a.partitions == 0 {
+        bail!("--producers and --partitions must be at least 1");
+    }
+    let base = Instant::now();
+    let base_unix_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs_f64()
+        * 1e3;
+    let mut stats = Stats::new(base);
+    if a.samples_out.is_some() {
+        stats.samples = Some(Mutex::new(Vec::new()));
+    }
+    let stats = Arc::new(stats);
+    let mut producers = Vec::new();
+    for _ in 0..a.producers {
+        let producer: BaseProducer<Ctx> =
+            producer_config(&a.bootstrap, a.acks, a.compression, a.linger_ms)?
+                .create_with_context(Ctx(Arc::clone(&stats)))?;
+        // Connect and learn the leaders before the clock starts.
+        producer
+            .client()
+            .fetch_metadata(Some(&a.topic), Duration::from_secs(10))?;
+        producers.push(producer);
+    }
+    let pool = payload_pool(a.size, 1024);
+    let start_ns = stats.now_ns();
+    let n = a.producers;
+    let results: Vec<Result<(u64, u64)>> = thread::scope(|s| {
+        let handles: Vec<_> = producers
+            .iter()
+            .enumerate()
+            .map(|(k, producer)| {
+                let k = k as u64;
+                let share = Share {
+                    count: a.count / n + u64::from(k < a.count % n),
+                    rate: a.rate.div_ceil(n),
+                    first_partition: k * a.partitions / n,
+                };
+                let (stats, pool) = (&stats, &pool);
+                s.spawn(move || send_loop(a, producer, stats, pool, share, start_ns))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("producer thread panicked")))
+            })
+            .collect()
+    });
+    let (mut sent, mut send_done_ns) = (0u64, start_ns);
+    for r in results {
+        let (s, done) = r?;
+        sent += s;
+        send_done_ns = send_done_ns.max(done);
+    }
     let acked = stats.acked.load(Ordering::Relaxed);
     let bytes = stats.acked_bytes.load(Ordering::Relaxed);
     let failed = stats.failed.load(Ordering::Relaxed);
@@ -532,6 +629,8 @@ fn produce(a: &ProduceArgs) -> Result<()> {
             "acks": a.acks.as_str(),
             "compression": a.compression.as_str(),
             "linger_ms": a.linger_ms,
+            "producers": a.producers,
+            "partitions": a.partitions,
             "sent": sent,
             "acked": acked,
             "failed": failed,
@@ -568,25 +667,114 @@ fn assign_from_beginning(c: &BaseConsumer, topic: &str) -> Result<()> {
     Ok(())
 }
 
+/// What the consumers of one `consume` run share.
+struct ConsumeShared {
+    base: Instant,
+    records: AtomicU64,
+    /// Bytes of every batch but the first one of the run (it opens the
+    /// measured interval).
+    bytes: AtomicU64,
+    errors: AtomicU64,
+    /// When the first batch arrived (any consumer), ns since `base` + 1.
+    first_ns: AtomicU64,
+    last_ns: AtomicU64,
+}
+
 /// Reads with `rd_kafka_consume_batch_queue` (up to 4096 records per call)
 /// rather than one `poll` per record, so that the client's per-record
 /// overhead does not cap the measured rate at small record sizes.
-fn consume(bootstrap: &str, topic: &str, count: u64, max_seconds: f64) -> Result<()> {
+fn consume(a: &ConsumeArgs) -> Result<()> {
+    if a.consumers < 1 || a.partitions < a.consumers {
+        bail!("--consumers must be at least 1 and at most --partitions");
+    }
+    let mut consumers = Vec::new();
+    for k in 0..a.consumers {
+        let c = consumer(&a.bootstrap)?;
+        let mut tpl = TopicPartitionList::new();
+        for p in (k..a.partitions).step_by(a.consumers as usize) {
+            tpl.add_partition_offset(&a.topic, p, Offset::Beginning)?;
+        }
+        c.assign(&tpl)?;
+        consumers.push(c);
+    }
+    let shared = ConsumeShared {
+        base: Instant::now(),
+        records: AtomicU64::new(0),
+        bytes: AtomicU64::new(0),
+        errors: AtomicU64::new(0),
+        first_ns: AtomicU64::new(0),
+        last_ns: AtomicU64::new(0),
+    };
+    let deadline = shared.base + Duration::from_secs_f64(a.max_seconds);
+    let results: Vec<Result<()>> = thread::scope(|s| {
+        let handles: Vec<_> = consumers
+            .iter()
+            .map(|c| {
+                let shared = &shared;
+                s.spawn(move || read_batches(c, shared, a.count, deadline))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("consumer thread panicked")))
+            })
+            .collect()
+    });
+    for r in results {
+        r?;
+    }
+    let n = shared.records.load(Ordering::Relaxed);
+    let bytes = shared.bytes.load(Ordering::Relaxed);
+    let errors = shared.errors.load(Ordering::Relaxed);
+    let first_ns = shared.first_ns.load(Ordering::Relaxed);
+    let first = (first_ns > 0).then(|| (first_ns - 1) as f64 / 1e9);
+    let secs = first
+        .map_or(0.0, |f| {
+            shared.last_ns.load(Ordering::Relaxed) as f64 / 1e9 - f
+        })
+        .max(1e-9);
+    let size = if n > 0 { bytes as f64 / n as f64 } else { 0.0 };
+    println!(
+        "{}",
+        json!({
+            "kind": "consume",
+            "topic": a.topic,
+            "partitions": a.partitions,
+            "consumers": a.consumers,
+            "records": n,
+            "expected": a.count,
+            "bytes": bytes,
+            "errors": errors,
+            "seconds": secs,
+            "first_record_after_s": first,
+            "records_per_sec": if size > 0.0 { bytes as f64 / size / secs } else { 0.0 },
+            "mb_per_sec": bytes as f64 / secs / 1e6,
+        })
+    );
+    if n < a.count {
+        bail!("consumed {n} of {} records before the deadline", a.count);
+    }
+    Ok(())
+}
+
+/// One consumer's loop: batches until all consumers together have `count`
+/// records or the deadline passes.
+fn read_batches(
+    c: &BaseConsumer,
+    shared: &ConsumeShared,
+    count: u64,
+    deadline: Instant,
+) -> Result<()> {
     use rdkafka_sys as sys;
-    let c = consumer(bootstrap)?;
-    assign_from_beginning(&c, topic)?;
     // SAFETY: the client outlives the queue handle, destroyed below.
     let queue = unsafe { sys::rd_kafka_queue_get_consumer(c.client().native_ptr()) };
     if queue.is_null() {
         bail!("no consumer queue");
     }
-    let start = Instant::now();
-    let deadline = start + Duration::from_secs_f64(max_seconds);
-    let (mut n, mut bytes, mut errors) = (0u64, 0u64, 0u64);
-    let mut first: Option<Instant> = None;
-    let mut last = start;
     let mut msgs: Vec<*mut sys::rd_kafka_message_t> = vec![std::ptr::null_mut(); 4096];
-    while n < count && Instant::now() < deadline {
+    while shared.records.load(Ordering::Relaxed) < count && Instant::now() < deadline {
         // SAFETY: `msgs` has room for `msgs.len()` pointers; librdkafka fills
         // the first `got` of them with messages we own until destroyed.
         let got =
@@ -594,8 +782,8 @@ fn consume(bootstrap: &str, topic: &str, count: u64, max_seconds: f64) -> Result
         if got <= 0 {
             continue;
         }
-        let now = Instant::now();
-        let mut batch_bytes = 0u64;
+        let now_ns = shared.base.elapsed().as_nanos() as u64;
+        let (mut n, mut batch_bytes, mut errors) = (0u64, 0u64, 0u64);
         for &m in &msgs[..got as usize] {
             // SAFETY: each of the first `got` entries is a valid message.
             unsafe {
@@ -608,37 +796,100 @@ fn consume(bootstrap: &str, topic: &str, count: u64, max_seconds: f64) -> Result
                 sys::rd_kafka_message_destroy(m);
             }
         }
-        if first.is_none() {
-            // The first batch opens the measured interval: its bytes are not counted.
-            first = Some(now);
-        } else {
-            bytes += batch_bytes;
+        // The run's first batch opens the measured interval: its bytes are
+        // not counted.
+        let opened = shared
+            .first_ns
+            .compare_exchange(0, now_ns + 1, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok();
+        if !opened {
+            shared.bytes.fetch_add(batch_bytes, Ordering::Relaxed);
         }
-        last = now;
+        shared.records.fetch_add(n, Ordering::Relaxed);
+        shared.errors.fetch_add(errors, Ordering::Relaxed);
+        shared.last_ns.fetch_max(now_ns, Ordering::Relaxed);
     }
     // SAFETY: obtained above, destroyed once.
     unsafe { sys::rd_kafka_queue_destroy(queue) };
-    let secs = first.map_or(0.0, |f| (last - f).as_secs_f64()).max(1e-9);
-    let size = if n > 0 { bytes as f64 / n as f64 } else { 0.0 };
-    println!(
-        "{}",
-        json!({
-            "kind": "consume",
-            "topic": topic,
-            "records": n,
-            "expected": count,
-            "bytes": bytes,
-            "errors": errors,
-            "seconds": secs,
-            "first_record_after_s": first.map(|f| (f - start).as_secs_f64()),
-            "records_per_sec": if size > 0.0 { bytes as f64 / size / secs } else { 0.0 },
-            "mb_per_sec": bytes as f64 / secs / 1e6,
-        })
-    );
-    if n < count {
-        bail!("consumed {n} of {count} records before the deadline");
-    }
     Ok(())
+}
+
+/// Polls with one ListOffsets (latest) for all partitions until every
+/// partition answers without error; prints when (Unix time) and the sum of
+/// the end offsets.
+fn wait_ready(bootstrap: &str, topic: &str, partitions: i32, max_seconds: f64) -> Result<()> {
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs_f64(max_seconds);
+    let mut c = base_config(bootstrap)?;
+    // A broker that is not listening yet: retry every 20 ms, not with
+    // librdkafka's backoff (up to 10 s); one that is listening but still
+    // loading its logs answers late: wait for it rather than give up on the
+    // connection's first request.
+    c.set("group.id", "moldau-bench-ready")
+        .set("enable.auto.commit", "false")
+        .set("reconnect.backoff.ms", "20")
+        .set("reconnect.backoff.max.ms", "20")
+        .set("retry.backoff.ms", "20")
+        .set("retry.backoff.max.ms", "20")
+        .set("api.version.request.timeout.ms", "300000")
+        .set("socket.timeout.ms", "300000")
+        .set("socket.connection.setup.timeout.ms", "300000")
+        .set("topic.metadata.refresh.interval.ms", "100");
+    let c: BaseConsumer = c.create()?;
+    let mut attempts = 0u64;
+    let mut last_error;
+    loop {
+        attempts += 1;
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..partitions {
+            tpl.add_partition_offset(topic, p, Offset::End)?;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        match c.offsets_for_times(tpl, left.max(Duration::from_millis(100))) {
+            Ok(tpl) => {
+                let elems = tpl.elements();
+                let bad = elems.iter().find_map(|e| match (e.error(), e.offset()) {
+                    (Err(err), _) => Some(format!("partition {}: {err}", e.partition())),
+                    (Ok(()), Offset::Offset(_)) => None,
+                    (Ok(()), o) => Some(format!("partition {}: offset {o:?}", e.partition())),
+                });
+                match bad {
+                    None if elems.len() == partitions as usize => {
+                        let sum: i64 = elems
+                            .iter()
+                            .map(|e| match e.offset() {
+                                Offset::Offset(o) => o,
+                                _ => 0,
+                            })
+                            .sum();
+                        let unix = std::time::SystemTime::now()
+                            .duration_since(std::time::UNIX_EPOCH)?
+                            .as_secs_f64();
+                        println!(
+                            "{}",
+                            json!({
+                                "kind": "wait-ready",
+                                "topic": topic,
+                                "partitions": partitions,
+                                "ready_unix": unix,
+                                "seconds": start.elapsed().as_secs_f64(),
+                                "attempts": attempts,
+                                "end_offsets_sum": sum,
+                            })
+                        );
+                        return Ok(());
+                    }
+                    None => last_error = format!("{} of {partitions} partitions", elems.len()),
+                    Some(e) => last_error = e,
+                }
+            }
+            Err(e) => last_error = e.to_string(),
+        }
+        if Instant::now() > deadline {
+            bail!("not ready after {max_seconds} s ({attempts} attempts): {last_error}");
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
