@@ -378,26 +378,13 @@ pub struct ChildOptions<'a> {
 }
 
 /// A free address on 127.0.0.1 that no earlier call of this process
-/// returned: the kernel picks the port (bind to port 0) and it is released
-/// for the broker to bind; a released port is soon handed out again, so
-/// two calls in a row (a broker's Kafka and HTTP listeners) could
-/// otherwise get the same one. (`moldau_e2e::ports` does the same for the
-/// operator's and the e2e tests, which this crate does not depend on.)
+/// returned, below the kernel's ephemeral ports (see `moldau_e2e::ports`).
 pub fn unused_loopback_addr() -> std::net::SocketAddr {
-    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
-        std::sync::Mutex::new(std::collections::BTreeSet::new());
-    loop {
-        let addr = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("bind a loopback port");
-        if GIVEN
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(addr.port())
-        {
-            return addr;
-        }
-    }
+    (
+        std::net::Ipv4Addr::LOCALHOST,
+        moldau_e2e::ports::unused_loopback_port(),
+    )
+        .into()
 }
 
 /// A broker child process (the binary built with these tests) on

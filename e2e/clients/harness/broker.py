@@ -56,16 +56,52 @@ def target() -> str:
 
 
 _HANDED_OUT: set[tuple[str, int]] = set()
+_CURSOR = [(os.getpid() * 7919) ^ time.time_ns()]
+
+
+def _candidate_ports() -> range | None:
+    """The ports just below the kernel's ephemeral range, or None.
+
+    A port from bind(('', 0)) lies inside the ephemeral range, where the
+    kernel also picks the local end of every outgoing connection: between the
+    probe's close and the broker's bind another process's connection can take
+    it. Below the range only an explicit bind takes a port. (The Rust tests do
+    the same in `moldau_e2e::ports`.)
+    """
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    start = max(10_000, low - 12_000)
+    return range(start, low) if low - start >= 1_000 and low <= 65_536 else None
+
+
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port free on `host` now and never handed out before in this process.
+    """A port free on `host` now, never handed out before in this process.
 
-    The probe socket is closed before the caller binds, so the kernel may offer
-    the same port to the next probe; a broker once got one port for both its
-    Kafka and its HTTP listener and failed to start. Remembering every port
-    handed out rules that out.
+    The probe socket is closed before the caller binds, so remembering every
+    port handed out keeps two listeners of one broker apart; taking ports below
+    the ephemeral range keeps other processes' connections off them.
     """
+    candidates = _candidate_ports()
+    if candidates is not None:
+        for _ in range(len(candidates)):
+            _CURSOR[0] += 1
+            port = candidates[_CURSOR[0] % len(candidates)]
+            if (host, port) not in _HANDED_OUT and _bindable(host, port):
+                _HANDED_OUT.add((host, port))
+                return port
     while True:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind((host, 0))
