@@ -25,14 +25,13 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import statistics
 import subprocess
 import threading
 import time
 from pathlib import Path
 
-from run import KAFKA_DIST, Kafka, Moldau, dir_bytes, log, machine_info, proc_status_kib
+from run import KAFKA_DIST, Kafka, Moldau, dir_bytes, log, machine_info, proc_status_kib, repetition
 from run import Runner as MatrixRunner
 
 TOPIC = "compacted"
@@ -122,7 +121,7 @@ class Runner:
         broker.start()
         bootstrap = f"127.0.0.1:{broker.port}"
         row = {"broker": broker.name, "rep": rep}
-        try:
+        with repetition(self, broker, rep, row):
             self.tool("create-topic", "--bootstrap", bootstrap, "--topic", TOPIC,
                       "--config", "cleanup.policy=compact", "--config", "segment.bytes=16777216",
                       "--config", "min.compaction.lag.ms=86400000", timeout=60)
@@ -166,15 +165,6 @@ class Runner:
             log(f"  {broker.name}: baseline p99 {base['lat_p99_ms']:.2f} ms, while cleaning "
                 f"({row['cleaning_passes']} passes, {row['cleaning_seconds']:.1f} s, {len(window)} records) p99 "
                 f"{row['during']['lat_p99_ms']} ms; {row['bytes_before'] >> 20} -> {row['bytes_after'] >> 20} MiB")
-        except Exception as e:  # noqa: BLE001 - recorded, run goes on
-            row["error"] = str(e)
-            self.raw["errors"].append(f"rep {rep} {broker.name}: {e}")
-            log(f"  {broker.name}: ERROR {e}")
-        finally:
-            broker.stop()
-            shutil.rmtree(broker.datadir, ignore_errors=True)
-            self.raw["runs"].append(row)
-            self.save()
 
     def report(self) -> None:
         def med(name, key, sub=None):

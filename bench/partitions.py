@@ -34,7 +34,7 @@ import statistics
 import time
 from pathlib import Path
 
-from run import Kafka, Moldau, log, machine_info, proc_cpu_seconds, proc_status_kib
+from run import Kafka, Moldau, log, machine_info, proc_cpu_seconds, proc_status_kib, repetition
 from run import Runner as MatrixRunner
 
 TOPIC = "many"
@@ -137,7 +137,7 @@ class Runner:
     def run_broker(self, broker, rep: int) -> None:
         m = self.mode
         row = {"broker": broker.name, "rep": rep}
-        try:
+        with repetition(self, broker, rep, row):
             t0 = time.monotonic()
             broker.start()
             row["startup_seconds"] = time.monotonic() - t0
@@ -169,15 +169,6 @@ class Runner:
                 f"produce {p['mb_per_sec']:.1f} MB/s (p99 {p['lat_p99_ms']:.0f} ms), "
                 f"consume {c['mb_per_sec']:.1f} MB/s ({c['records']} records), "
                 f"peak RSS {(row['peak_rss_kib'] or 0) / 1024:.0f} MiB")
-        except Exception as e:  # noqa: BLE001 - recorded, run goes on
-            row["error"] = str(e)
-            self.raw["errors"].append(f"rep {rep} {broker.name}: {e}")
-            log(f"  {broker.name}: ERROR {e}")
-        finally:
-            broker.stop()
-            shutil.rmtree(broker.datadir, ignore_errors=True)
-            self.raw["runs"].append(row)
-            self.save()
 
     def report(self) -> None:
         raw = self.raw

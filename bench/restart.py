@@ -49,7 +49,7 @@ from pathlib import Path
 
 import partitions
 from cluster import _spawn, _stop_all
-from run import KAFKA_DIST, Moldau, free_port, log, machine_info, proc_status_kib
+from run import KAFKA_DIST, Moldau, free_port, log, machine_info, proc_status_kib, repetition
 from run import Runner as MatrixRunner
 
 TOPIC = "restart"
@@ -247,7 +247,7 @@ class Runner:
         m = self.mode
         row = {"broker": broker.name, "rep": rep, "stages": []}
         acked = 0
-        try:
+        with repetition(self, broker, rep, row):
             broker.start()
             self.tool("create-topic", "--bootstrap", f"127.0.0.1:{broker.port}", "--topic", TOPIC,
                       "--partitions", str(PARTITIONS), timeout=180)
@@ -279,15 +279,6 @@ class Runner:
                     f"start -> ready {c['client_ready_s']:.2f} s (own signal {c['server_ready_s']:.2f} s); "
                     f"recovery {u['recovery']} / {c['recovery']}")
                 self.save()
-        except Exception as e:  # noqa: BLE001 - recorded, run goes on
-            row["error"] = str(e)
-            self.raw["errors"].append(f"rep {rep} {broker.name}: {e}")
-            log(f"  {broker.name}: ERROR {e}")
-        finally:
-            broker.stop()
-            shutil.rmtree(broker.datadir, ignore_errors=True)
-            self.raw["runs"].append(row)
-            self.save()
 
     def report(self) -> None:
         raw = self.raw

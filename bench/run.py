@@ -26,6 +26,7 @@ data.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -34,7 +35,6 @@ import re
 import shutil
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import time
@@ -74,6 +74,25 @@ MODES = {
 
 def log(msg: str) -> None:
     print(f"[{dt.datetime.now(dt.timezone.utc):%H:%M:%S}] {msg}", flush=True)
+
+
+@contextlib.contextmanager
+def repetition(runner, broker, rep: int, row: dict):
+    """One broker's repetition in a runner (`raw` with `runs` and `errors`,
+    `save()`): an error is written into `row` and the run's errors and the
+    run goes on to the next; whatever happens the broker is stopped, its data
+    directory removed and `row` recorded and saved."""
+    try:
+        yield row
+    except Exception as e:  # noqa: BLE001 - recorded, run goes on
+        row["error"] = str(e)
+        runner.raw["errors"].append(f"rep {rep} {broker.name}: {e}")
+        log(f"  {broker.name}: ERROR {e}")
+    finally:
+        broker.stop()
+        shutil.rmtree(broker.datadir, ignore_errors=True)
+        runner.raw["runs"].append(row)
+        runner.save()
 
 
 def free_port() -> int:
