@@ -532,6 +532,9 @@ impl TopicManager {
         let topic = match open_topic(&self.data_dir, &meta, &self.broker_config()) {
             Ok(t) => Arc::new(t),
             Err(e) => {
+                // e.g. out of file descriptors or space: the client sees
+                // only KAFKA_STORAGE_ERROR, the operator needs the cause
+                tracing::warn!(topic = name, partitions, error = %e.message, "cannot create the topic's logs");
                 remove_created(&self.data_dir, name, 0..partitions);
                 return Err(e);
             }
@@ -669,6 +672,7 @@ impl TopicManager {
         match open_all(&self.data_dir, &jobs) {
             Ok(opened) => partitions.extend(opened.into_iter().map(Arc::new)),
             Err(e) => {
+                tracing::warn!(topic = name, partitions = count, error = %e.message, "cannot create the new partitions' logs");
                 drop(partitions);
                 remove_created(&self.data_dir, name, added);
                 return Err(e);

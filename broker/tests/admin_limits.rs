@@ -114,6 +114,13 @@ async fn running_out_of_file_descriptors_fails_one_request_not_the_broker() {
     assert_eq!(code, 56, "KAFKA_STORAGE_ERROR; message {message:?}");
     let message = message.unwrap_or_default();
     assert!(message.contains("file descriptors"), "{message}");
+    // … and the broker's log says why, for whoever runs it.
+    let log = broker.log();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("cannot create the topic's logs") && l.contains("huge")),
+        "{log}"
+    );
     // What it created half-way is gone, and it does not exist.
     let huge: Vec<_> = std::fs::read_dir(&data)
         .expect("ls")
