@@ -532,9 +532,6 @@ impl TopicManager {
         let topic = match open_topic(&self.data_dir, &meta, &self.broker_config()) {
             Ok(t) => Arc::new(t),
             Err(e) => {
-                // e.g. out of file descriptors or space: the client sees
-                // only KAFKA_STORAGE_ERROR, the operator needs the cause
-                tracing::warn!(topic = name, partitions, error = %e.message, "cannot create the topic's logs");
                 remove_created(&self.data_dir, name, 0..partitions);
                 return Err(e);
             }
@@ -672,7 +669,6 @@ impl TopicManager {
         match open_all(&self.data_dir, &jobs) {
             Ok(opened) => partitions.extend(opened.into_iter().map(Arc::new)),
             Err(e) => {
-                tracing::warn!(topic = name, partitions = count, error = %e.message, "cannot create the new partitions' logs");
                 drop(partitions);
                 remove_created(&self.data_dir, name, added);
                 return Err(e);
@@ -810,12 +806,8 @@ impl TopicManager {
                 .map(|&i| (&meta, i, &cfg))
                 .collect();
             // Every new one is tried: one that fails leaves the others open.
-            let mut opened = new_jobs.iter().zip(open_partitions(
-                &self.data_dir,
-                &new_jobs,
-                CREATE_THREADS,
-                false,
-            ));
+            let mut opened =
+                open_partitions(&self.data_dir, &new_jobs, CREATE_THREADS, false).into_iter();
             let mut partitions = Vec::with_capacity(held.len());
             for index in &held {
                 let p = match open_here(*index) {
@@ -824,8 +816,8 @@ impl TopicManager {
                         p
                     }
                     None => match opened.next() {
-                        Some((_, Some(Ok(p)))) => Arc::new(p),
-                        Some((_, Some(Err(e)))) => {
+                        Some(Some(Ok(p))) => Arc::new(p),
+                        Some(Some(Err(e))) => {
                             tracing::error!(topic = %a.name, partition = index, error = %e.message, "cannot open an assigned partition");
                             first_error.get_or_insert(e);
                             continue;
@@ -1125,16 +1117,26 @@ fn open_partitions(
 /// mostly waiting for fsyncs.
 const CREATE_THREADS: usize = 8;
 
-/// The opened partitions of `jobs`, or the first error.
+/// The opened partitions of `jobs` (new ones: a creation), or the first
+/// error.
 fn open_all(
     data_dir: &Path,
     jobs: &[(&TopicMeta, i32, &storage::LogConfig)],
 ) -> Result<Vec<Partition>, TopicError> {
     let mut out = Vec::with_capacity(jobs.len());
-    for slot in open_partitions(data_dir, jobs, CREATE_THREADS, true) {
+    for (slot, (meta, index, _)) in open_partitions(data_dir, jobs, CREATE_THREADS, true)
+        .into_iter()
+        .zip(jobs)
+    {
         match slot {
             Some(Ok(p)) => out.push(p),
-            Some(Err(e)) => return Err(e),
+            Some(Err(e)) => {
+                // e.g. out of file descriptors or space: the client sees
+                // only KAFKA_STORAGE_ERROR, whoever runs the broker needs
+                // the cause
+                tracing::warn!(topic = %meta.name, partition = index, error = %e.message, "cannot create the topic's logs");
+                return Err(e);
+            }
             None => {}
         }
     }
