@@ -31,8 +31,8 @@ import threading
 import time
 from pathlib import Path
 
-from run import KAFKA_DIST, Kafka, Moldau, dir_bytes, log, machine_info, proc_status_kib, repetition
-from run import Runner as MatrixRunner
+from run import (BenchRunner, KAFKA_DIST, Kafka, Moldau, cpu_jiffies, dir_bytes, log, proc_status_kib,
+                 repetition, steal_pct)
 
 TOPIC = "compacted"
 MODES = {
@@ -80,25 +80,9 @@ def cleaning(part: Path) -> bool:
     return any(f.name.endswith((".cleaned", ".swap")) for f in part.iterdir())
 
 
-class Runner:
+class Runner(BenchRunner):
     def __init__(self, args):
-        self.args = args
-        self.mode = MODES["quick" if args.quick else "full"]
-        self.bench = Path(args.bench_bin)
-        self.out = Path(args.out)
-        self.out.mkdir(parents=True, exist_ok=True)
-        self.raw = {
-            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "mode": "quick" if args.quick else "full",
-            "load": dict(self.mode, size=SIZE),
-            "machine": machine_info(self.out),
-            "runs": [],
-            "errors": [],
-        }
-
-    # the matrix runner's: raw.json written atomically, one moldau-bench call
-    save = MatrixRunner.save
-    tool = MatrixRunner.tool
+        super().__init__(args, MODES, size=SIZE)
 
     def alter_lag(self, bootstrap: str) -> None:
         cmd = ["java", "-Xmx256m", f"-Dlog4j2.configurationFile={KAFKA_DIST / 'tools-log4j2.properties'}",
@@ -133,9 +117,11 @@ class Runner:
             if part is None:
                 raise RuntimeError(f"no {TOPIC}-0 under {broker.datadir}")
             row["bytes_before"] = dir_bytes(part)
+            steal_at = cpu_jiffies()
             base = self.tool(*self.paced(bootstrap, m["seconds"], self.out / "base.txt"),
                              timeout=m["seconds"] + 120)
             row["baseline"] = {k: base[k] for k in ("acked", "lat_p50_ms", "lat_p99_ms", "lat_max_ms")}
+            row["baseline"]["steal_pct"] = steal_pct(steal_at, steal_at := cpu_jiffies())
             self.alter_lag(bootstrap)
             during_file = self.out / "during.txt"
             result = {}
@@ -148,6 +134,7 @@ class Runner:
                     seen.append(time.time() * 1e3)
                 time.sleep(0.05)
             producer.join()
+            steal_during = steal_pct(steal_at, cpu_jiffies())
             if not seen:
                 raise RuntimeError(f"no clean observed within {m['window']} s")
             passes = intervals(seen)
@@ -157,30 +144,36 @@ class Runner:
             row["cleaning_seconds"] = sum(b - a for a, b in passes) / 1e3
             row["during"] = {"acked_in_window": len(window), "lat_p50_ms": percentile(window, 50),
                              "lat_p99_ms": percentile(window, 99),
-                             "lat_max_ms": window[-1] / 1000.0 if window else None}
+                             "lat_max_ms": window[-1] / 1000.0 if window else None,
+                             # over the whole paced run, passes and the time between them
+                             "steal_pct": steal_during}
             row["bytes_after"] = dir_bytes(part)
             row["p99_ratio"] = (row["during"]["lat_p99_ms"] / base["lat_p99_ms"]
                                 if row["during"]["lat_p99_ms"] and base["lat_p99_ms"] else None)
             row["peak_rss_kib"] = proc_status_kib(broker.pid, "VmHWM")
             log(f"  {broker.name}: baseline p99 {base['lat_p99_ms']:.2f} ms, while cleaning "
                 f"({row['cleaning_passes']} passes, {row['cleaning_seconds']:.1f} s, {len(window)} records) p99 "
-                f"{row['during']['lat_p99_ms']} ms; {row['bytes_before'] >> 20} -> {row['bytes_after'] >> 20} MiB")
+                f"{row['during']['lat_p99_ms']} ms; {row['bytes_before'] >> 20} -> {row['bytes_after'] >> 20} MiB; "
+                f"steal {row['baseline']['steal_pct']}% / {steal_during}%")
 
     def report(self) -> None:
         def med(name, key, sub=None):
-            vals = [r[key][sub] if sub else r[key] for r in self.raw["runs"]
-                    if r["broker"] == name and "error" not in r and (r[key][sub] if sub else r[key]) is not None]
+            vals = [r[key].get(sub) if sub else r[key] for r in self.raw["runs"]
+                    if r["broker"] == name and "error" not in r]
+            vals = [v for v in vals if v is not None]
             return statistics.median(vals) if vals else None
         rows = []
         for label, key, sub in [("produce p99 without cleaning (ms)", "baseline", "lat_p99_ms"),
                                 ("produce p99 while cleaning (ms)", "during", "lat_p99_ms"),
                                 ("p99 while cleaning / p99 without", "p99_ratio", None),
                                 ("cleaning took (s)", "cleaning_seconds", None),
+                                ("CPU stolen by the hypervisor without cleaning (%)", "baseline", "steal_pct"),
+                                ("CPU stolen by the hypervisor, cleaning run (%)", "during", "steal_pct"),
                                 ("peak RSS (MiB)", "peak_rss_kib", None)]:
             mo, ka = med("moldau", key, sub), med("kafka", key, sub)
             if key == "peak_rss_kib":
                 mo, ka = (mo / 1024 if mo else None), (ka / 1024 if ka else None)
-            ratio = f"{mo / ka:.3g}x" if mo and ka else "-"
+            ratio = f"{mo / ka:.3g}x" if mo and ka and "stolen" not in label else "-"
             rows.append(f"| {label} | {mo if mo is None else round(mo, 2)} | {ka if ka is None else round(ka, 2)} | {ratio} |")
         m = self.mode
         md = [f"# Produce latency while a compacted partition is cleaned ({self.raw['mode']})", "",

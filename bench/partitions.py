@@ -34,8 +34,7 @@ import statistics
 import time
 from pathlib import Path
 
-from run import Kafka, Moldau, log, machine_info, proc_cpu_seconds, proc_status_kib, repetition
-from run import Runner as MatrixRunner
+from run import BenchRunner, Kafka, Moldau, log, proc_cpu_seconds, proc_status_kib, repetition
 
 TOPIC = "many"
 PARTITIONS = int(os.environ.get("MOLDAU_BENCH_PARTITIONS", "1000"))
@@ -104,28 +103,10 @@ def table(runs: list[dict], measures: list[tuple[str, str, float]]) -> list[str]
     return out
 
 
-class Runner:
+class Runner(BenchRunner):
     def __init__(self, args):
-        self.args = args
-        self.mode = MODES["quick" if args.quick else "full"]
-        self.bench = Path(args.bench_bin)
-        self.out = Path(args.out)
-        self.out.mkdir(parents=True, exist_ok=True)
-        self.raw = {
-            "kind": "partitions",
-            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "mode": "quick" if args.quick else "full",
-            "reps": args.reps,
-            "load": dict(self.mode, partitions=PARTITIONS, producers=PRODUCERS, consumers=CONSUMERS,
-                         size=SIZE, acks=ACKS, linger_ms=LINGER_MS),
-            "machine": machine_info(self.out),
-            "runs": [],
-            "errors": [],
-        }
-
-    # the matrix runner's: raw.json written atomically, one moldau-bench call
-    save = MatrixRunner.save
-    tool = MatrixRunner.tool
+        super().__init__(args, MODES, kind="partitions", partitions=PARTITIONS, producers=PRODUCERS,
+                         consumers=CONSUMERS, size=SIZE, acks=ACKS, linger_ms=LINGER_MS)
 
     def produce(self, bootstrap: str, records: int, seconds: float) -> dict:
         return self.tool("produce", "--bootstrap", bootstrap, "--topic", TOPIC,

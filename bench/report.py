@@ -135,6 +135,17 @@ def targets(agg: dict) -> list[tuple[str, str, str, str]]:
     return out
 
 
+def steal_line(raw: dict) -> str:
+    """The hypervisor's steal time over each configuration's run, when the
+    raw data has it: a shared virtual machine stalls now and then whatever
+    runs on it, which shows in the latency tails of both brokers."""
+    steal = sorted(r["steal_pct"] for r in raw["runs"] if r.get("steal_pct") is not None)
+    if not steal:
+        return ""
+    return (f" CPU time stolen by the hypervisor per configuration: {steal[0]:.1f}–{steal[-1]:.1f}% "
+            f"(median {steal[len(steal) // 2]:.1f}%).")
+
+
 def markdown(raw: dict, agg: dict) -> str:
     m = raw["machine"]
     L = []
@@ -145,7 +156,8 @@ def markdown(raw: dict, agg: dict) -> str:
              f"{', '.join(f'{x:.1f}' for x in m['loadavg_start'])}"
              + (f", at end {', '.join(f'{x:.1f}' for x in m['loadavg_end'])}" if m.get('loadavg_end') else "")
              + f". {raw['reps']} repetitions per broker, interleaved (Moldau/Kafka order alternates). "
-             "Figures are medians with the min–max spread in parentheses.")
+             "Figures are medians with the min–max spread in parentheses."
+             + steal_line(raw))
     L.append("")
     L.append("## Targets (1 KiB records, acks=1, uncompressed)")
     L.append("")

@@ -49,8 +49,7 @@ from pathlib import Path
 
 import partitions
 from cluster import _spawn, _stop_all
-from run import KAFKA_DIST, Moldau, free_port, log, machine_info, proc_status_kib, repetition
-from run import Runner as MatrixRunner
+from run import BenchRunner, KAFKA_DIST, Moldau, free_port, log, proc_status_kib, repetition
 
 TOPIC = "restart"
 PARTITIONS = partitions.PARTITIONS
@@ -181,27 +180,9 @@ def sigterm(broker, timeout: float) -> float:
     return time.monotonic() - t0
 
 
-class Runner:
+class Runner(BenchRunner):
     def __init__(self, args):
-        self.args = args
-        self.mode = MODES["quick" if args.quick else "full"]
-        self.bench = Path(args.bench_bin)
-        self.out = Path(args.out)
-        self.out.mkdir(parents=True, exist_ok=True)
-        self.raw = {
-            "kind": "restart",
-            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "mode": "quick" if args.quick else "full",
-            "reps": args.reps,
-            "load": dict(self.mode, partitions=PARTITIONS, producers=PRODUCERS, size=SIZE),
-            "machine": machine_info(self.out),
-            "runs": [],
-            "errors": [],
-        }
-
-    # the matrix runner's: raw.json written atomically, one moldau-bench call
-    save = MatrixRunner.save
-    tool = MatrixRunner.tool
+        super().__init__(args, MODES, kind="restart", partitions=PARTITIONS, producers=PRODUCERS, size=SIZE)
 
     def produce(self, broker, records: int, producers: int) -> dict:
         secs = self.mode["fill_seconds"]

@@ -126,6 +126,26 @@ def proc_cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def cpu_jiffies() -> tuple[int, int]:
+    """(steal, total) CPU time of the whole machine so far, in clock ticks
+    (`/proc/stat`): steal is the time the hypervisor ran something else
+    while this machine's vCPUs wanted to run."""
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    except (OSError, ValueError, IndexError):
+        return (0, 0)
+    # user nice system idle iowait irq softirq steal (guest time is in user)
+    return (fields[7] if len(fields) > 7 else 0, sum(fields[:8]))
+
+
+def steal_pct(before: tuple[int, int], after: tuple[int, int]) -> float | None:
+    """Percentage of CPU time stolen by the hypervisor between two
+    `cpu_jiffies()` readings: on a shared virtual machine, stalls of the
+    whole machine that no broker causes."""
+    total = after[1] - before[1]
+    return round(100.0 * (after[0] - before[0]) / total, 1) if total > 0 else None
+
+
 def proc_status_kib(pid: int, key: str) -> int | None:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -214,24 +234,29 @@ class Kafka:
                        check=False, timeout=120)
 
 
-class Runner:
-    def __init__(self, args):
+class BenchRunner:
+    """What every runner shares: the mode's loads (MODES["quick"] or
+    ["full"], recorded with `load_extra` as the run's load), the output
+    directory, the raw record (`raw.json`, written atomically by `save`) and
+    `tool`, one `moldau-bench` call."""
+
+    def __init__(self, args, modes: dict, kind: str | None = None, **load_extra):
         self.args = args
-        self.mode = MODES["quick" if args.quick else "full"]
+        self.mode = modes["quick" if args.quick else "full"]
         self.bench = Path(args.bench_bin)
         self.out = Path(args.out)
         self.out.mkdir(parents=True, exist_ok=True)
-        self.data = self.out / "data"
+        # JSON object keys are strings: record them so in memory too
+        load = {k: ({str(a): b for a, b in v.items()} if isinstance(v, dict) else v)
+                for k, v in dict(self.mode, **load_extra).items()}
         self.raw: dict = {
+            **({"kind": kind} if kind else {}),
             "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "mode": "quick" if args.quick else "full",
             "reps": args.reps,
-            "load": {k: (v if not isinstance(v, dict) else {str(a): b for a, b in v.items()})
-                     for k, v in self.mode.items()},
+            "load": load,
             "machine": machine_info(self.out),
-            "limits": {},
             "runs": [],
-            "brokers": [],
             "errors": [],
         }
 
@@ -250,6 +275,16 @@ class Runner:
             raise RuntimeError(f"{' '.join(argv[:3])}: exit {p.returncode}: "
                                f"{p.stderr.strip()[-400:]} {p.stdout.strip()[-200:]}")
         return json.loads(line)
+
+
+class Runner(BenchRunner):
+    """The single-broker matrix."""
+
+    def __init__(self, args):
+        super().__init__(args, MODES)
+        self.data = self.out / "data"
+        self.raw["limits"] = {}
+        self.raw["brokers"] = []
 
     # --- machine limits -------------------------------------------------
     def limits(self) -> None:
@@ -335,6 +370,7 @@ class Runner:
         cfg = {"broker": broker.name, "rep": rep, "size": size, "acks": acks, "compression": codec}
         topic = f"bench-{size}-a{acks}-{codec}-r{rep}"
         row = dict(cfg)
+        steal_at_start = cpu_jiffies()
         try:
             self.tool("create-topic", "--bootstrap", bootstrap, "--topic", topic, timeout=60)
             c0 = proc_cpu_seconds(pid)
@@ -363,9 +399,11 @@ class Runner:
                                    "--rate", str(m["e2e_rate"]),
                                    "--seconds", str(m["e2e_seconds"]),
                                    timeout=m["e2e_seconds"] + 90)
+            row["steal_pct"] = steal_pct(steal_at_start, cpu_jiffies())
             log(f"  {broker.name} {size}B acks={acks} {codec}: "
                 f"produce {prod['mb_per_sec']:.1f} MB/s p99 {prod['lat_p99_ms']:.1f} ms, "
-                f"consume {cons['mb_per_sec']:.1f} MB/s, e2e p99 {row['e2e']['p99_ms']:.2f} ms")
+                f"consume {cons['mb_per_sec']:.1f} MB/s, e2e p99 {row['e2e']['p99_ms']:.2f} ms, "
+                f"steal {row['steal_pct']}%")
         except Exception as e:  # noqa: BLE001 - recorded, run goes on
             row["error"] = str(e)
             self.raw["errors"].append(f"{cfg}: {e}")

@@ -12,7 +12,8 @@
 //! - `wait-cluster`: waits until the cluster's Metadata lists N brokers;
 //! - `produce`: as fast as the client can (or paced, `--rate`), measuring
 //!   throughput and the latency of every record from `send` to its delivery
-//!   report; with `--keys N` records carry keys `key-0`..`key-(N-1)` in turn
+//!   report (paced, a thread of its own serves the reports, so each is
+//!   timestamped when it arrives); with `--keys N` records carry keys `key-0`..`key-(N-1)` in turn
 //!   (a compacted topic's load), and `--samples-out FILE` writes each
 //!   record's send time (Unix ms) and latency (µs) for windowed percentiles;
 //!   with `--producers N --partitions P`, N producers (one client, so one
@@ -31,7 +32,7 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -478,6 +479,19 @@ fn pct_ms(sorted: &[u32], p: f64) -> Option<f64> {
     Some(f64::from(sorted[i]) / 1000.0)
 }
 
+/// Serves `producer`'s delivery reports until `done`, blocked in
+/// `poll` between them, so that a paced run timestamps each
+/// acknowledgement when it arrives. Polling from the sending thread
+/// between sends would timestamp it at the next poll (up to one send
+/// interval late: 1 ms at 1000 records/s), and polling with the time left
+/// to the next send spins a core, since the client's poll counts whole
+/// milliseconds.
+fn serve_delivery_reports(producer: &BaseProducer<Ctx>, done: &AtomicBool) {
+    while !done.load(Ordering::Relaxed) {
+        producer.poll(Duration::from_millis(20));
+    }
+}
+
 /// One producer's part of a `produce` run.
 struct Share {
     count: u64,
@@ -510,8 +524,8 @@ fn send_loop(
             let due_ns = start_ns + gap_ns;
             let now = stats.now_ns();
             if now < due_ns {
-                producer.poll(Duration::ZERO);
-                thread::sleep(Duration::from_nanos((due_ns - now).min(1_000_000)));
+                // delivery reports are served by `serve_delivery_reports`
+                thread::sleep(Duration::from_nanos(due_ns - now));
                 continue;
             }
         }
@@ -571,7 +585,14 @@ fn produce(a: &ProduceArgs) -> Result<()> {
     let pool = payload_pool(a.size, 1024);
     let start_ns = stats.now_ns();
     let n = a.producers;
+    let sending_done = AtomicBool::new(false);
     let results: Vec<Result<(u64, u64)>> = thread::scope(|s| {
+        if a.rate > 0 {
+            for producer in &producers {
+                let done = &sending_done;
+                s.spawn(move || serve_delivery_reports(producer, done));
+            }
+        }
         let handles: Vec<_> = producers
             .iter()
             .enumerate()
@@ -586,13 +607,15 @@ fn produce(a: &ProduceArgs) -> Result<()> {
                 s.spawn(move || send_loop(a, producer, stats, pool, share, start_ns))
             })
             .collect();
-        handles
+        let results = handles
             .into_iter()
             .map(|h| {
                 h.join()
                     .unwrap_or_else(|_| Err(anyhow::anyhow!("producer thread panicked")))
             })
-            .collect()
+            .collect();
+        sending_done.store(true, Ordering::Relaxed);
+        results
     });
     let (mut sent, mut send_done_ns) = (0u64, start_ns);
     for r in results {
@@ -970,22 +993,22 @@ fn e2e(
     let start = Instant::now();
     let start_ns = stats.now_ns();
     let interval = Duration::from_secs_f64(1.0 / rate.max(1) as f64);
-    for seq in 0..total {
-        let due = start + interval.mul_f64(seq as f64);
-        // Serve delivery reports while waiting for the next send, so that an
-        // acknowledgement is timestamped when it arrives rather than at the
-        // next send (which would add up to one interval to every ack).
-        loop {
-            let now = Instant::now();
-            if now >= due {
-                break;
+    let sending_done = AtomicBool::new(false);
+    let send_done_ns = thread::scope(|s| -> Result<u64> {
+        s.spawn(|| serve_delivery_reports(&producer, &sending_done));
+        let sent = (|| -> Result<u64> {
+            for seq in 0..total {
+                let due = start + interval.mul_f64(seq as f64);
+                thread::sleep(due.saturating_duration_since(Instant::now()));
+                send(&mut value, seq)?;
             }
-            producer.poll(due - now);
-        }
-        send(&mut value, seq)?;
-    }
-    let send_done_ns = stats.now_ns();
-    producer.flush(Duration::from_secs(30))?;
+            let send_done_ns = stats.now_ns();
+            producer.flush(Duration::from_secs(30))?;
+            Ok(send_done_ns)
+        })();
+        sending_done.store(true, Ordering::Relaxed);
+        sent
+    })?;
     let acked = stats.acked.load(Ordering::Relaxed).saturating_sub(1);
     let ack_secs = stats
         .last_ack_ns
