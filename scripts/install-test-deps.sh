@@ -6,6 +6,8 @@
 #   2. the Python venv <repo>/.venv with e2e/clients/requirements.txt (pinned)
 #   3. Maven: the Java client driver (e2e/clients/java) and the Apache Kafka
 #      reference broker's jars (e2e/clients/kafka-dist/jars)
+#   3b. Go: the franz-go client driver (e2e/clients/franz), its modules from
+#      the Go module proxy
 #   5. cargo-fuzz (scripts/fuzz.sh), with the nightly toolchain it needs
 # Rust itself (cargo, rustfmt, clippy) comes with the machine.
 set -euo pipefail
@@ -91,6 +93,33 @@ else
 fi
 log "Apache Kafka reference broker jars"
 "$repo/e2e/clients/kafka-dist/fetch-jars.sh"
+
+# --- 3b. Go: the franz-go client driver (e2e/clients/franz) ---------------------
+# Go itself (the go.mod's `go` line, 1.26) comes with the machine. The modules
+# are pinned by the committed go.mod and go.sum (-mod=readonly: a module not
+# in go.sum is an error, never a silent update) and land in the module cache
+# (GOMODCACHE); the build cache stays in ~/.cache/go-build. The binary goes
+# where the tests look for it (harness/clients.py franz_program, which
+# rebuilds it from the module cache alone, GOPROXY=off, when its sources are
+# newer). The stamp covers the sources and the Go version.
+franz_dir="$repo/e2e/clients/franz"
+franz_out="$repo/e2e/.state/clients/franz"
+fstamp="$franz_out/.build.sha256"
+if ! command -v go >/dev/null 2>&1; then
+  log "WARNING: Go not found (need >= 1.26, https://go.dev/dl); e2e/clients/test_franz.py will fail"
+else
+  fwant="$( (go version; cat "$franz_dir/go.mod" "$franz_dir/go.sum" "$franz_dir/main.go") | sha256sum | cut -d' ' -f1)"
+  if [ -f "$fstamp" ] && [ "$(cat "$fstamp")" = "$fwant" ] && [ -x "$franz_out/franz" ]; then
+    log "franz-go client driver up to date"
+  else
+    log "building the franz-go client driver (modules from the Go module proxy)"
+    mkdir -p "$franz_out"
+    (cd "$franz_dir" && go mod download \
+      && go build -mod=readonly -buildvcs=false -o "$franz_out/franz.tmp" . \
+      && mv -f "$franz_out/franz.tmp" "$franz_out/franz")
+    echo "$fwant" > "$fstamp"
+  fi
+fi
 
 # --- 4. Packaging (owner: packaging, e2e/tests/packaging_images.rs) -----------------
 # buildah builds the Dockerfile's images without a daemon (--isolation chroot,

@@ -300,6 +300,48 @@ def java_program_classpath(program: str) -> str:
     return f"{out}{os.pathsep}{lib}/*"
 
 
+FRANZ_DIR = CLIENTS_DIR / "franz"
+
+
+def franz_program() -> Path:
+    """The franz-go driver (e2e/clients/franz, a Go program): built with
+    `go build` into e2e/.state/clients/franz/franz when missing or older
+    than its sources (main.go, go.mod, go.sum), from the module cache only
+    (GOPROXY=off: scripts/install-test-deps.sh downloads the modules and
+    builds it). Raises ClientError when Go or the modules are missing."""
+    import shutil
+
+    from .broker import REPO
+
+    out_dir = REPO / "e2e" / ".state" / "clients" / "franz"
+    binary = out_dir / "franz"
+    sources = [FRANZ_DIR / n for n in ("main.go", "go.mod", "go.sum")]
+    newest = max(s.stat().st_mtime for s in sources)
+    if binary.exists() and binary.stat().st_mtime >= newest:
+        return binary
+    go = shutil.which("go")
+    if go is None:
+        raise ClientError("Go not found (franz-go driver e2e/clients/franz needs Go >= 1.26): install it, then run scripts/install-test-deps.sh")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir / f"franz.tmp-{os.getpid()}"
+    env = {**os.environ, "GOPROXY": "off", "GOTOOLCHAIN": "local"}
+    try:
+        p = subprocess.run(
+            [go, "build", "-mod=readonly", "-buildvcs=false", "-o", str(tmp), "."],
+            cwd=FRANZ_DIR, env=env, capture_output=True, text=True, timeout=600,
+        )
+    except subprocess.TimeoutExpired as e:
+        raise ClientError(f"go build of e2e/clients/franz took over {e.timeout}s") from e
+    if p.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        hint = ""
+        if "GOPROXY=off" in p.stderr or "missing go.sum entry" in p.stderr or "cannot find module" in p.stderr:
+            hint = "the Go modules of e2e/clients/franz are not downloaded: run scripts/install-test-deps.sh. "
+        raise ClientError(f"franz-go driver not built: {hint}go build exited {p.returncode}: {p.stderr[-3000:]}")
+    os.replace(tmp, binary)
+    return binary
+
+
 class JavaClient(Client):
     """org.apache.kafka:kafka-clients via e2e/clients/java (ClientCheck)."""
 
