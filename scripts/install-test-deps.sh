@@ -106,7 +106,7 @@ franz_dir="$repo/e2e/clients/franz"
 franz_out="$repo/e2e/.state/clients/franz"
 fstamp="$franz_out/.build.sha256"
 if ! command -v go >/dev/null 2>&1; then
-  log "WARNING: Go not found (need >= 1.26, https://go.dev/dl); e2e/clients/test_franz.py will fail"
+  log "WARNING: Go not found (need >= 1.26); e2e/clients/test_franz.py will fail"
 else
   fwant="$( (go version; cat "$franz_dir/go.mod" "$franz_dir/go.sum" "$franz_dir/main.go") | sha256sum | cut -d' ' -f1)"
   if [ -f "$fstamp" ] && [ "$(cat "$fstamp")" = "$fwant" ] && [ -x "$franz_out/franz" ]; then

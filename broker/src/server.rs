@@ -204,6 +204,15 @@ pub async fn run_reporting(
         RunsOn::BlockingPool,
         |b| b.topics.housekeeping(),
     );
+    // Changed high watermarks are checkpointed every 5 s, off the request
+    // path (an fsync under a partition's lock stalled its produces).
+    let hw_checkpoints = spawn_periodic(
+        &broker,
+        crate::storage::log::HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS,
+        shutdown.clone(),
+        RunsOn::BlockingPool,
+        |b| b.topics.checkpoint_high_watermarks(),
+    );
     // The log cleaner: compaction passes every log.cleaner.backoff.ms, on
     // its own cadence (Kafka's cleaner threads do the same), not the
     // retention check's (5 minutes by default), on a thread of its own at
@@ -283,6 +292,7 @@ pub async fn run_reporting(
     })
     .await;
     housekeeping.abort();
+    hw_checkpoints.abort();
     if let Some(cleaner) = cleaner {
         cleaner.abort();
     }

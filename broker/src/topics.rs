@@ -897,6 +897,28 @@ impl TopicManager {
         }
     }
 
+    /// Checkpoints the high watermark of every partition whose high
+    /// watermark changed since its last checkpoint (every
+    /// `HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS`, as Kafka's checkpoint
+    /// thread): the value is taken under the partition's lock and written
+    /// (fsynced) without it, so no produce or fetch waits for the disk.
+    pub fn checkpoint_high_watermarks(&self) {
+        for topic in self.all() {
+            for p in &topic.partitions {
+                let Some(taken) = p.with_log(|log| log.take_high_watermark_checkpoint()) else {
+                    continue;
+                };
+                match taken.write() {
+                    Ok(outcome) => p.with_log(|log| log.high_watermark_checkpointed(outcome)),
+                    // a full disk delays it; taken again next time
+                    Err(e) => {
+                        tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "cannot checkpoint the high watermark")
+                    }
+                }
+            }
+        }
+    }
+
     /// One round of the log cleaner (every `log.cleaner.backoff.ms`): a
     /// compaction pass on each compacted partition that is due for one. A
     /// pass does its reading and writing between two short holds of the

@@ -85,9 +85,70 @@ pub struct OpenReport {
     pub bytes_read: u64,
 }
 
-/// How often `maybe_flush` checkpoints a changed high watermark (Kafka's
-/// `replica.high.watermark.checkpoint.interval.ms` default).
+/// How often the broker checkpoints changed high watermarks (Kafka's
+/// `replica.high.watermark.checkpoint.interval.ms` default), through
+/// [`PartitionLog::take_high_watermark_checkpoint`].
 pub const HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS: i64 = 5_000;
+
+/// A high watermark checkpoint taken under the log's lock
+/// ([`PartitionLog::take_high_watermark_checkpoint`]) and written after it
+/// is released ([`HighWatermarkCheckpoint::write`]), so that neither an
+/// append nor anything else waiting for the partition's lock waits for its
+/// fsyncs — on a disk busy with writeback one took tens of milliseconds,
+/// which every produce to the partition queued behind once per interval.
+/// Kafka writes this checkpoint from a scheduler thread too.
+#[derive(Debug)]
+#[must_use = "write it without the partition's lock, then record it"]
+pub struct HighWatermarkCheckpoint {
+    dir: PathBuf,
+    value: i64,
+    files: Arc<CheckpointFiles>,
+    /// Writes of the log's offset checkpoints before this was taken.
+    writes_before: u64,
+}
+
+/// The result of [`HighWatermarkCheckpoint::write`], for
+/// [`PartitionLog::high_watermark_checkpointed`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HighWatermarkWrite {
+    /// Written: the file holds `value`, and this was write number `write`.
+    Written { value: i64, write: u64 },
+    /// Not written: the log wrote its offset checkpoints (a flush, a
+    /// truncation, the close), or moved or deleted its directory, after the
+    /// checkpoint was taken; what the file holds is newer.
+    Superseded,
+}
+
+/// Serializes the writes of a log's offset checkpoint files between the
+/// log (under the partition's lock) and a [`HighWatermarkCheckpoint`]
+/// written outside it, and counts them: a checkpoint taken before a write
+/// by the log is stale and is dropped instead of written over it.
+#[derive(Debug, Default)]
+struct CheckpointFiles {
+    writes: parking_lot::Mutex<u64>,
+}
+
+impl HighWatermarkCheckpoint {
+    pub fn value(&self) -> i64 {
+        self.value
+    }
+
+    /// Writes the checkpoint (temp file, fsync, rename, directory fsync)
+    /// unless the log wrote its checkpoints since it was taken. Call
+    /// without the partition's lock.
+    pub fn write(self) -> Result<HighWatermarkWrite> {
+        let mut writes = self.files.writes.lock();
+        if *writes != self.writes_before {
+            return Ok(HighWatermarkWrite::Superseded);
+        }
+        checkpoint::write_checkpoint(&self.dir, checkpoint::HIGH_WATERMARK_FILE, self.value)?;
+        *writes += 1;
+        Ok(HighWatermarkWrite::Written {
+            value: self.value,
+            write: *writes,
+        })
+    }
+}
 
 /// The log of one partition.
 #[derive(Debug)]
@@ -101,11 +162,12 @@ pub struct PartitionLog {
     recovery_point: i64,
     high_watermark: i64,
     checkpointed_high_watermark: Option<i64>,
+    /// Shared with the [`HighWatermarkCheckpoint`]s taken from this log.
+    checkpoint_files: Arc<CheckpointFiles>,
     /// Values of the recovery point and log start checkpoint files as last
     /// read or written (`None`: absent), so unchanged ones are not rewritten.
     checkpointed_recovery_point: Option<i64>,
     checkpointed_log_start: Option<i64>,
-    last_hw_checkpoint_ms: i64,
     unflushed_messages: i64,
     first_unflushed_ms: Option<i64>,
     /// The cleaner checkpoint: segments below it were compacted (their
@@ -494,9 +556,9 @@ impl PartitionLog {
             recovery_point,
             high_watermark,
             checkpointed_high_watermark: checkpointed_hw,
+            checkpoint_files: Arc::default(),
             checkpointed_recovery_point: checkpointed_recovery,
             checkpointed_log_start: checkpointed_start,
-            last_hw_checkpoint_ms: now_ms,
             unflushed_messages: log_end - recovery_point,
             first_unflushed_ms: (recovery_point < log_end).then_some(now_ms),
             cleaned_to: checkpointed_cleaned.map(|c| c.min(log_end)),
@@ -1066,6 +1128,16 @@ impl PartitionLog {
         Ok(())
     }
 
+    /// Writes offset checkpoint files of this log (under its lock), as one
+    /// write of [`CheckpointFiles`]: a high watermark checkpoint taken
+    /// before it is dropped instead of written over it. Counted even when
+    /// `due` is empty: the caller just made the files current.
+    fn write_offset_checkpoint_files(&self, due: &[(&str, i64)]) -> Result<()> {
+        let mut writes = self.checkpoint_files.writes.lock();
+        *writes += 1;
+        checkpoint::write_checkpoints(&self.dir, due)
+    }
+
     /// Rewrites the recovery point, high watermark and log start
     /// checkpoints whose files do not hold the current values (one
     /// directory fsync).
@@ -1080,7 +1152,7 @@ impl PartitionLog {
         if self.checkpointed_log_start != Some(self.log_start_offset) {
             due.push((checkpoint::LOG_START_OFFSET_FILE, self.log_start_offset));
         }
-        checkpoint::write_checkpoints(&self.dir, &due)?;
+        self.write_offset_checkpoint_files(&due)?;
         self.checkpointed_recovery_point = Some(self.recovery_point);
         self.checkpointed_high_watermark = Some(self.high_watermark);
         self.checkpointed_log_start = Some(self.log_start_offset);
@@ -1739,8 +1811,8 @@ impl PartitionLog {
     }
 
     /// Applies the flush policy (`flush.messages`, `flush.ms`); call after
-    /// appends and periodically. Also checkpoints a changed high watermark
-    /// at most every [`HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS`].
+    /// appends and periodically. The high watermark checkpoint is not
+    /// written here (see [`PartitionLog::take_high_watermark_checkpoint`]).
     pub fn maybe_flush(&mut self, now_ms: i64) -> Result<()> {
         if self.closed {
             return Ok(());
@@ -1753,19 +1825,35 @@ impl PartitionLog {
         if by_count || by_time {
             self.flush()?;
         }
-        if self.checkpointed_high_watermark != Some(self.high_watermark)
-            && now_ms.saturating_sub(self.last_hw_checkpoint_ms)
-                >= HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS
-        {
-            self.last_hw_checkpoint_ms = now_ms;
-            // Not a reason to fail the append that got us here (it is in
-            // the log already): a full disk only delays the checkpoint,
-            // which is retried at the next interval.
-            if let Err(e) = self.checkpoint_high_watermark() {
-                tracing::warn!(dir = %self.dir.display(), error = %e, "cannot checkpoint the high watermark");
+        Ok(())
+    }
+
+    /// The high watermark checkpoint, when one is due: the high watermark
+    /// changed since its file was last written. The broker takes them
+    /// every [`HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS`]. Write it after
+    /// releasing the log's lock ([`HighWatermarkCheckpoint::write`]), then
+    /// record the outcome with [`PartitionLog::high_watermark_checkpointed`];
+    /// a failed or dropped one is taken again the next time.
+    pub fn take_high_watermark_checkpoint(&self) -> Option<HighWatermarkCheckpoint> {
+        if self.closed || self.checkpointed_high_watermark == Some(self.high_watermark) {
+            return None;
+        }
+        Some(HighWatermarkCheckpoint {
+            dir: self.dir.clone(),
+            value: self.high_watermark,
+            files: Arc::clone(&self.checkpoint_files),
+            writes_before: *self.checkpoint_files.writes.lock(),
+        })
+    }
+
+    /// Records what [`HighWatermarkCheckpoint::write`] did: the file holds
+    /// the written value unless the log wrote its checkpoints again since.
+    pub fn high_watermark_checkpointed(&mut self, outcome: HighWatermarkWrite) {
+        if let HighWatermarkWrite::Written { value, write } = outcome {
+            if *self.checkpoint_files.writes.lock() == write {
+                self.checkpointed_high_watermark = Some(value);
             }
         }
-        Ok(())
     }
 
     /// fsyncs what changed in the segments and indexes and checkpoints the
@@ -1796,7 +1884,7 @@ impl PartitionLog {
         if self.checkpointed_log_start != Some(self.log_start_offset) {
             due.push((checkpoint::LOG_START_OFFSET_FILE, self.log_start_offset));
         }
-        checkpoint::write_checkpoints(&self.dir, &due)?;
+        self.write_offset_checkpoint_files(&due)?;
         self.checkpointed_recovery_point = Some(end);
         self.checkpointed_high_watermark = Some(self.high_watermark);
         self.checkpointed_log_start = Some(self.log_start_offset);
@@ -1810,7 +1898,7 @@ impl PartitionLog {
     /// blocking file work beyond a write into the page cache: roll the
     /// segment (create files, reserve and map indexes, seal the old one),
     /// grow an index, or fsync by the flush policy (`flush.messages`,
-    /// `flush.ms`) or the high watermark checkpoint interval. A few
+    /// `flush.ms`). A few
     /// comparisons: callers use it to move such appends off an async
     /// runtime's worker threads. `records` is the number of records.
     pub fn append_may_block(&self, bytes: u64, batches: usize, records: i64, now_ms: i64) -> bool {
@@ -1824,31 +1912,19 @@ impl PartitionLog {
         let flushes = self.unflushed_messages.saturating_add(records) >= self.config.flush_messages
             || now_ms.saturating_sub(self.first_unflushed_ms.unwrap_or(now_ms))
                 >= self.config.flush_ms;
-        let checkpoints_hw = now_ms.saturating_sub(self.last_hw_checkpoint_ms)
-            >= HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS;
-        rolls || flushes || checkpoints_hw || active.append_grows_indexes(batches)
+        rolls || flushes || active.append_grows_indexes(batches)
     }
 
     /// Sets the high watermark (replication owns its value; a single
     /// broker sets it to the log end after each append), clamped to
-    /// `[log start, log end]`. It is checkpointed by `maybe_flush` (at most
-    /// every 5 s, as Kafka), `flush`, `close` and
-    /// [`PartitionLog::checkpoint_high_watermark`].
+    /// `[log start, log end]`. It is checkpointed by `flush`, `close`, and
+    /// at most every 5 s (as Kafka) through
+    /// [`PartitionLog::take_high_watermark_checkpoint`].
     pub fn set_high_watermark(&mut self, hw: i64) {
         self.high_watermark = hw.clamp(self.log_start_offset, self.log_end_offset());
     }
     pub fn high_watermark(&self) -> i64 {
         self.high_watermark
-    }
-    /// Writes the high watermark checkpoint now.
-    pub fn checkpoint_high_watermark(&mut self) -> Result<()> {
-        checkpoint::write_checkpoint(
-            &self.dir,
-            checkpoint::HIGH_WATERMARK_FILE,
-            self.high_watermark,
-        )?;
-        self.checkpointed_high_watermark = Some(self.high_watermark);
-        Ok(())
     }
 
     /// Clean shutdown: [`PartitionLog::close_in_place`], consuming the log.
@@ -1898,7 +1974,11 @@ impl PartitionLog {
     /// every later file operation of this log happen there: a log being
     /// deleted can never touch a new directory of the same name.
     pub fn rename_dir(&mut self, to: &Path) -> Result<()> {
+        // a checkpoint taken before must not write into the old path
+        let mut writes = self.checkpoint_files.writes.lock();
+        *writes += 1;
         fs::rename(&self.dir, to)?;
+        drop(writes);
         self.dir = to.to_path_buf();
         for seg in &mut self.segments {
             seg.relocate(to);
@@ -1909,7 +1989,15 @@ impl PartitionLog {
 
     /// Removes the partition directory and everything in it.
     pub fn delete(self) -> Result<()> {
-        let PartitionLog { dir, segments, .. } = self;
+        let PartitionLog {
+            dir,
+            segments,
+            checkpoint_files,
+            ..
+        } = self;
+        // a checkpoint taken before must not recreate files in a directory
+        // of the same name
+        *checkpoint_files.writes.lock() += 1;
         drop(segments);
         fs::remove_dir_all(&dir)?;
         if let Some(parent) = dir.parent() {
@@ -1928,3 +2016,7 @@ mod repl_tests;
 #[cfg(test)]
 #[path = "log_snapshot_tests.rs"]
 mod snapshot_tests;
+
+#[cfg(test)]
+#[path = "log_hw_checkpoint_tests.rs"]
+mod hw_checkpoint_tests;
