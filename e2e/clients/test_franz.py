@@ -31,12 +31,13 @@ import subprocess
 import urllib.request
 
 import pytest
-from confluent_kafka import Producer
 
 from conftest import STATE, create_topic, unique
 from harness import broker as brokers
-from harness.clients import COMPRESSIONS, RDKAFKA_LOGGER, ClientError, ConfluentClient, franz_program
+from harness.clients import COMPRESSIONS, ClientError, ConfluentClient, franz_program
 from harness.records import Consumed, Record, assert_same, gen_records
+# the same 100 partitions, one batch per record, as the Java client's test
+from test_fetch_sessions import PARTITIONS, PER_PARTITION, produce_all
 
 # the first test may build the driver (about 40 s cold on 2 cores)
 pytestmark = [pytest.mark.timeout(300)]
@@ -191,43 +192,9 @@ def test_confluent_produces_franz_reads(broker, compression):
 
 
 # --- fetch sessions, 100 partitions (issue #15) -----------------------------
-PARTITIONS = 100
-PER_PARTITION = 12
 # small responses: many fetches
 FETCH_MAX_BYTES = 16384
 FETCH_MAX_PARTITION_BYTES = 2048
-
-
-def produce_all(b: brokers.Broker, topic: str) -> dict[int, list[Record]]:
-    """PER_PARTITION records to each partition, each in a batch of its own
-    (as test_fetch_sessions.py does)."""
-    records = {p: gen_records(PER_PARTITION, seed=1000 + p, large_value=False) for p in range(PARTITIONS)}
-    prod = Producer(
-        {
-            "bootstrap.servers": b.bootstrap,
-            "acks": "all",
-            "enable.idempotence": False,
-            "linger.ms": 0,
-            "max.in.flight.requests.per.connection": 1,
-            "client.id": "moldau-e2e-franz-sessions-producer",
-            "logger": RDKAFKA_LOGGER,
-        }
-    )
-    errors: list[str] = []
-
-    def on_delivery(err, _msg):
-        if err is not None:
-            errors.append(str(err))
-
-    for i in range(PER_PARTITION):
-        for p in range(PARTITIONS):
-            r = records[p][i]
-            prod.produce(topic, key=r.key, value=r.value, partition=p, timestamp=r.timestamp, headers=list(r.headers), on_delivery=on_delivery)
-            prod.poll(0)
-        # one round at a time: a batch per record
-        assert prod.flush(60) == 0, "records left unsent"
-    assert not errors, errors[:5]
-    return records
 
 
 def payload_bytes(records: dict[int, list[Record]]) -> int:
