@@ -26,9 +26,7 @@ from __future__ import annotations
 
 import base64
 import json
-import re
 import subprocess
-import urllib.request
 
 import pytest
 
@@ -37,7 +35,7 @@ from harness import broker as brokers
 from harness.clients import COMPRESSIONS, ClientError, ConfluentClient, franz_program
 from harness.records import Consumed, Record, assert_same, gen_records
 # the same 100 partitions, one batch per record, as the Java client's test
-from test_fetch_sessions import PARTITIONS, PER_PARTITION, produce_all
+from test_fetch_sessions import INCREMENTAL, PARTITIONS, PER_PARTITION, metric, produce_all
 
 # the first test may build the driver (about 40 s cold on 2 cores)
 pytestmark = [pytest.mark.timeout(300)]
@@ -136,15 +134,6 @@ def franz_consume(b: brokers.Broker, topic: str, count: int, *, group: str | Non
     return out, answer
 
 
-def metric(b: brokers.Broker, name: str) -> float:
-    """A Moldau metric's value (0 if absent); `name` may carry labels."""
-    with urllib.request.urlopen(f"http://{b.host}:{b.http_port}/metrics", timeout=5) as r:
-        text = r.read().decode()
-    m = re.search(r"^" + re.escape(name) + r" (\S+)$", text, re.M)
-    return float(m.group(1)) if m else 0.0
-
-
-INCREMENTAL = 'moldau_fetch_session_requests_total{kind="incremental"}'
 FULL = 'moldau_fetch_session_requests_total{kind="full"}'
 
 
