@@ -711,12 +711,19 @@ fn storage_flush_policy_advances_recovery_point() {
     assert_eq!(log.recovery_point(), 6);
     log.maybe_flush(NOW + 110).expect("flush");
     assert_eq!(log.recovery_point(), 7);
-    // The high watermark is checkpointed by maybe_flush every 5 s and by flush.
+    // The high watermark is checkpointed by flush, close and the broker's
+    // periodic job (take, write without the lock, record), never by
+    // maybe_flush on the append path.
     log.set_high_watermark(100);
     assert_eq!(log.high_watermark(), 7, "clamped to the log end");
     log.set_high_watermark(6);
-    log.maybe_flush(NOW + 120).expect("flush");
     log.maybe_flush(NOW + 20_000).expect("flush");
+    let taken = log
+        .take_high_watermark_checkpoint()
+        .expect("6 is not on disk");
+    assert_eq!(taken.value(), 6);
+    log.high_watermark_checkpointed(taken.write().expect("write"));
+    assert!(log.take_high_watermark_checkpoint().is_none(), "written");
     drop(log);
     let log = PartitionLog::open(dir.path(), config(), NOW).expect("reopen");
     assert_eq!(log.high_watermark(), 6);

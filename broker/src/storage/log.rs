@@ -92,11 +92,12 @@ pub const HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS: i64 = 5_000;
 
 /// A high watermark checkpoint taken under the log's lock
 /// ([`PartitionLog::take_high_watermark_checkpoint`]) and written after it
-/// is released ([`HighWatermarkCheckpoint::write`]), so that neither an
-/// append nor anything else waiting for the partition's lock waits for its
-/// fsyncs — on a disk busy with writeback one took tens of milliseconds,
-/// which every produce to the partition queued behind once per interval.
-/// Kafka writes this checkpoint from a scheduler thread too.
+/// is released ([`HighWatermarkCheckpoint::write`]), so that no append
+/// waits for its fsyncs — on a disk busy with writeback they took tens of
+/// milliseconds, which every produce to the partition queued behind once
+/// per interval. Kafka writes this checkpoint from a scheduler thread too.
+/// Only the log's own checkpoint writes (a flush, a truncation, the close)
+/// wait for one in progress: the two are serialized so the newer wins.
 #[derive(Debug)]
 #[must_use = "write it without the partition's lock, then record it"]
 pub struct HighWatermarkCheckpoint {
