@@ -246,15 +246,30 @@ async fn acknowledged_records_survive_losing_brokers_and_min_isr_is_enforced() {
     )
     .await;
     // What the leaders counted: ISR changes, and no partition under-replicated now.
+    // A broker takes up the leadership the controller gave it (what the probe's
+    // metadata shows) a moment later, so each gets a few seconds to count it.
     let mut shrinks_and_expands = 0;
     for b in brokers.values() {
-        let m = b.metrics().await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let m = loop {
+            let m = b.metrics().await;
+            let settled = wire_common::metric(&m, "moldau_leader_count") == Some(1)
+                && wire_common::metric(&m, "moldau_under_replicated_partitions") == Some(0);
+            if settled || tokio::time::Instant::now() >= deadline {
+                break m;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
         assert_eq!(
             wire_common::metric(&m, "moldau_under_replicated_partitions"),
             Some(0),
             "{m}"
         );
-        assert_eq!(wire_common::metric(&m, "moldau_leader_count"), Some(1));
+        assert_eq!(
+            wire_common::metric(&m, "moldau_leader_count"),
+            Some(1),
+            "{m}"
+        );
         shrinks_and_expands += wire_common::metric(&m, "moldau_isr_expands_total").unwrap_or(0);
     }
     assert!(
