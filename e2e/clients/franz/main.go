@@ -271,18 +271,26 @@ func codec(name string) (kgo.CompressionCodec, error) {
 	return kgo.CompressionCodec{}, fmt.Errorf("unknown compression %q", name)
 }
 
-func produce(req produceRequest) int {
-	timeout := timeoutOf(req.TimeoutMs)
-	watchdog(timeout)
-	dial, err := loopbackDialer(req.Bootstrap)
+// clientOpts are the options every client of the driver starts from: the
+// bootstrap, dialed through loopbackDialer only, a client id and the
+// logger. A bootstrap that is not a loopback address ends the run (exit 2).
+func clientOpts(bootstrap, clientID string, log *logger) []kgo.Opt {
+	dial, err := loopbackDialer(bootstrap)
 	if err != nil {
 		fail(2, "%v", err)
 	}
-	opts := []kgo.Opt{
-		kgo.SeedBrokers(req.Bootstrap),
+	return []kgo.Opt{
+		kgo.SeedBrokers(bootstrap),
 		kgo.Dialer(dial),
-		kgo.ClientID("moldau-e2e-franz-producer"),
-		kgo.WithLogger(&logger{}),
+		kgo.ClientID(clientID),
+		kgo.WithLogger(log),
+	}
+}
+
+func produce(req produceRequest) int {
+	timeout := timeoutOf(req.TimeoutMs)
+	watchdog(timeout)
+	opts := append(clientOpts(req.Bootstrap, "moldau-e2e-franz-producer", &logger{}),
 		kgo.DefaultProduceTopic(req.Topic),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.RequiredAcks(kgo.AllISRAcks()), // the default, stated
@@ -290,7 +298,7 @@ func produce(req produceRequest) int {
 		// Timestamp (sink.go isTimedOut), and the test records carry
 		// timestamps a day old, so every record would time out at once.
 		// The context given to Produce and Flush bounds the run instead.
-	}
+	)
 	if req.Compression != "" { // else franz-go's default: snappy
 		c, err := codec(req.Compression)
 		if err != nil {
@@ -350,20 +358,12 @@ func produce(req produceRequest) int {
 func consume(req consumeRequest) int {
 	timeout := timeoutOf(req.TimeoutMs)
 	watchdog(timeout)
-	dial, err := loopbackDialer(req.Bootstrap)
-	if err != nil {
-		fail(2, "%v", err)
-	}
 	log := &logger{}
 	fetches := &fetchCounter{}
-	opts := []kgo.Opt{
-		kgo.SeedBrokers(req.Bootstrap),
-		kgo.Dialer(dial),
-		kgo.ClientID("moldau-e2e-franz-consumer"),
-		kgo.WithLogger(log),
+	opts := append(clientOpts(req.Bootstrap, "moldau-e2e-franz-consumer", log),
 		kgo.WithHooks(fetches),
-		kgo.FetchMaxWait(500 * time.Millisecond),
-	}
+		kgo.FetchMaxWait(500*time.Millisecond),
+	)
 	if req.FetchMaxBytes > 0 {
 		opts = append(opts, kgo.FetchMaxBytes(req.FetchMaxBytes))
 	}
