@@ -220,8 +220,8 @@ def markdown(raw: dict, agg: dict) -> str:
     L.append("## Method")
     L.append("")
     L.append(
-        "- Load generator: `moldau-bench` (Rust, librdkafka via the `rdkafka` crate), the same binary and "
-        "settings for both brokers; one topic per configuration and repetition, 1 partition, "
+        "- Load generator: `moldau-bench` (Rust, librdkafka via the `rdkafka` crate, mimalloc as the "
+        "allocator of the whole process), the same binary and settings for both brokers; one topic per configuration and repetition, 1 partition, "
         "replication factor 1; keyless records of text-like data (lz4 compresses it about 2×).\n"
         f"- Produce: one producer, as fast as it can for at most {load['produce_seconds']} s or "
         f"{load['produce_count']['100']:,} (100 B) / {load['produce_count']['1024']:,} (1 KiB) records; "
@@ -229,6 +229,9 @@ def markdown(raw: dict, agg: dict) -> str:
         "\"At full load\" latency = send() to delivery report, per record, under that saturating load "
         "(it is mostly time queued in the client, so it follows throughput); \"at a fixed rate\" = the "
         "same send()-to-delivery-report latency of the paced producer of the end-to-end test below.\n"
+        "- Before each configuration the page cache's dirty pages are written back (`sync`, not "
+        "timed), so that no configuration runs beside the kernel's writeback of an earlier one's data; "
+        "a configuration's own writes still start writeback when they pass the kernel's threshold.\n"
         "- Consume: a fresh consumer reads the records just produced from offset 0 (page cache); "
         "throughput from the first to the last record.\n"
         f"- End-to-end: a paced producer ({load['e2e_rate']} records/s for {load['e2e_seconds']} s, "

@@ -156,6 +156,29 @@ def proc_status_kib(pid: int, key: str) -> int | None:
     return None
 
 
+def meminfo_kib(key: str) -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def write_back_dirty_pages() -> float | None:
+    """Writes the page cache's dirty pages back (sync) and returns how many
+    MiB there were. Called before each configuration of the matrix, so none
+    runs beside the kernel's writeback of an earlier one's data: the matrix
+    writes several GiB per broker and repetition, past the background
+    writeback threshold (10% of memory), and without this the late
+    configurations paid for the early ones' writes, the faster-writing
+    broker most."""
+    dirty = meminfo_kib("Dirty")
+    os.sync()
+    return None if dirty is None else dirty / 1024
+
+
 class Moldau:
     name = "moldau"
     flush_policy = ("no fsync per write: acknowledged = in the page cache "
@@ -370,6 +393,7 @@ class Runner(BenchRunner):
         cfg = {"broker": broker.name, "rep": rep, "size": size, "acks": acks, "compression": codec}
         topic = f"bench-{size}-a{acks}-{codec}-r{rep}"
         row = dict(cfg)
+        row["dirty_mib_written_back_before"] = write_back_dirty_pages()
         steal_at_start = cpu_jiffies()
         try:
             self.tool("create-topic", "--bootstrap", bootstrap, "--topic", topic, timeout=60)
