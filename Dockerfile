@@ -28,9 +28,14 @@ ARG BINARIES=build
 
 # --- binaries compiled here ----------------------------------------------------
 FROM ${BUILDER_IMAGE} AS build
+# The source revision the broker reports (--version, moldau_build_info):
+# the context has no .git, so it comes from the same build argument as the
+# image's revision label.
+ARG REVISION=unknown
 WORKDIR /src
 COPY . .
-ENV CARGO_PROFILE_RELEASE_DEBUG=0 \
+ENV MOLDAU_BUILD_REVISION=${REVISION} \
+    CARGO_PROFILE_RELEASE_DEBUG=0 \
     CARGO_PROFILE_RELEASE_STRIP=symbols \
     CARGO_TARGET_DIR=/src/target
 RUN cargo build --release --locked -p moldau-broker -p moldau-operator \

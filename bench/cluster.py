@@ -291,7 +291,7 @@ class ClusterRunner:
             "settings": {"common": COMMON_SETTINGS, "kafka_only": KAFKA_ONLY_SETTINGS},
             "load": {k: (v if not isinstance(v, dict) else {str(a): b for a, b in v.items()})
                      for k, v in self.mode.items()},
-            "machine": base.machine_info(self.out),
+            "machine": base.machine_info(self.out, getattr(self.args, "moldau_bin", None)),
             "loadavg_samples": [],
             "runs": [],
             "clusters": [],

@@ -278,7 +278,7 @@ class BenchRunner:
             "mode": "quick" if args.quick else "full",
             "reps": args.reps,
             "load": load,
-            "machine": machine_info(self.out),
+            "machine": machine_info(self.out, getattr(args, "moldau_bin", None)),
             "runs": [],
             "errors": [],
         }
@@ -473,7 +473,25 @@ def fmt_list(xs) -> str:
     return "/".join(f"{x:.0f}" for x in xs) or "n/a"
 
 
-def machine_info(out: Path) -> dict:
+def binary_revision(binary) -> str | None:
+    """The source revision a `moldau-broker` binary reports in `--version`
+    ("moldau-broker 0.1.0 (revision <commit>)"), or None (an older binary,
+    or "unknown": built without git)."""
+    if binary is None:
+        return None
+    try:
+        out = subprocess.run([str(binary), "--version"], capture_output=True, text=True,
+                             timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(r"\(revision ([^)]+)\)", out)
+    return m.group(1) if m and m.group(1) != "unknown" else None
+
+
+def machine_info(out: Path, moldau_bin=None) -> dict:
+    """The machine, and which Moldau is measured: the revision the broker
+    binary was built from when it says (a `MOLDAU_BENCH_BINS_DIR` copy may
+    be older than the checkout), else the checkout's."""
     cpu = "unknown"
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -492,8 +510,13 @@ def machine_info(out: Path) -> dict:
                           capture_output=True, text=True).stdout.strip()
     dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no",
                             "--", "broker/src", "broker/Cargo.toml"], capture_output=True, text=True).stdout.strip()
+    built = binary_revision(moldau_bin)
+    if built and not built.startswith(head):
+        moldau = f"{built} (the broker binary's revision; checkout at {head})"
+    else:
+        moldau = (built or head) + (" + uncommitted broker changes" if dirty else "")
     return {
-        "git": head + (" + uncommitted broker changes" if dirty else ""),
+        "git": moldau,
         "cpus": os.cpu_count(),
         "cpu_model": cpu,
         "mem_gib": round(mem_kib / (1 << 20), 1),

@@ -15,7 +15,7 @@ use clap::Parser;
 #[derive(Debug, Clone, Parser)]
 #[command(
     name = "moldau-broker",
-    version,
+    version = crate::build_info::VERSION_LINE,
     about = "Moldau: a Kafka-compatible streaming log broker"
 )]
 pub struct Cli {

@@ -15,6 +15,7 @@
 //!   [`server`] starts and stops it all.
 
 pub mod broker;
+pub mod build_info;
 pub mod config;
 pub mod config_check;
 pub mod controller;

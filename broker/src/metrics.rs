@@ -47,6 +47,12 @@ pub struct PartitionLabel {
     pub partition: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabel {
+    pub version: String,
+    pub revision: String,
+}
+
 fn new_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0001, 2.0, 18))
 }
@@ -183,6 +189,20 @@ impl Metrics {
     /// Renders every metric in the Prometheus text format.
     pub fn render(&self) -> String {
         let mut registry = Registry::with_prefix("moldau");
+        // An info metric as a gauge of 1 (the classic text format has no
+        // info type): `moldau_build_info{version,revision} 1`.
+        let build_info = Family::<BuildLabel, Gauge>::default();
+        build_info
+            .get_or_create(&BuildLabel {
+                version: crate::build_info::VERSION.to_string(),
+                revision: crate::build_info::REVISION.to_string(),
+            })
+            .set(1);
+        registry.register(
+            "build_info",
+            "The broker's version and source revision (always 1)",
+            build_info,
+        );
         registry.register(
             "bytes_in",
             "Record bytes appended, per topic",

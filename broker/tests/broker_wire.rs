@@ -297,6 +297,29 @@ async fn produce_fetch_restart_and_version_negotiation() {
             "/metrics lacks {expected}:\n{metrics}"
         );
     }
+    // The build it runs: the same version and revision as `--version`.
+    let version = std::process::Command::new(env!("CARGO_BIN_EXE_moldau-broker"))
+        .arg("--version")
+        .output()
+        .expect("moldau-broker --version");
+    let version = String::from_utf8_lossy(&version.stdout).trim().to_string();
+    let revision = version
+        .strip_prefix(concat!(
+            "moldau-broker ",
+            env!("CARGO_PKG_VERSION"),
+            " (revision "
+        ))
+        .and_then(|rest| rest.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("--version printed {version:?}"));
+    assert!(!revision.is_empty(), "--version printed {version:?}");
+    let build_info = format!(
+        "moldau_build_info{{version=\"{}\",revision=\"{revision}\"}} 1",
+        env!("CARGO_PKG_VERSION")
+    );
+    assert!(
+        metrics.contains(&build_info),
+        "/metrics lacks {build_info}:\n{metrics}"
+    );
     assert!(http_get(broker.addrs.http, "/readyz")
         .await
         .starts_with("HTTP/1.1 200"));
