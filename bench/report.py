@@ -221,8 +221,8 @@ def markdown(raw: dict, agg: dict) -> str:
     L.append("")
     L.append(
         "- Load generator: `moldau-bench` (Rust, librdkafka via the `rdkafka` crate, mimalloc as the "
-        "allocator of the whole process), the same binary and settings for both brokers; one topic per configuration and repetition, 1 partition, "
-        "replication factor 1; keyless records of text-like data (lz4 compresses it about 2×).\n"
+        "allocator of the whole process), the same binary and settings for both brokers; one topic "
+        "per configuration and repetition, 1 partition, replication factor 1; keyless records of text-like data (lz4 compresses it about 2×).\n"
         f"- Produce: one producer, as fast as it can for at most {load['produce_seconds']} s or "
         f"{load['produce_count']['100']:,} (100 B) / {load['produce_count']['1024']:,} (1 KiB) records; "
         "linger.ms=5, batch.size=1000000, queue.buffering.max.kbytes=65536, idempotence off. "
