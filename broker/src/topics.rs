@@ -940,6 +940,7 @@ impl TopicManager {
                 let planned = started.elapsed();
                 let mut ran_for = std::time::Duration::ZERO;
                 let mut swapped = std::time::Duration::ZERO;
+                let mut swap_locked = std::time::Duration::ZERO;
                 let outcome = match plan {
                     Ok(CompactionPlan::Nothing(_)) => continue,
                     Ok(CompactionPlan::Pass(mut pass)) => {
@@ -947,7 +948,11 @@ impl TopicManager {
                         let ran = pass.run(&self.cleaner_throttle);
                         ran_for = t.elapsed();
                         let t = std::time::Instant::now();
-                        let finished = p.with_log(|log| log.finish_compaction(pass, ran));
+                        let finished = p.with_log(|log| {
+                            let finished = log.finish_compaction(pass, ran);
+                            swap_locked = t.elapsed();
+                            finished
+                        });
                         swapped = t.elapsed();
                         finished
                     }
@@ -955,8 +960,9 @@ impl TopicManager {
                 };
                 // The plan and the swap hold the partition's lock (what
                 // produce and fetch wait for); logged so that a slow one
-                // shows. swap_ms also counts freeing the retired files,
-                // which `with_log` does after releasing the lock.
+                // shows. swap_locked_ms is the lock's part (waiting for the
+                // lock included); swap_ms also counts freeing the retired
+                // files, which `with_log` does after releasing the lock.
                 let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
                 match outcome {
                     Ok(o) if o.abandoned => {
@@ -968,6 +974,7 @@ impl TopicManager {
                         plan_ms = ms(planned),
                         pass_ms = ms(ran_for),
                         swap_ms = ms(swapped),
+                        swap_locked_ms = ms(swap_locked),
                         segments_rewritten = o.segments_rewritten,
                         segments_deleted = o.segments_deleted,
                         "compaction pass"
