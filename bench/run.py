@@ -146,24 +146,24 @@ def steal_pct(before: tuple[int, int], after: tuple[int, int]) -> float | None:
     return round(100.0 * (after[0] - before[0]) / total, 1) if total > 0 else None
 
 
-def proc_status_kib(pid: int, key: str) -> int | None:
+def kib_field(path: str, key: str) -> int | None:
+    """The kB value of `key:` in a /proc file of that form (status,
+    meminfo), or None."""
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        for line in Path(path).read_text().splitlines():
             if line.startswith(key + ":"):
                 return int(line.split()[1])
     except OSError:
         return None
     return None
+
+
+def proc_status_kib(pid: int, key: str) -> int | None:
+    return kib_field(f"/proc/{pid}/status", key)
 
 
 def meminfo_kib(key: str) -> int | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith(key + ":"):
-                return int(line.split()[1])
-    except OSError:
-        return None
-    return None
+    return kib_field("/proc/meminfo", key)
 
 
 def write_back_dirty_pages() -> float | None:
@@ -500,10 +500,7 @@ def machine_info(out: Path, moldau_bin=None) -> dict:
                 break
     except OSError:
         pass
-    mem_kib = 0
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemTotal:"):
-            mem_kib = int(line.split()[1])
+    mem_kib = meminfo_kib("MemTotal") or 0
     df = subprocess.run(["df", "-hP", str(out)], capture_output=True, text=True).stdout.splitlines()
     java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()
     head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
