@@ -1078,9 +1078,9 @@ fn open_partitions(
     // New directories first, with one fsync of the data directory for all
     // of them (each log would otherwise fsync it for its own, and those
     // fsyncs of one directory run one at a time). A directory that cannot
-    // be made is that partition's error.
-    let storage_error =
-        |e: std::io::Error| TopicError::new(ResponseError::KafkaStorageError, e.to_string());
+    // be made is that partition's error, with the same code and hint (out
+    // of descriptors, disk full) as any other storage error.
+    let storage_error = |e: std::io::Error| TopicError::from(StorageError::Io(e));
     let mut made = false;
     let not_made: Vec<Option<TopicError>> = jobs
         .iter()
