@@ -8,7 +8,7 @@ the broker offers them:
 - on a broker with `max.incremental.fetch.session.cache.slots=1` (and, on
   Moldau, `min.incremental.fetch.session.eviction.ms=100`, so an idle
   session is evictable), two Java consumers in separate groups read the
-  topic at the same time and keep polling a while after: their sessions
+  topic at the same time and keep polling side by side after: their sessions
   evict each other (Moldau's /metrics count evictions and
   FETCH_SESSION_ID_NOT_FOUND answers) and both still read every record
   byte-identical.
@@ -25,7 +25,9 @@ import re
 import shutil
 import subprocess
 import threading
+import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
@@ -88,14 +90,19 @@ def _unb64n(s: str) -> bytes | None:
 class JavaSessionConsumer:
     """One SessionConsume process reading `count` records of `topic`."""
 
-    def __init__(self, b: brokers.Broker, group: str, topic: str, count: int, linger_ms: int = 0):
+    def __init__(self, b: brokers.Broker, group: str, topic: str, count: int, stop_file: Path | None = None):
         self.log = STATE / f"java-sessions-{group}.err"
         self.log.parent.mkdir(parents=True, exist_ok=True)
+        # created by the consumer once it has read every record
+        self.done_file = STATE / f"java-sessions-{group}.done"
+        self.done_file.unlink(missing_ok=True)
+        # with a stop file it polls on after that until the file exists
+        options = [f"moldau.done.file={self.done_file}"] + ([f"moldau.stop.file={stop_file}"] if stop_file else [])
         cmd = [
             os.environ.get("JAVA", "java"), "-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
             "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", java_classpath(),
             "io.moldau.e2e.SessionConsume", b.bootstrap, group, topic, str(count), "180000",
-            f"client.id=java-{group}", f"moldau.linger.ms={linger_ms}",
+            f"client.id=java-{group}", *options,
             *[f"{k}={v}" for k, v in CONSUMER_PROPS.items()],
         ]
         self.stderr = open(self.log, "w")
@@ -177,15 +184,38 @@ def test_two_java_consumers_share_one_session_slot(one_slot_broker):
     topic = create_topic(b, unique("onesslot"), PARTITIONS)
     produced = produce_all(b, topic)
     count = PARTITIONS * PER_PARTITION
-    # Each keeps polling 12 s after it has read everything, so that the two
-    # fetch at the same time even when one JVM starts seconds after the
-    # other on a loaded machine (with 4 s, one consumer once finished and
-    # closed its session before the other's first fetch: no eviction).
-    consumers = [JavaSessionConsumer(b, unique(f"slot{i}"), topic, count, linger_ms=12000) for i in range(2)]
+    moldau = b.kind == "moldau"
+    evicted = "moldau_fetch_session_evictions_total"
+    not_found = 'moldau_fetch_session_errors_total{error="fetch_session_id_not_found"}'
+    # Each consumer polls on after it has read everything until the stop file
+    # exists, which the test creates only once both have read everything and
+    # then polled side by side long enough to evict each other: a timed linger
+    # left the overlap to the JVMs' start times (once, on a loaded machine,
+    # one evicted the other's session only as that one closed it, so no
+    # FETCH_SESSION_ID_NOT_FOUND was ever answered).
+    stop = STATE / f"java-sessions-{unique('stop')}"
+    consumers = [JavaSessionConsumer(b, unique(f"slot{i}"), topic, count, stop_file=stop) for i in range(2)]
+    try:
+        deadline = time.monotonic() + 240
+        while not all(c.done_file.exists() for c in consumers):
+            assert all(c.p.poll() is None for c in consumers), "a consumer exited before reading everything"
+            assert time.monotonic() < deadline, "the consumers did not both read everything within 240 s"
+            time.sleep(0.2)
+        side_by_side = time.monotonic()
+        # on Moldau: until both signs of mutual eviction show (bounded);
+        # against Kafka, whose metrics are not read here: 5 s
+        while time.monotonic() - side_by_side < 60:
+            if not moldau and time.monotonic() - side_by_side >= 5:
+                break
+            if moldau and metric(b, evicted) > 0 and metric(b, not_found) > 0:
+                break
+            time.sleep(0.5)
+    finally:
+        stop.touch()
     results = [c.wait() for c in consumers]
     for consumed in results:
         assert_all_read(produced, consumed)
-    if b.kind == "moldau":
-        assert metric(b, "moldau_fetch_session_evictions_total") > 0, "no session was evicted"
-        assert metric(b, 'moldau_fetch_session_errors_total{error="fetch_session_id_not_found"}') > 0
+    if moldau:
+        assert metric(b, evicted) > 0, "no session was evicted"
+        assert metric(b, not_found) > 0, "no fetch was told its session was gone"
         assert metric(b, "moldau_fetch_sessions") <= 1

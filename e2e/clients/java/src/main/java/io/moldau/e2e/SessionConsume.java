@@ -2,6 +2,8 @@ package io.moldau.e2e;
 
 import java.io.PrintStream;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Base64;
@@ -20,11 +22,14 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
  * prints each record as a line {@code PARTITION \t OFFSET \t KEY \t VALUE \t TIMESTAMP \t
  * HEADERS \t TIMESTAMP_TYPE} (the fields as ClientCheck prints them: base64, "~" for null,
  * headers as comma-separated NAME:VALUE), until COUNT records arrived (exit 0) or TIMEOUT_MS
- * passed (exit 3). With {@code moldau.linger.ms=N} it keeps polling N ms after the last
- * record (no more are expected), so its fetches go on meeting other clients' sessions.
+ * passed (exit 3). With {@code moldau.done.file=PATH} it creates PATH once it has read every
+ * record, and with {@code moldau.stop.file=PATH} it keeps polling after that (no more records
+ * are expected) until PATH exists or TIMEOUT_MS passed: so a test can hold two consumers
+ * polling side by side, their fetches meeting each other's sessions, for as long as it needs,
+ * however late one JVM started.
  *
  * <p>Usage: {@code SessionConsume BOOTSTRAP GROUP TOPIC COUNT TIMEOUT_MS [name=value ...]},
- * the name=value pairs being consumer properties (and moldau.linger.ms).
+ * the name=value pairs being consumer properties (and the moldau.* options above).
  */
 public final class SessionConsume {
   private SessionConsume() {}
@@ -48,13 +53,16 @@ public final class SessionConsume {
     props.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
     props.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
     props.put(ConsumerConfig.CLIENT_ID_CONFIG, "moldau-e2e-java-sessions");
-    long linger = 0;
+    Path doneFile = null;
+    Path stopFile = null;
     for (int i = 5; i < args.length; i++) {
       int eq = args[i].indexOf('=');
       String name = args[i].substring(0, eq);
       String value = args[i].substring(eq + 1);
-      if (name.equals("moldau.linger.ms")) {
-        linger = Long.parseLong(value);
+      if (name.equals("moldau.done.file")) {
+        doneFile = Path.of(value);
+      } else if (name.equals("moldau.stop.file")) {
+        stopFile = Path.of(value);
       } else {
         props.put(name, value);
       }
@@ -90,8 +98,13 @@ public final class SessionConsume {
           seen++;
         }
       }
-      long until = System.currentTimeMillis() + linger;
-      while (seen >= count && System.currentTimeMillis() < until) {
+      if (seen >= count && doneFile != null) {
+        Files.createFile(doneFile);
+      }
+      while (seen >= count
+          && stopFile != null
+          && !Files.exists(stopFile)
+          && System.currentTimeMillis() < deadline) {
         seen += consumer.poll(Duration.ofMillis(200)).count();
       }
     }
