@@ -6,7 +6,10 @@ settings (`log.cleaner.backoff.ms` 15 s, no I/O limit). For each:
 
 1. a compacted topic (1 partition, `segment.bytes` 16 MiB,
    `min.compaction.lag.ms` one day so nothing is cleanable yet) is filled with
-   FILL MiB of 1000-byte records over KEYS keys (acks=1, as fast as possible);
+   FILL MiB of 1000-byte records over KEYS keys (acks=1, as fast as possible),
+   and the fill's dirty pages are written back (`sync`, untimed): left to the
+   kernel, that writeback starts ~30 s later (its dirty expiry), inside the
+   cleaning window, and would be counted against the cleaner;
 2. baseline: a paced producer (RATE records/s, one record per request,
    linger.ms=0, acks=1, the same keys) for SECONDS: produce latency p50/p99;
 3. cleaning: `min.compaction.lag.ms` set to 0 with Kafka's `kafka-configs`,
@@ -32,7 +35,7 @@ import time
 from pathlib import Path
 
 from run import (BenchRunner, KAFKA_DIST, Kafka, Moldau, cpu_jiffies, dir_bytes, log, proc_status_kib,
-                 repetition, steal_pct)
+                 repetition, steal_pct, write_back_dirty_pages)
 
 TOPIC = "compacted"
 MODES = {
@@ -117,6 +120,9 @@ class Runner(BenchRunner):
             if part is None:
                 raise RuntimeError(f"no {TOPIC}-0 under {broker.datadir}")
             row["bytes_before"] = dir_bytes(part)
+            # the fill's writeback (untimed) happens here, not ~30 s later
+            # (the kernel's dirty expiry) in the middle of the cleaning window
+            row["dirty_mib_written_back_before"] = write_back_dirty_pages()
             steal_at = cpu_jiffies()
             base = self.tool(*self.paced(bootstrap, m["seconds"], self.out / "base.txt"),
                              timeout=m["seconds"] + 120)
