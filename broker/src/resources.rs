@@ -24,7 +24,8 @@ pub const BACKGROUND_NICE: i32 = 10;
 /// nothing else call this. The thread's I/O priority goes down with it
 /// (best-effort class, lowest level [`BACKGROUND_IO_LEVEL`]): the block
 /// layer's schedulers that honour priorities (mq-deadline, BFQ) serve the
-/// request handlers' reads and writes first. Failing is logged and
+/// request handlers' reads and writes first. And the thread asks for a long
+/// time slice, [`BACKGROUND_SLICE_NS`] (see there). Failing is logged and
 /// otherwise harmless.
 pub fn lower_this_threads_priority(nice: i32) {
     // SAFETY: gettid has no preconditions; setpriority takes plain integers.
@@ -32,6 +33,9 @@ pub fn lower_this_threads_priority(nice: i32) {
     let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) };
     if rc != 0 {
         tracing::warn!(nice, error = %io::Error::last_os_error(), "cannot lower a background thread's priority");
+    }
+    if let Err(e) = set_this_threads_slice(nice, BACKGROUND_SLICE_NS) {
+        tracing::warn!(error = %e, "cannot set a background thread's time slice");
     }
     // SAFETY: ioprio_set takes plain integers (who, id, priority).
     let rc = unsafe {
@@ -44,6 +48,60 @@ pub fn lower_this_threads_priority(nice: i32) {
     };
     if rc != 0 {
         tracing::warn!(error = %io::Error::last_os_error(), "cannot lower a background thread's I/O priority");
+    }
+}
+
+/// The time slice background threads ask the kernel for: 20 ms, longer than
+/// the default (a base of 0.7 ms scaled by the CPU count: 1.4 ms on 2 cores). Linux's EEVDF scheduler (6.6+)
+/// lets a running thread finish its slice before a woken thread of the same
+/// class preempts it, however low its nice value ("run to parity"), and
+/// then waits for the next tick; only a woken thread with a *shorter* slice
+/// preempts at once (6.12+, where a fair thread's `sched_runtime` sets its
+/// slice). So the niced cleaner, left at the default slice, delayed every
+/// request handler and client thread woken on its core by up to a tick: a
+/// compaction pass raised the produce p99 of a paced producer (1000
+/// records/s, 2 cores) while the broker's own handling time of those
+/// requests stayed under 0.4 ms. With the long slice, woken threads preempt
+/// the cleaner at once: in three alternating runs each, the p99 during
+/// passes was 1.5–2.5 ms at the default slice, 1.2–1.2 ms at 20 ms, and
+/// 2.1–2.6 ms with the cleaner at `SCHED_IDLE`. The cleaner's share of the CPU
+/// is still set by its nice value. Older kernels ignore `sched_runtime` of
+/// a fair thread.
+pub const BACKGROUND_SLICE_NS: u64 = 20_000_000;
+
+/// `struct sched_attr` as `sched_setattr(2)` takes it (its first version,
+/// without utilisation clamps; the kernel accepts any known size).
+#[repr(C)]
+#[derive(Default)]
+struct SchedAttr {
+    size: u32,
+    policy: u32,
+    flags: u64,
+    nice: i32,
+    priority: u32,
+    runtime: u64,
+    deadline: u64,
+    period: u64,
+}
+
+/// Makes the calling thread `SCHED_OTHER` at `nice` with a time slice of
+/// `slice_ns` (clamped by the kernel to 0.1–100 ms). Unprivileged, as long
+/// as `nice` is not below the thread's current value.
+fn set_this_threads_slice(nice: i32, slice_ns: u64) -> io::Result<()> {
+    let attr = SchedAttr {
+        size: std::mem::size_of::<SchedAttr>() as u32,
+        policy: libc::SCHED_OTHER as u32,
+        nice,
+        runtime: slice_ns,
+        ..SchedAttr::default()
+    };
+    // SAFETY: pid 0 is the calling thread; the kernel reads `size` bytes of
+    // the struct, which is that size and lives across the call.
+    let rc = unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const SchedAttr, 0) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
     }
 }
 
@@ -179,15 +237,35 @@ mod tests {
             // SAFETY: plain integers
             unsafe { libc::syscall(libc::SYS_ioprio_get, IOPRIO_WHO_PROCESS, libc::gettid()) }
         };
+        let slice = || {
+            let mut attr = SchedAttr::default();
+            // SAFETY: the kernel writes at most `size` (the struct's) bytes
+            unsafe {
+                libc::syscall(
+                    libc::SYS_sched_getattr,
+                    0,
+                    &mut attr as *mut SchedAttr,
+                    std::mem::size_of::<SchedAttr>() as u32,
+                    0,
+                )
+            };
+            attr.runtime
+        };
         let before = own();
         let io_before = io_priority();
-        let (niced, io_niced) = std::thread::spawn(move || {
+        let slice_before = slice();
+        let (niced, io_niced, sliced) = std::thread::spawn(move || {
             lower_this_threads_priority(BACKGROUND_NICE);
-            (own(), io_priority())
+            (own(), io_priority(), slice())
         })
         .join()
         .expect("thread");
         assert_eq!(io_niced, i64::from(background_io_priority()));
+        // kernels before 6.12 report no slice for a fair thread (0)
+        if slice_before != 0 {
+            assert_eq!(sliced, BACKGROUND_SLICE_NS);
+            assert_eq!(slice(), slice_before, "only that thread's slice");
+        }
         assert_eq!(io_priority(), io_before, "only that thread's I/O");
         if before <= BACKGROUND_NICE {
             assert_eq!(niced, BACKGROUND_NICE);
