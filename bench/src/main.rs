@@ -502,7 +502,7 @@ fn serve_delivery_reports(producer: &BaseProducer<Ctx>, done: &AtomicBool) {
 /// record on top of the client's own work: a `CString` of the topic name and,
 /// inside `rd_kafka_producev`, a lookup of the topic by that name under the
 /// client's lock. At 100-byte records the sending thread is what limits the
-/// rate (it keeps a core ~90% busy at 1.0–1.4 M records/s), so the load
+/// rate (before this it kept a core ~90% busy at 1.0–1.4 M records/s), so the load
 /// generator's own per-record cost is kept to the client's minimum. The
 /// delivery reports are the same: the opaque is passed as
 /// `BaseRecord::with_opaque_to` passes a `usize` (as the pointer itself),

@@ -34,6 +34,8 @@ pub fn lower_this_threads_priority(nice: i32) {
     if rc != 0 {
         tracing::warn!(nice, error = %io::Error::last_os_error(), "cannot lower a background thread's priority");
     }
+    // sched_setattr sets the nice value as well; setpriority above stays
+    // so that the thread is still niced where a sandbox refuses it
     if let Err(e) = set_this_threads_slice(nice, BACKGROUND_SLICE_NS) {
         tracing::warn!(error = %e, "cannot set a background thread's time slice");
     }
