@@ -577,6 +577,17 @@ impl OffsetIndex {
         self.inner.truncate_entries(keep);
     }
 
+    /// Removes the entries naming `next_offset` or later.
+    pub fn truncate_to_offset(&mut self, next_offset: i64) {
+        let base = self.base_offset;
+        let keep = self.inner.count_prefix(&|e| {
+            e.get(0..4)
+                .and_then(|r| r.try_into().ok())
+                .is_some_and(|r: [u8; 4]| base + i64::from(u32::from_be_bytes(r)) < next_offset)
+        });
+        self.inner.truncate_entries(keep);
+    }
+
     /// Adds an entry; returns false (adding nothing) if the index is full or
     /// the entry would not be strictly after the last one or does not fit.
     pub fn append(&mut self, offset: i64, position: u64) -> bool {

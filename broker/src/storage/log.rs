@@ -81,7 +81,8 @@ pub struct OpenReport {
     /// Segments whose batches were re-validated and indexes rebuilt (after
     /// an unclean stop, or because an index was missing or corrupt).
     pub segments_recovered: usize,
-    /// Bytes of segment data re-validated (CRC) by that recovery.
+    /// Bytes of segment data that recovery read: re-validated (CRC), plus
+    /// the header walk from the last index entry below the recovery point.
     pub bytes_read: u64,
 }
 
@@ -347,11 +348,15 @@ fn remove_if_exists(path: &Path) -> Result<()> {
 
 impl PartitionLog {
     /// Opens (creating if needed) the partition directory and recovers it:
-    /// after an unclean stop (no clean-shutdown marker), every segment from
-    /// the one holding the recovery point on is re-validated (length, magic,
-    /// CRC-32C, contiguous offsets), a torn or corrupt tail is truncated after
-    /// the last valid batch (later segments are then dropped) and its
-    /// indexes are rebuilt. Other segments are trusted, but their indexes are
+    /// after an unclean stop (no clean-shutdown marker), every batch from
+    /// the recovery point on is re-validated (length, magic, CRC-32C,
+    /// contiguous offsets), a torn or corrupt tail is truncated after the
+    /// last valid batch (later segments are then dropped) and the indexes
+    /// of what was re-validated are rebuilt. In the segment holding the
+    /// recovery point only the batches reaching it and after are
+    /// (`Segment::recover_after`: what the last flush made durable is
+    /// trusted, as Kafka trusts the segments below it, unless its index
+    /// entries do not check out). Other segments are trusted, but their indexes are
     /// sanity-checked and rebuilt (by the same validation) when missing or
     /// corrupt. Leftover `.deleted` and `.tmp` files are removed; an
     /// interrupted compaction is discarded (`.cleaned`) or completed
@@ -473,14 +478,21 @@ impl PartitionLog {
             }
             let mut truncated = false;
             if must_recover {
-                bytes_validated += seg.file().metadata()?.len();
-                let cut = seg.recover(
+                // The segment holding the recovery point is re-validated
+                // from it; later ones (and any whose indexes failed) whole.
+                let trusted_below = match checkpointed_recovery {
+                    Some(rp) if i == recover_from && indexes_present => rp,
+                    _ => i64::MIN,
+                };
+                let done = seg.recover_after(
+                    trusted_below,
                     config.index_interval_bytes,
                     config.segment_index_bytes,
                     now_ms,
                     allow_gaps(base),
                 )?;
-                truncated = cut > 0;
+                bytes_validated += done.bytes_read;
+                truncated = done.bytes_cut > 0;
             }
             recovered.push(must_recover);
             let consistent = next_base.is_none_or(|n| {

@@ -201,3 +201,199 @@ fn a_torn_tail_removes_the_snapshots_past_it() {
         );
     }
 }
+
+/// Copies the files of `from` into a fresh `to`.
+fn copy_dir(from: &Path, to: &Path) {
+    let _ = std::fs::remove_dir_all(to);
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+}
+
+/// What a recovered segment holds besides its bytes.
+#[derive(Debug, PartialEq)]
+struct SegmentState {
+    next_offset: i64,
+    size: u64,
+    max_timestamp: Option<(i64, i64)>,
+    offset_entries: Vec<(i64, u64)>,
+    time_entries: Vec<(i64, i64)>,
+}
+
+fn segment_state(seg: &Segment) -> SegmentState {
+    SegmentState {
+        next_offset: seg.next_offset(),
+        size: seg.size(),
+        max_timestamp: seg.max_timestamp(),
+        offset_entries: (0..seg.offset_index().entries())
+            .map(|i| seg.offset_index().entry(i).unwrap())
+            .collect(),
+        time_entries: (0..seg.time_index().entries())
+            .map(|i| seg.time_index().entry(i).unwrap())
+            .collect(),
+    }
+}
+
+fn indexed_config() -> LogConfig {
+    LogConfig {
+        segment_bytes: 1 << 20,
+        index_interval_bytes: 256,
+        retention_ms: -1,
+        ..LogConfig::default()
+    }
+}
+
+/// Appends `n` batches of 1–3 records with increasing timestamps.
+fn append_varied(log: &mut PartitionLog, n: usize, first_ts: i64) {
+    for i in 0..n {
+        let ts = first_ts + 1_000 * i as i64;
+        let mut b = crate::storage::test_batches::batch_of(1 + i % 3, ts, |j| {
+            (None, Some(Bytes::from(format!("value-{i}-{j:030}"))))
+        });
+        log.append(&mut b, 0, NOW).unwrap();
+    }
+}
+
+/// An unclean open re-validates only what follows the recovery point in
+/// its segment, and ends in exactly the state a whole-segment recovery
+/// reaches (end, size, max timestamp, index entries), also after more
+/// appends (which index where a full recovery would).
+#[test]
+fn an_unclean_open_reads_only_what_follows_the_recovery_point() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (crashed, partial, full) = (
+        tmp.path().join("crashed"),
+        tmp.path().join("partial"),
+        tmp.path().join("full"),
+    );
+    let mut log = PartitionLog::open(&crashed, indexed_config(), NOW).unwrap();
+    append_varied(&mut log, 60, 0);
+    log.flush().unwrap();
+    let flushed_size = log.active().size();
+    append_varied(&mut log, 12, 100_000);
+    let size = log.active().size();
+    assert_eq!(log.segment_count(), 1);
+    drop(log); // crash
+    copy_dir(&crashed, &partial);
+    copy_dir(&crashed, &full);
+    std::fs::remove_file(full.join(checkpoint::RECOVERY_POINT_FILE)).unwrap();
+
+    let mut p = PartitionLog::open(&partial, indexed_config(), NOW).unwrap();
+    let mut f = PartitionLog::open(&full, indexed_config(), NOW).unwrap();
+    let (pr, fr) = (p.open_report(), f.open_report());
+    assert!(pr.unclean);
+    assert_eq!(
+        fr.bytes_read, size,
+        "without a recovery point: the whole segment"
+    );
+    let after = size - flushed_size;
+    // the walk from the last index entry before the recovery point
+    // covers at most an interval plus one batch
+    assert!(
+        pr.bytes_read >= after && pr.bytes_read < after + 256 + 200,
+        "read {} bytes, {after} follow the recovery point",
+        pr.bytes_read
+    );
+    assert_eq!(segment_state(p.active()), segment_state(f.active()));
+    assert!(p.active().offset_index().entries() > 10);
+    for (log, first_ts) in [(&mut p, 500_000), (&mut f, 500_000)] {
+        append_varied(log, 25, first_ts);
+    }
+    assert_eq!(segment_state(p.active()), segment_state(f.active()));
+    assert_eq!(p.log_end_offset(), f.log_end_offset());
+}
+
+/// Wherever the recovery point falls (batch boundaries, inside a batch
+/// as the log start can put it, the segment's base, its end), the unclean
+/// open reaches the state of a whole-segment recovery.
+#[test]
+fn every_recovery_point_gives_the_state_of_a_full_recovery() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (crashed, work, full) = (
+        tmp.path().join("crashed"),
+        tmp.path().join("work"),
+        tmp.path().join("full"),
+    );
+    let mut log = PartitionLog::open(&crashed, indexed_config(), NOW).unwrap();
+    append_varied(&mut log, 40, 0);
+    let end = log.log_end_offset();
+    drop(log);
+    copy_dir(&crashed, &full);
+    let _ = std::fs::remove_file(full.join(checkpoint::RECOVERY_POINT_FILE));
+    let expected = segment_state(
+        PartitionLog::open(&full, indexed_config(), NOW)
+            .unwrap()
+            .active(),
+    );
+    for rp in 0..=end {
+        copy_dir(&crashed, &work);
+        checkpoint::write_checkpoint(&work, checkpoint::RECOVERY_POINT_FILE, rp).unwrap();
+        let log = PartitionLog::open(&work, indexed_config(), NOW).unwrap();
+        assert_eq!(segment_state(log.active()), expected, "recovery point {rp}");
+        assert_eq!(log.log_end_offset(), end);
+    }
+}
+
+/// When what lies below the recovery point does not check out (an index
+/// entry damaged, flushed bytes lost), the whole segment is re-validated
+/// and the log keeps exactly the whole batches that survive.
+#[test]
+fn damage_below_the_recovery_point_falls_back_to_a_full_recovery() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (crashed, work) = (tmp.path().join("crashed"), tmp.path().join("work"));
+    let mut log = PartitionLog::open(&crashed, indexed_config(), NOW).unwrap();
+    append_varied(&mut log, 40, 0);
+    log.flush().unwrap();
+    let end = log.log_end_offset();
+    let state = segment_state(log.active());
+    let log_name = log.active().log_path().file_name().unwrap().to_owned();
+    let index_name = log
+        .active()
+        .offset_index()
+        .path()
+        .file_name()
+        .unwrap()
+        .to_owned();
+    let size = log.active().size();
+    drop(log);
+
+    // the last kept index entry (the one the walk starts from, checked as
+    // the last entry of a trusted segment is) pointing into a batch
+    copy_dir(&crashed, &work);
+    let last = state.offset_entries.len() - 1;
+    let mut damaged = std::fs::read(work.join(&index_name)).unwrap();
+    damaged[8 * last + 7] ^= 0x01;
+    std::fs::write(work.join(&index_name), &damaged).unwrap();
+    let log = PartitionLog::open(&work, indexed_config(), NOW).unwrap();
+    assert_eq!(log.open_report().bytes_read, size);
+    assert_eq!(segment_state(log.active()), state);
+    drop(log);
+
+    // flushed bytes gone: the file ends inside the log's last batches
+    for cut in [size - 1, size / 2, 100] {
+        copy_dir(&crashed, &work);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(work.join(&log_name))
+            .unwrap()
+            .set_len(cut)
+            .unwrap();
+        let log = PartitionLog::open(&work, indexed_config(), NOW).unwrap();
+        assert_eq!(log.open_report().bytes_read, cut, "cut at {cut}");
+        let kept = log.log_end_offset();
+        assert!(kept < end);
+        assert!(log.active().size() <= cut);
+        // what is kept is whole batches, contiguous from 0 to the end
+        let mut next = 0;
+        let mut bytes = 0;
+        log.for_each_header_from(0, |h| {
+            assert_eq!(h.base_offset, next);
+            next = h.last_offset() + 1;
+            bytes += h.total_size() as u64;
+        })
+        .unwrap();
+        assert_eq!((next, bytes), (kept, log.active().size()));
+    }
+}

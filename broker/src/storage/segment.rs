@@ -70,6 +70,32 @@ struct HeaderScan {
     bytes: u64,
 }
 
+/// The trusted start of a segment being recovered ([`Segment::recover_after`]).
+struct TrustedPrefix {
+    /// Where the header walk began (the last kept index entry, or 0).
+    scan_start: u64,
+    /// The first byte to re-validate.
+    end: u64,
+    /// The segment's state at `end`; `bytes` counts from `scan_start`.
+    scan: HeaderScan,
+}
+
+enum TrustedWalk {
+    Done(std::result::Result<TrustedPrefix, String>),
+    /// The batch at this position, which the offset index names, reaches
+    /// the recovery point: it is re-validated, so its entries go.
+    IndexedBatchStraddles(u64),
+}
+
+/// What recovering one segment did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Recovered {
+    /// Bytes cut off after the last valid batch.
+    pub bytes_cut: u64,
+    /// Bytes read to recover (re-validated, plus the header walk).
+    pub bytes_read: u64,
+}
+
 /// One segment. Positions are `u64` but always below `u32::MAX` (the log
 /// never lets a segment grow past `i32::MAX` bytes).
 #[derive(Debug)]
@@ -667,17 +693,265 @@ impl Segment {
     ) -> Result<u64> {
         self.offset_index.reset();
         self.time_index.reset();
+        self.reserve_index_space_for_recovery(index_bytes);
+        self.max_timestamp = -1;
+        self.offset_of_max_timestamp = self.base_offset;
+        self.bytes_since_last_index_entry = 0;
+        self.next_offset = self.base_offset;
+        self.validate_from(0, index_interval, now_ms, allow_gaps)
+    }
+
+    /// Recovers the segment holding the recovery point after an unclean
+    /// stop, re-validating only what follows it: the batches wholly below
+    /// `trusted_below` were fsynced with their index entries by the flush
+    /// that set the recovery point, so they are trusted as a sealed segment
+    /// below the recovery point is ([`Segment::load_trusted`]: index entries
+    /// sanity-checked, the last kept entry must name its batch, headers
+    /// only from there to the first batch reaching `trusted_below`). From
+    /// that batch on every batch is re-validated as [`Segment::recover`]
+    /// does, and the file is cut after the last valid one. If the trusted
+    /// part does not check out (the disk lost a flushed write, an index was
+    /// damaged) the whole segment is recovered instead.
+    ///
+    /// Kafka re-validates every segment from the one holding the recovery
+    /// point; a 1 GiB active segment flushed a moment before a crash is then
+    /// re-read whole. Here a crash costs what was written since the flush.
+    pub fn recover_after(
+        &mut self,
+        trusted_below: i64,
+        index_interval: u64,
+        index_bytes: u64,
+        now_ms: i64,
+        allow_gaps: bool,
+    ) -> Result<Recovered> {
+        let file_size = self.file.metadata()?.len();
+        self.size = file_size;
+        if trusted_below > self.base_offset {
+            match self.trusted_prefix(trusted_below, index_interval, allow_gaps)? {
+                Ok(prefix) => {
+                    self.reserve_index_space_for_recovery(index_bytes);
+                    self.max_timestamp = prefix.scan.max_timestamp;
+                    self.offset_of_max_timestamp = prefix.scan.offset_of_max_timestamp;
+                    self.next_offset = prefix.scan.next_offset;
+                    self.bytes_since_last_index_entry = prefix.scan.bytes;
+                    let cut = self.validate_from(prefix.end, index_interval, now_ms, allow_gaps)?;
+                    return Ok(Recovered {
+                        bytes_cut: cut,
+                        bytes_read: file_size - prefix.scan_start,
+                    });
+                }
+                Err(problem) => {
+                    tracing::warn!(path = %self.log_path.display(), %problem, "the bytes below the recovery point do not check out; re-validating the whole segment");
+                }
+            }
+        }
+        let cut = self.recover(index_interval, index_bytes, now_ms, allow_gaps)?;
+        Ok(Recovered {
+            bytes_cut: cut,
+            bytes_read: file_size,
+        })
+    }
+
+    /// The part of the segment made of batches wholly below `trusted_below`
+    /// (see [`Segment::recover_after`]); trims both indexes to the entries
+    /// of that part. `Err` names why it cannot be trusted.
+    fn trusted_prefix(
+        &mut self,
+        trusted_below: i64,
+        index_interval: u64,
+        allow_gaps: bool,
+    ) -> Result<std::result::Result<TrustedPrefix, String>> {
+        self.offset_index.truncate_to_offset(trusted_below);
+        loop {
+            match self.walk_trusted(trusted_below, index_interval, allow_gaps)? {
+                // The log start (DeleteRecords) can put the recovery point
+                // inside a batch, which an entry may name.
+                TrustedWalk::IndexedBatchStraddles(pos) => {
+                    self.offset_index.truncate_to_position(pos)
+                }
+                TrustedWalk::Done(prefix) => return Ok(prefix),
+            }
+        }
+    }
+
+    /// One try of [`Segment::trusted_prefix`] with the offset index as it is.
+    fn walk_trusted(
+        &mut self,
+        trusted_below: i64,
+        index_interval: u64,
+        allow_gaps: bool,
+    ) -> Result<TrustedWalk> {
+        let fail = |problem: String| Ok(TrustedWalk::Done(Err(problem)));
+        if let Err(e) = self.offset_index.sanity_check(self.size, trusted_below) {
+            return fail(format!("offset index: {e}"));
+        }
+        // Time index entries are added with offset index entries, naming an
+        // offset up to the indexed batch's last: those of the kept entries
+        // name offsets up to the last kept entry's batch, later ones (of the
+        // entries dropped) offsets past it.
+        let indexed = self.offset_index.last_entry();
+        let time_kept_below = match indexed {
+            Some((_, pos)) => match self.header_at(pos) {
+                Ok(h) => h.last_offset().saturating_add(1),
+                Err(StorageError::Io(e)) => return Err(e.into()),
+                Err(e) => return fail(format!("indexed batch at {pos}: {e}")),
+            },
+            None => self.base_offset,
+        };
+        self.time_index.truncate_to_offset(time_kept_below);
+        if let Err(e) = self.time_index.sanity_check(time_kept_below) {
+            return fail(format!("time index: {e}"));
+        }
+        // The walk starts at the last kept entry, with the segment's max
+        // timestamp up to it from the time index's last entry, which must
+        // name the batch holding that timestamp (as a trusted segment's
+        // time index must not be empty beside a non-empty offset index).
+        let mut scan = HeaderScan {
+            next_offset: self.base_offset,
+            max_timestamp: -1,
+            offset_of_max_timestamp: self.base_offset,
+            bytes: 0,
+        };
+        match self.time_index.last_entry() {
+            Some((ts, offset)) => {
+                if self.batch_ending_at(offset)?.map(|h| h.max_timestamp) != Some(ts) {
+                    return fail(format!(
+                        "time index entry ({ts}, {offset}) does not name its batch"
+                    ));
+                }
+                scan.max_timestamp = ts;
+                scan.offset_of_max_timestamp = offset;
+            }
+            None if indexed.is_some() => {
+                return fail("time index empty while the offset index is not".to_string())
+            }
+            None => {}
+        }
+        let (scan_start, mut expected, read_ahead) = match indexed {
+            // a walk of about an index interval: one read per header
+            Some((offset, pos)) => (pos, offset, BATCH_HEADER_LEN),
+            None => (0, self.base_offset, READ_AHEAD),
+        };
+        // The walk also checks the offset index against the rule appends
+        // follow (`on_batch`): an entry at the first batch after more than
+        // an interval of bytes since the last one, none elsewhere. An index
+        // that lost entries (or was written with another interval) would
+        // otherwise be kept as it is; the whole segment is rebuilt instead.
+        let mut next_entry = match indexed {
+            Some(_) => self.offset_index.entries() - 1,
+            None => 0,
+        };
+        let mut since_entry = 0u64;
+        let mut reader = HeaderReader::new(&*self, read_ahead);
+        let mut pos = scan_start;
+        while pos < self.size {
+            let h = match reader.header(pos) {
+                Ok(h) => h,
+                Err(StorageError::Io(e)) => return Err(e.into()),
+                Err(e) => return fail(format!("batch at {pos}: {e}")),
+            };
+            let at_entry = pos == scan_start && indexed.is_some();
+            let in_order = if allow_gaps && !at_entry {
+                h.base_offset >= expected
+            } else {
+                h.base_offset == expected
+            };
+            if !in_order || h.last_offset_delta < 0 {
+                return fail(format!(
+                    "batch at {pos} starts at {} where {expected} was expected",
+                    h.base_offset
+                ));
+            }
+            if h.last_offset() >= trusted_below {
+                break;
+            }
+            let has_entry = self
+                .offset_index
+                .entry(next_entry)
+                .is_some_and(|(o, p)| p == pos && o == h.base_offset);
+            if has_entry {
+                if !at_entry && since_entry <= index_interval {
+                    return fail(format!("index entry at {pos} where none is due"));
+                }
+                next_entry += 1;
+                since_entry = 0;
+            } else if since_entry > index_interval {
+                return fail(format!("no index entry at {pos} where one is due"));
+            }
+            since_entry += h.total_size() as u64;
+            if h.max_timestamp > scan.max_timestamp {
+                scan.max_timestamp = h.max_timestamp;
+                scan.offset_of_max_timestamp = h.last_offset();
+            }
+            expected = h.last_offset().saturating_add(1);
+            pos += h.total_size() as u64;
+        }
+        if let Some((_, p)) = self.offset_index.entry(next_entry) {
+            if p < pos {
+                return fail(format!("index entry at {p} is not at a batch start"));
+            }
+            return Ok(TrustedWalk::IndexedBatchStraddles(pos));
+        }
+        if pos >= self.size && expected < trusted_below && !allow_gaps {
+            return fail(format!(
+                "the segment ends at offset {expected}, below the recovery point {trusted_below}"
+            ));
+        }
+        scan.next_offset = expected;
+        scan.bytes = since_entry;
+        Ok(TrustedWalk::Done(Ok(TrustedPrefix {
+            scan_start,
+            end: pos,
+            scan,
+        })))
+    }
+
+    /// The header of the batch whose last offset is `offset`, if one is:
+    /// found from the offset index's entry at or before it (a walk of
+    /// about an index interval). Damaged bytes read as none.
+    fn batch_ending_at(&self, offset: i64) -> Result<Option<BatchHeader>> {
+        let (mut expected, mut pos) = self
+            .offset_index
+            .lookup(offset)
+            .unwrap_or((self.base_offset, 0));
+        let mut reader = HeaderReader::new(self, BATCH_HEADER_LEN);
+        while pos < self.size {
+            let h = match reader.header(pos) {
+                Ok(h) => h,
+                Err(StorageError::Io(e)) => return Err(e.into()),
+                Err(_) => return Ok(None),
+            };
+            if h.base_offset < expected || h.last_offset_delta < 0 {
+                return Ok(None);
+            }
+            if h.last_offset() >= offset {
+                return Ok((h.last_offset() == offset).then_some(h));
+            }
+            expected = h.last_offset().saturating_add(1);
+            pos += h.total_size() as u64;
+        }
+        Ok(None)
+    }
+
+    fn reserve_index_space_for_recovery(&mut self, index_bytes: u64) {
         if let Err(e) = self.make_active(index_bytes) {
             // A full disk: rebuild anyway; an index that cannot grow is kept
             // in memory (see `index`), so the segment stays readable.
             tracing::warn!(path = %self.log_path.display(), error = %e, "cannot reserve index space while recovering");
         }
-        self.max_timestamp = -1;
-        self.offset_of_max_timestamp = self.base_offset;
-        self.bytes_since_last_index_entry = 0;
-        self.next_offset = self.base_offset;
+    }
+
+    /// Validates every batch from `pos` (a batch start; the segment's state
+    /// describes the bytes before it), indexing them, and cuts the file
+    /// after the last valid one. Returns the number of bytes cut off.
+    fn validate_from(
+        &mut self,
+        mut pos: u64,
+        index_interval: u64,
+        now_ms: i64,
+        allow_gaps: bool,
+    ) -> Result<u64> {
         let file_size = self.file.metadata()?.len();
-        let mut pos = 0u64;
         let mut buf = Vec::new();
         let problem = loop {
             let remaining = file_size - pos;
