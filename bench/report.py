@@ -236,6 +236,8 @@ def markdown(raw: dict, agg: dict) -> str:
         "VM, memory not used lately costs a host fault at its next write (a new file is written at "
         "~0.6 GB/s, over just-freed pages at 5-11 GB/s), so without it each produce rate depended on "
         "how much memory the configuration before had freed.\n"
+        "- The configurations' order is rotated by three places per repetition (`config_order`), "
+        "the same for both brokers, so that none always runs first or third.\n"
         "- Consume: a fresh consumer reads the records just produced from offset 0 (page cache); "
         "throughput from the first to the last record.\n"
         f"- End-to-end: a paced producer ({load['e2e_rate']} records/s for {load['e2e_seconds']} s, "
