@@ -383,6 +383,17 @@ impl IndexFile {
         self.entries = n;
     }
 
+    /// Removes the entries whose offset (a big-endian u32 relative to
+    /// `base` at byte `at` of the entry) is `next_offset` or later.
+    fn truncate_to_offset(&mut self, at: usize, base: i64, next_offset: i64) {
+        let keep = self.count_prefix(&|e| {
+            e.get(at..at + 4)
+                .and_then(|r| r.try_into().ok())
+                .is_some_and(|r: [u8; 4]| base + i64::from(u32::from_be_bytes(r)) < next_offset)
+        });
+        self.truncate_entries(keep);
+    }
+
     /// Number of leading entries for which `keep` holds (entries are
     /// sorted, so `keep` must hold for a prefix).
     fn count_prefix(&self, keep: &dyn Fn(&[u8]) -> bool) -> usize {
@@ -579,13 +590,8 @@ impl OffsetIndex {
 
     /// Removes the entries naming `next_offset` or later.
     pub fn truncate_to_offset(&mut self, next_offset: i64) {
-        let base = self.base_offset;
-        let keep = self.inner.count_prefix(&|e| {
-            e.get(0..4)
-                .and_then(|r| r.try_into().ok())
-                .is_some_and(|r: [u8; 4]| base + i64::from(u32::from_be_bytes(r)) < next_offset)
-        });
-        self.inner.truncate_entries(keep);
+        self.inner
+            .truncate_to_offset(0, self.base_offset, next_offset);
     }
 
     /// Adds an entry; returns false (adding nothing) if the index is full or
@@ -695,13 +701,8 @@ impl TimeIndex {
     /// Removes the entries naming `next_offset` or later (the log now
     /// ends before it).
     pub fn truncate_to_offset(&mut self, next_offset: i64) {
-        let base = self.base_offset;
-        let keep = self.inner.count_prefix(&|e| {
-            e.get(8..12)
-                .and_then(|r| r.try_into().ok())
-                .is_some_and(|r: [u8; 4]| base + i64::from(u32::from_be_bytes(r)) < next_offset)
-        });
-        self.inner.truncate_entries(keep);
+        self.inner
+            .truncate_to_offset(8, self.base_offset, next_offset);
     }
 
     /// Adds `(timestamp, offset)` if the timestamp is larger than the last
