@@ -146,6 +146,17 @@ def steal_line(raw: dict) -> str:
             f"(median {steal[len(steal) // 2]:.1f}%).")
 
 
+def hold_line(machine: dict) -> str:
+    """Says whether the run held freed memory in the guest (run.py's
+    `hold_freed_memory`); runs from before it have no such field."""
+    hold = machine.get("freed_memory_hold")
+    if not hold:
+        return ""
+    return (f" Free page reporting's delay was {hold['min_free_ms'] // 1000} s for the run "
+            f"(`min_free_ms`, {hold['min_free_ms_before']} ms before and after it), so freed memory "
+            "stayed backed by the host between configurations.")
+
+
 def markdown(raw: dict, agg: dict) -> str:
     m = raw["machine"]
     L = []
@@ -157,7 +168,7 @@ def markdown(raw: dict, agg: dict) -> str:
              + (f", at end {', '.join(f'{x:.1f}' for x in m['loadavg_end'])}" if m.get('loadavg_end') else "")
              + f". {raw['reps']} repetitions per broker, interleaved (Moldau/Kafka order alternates). "
              "Figures are medians with the min–max spread in parentheses."
-             + steal_line(raw))
+             + steal_line(raw) + hold_line(m))
     L.append("")
     L.append("## Targets (1 KiB records, acks=1, uncompressed)")
     L.append("")
