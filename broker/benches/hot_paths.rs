@@ -93,10 +93,10 @@ fn bench_append(c: &mut Criterion) {
                 let mut log =
                     PartitionLog::open(dir.path().join("bench-0"), LogConfig::default(), 0)
                         .expect("open log");
-                let mut buf = template.clone();
+                let buf = template.clone();
                 let start = Instant::now();
                 for _ in 0..iters {
-                    log.append(black_box(&mut buf), 0, 1_700_000_000_000)
+                    log.append(black_box(&buf), 0, 1_700_000_000_000)
                         .expect("append");
                 }
                 start.elapsed()
@@ -112,9 +112,9 @@ fn bench_read(c: &mut Criterion) {
         PartitionLog::open(dir.path().join("read-0"), LogConfig::default(), 0).expect("open log");
     // 20 000 batches of 16 records (320 000 offsets, ~11 MB): index entries
     // every 4 KiB as configured by default.
-    let mut b16 = batch(16, 32, Compression::None);
+    let b16 = batch(16, 32, Compression::None);
     for _ in 0..20_000 {
-        log.append(&mut b16, 0, 1_700_000_000_000).expect("append");
+        log.append(&b16, 0, 1_700_000_000_000).expect("append");
     }
     let end = log.log_end_offset();
     let mut g = c.benchmark_group("partition_log_read");
@@ -230,9 +230,9 @@ fn bench_fetch_codec(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut log =
         PartitionLog::open(dir.path().join("fetch-0"), LogConfig::default(), 0).expect("open");
-    let mut b16 = batch(16, 1024, Compression::None);
+    let b16 = batch(16, 1024, Compression::None);
     for _ in 0..64 {
-        log.append(&mut b16, 0, 1_700_000_000_000).expect("append");
+        log.append(&b16, 0, 1_700_000_000_000).expect("append");
     }
     let slice = log.read(0, 1 << 20, log.log_end_offset()).expect("read");
     let out = FetchOut {

@@ -323,7 +323,7 @@ impl Partition {
     /// an append takes.
     pub fn append(
         &self,
-        batches: &mut [u8],
+        batches: &[u8],
         headers: &[BatchHeader],
         min_isr: Option<usize>,
     ) -> Result<Appended, TopicError> {
@@ -394,7 +394,7 @@ impl Partition {
 
     fn append_locked(
         state: &mut PartitionState,
-        batches: &mut [u8],
+        batches: &[u8],
         headers: &[BatchHeader],
         leader_epoch: i32,
         now: i64,
@@ -1062,9 +1062,9 @@ mod tests {
     }
 
     fn append(p: &Partition, records: usize, min_isr: Option<usize>) -> Result<i64, TopicError> {
-        let mut b = batch(records);
+        let b = batch(records);
         let headers = crate::storage::batch::validate_batches(&b, 1 << 20).unwrap();
-        match p.append(&mut b, &headers, min_isr)? {
+        match p.append(&b, &headers, min_isr)? {
             Appended::New(r) => Ok(r.last_offset + 1),
             Appended::Duplicate { .. } => panic!("no producer ids here"),
         }
@@ -1091,9 +1091,9 @@ mod tests {
     }
 
     fn produce(p: &Partition, pid: i64, seq: i32, n: usize) -> Result<Appended, TopicError> {
-        let mut b = idempotent(pid, 0, seq, n);
+        let b = idempotent(pid, 0, seq, n);
         let headers = crate::storage::batch::validate_batches(&b, 1 << 20).unwrap();
-        p.append(&mut b, &headers, None)
+        p.append(&b, &headers, None)
     }
 
     /// A partition of a replication factor 1 topic with small segments.

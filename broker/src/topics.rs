@@ -1353,11 +1353,11 @@ mod tests {
         }
         for t in m.all() {
             for p in &t.partitions {
-                let mut b = crate::storage::test_batches::batch_of(2, 1_000, |_| {
+                let b = crate::storage::test_batches::batch_of(2, 1_000, |_| {
                     (None, Some(bytes::Bytes::from_static(b"v")))
                 });
                 let headers = crate::storage::batch::validate_batches(&b, 1 << 20).unwrap();
-                p.append(&mut b, &headers, None).expect("append");
+                p.append(&b, &headers, None).expect("append");
             }
         }
         m.close();

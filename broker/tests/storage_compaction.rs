@@ -124,8 +124,8 @@ fn latest(recs: &[Rec]) -> BTreeMap<String, (i64, Option<String>)> {
         .collect()
 }
 
-fn append(log: &mut PartitionLog, mut b: Vec<u8>) -> (i64, i64) {
-    let r = log.append(&mut b, 0, NOW).expect("append");
+fn append(log: &mut PartitionLog, b: Vec<u8>) -> (i64, i64) {
+    let r = log.append(&b, 0, NOW).expect("append");
     let end = log.log_end_offset();
     log.set_high_watermark(end);
     (r.base_offset, r.last_offset)
@@ -354,13 +354,13 @@ fn storage_compaction_max_compaction_lag_rolls_the_active_segment() {
     ] {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut log = PartitionLog::open(dir.path(), cfg.clone(), NOW).expect("open");
-        let mut b = keyed(&[("k", Some("v1"))], NOW);
-        log.append(&mut b, 0, NOW).expect("append");
-        let mut b = keyed(&[("k", Some("v2"))], NOW);
-        log.append(&mut b, 0, NOW + 4_000).expect("append");
+        let b = keyed(&[("k", Some("v1"))], NOW);
+        log.append(&b, 0, NOW).expect("append");
+        let b = keyed(&[("k", Some("v2"))], NOW);
+        log.append(&b, 0, NOW + 4_000).expect("append");
         assert_eq!(log.segment_base_offsets().len(), 1);
-        let mut b = keyed(&[("k", Some("v3"))], NOW);
-        log.append(&mut b, 0, NOW + 6_000).expect("append");
+        let b = keyed(&[("k", Some("v3"))], NOW);
+        log.append(&b, 0, NOW + 6_000).expect("append");
         let bases = log.segment_base_offsets();
         assert_eq!(bases.len(), if rolls { 2 } else { 1 }, "{cfg:?}");
         if rolls {
@@ -553,10 +553,10 @@ fn storage_compaction_log_append_time_batches() {
         ..compact_config()
     };
     let mut log = PartitionLog::open(dir.path(), cfg, NOW).expect("open");
-    let mut b = keyed(&[("x", Some("x1")), ("y", Some("y1"))], 5);
-    log.append(&mut b, 0, NOW + 100).expect("append");
-    let mut b = keyed(&[("x", Some("x2"))], 5);
-    log.append(&mut b, 0, NOW + 200).expect("append");
+    let b = keyed(&[("x", Some("x1")), ("y", Some("y1"))], 5);
+    log.append(&b, 0, NOW + 100).expect("append");
+    let b = keyed(&[("x", Some("x2"))], 5);
+    log.append(&b, 0, NOW + 200).expect("append");
     fill_rounds(&mut log, 6);
     let end = log.log_end_offset();
     log.set_high_watermark(end);

@@ -14,8 +14,8 @@ const NOW: i64 = 1_700_000_000_000;
 fn fill(log: &mut PartitionLog, count: usize, ts0: i64) -> Vec<(i64, i64)> {
     (0..count)
         .map(|i| {
-            let mut b = batch(1 + i % 4, ts0 + 10 * i as i64);
-            let r = log.append(&mut b, 3, NOW).expect("append");
+            let b = batch(1 + i % 4, ts0 + 10 * i as i64);
+            let r = log.append(&b, 3, NOW).expect("append");
             (r.base_offset, r.last_offset)
         })
         .collect()
@@ -104,7 +104,7 @@ fn storage_append_many_batches_in_one_write() {
     payload.extend(batch(2, NOW + 1));
     payload.extend(batch(5, NOW + 2));
     batch::validate_batches(&payload, 1 << 20).expect("valid");
-    let r = log.append(&mut payload, 0, NOW).expect("append");
+    let r = log.append(&payload, 0, NOW).expect("append");
     assert_eq!(
         (
             r.base_offset,
@@ -124,19 +124,19 @@ fn storage_append_many_batches_in_one_write() {
     // Malformed payloads are refused without writing anything.
     let size = log.size_bytes();
     assert!(matches!(
-        log.append(&mut [], 0, NOW),
+        log.append(&[], 0, NOW),
         Err(StorageError::CorruptBatch(_))
     ));
     let mut torn = batch(2, NOW);
     torn.truncate(torn.len() - 1);
     assert!(matches!(
-        log.append(&mut torn, 0, NOW),
+        log.append(&torn, 0, NOW),
         Err(StorageError::CorruptBatch(_))
     ));
     let mut v1 = batch(2, NOW);
     v1[16] = 1;
     assert!(matches!(
-        log.append(&mut v1, 0, NOW),
+        log.append(&v1, 0, NOW),
         Err(StorageError::UnsupportedMagic(1))
     ));
     assert_eq!(log.size_bytes(), size);
@@ -150,10 +150,10 @@ fn storage_roll_by_segment_bytes() {
     let one = batch(2, NOW).len() as u64;
     let per_segment = 1024 / one;
     for _ in 0..per_segment {
-        log.append(&mut batch(2, NOW), 0, NOW).expect("append");
+        log.append(&batch(2, NOW), 0, NOW).expect("append");
     }
     assert_eq!(log.segment_count(), 1, "fits exactly");
-    log.append(&mut batch(2, NOW), 0, NOW).expect("append");
+    log.append(&batch(2, NOW), 0, NOW).expect("append");
     assert_eq!(
         log.segment_count(),
         2,
@@ -171,13 +171,13 @@ fn storage_roll_by_segment_bytes() {
     }
     // A batch larger than segment.bytes goes alone into a fresh segment.
     log.append(
-        &mut batch_with(2, NOW, kafka_protocol::records::Compression::None, 2000),
+        &batch_with(2, NOW, kafka_protocol::records::Compression::None, 2000),
         0,
         NOW,
     )
     .expect("append");
     assert_eq!(log.segment_count(), 3);
-    log.append(&mut batch(1, NOW), 0, NOW).expect("append");
+    log.append(&batch(1, NOW), 0, NOW).expect("append");
     assert_eq!(log.segment_count(), 4);
     // Sealed segments have trimmed indexes.
     let idx = files_with_suffix(dir.path(), ".index");
@@ -202,12 +202,10 @@ fn storage_roll_by_segment_ms() {
         ..config()
     };
     let mut log = PartitionLog::open(dir.path(), cfg, NOW).expect("open");
-    log.append(&mut batch(1, NOW), 0, NOW).expect("append");
-    log.append(&mut batch(1, NOW), 0, NOW + 1000)
-        .expect("append");
+    log.append(&batch(1, NOW), 0, NOW).expect("append");
+    log.append(&batch(1, NOW), 0, NOW + 1000).expect("append");
     assert_eq!(log.segment_count(), 1, "not older than segment.ms yet");
-    log.append(&mut batch(1, NOW), 0, NOW + 1001)
-        .expect("append");
+    log.append(&batch(1, NOW), 0, NOW + 1001).expect("append");
     assert_eq!(log.segment_count(), 2, "age counts from the first batch");
     // The retention pass also rolls an aged active segment, but not an empty one.
     log.enforce_retention(NOW + 1500).expect("retention");
@@ -240,15 +238,15 @@ fn storage_roll_by_segment_ms_minus_a_per_segment_jitter() {
         assert_eq!(log.roll_jitter_ms(base), jitter, "fixed per segment");
         jitters.insert(jitter);
         let before = log.segment_count();
-        log.append(&mut batch(1, t), 0, t).expect("first batch");
+        log.append(&batch(1, t), 0, t).expect("first batch");
         let first = t;
         // Not yet: at exactly segment.ms - jitter.
         t = first + 10_000 - jitter;
-        log.append(&mut batch(1, t), 0, t).expect("append");
+        log.append(&batch(1, t), 0, t).expect("append");
         assert_eq!(log.segment_count(), before, "rolled too early");
         // One ms later it rolls.
         t += 1;
-        log.append(&mut batch(1, t), 0, t).expect("append");
+        log.append(&batch(1, t), 0, t).expect("append");
         assert_eq!(
             log.segment_count(),
             before + 1,
@@ -290,13 +288,13 @@ fn storage_retention_by_time() {
     let mut log = PartitionLog::open(dir.path(), cfg, NOW).expect("open");
     // Old records (timestamps an hour back), then recent ones.
     for i in 0..20 {
-        log.append(&mut batch(2, NOW - 3_600_000 + i), 0, NOW)
+        log.append(&batch(2, NOW - 3_600_000 + i), 0, NOW)
             .expect("append");
     }
     let old_end = log.log_end_offset();
     let hold = log.read(0, 1 << 20, old_end).expect("read before deletion");
     let held = slice_bytes(&hold);
-    log.append(&mut batch(2, NOW), 0, NOW).expect("append"); // rolls? maybe not
+    log.append(&batch(2, NOW), 0, NOW).expect("append"); // rolls? maybe not
     let segs_before = log.segment_count();
     assert!(segs_before >= 3);
     let out = log.enforce_retention(NOW + 1).expect("retention");
@@ -432,7 +430,7 @@ fn storage_delete_records_before() {
     assert_eq!(log.delete_records_before(end).expect("delete"), end);
     assert_eq!(log.segment_count(), 1);
     assert_eq!(log.size_bytes(), 0);
-    let r = log.append(&mut batch(2, NOW), 0, NOW).expect("append");
+    let r = log.append(&batch(2, NOW), 0, NOW).expect("append");
     assert_eq!(r.base_offset, end);
     assert_eq!(r.log_start_offset, end);
 }
@@ -447,7 +445,7 @@ fn storage_offset_for_timestamp_and_max_timestamp() {
     let mut ranges = Vec::new();
     for i in 0..40i64 {
         let n = 1 + (i % 3) as usize;
-        let r = log.append(&mut batch(n, 1000 * i), 0, NOW).expect("append");
+        let r = log.append(&batch(n, 1000 * i), 0, NOW).expect("append");
         ranges.push((r.base_offset, r.last_offset, 1000 * i));
     }
     assert!(log.segment_count() > 2);
@@ -505,10 +503,10 @@ fn storage_offset_for_timestamp_with_compressed_batches() {
     ] {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut log = PartitionLog::open(dir.path(), config(), NOW).expect("open");
-        let mut b = batch_with(4, 100, compression, 50);
-        log.append(&mut b, 0, NOW).expect("append");
-        let mut b = batch_with(4, 200, compression, 50);
-        log.append(&mut b, 0, NOW).expect("append");
+        let b = batch_with(4, 100, compression, 50);
+        log.append(&b, 0, NOW).expect("append");
+        let b = batch_with(4, 200, compression, 50);
+        log.append(&b, 0, NOW).expect("append");
         // Exact to the record, with the record's own timestamp.
         assert_eq!(
             log.offset_for_timestamp(202).expect("lookup"),
@@ -546,10 +544,10 @@ fn storage_max_timestamp_is_the_first_record_with_it() {
         let mut log = PartitionLog::open(dir.path(), config(), NOW).expect("open");
         // Offsets 0..5 with timestamps out of order; the max (900) first at
         // offset 2 and again at 4; a later batch never exceeds it.
-        let mut b = batch_with_timestamps(&[500, 100, 900, 300, 900, 200], compression);
-        log.append(&mut b, 0, NOW).expect("append");
-        let mut b = batch_with_timestamps(&[800, 900, 850], compression);
-        log.append(&mut b, 0, NOW).expect("append");
+        let b = batch_with_timestamps(&[500, 100, 900, 300, 900, 200], compression);
+        log.append(&b, 0, NOW).expect("append");
+        let b = batch_with_timestamps(&[800, 900, 850], compression);
+        log.append(&b, 0, NOW).expect("append");
         assert_eq!(log.max_timestamp(), Some((900, 2)), "{compression:?}");
         // Lookups in offset order: the first record at or after the time.
         assert_eq!(
@@ -590,9 +588,14 @@ fn storage_log_append_time_rewrites_and_crc_valid() {
         ..config()
     };
     let mut log = PartitionLog::open(dir.path(), cfg, NOW).expect("open");
-    let mut b = batch(3, 5);
-    let r = log.append(&mut b, 9, NOW + 42).expect("append");
+    let b = batch(3, 5);
+    let r = log.append(&b, 9, NOW + 42).expect("append");
     assert_eq!(r.log_append_time, NOW + 42);
+    assert_eq!(
+        b,
+        batch(3, 5),
+        "the stamped header is a copy: the request's buffer is left as sent"
+    );
     let bytes = slice_bytes(&log.read(0, 1 << 20, 3).expect("read"));
     let h = batch::validate_one(&bytes).expect("CRC recomputed and valid");
     assert!(h.is_log_append_time());
@@ -617,8 +620,8 @@ fn storage_log_append_time_rewrites_and_crc_valid() {
         Some((0, NOW + 42))
     );
     assert_eq!(log.offset_for_timestamp(NOW + 43).expect("lookup"), None);
-    let mut b = batch_with(3, 5, kafka_protocol::records::Compression::Lz4, 20);
-    log.append(&mut b, 9, NOW + 50).expect("append");
+    let b = batch_with(3, 5, kafka_protocol::records::Compression::Lz4, 20);
+    log.append(&b, 9, NOW + 50).expect("append");
     assert_eq!(
         log.offset_for_timestamp(NOW + 43).expect("lookup"),
         Some((3, NOW + 50))
@@ -684,7 +687,7 @@ fn storage_clean_close_then_reopen_keeps_everything() {
         again.extend(slice_bytes(&s));
     }
     assert_eq!(again, all);
-    let r = log.append(&mut batch(1, NOW), 0, NOW).expect("append");
+    let r = log.append(&batch(1, NOW), 0, NOW).expect("append");
     assert_eq!(r.base_offset, end);
     log.close().expect("close");
 }
@@ -697,16 +700,16 @@ fn storage_flush_policy_advances_recovery_point() {
         ..config()
     };
     let mut log = PartitionLog::open(dir.path(), cfg, NOW).expect("open");
-    log.append(&mut batch(3, NOW), 0, NOW).expect("append");
+    log.append(&batch(3, NOW), 0, NOW).expect("append");
     log.maybe_flush(NOW).expect("flush");
     assert_eq!(log.recovery_point(), 0);
-    log.append(&mut batch(3, NOW), 0, NOW).expect("append");
+    log.append(&batch(3, NOW), 0, NOW).expect("append");
     log.maybe_flush(NOW).expect("flush");
     assert_eq!(log.recovery_point(), 6);
     let mut cfg = config();
     cfg.flush_ms = 100;
     log.set_config(cfg);
-    log.append(&mut batch(1, NOW), 0, NOW + 10).expect("append");
+    log.append(&batch(1, NOW), 0, NOW + 10).expect("append");
     log.maybe_flush(NOW + 100).expect("flush");
     assert_eq!(log.recovery_point(), 6);
     log.maybe_flush(NOW + 110).expect("flush");

@@ -22,8 +22,8 @@ fn build(dir: &Path, batches: usize, flush_after: Option<usize>) -> Ranges {
     let mut ranges = Vec::new();
     for i in 0..batches {
         let ts = 1_000 * i as i64;
-        let mut b = batch(1 + i % 3, ts);
-        let r = log.append(&mut b, 1, NOW).expect("append");
+        let b = batch(1 + i % 3, ts);
+        let r = log.append(&b, 1, NOW).expect("append");
         ranges.push((r.base_offset, r.last_offset, ts));
         if Some(i) == flush_after {
             log.flush().expect("flush");
@@ -88,7 +88,7 @@ fn check_recovered(work: &Path, expect: &[(i64, i64, i64)]) {
     assert_holds_exactly(&log, expect);
     let end = log.log_end_offset();
     let r = log
-        .append(&mut batch(2, 99_999), 1, NOW)
+        .append(&batch(2, 99_999), 1, NOW)
         .expect("append after recovery");
     assert_eq!(r.base_offset, end);
     assert_eq!(log.log_end_offset(), end + 2);
@@ -231,9 +231,7 @@ fn storage_recovery_rebuilds_corrupt_or_missing_indexes() {
     let mut ranges = Vec::new();
     for i in 0..60 {
         let ts = 1_000 * i as i64;
-        let r = log
-            .append(&mut batch(1 + i % 3, ts), 1, NOW)
-            .expect("append");
+        let r = log.append(&batch(1 + i % 3, ts), 1, NOW).expect("append");
         ranges.push((r.base_offset, r.last_offset, ts));
     }
     log.close().expect("clean close");
@@ -353,7 +351,7 @@ fn storage_recovery_cleans_leftovers() {
     let dir = tmp.path();
     let mut log = PartitionLog::open(dir, config(), NOW).expect("open");
     for i in 0..30 {
-        log.append(&mut batch(2, i), 0, NOW).expect("append");
+        log.append(&batch(2, i), 0, NOW).expect("append");
     }
     let bases = log.segment_base_offsets();
     log.flush().expect("flush");
@@ -395,7 +393,7 @@ fn storage_recovery_of_empty_and_missing_directories() {
     drop(log);
     // All segment files lost, checkpoints kept: restart at the log start.
     let mut log = PartitionLog::open(&dir, LogConfig::default(), NOW).expect("reopen");
-    log.append(&mut batch(3, 1), 0, NOW).expect("append");
+    log.append(&batch(3, 1), 0, NOW).expect("append");
     log.delete_records_before(2).expect("delete");
     drop(log);
     for n in files_with_suffix(&dir, "") {
@@ -416,7 +414,7 @@ fn storage_recovery_clean_marker_with_torn_tail_still_checked() {
     let mut log = PartitionLog::open(dir, config(), NOW).expect("open");
     let mut ranges = Vec::new();
     for i in 0..20 {
-        let r = log.append(&mut batch(2, i), 0, NOW).expect("append");
+        let r = log.append(&batch(2, i), 0, NOW).expect("append");
         ranges.push((r.base_offset, r.last_offset, i));
     }
     log.close().expect("close");
@@ -437,7 +435,7 @@ fn storage_roll_when_index_full() {
     };
     let mut log = PartitionLog::open(tmp.path(), cfg.clone(), NOW).expect("open");
     for i in 0..10 {
-        log.append(&mut batch(1, i), 0, NOW).expect("append");
+        log.append(&batch(1, i), 0, NOW).expect("append");
     }
     // Every batch after the first is indexed; the time index (8 entries)
     // fills after 9 batches and forces a roll.
@@ -470,7 +468,7 @@ fn storage_clean_close_in_place_then_open_recovers_nothing() {
     assert!(log.is_closed());
     log.close_in_place().expect("closing twice is a no-op");
     assert!(matches!(
-        log.append(&mut batch(1, 0), 1, NOW),
+        log.append(&batch(1, 0), 1, NOW),
         Err(StorageError::Io(_))
     ));
     assert!(log.delete_records_before(1).is_err());

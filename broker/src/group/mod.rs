@@ -472,7 +472,7 @@ impl GroupCoordinator {
                 "this broker no longer leads the group's offsets partition",
             )
         })?;
-        let required = match partition.append(&mut buf, &headers, None)? {
+        let required = match partition.append(&buf, &headers, None)? {
             crate::partition::Appended::New(r) => r.last_offset + 1,
             crate::partition::Appended::Duplicate { base_offset, .. } => base_offset + 1,
         };

@@ -190,18 +190,20 @@ pub fn handle(broker: &Broker, req: ProduceRequest, _version: i16) -> Handled {
                     continue;
                 }
             };
-            let mut buf = match recompressed {
+            // Appended from the request's own buffer: the log stamps copies
+            // of the batch headers and writes the records as they came.
+            let buf: &[u8] = match &recompressed {
                 Some((out, n)) => {
                     broker
                         .metrics
                         .produce_recompressed_batches
                         .get_or_create(&Metrics::topic(&name))
-                        .inc_by(n as u64);
+                        .inc_by(*n as u64);
                     out
                 }
-                None => records.to_vec(),
+                None => &records,
             };
-            let appended = partition.append(&mut buf, &headers, min_isr);
+            let appended = partition.append(buf, &headers, min_isr);
             if let (Ok(a), Some(min_isr)) = (&appended, min_isr) {
                 let required = match a {
                     Appended::New(r) => r.last_offset + 1,

@@ -265,6 +265,36 @@ pub fn set_base_offset_and_epoch(batch: &mut [u8], base_offset: i64, leader_epoc
     write_bytes(batch, LEADER_EPOCH_POS, &leader_epoch.to_be_bytes());
 }
 
+/// The header a leader writes for `batch` (which the producer sent): its
+/// first [`BATCH_HEADER_LEN`] bytes with `baseOffset` and
+/// `partitionLeaderEpoch` set and, with `log_append_time`, the batch
+/// marked LogAppendTime with that max timestamp and its CRC recomputed over
+/// the new header and the unchanged records. The records after the header
+/// are written as they are, so the batch is never copied to be stamped.
+/// `None` for a buffer shorter than a batch header.
+pub fn stamped_header(
+    batch: &[u8],
+    base_offset: i64,
+    leader_epoch: i32,
+    log_append_time: Option<i64>,
+) -> Option<[u8; BATCH_HEADER_LEN]> {
+    let mut header: [u8; BATCH_HEADER_LEN] = read_array(batch, 0)?;
+    set_base_offset_and_epoch(&mut header, base_offset, leader_epoch);
+    if let Some(timestamp) = log_append_time {
+        let attributes = read_i16(&header, ATTRIBUTES_POS)?;
+        write_bytes(
+            &mut header,
+            ATTRIBUTES_POS,
+            &(attributes | TIMESTAMP_TYPE_BIT).to_be_bytes(),
+        );
+        write_bytes(&mut header, MAX_TIMESTAMP_POS, &timestamp.to_be_bytes());
+        let records = batch.get(BATCH_HEADER_LEN..).unwrap_or(&[]);
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&header[CRC_START..]), records);
+        write_bytes(&mut header, CRC_POS, &crc.to_be_bytes());
+    }
+    Some(header)
+}
+
 /// Marks the batch as LogAppendTime with `timestamp` as its max timestamp and
 /// recomputes the CRC (attributes and maxTimestamp are covered by it). Does
 /// nothing to a buffer shorter than a batch header.
@@ -1006,6 +1036,26 @@ mod tests {
         }
         set_base_offset_and_epoch(&mut [], 1, 2);
         set_log_append_time(&mut [0u8; 3], 3);
+    }
+
+    #[test]
+    fn a_stamped_header_before_the_unchanged_records_is_the_rewritten_batch() {
+        for append_time in [None, Some(1_234_567)] {
+            let sent = encode(5, 100, Compression::None);
+            let header = stamped_header(&sent, 4_000, 9, append_time).expect("a whole batch");
+            let written = [&header[..], &sent[BATCH_HEADER_LEN..]].concat();
+
+            let mut rewritten = sent.clone();
+            set_base_offset_and_epoch(&mut rewritten, 4_000, 9);
+            if let Some(t) = append_time {
+                set_log_append_time(&mut rewritten, t);
+            }
+            assert_eq!(written, rewritten, "append time {append_time:?}");
+            let h = validate_one(&written).expect("CRC valid");
+            assert_eq!((h.base_offset, h.partition_leader_epoch), (4_000, 9));
+            assert_eq!(h.is_log_append_time(), append_time.is_some());
+        }
+        assert!(stamped_header(&[0u8; BATCH_HEADER_LEN - 1], 1, 1, None).is_none());
     }
 
     #[test]

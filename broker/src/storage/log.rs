@@ -831,6 +831,8 @@ impl PartitionLog {
     /// assigns consecutive offsets from the log end, stamps `leader_epoch`,
     /// applies LogAppendTime when configured, rolls the segment first if
     /// size or age demands, and writes the whole payload with one write.
+    /// `batches` is left as it is: the stamped fields live in a copy of
+    /// each batch's header, written ahead of its unchanged records.
     /// The batch structure is re-checked (not the CRC): a payload that is
     /// not a whole number of v2 batches is `CorruptBatch`. When
     /// `leader_epoch` is newer than the latest cached epoch, `(leader_epoch,
@@ -839,7 +841,7 @@ impl PartitionLog {
     /// the cache alone).
     pub fn append(
         &mut self,
-        batches: &mut [u8],
+        batches: &[u8],
         leader_epoch: i32,
         now_ms: i64,
     ) -> Result<AppendResult> {
@@ -890,6 +892,25 @@ impl PartitionLog {
         let (Some(first), Some(last)) = (infos.first().copied(), infos.last().copied()) else {
             return Err(StorageError::CorruptBatch("empty record set".to_string()));
         };
+        // Each batch goes to the file as its stamped header followed by its
+        // records straight from `batches` (one vectored write).
+        let append_time = self.config.log_append_time.then_some(now_ms);
+        let headers = infos
+            .iter()
+            .map(|b| {
+                let start = b.position as usize;
+                batches
+                    .get(start..start + b.size as usize)
+                    .and_then(|w| {
+                        batch::stamped_header(w, b.base_offset, leader_epoch, append_time)
+                    })
+                    .ok_or_else(|| {
+                        StorageError::CorruptBatch(format!(
+                            "batch at byte {start} of the append is shorter than its header"
+                        ))
+                    })
+            })
+            .collect::<Result<Vec<_>>>()?;
 
         self.roll_if_needed(batches.len() as u64, last.last_offset, now_ms)?;
 
@@ -908,17 +929,19 @@ impl PartitionLog {
             tracing::warn!(dir = %self.dir.display(), leader_epoch, latest = ?latest, "append with a leader epoch older than the latest cached one; the cache is left as is");
         }
 
-        for b in &infos {
+        let mut pieces: Vec<&[u8]> = Vec::with_capacity(infos.len() * 2);
+        for (b, header) in infos.iter().zip(&headers) {
             let start = b.position as usize;
-            if let Some(slice) = batches.get_mut(start..start + b.size as usize) {
-                batch::set_base_offset_and_epoch(slice, b.base_offset, leader_epoch);
-                if self.config.log_append_time {
-                    batch::set_log_append_time(slice, now_ms);
-                }
-            }
+            let end = start + b.size as usize;
+            pieces.push(header);
+            pieces.push(
+                batches
+                    .get(start + batch::BATCH_HEADER_LEN..end)
+                    .unwrap_or(&[]),
+            );
         }
         let interval = self.config.index_interval_bytes;
-        if let Err(e) = self.active_mut().append(batches, &infos, interval, now_ms) {
+        if let Err(e) = self.active_mut().append(&pieces, &infos, interval, now_ms) {
             if new_epoch {
                 self.restore_epochs(epochs_before);
             }
@@ -1045,7 +1068,10 @@ impl PartitionLog {
             }
         }
         let interval = self.config.index_interval_bytes;
-        if let Err(e) = self.active_mut().append(batches, &infos, interval, now_ms) {
+        if let Err(e) = self
+            .active_mut()
+            .append(&[batches], &infos, interval, now_ms)
+        {
             if epochs_changed {
                 self.restore_epochs(epochs_before);
             }

@@ -11,10 +11,10 @@ use super::*;
 const NOW: i64 = 1_700_000_000_000;
 
 fn append(log: &mut PartitionLog, n: usize) {
-    let mut b = crate::storage::test_batches::batch_of(n, NOW, |i| {
+    let b = crate::storage::test_batches::batch_of(n, NOW, |i| {
         (None, Some(Bytes::from(format!("value-{i}"))))
     });
-    log.append(&mut b, 0, NOW).unwrap();
+    log.append(&b, 0, NOW).unwrap();
 }
 
 fn hw_file(dir: &Path) -> Option<i64> {

@@ -85,8 +85,8 @@ fn entries(pairs: &[(i32, i64)]) -> Vec<EpochEntry> {
 fn leader(dir: &Path) -> PartitionLog {
     let mut log = PartitionLog::open(dir, small(), NOW).expect("open");
     for (i, epoch) in [1, 1, 1, 3, 3, 3, 4, 4, 4, 4].into_iter().enumerate() {
-        let mut b = batch(3, NOW + i as i64);
-        log.append(&mut b, epoch, NOW).expect("append");
+        let b = batch(3, NOW + i as i64);
+        log.append(&b, epoch, NOW).expect("append");
     }
     log
 }
@@ -114,7 +114,7 @@ fn leader_append_records_new_epochs() {
     assert_eq!(text, "0\n3\n1 0\n3 9\n4 18\n");
     // An older epoch is stamped but does not rewrite the cache.
     let mut log = log;
-    log.append(&mut batch(1, NOW), 2, NOW).expect("append");
+    log.append(&batch(1, NOW), 2, NOW).expect("append");
     assert_eq!(
         log.leader_epoch_entries(),
         entries(&[(1, 0), (3, 9), (4, 18)])
@@ -284,7 +284,7 @@ fn truncate_inside_a_segment_then_append_and_reopen() {
         assert_eq!(kept, before[..kept.len()].to_vec());
         assert_eq!(split(&kept).last().map(|b| b.0), Some(9));
         // Appends continue at the new end, with a new epoch.
-        let r = log.append(&mut batch(2, NOW), 5, NOW).expect("append");
+        let r = log.append(&batch(2, NOW), 5, NOW).expect("append");
         assert_eq!((r.base_offset, r.last_offset), (12, 13));
         assert_eq!(
             log.leader_epoch_entries(),
@@ -469,7 +469,7 @@ fn log_written_before_epochs_were_tracked_opens() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut log = PartitionLog::open(dir.path(), small(), NOW).expect("open");
     for i in 0..6 {
-        log.append(&mut batch(2, NOW + i), 0, NOW).expect("append");
+        log.append(&batch(2, NOW + i), 0, NOW).expect("append");
     }
     log.close().expect("close");
     // The previous version wrote no epoch checkpoint.
@@ -482,7 +482,7 @@ fn log_written_before_epochs_were_tracked_opens() {
     assert_eq!(log.leader_epoch_entries(), entries(&[(0, 5)]));
     // A new leader takes over at the log end.
     log.assign_leader_epoch(2, 12).expect("assign");
-    log.append(&mut batch(1, NOW), 2, NOW).expect("append");
+    log.append(&batch(1, NOW), 2, NOW).expect("append");
     assert_eq!(log.leader_epoch_entries(), entries(&[(0, 5), (2, 12)]));
     assert!(log.assign_leader_epoch(-1, 3).is_err());
 }

@@ -41,7 +41,7 @@ fn entries_for(end: i64) -> Vec<SnapshotEntry> {
 fn fill(log: &mut PartitionLog, n: usize) -> Vec<i64> {
     let mut ends = Vec::new();
     for _ in 0..n {
-        log.append(&mut batch(2), 0, NOW).unwrap();
+        log.append(&batch(2), 0, NOW).unwrap();
         let end = log.log_end_offset();
         log.write_producer_snapshot(&entries_for(end)).unwrap();
         ends.push(end);
@@ -135,7 +135,7 @@ fn a_clean_open_reads_nothing_an_unclean_one_from_the_recovery_point() {
         0
     );
     let mut log = log;
-    log.append(&mut batch(2), 0, NOW).unwrap();
+    log.append(&batch(2), 0, NOW).unwrap();
     let segments = log.segment_base_offsets();
     let total: u64 = log.size_bytes();
     drop(log); // crash
@@ -170,7 +170,7 @@ fn a_torn_tail_removes_the_snapshots_past_it() {
     let before_last = log.log_end_offset();
     log.write_producer_snapshot(&entries_for(before_last))
         .unwrap();
-    log.append(&mut batch(2), 0, NOW).unwrap();
+    log.append(&batch(2), 0, NOW).unwrap();
     let end = log.log_end_offset();
     log.write_producer_snapshot(&entries_for(end)).unwrap();
     let active = log.active().log_path().to_path_buf();
@@ -249,10 +249,10 @@ fn indexed_config() -> LogConfig {
 fn append_varied(log: &mut PartitionLog, n: usize, first_ts: i64) {
     for i in 0..n {
         let ts = first_ts + 1_000 * i as i64;
-        let mut b = crate::storage::test_batches::batch_of(1 + i % 3, ts, |j| {
+        let b = crate::storage::test_batches::batch_of(1 + i % 3, ts, |j| {
             (None, Some(Bytes::from(format!("value-{i}-{j:030}"))))
         });
-        log.append(&mut b, 0, NOW).unwrap();
+        log.append(&b, 0, NOW).unwrap();
     }
 }
 

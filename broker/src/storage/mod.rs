@@ -34,6 +34,7 @@ pub mod segment;
 pub mod space;
 #[cfg(test)]
 pub(crate) mod test_batches;
+pub mod vectored;
 
 pub use cleaner::CompactionOutcome;
 pub use config::LogConfig;

@@ -372,13 +372,14 @@ impl Segment {
         Ok(())
     }
 
-    /// Writes `buf` (whole batches whose offsets are already assigned, as
-    /// described by `batches`) at the end of the log with one write, then
-    /// updates the indexes. On a write error the file is cut back to its
-    /// previous size.
+    /// Writes `pieces`, back to back (whole batches whose offsets are
+    /// already assigned, as described by `batches`, whose positions count
+    /// from the first piece's first byte), at the end of the log with one
+    /// vectored write, then updates the indexes. On a write error the file
+    /// is cut back to its previous size.
     pub fn append(
         &mut self,
-        buf: &[u8],
+        pieces: &[&[u8]],
         batches: &[BatchInfo],
         index_interval: u64,
         now_ms: i64,
@@ -387,7 +388,8 @@ impl Segment {
         // is written (an index store can then never hit an unbacked page).
         self.offset_index.reserve(batches.len())?;
         self.time_index.reserve(batches.len())?;
-        if let Err(e) = self.file.write_all_at(buf, self.size) {
+        let len: usize = pieces.iter().map(|p| p.len()).sum();
+        if let Err(e) = super::vectored::write_all_at(&self.file, pieces, self.size) {
             if let Err(e2) = self.file.set_len(self.size) {
                 tracing::error!(path = %self.log_path.display(), error = %e2, "cannot undo a failed append");
             }
@@ -397,7 +399,7 @@ impl Segment {
         for b in batches {
             self.on_batch(start + b.position, b, index_interval);
         }
-        self.size += buf.len() as u64;
+        self.size += len as u64;
         if self.roll_base_ms.is_none() {
             self.roll_base_ms = Some(now_ms);
         }
