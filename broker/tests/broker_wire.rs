@@ -241,6 +241,18 @@ async fn produce_fetch_restart_and_version_negotiation() {
         .find(|k| k.api_key == ApiKey::Fetch as i16)
         .unwrap();
     assert_eq!((fetch.min_version, fetch.max_version), (4, 12));
+    // Produce from v0 as Kafka 4 advertises it (librdkafka's compression
+    // check); a v1 request still closes the connection (see
+    // bad_frames_close_only_their_connection).
+    let produce_range = versions
+        .api_keys
+        .iter()
+        .find(|k| k.api_key == ApiKey::Produce as i16)
+        .unwrap();
+    assert_eq!(
+        (produce_range.min_version, produce_range.max_version),
+        (0, 11)
+    );
     assert!(
         versions
             .api_keys

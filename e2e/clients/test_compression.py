@@ -23,7 +23,6 @@ too (MOLDAU_TEST_TARGET=kafka), except the /metrics ones (Moldau only).
 from __future__ import annotations
 
 import re
-import struct
 import time
 import urllib.request
 from pathlib import Path
@@ -35,30 +34,9 @@ from harness import broker as brokers
 from harness import kafka_tools
 from harness.clients import RDKAFKA_LOGGER, AioKafkaClient, ConfluentClient, JavaClient, KafkaPythonClient
 from harness.records import Record, assert_same, gen_records
+from harness.segments import CODEC_IDS, segment_codecs
 
-CODEC_IDS = {"uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 moldau_only = pytest.mark.skipif(brokers.target() != "moldau", reason="/metrics is Moldau's")
-
-
-def segment_codecs(b: brokers.Broker, topic: str) -> list[int]:
-    """The codec (attribute bits 0-2) of every batch in partition 0's
-    segment files, in file order (Kafka's and Moldau's layouts alike:
-    `<log dir>/<topic>-0/<base offset>.log` of v2 batches)."""
-    dirs = [d for d in b.data_dir.rglob(f"{topic}-0") if d.is_dir()]
-    assert len(dirs) == 1, dirs
-    codecs = []
-    for seg in sorted(dirs[0].glob("*.log")):
-        data = seg.read_bytes()
-        pos = 0
-        while pos + 61 <= len(data):
-            _base, length = struct.unpack_from(">qi", data, pos)
-            if length <= 0:
-                break  # preallocated tail
-            assert data[pos + 16] == 2, f"magic {data[pos + 16]} at {pos} of {seg}"
-            (attributes,) = struct.unpack_from(">h", data, pos + 21)
-            codecs.append(attributes & 7)
-            pos += 12 + length
-    return codecs
 
 
 def compressible(n: int, seed: int) -> list[Record]:

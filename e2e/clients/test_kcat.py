@@ -10,6 +10,7 @@ import pytest
 from harness import kcat
 from harness.clients import ConfluentClient
 from harness.records import Record, assert_same, Consumed
+from harness.segments import CODEC_IDS, segment_codecs
 
 
 def now_ms() -> int:
@@ -67,6 +68,11 @@ def test_kcat_compression(broker, new_topic, codec):
     got = kcat.consume(broker.bootstrap, topic, 0, 200)
     assert [r["offset"] for r in got] == list(range(200))
     assert [r["key"] + b":" + r["value"] for r in got] == [ln.encode() for ln in lines]
+    # kcat's librdkafka (2.0 in Debian) compresses only when the broker
+    # advertises Produce v0 (as Kafka 4 does, KAFKA-18659); else it sends
+    # every batch uncompressed and the round trip above still passes.
+    codecs = segment_codecs(broker, topic)
+    assert codecs and set(codecs) == {CODEC_IDS[codec]}, f"stored codecs {codecs}, kcat sent {codec}"
 
 
 def test_kcat_consume_records_of_other_clients(broker, new_topic):

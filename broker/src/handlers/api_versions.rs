@@ -8,16 +8,17 @@ use kafka_protocol::messages::{ApiVersionsResponse, ResponseHeader};
 use kafka_protocol::protocol::{Encodable, StrBytes};
 
 use crate::broker::Broker;
-use crate::protocol::versions::SUPPORTED;
+use crate::protocol::versions::{advertised_range, SUPPORTED};
 
 fn api_list() -> Vec<ApiVersion> {
     SUPPORTED
         .iter()
         .map(|(api, min, max)| {
+            let (min, max) = advertised_range(*api, (*min, *max));
             ApiVersion::default()
                 .with_api_key(*api as i16)
-                .with_min_version(*min)
-                .with_max_version(*max)
+                .with_min_version(min)
+                .with_max_version(max)
         })
         .collect()
 }

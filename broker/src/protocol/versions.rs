@@ -42,7 +42,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ElectLeaders, 0, 2),
 ];
 
-/// The supported range of `api`, if it is implemented at all.
+/// The supported range of `api`, if it is implemented at all: the
+/// versions a request may use (others close the connection).
 pub fn supported_range(api: ApiKey) -> Option<(i16, i16)> {
     SUPPORTED
         .iter()
@@ -50,9 +51,36 @@ pub fn supported_range(api: ApiKey) -> Option<(i16, i16)> {
         .map(|(_, min, max)| (*min, *max))
 }
 
+/// The range ApiVersions advertises for `api`, served as `(min, max)`.
+///
+/// Produce is advertised from version 0 though only 3 and up are served,
+/// as Kafka 4 does (KAFKA-18659): librdkafka before its fix decides
+/// whether the broker takes a compression codec by asking whether Produce
+/// v0 is in the advertised range, and without it sends every batch
+/// uncompressed (gzip, snappy and lz4; zstd asks for v7) — kcat, the
+/// librdkafka in Debian and the `rdkafka` crate's bundled one included. A
+/// Produce request below v3 still closes the connection, as on Kafka 4.1;
+/// the clients that rely on this range send v3 or later (message format
+/// v2 needs it).
+pub fn advertised_range(api: ApiKey, served: (i16, i16)) -> (i16, i16) {
+    match api {
+        ApiKey::Produce => (0, served.1),
+        _ => served,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn produce_is_advertised_from_v0_but_served_from_v3() {
+        let served = supported_range(ApiKey::Produce).unwrap();
+        assert_eq!(served.0, 3);
+        assert_eq!(advertised_range(ApiKey::Produce, served), (0, served.1));
+        let fetch = supported_range(ApiKey::Fetch).unwrap();
+        assert_eq!(advertised_range(ApiKey::Fetch, fetch), fetch);
+    }
 
     #[test]
     fn every_advertised_range_is_one_the_codec_can_handle() {
