@@ -598,7 +598,8 @@ def markdown(raw: dict, agg: dict) -> str:
              + (f" (broker source as of {m['broker_source']})" if m.get("broker_source") else "")
              + f", {m.get('java', '')}. "
              f"{raw['reps']} repetitions per cluster, interleaved (Moldau/Kafka order alternates); each "
-             "repetition starts a fresh cluster. Figures are medians with the min–max spread in parentheses.")
+             "repetition starts a fresh cluster. Figures are medians with the min–max spread in parentheses."
+             + _report().hold_line(m))
     L.append("")
     L.append(f"Machine load (load average, 1/5/15 min): {la3(m['loadavg_start'])} at the start, "
              + (f"{la3(m['loadavg_end'])} at the end" if m.get("loadavg_end") else "n/a at the end")

@@ -34,6 +34,7 @@ import statistics
 import time
 from pathlib import Path
 
+from report import hold_line
 from run import BenchRunner, Kafka, Moldau, log, proc_cpu_seconds, proc_status_kib, repetition
 
 TOPIC = "many"
@@ -176,7 +177,8 @@ class Runner(BenchRunner):
               f"Consume: {load['consumers']} consumer connections, each assigned every "
               f"{load['consumers']}th partition from the beginning, reading everything written. "
               f"Medians of {raw['reps']} interleaved repetitions (range in brackets), started {raw['started']}; "
-              f"Moldau at {mach['git']}, {mach['cpus']} CPUs, load average {fmt_load(mach)}.", "",
+              f"Moldau at {mach['git']}, {mach['cpus']} CPUs, load average {fmt_load(mach)}."
+              + hold_line(mach), "",
               *rows, ""]
         if raw["errors"]:
             md += ["Errors:", *[f"- {e}" for e in raw["errors"]], ""]

@@ -23,7 +23,57 @@ METRICS = [
     ("e2e p50", ("e2e", "p50_ms"), "ms", False),
     ("e2e p99", ("e2e", "p99_ms"), "ms", False),
     ("broker CPU s/GiB", ("cpu_s_per_gib",), "s/GiB", False),
+    ("load generator CPU s/GiB, produce", ("produce_client_cpu_s_per_gib",), "s/GiB", False),
+    ("load generator CPU s/GiB, consume", ("consume_client_cpu_s_per_gib",), "s/GiB", False),
 ]
+
+MB_PER_GIB = (1 << 30) / 1e6
+
+
+def client_ceiling(cpus: int, client_s_per_gib: dict | None) -> float | None:
+    """The rate in MB/s the load generator could reach with every core of
+    the machine to itself: cores ÷ its CPU-seconds per byte (median). A
+    broker shares those cores with it, so no broker reaches this; a
+    target above `ceiling ÷ Kafka's rate` cannot be met on this machine
+    with this load generator, whatever the broker does."""
+    if not client_s_per_gib or not client_s_per_gib["median"]:
+        return None
+    return cpus * MB_PER_GIB / client_s_per_gib["median"]
+
+
+def ceiling_section(raw: dict, agg: dict) -> list[str]:
+    cpus = raw["machine"]["cpus"]
+    rows = []
+    for key, c in agg["configs"].items():
+        cells = []
+        for phase in ("produce", "consume"):
+            cost = c["moldau"].get(f"load generator CPU s/GiB, {phase}")
+            ceiling = client_ceiling(cpus, cost)
+            ours = c["moldau"][f"{phase} MB/s"]
+            kafka = c["kafka"][f"{phase} MB/s"]
+            if ceiling is None or not ours or not kafka:
+                cells += ["n/a"] * 3
+                continue
+            cells += [f"{fmt(cost['median'], 's/GiB')} s/GiB → {fmt(ceiling, 'MB/s')}",
+                      f"{ours['median'] / ceiling:.0%}",
+                      f"{ceiling / kafka['median']:.2f}×"]
+        rows.append(f"| {key} | " + " | ".join(cells) + " |")
+    if all("n/a | n/a | n/a | n/a" in r for r in rows):
+        return []
+    return [
+        "## The load generator's ceiling",
+        "",
+        f"The load generator's CPU per GiB moved (user + system, measured against Moldau) gives the "
+        f"rate it could reach with all {cpus} cores to itself; the broker under test shares those "
+        "cores, so this bounds any broker. \"Most ÷ Kafka\" is that ceiling over Kafka's median: "
+        "the highest ratio any broker could show in this configuration on this machine.",
+        "",
+        "| config | produce: client CPU → ceiling MB/s | Moldau ÷ ceiling | most ÷ Kafka | "
+        "consume: client CPU → ceiling MB/s | Moldau ÷ ceiling | most ÷ Kafka |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+        *rows,
+        "",
+    ]
 
 
 def dig(row: dict, path: tuple):
@@ -204,6 +254,7 @@ def markdown(raw: dict, agg: dict) -> str:
             return f"{x['median'] / l['median']:.0%}" if x and l and l["median"] else "n/a"
         L.append(f"| {key} | {frac(p, dl)} | {frac(p, tl)} | {frac(q, tl)} |")
     L.append("")
+    L.extend(ceiling_section(raw, agg))
     L.append("## Results by configuration")
     L.append("")
     L.append("Ratio = Moldau median ÷ Kafka median (throughput: higher is better for Moldau; "

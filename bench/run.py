@@ -32,6 +32,7 @@ import json
 import os
 import platform
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -384,12 +385,20 @@ class BenchRunner:
         cmd = [str(self.bench), *argv]
         # An error's message, not a backtrace, in the last lines of stderr.
         env = {**os.environ, "RUST_LIB_BACKTRACE": "0"}
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
         line = next((ln for ln in reversed(p.stdout.splitlines()) if ln.startswith("{")), None)
         if p.returncode != 0 or line is None:
             raise RuntimeError(f"{' '.join(argv[:3])}: exit {p.returncode}: "
                                f"{p.stderr.strip()[-400:]} {p.stdout.strip()[-200:]}")
-        return json.loads(line)
+        out = json.loads(line)
+        # The load generator's own CPU (user + system), from the rusage of
+        # the children reaped meanwhile: only this one (a broker under test
+        # is reaped when it stops, Kafka's JVM is not a child).
+        out["client_cpu_s"] = round((after.ru_utime - before.ru_utime)
+                                    + (after.ru_stime - before.ru_stime), 3)
+        return out
 
 
 class Runner(BenchRunner):
@@ -503,6 +512,9 @@ class Runner(BenchRunner):
             row["produce"] = prod
             row["consume"] = cons
             moved = prod["bytes"] + cons["bytes"]
+            for phase, out in (("produce", prod), ("consume", cons)):
+                if out.get("client_cpu_s") and out.get("bytes"):
+                    row[f"{phase}_client_cpu_s_per_gib"] = out["client_cpu_s"] / (out["bytes"] / GIB)
             if None not in (c0, c1, c2):
                 row["cpu_produce_s"] = c1 - c0
                 row["cpu_consume_s"] = c2 - c1
