@@ -1,6 +1,8 @@
 //! The API versions this broker implements — and advertises in
 //! ApiVersions. Nothing is listed here unless its handler really serves
-//! every version in the range.
+//! every version in the range. One advertised range is wider than the
+//! served one, as in Kafka 4: Produce, for librdkafka's compression check
+//! (see [`advertised_range`]).
 
 use kafka_protocol::messages::ApiKey;
 
