@@ -230,7 +230,7 @@ def hold_freed_memory():
     """For the run, keeps the guest from handing freed memory back to the
     host at once (free page reporting's `min_free_ms`, 0 on this machine
     kind, set to 300 s; restored afterwards), and records what was done in
-    `HOLD_RECORD` for the report.
+    the environment for the report (`hold_record`).
 
     With a delay of 0 a page freed by one configuration (a deleted data
     directory, the tmpfs file of `recycle_free_memory`) is returned to the
@@ -241,14 +241,17 @@ def hold_freed_memory():
     machine without the parameter (or not root) nothing changes."""
     before = None
     try:
-        before = PAGE_REPORTING_DELAY.read_text().strip()
+        before = str(int(PAGE_REPORTING_DELAY.read_text().strip()))
         PAGE_REPORTING_DELAY.write_text(str(FREED_MEMORY_HOLD_MS))
-        HOLD_RECORD.update({"min_free_ms_before": int(before), "min_free_ms": FREED_MEMORY_HOLD_MS})
+        # In the environment, not a module global: the modes' modules
+        # import this file as `run` while it runs as `__main__`.
+        os.environ[HOLD_ENV] = f"{before}:{FREED_MEMORY_HOLD_MS}"
     except (OSError, ValueError):
         before = None
     try:
         yield
     finally:
+        os.environ.pop(HOLD_ENV, None)
         if before is not None:
             try:
                 PAGE_REPORTING_DELAY.write_text(before)
@@ -256,7 +259,17 @@ def hold_freed_memory():
                 pass
 
 
-HOLD_RECORD: dict = {}
+HOLD_ENV = "MOLDAU_BENCH_FREED_MEMORY_HOLD"
+
+
+def hold_record() -> dict | None:
+    """What `hold_freed_memory` did in this process, for the report."""
+    value = os.environ.get(HOLD_ENV, "")
+    before, _, now = value.partition(":")
+    try:
+        return {"min_free_ms_before": int(before), "min_free_ms": int(now)}
+    except ValueError:
+        return None
 
 
 class Moldau:
@@ -624,7 +637,7 @@ def machine_info(out: Path, moldau_bin=None) -> dict:
         "disk": df[-1] if df else "",
         "java": java[0] if java else "",
         "loadavg_start": os.getloadavg(),
-        "freed_memory_hold": dict(HOLD_RECORD) or None,
+        "freed_memory_hold": hold_record(),
     }
 
 
