@@ -281,13 +281,7 @@ pub fn stamped_header(
     let mut header: [u8; BATCH_HEADER_LEN] = read_array(batch, 0)?;
     set_base_offset_and_epoch(&mut header, base_offset, leader_epoch);
     if let Some(timestamp) = log_append_time {
-        let attributes = read_i16(&header, ATTRIBUTES_POS)?;
-        write_bytes(
-            &mut header,
-            ATTRIBUTES_POS,
-            &(attributes | TIMESTAMP_TYPE_BIT).to_be_bytes(),
-        );
-        write_bytes(&mut header, MAX_TIMESTAMP_POS, &timestamp.to_be_bytes());
+        mark_log_append_time(&mut header, timestamp)?;
         let records = batch.get(BATCH_HEADER_LEN..).unwrap_or(&[]);
         let crc = crc32c::crc32c_append(crc32c::crc32c(&header[CRC_START..]), records);
         write_bytes(&mut header, CRC_POS, &crc.to_be_bytes());
@@ -299,20 +293,24 @@ pub fn stamped_header(
 /// recomputes the CRC (attributes and maxTimestamp are covered by it). Does
 /// nothing to a buffer shorter than a batch header.
 pub fn set_log_append_time(batch: &mut [u8], timestamp: i64) {
-    if batch.len() < BATCH_HEADER_LEN {
+    if batch.len() < BATCH_HEADER_LEN || mark_log_append_time(batch, timestamp).is_none() {
         return;
     }
-    let Some(attributes) = read_i16(batch, ATTRIBUTES_POS) else {
-        return;
-    };
+    let crc = compute_crc(batch);
+    write_bytes(batch, CRC_POS, &crc.to_be_bytes());
+}
+
+/// Sets the LogAppendTime attribute bit and `maxTimestamp` in a batch
+/// header, leaving the CRC to the caller (it covers both).
+fn mark_log_append_time(header: &mut [u8], timestamp: i64) -> Option<()> {
+    let attributes = read_i16(header, ATTRIBUTES_POS)?;
     write_bytes(
-        batch,
+        header,
         ATTRIBUTES_POS,
         &(attributes | TIMESTAMP_TYPE_BIT).to_be_bytes(),
     );
-    write_bytes(batch, MAX_TIMESTAMP_POS, &timestamp.to_be_bytes());
-    let crc = compute_crc(batch);
-    write_bytes(batch, CRC_POS, &crc.to_be_bytes());
+    write_bytes(header, MAX_TIMESTAMP_POS, &timestamp.to_be_bytes());
+    Some(())
 }
 
 /// Sets `lastOffsetDelta` and recomputes the CRC (the cleaner keeps a
