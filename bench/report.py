@@ -25,7 +25,25 @@ METRICS = [
     ("broker CPU s/GiB", ("cpu_s_per_gib",), "s/GiB", False),
     ("load generator CPU s/GiB, produce", ("produce_client_cpu_s_per_gib",), "s/GiB", False),
     ("load generator CPU s/GiB, consume", ("consume_client_cpu_s_per_gib",), "s/GiB", False),
+    ("wire produce MB/s", ("wire_produce", "mb_per_sec"), "MB/s", True),
+    ("wire produce p99", ("wire_produce", "lat_p99_ms"), "ms", False),
+    ("wire consume MB/s", ("wire_consume", "mb_per_sec"), "MB/s", True),
+    ("broker CPU s/GiB, wire", ("wire_cpu_s_per_gib",), "s/GiB", False),
+    ("wire load generator CPU s/GiB, produce", ("wire_produce_client_cpu_s_per_gib",), "s/GiB", False),
+    ("wire load generator CPU s/GiB, consume", ("wire_consume_client_cpu_s_per_gib",), "s/GiB", False),
 ]
+
+# The performance issue's per-configuration targets: (column, metric,
+# target ratio Moldau ÷ Kafka, higher is better), for each load generator.
+MATRIX_TARGETS = {
+    "librdkafka": [("produce", "produce MB/s", 1.5, True),
+                   ("consume", "consume MB/s", 1.2, True),
+                   ("produce p99, full load", "produce p99", 0.5, False),
+                   ("produce p99, fixed rate", "produce ack p99 @ fixed rate", 0.5, False)],
+    "wire": [("produce", "wire produce MB/s", 1.5, True),
+             ("consume", "wire consume MB/s", 1.2, True),
+             ("produce p99, full load", "wire produce p99", 0.5, False)],
+}
 
 MB_PER_GIB = (1 << 30) / 1e6
 
@@ -76,6 +94,46 @@ def ceiling_section(raw: dict, agg: dict) -> list[str]:
         *rows,
         "",
     ]
+
+
+def target_cells(agg: dict, generator: str) -> tuple[list[str], int, int]:
+    """The issue's target table for one load generator: a row per
+    configuration, each cell the ratio of medians, **bold** where it misses
+    its target; and how many of the measured cells meet theirs."""
+    rows, met, total = [], 0, 0
+    for key, c in agg["configs"].items():
+        cells = []
+        for _, metric, target, higher in MATRIX_TARGETS[generator]:
+            r = c["ratio"][metric]
+            if r is None:
+                cells.append("n/a")
+                continue
+            total += 1
+            ok = r >= target if higher else r <= target
+            met += ok
+            cells.append(f"{r:.2f}×" if ok else f"**{r:.2f}×**")
+        rows.append(f"| {key} | " + " | ".join(cells) + " |")
+    return rows, met, total
+
+
+def targets_section(agg: dict) -> list[str]:
+    """Both load generators' target tables (the wire one only when the run
+    has it), RSS below them."""
+    L = ["## The performance issue's targets, by configuration", ""]
+    for generator, title in (("librdkafka", "librdkafka (`produce`, `consume`, `e2e`)"),
+                             ("wire", "the wire load generator (`wire-produce`, `wire-consume`)")):
+        rows, met, total = target_cells(agg, generator)
+        if not total:
+            continue
+        heads = [col for col, _, _, _ in MATRIX_TARGETS[generator]]
+        goals = [f"{'≥' if higher else '≤'} {t}×" for _, _, t, higher in MATRIX_TARGETS[generator]]
+        L += [f"With {title}: {met} of {total} cells meet their target (**bold**: missed).", "",
+              "| config | " + " | ".join(f"{h} ({g})" for h, g in zip(heads, goals)) + " |",
+              "| --- |" + " --- |" * len(heads), *rows, ""]
+    rss = agg["rss_ratio"]
+    if rss is not None:
+        L += [f"Peak RSS over the whole matrix: {rss:.2f}× (target ≤ 0.2×).", ""]
+    return L
 
 
 def dig(row: dict, path: tuple):
@@ -209,6 +267,41 @@ def hold_line(machine: dict) -> str:
             "stayed backed by the host between configurations.")
 
 
+def memory_method(raw: dict) -> str:
+    """How the run prepared memory before each configuration: runs since
+    the wire load generator drop the page cache (run.py's
+    `drop_page_cache`), earlier ones recycled 2 GiB through tmpfs."""
+    if any("page_cache_before" in r for r in raw["runs"]):
+        return ("Then the clean page cache is dropped (`drop_page_cache`: 1 into "
+                "/proc/sys/vm/drop_caches; again before the wire load generator's produce): on this VM "
+                "memory not written lately costs a host fault at its next write, and with earlier "
+                "configurations' data kept in the cache, a broker's copy into new page cache pages grew "
+                "slower the more the cache held (0.8 → 3.2 CPU-s per GiB over four 1.5 GB trials in a "
+                "row); each configuration now writes into memory just freed.\n")
+    return (
+        "Then 2 GiB is written to a tmpfs file and deleted (not timed; `recycle_free_memory`): on this "
+        "VM, memory not used lately costs a host fault at its next write (a new file is written at "
+        "~0.6 GB/s, over just-freed pages at 5-11 GB/s), so without it each produce rate depended on "
+        "how much memory the configuration before had freed.\n")
+
+
+def wire_method(load: dict) -> str:
+    """The method line of the wire load generator, for runs that used it."""
+    if "wire_count" not in load:
+        return ""
+    return (
+        "- Wire load generator (`wire-produce`, `wire-consume`, bench/src/wire.rs; rows named \"wire\"): "
+        "the same configuration on a topic of its own, without librdkafka, so that the client takes "
+        "little of the two cores and the broker sets the rate. Produce: a pool of 16 distinct batches "
+        "(the same values, ~1,000,000 bytes uncompressed each, lz4-compressed once where the "
+        "configuration says so), Produce v9 to partition 0, 5 requests in flight, at most "
+        f"{load['produce_seconds']} s or {load['wire_count']['100']:,} (100 B) / "
+        f"{load['wire_count']['1024']:,} (1 KiB) records; every response checked; "
+        "latency per request, write to response. Consume: Fetch v12 from offset 0, one fetch in "
+        "flight, 1 MiB per partition, every batch's CRC-32C verified and offsets checked to follow on; "
+        "records counted from the batch headers.\n")
+
+
 def markdown(raw: dict, agg: dict) -> str:
     m = raw["machine"]
     L = []
@@ -256,6 +349,7 @@ def markdown(raw: dict, agg: dict) -> str:
             return f"{x['median'] / l['median']:.0%}" if x and l and l["median"] else "n/a"
         L.append(f"| {key} | {frac(p, dl)} | {frac(p, tl)} | {frac(q, tl)} |")
     L.append("")
+    L.extend(targets_section(agg))
     L.extend(ceiling_section(raw, agg))
     L.append("## Results by configuration")
     L.append("")
@@ -296,14 +390,12 @@ def markdown(raw: dict, agg: dict) -> str:
         "- Before each configuration the page cache's dirty pages are written back (`sync`, not "
         "timed), so that no configuration runs beside the kernel's writeback of an earlier one's data; "
         "a configuration's own writes still start writeback when they pass the kernel's threshold. "
-        "Then 2 GiB is written to a tmpfs file and deleted (not timed; `recycle_free_memory`): on this "
-        "VM, memory not used lately costs a host fault at its next write (a new file is written at "
-        "~0.6 GB/s, over just-freed pages at 5-11 GB/s), so without it each produce rate depended on "
-        "how much memory the configuration before had freed.\n"
+        + memory_method(raw) +
         "- The configurations' order is rotated by three places per repetition (`config_order`), "
         "the same for both brokers, so that none always runs first or third.\n"
         "- Consume: a fresh consumer reads the records just produced from offset 0 (page cache); "
         "throughput from the first to the last record.\n"
+        + wire_method(load) +
         f"- End-to-end: a paced producer ({load['e2e_rate']} records/s for {load['e2e_seconds']} s, "
         "linger.ms=0) and a consumer in one process; latency = consumer receipt − send time (same clock).\n"
         "- Broker CPU = utime+stime from /proc/PID/stat across produce + consume, divided by the GiB "

@@ -56,6 +56,10 @@ MODES = {
         "produce_count": {100: 5_000_000, 1024: 1_000_000},
         "produce_seconds": 3.0,
         "consume_seconds": 20.0,
+        # The wire load generator (moldau-bench wire-produce/wire-consume):
+        # about 2 GB per configuration, so that the faster client still
+        # measures over a second or more.
+        "wire_count": {100: 20_000_000, 1024: 2_000_000},
         "e2e_rate": 1000,
         "e2e_seconds": 1.5,
         "dd_mib": 256,
@@ -65,6 +69,7 @@ MODES = {
         "produce_count": {100: 15_000_000, 1024: 2_000_000},
         "produce_seconds": 15.0,
         "consume_seconds": 60.0,
+        "wire_count": {100: 30_000_000, 1024: 3_000_000},
         "e2e_rate": 2000,
         "e2e_seconds": 8.0,
         "dd_mib": 1024,
@@ -219,6 +224,39 @@ def recycle_free_memory(mib: int = 2048) -> dict | None:
     finally:
         path.unlink(missing_ok=True)
     return {"mib": mib, "seconds": round(time.monotonic() - t0, 2)}
+
+
+DROP_CACHES = Path("/proc/sys/vm/drop_caches")
+
+
+def drop_page_cache() -> dict | None:
+    """Writes dirty pages back and drops the clean page cache (`sync`, then
+    1 into /proc/sys/vm/drop_caches), so that the load that follows writes
+    into memory just freed, whatever ran before it; falls back to
+    `recycle_free_memory` where the file is not writable (not root).
+
+    Why: on this machine kind memory the guest has not written lately costs
+    the host a fault at its next write (see `recycle_free_memory`), and a
+    broker's produce copies every byte into new page cache pages. With the
+    page cache of earlier loads kept, the copy into fresh pages grew slower
+    the more the cache held: Moldau's 1 KiB produce from pre-encoded batches
+    (`wire-produce`, 1.5 GB per trial, a 2 GiB recycle before each) took
+    0.78, 2.10, 2.81, 3.17 CPU-s per GiB in four trials in a row, 90% of it
+    kernel time in `copy_folio_from_iter_atomic`; with the cache dropped
+    before each, 0.54-0.78, and Kafka's the same way (1.44-1.75). The
+    records a configuration consumes are its own, written after the drop,
+    so reads still come from the page cache. Not timed; returns what was
+    dropped, or what the fallback did."""
+    os.sync()
+    cached = meminfo_kib("Cached")
+    try:
+        DROP_CACHES.write_text("1\n")
+    except OSError:
+        recycled = recycle_free_memory()
+        return {"dropped": False, "recycled": recycled}
+    after = meminfo_kib("Cached")
+    freed = None if None in (cached, after) else max(cached - after, 0) // 1024
+    return {"dropped": True, "cache_mib_freed": freed}
 
 
 PAGE_REPORTING_DELAY = Path("/sys/module/page_reporting/parameters/min_free_ms")
@@ -506,7 +544,7 @@ class Runner(BenchRunner):
         topic = f"bench-{size}-a{acks}-{codec}-r{rep}"
         row = dict(cfg)
         row["dirty_mib_written_back_before"] = write_back_dirty_pages()
-        row["memory_recycled_before"] = recycle_free_memory()
+        row["page_cache_before"] = drop_page_cache()
         steal_at_start = cpu_jiffies()
         try:
             self.tool("create-topic", "--bootstrap", bootstrap, "--topic", topic, timeout=60)
@@ -539,10 +577,14 @@ class Runner(BenchRunner):
                                    "--rate", str(m["e2e_rate"]),
                                    "--seconds", str(m["e2e_seconds"]),
                                    timeout=m["e2e_seconds"] + 90)
+            self.run_wire(row, bootstrap, pid, topic + "-wire", size, acks, codec)
             row["steal_pct"] = steal_pct(steal_at_start, cpu_jiffies())
             log(f"  {broker.name} {size}B acks={acks} {codec}: "
                 f"produce {prod['mb_per_sec']:.1f} MB/s p99 {prod['lat_p99_ms']:.1f} ms, "
-                f"consume {cons['mb_per_sec']:.1f} MB/s, e2e p99 {row['e2e']['p99_ms']:.2f} ms, "
+                f"consume {cons['mb_per_sec']:.1f} MB/s, e2e p99 {row['e2e']['p99_ms']:.2f} ms; "
+                f"wire produce {row['wire_produce']['mb_per_sec']:.1f} MB/s "
+                f"p99 {row['wire_produce']['lat_p99_ms']:.1f} ms, "
+                f"wire consume {row['wire_consume']['mb_per_sec']:.1f} MB/s; "
                 f"steal {row['steal_pct']}%")
         except Exception as e:  # noqa: BLE001 - recorded, run goes on
             row["error"] = str(e)
@@ -550,6 +592,35 @@ class Runner(BenchRunner):
             log(f"  {broker.name} {size}B acks={acks} {codec}: ERROR {e}")
         self.raw["runs"].append(row)
         self.save()
+
+    def run_wire(self, row, bootstrap, pid, topic, size, acks, codec) -> None:
+        """The same configuration with the wire load generator (bench/src/wire.rs):
+        pre-encoded batches over the Kafka protocol, so that the client takes
+        little of the machine and the broker sets the rate. Its own topic;
+        produce then consume everything acknowledged."""
+        m = self.mode
+        self.tool("create-topic", "--bootstrap", bootstrap, "--topic", topic, timeout=60)
+        row["wire_page_cache_before"] = drop_page_cache()
+        c0 = proc_cpu_seconds(pid)
+        prod = self.tool("wire-produce", "--bootstrap", bootstrap, "--topic", topic,
+                         "--size", str(size), "--acks", acks, "--compression", codec,
+                         "--count", str(m["wire_count"][size]),
+                         "--max-seconds", str(m["produce_seconds"]),
+                         timeout=m["produce_seconds"] + 120)
+        c1 = proc_cpu_seconds(pid)
+        cons = self.tool("wire-consume", "--bootstrap", bootstrap, "--topic", topic,
+                         "--size", str(size), "--count", str(prod["acked"]),
+                         "--max-seconds", str(m["consume_seconds"]),
+                         timeout=m["consume_seconds"] + 60)
+        c2 = proc_cpu_seconds(pid)
+        row["wire_produce"] = prod
+        row["wire_consume"] = cons
+        for phase, out in (("produce", prod), ("consume", cons)):
+            if out.get("client_cpu_s") and out.get("bytes"):
+                row[f"wire_{phase}_client_cpu_s_per_gib"] = out["client_cpu_s"] / (out["bytes"] / GIB)
+        moved = prod["bytes"] + cons["bytes"]
+        if None not in (c0, c1, c2) and moved:
+            row["wire_cpu_s_per_gib"] = (c2 - c0) / (moved / GIB)
 
     def run(self) -> None:
         log(f"benchmark ({self.raw['mode']}, {self.args.reps} repetitions) -> {self.out}")

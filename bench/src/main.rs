@@ -26,7 +26,10 @@
 //!   a client sees it);
 //! - `e2e`: a paced producer and a consumer in one process; latency is the
 //!   time from `send` to the consumer seeing the record (same clock);
-//! - `tcp`: single-connection loopback TCP bandwidth (a machine limit).
+//! - `tcp`: single-connection loopback TCP bandwidth (a machine limit);
+//! - `wire-produce`, `wire-consume`: the same loads without librdkafka,
+//!   from pre-encoded batches over the Kafka protocol (see `wire`), so that
+//!   the client takes little of the machine.
 //!
 //! Only 127.0.0.0/8 addresses are accepted as bootstrap servers.
 
@@ -48,6 +51,8 @@ use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use serde_json::json;
+
+mod wire;
 
 /// The process's allocator, for Rust and (through mimalloc's `override`)
 /// for librdkafka: see `Cargo.toml` for why the client needs it.
@@ -214,6 +219,10 @@ enum Cmd {
         #[arg(long, default_value_t = 3.0)]
         seconds: f64,
     },
+    /// Produce from pre-encoded batches, without librdkafka (see `wire`).
+    WireProduce(wire::WireProduceArgs),
+    /// Read partition 0 from the beginning, without librdkafka (see `wire`).
+    WireConsume(wire::WireConsumeArgs),
     /// Single-connection loopback TCP bandwidth (127.0.0.1).
     Tcp {
         #[arg(long, default_value_t = 3.0)]
@@ -255,6 +264,8 @@ fn main() -> Result<()> {
             rate,
             seconds,
         } => e2e(&bootstrap, &topic, size, acks, compression, rate, seconds),
+        Cmd::WireProduce(a) => wire::wire_produce(&a),
+        Cmd::WireConsume(a) => wire::wire_consume(&a),
         Cmd::Tcp { seconds, chunk } => tcp(seconds, chunk),
     }
 }

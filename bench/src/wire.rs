@@ -1,0 +1,558 @@
+//! The wire load generator: `wire-produce` and `wire-consume` speak the
+//! Kafka protocol directly (the `kafka-protocol` codec over one blocking TCP
+//! connection) instead of through librdkafka, so that the client costs the
+//! machine as little as possible and the brokers, not the client, set the
+//! rate.
+//!
+//! Why it exists: on the benchmark's 2-core machine librdkafka needs about
+//! 6 CPU-seconds per GiB to produce 100 B records and about 4 to compress
+//! 1 KiB records with lz4 on its one broker thread, so in those
+//! configurations the client leaves the brokers a fraction of the machine
+//! and any two brokers measure alike. This generator does per request what
+//! a producer's network thread does — frame a ready batch, write it, read
+//! and check the answer — and leaves out what the application side of a
+//! client does per record (serialising, batching, compressing), because
+//! that work is the client's whatever broker it talks to.
+//!
+//! - `wire-produce` encodes a pool of distinct record batches once (values
+//!   from the same text-like pool as `produce`, no keys, CreateTime now,
+//!   optionally lz4-compressed, about `--batch-bytes` uncompressed each,
+//!   librdkafka's `batch.size` of the other producer), then sends them to
+//!   partition 0 in turn, Produce v9, up to `--in-flight` requests
+//!   outstanding on the connection. Every response is checked (correlation
+//!   id, error code, increasing base offsets); latency is per request, from
+//!   its write to its response.
+//! - `wire-consume` reads partition 0 from offset 0 with Fetch v12, one
+//!   fetch outstanding (as a consumer's one fetch per broker), with
+//!   librdkafka's defaults for the limits (1 MiB per partition, 500 ms max
+//!   wait). Every batch's CRC-32C is verified and its offsets must follow
+//!   the previous batch's; records are counted from the batch headers, and
+//!   bytes are the records' value bytes (`--size` each, as produced), so
+//!   MB/s means what it means for `consume`. Records are not decompressed
+//!   or split out: the CRC covers every byte the broker sent.
+//!
+//! Both print one JSON object with the same keys as `produce`/`consume`.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::mpsc::sync_channel;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use bytes::{BufMut, Bytes, BytesMut};
+use clap::Parser;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    ApiKey, FetchRequest, FetchResponse, ProduceRequest, ProduceResponse, RequestHeader,
+    ResponseHeader, TopicName,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+use serde_json::json;
+
+use crate::{check_loopback, payload_pool, pct_ms, Acks, Codec};
+
+const PRODUCE_VERSION: i16 = 9;
+const FETCH_VERSION: i16 = 12;
+/// Distinct batches sent in turn: enough that no two requests in flight
+/// carry the same bytes.
+const POOL_BATCHES: usize = 16;
+/// Bytes of a v2 batch before its first record.
+const BATCH_HEADER: usize = 61;
+
+#[derive(Parser)]
+pub struct WireProduceArgs {
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    bootstrap: String,
+    #[arg(long)]
+    topic: String,
+    /// Record value size in bytes (no key).
+    #[arg(long, default_value_t = 1024)]
+    size: usize,
+    #[arg(long, value_enum, default_value = "1")]
+    acks: Acks,
+    #[arg(long, value_enum, default_value = "none")]
+    compression: Codec,
+    /// Stop after this many records (rounded up to whole batches)…
+    #[arg(long, default_value_t = 100_000)]
+    count: u64,
+    /// …or after this many seconds of sending, whichever comes first.
+    #[arg(long, default_value_t = 10.0)]
+    max_seconds: f64,
+    /// Uncompressed bytes per batch (librdkafka's `batch.size` in `produce`).
+    #[arg(long, default_value_t = 1_000_000)]
+    batch_bytes: usize,
+    /// Produce requests outstanding on the connection.
+    #[arg(long, default_value_t = 5)]
+    in_flight: usize,
+}
+
+#[derive(Parser)]
+pub struct WireConsumeArgs {
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    bootstrap: String,
+    #[arg(long)]
+    topic: String,
+    /// Stop after this many records…
+    #[arg(long)]
+    count: u64,
+    /// …or after this many seconds.
+    #[arg(long, default_value_t = 30.0)]
+    max_seconds: f64,
+    /// Value size of every record (as produced), for MB/s.
+    #[arg(long)]
+    size: usize,
+    /// `max.partition.fetch.bytes` (librdkafka's default).
+    #[arg(long, default_value_t = 1_048_576)]
+    partition_max_bytes: i32,
+}
+
+fn topic_name(s: &str) -> TopicName {
+    TopicName(StrBytes::from_string(s.into()))
+}
+
+/// One request frame (length prefix included) with correlation id 0; the
+/// id sits at bytes 8..12 (length 4, api key 2, api version 2).
+fn frame<Req: Encodable>(api: ApiKey, version: i16, req: &Req) -> Result<BytesMut> {
+    let header = RequestHeader::default()
+        .with_request_api_key(api as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(0)
+        .with_client_id(Some(StrBytes::from_static_str("moldau-bench-wire")));
+    let mut body = BytesMut::new();
+    header.encode(&mut body, api.request_header_version(version))?;
+    req.encode(&mut body, version)?;
+    let mut out = BytesMut::with_capacity(body.len() + 4);
+    out.put_i32(i32::try_from(body.len())?);
+    out.extend_from_slice(&body);
+    Ok(out)
+}
+
+fn set_correlation_id(frame: &mut [u8], id: i32) {
+    frame[8..12].copy_from_slice(&id.to_be_bytes());
+}
+
+/// Reads one response frame and checks its correlation id; returns the body
+/// after the header.
+fn read_response(stream: &mut TcpStream, api: ApiKey, version: i16, id: i32) -> Result<Bytes> {
+    let mut len = [0u8; 4];
+    stream.read_exact(&mut len).context("reading a response")?;
+    let len = usize::try_from(i32::from_be_bytes(len)).context("negative response length")?;
+    let mut buf = vec![0u8; len];
+    stream
+        .read_exact(&mut buf)
+        .context("reading a response body")?;
+    let mut body = Bytes::from(buf);
+    let header = ResponseHeader::decode(&mut body, api.response_header_version(version))?;
+    ensure!(
+        header.correlation_id == id,
+        "response {} where {id} was due",
+        header.correlation_id
+    );
+    Ok(body)
+}
+
+fn connect(bootstrap: &str) -> Result<TcpStream> {
+    check_loopback(bootstrap)?;
+    let server = bootstrap.split(',').next().unwrap_or(bootstrap);
+    let stream = TcpStream::connect(server).with_context(|| format!("connecting to {server}"))?;
+    stream.set_nodelay(true)?;
+    stream.set_read_timeout(Some(Duration::from_secs(60)))?;
+    Ok(stream)
+}
+
+/// Records of one batch: as many `size`-byte values as fit `batch_bytes`.
+fn records_per_batch(size: usize, batch_bytes: usize) -> usize {
+    // A record without key or headers: its value plus at most 11 bytes of
+    // lengths, attributes and deltas.
+    (batch_bytes.saturating_sub(BATCH_HEADER) / (size + 11)).max(1)
+}
+
+/// One v2 batch of `values` (no keys, no producer id) from `base_offset`,
+/// every record stamped `timestamp` (CreateTime).
+fn encode_batch<'a>(
+    values: impl Iterator<Item = &'a [u8]>,
+    base_offset: i64,
+    timestamp: i64,
+    compression: Compression,
+) -> Result<Bytes> {
+    let records: Vec<Record> = values
+        .enumerate()
+        .map(|(i, v)| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: base_offset + i as i64,
+            // The codec starts a new batch wherever offset - sequence
+            // changes: a base sequence of -1 (no producer) follows on.
+            sequence: i as i32 - 1,
+            timestamp,
+            key: None,
+            value: Some(Bytes::copy_from_slice(v)),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut batch = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut batch,
+        &records,
+        &RecordEncodeOptions {
+            version: 2,
+            compression,
+        },
+    )?;
+    Ok(batch.freeze())
+}
+
+/// `POOL_BATCHES` Produce request frames for partition 0 of `topic`, each
+/// with one batch of `per_batch` records.
+fn produce_frames(a: &WireProduceArgs, per_batch: usize) -> Result<Vec<BytesMut>> {
+    let values = payload_pool(a.size, 4096);
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_millis() as i64;
+    let compression = match a.compression {
+        Codec::None => Compression::None,
+        Codec::Lz4 => Compression::Lz4,
+    };
+    let acks = match a.acks {
+        Acks::One => 1,
+        Acks::All => -1,
+    };
+    (0..POOL_BATCHES)
+        .map(|b| {
+            let batch = encode_batch(
+                (0..per_batch).map(|i| values[(b * per_batch + i) % values.len()].as_slice()),
+                0,
+                now_ms,
+                compression,
+            )?;
+            let req = ProduceRequest::default()
+                .with_acks(acks)
+                .with_timeout_ms(30_000)
+                .with_topic_data(vec![TopicProduceData::default()
+                    .with_name(topic_name(&a.topic))
+                    .with_partition_data(vec![PartitionProduceData::default()
+                        .with_index(0)
+                        .with_records(Some(batch))])]);
+            frame(ApiKey::Produce, PRODUCE_VERSION, &req)
+        })
+        .collect()
+}
+
+/// What the reading half of `wire_produce` saw.
+#[derive(Default)]
+struct Acked {
+    batches: u64,
+    latencies_us: Vec<u32>,
+    last_ack: Option<Instant>,
+    last_base_offset: i64,
+}
+
+pub fn wire_produce(a: &WireProduceArgs) -> Result<()> {
+    ensure!(a.in_flight >= 1, "--in-flight must be at least 1");
+    let per_batch = records_per_batch(a.size, a.batch_bytes);
+    let mut frames = produce_frames(a, per_batch)?;
+    let wire_bytes: usize = frames.iter().map(|f| f.len()).sum::<usize>() / frames.len();
+    let mut writer = connect(&a.bootstrap)?;
+    let mut reader = writer.try_clone()?;
+    // A request is outstanding from its write until the reader has taken
+    // its entry and read its response: a channel of in_flight - 1 slots
+    // plus the one entry the reader holds bound that to `in_flight`.
+    let (tx, rx) = sync_channel::<(i32, Instant)>(a.in_flight - 1);
+    let read = thread::spawn(move || -> Result<Acked> {
+        let mut acked = Acked {
+            last_base_offset: -1,
+            ..Acked::default()
+        };
+        while let Ok((id, sent)) = rx.recv() {
+            let mut body = read_response(&mut reader, ApiKey::Produce, PRODUCE_VERSION, id)?;
+            let resp = ProduceResponse::decode(&mut body, PRODUCE_VERSION)?;
+            let now = Instant::now();
+            let p = resp
+                .responses
+                .first()
+                .and_then(|t| t.partition_responses.first())
+                .context("a produce response without its partition")?;
+            if p.error_code != 0 {
+                bail!("produce request {id}: error code {}", p.error_code);
+            }
+            ensure!(
+                p.base_offset > acked.last_base_offset,
+                "base offset {} after {}",
+                p.base_offset,
+                acked.last_base_offset
+            );
+            acked.last_base_offset = p.base_offset;
+            acked.batches += 1;
+            acked
+                .latencies_us
+                .push(u32::try_from(now.duration_since(sent).as_micros()).unwrap_or(u32::MAX));
+            acked.last_ack = Some(now);
+        }
+        Ok(acked)
+    });
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs_f64(a.max_seconds);
+    let batches_wanted = a.count.div_ceil(per_batch as u64);
+    let mut sent = 0u64;
+    let mut write_error = None;
+    while sent < batches_wanted && Instant::now() < deadline {
+        let f = &mut frames[sent as usize % POOL_BATCHES];
+        let id = i32::try_from(sent % i32::MAX as u64)?;
+        set_correlation_id(f, id);
+        // The entry goes first: the response can come before write_all returns.
+        if tx.send((id, Instant::now())).is_err() {
+            break; // the reader stopped on an error, reported below
+        }
+        if let Err(e) = writer.write_all(f) {
+            write_error = Some(e);
+            break;
+        }
+        sent += 1;
+    }
+    let send_seconds = start.elapsed().as_secs_f64();
+    drop(tx);
+    let acked = read
+        .join()
+        .map_err(|_| anyhow::anyhow!("the response reader panicked"))??;
+    if let Some(e) = write_error {
+        bail!("writing a produce request: {e}");
+    }
+    let records = acked.batches * per_batch as u64;
+    let bytes = records * a.size as u64;
+    let secs = acked
+        .last_ack
+        .map_or(1e-9, |t| t.duration_since(start).as_secs_f64());
+    let mut lat = acked.latencies_us;
+    lat.sort_unstable();
+    println!(
+        "{}",
+        json!({
+            "kind": "wire-produce",
+            "topic": a.topic,
+            "size": a.size,
+            "acks": a.acks.as_str(),
+            "compression": a.compression.as_str(),
+            "records_per_batch": per_batch,
+            "request_bytes": wire_bytes,
+            "in_flight": a.in_flight,
+            "sent": sent * per_batch as u64,
+            "acked": records,
+            "failed": (sent - acked.batches) * per_batch as u64,
+            "bytes": bytes,
+            "seconds": secs,
+            "send_seconds": send_seconds,
+            "records_per_sec": records as f64 / secs,
+            "mb_per_sec": bytes as f64 / secs / 1e6,
+            "lat_p50_ms": pct_ms(&lat, 50.0),
+            "lat_p99_ms": pct_ms(&lat, 99.0),
+            "lat_p999_ms": pct_ms(&lat, 99.9),
+            "lat_max_ms": lat.last().map(|v| f64::from(*v) / 1000.0),
+        })
+    );
+    ensure!(
+        acked.batches == sent,
+        "{} of {sent} requests acknowledged",
+        acked.batches
+    );
+    Ok(())
+}
+
+/// Walks the v2 batches of one fetch response's records from `next` (the
+/// offset fetched): verifies each batch's CRC-32C and that its offsets
+/// follow on; returns (records, the offset to fetch next). A batch cut
+/// short at the end (the fetch limit) is left for the next fetch.
+fn walk_batches(mut records: &[u8], mut next: i64) -> Result<(u64, i64)> {
+    let mut count = 0u64;
+    while records.len() >= 12 {
+        let base_offset = i64::from_be_bytes(records[0..8].try_into()?);
+        let len = i32::from_be_bytes(records[8..12].try_into()?);
+        let total = 12 + usize::try_from(len).context("negative batch length")?;
+        if records.len() < total {
+            break;
+        }
+        let batch = &records[..total];
+        ensure!(
+            total >= BATCH_HEADER,
+            "batch of {total} bytes at offset {base_offset}"
+        );
+        ensure!(
+            batch[16] == 2,
+            "batch magic {} at offset {base_offset}",
+            batch[16]
+        );
+        let crc = u32::from_be_bytes(batch[17..21].try_into()?);
+        ensure!(
+            crc32c::crc32c(&batch[21..]) == crc,
+            "batch at offset {base_offset}: CRC mismatch"
+        );
+        let last_delta = i32::from_be_bytes(batch[23..27].try_into()?);
+        let n = i32::from_be_bytes(batch[57..61].try_into()?);
+        ensure!(
+            base_offset == next,
+            "batch at offset {base_offset} where {next} was next"
+        );
+        count += u64::try_from(n).context("negative record count")?;
+        next = base_offset + i64::from(last_delta) + 1;
+        records = &records[total..];
+    }
+    Ok((count, next))
+}
+
+pub fn wire_consume(a: &WireConsumeArgs) -> Result<()> {
+    let mut stream = connect(&a.bootstrap)?;
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs_f64(a.max_seconds);
+    let (mut next, mut records, mut counted_bytes, mut fetches) = (0i64, 0u64, 0u64, 0u64);
+    let (mut first, mut last) = (None::<Instant>, start);
+    while records < a.count && Instant::now() < deadline {
+        let req = FetchRequest::default()
+            .with_replica_id((-1).into())
+            .with_max_wait_ms(500)
+            .with_min_bytes(1)
+            .with_max_bytes(52_428_800)
+            .with_session_id(0)
+            .with_session_epoch(-1)
+            .with_topics(vec![FetchTopic::default()
+                .with_topic(topic_name(&a.topic))
+                .with_partitions(vec![FetchPartition::default()
+                    .with_partition(0)
+                    .with_fetch_offset(next)
+                    .with_partition_max_bytes(a.partition_max_bytes)])]);
+        let id = i32::try_from(fetches % i32::MAX as u64)?;
+        let mut f = frame(ApiKey::Fetch, FETCH_VERSION, &req)?;
+        set_correlation_id(&mut f, id);
+        stream.write_all(&f).context("writing a fetch")?;
+        let mut body = read_response(&mut stream, ApiKey::Fetch, FETCH_VERSION, id)?;
+        let resp = FetchResponse::decode(&mut body, FETCH_VERSION)?;
+        fetches += 1;
+        ensure!(resp.error_code == 0, "fetch error code {}", resp.error_code);
+        let p = resp
+            .responses
+            .first()
+            .and_then(|t| t.partitions.first())
+            .context("a fetch response without its partition")?;
+        ensure!(
+            p.error_code == 0,
+            "fetch partition error code {}",
+            p.error_code
+        );
+        let (n, after) = walk_batches(p.records.as_deref().unwrap_or_default(), next)?;
+        next = after;
+        if n == 0 {
+            continue;
+        }
+        let now = Instant::now();
+        records += n;
+        // As in `consume`: the first records open the measured interval and
+        // their bytes are not counted.
+        if first.is_none() {
+            first = Some(now);
+        } else {
+            counted_bytes += n * a.size as u64;
+        }
+        last = now;
+    }
+    let secs = first
+        .map_or(0.0, |f| last.duration_since(f).as_secs_f64())
+        .max(1e-9);
+    println!(
+        "{}",
+        json!({
+            "kind": "wire-consume",
+            "topic": a.topic,
+            "records": records,
+            "expected": a.count,
+            "fetches": fetches,
+            "bytes": counted_bytes,
+            "seconds": secs,
+            "first_record_after_s": first.map(|f| f.duration_since(start).as_secs_f64()),
+            "records_per_sec": counted_bytes as f64 / a.size.max(1) as f64 / secs,
+            "mb_per_sec": counted_bytes as f64 / secs / 1e6,
+        })
+    );
+    if records < a.count {
+        bail!(
+            "consumed {records} of {} records before the deadline",
+            a.count
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(base_offset: i64, n: usize) -> Vec<u8> {
+        let value = b"value".as_slice();
+        encode_batch(
+            std::iter::repeat_n(value, n),
+            base_offset,
+            1,
+            Compression::None,
+        )
+        .unwrap()
+        .to_vec()
+    }
+
+    #[test]
+    fn walks_whole_batches_and_leaves_a_cut_one() {
+        let mut buf = batch(0, 3);
+        buf.extend(batch(3, 2));
+        let third = batch(5, 4);
+        buf.extend(&third[..third.len() - 1]);
+        assert_eq!(walk_batches(&buf, 0).unwrap(), (5, 5));
+    }
+
+    #[test]
+    fn rejects_a_gap_and_a_bad_crc() {
+        let mut buf = batch(0, 3);
+        buf.extend(batch(4, 1));
+        assert!(walk_batches(&buf, 0)
+            .unwrap_err()
+            .to_string()
+            .contains("4 where 3"));
+        let mut bad = batch(0, 3);
+        let last = bad.len() - 1;
+        bad[last] ^= 1;
+        assert!(walk_batches(&bad, 0)
+            .unwrap_err()
+            .to_string()
+            .contains("CRC"));
+    }
+
+    #[test]
+    fn batches_stay_under_the_batch_size() {
+        for size in [100, 1024] {
+            let per = records_per_batch(size, 1_000_000);
+            let value = vec![b'x'; size];
+            let b = encode_batch(
+                std::iter::repeat_n(value.as_slice(), per),
+                0,
+                1,
+                Compression::None,
+            )
+            .unwrap();
+            assert!(
+                b.len() <= 1_000_000,
+                "{size} B: {per} records, {} bytes",
+                b.len()
+            );
+            assert!(
+                b.len() > 985_000,
+                "{size} B: {per} records, only {} bytes",
+                b.len()
+            );
+        }
+    }
+}
