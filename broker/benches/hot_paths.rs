@@ -1,5 +1,5 @@
 //! Criterion micro-benchmarks of the broker's per-request hot paths:
-//! batch validation, log append, offset-index lookup (through
+//! batch validation (headers, and every record, compressed or not), log append, offset-index lookup (through
 //! `PartitionLog::read`), Produce request decode / response encode and Fetch
 //! request decode / response encode.
 //!
@@ -26,7 +26,7 @@ use moldau_broker::handlers::encode_response;
 use moldau_broker::protocol::fetch_encode::{
     encode_fetch_response, FetchOut, PartitionOut, TopicOut,
 };
-use moldau_broker::storage::batch::validate_batches;
+use moldau_broker::storage::batch::{validate_batches, validate_records};
 use moldau_broker::storage::{LogConfig, PartitionLog};
 
 /// One v2 batch of `n` records of `value_len` bytes each (no keys).
@@ -75,6 +75,26 @@ fn bench_validate(c: &mut Criterion) {
         g.throughput(Throughput::Bytes(payload.len() as u64));
         g.bench_function(label, |b| {
             b.iter(|| validate_batches(black_box(&payload), 1 << 20).expect("valid"))
+        });
+    }
+    g.finish();
+}
+
+/// Record-level validation (`validate_records`, run on every produced
+/// batch) of batches as the benchmark's producers send them: ~1 MB of
+/// values, uncompressed and lz4 (which is decompressed to be checked).
+fn bench_validate_records(c: &mut Criterion) {
+    let mut g = c.benchmark_group("validate_records");
+    for (label, n, len, codec) in [
+        ("9000x100B", 9000, 100, Compression::None),
+        ("9000x100B_lz4", 9000, 100, Compression::Lz4),
+        ("960x1KiB_lz4", 960, 1024, Compression::Lz4),
+    ] {
+        let one = batch(n, len, codec);
+        let headers = validate_batches(&one, 2 << 20).expect("valid batch");
+        g.throughput(Throughput::Bytes((n * len) as u64));
+        g.bench_function(label, |b| {
+            b.iter(|| validate_records(black_box(&one), &headers, false).expect("valid"))
         });
     }
     g.finish();
@@ -274,6 +294,6 @@ fn quick() -> Criterion {
 criterion_group! {
     name = benches;
     config = quick();
-    targets = bench_validate, bench_append, bench_read, bench_produce_codec, bench_fetch_codec
+    targets = bench_validate, bench_validate_records, bench_append, bench_read, bench_produce_codec, bench_fetch_codec
 }
 criterion_main!(benches);
