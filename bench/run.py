@@ -548,28 +548,7 @@ class Runner(BenchRunner):
         steal_at_start = cpu_jiffies()
         try:
             self.tool("create-topic", "--bootstrap", bootstrap, "--topic", topic, timeout=60)
-            c0 = proc_cpu_seconds(pid)
-            prod = self.tool("produce", "--bootstrap", bootstrap, "--topic", topic,
-                             "--size", str(size), "--acks", acks, "--compression", codec,
-                             "--count", str(m["produce_count"][size]),
-                             "--max-seconds", str(m["produce_seconds"]),
-                             timeout=m["produce_seconds"] + 120)
-            c1 = proc_cpu_seconds(pid)
-            cons = self.tool("consume", "--bootstrap", bootstrap, "--topic", topic,
-                             "--count", str(prod["acked"]),
-                             "--max-seconds", str(m["consume_seconds"]),
-                             timeout=m["consume_seconds"] + 60)
-            c2 = proc_cpu_seconds(pid)
-            row["produce"] = prod
-            row["consume"] = cons
-            moved = prod["bytes"] + cons["bytes"]
-            for phase, out in (("produce", prod), ("consume", cons)):
-                if out.get("client_cpu_s") and out.get("bytes"):
-                    row[f"{phase}_client_cpu_s_per_gib"] = out["client_cpu_s"] / (out["bytes"] / GIB)
-            if None not in (c0, c1, c2):
-                row["cpu_produce_s"] = c1 - c0
-                row["cpu_consume_s"] = c2 - c1
-                row["cpu_s_per_gib"] = (c2 - c0) / (moved / GIB) if moved else None
+            prod, cons = self.produce_and_consume(row, bootstrap, pid, topic, size, acks, codec)
             e2e_topic = topic + "-e2e"
             self.tool("create-topic", "--bootstrap", bootstrap, "--topic", e2e_topic, timeout=60)
             row["e2e"] = self.tool("e2e", "--bootstrap", bootstrap, "--topic", e2e_topic,
@@ -596,31 +575,46 @@ class Runner(BenchRunner):
     def run_wire(self, row, bootstrap, pid, topic, size, acks, codec) -> None:
         """The same configuration with the wire load generator (bench/src/wire.rs):
         pre-encoded batches over the Kafka protocol, so that the client takes
-        little of the machine and the broker sets the rate. Its own topic;
-        produce then consume everything acknowledged."""
-        m = self.mode
+        little of the machine and the broker sets the rate. Its own topic,
+        written after the page cache is dropped again."""
         self.tool("create-topic", "--bootstrap", bootstrap, "--topic", topic, timeout=60)
         row["wire_page_cache_before"] = drop_page_cache()
+        self.produce_and_consume(row, bootstrap, pid, topic, size, acks, codec, wire=True)
+
+    def produce_and_consume(self, row, bootstrap, pid, topic, size, acks, codec,
+                            wire: bool = False) -> tuple[dict, dict]:
+        """Produces the configuration's load into `topic` as fast as the load
+        generator goes, then consumes every record acknowledged; records both
+        outputs, the broker's CPU for each phase and per GiB moved, and the
+        load generator's CPU per GiB in `row` (keys prefixed `wire_` for the
+        wire load generator)."""
+        m = self.mode
+        prefix = "wire_" if wire else ""
+        tool = "wire-" if wire else ""
+        count = m["wire_count" if wire else "produce_count"][size]
         c0 = proc_cpu_seconds(pid)
-        prod = self.tool("wire-produce", "--bootstrap", bootstrap, "--topic", topic,
+        prod = self.tool(f"{tool}produce", "--bootstrap", bootstrap, "--topic", topic,
                          "--size", str(size), "--acks", acks, "--compression", codec,
-                         "--count", str(m["wire_count"][size]),
-                         "--max-seconds", str(m["produce_seconds"]),
+                         "--count", str(count), "--max-seconds", str(m["produce_seconds"]),
                          timeout=m["produce_seconds"] + 120)
         c1 = proc_cpu_seconds(pid)
-        cons = self.tool("wire-consume", "--bootstrap", bootstrap, "--topic", topic,
-                         "--size", str(size), "--count", str(prod["acked"]),
+        cons = self.tool(f"{tool}consume", "--bootstrap", bootstrap, "--topic", topic,
+                         *(["--size", str(size)] if wire else []),
+                         "--count", str(prod["acked"]),
                          "--max-seconds", str(m["consume_seconds"]),
                          timeout=m["consume_seconds"] + 60)
         c2 = proc_cpu_seconds(pid)
-        row["wire_produce"] = prod
-        row["wire_consume"] = cons
+        row[f"{prefix}produce"] = prod
+        row[f"{prefix}consume"] = cons
         for phase, out in (("produce", prod), ("consume", cons)):
             if out.get("client_cpu_s") and out.get("bytes"):
-                row[f"wire_{phase}_client_cpu_s_per_gib"] = out["client_cpu_s"] / (out["bytes"] / GIB)
+                row[f"{prefix}{phase}_client_cpu_s_per_gib"] = out["client_cpu_s"] / (out["bytes"] / GIB)
         moved = prod["bytes"] + cons["bytes"]
-        if None not in (c0, c1, c2) and moved:
-            row["wire_cpu_s_per_gib"] = (c2 - c0) / (moved / GIB)
+        if None not in (c0, c1, c2):
+            row[f"{prefix}cpu_produce_s"] = c1 - c0
+            row[f"{prefix}cpu_consume_s"] = c2 - c1
+            row[f"{prefix}cpu_s_per_gib"] = (c2 - c0) / (moved / GIB) if moved else None
+        return prod, cons
 
     def run(self) -> None:
         log(f"benchmark ({self.raw['mode']}, {self.args.reps} repetitions) -> {self.out}")

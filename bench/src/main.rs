@@ -98,8 +98,10 @@ impl Codec {
     }
 }
 
-#[derive(Parser)]
-struct ProduceArgs {
+/// A produce load, as both load generators take it (`produce` and
+/// `wire-produce`): where it goes, its records, and its bounds.
+#[derive(clap::Args)]
+struct ProduceLoad {
     #[arg(long, default_value = "127.0.0.1:9092")]
     bootstrap: String,
     #[arg(long)]
@@ -117,6 +119,12 @@ struct ProduceArgs {
     /// …or after this many seconds, whichever comes first.
     #[arg(long, default_value_t = 10.0)]
     max_seconds: f64,
+}
+
+#[derive(Parser)]
+struct ProduceArgs {
+    #[command(flatten)]
+    load: ProduceLoad,
     /// Producer `linger.ms`.
     #[arg(long, default_value_t = 5)]
     linger_ms: u64,
@@ -139,8 +147,10 @@ struct ProduceArgs {
     partitions: u64,
 }
 
-#[derive(Parser)]
-struct ConsumeArgs {
+/// A consume load, as both load generators take it (`consume` and
+/// `wire-consume`): where it reads from, and its bounds.
+#[derive(clap::Args)]
+struct ConsumeLoad {
     #[arg(long, default_value = "127.0.0.1:9092")]
     bootstrap: String,
     #[arg(long)]
@@ -151,6 +161,12 @@ struct ConsumeArgs {
     /// …or after this many seconds.
     #[arg(long, default_value_t = 30.0)]
     max_seconds: f64,
+}
+
+#[derive(Parser)]
+struct ConsumeArgs {
+    #[command(flatten)]
+    load: ConsumeLoad,
     /// Partitions 0..P are read.
     #[arg(long, default_value_t = 1)]
     partitions: i32,
@@ -219,7 +235,8 @@ enum Cmd {
         #[arg(long, default_value_t = 3.0)]
         seconds: f64,
     },
-    /// Produce from pre-encoded batches, without librdkafka (see `wire`).
+    /// Produce from pre-encoded batches, without librdkafka (see `wire`);
+    /// `--count` is rounded up to whole batches.
     WireProduce(wire::WireProduceArgs),
     /// Read partition 0 from the beginning, without librdkafka (see `wire`).
     WireConsume(wire::WireConsumeArgs),
@@ -609,8 +626,8 @@ fn send_loop(
     share: Share,
     start_ns: u64,
 ) -> Result<(u64, u64)> {
-    let deadline_ns = start_ns + Duration::from_secs_f64(a.max_seconds).as_nanos() as u64;
-    let topic = TopicHandle::new(producer, &a.topic)?;
+    let deadline_ns = start_ns + Duration::from_secs_f64(a.load.max_seconds).as_nanos() as u64;
+    let topic = TopicHandle::new(producer, &a.load.topic)?;
     let mut sent: u64 = 0;
     // The clock is read every 256 records, not every record: at ~1 M records
     // per second each read (~30 ns on this VM) was a few per cent of the
@@ -670,16 +687,20 @@ fn produce(a: &ProduceArgs) -> Result<()> {
     let stats = Arc::new(stats);
     let mut producers = Vec::new();
     for _ in 0..a.producers {
-        let producer: BaseProducer<Ctx> =
-            producer_config(&a.bootstrap, a.acks, a.compression, a.linger_ms)?
-                .create_with_context(Ctx(Arc::clone(&stats)))?;
+        let producer: BaseProducer<Ctx> = producer_config(
+            &a.load.bootstrap,
+            a.load.acks,
+            a.load.compression,
+            a.linger_ms,
+        )?
+        .create_with_context(Ctx(Arc::clone(&stats)))?;
         // Connect and learn the leaders before the clock starts.
         producer
             .client()
-            .fetch_metadata(Some(&a.topic), Duration::from_secs(10))?;
+            .fetch_metadata(Some(&a.load.topic), Duration::from_secs(10))?;
         producers.push(producer);
     }
-    let pool = payload_pool(a.size, 1024);
+    let pool = payload_pool(a.load.size, 1024);
     let start_ns = stats.now_ns();
     let n = a.producers;
     let sending_done = AtomicBool::new(false);
@@ -694,7 +715,7 @@ fn produce(a: &ProduceArgs) -> Result<()> {
             .map(|(k, producer)| {
                 let k = k as u64;
                 let share = Share {
-                    count: a.count / n + u64::from(k < a.count % n),
+                    count: a.load.count / n + u64::from(k < a.load.count % n),
                     rate: a.rate.div_ceil(n),
                     first_partition: k * a.partitions / n,
                 };
@@ -742,10 +763,10 @@ fn produce(a: &ProduceArgs) -> Result<()> {
         "{}",
         json!({
             "kind": "produce",
-            "topic": a.topic,
-            "size": a.size,
-            "acks": a.acks.as_str(),
-            "compression": a.compression.as_str(),
+            "topic": a.load.topic,
+            "size": a.load.size,
+            "acks": a.load.acks.as_str(),
+            "compression": a.load.compression.as_str(),
             "linger_ms": a.linger_ms,
             "producers": a.producers,
             "partitions": a.partitions,
@@ -807,10 +828,10 @@ fn consume(a: &ConsumeArgs) -> Result<()> {
     }
     let mut consumers = Vec::new();
     for k in 0..a.consumers {
-        let c = consumer(&a.bootstrap)?;
+        let c = consumer(&a.load.bootstrap)?;
         let mut tpl = TopicPartitionList::new();
         for p in (k..a.partitions).step_by(a.consumers as usize) {
-            tpl.add_partition_offset(&a.topic, p, Offset::Beginning)?;
+            tpl.add_partition_offset(&a.load.topic, p, Offset::Beginning)?;
         }
         c.assign(&tpl)?;
         consumers.push(c);
@@ -823,13 +844,13 @@ fn consume(a: &ConsumeArgs) -> Result<()> {
         first_ns: AtomicU64::new(0),
         last_ns: AtomicU64::new(0),
     };
-    let deadline = shared.base + Duration::from_secs_f64(a.max_seconds);
+    let deadline = shared.base + Duration::from_secs_f64(a.load.max_seconds);
     let results: Vec<Result<()>> = thread::scope(|s| {
         let handles: Vec<_> = consumers
             .iter()
             .map(|c| {
                 let shared = &shared;
-                s.spawn(move || read_batches(c, shared, a.count, deadline))
+                s.spawn(move || read_batches(c, shared, a.load.count, deadline))
             })
             .collect();
         handles
@@ -858,11 +879,11 @@ fn consume(a: &ConsumeArgs) -> Result<()> {
         "{}",
         json!({
             "kind": "consume",
-            "topic": a.topic,
+            "topic": a.load.topic,
             "partitions": a.partitions,
             "consumers": a.consumers,
             "records": n,
-            "expected": a.count,
+            "expected": a.load.count,
             "bytes": bytes,
             "errors": errors,
             "seconds": secs,
@@ -871,8 +892,11 @@ fn consume(a: &ConsumeArgs) -> Result<()> {
             "mb_per_sec": bytes as f64 / secs / 1e6,
         })
     );
-    if n < a.count {
-        bail!("consumed {n} of {} records before the deadline", a.count);
+    if n < a.load.count {
+        bail!(
+            "consumed {n} of {} records before the deadline",
+            a.load.count
+        );
     }
     Ok(())
 }

@@ -54,7 +54,7 @@ use kafka_protocol::records::{
 };
 use serde_json::json;
 
-use crate::{check_loopback, payload_pool, pct_ms, Acks, Codec};
+use crate::{check_loopback, payload_pool, pct_ms, Acks, Codec, ConsumeLoad, ProduceLoad};
 
 const PRODUCE_VERSION: i16 = 9;
 const FETCH_VERSION: i16 = 12;
@@ -66,23 +66,9 @@ const BATCH_HEADER: usize = 61;
 
 #[derive(Parser)]
 pub struct WireProduceArgs {
-    #[arg(long, default_value = "127.0.0.1:9092")]
-    bootstrap: String,
-    #[arg(long)]
-    topic: String,
-    /// Record value size in bytes (no key).
-    #[arg(long, default_value_t = 1024)]
-    size: usize,
-    #[arg(long, value_enum, default_value = "1")]
-    acks: Acks,
-    #[arg(long, value_enum, default_value = "none")]
-    compression: Codec,
-    /// Stop after this many records (rounded up to whole batches)…
-    #[arg(long, default_value_t = 100_000)]
-    count: u64,
-    /// …or after this many seconds of sending, whichever comes first.
-    #[arg(long, default_value_t = 10.0)]
-    max_seconds: f64,
+    // `--count` is rounded up to whole batches.
+    #[command(flatten)]
+    load: ProduceLoad,
     /// Uncompressed bytes per batch (librdkafka's `batch.size` in `produce`).
     #[arg(long, default_value_t = 1_000_000)]
     batch_bytes: usize,
@@ -93,16 +79,8 @@ pub struct WireProduceArgs {
 
 #[derive(Parser)]
 pub struct WireConsumeArgs {
-    #[arg(long, default_value = "127.0.0.1:9092")]
-    bootstrap: String,
-    #[arg(long)]
-    topic: String,
-    /// Stop after this many records…
-    #[arg(long)]
-    count: u64,
-    /// …or after this many seconds.
-    #[arg(long, default_value_t = 30.0)]
-    max_seconds: f64,
+    #[command(flatten)]
+    load: ConsumeLoad,
     /// Value size of every record (as produced), for MB/s.
     #[arg(long)]
     size: usize,
@@ -249,15 +227,15 @@ fn compress_as_librdkafka(
 /// `POOL_BATCHES` Produce request frames for partition 0 of `topic`, each
 /// with one batch of `per_batch` records.
 fn produce_frames(a: &WireProduceArgs, per_batch: usize) -> Result<Vec<BytesMut>> {
-    let values = payload_pool(a.size, 4096);
+    let values = payload_pool(a.load.size, 4096);
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)?
         .as_millis() as i64;
-    let compression = match a.compression {
+    let compression = match a.load.compression {
         Codec::None => Compression::None,
         Codec::Lz4 => Compression::Lz4,
     };
-    let acks = match a.acks {
+    let acks = match a.load.acks {
         Acks::One => 1,
         Acks::All => -1,
     };
@@ -273,7 +251,7 @@ fn produce_frames(a: &WireProduceArgs, per_batch: usize) -> Result<Vec<BytesMut>
                 .with_acks(acks)
                 .with_timeout_ms(30_000)
                 .with_topic_data(vec![TopicProduceData::default()
-                    .with_name(topic_name(&a.topic))
+                    .with_name(topic_name(&a.load.topic))
                     .with_partition_data(vec![PartitionProduceData::default()
                         .with_index(0)
                         .with_records(Some(batch))])]);
@@ -293,10 +271,10 @@ struct Acked {
 
 pub fn wire_produce(a: &WireProduceArgs) -> Result<()> {
     ensure!(a.in_flight >= 1, "--in-flight must be at least 1");
-    let per_batch = records_per_batch(a.size, a.batch_bytes);
+    let per_batch = records_per_batch(a.load.size, a.batch_bytes);
     let mut frames = produce_frames(a, per_batch)?;
     let wire_bytes: usize = frames.iter().map(|f| f.len()).sum::<usize>() / frames.len();
-    let mut writer = connect(&a.bootstrap)?;
+    let mut writer = connect(&a.load.bootstrap)?;
     let mut reader = writer.try_clone()?;
     // A request is outstanding from its write until the reader has taken
     // its entry and read its response: a channel of in_flight - 1 slots
@@ -335,8 +313,8 @@ pub fn wire_produce(a: &WireProduceArgs) -> Result<()> {
         Ok(acked)
     });
     let start = Instant::now();
-    let deadline = start + Duration::from_secs_f64(a.max_seconds);
-    let batches_wanted = a.count.div_ceil(per_batch as u64);
+    let deadline = start + Duration::from_secs_f64(a.load.max_seconds);
+    let batches_wanted = a.load.count.div_ceil(per_batch as u64);
     let mut sent = 0u64;
     let mut write_error = None;
     while sent < batches_wanted && Instant::now() < deadline {
@@ -362,7 +340,7 @@ pub fn wire_produce(a: &WireProduceArgs) -> Result<()> {
         bail!("writing a produce request: {e}");
     }
     let records = acked.batches * per_batch as u64;
-    let bytes = records * a.size as u64;
+    let bytes = records * a.load.size as u64;
     let secs = acked
         .last_ack
         .map_or(1e-9, |t| t.duration_since(start).as_secs_f64());
@@ -372,10 +350,10 @@ pub fn wire_produce(a: &WireProduceArgs) -> Result<()> {
         "{}",
         json!({
             "kind": "wire-produce",
-            "topic": a.topic,
-            "size": a.size,
-            "acks": a.acks.as_str(),
-            "compression": a.compression.as_str(),
+            "topic": a.load.topic,
+            "size": a.load.size,
+            "acks": a.load.acks.as_str(),
+            "compression": a.load.compression.as_str(),
             "records_per_batch": per_batch,
             "request_bytes": wire_bytes,
             "in_flight": a.in_flight,
@@ -443,12 +421,12 @@ fn walk_batches(mut records: &[u8], mut next: i64) -> Result<(u64, i64)> {
 }
 
 pub fn wire_consume(a: &WireConsumeArgs) -> Result<()> {
-    let mut stream = connect(&a.bootstrap)?;
+    let mut stream = connect(&a.load.bootstrap)?;
     let start = Instant::now();
-    let deadline = start + Duration::from_secs_f64(a.max_seconds);
+    let deadline = start + Duration::from_secs_f64(a.load.max_seconds);
     let (mut next, mut records, mut counted_bytes, mut fetches) = (0i64, 0u64, 0u64, 0u64);
     let (mut first, mut last) = (None::<Instant>, start);
-    while records < a.count && Instant::now() < deadline {
+    while records < a.load.count && Instant::now() < deadline {
         let req = FetchRequest::default()
             .with_replica_id((-1).into())
             .with_max_wait_ms(500)
@@ -457,7 +435,7 @@ pub fn wire_consume(a: &WireConsumeArgs) -> Result<()> {
             .with_session_id(0)
             .with_session_epoch(-1)
             .with_topics(vec![FetchTopic::default()
-                .with_topic(topic_name(&a.topic))
+                .with_topic(topic_name(&a.load.topic))
                 .with_partitions(vec![FetchPartition::default()
                     .with_partition(0)
                     .with_fetch_offset(next)
@@ -503,9 +481,9 @@ pub fn wire_consume(a: &WireConsumeArgs) -> Result<()> {
         "{}",
         json!({
             "kind": "wire-consume",
-            "topic": a.topic,
+            "topic": a.load.topic,
             "records": records,
-            "expected": a.count,
+            "expected": a.load.count,
             "fetches": fetches,
             "bytes": counted_bytes,
             "seconds": secs,
@@ -514,10 +492,10 @@ pub fn wire_consume(a: &WireConsumeArgs) -> Result<()> {
             "mb_per_sec": counted_bytes as f64 / secs / 1e6,
         })
     );
-    if records < a.count {
+    if records < a.load.count {
         bail!(
             "consumed {records} of {} records before the deadline",
-            a.count
+            a.load.count
         );
     }
     Ok(())

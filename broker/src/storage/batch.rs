@@ -889,9 +889,22 @@ mod tests {
         TimestampType,
     };
 
+    /// A batch of `n` records with keys `key-i`, values of 10 + i bytes and
+    /// timestamps from `ts`.
     fn encode(n: usize, ts: i64, compression: Compression) -> Vec<u8> {
-        let records: Vec<Record> = (0..n)
-            .map(|i| Record {
+        encode_sized((0..n).map(|i| 10 + i), ts, compression)
+    }
+
+    /// A batch of one record per value size in `sizes` (keys `key-i`,
+    /// timestamps `ts + i`).
+    fn encode_sized(
+        sizes: impl Iterator<Item = usize>,
+        ts: i64,
+        compression: Compression,
+    ) -> Vec<u8> {
+        let records: Vec<Record> = sizes
+            .enumerate()
+            .map(|(i, size)| Record {
                 transactional: false,
                 control: false,
                 delete_horizon: false,
@@ -904,7 +917,7 @@ mod tests {
                 sequence: i as i32 - 1,
                 timestamp: ts + i as i64,
                 key: Some(Bytes::from(format!("key-{i}"))),
-                value: Some(Bytes::from(vec![b'v'; 10 + i])),
+                value: Some(Bytes::from(vec![b'v'; size])),
                 headers: Default::default(),
             })
             .collect();
@@ -1339,35 +1352,7 @@ mod tests {
             1,
             STREAM_BUFFER_BYTES - 40,
         ];
-        let records: Vec<Record> = sizes
-            .iter()
-            .enumerate()
-            .map(|(i, &n)| Record {
-                transactional: false,
-                control: false,
-                delete_horizon: false,
-                partition_leader_epoch: -1,
-                producer_id: -1,
-                producer_epoch: -1,
-                timestamp_type: TimestampType::Creation,
-                offset: i as i64,
-                sequence: i as i32 - 1,
-                timestamp: 1,
-                key: Some(Bytes::from_static(b"k")),
-                value: Some(Bytes::from(vec![b'x'; n])),
-                headers: Default::default(),
-            })
-            .collect();
-        let mut plain = BytesMut::new();
-        RecordBatchEncoder::encode(
-            &mut plain,
-            &records,
-            &RecordEncodeOptions {
-                version: 2,
-                compression: Compression::None,
-            },
-        )
-        .unwrap();
+        let plain = encode_sized(sizes.into_iter(), 1, Compression::None);
         let whole = lz4_with_records_cut(&plain, 0);
         check(&whole, true).expect("the recompressed batch is valid");
         // The last record cut short by one byte, and by most of itself:
