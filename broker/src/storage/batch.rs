@@ -506,7 +506,8 @@ pub fn find_record_at_or_after(
 /// Record structure errors are [`StorageError::InvalidRecord`], as Kafka's
 /// `InvalidRecordException` (`INVALID_RECORD`); undecompressable payloads
 /// are `CorruptBatch` (`CORRUPT_MESSAGE`). Memory stays bounded by the
-/// largest single record: compressed payloads are streamed.
+/// largest single record and a 64 KiB read buffer: compressed payloads
+/// are streamed.
 pub fn validate_records(buf: &[u8], headers: &[BatchHeader], require_keys: bool) -> Result<()> {
     validate_records_bounded(buf, headers, require_keys, None)
 }
