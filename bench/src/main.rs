@@ -163,6 +163,19 @@ struct ConsumeLoad {
     max_seconds: f64,
 }
 
+impl ConsumeLoad {
+    /// Fails the run when fewer than `--count` records were read in time.
+    fn check_complete(&self, records: u64) -> Result<()> {
+        if records < self.count {
+            bail!(
+                "consumed {records} of {} records before the deadline",
+                self.count
+            );
+        }
+        Ok(())
+    }
+}
+
 #[derive(Parser)]
 struct ConsumeArgs {
     #[command(flatten)]
@@ -892,13 +905,7 @@ fn consume(a: &ConsumeArgs) -> Result<()> {
             "mb_per_sec": bytes as f64 / secs / 1e6,
         })
     );
-    if n < a.load.count {
-        bail!(
-            "consumed {n} of {} records before the deadline",
-            a.load.count
-        );
-    }
-    Ok(())
+    a.load.check_complete(n)
 }
 
 /// One consumer's loop: batches until all consumers together have `count`
