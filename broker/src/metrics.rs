@@ -72,6 +72,13 @@ pub struct Metrics {
     /// Produced batches the leader recompressed to the topic's
     /// `compression.type` (never counted with `producer`).
     pub produce_recompressed_batches: Family<TopicLabel, Counter>,
+    /// Partitions of produce requests whose batches were checked before
+    /// their turn, as the connection read them, and whose check the
+    /// handler used (`protocol::connection` reads ahead).
+    pub produce_checked_ahead: Counter,
+    /// Such checks thrown away because the partition's rules changed
+    /// before its turn came (checked again with the new ones).
+    pub produce_checked_again: Counter,
     pub requests: Family<ApiLabel, Counter>,
     pub request_errors: Family<ApiLabel, Counter>,
     pub request_seconds: Family<ApiLabel, Histogram, fn() -> Histogram>,
@@ -141,6 +148,8 @@ impl Default for Metrics {
             bytes_out: Family::default(),
             records_in: Family::default(),
             produce_recompressed_batches: Family::default(),
+            produce_checked_ahead: Counter::default(),
+            produce_checked_again: Counter::default(),
             requests: Family::default(),
             request_errors: Family::default(),
             request_seconds: Family::new_with_constructor(new_histogram),
@@ -222,6 +231,16 @@ impl Metrics {
             "produce_recompressed_batches",
             "Produced batches recompressed to the topic's compression.type, per topic",
             self.produce_recompressed_batches.clone(),
+        );
+        registry.register(
+            "produce_checked_ahead",
+            "Produce partitions whose batches were checked before their turn, as the connection read them",
+            self.produce_checked_ahead.clone(),
+        );
+        registry.register(
+            "produce_checked_again",
+            "Produce partitions checked ahead whose check was redone because the partition's rules changed",
+            self.produce_checked_again.clone(),
         );
         registry.register(
             "requests",

@@ -99,16 +99,32 @@ pub fn encode_response<R: Encodable>(
     Ok(Reply::Pieces(vec![Piece::Bytes(buf.freeze())]))
 }
 
-/// Decodes the header and body of a supported request and handles it,
-/// counting it against the client's quotas (see [`crate::quota`]): after
-/// this, `ctx.throttle_ms` says how long to mute the connection.
-pub async fn handle(
-    broker: &Arc<Broker>,
+/// A request read off a connection and decoded, with what was done for it
+/// ahead of its turn ([`prepare`]).
+#[derive(Debug)]
+pub struct Decoded {
     api: ApiKey,
     version: i16,
-    mut frame: Bytes,
-    ctx: &mut crate::protocol::principal::ConnectionContext,
-) -> Result<Reply, RequestError> {
+    header: RequestHeader,
+    request: RequestKind,
+    /// The frame's size, for the produce quota.
+    request_bytes: usize,
+    prevalidated: Option<produce::Prevalidated>,
+    /// The check [`prepare`] started, until [`handle`] takes its outcome.
+    checking: Option<tokio::task::JoinHandle<(produce::Prevalidated, std::time::Duration)>>,
+    /// Time spent on [`prepare`]'s work, counted as the handler's own
+    /// against the client's request quota.
+    prepared_for: std::time::Duration,
+}
+
+impl Decoded {
+    pub fn api(&self) -> ApiKey {
+        self.api
+    }
+}
+
+/// Decodes the header and body of a supported request.
+pub fn decode(api: ApiKey, version: i16, mut frame: Bytes) -> Result<Decoded, RequestError> {
     let decode_err = |e: anyhow::Error| RequestError::Decode {
         api,
         version,
@@ -118,8 +134,65 @@ pub async fn handle(
     let header = RequestHeader::decode(&mut frame, api.request_header_version(version))
         .map_err(decode_err)?;
     let request = RequestKind::decode(api, &mut frame, version).map_err(decode_err)?;
+    Ok(Decoded {
+        api,
+        version,
+        header,
+        request,
+        request_bytes,
+        prevalidated: None,
+        checking: None,
+        prepared_for: std::time::Duration::ZERO,
+    })
+}
+
+/// Starts the work on a request that may run ahead of its turn, while
+/// the connection's earlier requests are handled: checking a produce
+/// request's batches (CRCs, every record, decompression) on the blocking
+/// pool, so that it overlaps their appends and the checks of other
+/// requests on other cores. Nothing here changes state or answers
+/// anything; [`handle`] waits for the outcome and uses it only if the
+/// partitions' rules are unchanged by then.
+pub fn prepare(broker: &Arc<Broker>, decoded: &mut Decoded) {
+    let RequestKind::Produce(req) = &decoded.request else {
+        return;
+    };
+    if !produce::worth_prevalidating(req) {
+        return;
+    }
+    let b = broker.clone();
+    let req = req.clone();
+    decoded.checking = Some(tokio::task::spawn_blocking(move || {
+        let started = std::time::Instant::now();
+        (produce::prevalidate(&b, &req), started.elapsed())
+    }));
+}
+
+impl Decoded {
+    /// Waits for the work [`prepare`] started. A failed task (it cannot
+    /// panic on request content) only means the handler checks the
+    /// batches itself.
+    async fn prepared(&mut self) {
+        if let Some(checking) = self.checking.take() {
+            if let Ok((prevalidated, took)) = checking.await {
+                self.prevalidated = Some(prevalidated);
+                self.prepared_for = took;
+            }
+        }
+    }
+}
+
+/// Handles a decoded request, counting it against the client's quotas
+/// (see [`crate::quota`]): after this, `ctx.throttle_ms` says how long to
+/// mute the connection.
+pub async fn handle(
+    broker: &Arc<Broker>,
+    mut decoded: Decoded,
+    ctx: &mut crate::protocol::principal::ConnectionContext,
+) -> Result<Reply, RequestError> {
+    decoded.prepared().await;
     ctx.client_id.clear();
-    if let Some(client_id) = &header.client_id {
+    if let Some(client_id) = &decoded.header.client_id {
         ctx.client_id.push_str(client_id);
     }
     ctx.throttle_ms = 0;
@@ -132,28 +205,20 @@ pub async fn handle(
         .map(|i| &i.client_quotas)
         .filter(|q| crate::quota::QuotaManager::applies(q, &ctx.client_id, kind))
     else {
-        return dispatch(broker, api, version, header, request, request_bytes, ctx).await;
+        return dispatch(broker, decoded, ctx).await;
     };
     ctx.request_throttle_ms =
         broker
             .quotas
             .throttle_now(quotas, &ctx.client_id, kind, crate::quota::now_ms());
     let client_id = ctx.client_id.clone();
-    let (reply, busy) = crate::quota::Busy::new(dispatch(
-        broker,
-        api,
-        version,
-        header,
-        request,
-        request_bytes,
-        ctx,
-    ))
-    .await;
+    let prepared_for = decoded.prepared_for;
+    let (reply, busy) = crate::quota::Busy::new(dispatch(broker, decoded, ctx)).await;
     let throttle = broker.quotas.record(
         quotas,
         &client_id,
         kind,
-        busy.as_secs_f64() * 1000.0,
+        (busy + prepared_for).as_secs_f64() * 1000.0,
         crate::quota::now_ms(),
     );
     ctx.throttle_ms = ctx.throttle_ms.max(throttle);
@@ -163,13 +228,19 @@ pub async fn handle(
 /// Hands a decoded request to its handler.
 async fn dispatch(
     broker: &Arc<Broker>,
-    api: ApiKey,
-    version: i16,
-    header: RequestHeader,
-    request: RequestKind,
-    request_bytes: usize,
+    decoded: Decoded,
     ctx: &mut crate::protocol::principal::ConnectionContext,
 ) -> Result<Reply, RequestError> {
+    let Decoded {
+        api,
+        version,
+        header,
+        request,
+        request_bytes,
+        prevalidated,
+        checking: _,
+        prepared_for: _,
+    } = decoded;
     let cid = header.correlation_id;
     let b = broker.as_ref();
     match request {
@@ -183,7 +254,7 @@ async fn dispatch(
             encode_response(api, version, cid, &metadata::handle(b, r, version))
         }
         RequestKind::Produce(r) => {
-            let handled = produce::handle(b, r, version);
+            let handled = produce::handle(b, r, version, prevalidated);
             // Kafka counts the whole request against the producer's quota
             let throttle = if ctx.is_quota_client() {
                 b.record_quota(

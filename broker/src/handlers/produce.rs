@@ -76,13 +76,189 @@ pub struct Handled {
     pub timeout: Duration,
 }
 
-pub fn handle(broker: &Broker, req: ProduceRequest, _version: i16) -> Handled {
+/// What a partition's batches are checked against: its log's settings
+/// when the check runs (`message.timestamp.*` take the clock then).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ValidationRules {
+    max_message_bytes: usize,
+    /// `cleanup.policy` includes `compact`: every record needs a key.
+    compacted: bool,
+    /// `message.timestamp.before.max.ms` / `after.max.ms`, for CreateTime
+    /// topics only.
+    timestamp_window: Option<(i64, i64)>,
+    target: recompress::TargetCompression,
+}
+
+impl ValidationRules {
+    fn of(partition: &Partition) -> Self {
+        partition.with_log(|log| {
+            let c = log.config();
+            ValidationRules {
+                max_message_bytes: c.max_message_bytes,
+                compacted: c.compact,
+                timestamp_window: (!c.log_append_time).then_some((
+                    c.message_timestamp_before_max_ms,
+                    c.message_timestamp_after_max_ms,
+                )),
+                target: c.compression,
+            }
+        })
+    }
+
+    fn timestamp_bounds(&self) -> Option<batch::TimestampBounds> {
+        self.timestamp_window
+            .map(|(before_max_ms, after_max_ms)| batch::TimestampBounds {
+                now_ms: crate::topics::now_ms(),
+                before_max_ms,
+                after_max_ms,
+            })
+    }
+}
+
+/// A partition's batches after their checks: the recompressed bytes to
+/// append instead (and how many batches that took) if any, and the
+/// headers of what is appended.
+type Validated = Result<(Option<(Vec<u8>, usize)>, Vec<batch::BatchHeader>), StorageError>;
+
+/// Where [`validate`] runs the costly part of its work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Offload {
+    /// On a runtime worker: decompression and recompression go through
+    /// [`crate::offload::blocking`] so other connections are not stalled.
+    BlockInPlace,
+    /// Already off the runtime's workers (tokio's blocking pool).
+    No,
+}
+
+/// Checks one partition's record set as Kafka's log validator does and
+/// recompresses it to the topic's `compression.type` when needed.
+///
+/// One record batch per partition and request: Kafka's log validator
+/// refuses more for format v2 (INVALID_RECORD), after each batch passed
+/// its size and CRC checks. Compaction keeps the last record per key:
+/// keyless records have no place in such a topic (INVALID_RECORD, as
+/// Kafka). Compressed records are decompressed to be checked, and batches
+/// whose codec differs from the topic's `compression.type` recompressed
+/// (then `max.message.bytes` is checked again on the result, as Kafka
+/// does); uncompressed ones are a cheap walk. `producer` keeps the
+/// batches as sent.
+fn validate(records: &[u8], rules: ValidationRules, offload: Offload) -> Validated {
+    let h = batch::validate_batches(records, rules.max_message_bytes)?;
+    if h.len() > 1 {
+        return Err(StorageError::InvalidRecord(format!(
+            "{} record batches for one partition in one produce request; at most one is allowed",
+            h.len()
+        )));
+    }
+    let bounds = rules.timestamp_bounds();
+    let recompressing = h
+        .iter()
+        .any(|b| recompress::needs_recompression(b, rules.target));
+    if !recompressing && h.iter().all(|b| b.compression() == 0) {
+        batch::validate_records_bounded(records, &h, rules.compacted, bounds)?;
+        return Ok((None, h));
+    }
+    let costly = || {
+        batch::validate_records_bounded(records, &h, rules.compacted, bounds)?;
+        match recompress::recompress(records, &h, rules.target)? {
+            Some((out, n)) => {
+                let h2 = batch::validate_batches(&out, rules.max_message_bytes)?;
+                Ok((Some((out, n)), h2))
+            }
+            None => Ok((None, h.clone())),
+        }
+    };
+    match offload {
+        Offload::BlockInPlace => crate::offload::blocking(costly),
+        Offload::No => costly(),
+    }
+}
+
+/// A produce request's batches checked ahead of their turn, while the
+/// connection's earlier requests are being handled
+/// (`protocol::connection` reads ahead): per topic and
+/// partition of the request, in its order, the rules checked against and
+/// the outcome. The handler uses an outcome only if the partition's rules
+/// are still the same; otherwise it checks again.
+#[derive(Debug, Default)]
+pub struct Prevalidated {
+    outcomes: Vec<Vec<Option<(ValidationRules, Validated)>>>,
+}
+
+impl Prevalidated {
+    /// The rules and outcome of the check of the request's
+    /// `partition_at`-th partition of its `topic_at`-th topic, if it was
+    /// checked ahead.
+    fn take(
+        &mut self,
+        topic_at: usize,
+        partition_at: usize,
+    ) -> Option<(ValidationRules, Validated)> {
+        self.outcomes
+            .get_mut(topic_at)?
+            .get_mut(partition_at)?
+            .take()
+    }
+}
+
+/// Checks the batches of every partition of `req` this broker leads, as
+/// [`handle`] would, without appending or answering anything. Runs off the
+/// runtime's workers (it decompresses): call it on the blocking pool.
+pub fn prevalidate(broker: &Broker, req: &ProduceRequest) -> Prevalidated {
+    let image = broker.image();
+    let acks_valid = matches!(req.acks, -1..=1);
+    let outcomes = req
+        .topic_data
+        .iter()
+        .map(|topic_data| {
+            let name = topic_data.name.0.as_str();
+            topic_data
+                .partition_data
+                .iter()
+                .map(|pd| {
+                    if !acks_valid || name == crate::group::offsets::OFFSETS_TOPIC {
+                        return None;
+                    }
+                    let records = pd.records.as_ref()?;
+                    let (partition, _) =
+                        super::led_partition(broker, &image, name, pd.index).ok()?;
+                    let rules = ValidationRules::of(&partition);
+                    Some((rules, validate(records, rules, Offload::No)))
+                })
+                .collect()
+        })
+        .collect();
+    Prevalidated { outcomes }
+}
+
+/// Whether checking `req`'s batches ahead of its turn is worth a trip to
+/// the blocking pool: it carries at least this many bytes of records.
+pub fn worth_prevalidating(req: &ProduceRequest) -> bool {
+    const MIN_RECORD_BYTES: usize = 64 * 1024;
+    let bytes: usize = req
+        .topic_data
+        .iter()
+        .flat_map(|t| &t.partition_data)
+        .filter_map(|p| p.records.as_ref().map(|r| r.len()))
+        .sum();
+    bytes >= MIN_RECORD_BYTES
+}
+
+/// Handles a produce request; `prevalidated` holds the outcome of checking
+/// its batches ahead of their turn ([`prevalidate`]), used for each
+/// partition whose rules have not changed since.
+pub fn handle(
+    broker: &Broker,
+    req: ProduceRequest,
+    _version: i16,
+    mut prevalidated: Option<Prevalidated>,
+) -> Handled {
     let acks = req.acks;
     let timeout = Duration::from_millis(req.timeout_ms.clamp(0, 300_000) as u64);
     let mut pending = Vec::new();
     let mut responses = Vec::with_capacity(req.topic_data.len());
     let image = broker.image();
-    for topic_data in req.topic_data {
+    for (topic_at, topic_data) in req.topic_data.into_iter().enumerate() {
         let name = topic_data.name.0.as_str().to_string();
         let mut partition_responses = Vec::with_capacity(topic_data.partition_data.len());
         // acks=all: the topic's min.insync.replicas, looked up once per topic
@@ -94,7 +270,7 @@ pub fn handle(broker: &Broker, req: ProduceRequest, _version: i16) -> Handled {
                 )
             })
         });
-        for pd in topic_data.partition_data {
+        for (partition_at, pd) in topic_data.partition_data.into_iter().enumerate() {
             let index = pd.index;
             if !matches!(acks, -1..=1) {
                 partition_responses.push(partition_error(
@@ -131,51 +307,22 @@ pub fn handle(broker: &Broker, req: ProduceRequest, _version: i16) -> Handled {
                 ));
                 continue;
             };
-            let (max, compacted, bounds, target) = partition.with_log(|log| {
-                let c = log.config();
-                // message.timestamp.before/after.max.ms: CreateTime only.
-                let bounds = (!c.log_append_time).then(|| batch::TimestampBounds {
-                    now_ms: crate::topics::now_ms(),
-                    before_max_ms: c.message_timestamp_before_max_ms,
-                    after_max_ms: c.message_timestamp_after_max_ms,
-                });
-                (c.max_message_bytes, c.compact, bounds, c.compression)
-            });
-            // Compaction keeps the last record per key: keyless records
-            // have no place in such a topic (INVALID_RECORD, as Kafka).
-            // Compressed records are decompressed to be checked, and
-            // batches whose codec differs from the topic's
-            // compression.type recompressed (then `max.message.bytes` is
-            // checked again on the result, as Kafka does): that work
-            // leaves the runtime's worker (uncompressed ones are a cheap
-            // walk). `producer` keeps the batches as sent.
-            // One record batch per partition and request: Kafka's log
-            // validator refuses more for format v2 (INVALID_RECORD), after
-            // each batch passed its size and CRC checks.
-            let validated = batch::validate_batches(&records, max).and_then(|h| {
-                if h.len() > 1 {
-                    return Err(StorageError::InvalidRecord(format!(
-                        "{} record batches for one partition in one produce request; at most one is allowed",
-                        h.len()
-                    )));
+            let rules = ValidationRules::of(&partition);
+            let ahead = prevalidated
+                .as_mut()
+                .and_then(|p| p.take(topic_at, partition_at));
+            let validated = match ahead {
+                Some((checked_with, outcome)) if checked_with == rules => {
+                    broker.metrics.produce_checked_ahead.inc();
+                    outcome
                 }
-                let recompressing = h.iter().any(|b| recompress::needs_recompression(b, target));
-                if recompressing || h.iter().any(|b| b.compression() != 0) {
-                    crate::offload::blocking(|| {
-                        batch::validate_records_bounded(&records, &h, compacted, bounds)?;
-                        match recompress::recompress(&records, &h, target)? {
-                            Some((out, n)) => {
-                                let h2 = batch::validate_batches(&out, max)?;
-                                Ok((Some((out, n)), h2))
-                            }
-                            None => Ok((None, h)),
-                        }
-                    })
-                } else {
-                    batch::validate_records_bounded(&records, &h, compacted, bounds)?;
-                    Ok((None, h))
+                stale => {
+                    if stale.is_some() {
+                        broker.metrics.produce_checked_again.inc();
+                    }
+                    validate(&records, rules, Offload::BlockInPlace)
                 }
-            });
+            };
             let (recompressed, headers) = match validated {
                 Ok(v) => v,
                 Err(e) => {

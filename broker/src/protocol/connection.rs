@@ -2,6 +2,18 @@
 //! to the handlers, write the reply — in order, one request at a time, as
 //! the Kafka protocol requires responses in request order.
 //!
+//! Reading runs ahead of handling, by up to [`READ_AHEAD_REQUESTS`]
+//! requests: while request N is handled (appended, answered), the next
+//! ones are read, decoded and prepared — a produce request's batches
+//! checked on the blocking pool ([`handlers::prepare`]), each request's in
+//! parallel with the others' — so a client with several requests in
+//! flight (librdkafka and the Java client send up to 5) keeps more than
+//! one core busy on one connection, where checking and appending one
+//! request after the other would keep one. Nothing is appended, answered
+//! or changed out of order: the read-ahead only does work that changes no
+//! state, and the handler redoes a produce check whose partition's rules
+//! changed since.
+//!
 //! Malformed frames, unknown APIs and unsupported versions close the
 //! connection (logged once per connection); ApiVersions with a version we
 //! do not know gets the KIP-511 answer instead.
@@ -88,96 +100,272 @@ async fn serve_inner(
     stream: &mut TcpStream,
     peer: std::net::SocketAddr,
 ) -> Result<(), String> {
+    let (mut reading, mut writing) = stream.split();
+    let activity = Activity::new();
+    // The reader reserves a slot before it reads: at most this many
+    // requests wait, read and being prepared, while another is handled.
+    let (ahead, mut next) = tokio::sync::mpsc::channel::<Ahead>(READ_AHEAD_REQUESTS);
+    let reader = async {
+        read_ahead(broker, &mut reading, &ahead, &activity).await;
+        // Its last message (`Ahead::End`) says how the connection ends;
+        // the handling side returns once it has answered everything before.
+        std::future::pending::<()>().await
+    };
+    let handler = async {
+        let mut ctx = crate::protocol::principal::ConnectionContext::new(peer);
+        while let Some(item) = next.recv().await {
+            let _busy = activity.busy();
+            let (decoded, reserved) = match item {
+                Ahead::End(outcome) => return outcome,
+                Ahead::UnsupportedApiVersions { correlation_id } => {
+                    let reply = handlers::unsupported_version_response(correlation_id);
+                    write_pieces(&mut writing, &[Piece::Bytes(reply)])
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    continue;
+                }
+                Ahead::Request { decoded, reserved } => (decoded, reserved),
+            };
+            let label = ApiLabel {
+                api: format!("{:?}", decoded.api()),
+            };
+            let started = Instant::now();
+            let reply = handlers::handle(broker, *decoded, &mut ctx)
+                .await
+                .map_err(|e| e.to_string())?;
+            broker
+                .metrics
+                .request_seconds
+                .get_or_create(&label)
+                .observe(started.elapsed().as_secs_f64());
+            broker.metrics.requests.get_or_create(&label).inc();
+            if let Reply::Pieces(pieces) = reply {
+                if let Err(e) = write_pieces(&mut writing, &pieces).await {
+                    // The peer went away: nothing to log beyond debug.
+                    tracing::debug!(error = %e, "writing response failed");
+                    return Ok(());
+                }
+            }
+            drop(reserved);
+            if ctx.throttle_ms > 0 {
+                // KIP-219: the client was told its throttle time in the
+                // response; the broker handles nothing more from it until
+                // that time has passed, and reads nothing more but what it
+                // had already started to read, so a client ignoring the
+                // field gains nothing.
+                let throttle = Duration::from_millis(ctx.throttle_ms as u64);
+                activity.mute_for(throttle);
+                tokio::time::sleep(throttle).await;
+            }
+        }
+        Ok(())
+    };
+    tokio::select! {
+        outcome = handler => outcome,
+        () = reader => Ok(()),
+    }
+}
+
+/// How many requests of a connection may be read before their turn: a
+/// producer's default `max.in.flight.requests.per.connection` is 5, so
+/// this lets the checks of up to three of them run in parallel with the
+/// append of a fourth. Their bytes count against the broker's request
+/// budget like any other.
+const READ_AHEAD_REQUESTS: usize = 3;
+
+/// What the reading side hands the handling side, in the order read.
+enum Ahead {
+    /// A decoded request, prepared ([`handlers::prepare`]), and its bytes'
+    /// reservation from the request budget, released once answered.
+    Request {
+        decoded: Box<handlers::Decoded>,
+        reserved: tokio::sync::OwnedSemaphorePermit,
+    },
+    /// ApiVersions in a version we do not know: the KIP-511 answer.
+    UnsupportedApiVersions { correlation_id: i32 },
+    /// Reading stopped: the peer closed (`Ok`) or sent something to
+    /// refuse (`Err`, why). Everything read before is answered first.
+    End(Result<(), String>),
+}
+
+/// Whether the connection is doing anything, for the idle timeout: it is
+/// not idle while a request is handled or its throttle time runs, only
+/// from the last answer (or the start) on.
+struct Activity {
+    started: Instant,
+    /// Requests being handled (0 or 1).
+    handling: std::sync::atomic::AtomicUsize,
+    /// When the last one ended, in ms since `started`.
+    last_ended_ms: AtomicU64,
+    /// Until when nothing more is read (KIP-219), in ms since `started`.
+    muted_until_ms: AtomicU64,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Activity {
+            started: Instant::now(),
+            handling: std::sync::atomic::AtomicUsize::new(0),
+            last_ended_ms: AtomicU64::new(0),
+            muted_until_ms: AtomicU64::new(0),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// Reads nothing more for `throttle` from now.
+    fn mute_for(&self, throttle: Duration) {
+        let until = self.now_ms().saturating_add(throttle.as_millis() as u64);
+        self.muted_until_ms.fetch_max(until, Ordering::Relaxed);
+    }
+
+    /// How long reading must still wait, if it must.
+    fn muted_for(&self) -> Option<Duration> {
+        let until = self.muted_until_ms.load(Ordering::Relaxed);
+        let now = self.now_ms();
+        (until > now).then(|| Duration::from_millis(until - now))
+    }
+
+    /// Marks a request as being handled until the guard is dropped.
+    fn busy(&self) -> Handling<'_> {
+        self.handling.fetch_add(1, Ordering::Relaxed);
+        Handling(self)
+    }
+
+    /// How long the connection has been idle, or `None` while it is busy.
+    fn idle_for(&self) -> Option<Duration> {
+        if self.handling.load(Ordering::Relaxed) > 0 {
+            return None;
+        }
+        let since = Duration::from_millis(self.last_ended_ms.load(Ordering::Relaxed));
+        Some(self.started.elapsed().saturating_sub(since))
+    }
+}
+
+/// A request being handled (see [`Activity::busy`]).
+struct Handling<'a>(&'a Activity);
+
+impl Drop for Handling<'_> {
+    fn drop(&mut self) {
+        let a = self.0;
+        a.last_ended_ms.store(a.now_ms(), Ordering::Relaxed);
+        a.handling.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Reads requests ahead of the one being handled, until the peer closes,
+/// goes idle, or sends something to refuse; each is checked (API,
+/// version, header), decoded and its preparation started before it is
+/// handed on.
+async fn read_ahead(
+    broker: &Arc<Broker>,
+    stream: &mut tokio::net::tcp::ReadHalf<'_>,
+    ahead: &tokio::sync::mpsc::Sender<Ahead>,
+    activity: &Activity,
+) {
     let max = broker.socket_request_max_bytes();
     let config = broker.topics.broker_config();
     let idle = Duration::from_millis(config.connections_max_idle_ms.max(1) as u64);
     let read_timeout = Duration::from_millis(config.socket_request_read_timeout_ms.max(1) as u64);
-    let mut ctx = crate::protocol::principal::ConnectionContext::new(peer);
     loop {
-        // Idle until the next request's first byte (peek takes nothing).
-        match tokio::time::timeout(idle, stream.peek(&mut [0u8; 1])).await {
-            Err(_) => {
-                broker.metrics.connections_closed_idle.inc();
-                tracing::debug!(%peer, "closing idle connection");
-                return Ok(());
-            }
-            Ok(Ok(0)) => return Ok(()),
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionReset => return Ok(()),
-            Ok(Err(e)) => return Err(e.to_string()),
-        }
-        let size = match tokio::time::timeout(read_timeout, read_frame_size(stream, max)).await {
-            Err(_) => {
-                broker.metrics.requests_read_timed_out.inc();
-                return Err("request size not received in time".into());
-            }
-            Ok(r) => frame_result(r)?,
+        let Ok(slot) = ahead.reserve().await else {
+            return;
         };
-        let Some(size) = size else { return Ok(()) };
-        let body = read_frame_body_reserving(stream, size, &broker.request_budget);
-        let (frame, reserved) = match tokio::time::timeout(read_timeout, body).await {
-            Err(_) => {
-                broker.metrics.requests_read_timed_out.inc();
-                return Err(format!("request of {size} bytes not received in time"));
-            }
-            Ok(r) => match frame_result(r)? {
-                Some(read) => read,
-                None => return Ok(()),
-            },
-        };
-        if frame.len() < 8 {
-            return Err(format!(
-                "request of {} bytes is too short for a header",
-                frame.len()
-            ));
+        while let Some(muted) = activity.muted_for() {
+            tokio::time::sleep(muted).await;
         }
-        let api_key = i16::from_be_bytes([frame[0], frame[1]]);
-        let version = i16::from_be_bytes([frame[2], frame[3]]);
-        let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
-        let api = ApiKey::try_from(api_key).map_err(|_| format!("unknown API key {api_key}"))?;
-        let Some((min, max_version)) = supported_range(api) else {
-            return Err(format!("API {api:?} is not implemented"));
+        let item = match read_one(broker, stream, activity, max, idle, read_timeout).await {
+            Ok(item) => item,
+            Err(outcome) => Ahead::End(outcome),
         };
-        if version < min || version > max_version {
-            if api == ApiKey::ApiVersions && version > max_version {
-                let reply = handlers::unsupported_version_response(correlation_id);
-                write_pieces(stream, &[Piece::Bytes(reply)])
-                    .await
-                    .map_err(|e| e.to_string())?;
-                continue;
-            }
-            return Err(format!(
-                "{api:?} v{version} is not supported (we do {min}..={max_version})"
-            ));
-        }
-        let label = ApiLabel {
-            api: format!("{api:?}"),
-        };
-        let started = Instant::now();
-        let reply = handlers::handle(broker, api, version, frame, &mut ctx)
-            .await
-            .map_err(|e| e.to_string())?;
-        broker
-            .metrics
-            .request_seconds
-            .get_or_create(&label)
-            .observe(started.elapsed().as_secs_f64());
-        broker.metrics.requests.get_or_create(&label).inc();
-        if let Reply::Pieces(pieces) = reply {
-            if let Err(e) = write_pieces(stream, &pieces).await {
-                // The peer went away: nothing to log beyond debug.
-                tracing::debug!(error = %e, "writing response failed");
-                return Ok(());
-            }
-        }
-        drop(reserved);
-        if ctx.throttle_ms > 0 {
-            // KIP-219: the client was told its throttle time in the
-            // response; the broker reads nothing more from it until that
-            // time has passed, so a client ignoring the field gains nothing.
-            tokio::time::sleep(Duration::from_millis(ctx.throttle_ms as u64)).await;
+        let ended = matches!(item, Ahead::End(_));
+        slot.send(item);
+        if ended {
+            return;
         }
     }
+}
+
+/// Reads, checks and decodes the next request and starts its
+/// preparation; `Err` ends the
+/// connection (`Ok(())` quietly: closed by the peer or idle).
+async fn read_one(
+    broker: &Arc<Broker>,
+    stream: &mut tokio::net::tcp::ReadHalf<'_>,
+    activity: &Activity,
+    max: usize,
+    idle: Duration,
+    read_timeout: Duration,
+) -> Result<Ahead, Result<(), String>> {
+    // Idle until the next request's first byte (peek takes nothing); the
+    // time counts only while nothing is being handled.
+    loop {
+        let wait = activity
+            .idle_for()
+            .map_or(idle, |was| idle.saturating_sub(was));
+        match tokio::time::timeout(wait, stream.peek(&mut [0u8; 1])).await {
+            Err(_) if activity.idle_for().is_some_and(|was| was >= idle) => {
+                broker.metrics.connections_closed_idle.inc();
+                tracing::debug!("closing idle connection");
+                return Err(Ok(()));
+            }
+            Err(_) => continue,
+            Ok(Ok(0)) => return Err(Ok(())),
+            Ok(Ok(_)) => break,
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionReset => return Err(Ok(())),
+            Ok(Err(e)) => return Err(Err(e.to_string())),
+        }
+    }
+    let size = match tokio::time::timeout(read_timeout, read_frame_size(stream, max)).await {
+        Err(_) => {
+            broker.metrics.requests_read_timed_out.inc();
+            return Err(Err("request size not received in time".into()));
+        }
+        Ok(r) => frame_result(r).map_err(Err)?,
+    };
+    let Some(size) = size else {
+        return Err(Ok(()));
+    };
+    let body = read_frame_body_reserving(stream, size, &broker.request_budget);
+    let (frame, reserved) = match tokio::time::timeout(read_timeout, body).await {
+        Err(_) => {
+            broker.metrics.requests_read_timed_out.inc();
+            return Err(Err(format!("request of {size} bytes not received in time")));
+        }
+        Ok(r) => match frame_result(r).map_err(Err)? {
+            Some(read) => read,
+            None => return Err(Ok(())),
+        },
+    };
+    if frame.len() < 8 {
+        return Err(Err(format!(
+            "request of {} bytes is too short for a header",
+            frame.len()
+        )));
+    }
+    let api_key = i16::from_be_bytes([frame[0], frame[1]]);
+    let version = i16::from_be_bytes([frame[2], frame[3]]);
+    let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
+    let api = ApiKey::try_from(api_key).map_err(|_| Err(format!("unknown API key {api_key}")))?;
+    let Some((min, max_version)) = supported_range(api) else {
+        return Err(Err(format!("API {api:?} is not implemented")));
+    };
+    if version < min || version > max_version {
+        if api == ApiKey::ApiVersions && version > max_version {
+            return Ok(Ahead::UnsupportedApiVersions { correlation_id });
+        }
+        return Err(Err(format!(
+            "{api:?} v{version} is not supported (we do {min}..={max_version})"
+        )));
+    }
+    let mut decoded = handlers::decode(api, version, frame).map_err(|e| Err(e.to_string()))?;
+    handlers::prepare(broker, &mut decoded);
+    Ok(Ahead::Request {
+        decoded: Box::new(decoded),
+        reserved,
+    })
 }
 
 /// A frame read's outcome: the value, `None` when the peer closed or reset
@@ -210,19 +398,25 @@ fn set_cork(stream: &TcpStream, on: bool) {
 }
 
 /// Writes buffers normally and file regions with `sendfile(2)`.
-pub async fn write_pieces(stream: &mut TcpStream, pieces: &[Piece]) -> std::io::Result<()> {
+async fn write_pieces(
+    stream: &mut tokio::net::tcp::WriteHalf<'_>,
+    pieces: &[Piece],
+) -> std::io::Result<()> {
     let corked = pieces.len() > 1;
     if corked {
-        set_cork(stream, true);
+        set_cork(stream.as_ref(), true);
     }
     let result = write_all_pieces(stream, pieces).await;
     if corked {
-        set_cork(stream, false);
+        set_cork(stream.as_ref(), false);
     }
     result
 }
 
-async fn write_all_pieces(stream: &mut TcpStream, pieces: &[Piece]) -> std::io::Result<()> {
+async fn write_all_pieces(
+    stream: &mut tokio::net::tcp::WriteHalf<'_>,
+    pieces: &[Piece],
+) -> std::io::Result<()> {
     for piece in pieces {
         match piece {
             Piece::Bytes(b) => stream.write_all(b).await?,
@@ -232,9 +426,10 @@ async fn write_all_pieces(stream: &mut TcpStream, pieces: &[Piece]) -> std::io::
                 while (offset as u64) < end {
                     let count = (end - offset as u64).min(1 << 30) as usize;
                     let in_fd = slice.file.as_raw_fd();
-                    stream.writable().await?;
-                    let sent = stream.try_io(Interest::WRITABLE, || {
-                        let out_fd = stream.as_raw_fd();
+                    let socket: &TcpStream = stream.as_ref();
+                    socket.writable().await?;
+                    let sent = socket.try_io(Interest::WRITABLE, || {
+                        let out_fd = socket.as_raw_fd();
                         // SAFETY: both descriptors are open for the duration of
                         // the call (the file is held by `slice`, the socket by
                         // `stream`), and `offset` is a valid pointer.
@@ -265,7 +460,37 @@ async fn write_all_pieces(stream: &mut TcpStream, pieces: &[Piece]) -> std::io::
 
 #[cfg(test)]
 mod tests {
-    use super::LogRate;
+    use super::{Activity, LogRate};
+    use std::time::Duration;
+
+    #[test]
+    fn a_connection_is_not_idle_while_it_handles_a_request() {
+        let activity = Activity::new();
+        assert!(activity.idle_for().is_some());
+        let handling = activity.busy();
+        assert_eq!(activity.idle_for(), None);
+        std::thread::sleep(Duration::from_millis(30));
+        drop(handling);
+        // idle counts from the end of the request, not from the start
+        let idle = activity.idle_for().expect("idle once answered");
+        assert!(idle < Duration::from_millis(25), "{idle:?}");
+    }
+
+    #[test]
+    fn a_throttled_connection_reads_nothing_until_its_time_is_over() {
+        let activity = Activity::new();
+        assert_eq!(activity.muted_for(), None);
+        activity.mute_for(Duration::from_secs(60));
+        let left = activity.muted_for().expect("muted");
+        assert!(left > Duration::from_secs(59), "{left:?}");
+        // a shorter throttle later does not shorten the mute
+        activity.mute_for(Duration::from_millis(1));
+        assert!(activity.muted_for().expect("still muted") > Duration::from_secs(59));
+        let brief = Activity::new();
+        brief.mute_for(Duration::from_millis(5));
+        std::thread::sleep(Duration::from_millis(10));
+        assert_eq!(brief.muted_for(), None);
+    }
 
     #[test]
     fn log_rate_lets_one_line_through_per_interval_and_counts_the_rest() {
