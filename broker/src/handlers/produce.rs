@@ -158,14 +158,14 @@ fn validate(records: &[u8], rules: ValidationRules, offload: Offload) -> Validat
         batch::validate_records_bounded(records, &h, rules.compacted, bounds)?;
         return Ok((None, h));
     }
-    let costly = || {
+    let costly = move || {
         batch::validate_records_bounded(records, &h, rules.compacted, bounds)?;
         match recompress::recompress(records, &h, rules.target)? {
             Some((out, n)) => {
                 let h2 = batch::validate_batches(&out, rules.max_message_bytes)?;
                 Ok((Some((out, n)), h2))
             }
-            None => Ok((None, h.clone())),
+            None => Ok((None, h)),
         }
     };
     match offload {
