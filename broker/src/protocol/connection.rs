@@ -3,16 +3,18 @@
 //! the Kafka protocol requires responses in request order.
 //!
 //! Reading runs ahead of handling, by up to [`READ_AHEAD_REQUESTS`]
-//! requests: while request N is handled (appended, answered), the next
-//! ones are read, decoded and prepared — a produce request's batches
-//! checked on the blocking pool ([`handlers::prepare`]), each request's in
-//! parallel with the others' — so a client with several requests in
+//! requests, behind requests whose preparation runs in the background:
+//! while produce request N's compressed batches are checked on the
+//! blocking pool ([`handlers::prepare`]), the next requests are read,
+//! decoded and prepared, each one's checks in parallel with the others'
+//! and with the appends before — so a client with several requests in
 //! flight (librdkafka and the Java client send up to 5) keeps more than
 //! one core busy on one connection, where checking and appending one
-//! request after the other would keep one. Nothing is appended, answered
-//! or changed out of order: the read-ahead only does work that changes no
-//! state, and the handler redoes a produce check whose partition's rules
-//! changed since.
+//! request after the other would keep one. Behind any other request the
+//! next is read once it is answered, as before. Nothing is
+//! appended, answered or changed out of order: the read-ahead only does
+//! work that changes no state, and the handler redoes a produce check
+//! whose partition's rules changed since.
 //!
 //! Malformed frames, unknown APIs and unsupported versions close the
 //! connection (logged once per connection); ApiVersions with a version we
@@ -199,6 +201,9 @@ struct Activity {
     last_ended_ms: AtomicU64,
     /// Until when nothing more is read (KIP-219), in ms since `started`.
     muted_until_ms: AtomicU64,
+    /// Requests handled so far, and a signal each time one is.
+    handled: AtomicU64,
+    handled_one: tokio::sync::Notify,
 }
 
 impl Activity {
@@ -208,6 +213,21 @@ impl Activity {
             handling: std::sync::atomic::AtomicUsize::new(0),
             last_ended_ms: AtomicU64::new(0),
             muted_until_ms: AtomicU64::new(0),
+            handled: AtomicU64::new(0),
+            handled_one: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// Waits until `count` requests have been handled.
+    async fn handled(&self, count: u64) {
+        loop {
+            let signal = self.handled_one.notified();
+            tokio::pin!(signal);
+            signal.as_mut().enable();
+            if self.handled.load(Ordering::Acquire) >= count {
+                return;
+            }
+            signal.await;
         }
     }
 
@@ -252,6 +272,8 @@ impl Drop for Handling<'_> {
         let a = self.0;
         a.last_ended_ms.store(a.now_ms(), Ordering::Relaxed);
         a.handling.fetch_sub(1, Ordering::Relaxed);
+        a.handled.fetch_add(1, Ordering::Release);
+        a.handled_one.notify_waiters();
     }
 }
 
@@ -269,7 +291,17 @@ async fn read_ahead(
     let config = broker.topics.broker_config();
     let idle = Duration::from_millis(config.connections_max_idle_ms.max(1) as u64);
     let read_timeout = Duration::from_millis(config.socket_request_read_timeout_ms.max(1) as u64);
+    let mut sent = 0u64;
+    let mut overlaps = false;
     loop {
+        // Reading on while the last request is handled pays only when
+        // there is work to overlap (its checks on the blocking pool);
+        // otherwise reading early only splits a request into more reads
+        // of what has arrived so far: 100 B uncompressed records went from
+        // 1.3–1.4 to 0.8–1.1 GB/s on one connection reading ahead always.
+        if !overlaps {
+            activity.handled(sent).await;
+        }
         let Ok(slot) = ahead.reserve().await else {
             return;
         };
@@ -281,7 +313,9 @@ async fn read_ahead(
             Err(outcome) => Ahead::End(outcome),
         };
         let ended = matches!(item, Ahead::End(_));
+        overlaps = matches!(&item, Ahead::Request { decoded, .. } if decoded.is_being_prepared());
         slot.send(item);
+        sent += 1;
         if ended {
             return;
         }

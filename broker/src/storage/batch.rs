@@ -203,6 +203,13 @@ pub fn validate_one(batch: &[u8]) -> Result<BatchHeader> {
     Ok(header)
 }
 
+/// Whether the first batch of `buf` says its records are compressed
+/// (attributes bits 0–2), read without any other check: a hint for where
+/// to do the checks, never a verdict on the bytes.
+pub fn first_batch_is_compressed(buf: &[u8]) -> bool {
+    read_i16(buf, ATTRIBUTES_POS).is_some_and(|a| a & 0x07 != 0)
+}
+
 /// Validates a produce payload: a non-empty sequence of whole v2 batches with
 /// consistent lengths, magic 2, a good CRC-32C, a sane `lastOffsetDelta` and
 /// record count, and each batch no larger than `max_batch_bytes`.
@@ -1496,5 +1503,16 @@ mod tests {
         assert!(find_record_at_or_after(&huge, 5, 0).is_err());
         let huge = patched(encode(1, 1, Compression::Gzip), RECORDS_COUNT_POS, i32::MAX);
         assert!(decode_records(&huge).is_err());
+    }
+
+    #[test]
+    fn the_first_batchs_codec_is_read_from_its_attributes_alone() {
+        let plain = encode(3, 0, Compression::None);
+        let lz4 = encode(3, 0, Compression::Lz4);
+        assert!(!first_batch_is_compressed(&plain));
+        assert!(first_batch_is_compressed(&lz4));
+        // too short for the attributes: not compressed, and no panic
+        assert!(!first_batch_is_compressed(&lz4[..ATTRIBUTES_POS + 1]));
+        assert!(!first_batch_is_compressed(&[]));
     }
 }
