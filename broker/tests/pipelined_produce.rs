@@ -11,7 +11,7 @@ mod wire_common;
 
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use kafka_protocol::messages::incremental_alter_configs_request::{
     AlterConfigsResource, AlterableConfig,
 };
@@ -21,9 +21,7 @@ use kafka_protocol::messages::{
     ProduceResponse,
 };
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use kafka_protocol::records::Compression;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use wire_common::*;
 
@@ -52,36 +50,12 @@ fn values(request: usize) -> Vec<Vec<u8>> {
 
 /// `values` without keys, for a compacted topic to refuse.
 fn keyless_batch(values: &[Vec<u8>]) -> Bytes {
-    let records: Vec<Record> = values
+    let records: Vec<_> = values
         .iter()
         .enumerate()
-        .map(|(i, v)| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            sequence: i as i32 - 1,
-            timestamp: 1_700_000_000_000,
-            key: None,
-            value: Some(Bytes::from(v.clone())),
-            headers: Default::default(),
-        })
+        .map(|(i, v)| plain_record(i, None, Bytes::from(v.clone())))
         .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        &records,
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
-    )
-    .expect("encode batch");
-    buf.freeze()
+    encode_batch(&records, Compression::None)
 }
 
 fn produce_request(topic: &str, records: Bytes) -> ProduceRequest {

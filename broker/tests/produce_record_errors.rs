@@ -11,44 +11,20 @@ mod wire_common;
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use kafka_protocol::records::Compression;
 use wire_common::*;
 
 /// One batch whose records have the given keys (`None`: no key).
 fn keyed_batch(keys: &[Option<&str>], compression: Compression) -> Bytes {
-    let records: Vec<Record> = keys
+    let records: Vec<_> = keys
         .iter()
         .enumerate()
-        .map(|(i, k)| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            // (offset - sequence constant: the encoder keeps one batch)
-            sequence: i as i32 - 1,
-            timestamp: 1_700_000_000_000,
-            key: k.map(|k| Bytes::from(k.to_string())),
-            value: Some(Bytes::from_static(b"v")),
-            headers: Default::default(),
+        .map(|(i, k)| {
+            let key = k.map(|k| Bytes::from(k.to_string()));
+            plain_record(i, key, Bytes::from_static(b"v"))
         })
         .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        &records,
-        &RecordEncodeOptions {
-            version: 2,
-            compression,
-        },
-    )
-    .expect("encode batch");
-    buf.freeze()
+    encode_batch(&records, compression)
 }
 
 async fn produce_raw(

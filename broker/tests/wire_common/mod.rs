@@ -143,30 +143,48 @@ pub fn batch_from(
     let records: Vec<Record> = values
         .iter()
         .enumerate()
-        .map(|(i, v)| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: pid,
-            producer_epoch: epoch,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            sequence: if pid < 0 {
-                i as i32 - 1
-            } else {
-                first_sequence + i as i32
-            },
-            timestamp: 1_700_000_000_000 + i as i64,
-            key: Some(Bytes::from(format!("k{i}"))),
-            value: Some(Bytes::from(v.clone())),
-            headers: Default::default(),
+        .map(|(i, v)| {
+            let key = Some(Bytes::from(format!("k{i}")));
+            let mut r = plain_record(i, key, Bytes::from(v.clone()));
+            if pid >= 0 {
+                r.producer_id = pid;
+                r.producer_epoch = epoch;
+                r.sequence = first_sequence + i as i32;
+            }
+            r.timestamp += i as i64;
+            r
         })
         .collect();
+    encode_batch(&records, compression)
+}
+
+/// Record `offset` of a batch without a producer (CreateTime
+/// 1,700,000,000,000).
+pub fn plain_record(offset: usize, key: Option<Bytes>, value: Bytes) -> Record {
+    Record {
+        transactional: false,
+        control: false,
+        delete_horizon: false,
+        partition_leader_epoch: -1,
+        producer_id: -1,
+        producer_epoch: -1,
+        timestamp_type: TimestampType::Creation,
+        offset: offset as i64,
+        // the encoder keeps one batch while offset - sequence is constant
+        sequence: offset as i32 - 1,
+        timestamp: 1_700_000_000_000,
+        key,
+        value: Some(value),
+        headers: Default::default(),
+    }
+}
+
+/// One v2 batch of `records`.
+pub fn encode_batch(records: &[Record], compression: Compression) -> Bytes {
     let mut buf = BytesMut::new();
     RecordBatchEncoder::encode(
         &mut buf,
-        &records,
+        records,
         &RecordEncodeOptions {
             version: 2,
             compression,
