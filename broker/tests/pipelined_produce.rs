@@ -206,6 +206,19 @@ async fn alter_topic_config(
     send(s, ApiKey::IncrementalAlterConfigs, 1, correlation_id, &req).await;
 }
 
+/// The error code of the IncrementalAlterConfigs answer `correlation_id`.
+async fn alter_answer(s: &mut tokio::net::TcpStream, correlation_id: i32) -> i16 {
+    let altered: IncrementalAlterConfigsResponse = receive(
+        s,
+        ApiKey::IncrementalAlterConfigs,
+        1,
+        correlation_id,
+        Duration::from_secs(60),
+    )
+    .await;
+    altered.responses[0].error_code
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_config_change_answered_before_a_produce_applies_to_it() {
     let dir = tempfile::tempdir().unwrap();
@@ -255,29 +268,13 @@ async fn a_config_change_answered_before_a_produce_applies_to_it() {
         )
         .await;
 
-        let altered: IncrementalAlterConfigsResponse = receive(
-            &mut s,
-            ApiKey::IncrementalAlterConfigs,
-            1,
-            base + 1,
-            Duration::from_secs(60),
-        )
-        .await;
-        assert_eq!(altered.responses[0].error_code, 0);
+        assert_eq!(alter_answer(&mut s, base + 1).await, 0);
         let refused = produce_answer(&mut s, base + 2).await;
         assert_eq!(
             refused.0, 10,
             "MESSAGE_TOO_LARGE in round {round}: {refused:?}"
         );
-        let altered: IncrementalAlterConfigsResponse = receive(
-            &mut s,
-            ApiKey::IncrementalAlterConfigs,
-            1,
-            base + 3,
-            Duration::from_secs(60),
-        )
-        .await;
-        assert_eq!(altered.responses[0].error_code, 0);
+        assert_eq!(alter_answer(&mut s, base + 3).await, 0);
         let accepted = produce_answer(&mut s, base + 4).await;
         assert_eq!(
             accepted,
