@@ -52,8 +52,7 @@ impl<T: Serialize + DeserializeOwned + Default + Clone> JsonFile<T> {
         change(&mut next)?;
         let bytes = serde_json::to_vec_pretty(&next)
             .map_err(|e| TopicError::new(ResponseError::UnknownServerError, e.to_string()))?;
-        crate::metadata::write_atomically(&self.path, &bytes)
-            .map_err(|e| TopicError::new(ResponseError::KafkaStorageError, e.to_string()))?;
+        crate::metadata::write_atomically(&self.path, &bytes).map_err(TopicError::from_io)?;
         *current = next;
         Ok(())
     }

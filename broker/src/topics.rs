@@ -64,6 +64,14 @@ impl TopicError {
     }
 }
 
+impl TopicError {
+    /// A failed file operation of the broker's own (metadata, markers):
+    /// `KAFKA_STORAGE_ERROR`, with the same hints as a log's.
+    pub fn from_io(e: std::io::Error) -> Self {
+        StorageError::Io(e).into()
+    }
+}
+
 impl From<StorageError> for TopicError {
     fn from(e: StorageError) -> Self {
         let hint = match &e {
@@ -430,9 +438,7 @@ impl TopicManager {
                 .collect(),
             producer_id_block_end,
         };
-        self.file
-            .save(&doc)
-            .map_err(|e| TopicError::new(ResponseError::KafkaStorageError, e.to_string()))
+        self.file.save(&doc).map_err(TopicError::from_io)
     }
 
     /// A new producer id, unique across restarts (InitProducerId).
@@ -1048,15 +1054,14 @@ fn open_partition(
         Ok(found) if found != expected => {
             // A directory left by an earlier topic of the same name.
             tracing::warn!(dir = %dir.display(), "removing stale partition of an earlier topic");
-            std::fs::remove_dir_all(&dir)
-                .map_err(|e| TopicError::new(ResponseError::KafkaStorageError, e.to_string()))?;
+            std::fs::remove_dir_all(&dir).map_err(TopicError::from_io)?;
         }
         _ => {}
     }
     let p = Partition::open(meta, index, dir.clone(), cfg)?;
     if !marker.exists() {
         crate::metadata::write_atomically(&marker, expected.as_bytes())
-            .map_err(|e| TopicError::new(ResponseError::KafkaStorageError, e.to_string()))?;
+            .map_err(TopicError::from_io)?;
     }
     Ok(p)
 }

@@ -263,7 +263,7 @@ fn read_offsets(p: &crate::topics::Partition) -> Result<(OffsetTable, usize), To
         slice
             .file
             .read_exact_at(&mut bytes, slice.position)
-            .map_err(|e| TopicError::new(ResponseError::KafkaStorageError, e.to_string()))?;
+            .map_err(TopicError::from_io)?;
         let (applied, next) = apply_offsets_batches(&bytes, offset, &mut table, p.index)?;
         records += applied;
         if next <= offset {

@@ -83,11 +83,19 @@ pub async fn read_frame_body<R: AsyncRead + Unpin>(
 /// Bytes reserved from the request budget at a time while a body arrives.
 const RESERVE_CHUNK: usize = 64 * 1024;
 
+/// Frames up to this size get their whole buffer at once. Reserving the
+/// address space costs nothing until bytes arrive and are written into it
+/// (the budget still counts only those); growing a ~1 MB produce request's
+/// buffer chunk by chunk reallocated and copied it four times on its way
+/// in, 2% of the broker's CPU under lz4 produce load.
+const WHOLE_BUFFER_UP_TO: usize = 1 << 20;
+
 /// [`read_frame_body`] that reserves the frame's bytes from `budget` as they
-/// arrive, a chunk ahead of what was read, and grows the buffer with them:
-/// a client that announces 100 MiB and sends nothing holds nothing, and the
-/// bytes held across the broker never exceed the budget. The permit comes
-/// back with the frame; dropping it releases the bytes.
+/// arrive, a chunk ahead of what was read, and grows the buffer with them
+/// past [`WHOLE_BUFFER_UP_TO`]: a client that announces 100 MiB and sends
+/// nothing holds nothing, and the bytes held across the broker never exceed
+/// the budget. The permit comes back with the frame; dropping it releases
+/// the bytes.
 pub async fn read_frame_body_reserving<R: AsyncRead + Unpin>(
     reader: &mut R,
     size: usize,
@@ -96,7 +104,11 @@ pub async fn read_frame_body_reserving<R: AsyncRead + Unpin>(
     let first = size.min(RESERVE_CHUNK);
     let mut permit = budget.reserve(first).await;
     let mut reserved = first;
-    let mut buf = BytesMut::with_capacity(first);
+    let mut buf = BytesMut::with_capacity(if size <= WHOLE_BUFFER_UP_TO {
+        size
+    } else {
+        first
+    });
     let mut limited = (&mut *reader).take(size as u64);
     while buf.len() < size {
         if buf.len() == reserved {

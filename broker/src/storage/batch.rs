@@ -381,13 +381,16 @@ pub fn with_payload(batch: &[u8], payload: &[u8], codec_id: u8) -> Result<Vec<u8
 }
 
 /// Reads a zig-zag varint (Kafka's `varint`/`varlong`) at `*pos`.
+#[inline]
 fn read_varlong(buf: &[u8], pos: &mut usize) -> Option<i64> {
+    let mut at = *pos;
     let mut value: u64 = 0;
-    for i in 0..10 {
-        let byte = *buf.get(*pos)?;
-        *pos += 1;
+    for i in 0..MAX_VARLONG_BYTES {
+        let byte = *buf.get(at)?;
+        at += 1;
         value |= u64::from(byte & 0x7f) << (7 * i);
         if byte & 0x80 == 0 {
+            *pos = at;
             return Some(((value >> 1) as i64) ^ -((value & 1) as i64));
         }
     }
@@ -640,14 +643,27 @@ fn validate_batch_records(
         .get(BATCH_HEADER_LEN..)
         .ok_or_else(|| corrupt("short batch"))?;
     let codec = compression::codec_of(header.compression()).map_err(|e| corrupt(e.to_string()))?;
+    let mut walk = Walk {
+        count,
+        next: 0,
+        rules,
+        keyless,
+        out_of_range,
+    };
     if header.compression() == 0 {
-        let mut source = SliceRecords(payload);
-        return walk_records(&mut source, count, rules, keyless, out_of_range);
+        return walk.in_place(payload);
     }
     let reader = compression::decoder(payload, codec, compression::MAX_DECOMPRESSED_BATCH_BYTES)
         .map_err(decompress_error)?;
-    let mut source = StreamRecords::new(reader);
-    walk_records(&mut source, count, rules, keyless, out_of_range)
+    STREAM_BUFFER.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut buffer) => walk.streamed(&mut StreamRecords::new(reader, &mut buffer)),
+        // Not reached (a walk checks no other batch inside it); a buffer
+        // of its own keeps it correct if it ever is.
+        Err(_) => walk.streamed(&mut StreamRecords::new(
+            reader,
+            &mut vec![0; STREAM_BUFFER_BYTES],
+        )),
+    })
 }
 
 fn decompress_error(e: compression::DecompressError) -> StorageError {
@@ -660,51 +676,172 @@ fn decompress_error(e: compression::DecompressError) -> StorageError {
     }
 }
 
-/// Where [`walk_records`] takes records from: the bytes of an uncompressed
-/// batch in place, or a decompressing stream.
-trait RecordSource {
-    /// The next record's length prefix; `None` at a clean end.
-    fn next_length(&mut self) -> Result<Option<i64>>;
-    /// The next `len` bytes (the record body), at most `len` allocated and
-    /// only as they really arrive.
-    fn body(&mut self, len: usize) -> Result<&[u8]>;
+/// One batch's records, checked in order: the next one expected and
+/// where the findings go.
+///
+/// The records are checked where they lie — in the batch itself, or in
+/// the decompressor's read buffer — by one loop over a byte slice
+/// ([`Walk::whole_records`]); only a record that straddles the end of the
+/// read buffer is copied out and checked on its own. Going through a
+/// reader for each record's length and body cost about as much as
+/// decompressing did (`cargo bench -p moldau-broker --bench hot_paths --
+/// validate_records`).
+struct Walk<'r> {
+    count: i32,
+    /// The offset delta the next record must have (= records checked).
+    next: i32,
+    rules: &'r Rules,
+    keyless: &'r mut Vec<i32>,
+    out_of_range: &'r mut Vec<(i32, String)>,
 }
 
-struct SliceRecords<'a>(&'a [u8]);
+impl Walk<'_> {
+    fn done(&self) -> bool {
+        self.next == self.count
+    }
 
-impl RecordSource for SliceRecords<'_> {
-    fn next_length(&mut self) -> Result<Option<i64>> {
-        if self.0.is_empty() {
-            return Ok(None);
-        }
+    /// Checks the records that lie wholly at the start of `buf`, up to the
+    /// last one declared; returns the bytes they take. Stops before a
+    /// record whose length prefix or body runs past `buf`.
+    fn whole_records(&mut self, buf: &[u8]) -> Result<usize> {
         let mut pos = 0;
-        let len =
-            read_varlong(self.0, &mut pos).ok_or_else(|| invalid("truncated record length"))?;
-        self.0 = &self.0[pos..];
-        Ok(Some(len))
-    }
-    fn body(&mut self, len: usize) -> Result<&[u8]> {
-        if len > self.0.len() {
-            return Err(invalid(format!(
-                "record of {len} bytes runs past the {} bytes left",
-                self.0.len()
-            )));
+        while !self.done() {
+            let mut at = pos;
+            let Some(len) = read_varlong(buf, &mut at) else {
+                if buf.len() - pos >= MAX_VARLONG_BYTES {
+                    return Err(invalid("bad record length"));
+                }
+                break;
+            };
+            let len = record_length(len)?;
+            let Some(body) = buf.get(at..).and_then(|rest| rest.get(..len)) else {
+                break;
+            };
+            self.record(body)?;
+            pos = at + len;
         }
-        let (body, rest) = self.0.split_at(len);
-        self.0 = rest;
-        Ok(body)
+        Ok(pos)
+    }
+
+    /// Checks one record body and applies the rules to it.
+    fn record(&mut self, body: &[u8]) -> Result<()> {
+        let expected = self.next;
+        let (key_is_null, timestamp_delta) = check_record(body, expected)?;
+        let rules = self.rules;
+        let index = rules.first_index.saturating_add(expected);
+        if rules.require_key && key_is_null {
+            self.keyless.push(index);
+        }
+        if let Some(bounds) = &rules.bounds {
+            let timestamp = rules.base_timestamp.saturating_add(timestamp_delta);
+            let offset = rules.base_offset.saturating_add(i64::from(expected));
+            if let Some(message) = bounds.check(timestamp, offset) {
+                self.out_of_range.push((index, message));
+            }
+        }
+        self.next += 1;
+        Ok(())
+    }
+
+    /// The records of an uncompressed batch, `payload` being all of them.
+    fn in_place(&mut self, payload: &[u8]) -> Result<()> {
+        let used = self.whole_records(payload)?;
+        let rest = &payload[used..];
+        if self.done() {
+            return if rest.is_empty() {
+                Ok(())
+            } else {
+                Err(self.bytes_left())
+            };
+        }
+        if rest.is_empty() {
+            return Err(self.fewer_records());
+        }
+        let mut at = 0;
+        let Some(len) = read_varlong(rest, &mut at) else {
+            return Err(invalid("truncated record length"));
+        };
+        Err(runs_past(len, rest.len() - at))
+    }
+
+    /// The records of a compressed batch, as `source` decompresses them.
+    fn streamed<R: std::io::Read>(&mut self, source: &mut StreamRecords<R>) -> Result<()> {
+        while !self.done() {
+            let used = self.whole_records(source.fill()?)?;
+            source.consume(used);
+            if self.done() || source.read_more()? {
+                continue;
+            }
+            // The next record is longer than the buffer holds, or the
+            // stream ends inside it: read it on its own.
+            let len = source.next_length()?.ok_or_else(|| self.fewer_records())?;
+            let body = source.body(record_length(len)?)?;
+            self.record(body)?;
+        }
+        if source.next_length()?.is_some() {
+            return Err(self.bytes_left());
+        }
+        Ok(())
+    }
+
+    fn fewer_records(&self) -> StorageError {
+        invalid(format!(
+            "record count {} declared, only {} present",
+            self.count, self.next
+        ))
+    }
+
+    fn bytes_left(&self) -> StorageError {
+        invalid(format!(
+            "bytes left after the {} declared records",
+            self.count
+        ))
     }
 }
 
-/// Bytes read from the decompressor at a time. Records are taken from
-/// this buffer, in place when a record lies wholly in it: reading the
-/// decompressor itself for each length byte and each record (through its
-/// `dyn Read` and the limit) cost more than decompressing did for small
-/// records (`cargo bench -p moldau-broker --bench hot_paths -- validate_records`).
-const STREAM_BUFFER_BYTES: usize = 64 * 1024;
+/// The most bytes of a varlong.
+const MAX_VARLONG_BYTES: usize = 10;
 
-struct StreamRecords<R> {
-    reader: std::io::BufReader<R>,
+fn record_length(len: i64) -> Result<usize> {
+    usize::try_from(len).map_err(|_| invalid(format!("negative record length {len}")))
+}
+
+fn runs_past(len: i64, left: usize) -> StorageError {
+    invalid(format!(
+        "record of {len} bytes runs past the {left} bytes left"
+    ))
+}
+
+/// Bytes asked of the decompressor at a time: the block size of
+/// librdkafka's and the Java client's lz4 frames, so that liblz4 decodes
+/// each block straight into the buffer (given less room than a block, it
+/// decodes into a buffer of its own and copies out).
+const STREAM_READ_BYTES: usize = 64 * 1024;
+/// The most bytes of an incomplete record kept at the start of the buffer
+/// while the next bytes are read after them; a longer record is copied
+/// out ([`StreamRecords::body`]).
+const STREAM_CARRY_BYTES: usize = 64 * 1024;
+/// Records are checked in this buffer, in place, when they lie wholly
+/// in it.
+const STREAM_BUFFER_BYTES: usize = STREAM_CARRY_BYTES + STREAM_READ_BYTES;
+
+thread_local! {
+    /// Each thread's read buffer for compressed batches, allocated and
+    /// zeroed once: a buffer per batch cost more than decompressing for
+    /// batches of the Java client's default 16 KiB (`cargo bench -p
+    /// moldau-broker --bench hot_paths -- 64x150x100B_lz4_as_sent`).
+    static STREAM_BUFFER: std::cell::RefCell<Vec<u8>> =
+        std::cell::RefCell::new(vec![0; STREAM_BUFFER_BYTES]);
+}
+
+/// A decompressing reader's output, buffered: checked in place by
+/// [`Walk::whole_records`], record by record across the buffer's end.
+struct StreamRecords<'b, R> {
+    reader: R,
+    buffer: &'b mut [u8],
+    /// The unread bytes of `buffer`.
+    start: usize,
+    end: usize,
     /// Bytes of the buffer handed out by the last `body` call, consumed
     /// at the next call.
     lent: usize,
@@ -712,53 +849,74 @@ struct StreamRecords<R> {
     body: Vec<u8>,
 }
 
-impl<R: std::io::Read> StreamRecords<R> {
-    fn new(reader: R) -> Self {
+impl<'b, R: std::io::Read> StreamRecords<'b, R> {
+    fn new(reader: R, buffer: &'b mut [u8]) -> Self {
         Self {
-            reader: std::io::BufReader::with_capacity(STREAM_BUFFER_BYTES, reader),
+            reader,
+            buffer,
+            start: 0,
+            end: 0,
             lent: 0,
             body: Vec::new(),
         }
     }
     fn settle(&mut self) {
-        use std::io::BufRead;
-        self.reader.consume(std::mem::take(&mut self.lent));
+        self.start += std::mem::take(&mut self.lent);
     }
-    /// The buffered bytes, refilled from the decompressor when empty.
-    fn fill(&mut self) -> Result<&[u8]> {
-        use std::io::BufRead;
+    fn consume(&mut self, bytes: usize) {
+        self.settle();
+        self.start = (self.start + bytes).min(self.end);
+    }
+    /// Reads from the decompressor into `into`.
+    fn read_into(reader: &mut R, into: &mut [u8]) -> Result<usize> {
         loop {
-            match self.reader.fill_buf() {
-                Ok(_) => return Ok(self.reader.buffer()),
+            match reader.read(into) {
+                Ok(n) => return Ok(n),
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(decompress_error(compression::classify(e))),
             }
         }
     }
+    /// The buffered bytes, refilled from the decompressor when empty.
+    fn fill(&mut self) -> Result<&[u8]> {
+        self.settle();
+        if self.start == self.end {
+            self.start = 0;
+            self.end = Self::read_into(&mut self.reader, &mut self.buffer[..STREAM_READ_BYTES])?;
+        }
+        Ok(&self.buffer[self.start..self.end])
+    }
+    /// Moves the buffered bytes (the start of a record) to the buffer's
+    /// start and reads more after them; `false` when they are more than
+    /// [`STREAM_CARRY_BYTES`] or the stream has ended.
+    fn read_more(&mut self) -> Result<bool> {
+        self.settle();
+        let kept = self.end - self.start;
+        if kept > STREAM_CARRY_BYTES {
+            return Ok(false);
+        }
+        self.buffer.copy_within(self.start..self.end, 0);
+        self.start = 0;
+        self.end = kept;
+        let read = Self::read_into(
+            &mut self.reader,
+            &mut self.buffer[kept..kept + STREAM_READ_BYTES],
+        )?;
+        self.end += read;
+        Ok(read > 0)
+    }
     fn read_byte(&mut self) -> Result<Option<u8>> {
-        use std::io::BufRead;
         let Some(&byte) = self.fill()?.first() else {
             return Ok(None);
         };
-        self.reader.consume(1);
+        self.start += 1;
         Ok(Some(byte))
     }
-}
 
-impl<R: std::io::Read> RecordSource for StreamRecords<R> {
+    /// The next record's length prefix, byte by byte; `None` at a clean
+    /// end.
     fn next_length(&mut self) -> Result<Option<i64>> {
-        use std::io::BufRead;
-        self.settle();
-        let buffered = self.fill()?;
-        if buffered.len() >= 10 {
-            // The whole varint is buffered (at most 10 bytes).
-            let mut pos = 0;
-            let len =
-                read_varlong(buffered, &mut pos).ok_or_else(|| invalid("bad record length"))?;
-            self.reader.consume(pos);
-            return Ok(Some(len));
-        }
-        let mut raw = [0u8; 10];
+        let mut raw = [0u8; MAX_VARLONG_BYTES];
         for i in 0..raw.len() {
             let Some(byte) = self.read_byte()? else {
                 if i == 0 {
@@ -776,64 +934,34 @@ impl<R: std::io::Read> RecordSource for StreamRecords<R> {
         }
         Err(invalid("record length varint longer than 10 bytes"))
     }
+
+    /// The next `len` bytes (a record body): in place when buffered, else
+    /// copied out as they arrive (at most `len` allocated, and only for
+    /// bytes that really come).
     fn body(&mut self, len: usize) -> Result<&[u8]> {
         use std::io::Read;
-        self.settle();
-        if self.fill()?.len() >= len {
+        let buffered = self.fill()?.len();
+        if buffered >= len {
             self.lent = len;
-            return Ok(&self.reader.buffer()[..len]);
+            return Ok(&self.buffer[self.start..self.start + len]);
         }
         self.body.clear();
-        let got = (&mut self.reader)
-            .take(len as u64)
+        self.body
+            .extend_from_slice(&self.buffer[self.start..self.end]);
+        self.start = self.end;
+        let more = (&mut self.reader)
+            .take((len - buffered) as u64)
             .read_to_end(&mut self.body)
             .map_err(|e| decompress_error(compression::classify(e)))?;
-        if got != len {
-            return Err(invalid(format!(
-                "record of {len} bytes runs past the {got} bytes left"
-            )));
+        if buffered + more != len {
+            return Err(runs_past(len as i64, buffered + more));
         }
         Ok(&self.body)
     }
 }
 
-fn walk_records(
-    source: &mut impl RecordSource,
-    count: i32,
-    rules: &Rules,
-    keyless: &mut Vec<i32>,
-    out_of_range: &mut Vec<(i32, String)>,
-) -> Result<()> {
-    for expected_delta in 0..count {
-        let len = source.next_length()?.ok_or_else(|| {
-            invalid(format!(
-                "record count {count} declared, only {expected_delta} present"
-            ))
-        })?;
-        let len =
-            usize::try_from(len).map_err(|_| invalid(format!("negative record length {len}")))?;
-        let (key_is_null, timestamp_delta) = check_record(source.body(len)?, expected_delta)?;
-        let index = rules.first_index.saturating_add(expected_delta);
-        if rules.require_key && key_is_null {
-            keyless.push(index);
-        }
-        if let Some(bounds) = &rules.bounds {
-            let timestamp = rules.base_timestamp.saturating_add(timestamp_delta);
-            let offset = rules.base_offset.saturating_add(i64::from(expected_delta));
-            if let Some(message) = bounds.check(timestamp, offset) {
-                out_of_range.push((index, message));
-            }
-        }
-    }
-    if source.next_length()?.is_some() {
-        return Err(invalid(format!(
-            "bytes left after the {count} declared records"
-        )));
-    }
-    Ok(())
-}
-
 /// A varint that must fit in an `i32` (Kafka's `varint`).
+#[inline]
 fn read_varint32(buf: &[u8], pos: &mut usize) -> Option<i32> {
     i32::try_from(read_varlong(buf, pos)?).ok()
 }
@@ -855,8 +983,54 @@ fn skip_field(body: &[u8], pos: &mut usize, nullable: bool, what: &str) -> Resul
 }
 
 /// Checks one record body (what follows its length prefix); whether its
-/// key is null, and its timestamp delta.
+/// key is null, and its timestamp delta. A valid record is read once by
+/// [`scan_record`]; only an invalid one is read again, by
+/// [`explain_record`], for the message naming what is wrong.
+#[inline]
 fn check_record(body: &[u8], expected_delta: i32) -> Result<(bool, i64)> {
+    match scan_record(body, expected_delta) {
+        Some(found) => Ok(found),
+        None => explain_record(body, expected_delta),
+    }
+}
+
+/// [`explain_record`]'s checks without their messages: `None` exactly
+/// when it finds an error.
+#[inline]
+fn scan_record(body: &[u8], expected_delta: i32) -> Option<(bool, i64)> {
+    /// A length-prefixed field; whether it was null.
+    #[inline]
+    fn skip(body: &[u8], pos: &mut usize, nullable: bool) -> Option<bool> {
+        let len = read_varint32(body, pos)?;
+        if len == -1 && nullable {
+            return Some(true);
+        }
+        let len = usize::try_from(len).ok()?;
+        *pos = pos.checked_add(len).filter(|&end| end <= body.len())?;
+        Some(false)
+    }
+    if body.is_empty() {
+        return None;
+    }
+    let mut pos = 1usize; // attributes
+    let timestamp_delta = read_varlong(body, &mut pos)?;
+    if read_varint32(body, &mut pos)? != expected_delta {
+        return None;
+    }
+    let key_is_null = skip(body, &mut pos, true)?;
+    skip(body, &mut pos, true)?;
+    let headers = read_varint32(body, &mut pos)?;
+    for _ in 0..headers {
+        skip(body, &mut pos, false)?;
+        skip(body, &mut pos, true)?;
+    }
+    (headers >= 0 && pos == body.len()).then_some((key_is_null, timestamp_delta))
+}
+
+/// [`check_record`] for a record [`scan_record`] refused: which field is
+/// wrong, and how.
+#[cold]
+fn explain_record(body: &[u8], expected_delta: i32) -> Result<(bool, i64)> {
     let mut pos = 1usize; // attributes
     if body.is_empty() {
         return Err(invalid("empty record"));
@@ -1343,7 +1517,7 @@ mod tests {
     #[test]
     fn compressed_records_are_walked_across_the_stream_buffer() {
         // Values of 10..3010 bytes (4.5 MB in all), records straddling the
-        // 64 KiB read buffer many times over, keys required.
+        // read buffer many times over, keys required.
         for c in [
             Compression::Gzip,
             Compression::Snappy,
@@ -1352,13 +1526,19 @@ mod tests {
         ] {
             check(&encode(3_000, 1, c), true).unwrap_or_else(|e| panic!("{c:?}: {e}"));
         }
-        // Records longer than the buffer, each read as it arrives.
+        // Records longer than the buffer, each read as it arrives; records
+        // just within and just past what is carried over to the next read.
         let sizes = [
             200_000,
             5,
             STREAM_BUFFER_BYTES + 1,
             1,
             STREAM_BUFFER_BYTES - 40,
+            STREAM_CARRY_BYTES - 30,
+            STREAM_CARRY_BYTES - 30,
+            STREAM_CARRY_BYTES + 1,
+            STREAM_READ_BYTES - 20,
+            3,
         ];
         let plain = encode_sized(sizes.into_iter(), 1, Compression::None);
         let whole = lz4_with_records_cut(&plain, 0);
@@ -1380,6 +1560,63 @@ mod tests {
             check(&lz4_with_records_cut(&small, 3), false),
             Err(StorageError::InvalidRecord(_))
         ));
+    }
+
+    /// The record check reads a record once, without messages, and again
+    /// with them only when it is invalid: both readings must agree on
+    /// every body, valid or not.
+    #[test]
+    fn the_quick_and_the_explaining_record_checks_agree() {
+        let batch = encode(40, 1_000, Compression::None);
+        let mut pos = BATCH_HEADER_LEN;
+        let mut bodies = Vec::new();
+        while pos < batch.len() {
+            let len = read_varlong(&batch, &mut pos).unwrap() as usize;
+            bodies.push(batch[pos..pos + len].to_vec());
+            pos += len;
+        }
+        let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let (mut valid, mut invalid) = (0, 0);
+        for round in 0..20_000 {
+            let delta = round % bodies.len();
+            let mut body = bodies[delta].clone();
+            // Unchanged, one to three bytes replaced, or cut short.
+            match next() % 4 {
+                0 => {}
+                1 | 2 => {
+                    for _ in 0..=next() % 3 {
+                        let at = next() as usize % body.len().min(24);
+                        body[at] = next() as u8;
+                    }
+                }
+                _ => body.truncate(next() as usize % body.len()),
+            }
+            let expected = if next() % 8 == 0 {
+                delta as i32 + 1
+            } else {
+                delta as i32
+            };
+            let quick = scan_record(&body, expected);
+            let explained = explain_record(&body, expected);
+            match (&quick, &explained) {
+                (Some(q), Ok(e)) => {
+                    assert_eq!(q, e, "{body:?}");
+                    valid += 1;
+                }
+                (None, Err(StorageError::InvalidRecord(_))) => invalid += 1,
+                _ => panic!("{body:?} (delta {expected}): {quick:?} vs {explained:?}"),
+            }
+        }
+        assert!(
+            valid > 1_000 && invalid > 1_000,
+            "{valid} valid, {invalid} invalid"
+        );
     }
 
     #[test]

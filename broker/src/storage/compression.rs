@@ -103,10 +103,7 @@ pub fn decoder<'a>(
         Compression::None => Box::new(compressed),
         Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(compressed)),
         Compression::Snappy => Box::new(SnappyReader::new(compressed, limit)),
-        Compression::Lz4 => Box::new(
-            lz4::Decoder::new(compressed)
-                .map_err(|e| DecompressError::Corrupt(format!("lz4: {e}")))?,
-        ),
+        Compression::Lz4 => Box::new(Lz4Frame::new(compressed)?),
         Compression::Zstd => Box::new(
             zstd::stream::read::Decoder::with_buffer(compressed)
                 .map_err(|e| DecompressError::Corrupt(format!("zstd: {e}")))?,
@@ -137,6 +134,90 @@ pub fn decompress_all(
 pub fn decompress(compressed: &mut Bytes, codec: Compression) -> anyhow::Result<Bytes> {
     let out = decompress_all(compressed, codec, MAX_DECOMPRESSED_BATCH_BYTES)?;
     Ok(Bytes::from(out))
+}
+
+/// An lz4 frame (Kafka's lz4 codec since message format v1 fixed its
+/// header checksum) decoded by liblz4's frame API straight from the
+/// batch's bytes.
+///
+/// The `lz4` crate's `Decoder` reads its input through a 32 KiB buffer:
+/// a 64 KiB block that compresses to more than what is left of that
+/// buffer is copied into liblz4's own staging buffer before it is
+/// decoded, and its output copied once more. Here all of the payload is
+/// the input, so each block is decoded once, straight into the caller's
+/// buffer when it has room for a whole block (the record walk reads
+/// 64 KiB at a time, librdkafka's and the Java client's block size).
+/// Checksums are verified when the frame has them, as before; a frame
+/// that ends before its end mark is corrupt, as in Kafka; bytes after the
+/// end mark are not read.
+struct Lz4Frame<'a> {
+    context: lz4::liblz4::LZ4FDecompressionContext,
+    rest: &'a [u8],
+    ended: bool,
+}
+
+impl<'a> Lz4Frame<'a> {
+    fn new(compressed: &'a [u8]) -> Result<Self, DecompressError> {
+        let mut context = lz4::liblz4::LZ4FDecompressionContext(std::ptr::null_mut());
+        // SAFETY: `context` is a valid out-pointer for the new context,
+        // freed exactly once in `Drop`.
+        let code = unsafe {
+            lz4::liblz4::LZ4F_createDecompressionContext(&mut context, lz4::liblz4::LZ4F_VERSION)
+        };
+        lz4::liblz4::check_error(code)
+            .map_err(|e| DecompressError::Corrupt(format!("lz4: {e}")))?;
+        Ok(Self {
+            context,
+            rest: compressed,
+            ended: false,
+        })
+    }
+}
+
+impl Read for Lz4Frame<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        while !self.ended && !buf.is_empty() {
+            let mut written = buf.len();
+            let mut taken = self.rest.len();
+            // SAFETY: the context is live (freed only in `Drop`); `buf` and
+            // `rest` are valid for `written` and `taken` bytes, and liblz4
+            // writes and reads no more than that, reporting how much it did
+            // in the same variables.
+            let hint = unsafe {
+                lz4::liblz4::LZ4F_decompress(
+                    self.context,
+                    buf.as_mut_ptr(),
+                    &mut written,
+                    self.rest.as_ptr(),
+                    &mut taken,
+                    std::ptr::null(),
+                )
+            };
+            let hint = lz4::liblz4::check_error(hint)
+                .map_err(|e| io::Error::other(format!("lz4: {e}")))?;
+            self.rest = self.rest.get(taken..).unwrap_or_default();
+            self.ended = hint == 0;
+            if written > 0 {
+                return Ok(written);
+            }
+            if !self.ended && self.rest.is_empty() {
+                return Err(io::Error::other("lz4: the frame ends before its end mark"));
+            }
+            if taken == 0 {
+                return Err(io::Error::other("lz4: the decoder made no progress"));
+            }
+        }
+        Ok(0)
+    }
+}
+
+impl Drop for Lz4Frame<'_> {
+    fn drop(&mut self) {
+        // SAFETY: created in `new`, freed once, here.
+        unsafe {
+            lz4::liblz4::LZ4F_freeDecompressionContext(self.context);
+        }
+    }
 }
 
 const SNAPPY_XERIAL_MAGIC: &[u8] = b"\x82SNAPPY\x00";
@@ -313,9 +394,6 @@ mod tests {
             Compression::Lz4,
             Compression::Snappy,
         ] {
-            // (A very short input may decompress to nothing — the lz4 crate
-            // says so for 0 or 1 byte — and record validation then finds
-            // the records missing.)
             for input in [&b"garbage garbage garbage"[..], &[0xff; 64]] {
                 assert!(
                     decompress_all(input, codec, 1 << 20).is_err(),
@@ -330,6 +408,67 @@ mod tests {
         let mut framed = snappy_xerial(b"hello");
         framed.truncate(framed.len() - 2);
         assert!(decompress_all(&framed, Compression::Snappy, 1 << 20).is_err());
+    }
+
+    /// An lz4 frame as librdkafka and the Java client write it:
+    /// independent 64 KiB blocks, no checksums.
+    fn lz4_as_producers_frame_it(data: &[u8]) -> Vec<u8> {
+        let mut e = lz4::EncoderBuilder::new()
+            .block_size(lz4::BlockSize::Max64KB)
+            .block_mode(lz4::BlockMode::Independent)
+            .checksum(lz4::ContentChecksum::NoChecksum)
+            .block_checksum(lz4::liblz4::BlockChecksum::NoBlockChecksum)
+            .build(Vec::new())
+            .unwrap();
+        e.write_all(data).unwrap();
+        let (out, r) = e.finish();
+        r.unwrap();
+        out
+    }
+
+    #[test]
+    fn lz4_frames_decode_to_their_end_mark_and_no_further() {
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i % 13 + i / 1000) as u8).collect();
+        for frame in [lz4(&data), lz4_as_producers_frame_it(&data)] {
+            // Read in pieces smaller and larger than a block.
+            for piece in [1000, 64 * 1024, 100_000] {
+                let mut reader = decoder(&frame, Compression::Lz4, usize::MAX).unwrap();
+                let mut out = Vec::new();
+                let mut buf = vec![0; piece];
+                loop {
+                    let n = reader.read(&mut buf).unwrap();
+                    if n == 0 {
+                        break;
+                    }
+                    out.extend_from_slice(&buf[..n]);
+                }
+                assert_eq!(out, data, "pieces of {piece}");
+            }
+            // Bytes after the end mark are not read (as Kafka's reader).
+            let mut trailing = frame.clone();
+            trailing.extend_from_slice(b"after the end mark");
+            assert_eq!(
+                decompress_all(&trailing, Compression::Lz4, usize::MAX).unwrap(),
+                data
+            );
+            // A frame cut anywhere before its end mark is corrupt, also
+            // where the cut falls between blocks (the last 4 bytes are the
+            // end mark, or the content checksum after it).
+            for cut in [1, 4, 5, frame.len() / 2, frame.len() - 7] {
+                let short = &frame[..frame.len() - cut];
+                assert!(
+                    matches!(
+                        decompress_all(short, Compression::Lz4, usize::MAX),
+                        Err(DecompressError::Corrupt(_))
+                    ),
+                    "cut {cut}"
+                );
+            }
+        }
+        assert!(matches!(
+            decompress_all(&[], Compression::Lz4, usize::MAX),
+            Err(DecompressError::Corrupt(_))
+        ));
     }
 
     #[test]
