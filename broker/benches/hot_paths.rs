@@ -29,12 +29,12 @@ use moldau_broker::protocol::fetch_encode::{
 use moldau_broker::storage::batch::{validate_batches, validate_records};
 use moldau_broker::storage::{LogConfig, PartitionLog};
 
-/// One v2 batch of `n` records of `value_len` bytes each (no keys).
-fn batch(n: usize, value_len: usize, compression: Compression) -> Vec<u8> {
-    let value: Vec<u8> = (0..value_len).map(|i| b"moldau stream "[i % 14]).collect();
-    let value = Bytes::from(value);
-    let records: Vec<Record> = (0..n)
-        .map(|i| Record {
+/// Keyless records with these values, offsets and sequences from 0.
+fn records_of(values: impl IntoIterator<Item = Bytes>) -> Vec<Record> {
+    values
+        .into_iter()
+        .enumerate()
+        .map(|(i, value)| Record {
             transactional: false,
             control: false,
             delete_horizon: false,
@@ -46,10 +46,16 @@ fn batch(n: usize, value_len: usize, compression: Compression) -> Vec<u8> {
             sequence: i as i32 - 1,
             timestamp: 1_700_000_000_000 + i as i64,
             key: None,
-            value: Some(value.clone()),
+            value: Some(value),
             headers: Default::default(),
         })
-        .collect();
+        .collect()
+}
+
+/// One v2 batch of `n` records of `value_len` bytes each (no keys).
+fn batch(n: usize, value_len: usize, compression: Compression) -> Vec<u8> {
+    let value: Vec<u8> = (0..value_len).map(|i| b"moldau stream "[i % 14]).collect();
+    let records = records_of(std::iter::repeat_n(Bytes::from(value), n));
     let mut buf = BytesMut::new();
     RecordBatchEncoder::encode(
         &mut buf,
@@ -80,36 +86,21 @@ fn batch_as_producers_send_it(n: usize, value_len: usize) -> Vec<u8> {
         state ^= state << 17;
         state
     };
-    let records: Vec<Record> = (0..n)
-        .map(|i| {
-            let mut value = Vec::with_capacity(value_len + 8);
-            while value.len() < value_len {
-                let r = next();
-                if r % 3 == 0 {
-                    value.extend_from_slice((r % 1_000_000).to_string().as_bytes());
-                } else {
-                    value.extend_from_slice(WORDS[(r >> 8) as usize % WORDS.len()].as_bytes());
-                }
-                value.push(b' ');
+    let values = (0..n).map(|_| {
+        let mut value = Vec::with_capacity(value_len + 8);
+        while value.len() < value_len {
+            let r = next();
+            if r % 3 == 0 {
+                value.extend_from_slice((r % 1_000_000).to_string().as_bytes());
+            } else {
+                value.extend_from_slice(WORDS[(r >> 8) as usize % WORDS.len()].as_bytes());
             }
-            value.truncate(value_len);
-            Record {
-                transactional: false,
-                control: false,
-                delete_horizon: false,
-                partition_leader_epoch: -1,
-                producer_id: -1,
-                producer_epoch: -1,
-                timestamp_type: TimestampType::Creation,
-                offset: i as i64,
-                sequence: i as i32 - 1,
-                timestamp: 1_700_000_000_000 + i as i64,
-                key: None,
-                value: Some(Bytes::from(value)),
-                headers: Default::default(),
-            }
-        })
-        .collect();
+            value.push(b' ');
+        }
+        value.truncate(value_len);
+        Bytes::from(value)
+    });
+    let records = records_of(values);
     let mut buf = BytesMut::new();
     RecordBatchEncoder::encode_with_custom_compression(
         &mut buf,
@@ -159,32 +150,42 @@ fn bench_validate(c: &mut Criterion) {
 /// values, uncompressed and lz4 (which is decompressed to be checked).
 fn bench_validate_records(c: &mut Criterion) {
     let mut g = c.benchmark_group("validate_records");
-    for (label, n, len, codec) in [
-        ("9000x100B", 9000, 100, Compression::None),
-        ("9000x100B_lz4", 9000, 100, Compression::Lz4),
-        ("960x1KiB_lz4", 960, 1024, Compression::Lz4),
-    ] {
-        let one = batch(n, len, codec);
-        let headers = validate_batches(&one, 2 << 20).expect("valid batch");
-        g.throughput(Throughput::Bytes((n * len) as u64));
+    let shapes = [
+        ("9000x100B", batch(9000, 100, Compression::None), 9000 * 100),
+        (
+            "9000x100B_lz4",
+            batch(9000, 100, Compression::Lz4),
+            9000 * 100,
+        ),
+        (
+            "960x1KiB_lz4",
+            batch(960, 1024, Compression::Lz4),
+            960 * 1024,
+        ),
+        // As librdkafka sends them (one ~1 MB batch per partition and
+        // request), and as the Java client does with its default
+        // batch.size (16 KiB: 64 batches of 150 records in a 1 MB request).
+        (
+            "9000x100B_lz4_as_sent",
+            batch_as_producers_send_it(9000, 100),
+            9000 * 100,
+        ),
+        (
+            "960x1KiB_lz4_as_sent",
+            batch_as_producers_send_it(960, 1024),
+            960 * 1024,
+        ),
+        (
+            "64x150x100B_lz4_as_sent",
+            batch_as_producers_send_it(150, 100).repeat(64),
+            64 * 150 * 100,
+        ),
+    ];
+    for (label, payload, value_bytes) in shapes {
+        let headers = validate_batches(&payload, 2 << 20).expect("valid batches");
+        g.throughput(Throughput::Bytes(value_bytes as u64));
         g.bench_function(label, |b| {
-            b.iter(|| validate_records(black_box(&one), &headers, false).expect("valid"))
-        });
-    }
-    // As librdkafka sends them (one ~1 MB batch per partition and
-    // request), and as the Java client does with its default batch.size
-    // (16 KiB: 64 batches of 150 records in a 1 MB request).
-    for (label, batches, n, len) in [
-        ("9000x100B_lz4_as_sent", 1, 9000, 100),
-        ("960x1KiB_lz4_as_sent", 1, 960, 1024),
-        ("64x150x100B_lz4_as_sent", 64, 150, 100),
-    ] {
-        let one = batch_as_producers_send_it(n, len).repeat(batches);
-        let n = n * batches;
-        let headers = validate_batches(&one, 2 << 20).expect("valid batch");
-        g.throughput(Throughput::Bytes((n * len) as u64));
-        g.bench_function(label, |b| {
-            b.iter(|| validate_records(black_box(&one), &headers, false).expect("valid"))
+            b.iter(|| validate_records(black_box(&payload), &headers, false).expect("valid"))
         });
     }
     g.finish();
