@@ -62,9 +62,7 @@ impl TopicError {
             message: message.into(),
         }
     }
-}
 
-impl TopicError {
     /// A failed file operation of the broker's own (metadata, markers):
     /// `KAFKA_STORAGE_ERROR`, with the same hints as a log's.
     pub fn from_io(e: std::io::Error) -> Self {
@@ -1333,6 +1331,22 @@ fn remove_orphans(data_dir: &Path, doc: &MetadataDoc) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn io_errors_of_the_brokers_own_files_carry_the_logs_hints() {
+        let fds = TopicError::from_io(std::io::Error::from_raw_os_error(libc::EMFILE));
+        assert_eq!(fds.code, ResponseError::KafkaStorageError);
+        assert!(fds.message.contains("file descriptors"), "{}", fds.message);
+        let full = TopicError::from_io(std::io::Error::from_raw_os_error(libc::ENOSPC));
+        assert!(
+            full.message.contains("data directory is full"),
+            "{}",
+            full.message
+        );
+        let other = TopicError::from_io(std::io::Error::from_raw_os_error(libc::EIO));
+        assert_eq!(other.code, ResponseError::KafkaStorageError);
+        assert!(!other.message.contains(';'), "{}", other.message);
+    }
 
     fn names(m: &TopicManager) -> Vec<String> {
         m.all().iter().map(|t| t.meta.name.clone()).collect()

@@ -180,7 +180,29 @@ def create_topic(c, prefix: str, on: list[int]) -> str:
     admin(c).create_topics([nt], request_timeout=30)[name].result(30)
     wait_replicas(c, name, on, 30)
     assert replicas(c, name)[1] == on, "the replicas as assigned, preferred leader first"
+    # Each broker learns the topic from the metadata log on its own (as in
+    # Kafka, CreateTopics does not wait for all of them): a kcat started now
+    # may ask one that does not know it yet, and kcat gives up at once.
+    for n in NODES:
+        wait_until(f"broker {n} listing {name}", lambda: known_to(c, n, name), 30)
     return name
+
+
+def known_to(c, node: int, topic: str) -> bool:
+    """Whether broker `node` itself (a fresh kcat bootstrapped with it
+    alone, the answer checked to come from it) lists `topic`-0 with a leader.
+    All topics are asked for: a Metadata request naming the topic could
+    make a broker that does not know it yet auto-create it."""
+    from harness import kcat
+
+    try:
+        md = kcat.metadata(c[node].bootstrap)
+    except Exception:  # noqa: BLE001 - not answering yet is "not known"
+        return False
+    if md.get("originating_broker", {}).get("id") != node:
+        return False
+    t = next((t for t in md.get("topics", []) if t.get("topic") == topic), None)
+    return bool(t) and not t.get("error") and any(p.get("partition") == 0 and p.get("leader", -1) >= 0 for p in t.get("partitions", []))
 
 
 def reassign(c, tmp: Path, topic: str, target: list[int], *args: str) -> str:

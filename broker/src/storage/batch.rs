@@ -681,8 +681,10 @@ fn decompress_error(e: compression::DecompressError) -> StorageError {
 ///
 /// The records are checked where they lie — in the batch itself, or in
 /// the decompressor's read buffer — by one loop over a byte slice
-/// ([`Walk::whole_records`]); only a record that straddles the end of the
-/// read buffer is copied out and checked on its own. Going through a
+/// ([`Walk::whole_records`]); a record cut by the end of the read buffer
+/// is moved to its start and the next bytes read after it, and only one
+/// longer than [`STREAM_CARRY_BYTES`] is copied out and checked on its
+/// own. Going through a
 /// reader for each record's length and body cost about as much as
 /// decompressing did (`cargo bench -p moldau-broker --bench hot_paths --
 /// validate_records`).
