@@ -9,7 +9,9 @@
 //! past `replica.lag.time.max.ms` leaves the ISR (Metadata, `/metrics`) and
 //! rejoins once resumed. A leader holding records its followers never got
 //! (they were paused) dies; after the failover it returns as a follower,
-//! truncates them away, and no consumer ever reads them.
+//! truncates them away, and no consumer ever reads them. Followers fetch
+//! through fetch sessions (incremental after the first), and keep
+//! replicating when a full session cache evicts theirs.
 
 mod cluster_common;
 mod wire_common;
@@ -577,4 +579,150 @@ async fn a_consumer_naming_its_rack_reads_from_an_in_sync_replica_there() {
     // A client too old for KIP-392 (Fetch v10) still reads only from leaders.
     let (code, _, _) = fetch_as_consumer(&mut fc, "k", 10, &rack).await;
     assert_eq!(code, 6, "NOT_LEADER_OR_FOLLOWER below v11");
+}
+
+/// The fetch-session counters of one broker's metrics page: (full fetches,
+/// incremental fetches, refused as unknown, evictions).
+fn session_counters(page: &str) -> (u64, u64, u64, u64) {
+    let m = |name: &str| wire_common::metric(page, name).unwrap_or(0);
+    (
+        m("moldau_fetch_session_requests_total{kind=\"full\"}"),
+        m("moldau_fetch_session_requests_total{kind=\"incremental\"}"),
+        m("moldau_fetch_session_errors_total{error=\"fetch_session_id_not_found\"}"),
+        m("moldau_fetch_session_evictions_total"),
+    )
+}
+
+/// Three brokers with `settings` added, and a connection to each.
+async fn three_brokers(
+    root: &std::path::Path,
+    settings: &[&str],
+) -> (BTreeMap<i32, wire_common::Child>, BTreeMap<i32, TcpStream>) {
+    let shared = root.join("shared");
+    let all: Vec<&str> = SETTINGS.iter().chain(settings).copied().collect();
+    let brokers: BTreeMap<i32, wire_common::Child> = (0..3)
+        .map(|n| {
+            let data = root.join(format!("data-{n}"));
+            (n, spawn(&n.to_string(), &data, &shared, root, &all))
+        })
+        .collect();
+    let mut conns: BTreeMap<i32, TcpStream> = BTreeMap::new();
+    for (n, b) in &brokers {
+        conns.insert(*n, b.connect(Duration::from_secs(30)).await);
+    }
+    wait_until(conns.get_mut(&0).unwrap(), "s", "three brokers", |v| {
+        v.0.len() == 3
+    })
+    .await;
+    (brokers, conns)
+}
+
+/// Creates `topic` with `partitions` partitions, three replicas and
+/// min.insync.replicas 3 (so an acknowledged record is on every broker:
+/// each follower fetched it), retrying while a deletion of the same name
+/// completes; has 5 records `<tag>p<partition>-<n>` acknowledged per
+/// partition and reads them back from each leader.
+async fn replicate(conns: &mut BTreeMap<i32, TcpStream>, topic: &str, partitions: i32, tag: &str) {
+    let s0 = conns.get_mut(&0).unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (code, message) =
+            create_replicated(s0, topic, partitions, 3, &[("min.insync.replicas", "3")]).await;
+        if code == 0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "creating {topic}: {code} {message:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let view = wait_for_partitions(s0, topic, "three in-sync replicas each", |v| {
+        v.len() == partitions as usize && v.values().all(|p| p.isr.len() == 3)
+    })
+    .await;
+    let value = |p: i32, n: usize| format!("{tag}p{p}-{n}");
+    for round in 0..5 {
+        for p in 0..partitions {
+            produce_acked(conns, 0, topic, p, &value(p, round)).await;
+        }
+        // idle for a few fetches between rounds: the sessions' steady state
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    for p in 0..partitions {
+        let expected = (0..5).map(|n| value(p, n).into_bytes()).collect();
+        let c = conns.get_mut(&view[&p].leader).unwrap();
+        read_eventually(c, topic, p, expected, "every acknowledged record").await;
+    }
+}
+
+/// Every broker's metrics page, by node.
+async fn metrics_pages(brokers: &BTreeMap<i32, wire_common::Child>) -> BTreeMap<i32, String> {
+    let mut pages = BTreeMap::new();
+    for (n, b) in brokers {
+        pages.insert(*n, b.metrics().await);
+    }
+    pages
+}
+
+/// Followers fetch through fetch sessions (KIP-227): after one full fetch
+/// per follower, the leaders serve incremental ones; every record is
+/// acknowledged by all three replicas. The topic is then deleted and
+/// created again under its name: each follower's fetcher, left with no
+/// partition on a leader, closes its session there (the leaders hold two
+/// sessions at the end, not four, and evicted none), and new sessions
+/// replicate the new topic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn followers_fetch_through_sessions() {
+    let root = tempfile::tempdir().unwrap();
+    let (brokers, mut conns) = three_brokers(root.path(), &[]).await;
+    replicate(&mut conns, "s", 12, "a").await;
+    let s0 = conns.get_mut(&0).unwrap();
+    assert_eq!(wire_common::delete_topic(s0, "s").await, 0);
+    replicate(&mut conns, "s", 12, "b").await;
+    for (n, page) in &metrics_pages(&brokers).await {
+        let (full, incremental, not_found, evictions) = session_counters(page);
+        // each of the two followers: one full fetch to open its session,
+        // one more for the topic created again (a few more if a fetch
+        // broke while leaders moved)
+        assert!((2..=8).contains(&full), "broker {n}: {full} full fetches");
+        assert!(
+            incremental >= 20 * full,
+            "broker {n}: {incremental} incremental fetches against {full} full ones"
+        );
+        assert_eq!((not_found, evictions), (0, 0), "broker {n}");
+        assert_eq!(
+            wire_common::metric(page, "moldau_fetch_sessions"),
+            Some(2),
+            "broker {n}: one session per follower, the closed ones gone"
+        );
+    }
+}
+
+/// With one session slot per leader and no protection for idle sessions,
+/// the two followers of every leader take the slot from each other at each
+/// full fetch: the other's next incremental fetch is refused as unknown
+/// and it starts over with a full one. Replication goes on through it: all
+/// records are acknowledged by all three replicas.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn followers_survive_the_eviction_of_their_sessions() {
+    let root = tempfile::tempdir().unwrap();
+    let settings = [
+        "max.incremental.fetch.session.cache.slots=1",
+        "min.incremental.fetch.session.eviction.ms=0",
+    ];
+    let (brokers, mut conns) = three_brokers(root.path(), &settings).await;
+    replicate(&mut conns, "s", 6, "").await;
+    for (n, page) in &metrics_pages(&brokers).await {
+        let (full, incremental, not_found, evictions) = session_counters(page);
+        assert!(
+            evictions > 0 && not_found > 0,
+            "broker {n}: {evictions} evictions, {not_found} refused as unknown"
+        );
+        assert!(
+            full > 2 && incremental > 0,
+            "broker {n}: {full} full and {incremental} incremental fetches"
+        );
+        assert_eq!(wire_common::metric(page, "moldau_fetch_sessions"), Some(1));
+    }
 }

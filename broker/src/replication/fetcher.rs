@@ -8,6 +8,8 @@
 //! behind the leader's start restarted there. A partition the leader
 //! refuses (not leader, stale epoch) waits `replica.fetch.backoff.ms`
 //! while the next image arrives; a broken connection is opened again.
+//! Fetches go through a fetch session ([`super::session`]): after the
+//! first, each names only the partitions whose fetch state moved.
 
 use std::collections::{BTreeSet, HashMap};
 use std::net::{IpAddr, SocketAddr};
@@ -16,7 +18,7 @@ use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
 use kafka_protocol::messages::fetch_response::PartitionData;
 use kafka_protocol::messages::{
     ApiKey, BrokerId, FetchRequest, FetchResponse, RequestHeader, ResponseHeader,
@@ -30,6 +32,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::manager::FetchSettings;
+use super::session::{Asked, FollowerSession, Plan};
 use crate::partition::{FetchPosition, Partition};
 
 /// The Fetch version followers speak: the newest this broker serves, which
@@ -50,16 +53,58 @@ pub struct FetchSet {
     pub throttled: BTreeSet<(String, i32)>,
 }
 
+/// A followed partition as the fetch session's key: told apart by topic
+/// name and index, as the leader's session holds it (a topic deleted and
+/// created again under its name is the same entry there), compared
+/// without copying the name.
+#[derive(Clone)]
+struct Followed(Arc<Partition>);
+
+impl Followed {
+    fn name(&self) -> (&str, i32) {
+        (self.0.topic.as_str(), self.0.index)
+    }
+}
+
+impl PartialEq for Followed {
+    fn eq(&self, other: &Self) -> bool {
+        self.name() == other.name()
+    }
+}
+
+impl Eq for Followed {}
+
+impl std::hash::Hash for Followed {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.name().hash(state)
+    }
+}
+
+impl PartialOrd for Followed {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Followed {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.name().cmp(&other.name())
+    }
+}
+
 /// A running fetcher; dropping it stops the task.
 #[derive(Debug)]
 pub struct Fetcher {
     set: watch::Sender<FetchSet>,
-    task: tokio::task::JoinHandle<()>,
+    /// `None` once retired: the task ends by itself.
+    task: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Drop for Fetcher {
     fn drop(&mut self) {
-        self.task.abort();
+        if let Some(task) = &self.task {
+            task.abort();
+        }
     }
 }
 
@@ -74,12 +119,24 @@ impl Fetcher {
     ) -> Self {
         let (tx, rx) = watch::channel(set);
         let task = tokio::spawn(run(node, leader, settings, bind, incarnation, rx));
-        Self { set: tx, task }
+        Self {
+            set: tx,
+            task: Some(task),
+        }
     }
 
     /// Replaces the partitions (and address) fetched.
     pub fn update(&self, set: FetchSet) {
         self.set.send_replace(set);
+    }
+
+    /// Stops fetching once the fetch in flight is answered (its records
+    /// are not applied), closing the fetch session on the leader instead of
+    /// leaving it to the leader's eviction: for a leader this broker no
+    /// longer follows anything on. Dropping a fetcher stops it at once.
+    pub fn retire(mut self) {
+        // the task sees the channel closed when `self.set` drops
+        self.task = None;
     }
 }
 
@@ -91,7 +148,9 @@ async fn run(
     incarnation: Option<uuid::Uuid>,
     mut set_rx: watch::Receiver<FetchSet>,
 ) {
-    loop {
+    let mut session = FollowerSession::<Followed>::default();
+    // until retired (the sending side dropped)
+    while set_rx.has_changed().is_ok() {
         let set = set_rx.borrow_and_update().clone();
         if set.partitions.is_empty() {
             if set_rx.changed().await.is_err() {
@@ -115,7 +174,10 @@ async fn run(
             }
         };
         tracing::info!(leader, address = %set.address, partitions = set.partitions.len(), "fetching from the leader");
-        if let Err(e) = fetch_loop(node, &settings, &mut conn, set, &mut set_rx).await {
+        let ended = fetch_loop(node, &settings, &mut conn, set, &mut set_rx, &mut session).await;
+        // a new connection starts a new session (and closes this one)
+        session.abandon();
+        if let Err(e) = ended {
             tracing::warn!(leader, error = %e, "replica fetch failed; connecting again");
             tokio::time::sleep(settings.backoff).await;
         }
@@ -130,16 +192,25 @@ async fn fetch_loop(
     conn: &mut Connection,
     mut set: FetchSet,
     set_rx: &mut watch::Receiver<FetchSet>,
+    session: &mut FollowerSession<Followed>,
 ) -> std::io::Result<()> {
     // refused partitions, by identity (the address of their shared state)
     let mut delayed: HashMap<usize, Instant> = HashMap::new();
     loop {
-        if set_rx.has_changed().unwrap_or(false) {
-            let next = set_rx.borrow_and_update().clone();
-            if next.address != set.address || next.partitions.is_empty() {
-                return Ok(());
+        match set_rx.has_changed() {
+            // retired
+            Err(_) => return close_session(node, conn, session).await,
+            Ok(true) => {
+                let next = set_rx.borrow_and_update().clone();
+                if next.address != set.address {
+                    return Ok(());
+                }
+                if next.partitions.is_empty() {
+                    return close_session(node, conn, session).await;
+                }
+                set = next;
             }
-            set = next;
+            Ok(false) => {}
         }
         let now = Instant::now();
         delayed.retain(|_, until| *until > now);
@@ -158,14 +229,38 @@ async fn fetch_loop(
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         }
-        let request = fetch_request(node, settings, &wanted);
+        let asked: Vec<(Followed, Asked)> = wanted
+            .iter()
+            .map(|(p, pos)| (Followed(p.clone()), asked(settings, pos)))
+            .collect();
+        let plan = session.plan(&asked);
+        let request = fetch_request(node, settings, &asked, &plan);
         let wait = Duration::from_millis(settings.wait_ms.max(0) as u64) + Duration::from_secs(10);
         let response = tokio::time::timeout(wait, conn.fetch(request))
             .await
             .map_err(|_| {
                 std::io::Error::new(std::io::ErrorKind::TimedOut, "no fetch response")
             })??;
+        session.answered(response.error_code, response.session_id);
+        if set_rx.has_changed().is_err() {
+            // retired while the fetch was out: its partitions may have new
+            // roles already
+            return close_session(node, conn, session).await;
+        }
         if response.error_code != 0 {
+            if matches!(
+                ResponseError::try_from_code(response.error_code),
+                Some(
+                    ResponseError::FetchSessionIdNotFound | ResponseError::InvalidFetchSessionEpoch
+                )
+            ) {
+                // evicted or out of step: the next fetch is full
+                tracing::debug!(
+                    code = response.error_code,
+                    "the leader refused the fetch session"
+                );
+                continue;
+            }
             tracing::warn!(code = response.error_code, "the leader refused the fetch");
             tokio::time::sleep(settings.backoff).await;
             continue;
@@ -185,40 +280,90 @@ async fn fetch_loop(
     }
 }
 
+/// Closes the fetch session on the leader, if one is open (a fetch of no
+/// partitions on the session with the final epoch, KIP-227); a leader that
+/// does not answer within 2 s keeps it until it evicts it.
+async fn close_session(
+    node: i32,
+    conn: &mut Connection,
+    session: &mut FollowerSession<Followed>,
+) -> std::io::Result<()> {
+    let id = session.id();
+    session.closed();
+    if id == crate::fetch_session::NO_SESSION {
+        return Ok(());
+    }
+    let request = FetchRequest::default()
+        .with_replica_id(BrokerId(node))
+        .with_max_wait_ms(0)
+        .with_session_id(id)
+        .with_session_epoch(crate::fetch_session::FINAL_EPOCH);
+    let _ = tokio::time::timeout(Duration::from_secs(2), conn.fetch(request)).await;
+    Ok(())
+}
+
+/// What a fetch asks of a partition at `pos`.
+fn asked(settings: &FetchSettings, pos: &FetchPosition) -> Asked {
+    Asked {
+        fetch_offset: pos.log_end,
+        log_start: pos.log_start,
+        leader_epoch: pos.leader_epoch,
+        last_fetched_epoch: pos.last_epoch,
+        max_bytes: settings.partition_max_bytes,
+    }
+}
+
+/// The Fetch request of `plan`: the partitions it names, in the order
+/// wanted (a topic's partitions together: the manager walks topics in
+/// order), and those it forgets.
 fn fetch_request(
     node: i32,
     settings: &FetchSettings,
-    wanted: &[(Arc<Partition>, FetchPosition)],
+    wanted: &[(Followed, Asked)],
+    plan: &Plan<Followed>,
 ) -> FetchRequest {
     let mut topics: Vec<FetchTopic> = Vec::new();
-    for (p, pos) in wanted {
+    for &i in &plan.named {
+        let (Followed(p), a) = &wanted[i];
+        let (topic, index) = (&p.topic, p.index);
         let partition = FetchPartition::default()
-            .with_partition(p.index)
-            .with_current_leader_epoch(pos.leader_epoch)
-            .with_fetch_offset(pos.log_end)
-            .with_last_fetched_epoch(pos.last_epoch)
-            .with_log_start_offset(pos.log_start)
-            .with_partition_max_bytes(settings.partition_max_bytes);
-        // the set lists a topic's partitions together (the manager walks
-        // topics in order)
-        match topics.last_mut().filter(|t| t.topic.0.as_str() == p.topic) {
+            .with_partition(index)
+            .with_current_leader_epoch(a.leader_epoch)
+            .with_fetch_offset(a.fetch_offset)
+            .with_last_fetched_epoch(a.last_fetched_epoch)
+            .with_log_start_offset(a.log_start)
+            .with_partition_max_bytes(a.max_bytes);
+        match topics.last_mut().filter(|t| t.topic.0.as_str() == topic) {
             Some(t) => t.partitions.push(partition),
             None => topics.push(
                 FetchTopic::default()
-                    .with_topic(TopicName(StrBytes::from_string(p.topic.clone())))
+                    .with_topic(TopicName(StrBytes::from_string(topic.clone())))
                     .with_partitions(vec![partition]),
             ),
         }
     }
+    let mut by_topic: std::collections::BTreeMap<&str, Vec<i32>> = Default::default();
+    for Followed(p) in &plan.forgotten {
+        by_topic.entry(&p.topic).or_default().push(p.index);
+    }
+    let forgotten: Vec<ForgottenTopic> = by_topic
+        .into_iter()
+        .map(|(topic, partitions)| {
+            ForgottenTopic::default()
+                .with_topic(TopicName(StrBytes::from_string(topic.to_string())))
+                .with_partitions(partitions)
+        })
+        .collect();
     FetchRequest::default()
         .with_replica_id(BrokerId(node))
         .with_max_wait_ms(settings.wait_ms)
         .with_min_bytes(1)
         .with_max_bytes(settings.max_bytes)
         .with_isolation_level(0)
-        .with_session_id(0)
-        .with_session_epoch(-1)
+        .with_session_id(plan.session_id)
+        .with_session_epoch(plan.epoch)
         .with_topics(topics)
+        .with_forgotten_topics_data(forgotten)
 }
 
 /// Bytes of records a response carries for throttled partitions.

@@ -143,11 +143,22 @@ impl ReplicaManager {
             }
         }
         let mut fetchers = self.fetchers.lock();
-        fetchers.retain(|leader, _| follow.contains_key(leader));
+        let unfollowed: Vec<i32> = fetchers
+            .keys()
+            .filter(|leader| !follow.contains_key(leader))
+            .copied()
+            .collect();
+        for leader in unfollowed {
+            if let Some(f) = fetchers.remove(&leader) {
+                f.retire();
+            }
+        }
         for (leader, partitions) in follow {
             let Some(b) = image.broker(leader) else {
                 // the leader is not in service: its partitions wait
-                fetchers.remove(&leader);
+                if let Some(f) = fetchers.remove(&leader) {
+                    f.retire();
+                }
                 continue;
             };
             let set = FetchSet {

@@ -6,12 +6,14 @@
 //! to the controller, which commits them as a compare-and-swap on the
 //! partition epoch. [`selector`] sends consumers to a replica in their
 //! rack (KIP-392); [`throttle`] holds replication throttles (Kafka's
-//! throttled replicas and rates, for moving replicas).
+//! throttled replicas and rates, for moving replicas); [`session`] is the
+//! follower's side of a fetch session (KIP-227).
 
 pub mod fetcher;
 pub mod manager;
 pub mod progress;
 pub mod selector;
+pub mod session;
 pub mod throttle;
 
 pub use manager::{FetchSettings, ReplicaManager};
