@@ -599,7 +599,7 @@ def markdown(raw: dict, agg: dict) -> str:
              + f", {m.get('java', '')}. "
              f"{raw['reps']} repetitions per cluster, interleaved (Moldau/Kafka order alternates); each "
              "repetition starts a fresh cluster. Figures are medians with the min–max spread in parentheses."
-             + _report().hold_line(m))
+             + _report().run_settings_line(m))
     L.append("")
     L.append(f"Machine load (load average, 1/5/15 min): {la3(m['loadavg_start'])} at the start, "
              + (f"{la3(m['loadavg_end'])} at the end" if m.get("loadavg_end") else "n/a at the end")

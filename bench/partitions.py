@@ -34,7 +34,7 @@ import statistics
 import time
 from pathlib import Path
 
-from report import hold_line
+from report import run_settings_line
 from run import BenchRunner, Kafka, Moldau, log, proc_cpu_seconds, proc_status_kib, repetition
 
 TOPIC = "many"
@@ -178,7 +178,7 @@ class Runner(BenchRunner):
               f"{load['consumers']}th partition from the beginning, reading everything written. "
               f"Medians of {raw['reps']} interleaved repetitions (range in brackets), started {raw['started']}; "
               f"Moldau at {mach['git']}, {mach['cpus']} CPUs, load average {fmt_load(mach)}."
-              + hold_line(mach), "",
+              + run_settings_line(mach), "",
               *rows, ""]
         if raw["errors"]:
             md += ["Errors:", *[f"- {e}" for e in raw["errors"]], ""]

@@ -256,15 +256,22 @@ def steal_line(raw: dict) -> str:
             f"(median {steal[len(steal) // 2]:.1f}%).")
 
 
-def hold_line(machine: dict) -> str:
-    """Says whether the run held freed memory in the guest (run.py's
-    `hold_freed_memory`); runs from before it have no such field."""
+def run_settings_line(machine: dict) -> str:
+    """Says which kernel settings the run changed for its duration (run.py's
+    `hold_freed_memory` and `tcp_congestion_for_run`); runs from before them
+    have no such fields."""
+    line = ""
     hold = machine.get("freed_memory_hold")
-    if not hold:
-        return ""
-    return (f" Free page reporting's delay was {hold['min_free_ms'] // 1000} s for the run "
-            f"(`min_free_ms`, {hold['min_free_ms_before']} ms before and after it), so freed memory "
-            "stayed backed by the host between configurations.")
+    if hold:
+        line += (f" Free page reporting's delay was {hold['min_free_ms'] // 1000} s for the run "
+                 f"(`min_free_ms`, {hold['min_free_ms_before']} ms before and after it), so freed "
+                 "memory stayed backed by the host between configurations.")
+    cc = machine.get("tcp_congestion")
+    if cc:
+        line += (f" TCP congestion control was {cc['now']} for the run, brokers and clients alike "
+                 f"({cc['before']} before and after it: BBR without an fq qdisc paces each loopback "
+                 "connection at a bandwidth estimate that lands high or low per connection).")
+    return line
 
 
 def memory_method(raw: dict) -> str:
@@ -313,7 +320,7 @@ def markdown(raw: dict, agg: dict) -> str:
              + (f", at end {', '.join(f'{x:.1f}' for x in m['loadavg_end'])}" if m.get('loadavg_end') else "")
              + f". {raw['reps']} repetitions per broker, interleaved (Moldau/Kafka order alternates). "
              "Figures are medians with the min–max spread in parentheses."
-             + steal_line(raw) + hold_line(m))
+             + steal_line(raw) + run_settings_line(m))
     L.append("")
     L.append("## Targets (1 KiB records, acks=1, uncompressed)")
     L.append("")

@@ -275,7 +275,7 @@ class Runner(BenchRunner):
               "Own signal: Moldau's `/readyz` 200, Kafka's \"Kafka Server started\" log line. "
               f"Medians of {raw['reps']} interleaved repetitions (range in brackets), started {raw['started']}; "
               f"Moldau at {raw['machine']['git']}, {raw['machine']['cpus']} CPUs, load average "
-              f"{partitions.fmt_load(raw['machine'])}." + report.hold_line(raw["machine"]), ""]
+              f"{partitions.fmt_load(raw['machine'])}." + report.run_settings_line(raw["machine"]), ""]
         for mib in load["sizes_mib"]:
             runs = []
             for r in raw["runs"]:

@@ -264,6 +264,31 @@ FREED_MEMORY_HOLD_MS = 300_000
 
 
 @contextlib.contextmanager
+def kernel_setting_for_run(path: Path, value: str, env: str):
+    """Writes `value` into the kernel parameter `path` for the run and
+    restores what was there afterwards; records "before:value" in the
+    environment variable `env` for the report (in the environment, not a
+    module global: the modes' modules import this file as `run` while it
+    runs as `__main__`). On a machine without the parameter, or not root,
+    nothing changes and nothing is recorded."""
+    before = None
+    try:
+        before = path.read_text().strip()
+        path.write_text(value)
+        os.environ[env] = f"{before}:{value}"
+    except OSError:
+        before = None
+    try:
+        yield
+    finally:
+        os.environ.pop(env, None)
+        if before is not None:
+            try:
+                path.write_text(before)
+            except OSError:
+                pass
+
+
 def hold_freed_memory():
     """For the run, keeps the guest from handing freed memory back to the
     host at once (free page reporting's `min_free_ms`, 0 on this machine
@@ -277,24 +302,43 @@ def hold_freed_memory():
     how long the broker took to start. Held for 300 s, freed memory stays
     backed as on a machine that is not a VM, for both brokers alike. On a
     machine without the parameter (or not root) nothing changes."""
-    before = None
-    try:
-        before = str(int(PAGE_REPORTING_DELAY.read_text().strip()))
-        PAGE_REPORTING_DELAY.write_text(str(FREED_MEMORY_HOLD_MS))
-        # In the environment, not a module global: the modes' modules
-        # import this file as `run` while it runs as `__main__`.
-        os.environ[HOLD_ENV] = f"{before}:{FREED_MEMORY_HOLD_MS}"
-    except (OSError, ValueError):
-        before = None
-    try:
-        yield
-    finally:
-        os.environ.pop(HOLD_ENV, None)
-        if before is not None:
-            try:
-                PAGE_REPORTING_DELAY.write_text(before)
-            except OSError:
-                pass
+    return kernel_setting_for_run(PAGE_REPORTING_DELAY, str(FREED_MEMORY_HOLD_MS), HOLD_ENV)
+
+
+TCP_CONGESTION = Path("/proc/sys/net/ipv4/tcp_congestion_control")
+TCP_CONGESTION_ENV = "MOLDAU_BENCH_TCP_CONGESTION"
+RUN_TCP_CONGESTION = "cubic"
+
+
+def tcp_congestion_for_run(name: str):
+    """For the run, new TCP connections use the congestion control `name`
+    (`net.ipv4.tcp_congestion_control`; restored afterwards), brokers and
+    load generators alike; "system" keeps the machine's. Recorded for the
+    report (`congestion_record`).
+
+    Why cubic by default: this machine kind uses BBR with no `fq` qdisc, so
+    every connection is paced by the kernel at BBR's estimate of its
+    bandwidth, taken in the connection's first round trips. On loopback
+    there is no bottleneck to estimate, and a fresh connection's estimate
+    landed either near 175 Gbit/s or at 23-52 Gbit/s (`ss -tin` during
+    single-connection fetches of 1 KiB records, 2 GB, six trials), a coin
+    toss per connection; on the low side pacing timers cut one consumer's
+    rate from 3.5-4.1 to 2.0-2.3 GB/s and doubled Moldau's CPU per byte.
+    With cubic Moldau served 3.75-4.15 GB/s in eight trials of eight, and
+    Kafka's single consumer was the same under either (1.3-2.1 GB/s): the
+    setting takes a lottery out of the measurement. It is not neutral
+    everywhere: Kafka's ten consumers of 1,000 partitions (--partitions)
+    read 1.8 GB/s under cubic against 1.5 under BBR, Moldau's 1.9 either
+    way."""
+    if name == "system":
+        return contextlib.nullcontext()
+    return kernel_setting_for_run(TCP_CONGESTION, name, TCP_CONGESTION_ENV)
+
+
+def congestion_record() -> dict | None:
+    """What `tcp_congestion_for_run` did in this process, for the report."""
+    before, sep, now = os.environ.get(TCP_CONGESTION_ENV, "").partition(":")
+    return {"before": before, "now": now} if sep else None
 
 
 HOLD_ENV = "MOLDAU_BENCH_FREED_MEMORY_HOLD"
@@ -703,6 +747,7 @@ def machine_info(out: Path, moldau_bin=None) -> dict:
         "java": java[0] if java else "",
         "loadavg_start": os.getloadavg(),
         "freed_memory_hold": hold_record(),
+        "tcp_congestion": congestion_record(),
     }
 
 
@@ -732,10 +777,13 @@ def main() -> int:
     ap.add_argument("--moldau-bin", required=True)
     ap.add_argument("--bench-bin", required=True)
     ap.add_argument("--report-only", action="store_true", help="re-render from an existing raw.json")
+    ap.add_argument("--tcp-congestion", default=RUN_TCP_CONGESTION,
+                    help="TCP congestion control for the run's connections, or 'system' to keep "
+                         f"the machine's (default {RUN_TCP_CONGESTION}; see tcp_congestion_for_run)")
     args = ap.parse_args()
     if args.report_only:
         return run_mode(args)
-    with hold_freed_memory():
+    with hold_freed_memory(), tcp_congestion_for_run(args.tcp_congestion):
         return run_mode(args)
 
 

@@ -37,6 +37,10 @@
 # after SIGTERM (and the SIGTERM's stop time); bench/restart.py. Results:
 # bench-results/<date>-restart/. --quick: about 12 minutes.
 #
+# Every mode sets, for its duration, free page reporting's delay to 300 s and
+# TCP congestion control to cubic (--tcp-congestion NAME|system), brokers and
+# clients alike, and restores both afterwards (bench/run.py).
+#
 # MOLDAU_BENCH_BINS_DIR=DIR uses DIR/moldau-broker and DIR/moldau-bench as they
 # are (no cargo build), e.g. private copies that a concurrent build sharing the
 # target directory cannot replace in the middle of a run.
