@@ -18,7 +18,10 @@ fresh each repetition, order alternating (as run.py). For each:
 4. consume: 10 consumer clients (`moldau-bench consume --consumers 10`, one
    connection each) read every partition from the beginning, consumer k the
    partitions p with p mod 10 = k, everything the warm-up and the produce
-   step wrote;
+   step wrote; then the wire load generator reads it all again the same way
+   (`moldau-bench wire-consume --consumers 10`: full fetches, batches
+   CRC-checked, no per-record client work), because on 2 cores the ten
+   librdkafka consumers take most of the CPU and cap both brokers alike;
 5. the broker's peak RSS (VmHWM) and CPU seconds.
 
 Results: bench-results/<date>-partitions/results.{md,json} (raw.json as
@@ -140,16 +143,24 @@ class Runner(BenchRunner):
                                        "--count", str(total), "--max-seconds", str(m["consume_seconds"]),
                                        timeout=m["consume_seconds"] + 120)
             cpu3 = proc_cpu_seconds(broker.pid)
-            if None not in (cpu0, cpu1, cpu2, cpu3):
+            row["wire_consume"] = self.tool("wire-consume", "--bootstrap", bootstrap, "--topic", TOPIC,
+                                            "--consumers", str(CONSUMERS), "--partitions", str(PARTITIONS),
+                                            "--size", str(SIZE), "--count", str(total),
+                                            "--max-seconds", str(m["consume_seconds"]),
+                                            timeout=m["consume_seconds"] + 120)
+            cpu4 = proc_cpu_seconds(broker.pid)
+            if None not in (cpu0, cpu1, cpu2, cpu3, cpu4):
                 row["cpu_produce_s"] = cpu2 - cpu1
                 row["cpu_consume_s"] = cpu3 - cpu2
-                row["cpu_total_s"] = cpu3 - cpu0
+                row["cpu_wire_consume_s"] = cpu4 - cpu3
+                row["cpu_total_s"] = cpu4 - cpu0
             row["peak_rss_kib"] = proc_status_kib(broker.pid, "VmHWM")
             row["data_dir_allocated_bytes"] = disk_bytes(broker.datadir)
-            p, c = row["produce"], row["consume"]
+            p, c, w = row["produce"], row["consume"], row["wire_consume"]
             log(f"  {broker.name}: {PARTITIONS} partitions created in {row['create_topic_seconds']:.1f} s; "
                 f"produce {p['mb_per_sec']:.1f} MB/s (p99 {p['lat_p99_ms']:.0f} ms), "
                 f"consume {c['mb_per_sec']:.1f} MB/s ({c['records']} records), "
+                f"wire consume {w['mb_per_sec']:.1f} MB/s ({w['records']} records), "
                 f"peak RSS {(row['peak_rss_kib'] or 0) / 1024:.0f} MiB")
 
     def report(self) -> None:
@@ -158,12 +169,14 @@ class Runner(BenchRunner):
         rows = table(raw["runs"], [
             ("produce throughput (MB/s)", "produce.mb_per_sec", 1),
             ("consume throughput (MB/s)", "consume.mb_per_sec", 1),
+            ("consume throughput, wire load generator (MB/s)", "wire_consume.mb_per_sec", 1),
             ("peak RSS (MiB)", "peak_rss_kib", 1 / 1024),
             ("produce latency p50, full load: mostly queued in the clients (ms)", "produce.lat_p50_ms", 1),
             ("produce latency p99, full load (ms)", "produce.lat_p99_ms", 1),
             ("consume: first record after (s)", "consume.first_record_after_s", 1),
             ("broker CPU while producing (s)", "cpu_produce_s", 1),
             ("broker CPU while consuming (s)", "cpu_consume_s", 1),
+            ("broker CPU while consuming, wire (s)", "cpu_wire_consume_s", 1),
             (f"CreateTopics, {load['partitions']} partitions (s)", "create_topic_seconds", 1),
             ("broker start until its port accepts (s)", "startup_seconds", 1),
         ])
@@ -175,7 +188,9 @@ class Runner(BenchRunner):
               f"partitions, acks={load['acks']}, linger.ms={load['linger_ms']}, up to {load['records']:,} "
               f"records or {load['seconds']:g} s (after an unrecorded {load['warmup']:g} s warm-up). "
               f"Consume: {load['consumers']} consumer connections, each assigned every "
-              f"{load['consumers']}th partition from the beginning, reading everything written. "
+              f"{load['consumers']}th partition from the beginning, reading everything written: librdkafka "
+              f"consumers, then the same reads by the wire load generator (full fetches over "
+              f"{load['consumers']} connections, the client's work per record left out, as in the matrix). "
               f"Medians of {raw['reps']} interleaved repetitions (range in brackets), started {raw['started']}; "
               f"Moldau at {mach['git']}, {mach['cpus']} CPUs, load average {fmt_load(mach)}."
               + run_settings_line(mach), "",

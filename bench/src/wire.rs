@@ -22,10 +22,12 @@
 //!   outstanding on the connection. Every response is checked (correlation
 //!   id, error code, increasing base offsets); latency is per request, from
 //!   its write to its response.
-//! - `wire-consume` reads partition 0 from offset 0 with Fetch v12, one
-//!   fetch outstanding (as a consumer's one fetch per broker), with
-//!   librdkafka's defaults for the limits (1 MiB per partition, 500 ms max
-//!   wait). Every batch's CRC-32C is verified and its offsets must follow
+//! - `wire-consume` reads partitions 0..`--partitions` from offset 0 with
+//!   Fetch v12 over `--consumers` connections (connection k the partitions
+//!   p with p mod N = k, as `consume`), one fetch outstanding on each (as a
+//!   consumer's one fetch per broker), full fetches without a session (as
+//!   librdkafka), with librdkafka's defaults for the limits (1 MiB per
+//!   partition, 50 MiB per response, 500 ms max wait). Every batch's CRC-32C is verified and its offsets must follow
 //!   the previous batch's; records are counted from the batch headers, and
 //!   bytes are the records' value bytes (`--size` each, as produced), so
 //!   MB/s means what it means for `consume`. Records are not decompressed
@@ -35,6 +37,7 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::sync_channel;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -87,6 +90,13 @@ pub struct WireConsumeArgs {
     /// `max.partition.fetch.bytes` (librdkafka's default).
     #[arg(long, default_value_t = 1_048_576)]
     partition_max_bytes: i32,
+    /// Partitions 0..P are read.
+    #[arg(long, default_value_t = 1)]
+    partitions: i32,
+    /// Connections reading in parallel (one thread each), connection k the
+    /// partitions p with p mod N = k.
+    #[arg(long, default_value_t = 1)]
+    consumers: i32,
 }
 
 fn topic_name(s: &str) -> TopicName {
@@ -420,13 +430,101 @@ fn walk_batches(mut records: &[u8], mut next: i64) -> Result<(u64, i64)> {
     Ok((count, next))
 }
 
+/// What the connections of one `wire-consume` run share (as `consume`'s
+/// consumers do): the records read, and the measured interval.
+struct WireShared {
+    base: Instant,
+    records: AtomicU64,
+    /// Value bytes of every fetch but the run's first with records (it
+    /// opens the measured interval).
+    counted_bytes: AtomicU64,
+    fetches: AtomicU64,
+    /// When the first records arrived (any connection), ns since `base` + 1.
+    first_ns: AtomicU64,
+    last_ns: AtomicU64,
+}
+
 pub fn wire_consume(a: &WireConsumeArgs) -> Result<()> {
-    let mut stream = connect(&a.load.bootstrap)?;
-    let start = Instant::now();
-    let deadline = start + Duration::from_secs_f64(a.load.max_seconds);
-    let (mut next, mut records, mut counted_bytes, mut fetches) = (0i64, 0u64, 0u64, 0u64);
-    let (mut first, mut last) = (None::<Instant>, start);
-    while records < a.load.count && Instant::now() < deadline {
+    ensure!(
+        a.consumers >= 1 && a.partitions >= a.consumers,
+        "--consumers must be at least 1 and at most --partitions"
+    );
+    let streams = (0..a.consumers)
+        .map(|_| connect(&a.load.bootstrap))
+        .collect::<Result<Vec<_>>>()?;
+    let shared = WireShared {
+        base: Instant::now(),
+        records: AtomicU64::new(0),
+        counted_bytes: AtomicU64::new(0),
+        fetches: AtomicU64::new(0),
+        first_ns: AtomicU64::new(0),
+        last_ns: AtomicU64::new(0),
+    };
+    let deadline = shared.base + Duration::from_secs_f64(a.load.max_seconds);
+    let results: Vec<Result<()>> = thread::scope(|s| {
+        let handles: Vec<_> = streams
+            .into_iter()
+            .zip(0..)
+            .map(|(stream, k)| {
+                let partitions: Vec<i32> =
+                    (k..a.partitions).step_by(a.consumers as usize).collect();
+                let shared = &shared;
+                s.spawn(move || fetch_partitions(a, stream, &partitions, shared, deadline))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("consumer thread panicked")))
+            })
+            .collect()
+    });
+    for r in results {
+        r?;
+    }
+    let records = shared.records.load(Ordering::Relaxed);
+    let counted_bytes = shared.counted_bytes.load(Ordering::Relaxed);
+    let first_ns = shared.first_ns.load(Ordering::Relaxed);
+    let first = (first_ns > 0).then(|| (first_ns - 1) as f64 / 1e9);
+    let secs = first
+        .map_or(0.0, |f| {
+            shared.last_ns.load(Ordering::Relaxed) as f64 / 1e9 - f
+        })
+        .max(1e-9);
+    println!(
+        "{}",
+        json!({
+            "kind": "wire-consume",
+            "topic": a.load.topic,
+            "partitions": a.partitions,
+            "consumers": a.consumers,
+            "records": records,
+            "expected": a.load.count,
+            "fetches": shared.fetches.load(Ordering::Relaxed),
+            "bytes": counted_bytes,
+            "seconds": secs,
+            "first_record_after_s": first,
+            "records_per_sec": counted_bytes as f64 / a.size.max(1) as f64 / secs,
+            "mb_per_sec": counted_bytes as f64 / secs / 1e6,
+        })
+    );
+    a.load.check_complete(records)
+}
+
+/// One connection's loop: full fetches of `partitions` from offset 0 (no
+/// fetch session, as librdkafka), one outstanding, until all connections
+/// together have read `--count` records or the deadline passes.
+fn fetch_partitions(
+    a: &WireConsumeArgs,
+    mut stream: TcpStream,
+    partitions: &[i32],
+    shared: &WireShared,
+    deadline: Instant,
+) -> Result<()> {
+    let mut next = vec![0i64; partitions.len()];
+    let mut id = 0i32;
+    while shared.records.load(Ordering::Relaxed) < a.load.count && Instant::now() < deadline {
         let req = FetchRequest::default()
             .with_replica_id((-1).into())
             .with_max_wait_ms(500)
@@ -436,63 +534,61 @@ pub fn wire_consume(a: &WireConsumeArgs) -> Result<()> {
             .with_session_epoch(-1)
             .with_topics(vec![FetchTopic::default()
                 .with_topic(topic_name(&a.load.topic))
-                .with_partitions(vec![FetchPartition::default()
-                    .with_partition(0)
-                    .with_fetch_offset(next)
-                    .with_partition_max_bytes(a.partition_max_bytes)])]);
-        let id = i32::try_from(fetches % i32::MAX as u64)?;
+                .with_partitions(
+                    partitions
+                        .iter()
+                        .zip(&next)
+                        .map(|(&p, &offset)| {
+                            FetchPartition::default()
+                                .with_partition(p)
+                                .with_fetch_offset(offset)
+                                .with_partition_max_bytes(a.partition_max_bytes)
+                        })
+                        .collect(),
+                )]);
+        id = id.wrapping_add(1) & i32::MAX;
         let mut f = frame(ApiKey::Fetch, FETCH_VERSION, &req)?;
         set_correlation_id(&mut f, id);
         stream.write_all(&f).context("writing a fetch")?;
         let mut body = read_response(&mut stream, ApiKey::Fetch, FETCH_VERSION, id)?;
         let resp = FetchResponse::decode(&mut body, FETCH_VERSION)?;
-        fetches += 1;
+        shared.fetches.fetch_add(1, Ordering::Relaxed);
         ensure!(resp.error_code == 0, "fetch error code {}", resp.error_code);
-        let p = resp
-            .responses
-            .first()
-            .and_then(|t| t.partitions.first())
-            .context("a fetch response without its partition")?;
-        ensure!(
-            p.error_code == 0,
-            "fetch partition error code {}",
-            p.error_code
-        );
-        let (n, after) = walk_batches(p.records.as_deref().unwrap_or_default(), next)?;
-        next = after;
+        let mut n = 0u64;
+        for p in resp.responses.iter().flat_map(|t| &t.partitions) {
+            ensure!(
+                p.error_code == 0,
+                "partition {} fetch error code {}",
+                p.partition_index,
+                p.error_code
+            );
+            let slot = partitions
+                .iter()
+                .position(|&q| q == p.partition_index)
+                .with_context(|| format!("partition {} was not asked for", p.partition_index))?;
+            let (got, after) = walk_batches(p.records.as_deref().unwrap_or_default(), next[slot])?;
+            next[slot] = after;
+            n += got;
+        }
         if n == 0 {
             continue;
         }
-        let now = Instant::now();
-        records += n;
-        // As in `consume`: the first records open the measured interval and
-        // their bytes are not counted.
-        if first.is_none() {
-            first = Some(now);
-        } else {
-            counted_bytes += n * a.size as u64;
+        let now_ns = shared.base.elapsed().as_nanos() as u64;
+        // As in `consume`: the run's first records open the measured
+        // interval and their bytes are not counted.
+        let opened = shared
+            .first_ns
+            .compare_exchange(0, now_ns + 1, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok();
+        if !opened {
+            shared
+                .counted_bytes
+                .fetch_add(n * a.size as u64, Ordering::Relaxed);
         }
-        last = now;
+        shared.records.fetch_add(n, Ordering::Relaxed);
+        shared.last_ns.fetch_max(now_ns, Ordering::Relaxed);
     }
-    let secs = first
-        .map_or(0.0, |f| last.duration_since(f).as_secs_f64())
-        .max(1e-9);
-    println!(
-        "{}",
-        json!({
-            "kind": "wire-consume",
-            "topic": a.load.topic,
-            "records": records,
-            "expected": a.load.count,
-            "fetches": fetches,
-            "bytes": counted_bytes,
-            "seconds": secs,
-            "first_record_after_s": first.map(|f| f.duration_since(start).as_secs_f64()),
-            "records_per_sec": counted_bytes as f64 / a.size.max(1) as f64 / secs,
-            "mb_per_sec": counted_bytes as f64 / secs / 1e6,
-        })
-    );
-    a.load.check_complete(records)
+    Ok(())
 }
 
 #[cfg(test)]

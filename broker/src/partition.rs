@@ -991,6 +991,23 @@ impl Partition {
         state.log.close_in_place()
     }
 
+    /// The periodic high watermark checkpoint, when one is due and of use:
+    /// a replicated partition whose high watermark changed. The sole
+    /// replica of a partition (a leader alone, as every partition of a
+    /// standalone broker) is not checkpointed on the timer: its open takes
+    /// the log end as its high watermark whatever the file says (see
+    /// [`Partition::open`]), so a broker of 1,000 such partitions would
+    /// otherwise fsync 1,000 files every interval for nothing. Its flush,
+    /// truncation and close still write the file.
+    pub fn take_high_watermark_checkpoint(&self) -> Option<storage::log::HighWatermarkCheckpoint> {
+        let state = self.lock();
+        let sole = matches!(&state.role, Role::Leader(l) if l.replicas.len() <= 1);
+        if sole {
+            return None;
+        }
+        state.log.take_high_watermark_checkpoint()
+    }
+
     /// Runs `f` on the log under the partition's lock. Files `f` took out
     /// of the log (retention, DeleteRecords, compaction) are removed after
     /// the lock is released (see `storage::RetiredFiles`).
@@ -1246,6 +1263,31 @@ mod tests {
             adding_replicas: vec![],
             removing_replicas: vec![],
         }
+    }
+
+    #[test]
+    fn only_replicated_partitions_are_checkpointed_on_the_timer() {
+        let dir = tempfile::tempdir().unwrap();
+        let sole = open_small(dir.path());
+        append(&sole, 3, None).unwrap();
+        assert_eq!(sole.offsets().high_watermark, 3);
+        assert!(
+            sole.take_high_watermark_checkpoint().is_none(),
+            "a sole replica opens at its log end: no periodic checkpoint"
+        );
+        let other = tempfile::tempdir().unwrap();
+        let led = open(other.path());
+        led.apply_image(1, &image(1, 0, &[1], 1)).unwrap();
+        append(&led, 2, None).unwrap();
+        let taken = led
+            .take_high_watermark_checkpoint()
+            .expect("a replicated leader's changed high watermark is due");
+        assert_eq!(taken.value(), 2);
+        led.apply_image(1, &image(2, 1, &[2], 2)).unwrap();
+        assert!(
+            led.take_high_watermark_checkpoint().is_some(),
+            "a follower's too"
+        );
     }
 
     #[test]

@@ -901,15 +901,15 @@ impl TopicManager {
         }
     }
 
-    /// Checkpoints the high watermark of every partition whose high
-    /// watermark changed since its last checkpoint (every
+    /// Checkpoints the high watermark of every replicated partition whose
+    /// high watermark changed since its last checkpoint (every
     /// `HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS`, as Kafka's checkpoint
     /// thread): the value is taken under the partition's lock and written
     /// (fsynced) without it, so no produce or fetch waits for the disk.
     pub fn checkpoint_high_watermarks(&self) {
         for topic in self.all() {
             for p in &topic.partitions {
-                let Some(taken) = p.with_log(|log| log.take_high_watermark_checkpoint()) else {
+                let Some(taken) = p.take_high_watermark_checkpoint() else {
                     continue;
                 };
                 match taken.write() {

@@ -90,7 +90,8 @@ def _unb64n(s: str) -> bytes | None:
 class JavaSessionConsumer:
     """One SessionConsume process reading `count` records of `topic`."""
 
-    def __init__(self, b: brokers.Broker, group: str, topic: str, count: int, stop_file: Path | None = None):
+    def __init__(self, b: brokers.Broker, group: str, topic: str, count: int, stop_file: Path | None = None,
+                 props: dict[str, str] | None = None):
         self.log = STATE / f"java-sessions-{group}.err"
         self.log.parent.mkdir(parents=True, exist_ok=True)
         # created by the consumer once it has read every record
@@ -103,7 +104,7 @@ class JavaSessionConsumer:
             "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", java_classpath(),
             "io.moldau.e2e.SessionConsume", b.bootstrap, group, topic, str(count), "180000",
             f"client.id=java-{group}", *options,
-            *[f"{k}={v}" for k, v in CONSUMER_PROPS.items()],
+            *[f"{k}={v}" for k, v in {**CONSUMER_PROPS, **(props or {})}.items()],
         ]
         self.stderr = open(self.log, "w")
         self.p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.stderr, text=True)
@@ -194,7 +195,19 @@ def test_two_java_consumers_share_one_session_slot(one_slot_broker):
     # one evicted the other's session only as that one closed it, so no
     # FETCH_SESSION_ID_NOT_FOUND was ever answered).
     stop = STATE / f"java-sessions-{unique('stop')}"
-    consumers = [JavaSessionConsumer(b, unique(f"slot{i}"), topic, count, stop_file=stop) for i in range(2)]
+    # Once both have read everything each long-polls (fetch.max.wait.ms)
+    # back to back, and a refused full fetch takes the slot only if, when
+    # it is answered, the holder's last fetch arrived over 100 ms before
+    # (as Kafka, a session is created as its full fetch is answered and
+    # marked used as an incremental one arrives). With equal waits the two
+    # cycles keep their phase, and a phase under 100 ms held for the whole
+    # minute once (no eviction at all); unequal waits walk each through the
+    # other's cycle.
+    consumers = [
+        JavaSessionConsumer(b, unique(f"slot{i}"), topic, count, stop_file=stop,
+                            props={"fetch.max.wait.ms": wait})
+        for i, wait in enumerate(("500", "330"))
+    ]
     try:
         deadline = time.monotonic() + 240
         while not all(c.done_file.exists() for c in consumers):

@@ -142,10 +142,18 @@ impl ReplicaManager {
                 }
             }
         }
+        // a leader not in service has no fetcher: its partitions wait
+        let follow: Vec<(i32, String, Vec<Arc<Partition>>)> = follow
+            .into_iter()
+            .filter_map(|(leader, partitions)| {
+                let b = image.broker(leader)?;
+                Some((leader, format!("{}:{}", b.host, b.port), partitions))
+            })
+            .collect();
         let mut fetchers = self.fetchers.lock();
         let unfollowed: Vec<i32> = fetchers
             .keys()
-            .filter(|leader| !follow.contains_key(leader))
+            .filter(|leader| !follow.iter().any(|(l, _, _)| l == *leader))
             .copied()
             .collect();
         for leader in unfollowed {
@@ -153,16 +161,9 @@ impl ReplicaManager {
                 f.retire();
             }
         }
-        for (leader, partitions) in follow {
-            let Some(b) = image.broker(leader) else {
-                // the leader is not in service: its partitions wait
-                if let Some(f) = fetchers.remove(&leader) {
-                    f.retire();
-                }
-                continue;
-            };
+        for (leader, address, partitions) in follow {
             let set = FetchSet {
-                address: format!("{}:{}", b.host, b.port),
+                address,
                 partitions,
                 throttled: throttled.remove(&leader).unwrap_or_default(),
             };
