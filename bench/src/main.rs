@@ -819,17 +819,99 @@ fn assign_from_beginning(c: &BaseConsumer, topic: &str) -> Result<()> {
     Ok(())
 }
 
-/// What the consumers of one `consume` run share.
+/// What the consumers of one consume run share (`consume` and
+/// `wire-consume`): the records read and the measured interval.
 struct ConsumeShared {
     base: Instant,
     records: AtomicU64,
-    /// Bytes of every batch but the first one of the run (it opens the
-    /// measured interval).
+    /// Bytes of every arrival but the run's first (it opens the measured
+    /// interval).
     bytes: AtomicU64,
     errors: AtomicU64,
-    /// When the first batch arrived (any consumer), ns since `base` + 1.
+    /// When the first records arrived (any consumer), ns since `base` + 1.
     first_ns: AtomicU64,
     last_ns: AtomicU64,
+}
+
+/// A consume run's totals: records, counted bytes, the measured seconds
+/// and when the first records came (s after the start).
+struct ConsumeTotals {
+    records: u64,
+    bytes: u64,
+    errors: u64,
+    seconds: f64,
+    first_record_after_s: Option<f64>,
+}
+
+impl ConsumeShared {
+    fn new() -> Self {
+        Self {
+            base: Instant::now(),
+            records: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            first_ns: AtomicU64::new(0),
+            last_ns: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether the run should go on: fewer than `count` records so far and
+    /// `deadline` not passed.
+    fn wanted(&self, count: u64, deadline: Instant) -> bool {
+        self.records.load(Ordering::Relaxed) < count && Instant::now() < deadline
+    }
+
+    /// `records` records of `bytes` bytes arrived now. The run's first
+    /// arrival opens the measured interval: its bytes are not counted.
+    fn arrived(&self, records: u64, bytes: u64) {
+        let now_ns = self.base.elapsed().as_nanos() as u64;
+        let opened = self
+            .first_ns
+            .compare_exchange(0, now_ns + 1, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok();
+        if !opened {
+            self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        }
+        self.records.fetch_add(records, Ordering::Relaxed);
+        self.last_ns.fetch_max(now_ns, Ordering::Relaxed);
+    }
+
+    /// Runs `read` on each of `readers` in a thread of its own; the first
+    /// error, if any.
+    fn run_each<T: Send>(readers: Vec<T>, read: impl Fn(T) -> Result<()> + Sync) -> Result<()> {
+        let read = &read;
+        let results: Vec<Result<()>> = thread::scope(|s| {
+            let handles: Vec<_> = readers
+                .into_iter()
+                .map(|r| s.spawn(move || read(r)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(anyhow::anyhow!("consumer thread panicked")))
+                })
+                .collect()
+        });
+        results.into_iter().collect()
+    }
+
+    fn totals(&self) -> ConsumeTotals {
+        let first_ns = self.first_ns.load(Ordering::Relaxed);
+        let first = (first_ns > 0).then(|| (first_ns - 1) as f64 / 1e9);
+        let seconds = first
+            .map_or(0.0, |f| {
+                self.last_ns.load(Ordering::Relaxed) as f64 / 1e9 - f
+            })
+            .max(1e-9);
+        ConsumeTotals {
+            records: self.records.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+            errors: self.errors.load(Ordering::Relaxed),
+            seconds,
+            first_record_after_s: first,
+        }
+    }
 }
 
 /// Reads with `rd_kafka_consume_batch_queue` (up to 4096 records per call)
@@ -849,45 +931,17 @@ fn consume(a: &ConsumeArgs) -> Result<()> {
         c.assign(&tpl)?;
         consumers.push(c);
     }
-    let shared = ConsumeShared {
-        base: Instant::now(),
-        records: AtomicU64::new(0),
-        bytes: AtomicU64::new(0),
-        errors: AtomicU64::new(0),
-        first_ns: AtomicU64::new(0),
-        last_ns: AtomicU64::new(0),
-    };
+    let shared = ConsumeShared::new();
     let deadline = shared.base + Duration::from_secs_f64(a.load.max_seconds);
-    let results: Vec<Result<()>> = thread::scope(|s| {
-        let handles: Vec<_> = consumers
-            .iter()
-            .map(|c| {
-                let shared = &shared;
-                s.spawn(move || read_batches(c, shared, a.load.count, deadline))
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(anyhow::anyhow!("consumer thread panicked")))
-            })
-            .collect()
-    });
-    for r in results {
-        r?;
-    }
-    let n = shared.records.load(Ordering::Relaxed);
-    let bytes = shared.bytes.load(Ordering::Relaxed);
-    let errors = shared.errors.load(Ordering::Relaxed);
-    let first_ns = shared.first_ns.load(Ordering::Relaxed);
-    let first = (first_ns > 0).then(|| (first_ns - 1) as f64 / 1e9);
-    let secs = first
-        .map_or(0.0, |f| {
-            shared.last_ns.load(Ordering::Relaxed) as f64 / 1e9 - f
-        })
-        .max(1e-9);
-    let size = if n > 0 { bytes as f64 / n as f64 } else { 0.0 };
+    ConsumeShared::run_each(consumers.iter().collect(), |c| {
+        read_batches(c, &shared, a.load.count, deadline)
+    })?;
+    let t = shared.totals();
+    let size = if t.records > 0 {
+        t.bytes as f64 / t.records as f64
+    } else {
+        0.0
+    };
     println!(
         "{}",
         json!({
@@ -895,17 +949,17 @@ fn consume(a: &ConsumeArgs) -> Result<()> {
             "topic": a.load.topic,
             "partitions": a.partitions,
             "consumers": a.consumers,
-            "records": n,
+            "records": t.records,
             "expected": a.load.count,
-            "bytes": bytes,
-            "errors": errors,
-            "seconds": secs,
-            "first_record_after_s": first,
-            "records_per_sec": if size > 0.0 { bytes as f64 / size / secs } else { 0.0 },
-            "mb_per_sec": bytes as f64 / secs / 1e6,
+            "bytes": t.bytes,
+            "errors": t.errors,
+            "seconds": t.seconds,
+            "first_record_after_s": t.first_record_after_s,
+            "records_per_sec": if size > 0.0 { t.bytes as f64 / size / t.seconds } else { 0.0 },
+            "mb_per_sec": t.bytes as f64 / t.seconds / 1e6,
         })
     );
-    a.load.check_complete(n)
+    a.load.check_complete(t.records)
 }
 
 /// One consumer's loop: batches until all consumers together have `count`
@@ -923,7 +977,7 @@ fn read_batches(
         bail!("no consumer queue");
     }
     let mut msgs: Vec<*mut sys::rd_kafka_message_t> = vec![std::ptr::null_mut(); 4096];
-    while shared.records.load(Ordering::Relaxed) < count && Instant::now() < deadline {
+    while shared.wanted(count, deadline) {
         // SAFETY: `msgs` has room for `msgs.len()` pointers; librdkafka fills
         // the first `got` of them with messages we own until destroyed.
         let got =
@@ -931,7 +985,6 @@ fn read_batches(
         if got <= 0 {
             continue;
         }
-        let now_ns = shared.base.elapsed().as_nanos() as u64;
         let (mut n, mut batch_bytes, mut errors) = (0u64, 0u64, 0u64);
         for &m in &msgs[..got as usize] {
             // SAFETY: each of the first `got` entries is a valid message.
@@ -945,18 +998,8 @@ fn read_batches(
                 sys::rd_kafka_message_destroy(m);
             }
         }
-        // The run's first batch opens the measured interval: its bytes are
-        // not counted.
-        let opened = shared
-            .first_ns
-            .compare_exchange(0, now_ns + 1, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok();
-        if !opened {
-            shared.bytes.fetch_add(batch_bytes, Ordering::Relaxed);
-        }
-        shared.records.fetch_add(n, Ordering::Relaxed);
+        shared.arrived(n, batch_bytes);
         shared.errors.fetch_add(errors, Ordering::Relaxed);
-        shared.last_ns.fetch_max(now_ns, Ordering::Relaxed);
     }
     // SAFETY: obtained above, destroyed once.
     unsafe { sys::rd_kafka_queue_destroy(queue) };

@@ -57,7 +57,9 @@ use kafka_protocol::records::{
 };
 use serde_json::json;
 
-use crate::{check_loopback, payload_pool, pct_ms, Acks, Codec, ConsumeLoad, ProduceLoad};
+use crate::{
+    check_loopback, payload_pool, pct_ms, Acks, Codec, ConsumeLoad, ConsumeShared, ProduceLoad,
+};
 
 const PRODUCE_VERSION: i16 = 9;
 const FETCH_VERSION: i16 = 12;
@@ -430,68 +432,24 @@ fn walk_batches(mut records: &[u8], mut next: i64) -> Result<(u64, i64)> {
     Ok((count, next))
 }
 
-/// What the connections of one `wire-consume` run share (as `consume`'s
-/// consumers do): the records read, and the measured interval.
-struct WireShared {
-    base: Instant,
-    records: AtomicU64,
-    /// Value bytes of every fetch but the run's first with records (it
-    /// opens the measured interval).
-    counted_bytes: AtomicU64,
-    fetches: AtomicU64,
-    /// When the first records arrived (any connection), ns since `base` + 1.
-    first_ns: AtomicU64,
-    last_ns: AtomicU64,
-}
-
 pub fn wire_consume(a: &WireConsumeArgs) -> Result<()> {
     ensure!(
         a.consumers >= 1 && a.partitions >= a.consumers,
         "--consumers must be at least 1 and at most --partitions"
     );
-    let streams = (0..a.consumers)
-        .map(|_| connect(&a.load.bootstrap))
-        .collect::<Result<Vec<_>>>()?;
-    let shared = WireShared {
-        base: Instant::now(),
-        records: AtomicU64::new(0),
-        counted_bytes: AtomicU64::new(0),
-        fetches: AtomicU64::new(0),
-        first_ns: AtomicU64::new(0),
-        last_ns: AtomicU64::new(0),
-    };
-    let deadline = shared.base + Duration::from_secs_f64(a.load.max_seconds);
-    let results: Vec<Result<()>> = thread::scope(|s| {
-        let handles: Vec<_> = streams
-            .into_iter()
-            .zip(0..)
-            .map(|(stream, k)| {
-                let partitions: Vec<i32> =
-                    (k..a.partitions).step_by(a.consumers as usize).collect();
-                let shared = &shared;
-                s.spawn(move || fetch_partitions(a, stream, &partitions, shared, deadline))
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(anyhow::anyhow!("consumer thread panicked")))
-            })
-            .collect()
-    });
-    for r in results {
-        r?;
-    }
-    let records = shared.records.load(Ordering::Relaxed);
-    let counted_bytes = shared.counted_bytes.load(Ordering::Relaxed);
-    let first_ns = shared.first_ns.load(Ordering::Relaxed);
-    let first = (first_ns > 0).then(|| (first_ns - 1) as f64 / 1e9);
-    let secs = first
-        .map_or(0.0, |f| {
-            shared.last_ns.load(Ordering::Relaxed) as f64 / 1e9 - f
+    let readers = (0..a.consumers)
+        .map(|k| {
+            let partitions: Vec<i32> = (k..a.partitions).step_by(a.consumers as usize).collect();
+            Ok((connect(&a.load.bootstrap)?, partitions))
         })
-        .max(1e-9);
+        .collect::<Result<Vec<_>>>()?;
+    let shared = ConsumeShared::new();
+    let fetches = AtomicU64::new(0);
+    let deadline = shared.base + Duration::from_secs_f64(a.load.max_seconds);
+    ConsumeShared::run_each(readers, |(stream, partitions)| {
+        fetch_partitions(a, stream, &partitions, &shared, &fetches, deadline)
+    })?;
+    let t = shared.totals();
     println!(
         "{}",
         json!({
@@ -499,17 +457,17 @@ pub fn wire_consume(a: &WireConsumeArgs) -> Result<()> {
             "topic": a.load.topic,
             "partitions": a.partitions,
             "consumers": a.consumers,
-            "records": records,
+            "records": t.records,
             "expected": a.load.count,
-            "fetches": shared.fetches.load(Ordering::Relaxed),
-            "bytes": counted_bytes,
-            "seconds": secs,
-            "first_record_after_s": first,
-            "records_per_sec": counted_bytes as f64 / a.size.max(1) as f64 / secs,
-            "mb_per_sec": counted_bytes as f64 / secs / 1e6,
+            "fetches": fetches.load(Ordering::Relaxed),
+            "bytes": t.bytes,
+            "seconds": t.seconds,
+            "first_record_after_s": t.first_record_after_s,
+            "records_per_sec": t.bytes as f64 / a.size.max(1) as f64 / t.seconds,
+            "mb_per_sec": t.bytes as f64 / t.seconds / 1e6,
         })
     );
-    a.load.check_complete(records)
+    a.load.check_complete(t.records)
 }
 
 /// One connection's loop: full fetches of `partitions` from offset 0 (no
@@ -519,12 +477,13 @@ fn fetch_partitions(
     a: &WireConsumeArgs,
     mut stream: TcpStream,
     partitions: &[i32],
-    shared: &WireShared,
+    shared: &ConsumeShared,
+    fetches: &AtomicU64,
     deadline: Instant,
 ) -> Result<()> {
     let mut next = vec![0i64; partitions.len()];
     let mut id = 0i32;
-    while shared.records.load(Ordering::Relaxed) < a.load.count && Instant::now() < deadline {
+    while shared.wanted(a.load.count, deadline) {
         let req = FetchRequest::default()
             .with_replica_id((-1).into())
             .with_max_wait_ms(500)
@@ -552,7 +511,7 @@ fn fetch_partitions(
         stream.write_all(&f).context("writing a fetch")?;
         let mut body = read_response(&mut stream, ApiKey::Fetch, FETCH_VERSION, id)?;
         let resp = FetchResponse::decode(&mut body, FETCH_VERSION)?;
-        shared.fetches.fetch_add(1, Ordering::Relaxed);
+        fetches.fetch_add(1, Ordering::Relaxed);
         ensure!(resp.error_code == 0, "fetch error code {}", resp.error_code);
         let mut n = 0u64;
         for p in resp.responses.iter().flat_map(|t| &t.partitions) {
@@ -570,23 +529,10 @@ fn fetch_partitions(
             next[slot] = after;
             n += got;
         }
-        if n == 0 {
-            continue;
+        if n > 0 {
+            // value bytes, `--size` each (as produced)
+            shared.arrived(n, n * a.size as u64);
         }
-        let now_ns = shared.base.elapsed().as_nanos() as u64;
-        // As in `consume`: the run's first records open the measured
-        // interval and their bytes are not counted.
-        let opened = shared
-            .first_ns
-            .compare_exchange(0, now_ns + 1, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok();
-        if !opened {
-            shared
-                .counted_bytes
-                .fetch_add(n * a.size as u64, Ordering::Relaxed);
-        }
-        shared.records.fetch_add(n, Ordering::Relaxed);
-        shared.last_ns.fetch_max(now_ns, Ordering::Relaxed);
     }
     Ok(())
 }
