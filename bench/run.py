@@ -335,10 +335,16 @@ def tcp_congestion_for_run(name: str):
     return kernel_setting_for_run(TCP_CONGESTION, name, TCP_CONGESTION_ENV)
 
 
+def setting_record(env: str) -> tuple[str, str] | None:
+    """What `kernel_setting_for_run` recorded in `env`: (before, during)."""
+    before, sep, now = os.environ.get(env, "").partition(":")
+    return (before, now) if sep else None
+
+
 def congestion_record() -> dict | None:
     """What `tcp_congestion_for_run` did in this process, for the report."""
-    before, sep, now = os.environ.get(TCP_CONGESTION_ENV, "").partition(":")
-    return {"before": before, "now": now} if sep else None
+    record = setting_record(TCP_CONGESTION_ENV)
+    return {"before": record[0], "now": record[1]} if record else None
 
 
 HOLD_ENV = "MOLDAU_BENCH_FREED_MEMORY_HOLD"
@@ -346,10 +352,9 @@ HOLD_ENV = "MOLDAU_BENCH_FREED_MEMORY_HOLD"
 
 def hold_record() -> dict | None:
     """What `hold_freed_memory` did in this process, for the report."""
-    value = os.environ.get(HOLD_ENV, "")
-    before, _, now = value.partition(":")
+    record = setting_record(HOLD_ENV)
     try:
-        return {"min_free_ms_before": int(before), "min_free_ms": int(now)}
+        return {"min_free_ms_before": int(record[0]), "min_free_ms": int(record[1])} if record else None
     except ValueError:
         return None
 

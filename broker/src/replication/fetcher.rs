@@ -217,24 +217,23 @@ async fn fetch_loop(
         // throttled partitions sit out while the follower quota is spent
         let quota_spent =
             !set.throttled.is_empty() && settings.follower_quota.exceeded(crate::topics::now_ms());
-        let wanted: Vec<(Arc<Partition>, FetchPosition)> = set
+        let wanted: Vec<(Followed, Asked)> = set
             .partitions
             .iter()
             .filter(|p| !delayed.contains_key(&(Arc::as_ptr(p) as usize)))
             .filter(|p| !(quota_spent && set.throttled.contains(&(p.topic.clone(), p.index))))
-            .map(|p| (p.clone(), p.fetch_position()))
-            .filter(|(_, pos)| pos.leader >= 0 && !pos.leading)
+            .filter_map(|p| {
+                let pos = p.fetch_position();
+                (pos.leader >= 0 && !pos.leading)
+                    .then(|| (Followed(p.clone()), asked(settings, &pos)))
+            })
             .collect();
         if wanted.is_empty() {
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         }
-        let asked: Vec<(Followed, Asked)> = wanted
-            .iter()
-            .map(|(p, pos)| (Followed(p.clone()), asked(settings, pos)))
-            .collect();
-        let plan = session.plan(&asked);
-        let request = fetch_request(node, settings, &asked, &plan);
+        let plan = session.plan(&wanted);
+        let request = fetch_request(node, settings, &wanted, &plan);
         let wait = Duration::from_millis(settings.wait_ms.max(0) as u64) + Duration::from_secs(10);
         let response = tokio::time::timeout(wait, conn.fetch(request))
             .await
@@ -379,21 +378,17 @@ fn throttled_bytes(response: &FetchResponse, throttled: &BTreeSet<(String, i32)>
 
 /// Applies a fetch response (blocking file work: run off the runtime's
 /// workers). Returns the partitions to leave alone for a backoff.
-fn apply_response(
-    wanted: &[(Arc<Partition>, FetchPosition)],
-    response: FetchResponse,
-) -> Vec<Arc<Partition>> {
-    let by_name: HashMap<(&str, i32), &(Arc<Partition>, FetchPosition)> = wanted
-        .iter()
-        .map(|w| ((w.0.topic.as_str(), w.0.index), w))
-        .collect();
+fn apply_response(wanted: &[(Followed, Asked)], response: FetchResponse) -> Vec<Arc<Partition>> {
+    let by_name: HashMap<(&str, i32), &(Followed, Asked)> =
+        wanted.iter().map(|w| (w.0.name(), w)).collect();
     let mut refused = Vec::new();
     for t in &response.responses {
         for d in &t.partitions {
-            let Some((p, pos)) = by_name.get(&(t.topic.0.as_str(), d.partition_index)) else {
+            let Some((Followed(p), asked)) = by_name.get(&(t.topic.0.as_str(), d.partition_index))
+            else {
                 continue;
             };
-            if let Err(e) = apply_partition(p, pos, d) {
+            if let Err(e) = apply_partition(p, asked, d) {
                 tracing::debug!(topic = %p.topic, partition = p.index, error = %e, "replica fetch of a partition refused");
                 refused.push(p.clone());
             }
@@ -402,9 +397,10 @@ fn apply_response(
     refused
 }
 
+/// Applies one partition's answer to the fetch that `asked` of it.
 fn apply_partition(
     p: &Partition,
-    pos: &FetchPosition,
+    asked: &Asked,
     d: &PartitionData,
 ) -> Result<(), crate::topics::TopicError> {
     use crate::topics::TopicError;
@@ -418,7 +414,7 @@ fn apply_partition(
             let records = d.records.as_deref().unwrap_or(&[]);
             p.append_from_leader(
                 records,
-                pos.leader_epoch,
+                asked.leader_epoch,
                 d.high_watermark,
                 d.log_start_offset,
             )
@@ -427,7 +423,7 @@ fn apply_partition(
             // Behind the leader's start: start over there. Ahead of the
             // leader's end (it lost records it never committed): back to
             // its high watermark, which every in-sync replica has.
-            let to = if pos.log_end < d.log_start_offset {
+            let to = if asked.fetch_offset < d.log_start_offset {
                 d.log_start_offset
             } else {
                 d.high_watermark.max(0)
