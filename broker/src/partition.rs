@@ -19,6 +19,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI32, AtomicI64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use kafka_protocol::error::ResponseError;
 use parking_lot::Mutex;
@@ -30,6 +31,7 @@ use crate::metadata::TopicMeta;
 use crate::producer::state::{last_sequence as producer_last_sequence, ProducerStates, SeqCheck};
 use crate::replication::progress::{self, FollowerProgress};
 use crate::storage::batch::{BatchHeader, BATCH_HEADER_LEN};
+use crate::storage::high_watermarks::{self, HighWatermarks, PartitionKey};
 use crate::storage::{self, AppendResult, FetchSlice, PartitionLog};
 use crate::topics::{now_ms, TopicError};
 
@@ -82,6 +84,9 @@ pub struct Partition {
     leader_high_watermark: AtomicI64,
     /// What rebuilding the producer state cost when the partition opened.
     producer_load: ProducerStateLoad,
+    /// The data directory's high watermark checkpoint, which a truncation
+    /// rewrites at once.
+    high_watermarks: Arc<HighWatermarks>,
 }
 
 /// The outcome of an append.
@@ -271,18 +276,32 @@ impl Partition {
     /// (replication factor 1) holds nothing any other replica could lack,
     /// so its high watermark is its log end (the checkpoint may lag after
     /// an unclean stop); a replicated partition keeps the checkpointed high
-    /// watermark until its leader says more.
+    /// watermark (`high_watermarks`' entry, else the partition's own file
+    /// of older brokers) until its leader says more.
     pub(crate) fn open(
         topic: &TopicMeta,
         index: i32,
         dir: PathBuf,
         config: storage::LogConfig,
+        high_watermarks: Arc<HighWatermarks>,
     ) -> storage::Result<Self> {
         let mut log = PartitionLog::open(&dir, config, now_ms())?;
         log.defer_file_removal();
         let end = log.log_end_offset();
+        let key = PartitionKey {
+            topic_id: topic.id,
+            index,
+        };
+        let checkpointed = match high_watermarks.checkpointed(key) {
+            Some(hw) => {
+                // the data directory's file has it: the old one is stale
+                storage::checkpoint::remove_checkpoint(&dir, high_watermarks::LEGACY_FILE)?;
+                hw
+            }
+            None => log.high_watermark(),
+        };
         let hw = if topic.replication_factor > 1 {
-            log.high_watermark().clamp(log.log_start_offset(), end)
+            checkpointed.clamp(log.log_start_offset(), end)
         } else {
             end
         };
@@ -304,6 +323,7 @@ impl Partition {
             isr_size: AtomicUsize::new(1),
             hw_moved: (Mutex::new(()), parking_lot::Condvar::new()),
             leader_high_watermark: AtomicI64::new(-1),
+            high_watermarks,
         })
     }
 
@@ -939,6 +959,10 @@ impl Partition {
         let end = state.log.log_end_offset();
         let hw = state.log.high_watermark().min(end);
         state.log.set_high_watermark(hw);
+        // Before any append can follow: a crash must not bring back a
+        // high watermark of the cut history over new records.
+        self.high_watermarks
+            .write_one(self.key(), self.checkpoint_entry(hw))?;
         self.log_end.send_replace(end);
         self.publish_hw(hw);
         drop(state);
@@ -991,21 +1015,27 @@ impl Partition {
         state.log.close_in_place()
     }
 
-    /// The periodic high watermark checkpoint, when one is due and of use:
-    /// a replicated partition whose high watermark changed. The sole
-    /// replica of a partition (a leader alone, as every partition of a
-    /// standalone broker) is not checkpointed on the timer: its open takes
-    /// the log end as its high watermark whatever the file says (see
-    /// [`Partition::open`]), so a broker of 1,000 such partitions would
-    /// otherwise fsync 1,000 files every interval for nothing. Its flush,
-    /// truncation and close still write the file.
-    pub fn take_high_watermark_checkpoint(&self) -> Option<storage::log::HighWatermarkCheckpoint> {
-        let state = self.lock();
-        let sole = matches!(&state.role, Role::Leader(l) if l.replicas.len() <= 1);
-        if sole {
-            return None;
+    /// The partition as the data directory's high watermark checkpoint
+    /// names it.
+    pub fn key(&self) -> PartitionKey {
+        PartitionKey {
+            topic_id: self.topic_id,
+            index: self.index,
         }
-        state.log.take_high_watermark_checkpoint()
+    }
+
+    /// The partition's entry in the high watermark checkpoint: its high
+    /// watermark as last published (read without the partition's lock).
+    pub fn checkpoint_entry(&self, high_watermark: i64) -> high_watermarks::Entry {
+        high_watermarks::Entry {
+            topic: self.topic.clone(),
+            high_watermark,
+        }
+    }
+
+    /// The high watermark as last published to waiters (no lock taken).
+    pub fn published_high_watermark(&self) -> i64 {
+        *self.high_watermark.borrow()
     }
 
     /// Runs `f` on the log under the partition's lock. Files `f` took out
@@ -1087,6 +1117,10 @@ mod tests {
         }
     }
 
+    fn high_watermarks_of(dir: &std::path::Path) -> Arc<HighWatermarks> {
+        Arc::new(HighWatermarks::open(dir).unwrap())
+    }
+
     fn open(dir: &std::path::Path) -> Partition {
         let meta = TopicMeta {
             name: "t".into(),
@@ -1096,7 +1130,14 @@ mod tests {
             configs: Default::default(),
             held: None,
         };
-        Partition::open(&meta, 0, dir.join("t-0"), storage::LogConfig::default()).unwrap()
+        Partition::open(
+            &meta,
+            0,
+            dir.join("t-0"),
+            storage::LogConfig::default(),
+            high_watermarks_of(dir),
+        )
+        .unwrap()
     }
 
     /// One batch of `n` records of idempotent producer `pid` in `epoch`,
@@ -1127,7 +1168,7 @@ mod tests {
             segment_bytes: 600,
             ..storage::LogConfig::default()
         };
-        Partition::open(&meta, 0, dir.join("t-0"), config).unwrap()
+        Partition::open(&meta, 0, dir.join("t-0"), config, high_watermarks_of(dir)).unwrap()
     }
 
     /// Producer 1 writes `rounds` batches of 2 records from sequence
@@ -1265,29 +1306,86 @@ mod tests {
         }
     }
 
+    /// A replicated leader with two batches of `records` records, all
+    /// committed.
+    fn open_committed(dir: &std::path::Path, records: usize) -> Partition {
+        let p = open(dir);
+        p.apply_image(1, &image(1, 0, &[1], 1)).unwrap();
+        append(&p, records, None).unwrap();
+        append(&p, records, None).unwrap();
+        p
+    }
+
     #[test]
-    fn only_replicated_partitions_are_checkpointed_on_the_timer() {
+    fn a_replica_opens_at_the_data_directorys_checkpoint_before_its_own_file() {
         let dir = tempfile::tempdir().unwrap();
-        let sole = open_small(dir.path());
-        append(&sole, 3, None).unwrap();
-        assert_eq!(sole.offsets().high_watermark, 3);
-        assert!(
-            sole.take_high_watermark_checkpoint().is_none(),
-            "a sole replica opens at its log end: no periodic checkpoint"
+        let p = open_committed(dir.path(), 3);
+        assert_eq!(p.offsets().high_watermark, 6);
+        let key = p.key();
+        p.close_log().unwrap();
+        drop(p);
+        let part_dir = dir.path().join("t-0");
+        // an older broker's file, and no entry in the directory's file
+        storage::checkpoint::write_checkpoint(&part_dir, high_watermarks::LEGACY_FILE, 2).unwrap();
+        let hws = high_watermarks_of(dir.path());
+        assert_eq!(hws.checkpointed(key), None);
+        let meta = TopicMeta {
+            name: "t".into(),
+            id: key.topic_id,
+            partitions: 1,
+            replication_factor: 3,
+            configs: Default::default(),
+            held: None,
+        };
+        let reopen = |hws: Arc<HighWatermarks>| {
+            Partition::open(&meta, 0, part_dir.clone(), Default::default(), hws).unwrap()
+        };
+        let p = reopen(hws);
+        assert_eq!(p.offsets().high_watermark, 2, "the old file's value");
+        p.close_log().unwrap();
+        drop(p);
+        // the directory's entry wins, and the old file goes
+        let hws = high_watermarks_of(dir.path());
+        hws.write_one(key, p_entry(4)).unwrap();
+        let p = reopen(high_watermarks_of(dir.path()));
+        assert_eq!(p.offsets().high_watermark, 4);
+        assert!(!part_dir.join(high_watermarks::LEGACY_FILE).exists());
+        p.close_log().unwrap();
+        drop(p);
+        // clamped to the log end, whatever the file says
+        high_watermarks_of(dir.path())
+            .write_one(key, p_entry(60))
+            .unwrap();
+        let p = reopen(high_watermarks_of(dir.path()));
+        assert_eq!(p.offsets().high_watermark, 6);
+    }
+
+    fn p_entry(high_watermark: i64) -> high_watermarks::Entry {
+        high_watermarks::Entry {
+            topic: "t".into(),
+            high_watermark,
+        }
+    }
+
+    #[test]
+    fn a_truncation_rewrites_the_high_watermark_checkpoint_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = open_committed(dir.path(), 3);
+        let key = p.key();
+        let hws = Arc::clone(&p.high_watermarks);
+        let since = hws.generation();
+        let gathered = high_watermarks::Entries::from([(key, p_entry(6))]);
+        // it becomes a follower whose log diverged after offset 3
+        p.apply_image(1, &image(2, 1, &[2], 2)).unwrap();
+        p.truncate_to(3).unwrap();
+        assert_eq!(p.offsets().high_watermark, 3);
+        assert_eq!(high_watermarks_of(dir.path()).checkpointed(key), Some(3));
+        // the 6 gathered before the truncation is not written over it
+        assert_eq!(
+            hws.write_all(since, gathered).unwrap(),
+            high_watermarks::WriteOutcome::Superseded
         );
-        let other = tempfile::tempdir().unwrap();
-        let led = open(other.path());
-        led.apply_image(1, &image(1, 0, &[1], 1)).unwrap();
-        append(&led, 2, None).unwrap();
-        let taken = led
-            .take_high_watermark_checkpoint()
-            .expect("a replicated leader's changed high watermark is due");
-        assert_eq!(taken.value(), 2);
-        led.apply_image(1, &image(2, 1, &[2], 2)).unwrap();
-        assert!(
-            led.take_high_watermark_checkpoint().is_some(),
-            "a follower's too"
-        );
+        assert_eq!(high_watermarks_of(dir.path()).checkpointed(key), Some(3));
     }
 
     #[test]

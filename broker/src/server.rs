@@ -204,11 +204,11 @@ pub async fn run_reporting(
         RunsOn::BlockingPool,
         |b| b.topics.housekeeping(),
     );
-    // Changed high watermarks are checkpointed every 5 s, off the request
-    // path (an fsync under a partition's lock stalled its produces).
+    // Changed high watermarks are checkpointed every 5 s, in one file of
+    // the data directory, off the request path.
     let hw_checkpoints = spawn_periodic(
         &broker,
-        crate::storage::log::HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS,
+        crate::storage::high_watermarks::CHECKPOINT_INTERVAL_MS,
         shutdown.clone(),
         RunsOn::BlockingPool,
         |b| b.topics.checkpoint_high_watermarks(),

@@ -44,6 +44,7 @@ pub use crate::partition::{
 };
 use crate::producer::ids::ProducerIdBlocks;
 use crate::storage::cleaner::Throttle;
+use crate::storage::high_watermarks::{self, HighWatermarks};
 use crate::storage::{self, CompactionPlan, StorageError};
 use crate::topic_config;
 
@@ -175,6 +176,8 @@ pub struct TopicManager {
     recovery: RecoveryStats,
     /// `log.cleaner.io.max.bytes.per.second`, shared by every pass.
     cleaner_throttle: Throttle,
+    /// The data directory's high watermark checkpoint.
+    high_watermarks: Arc<HighWatermarks>,
 }
 
 /// What [`TopicManager::open`] found: after a clean stop, no partition is
@@ -320,7 +323,8 @@ impl TopicManager {
         std::fs::create_dir_all(data_dir)?;
         let mut doc = file.load_or_init()?;
         finish_deletions(data_dir, file.as_ref(), &mut doc)?;
-        let topics = open_topics(data_dir, &doc, &broker)?;
+        let high_watermarks = Arc::new(HighWatermarks::open(data_dir)?);
+        let topics = open_topics(data_dir, &high_watermarks, &doc, &broker)?;
         remove_orphans(data_dir, &doc)?;
         let mut recovery = RecoveryStats::default();
         for p in topics.values().flat_map(|t| t.partitions.iter()) {
@@ -335,6 +339,7 @@ impl TopicManager {
         Ok(Self {
             recovery,
             cleaner_throttle: Throttle::new(broker.log_cleaner_io_max_bytes_per_second),
+            high_watermarks,
             effective: RwLock::new(Arc::new(broker.clone())),
             broker,
             data_dir: data_dir.to_path_buf(),
@@ -533,7 +538,12 @@ impl TopicManager {
             configs,
             held: None,
         };
-        let topic = match open_topic(&self.data_dir, &meta, &self.broker_config()) {
+        let topic = match open_topic(
+            &self.data_dir,
+            &self.high_watermarks,
+            &meta,
+            &self.broker_config(),
+        ) {
             Ok(t) => Arc::new(t),
             Err(e) => {
                 remove_created(&self.data_dir, name, 0..partitions);
@@ -670,7 +680,7 @@ impl TopicManager {
         let cfg = topic_config::log_config(&meta.configs, &self.broker_config());
         let added = current.meta.partitions..count;
         let jobs: Vec<_> = added.clone().map(|i| (&meta, i, &cfg)).collect();
-        match open_all(&self.data_dir, &jobs) {
+        match open_all(&self.data_dir, &self.high_watermarks, &jobs) {
             Ok(opened) => partitions.extend(opened.into_iter().map(Arc::new)),
             Err(e) => {
                 drop(partitions);
@@ -810,8 +820,14 @@ impl TopicManager {
                 .map(|&i| (&meta, i, &cfg))
                 .collect();
             // Every new one is tried: one that fails leaves the others open.
-            let mut opened =
-                open_partitions(&self.data_dir, &new_jobs, CREATE_THREADS, false).into_iter();
+            let mut opened = open_partitions(
+                &self.data_dir,
+                &self.high_watermarks,
+                &new_jobs,
+                CREATE_THREADS,
+                false,
+            )
+            .into_iter();
             let mut partitions = Vec::with_capacity(held.len());
             for index in &held {
                 let p = match open_here(*index) {
@@ -901,25 +917,26 @@ impl TopicManager {
         }
     }
 
-    /// Checkpoints the high watermark of every replicated partition whose
-    /// high watermark changed since its last checkpoint (every
-    /// `HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS`, as Kafka's checkpoint
-    /// thread): the value is taken under the partition's lock and written
-    /// (fsynced) without it, so no produce or fetch waits for the disk.
+    /// Rewrites the data directory's high watermark checkpoint with every
+    /// partition's high watermark, when one changed (every
+    /// `high_watermarks::CHECKPOINT_INTERVAL_MS`, as Kafka's checkpoint
+    /// thread, and after the logs are closed): one file and its fsyncs
+    /// whatever the number of partitions. The values are the published
+    /// ones, read without the partitions' locks, so no produce or fetch
+    /// waits for it; a truncation between the gathering and the write
+    /// makes this round drop its values (see `HighWatermarks::write_all`).
     pub fn checkpoint_high_watermarks(&self) {
-        for topic in self.all() {
-            for p in &topic.partitions {
-                let Some(taken) = p.take_high_watermark_checkpoint() else {
-                    continue;
-                };
-                match taken.write() {
-                    Ok(outcome) => p.with_log(|log| log.high_watermark_checkpointed(outcome)),
-                    // a full disk delays it; taken again next time
-                    Err(e) => {
-                        tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "cannot checkpoint the high watermark")
-                    }
-                }
-            }
+        let since = self.high_watermarks.generation();
+        let entries: high_watermarks::Entries = self
+            .all()
+            .iter()
+            .flat_map(|t| t.partitions.iter())
+            .map(|p| (p.key(), p.checkpoint_entry(p.published_high_watermark())))
+            .collect();
+        match self.high_watermarks.write_all(since, entries) {
+            Ok(outcome) => tracing::trace!(?outcome, "high watermark checkpoint"),
+            // a full disk delays it; written again next time
+            Err(e) => tracing::warn!(error = %e, "cannot checkpoint the high watermarks"),
         }
     }
 
@@ -1033,6 +1050,8 @@ impl TopicManager {
             failed = failed.into_inner(),
             "logs closed"
         );
+        // the closed logs' high watermarks no longer move
+        self.checkpoint_high_watermarks();
     }
 }
 
@@ -1041,6 +1060,7 @@ pub const CLOSE_THREADS: usize = 16;
 
 fn open_partition(
     data_dir: &Path,
+    high_watermarks: &Arc<HighWatermarks>,
     meta: &TopicMeta,
     index: i32,
     cfg: storage::LogConfig,
@@ -1056,7 +1076,7 @@ fn open_partition(
         }
         _ => {}
     }
-    let p = Partition::open(meta, index, dir.clone(), cfg)?;
+    let p = Partition::open(meta, index, dir.clone(), cfg, Arc::clone(high_watermarks))?;
     if !marker.exists() {
         crate::metadata::write_atomically(&marker, expected.as_bytes())
             .map_err(TopicError::from_io)?;
@@ -1074,6 +1094,7 @@ fn open_partition(
 /// together.
 fn open_partitions(
     data_dir: &Path,
+    high_watermarks: &Arc<HighWatermarks>,
     jobs: &[(&TopicMeta, i32, &storage::LogConfig)],
     threads: usize,
     stop_at_error: bool,
@@ -1121,7 +1142,7 @@ fn open_partitions(
         }
         let result = match not_made.get(k).cloned().flatten() {
             Some(e) => Err(e),
-            None => open_partition(data_dir, meta, index, cfg.clone()),
+            None => open_partition(data_dir, high_watermarks, meta, index, cfg.clone()),
         };
         if result.is_err() && stop_at_error {
             failed.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -1153,12 +1174,14 @@ const CREATE_THREADS: usize = 8;
 /// error.
 fn open_all(
     data_dir: &Path,
+    high_watermarks: &Arc<HighWatermarks>,
     jobs: &[(&TopicMeta, i32, &storage::LogConfig)],
 ) -> Result<Vec<Partition>, TopicError> {
     let mut out = Vec::with_capacity(jobs.len());
-    for (slot, (meta, index, _)) in open_partitions(data_dir, jobs, CREATE_THREADS, true)
-        .into_iter()
-        .zip(jobs)
+    for (slot, (meta, index, _)) in
+        open_partitions(data_dir, high_watermarks, jobs, CREATE_THREADS, true)
+            .into_iter()
+            .zip(jobs)
     {
         match slot {
             Some(Ok(p)) => out.push(p),
@@ -1182,6 +1205,7 @@ fn open_all(
 /// workers (the server calls this through `spawn_blocking`).
 fn open_topics(
     data_dir: &Path,
+    high_watermarks: &Arc<HighWatermarks>,
     doc: &MetadataDoc,
     broker: &BrokerConfig,
 ) -> Result<BTreeMap<String, Arc<Topic>>, TopicError> {
@@ -1197,6 +1221,7 @@ fn open_topics(
         .collect();
     let opened = open_partitions(
         data_dir,
+        high_watermarks,
         &jobs
             .iter()
             .map(|&(t, index)| (metas[t], index, &configs[t]))
@@ -1228,6 +1253,7 @@ fn open_topics(
 
 fn open_topic(
     data_dir: &Path,
+    high_watermarks: &Arc<HighWatermarks>,
     meta: &TopicMeta,
     broker: &BrokerConfig,
 ) -> Result<Topic, TopicError> {
@@ -1237,7 +1263,7 @@ fn open_topic(
         .into_iter()
         .map(|i| (meta, i, &cfg))
         .collect();
-    let partitions = open_all(data_dir, &jobs)?
+    let partitions = open_all(data_dir, high_watermarks, &jobs)?
         .into_iter()
         .map(Arc::new)
         .collect();

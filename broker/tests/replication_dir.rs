@@ -450,6 +450,18 @@ async fn paused_followers_leave_the_isr_and_a_diverged_leader_is_truncated() {
         "{}",
         brokers[&old].log()
     );
+    // The truncation rewrote the data directory's high watermark file at
+    // once (one file for all partitions, no per-partition file): the old
+    // leader's entry never exceeds the 7 acknowledged records.
+    let hw_file = data(old).join(moldau_broker::storage::high_watermarks::FILE);
+    let text = std::fs::read_to_string(&hw_file).unwrap();
+    let entries = moldau_broker::storage::high_watermarks::parse(&text).expect("well formed");
+    let entry = entries
+        .values()
+        .find(|e| e.topic == "d")
+        .unwrap_or_else(|| panic!("no entry for d: {text}"));
+    assert!(entry.high_watermark <= 7, "{text}");
+    assert!(!data(old).join("d-0/high-watermark.checkpoint").exists());
     let leader_now = partitions(&mut fs, "d").await[&0].leader;
     let mut c = brokers[&leader_now].connect(Duration::from_secs(10)).await;
     read_eventually(

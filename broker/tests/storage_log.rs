@@ -675,7 +675,7 @@ fn storage_clean_close_then_reopen_keeps_everything() {
     );
     assert_eq!(log.log_start_offset(), 3);
     assert_eq!(log.log_end_offset(), end);
-    assert_eq!(log.high_watermark(), ranges[40].1 + 1);
+    assert_eq!(log.high_watermark(), 3, "not the log's to keep: its start");
     assert_eq!(log.recovery_point(), end);
     assert_eq!(log.segment_base_offsets(), segs);
     let mut again = Vec::new();
@@ -714,23 +714,18 @@ fn storage_flush_policy_advances_recovery_point() {
     assert_eq!(log.recovery_point(), 6);
     log.maybe_flush(NOW + 110).expect("flush");
     assert_eq!(log.recovery_point(), 7);
-    // The high watermark is checkpointed by flush, close and the broker's
-    // periodic job (take, write without the lock, record), never by
-    // maybe_flush on the append path.
+    // The log keeps its high watermark in memory: the broker checkpoints
+    // it in the data directory's file (storage::high_watermarks), and a
+    // flush does not write it.
     log.set_high_watermark(100);
     assert_eq!(log.high_watermark(), 7, "clamped to the log end");
     log.set_high_watermark(6);
-    log.maybe_flush(NOW + 20_000).expect("flush");
-    let taken = log
-        .take_high_watermark_checkpoint()
-        .expect("6 is not on disk");
-    assert_eq!(taken.value(), 6);
-    log.high_watermark_checkpointed(taken.write().expect("write"));
-    assert!(log.take_high_watermark_checkpoint().is_none(), "written");
+    log.flush().expect("flush");
     drop(log);
     let log = PartitionLog::open(dir.path(), config(), NOW).expect("reopen");
-    assert_eq!(log.high_watermark(), 6);
+    assert_eq!(log.high_watermark(), 0, "none checkpointed: the log start");
     assert_eq!(log.log_end_offset(), 7);
+    assert!(!dir.path().join("high-watermark.checkpoint").exists());
 }
 
 #[test]

@@ -2,8 +2,8 @@
 //! directory.
 //!
 //! This module owns only the small metadata files next to the segments
-//! (recovery point, log start offset, high watermark, cleaner offset,
-//! clean-shutdown marker) and the atomic write every checkpoint uses (the
+//! (recovery point, log start offset, cleaner offset, clean-shutdown
+//! marker; high watermarks are the data directory's, `high_watermarks`) and the atomic write every checkpoint uses (the
 //! leader epoch cache's file format lives in `epochs`); it never reads or
 //! writes segments. A checkpoint is written to
 //! `<name>.tmp`, fsynced, renamed over `<name>` and the directory is
@@ -21,8 +21,6 @@ use super::Result;
 pub const RECOVERY_POINT_FILE: &str = "recovery-point.checkpoint";
 /// First offset consumers may read.
 pub const LOG_START_OFFSET_FILE: &str = "log-start-offset.checkpoint";
-/// Last high watermark the broker reported.
-pub const HIGH_WATERMARK_FILE: &str = "high-watermark.checkpoint";
 /// The cleaner's "cleaned up to" offset: segments below it were compacted
 /// (their offsets may have gaps); bytes from it on are dirty.
 pub const CLEANER_OFFSET_FILE: &str = "cleaner-offset.checkpoint";
@@ -185,9 +183,9 @@ mod tests {
             read_checkpoint(d, RECOVERY_POINT_FILE).expect("read"),
             Some(i64::MAX)
         );
-        write_checkpoint(d, HIGH_WATERMARK_FILE, -1).expect("write");
+        write_checkpoint(d, CLEANER_OFFSET_FILE, -1).expect("write");
         assert_eq!(
-            read_checkpoint(d, HIGH_WATERMARK_FILE).expect("read"),
+            read_checkpoint(d, CLEANER_OFFSET_FILE).expect("read"),
             Some(-1)
         );
         // No temp file is left behind.

@@ -3,7 +3,9 @@
 //!
 //! This module owns the partition directory as a whole: which segments
 //! exist, the log start offset, recovery point and high watermark, and
-//! their checkpoints. It delegates the bytes of each segment to `segment`
+//! the checkpoints of the first two (the high watermark's is the data
+//! directory's file, `high_watermarks`; the log only reads the file older
+//! brokers wrote). It delegates the bytes of each segment to `segment`
 //! and never parses the Kafka protocol; callers (the protocol layer)
 //! validate produce payloads with `batch::validate_batches` first (and,
 //! for compacted topics, `batch::validate_records`). The rules
@@ -31,6 +33,7 @@ use super::batch::{self, BatchHeader};
 use super::checkpoint;
 use super::cleaner::{self, CleanStats, CompactionOutcome, Throttle};
 use super::epochs::{EpochEntry, LeaderEpochCache};
+use super::high_watermarks;
 use super::producer_snapshot::{self, SnapshotEntry};
 use super::segment::{self, BatchInfo, SealedBytes, Segment};
 use super::{LogConfig, Result, StorageError};
@@ -86,72 +89,6 @@ pub struct OpenReport {
     pub bytes_read: u64,
 }
 
-/// How often the broker checkpoints changed high watermarks (Kafka's
-/// `replica.high.watermark.checkpoint.interval.ms` default), through
-/// [`PartitionLog::take_high_watermark_checkpoint`].
-pub const HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS: i64 = 5_000;
-
-/// A high watermark checkpoint taken under the log's lock
-/// ([`PartitionLog::take_high_watermark_checkpoint`]) and written after it
-/// is released ([`HighWatermarkCheckpoint::write`]), so that no append
-/// waits for its fsyncs — on a disk busy with writeback they took tens of
-/// milliseconds, which every produce to the partition queued behind once
-/// per interval. Kafka writes this checkpoint from a scheduler thread too.
-/// Only the log's own checkpoint writes (a flush, a truncation, the close)
-/// wait for one in progress: the two are serialized so the newer wins.
-#[derive(Debug)]
-#[must_use = "write it without the partition's lock, then record it"]
-pub struct HighWatermarkCheckpoint {
-    dir: PathBuf,
-    value: i64,
-    files: Arc<CheckpointFiles>,
-    /// Writes of the log's offset checkpoints before this was taken.
-    writes_before: u64,
-}
-
-/// The result of [`HighWatermarkCheckpoint::write`], for
-/// [`PartitionLog::high_watermark_checkpointed`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HighWatermarkWrite {
-    /// Written: the file holds `value`, and this was write number `write`.
-    Written { value: i64, write: u64 },
-    /// Not written: the log wrote its offset checkpoints (a flush, a
-    /// truncation, the close), or moved or deleted its directory, after the
-    /// checkpoint was taken; what the file holds is newer.
-    Superseded,
-}
-
-/// Serializes the writes of a log's offset checkpoint files between the
-/// log (under the partition's lock) and a [`HighWatermarkCheckpoint`]
-/// written outside it, and counts them: a checkpoint taken before a write
-/// by the log is stale and is dropped instead of written over it.
-#[derive(Debug, Default)]
-struct CheckpointFiles {
-    writes: parking_lot::Mutex<u64>,
-}
-
-impl HighWatermarkCheckpoint {
-    pub fn value(&self) -> i64 {
-        self.value
-    }
-
-    /// Writes the checkpoint (temp file, fsync, rename, directory fsync)
-    /// unless the log wrote its checkpoints since it was taken. Call
-    /// without the partition's lock.
-    pub fn write(self) -> Result<HighWatermarkWrite> {
-        let mut writes = self.files.writes.lock();
-        if *writes != self.writes_before {
-            return Ok(HighWatermarkWrite::Superseded);
-        }
-        checkpoint::write_checkpoint(&self.dir, checkpoint::HIGH_WATERMARK_FILE, self.value)?;
-        *writes += 1;
-        Ok(HighWatermarkWrite::Written {
-            value: self.value,
-            write: *writes,
-        })
-    }
-}
-
 /// The log of one partition.
 #[derive(Debug)]
 pub struct PartitionLog {
@@ -162,10 +99,9 @@ pub struct PartitionLog {
     segments: Vec<Segment>,
     log_start_offset: i64,
     recovery_point: i64,
+    /// Kept in memory only: the broker checkpoints every partition's in
+    /// the data directory's file (`storage::high_watermarks`).
     high_watermark: i64,
-    checkpointed_high_watermark: Option<i64>,
-    /// Shared with the [`HighWatermarkCheckpoint`]s taken from this log.
-    checkpoint_files: Arc<CheckpointFiles>,
     /// Values of the recovery point and log start checkpoint files as last
     /// read or written (`None`: absent), so unchanged ones are not rewritten.
     checkpointed_recovery_point: Option<i64>,
@@ -415,7 +351,9 @@ impl PartitionLog {
             checkpoint::read_checkpoint(&dir, checkpoint::LOG_START_OFFSET_FILE)?;
         let checkpointed_recovery =
             checkpoint::read_checkpoint(&dir, checkpoint::RECOVERY_POINT_FILE)?;
-        let checkpointed_hw = checkpoint::read_checkpoint(&dir, checkpoint::HIGH_WATERMARK_FILE)?;
+        // Written by brokers before the data directory's file; the
+        // partition prefers that file's value when it has one.
+        let checkpointed_hw = checkpoint::read_checkpoint(&dir, high_watermarks::LEGACY_FILE)?;
         let checkpointed_cleaned =
             checkpoint::read_checkpoint(&dir, checkpoint::CLEANER_OFFSET_FILE)?;
         let checkpointed_due =
@@ -568,8 +506,6 @@ impl PartitionLog {
             log_start_offset,
             recovery_point,
             high_watermark,
-            checkpointed_high_watermark: checkpointed_hw,
-            checkpoint_files: Arc::default(),
             checkpointed_recovery_point: checkpointed_recovery,
             checkpointed_log_start: checkpointed_start,
             unflushed_messages: log_end - recovery_point,
@@ -1103,7 +1039,8 @@ impl PartitionLog {
     /// fsynced; only then are the high watermark, recovery point, log start
     /// (if the log now ends below it), cleaner checkpoint and leader-epoch
     /// cache (entries starting at or after the new log end) clamped and
-    /// checkpointed.
+    /// checkpointed (the high watermark by the caller, in the data
+    /// directory's file).
     pub fn truncate_to(&mut self, offset: i64) -> Result<()> {
         self.refuse_if_closed()?;
         let end = self.log_end_offset();
@@ -1167,33 +1104,18 @@ impl PartitionLog {
         Ok(())
     }
 
-    /// Writes offset checkpoint files of this log (under its lock), as one
-    /// write of [`CheckpointFiles`]: a high watermark checkpoint taken
-    /// before it is dropped instead of written over it. Counted even when
-    /// `due` is empty: the caller just made the files current.
-    fn write_offset_checkpoint_files(&self, due: &[(&str, i64)]) -> Result<()> {
-        let mut writes = self.checkpoint_files.writes.lock();
-        *writes += 1;
-        checkpoint::write_checkpoints(&self.dir, due)
-    }
-
-    /// Rewrites the recovery point, high watermark and log start
-    /// checkpoints whose files do not hold the current values (one
-    /// directory fsync).
+    /// Rewrites the recovery point and log start checkpoints whose files
+    /// do not hold the current values (one directory fsync).
     fn write_offset_checkpoints(&mut self) -> Result<()> {
-        let mut due = Vec::with_capacity(3);
+        let mut due = Vec::with_capacity(2);
         if self.checkpointed_recovery_point != Some(self.recovery_point) {
             due.push((checkpoint::RECOVERY_POINT_FILE, self.recovery_point));
-        }
-        if self.checkpointed_high_watermark != Some(self.high_watermark) {
-            due.push((checkpoint::HIGH_WATERMARK_FILE, self.high_watermark));
         }
         if self.checkpointed_log_start != Some(self.log_start_offset) {
             due.push((checkpoint::LOG_START_OFFSET_FILE, self.log_start_offset));
         }
-        self.write_offset_checkpoint_files(&due)?;
+        checkpoint::write_checkpoints(&self.dir, &due)?;
         self.checkpointed_recovery_point = Some(self.recovery_point);
-        self.checkpointed_high_watermark = Some(self.high_watermark);
         self.checkpointed_log_start = Some(self.log_start_offset);
         Ok(())
     }
@@ -1850,8 +1772,7 @@ impl PartitionLog {
     }
 
     /// Applies the flush policy (`flush.messages`, `flush.ms`); call after
-    /// appends and periodically. The high watermark checkpoint is not
-    /// written here (see [`PartitionLog::take_high_watermark_checkpoint`]).
+    /// appends and periodically.
     pub fn maybe_flush(&mut self, now_ms: i64) -> Result<()> {
         if self.closed {
             return Ok(());
@@ -1867,36 +1788,8 @@ impl PartitionLog {
         Ok(())
     }
 
-    /// The high watermark checkpoint, when one is due: the high watermark
-    /// changed since its file was last written. The broker takes them
-    /// every [`HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS`]. Write it after
-    /// releasing the log's lock ([`HighWatermarkCheckpoint::write`]), then
-    /// record the outcome with [`PartitionLog::high_watermark_checkpointed`];
-    /// a failed or dropped one is taken again the next time.
-    pub fn take_high_watermark_checkpoint(&self) -> Option<HighWatermarkCheckpoint> {
-        if self.closed || self.checkpointed_high_watermark == Some(self.high_watermark) {
-            return None;
-        }
-        Some(HighWatermarkCheckpoint {
-            dir: self.dir.clone(),
-            value: self.high_watermark,
-            files: Arc::clone(&self.checkpoint_files),
-            writes_before: *self.checkpoint_files.writes.lock(),
-        })
-    }
-
-    /// Records what [`HighWatermarkCheckpoint::write`] did: the file holds
-    /// the written value unless the log wrote its checkpoints again since.
-    pub fn high_watermark_checkpointed(&mut self, outcome: HighWatermarkWrite) {
-        if let HighWatermarkWrite::Written { value, write } = outcome {
-            if *self.checkpoint_files.writes.lock() == write {
-                self.checkpointed_high_watermark = Some(value);
-            }
-        }
-    }
-
     /// fsyncs what changed in the segments and indexes and checkpoints the
-    /// recovery point (and the high watermark if it changed).
+    /// recovery point (and the log start if it changed).
     pub fn flush(&mut self) -> Result<()> {
         if self.closed {
             return Ok(());
@@ -1905,27 +1798,23 @@ impl PartitionLog {
     }
 
     /// fsyncs the segments changed since the last flush (only the files
-    /// written since), then rewrites the recovery point, high watermark and
-    /// log start checkpoints whose files do not hold the current values,
-    /// all with one directory fsync.
+    /// written since), then rewrites the recovery point and log start
+    /// checkpoints whose files do not hold the current values, with one
+    /// directory fsync.
     fn flush_and_checkpoint(&mut self) -> Result<()> {
         for seg in &mut self.segments {
             seg.flush()?;
         }
         let end = self.log_end_offset();
-        let mut due = Vec::with_capacity(3);
+        let mut due = Vec::with_capacity(2);
         if self.checkpointed_recovery_point != Some(end) {
             due.push((checkpoint::RECOVERY_POINT_FILE, end));
-        }
-        if self.checkpointed_high_watermark != Some(self.high_watermark) {
-            due.push((checkpoint::HIGH_WATERMARK_FILE, self.high_watermark));
         }
         if self.checkpointed_log_start != Some(self.log_start_offset) {
             due.push((checkpoint::LOG_START_OFFSET_FILE, self.log_start_offset));
         }
-        self.write_offset_checkpoint_files(&due)?;
+        checkpoint::write_checkpoints(&self.dir, &due)?;
         self.checkpointed_recovery_point = Some(end);
-        self.checkpointed_high_watermark = Some(self.high_watermark);
         self.checkpointed_log_start = Some(self.log_start_offset);
         self.recovery_point = end;
         self.unflushed_messages = 0;
@@ -1956,9 +1845,8 @@ impl PartitionLog {
 
     /// Sets the high watermark (replication owns its value; a single
     /// broker sets it to the log end after each append), clamped to
-    /// `[log start, log end]`. It is checkpointed by `flush`, `close`, and
-    /// at most every 5 s (as Kafka) through
-    /// [`PartitionLog::take_high_watermark_checkpoint`].
+    /// `[log start, log end]`. The broker checkpoints it in the data
+    /// directory's file (`storage::high_watermarks`), not the log.
     pub fn set_high_watermark(&mut self, hw: i64) {
         self.high_watermark = hw.clamp(self.log_start_offset, self.log_end_offset());
     }
@@ -1972,8 +1860,8 @@ impl PartitionLog {
     }
 
     /// Clean shutdown: trims the active segment's preallocated indexes,
-    /// fsyncs what changed since the last flush, brings the recovery point,
-    /// high watermark and log start checkpoints up to date, and only then
+    /// fsyncs what changed since the last flush, brings the recovery point
+    /// and log start checkpoints up to date, and only then
     /// writes the clean-shutdown marker, so the next open trusts the
     /// segments instead of re-validating them. Afterwards the log refuses
     /// appends and skips retention, compaction and flushes, so nothing can
@@ -2013,11 +1901,7 @@ impl PartitionLog {
     /// every later file operation of this log happen there: a log being
     /// deleted can never touch a new directory of the same name.
     pub fn rename_dir(&mut self, to: &Path) -> Result<()> {
-        // a checkpoint taken before must not write into the old path
-        let mut writes = self.checkpoint_files.writes.lock();
-        *writes += 1;
         fs::rename(&self.dir, to)?;
-        drop(writes);
         self.dir = to.to_path_buf();
         for seg in &mut self.segments {
             seg.relocate(to);
@@ -2028,15 +1912,7 @@ impl PartitionLog {
 
     /// Removes the partition directory and everything in it.
     pub fn delete(self) -> Result<()> {
-        let PartitionLog {
-            dir,
-            segments,
-            checkpoint_files,
-            ..
-        } = self;
-        // a checkpoint taken before must not recreate files in a directory
-        // of the same name
-        *checkpoint_files.writes.lock() += 1;
+        let PartitionLog { dir, segments, .. } = self;
         drop(segments);
         fs::remove_dir_all(&dir)?;
         if let Some(parent) = dir.parent() {
@@ -2055,7 +1931,3 @@ mod repl_tests;
 #[cfg(test)]
 #[path = "log_snapshot_tests.rs"]
 mod snapshot_tests;
-
-#[cfg(test)]
-#[path = "log_hw_checkpoint_tests.rs"]
-mod hw_checkpoint_tests;

@@ -14,11 +14,14 @@
 //!   the batch CRC); on a follower, byte for byte as the leader has them;
 //! - `<base>.index`: sparse, memory-mapped offset → file position;
 //! - `<base>.timeindex`: sparse, memory-mapped timestamp → offset;
-//! - checkpoint files (recovery point, log start offset, high watermark,
-//!   cleaner offset, `leader-epoch-checkpoint`), each written atomically
-//!   (temp file, fsync, rename, fsync directory);
+//! - checkpoint files (recovery point, log start offset, cleaner offset,
+//!   `leader-epoch-checkpoint`), each written atomically (temp file,
+//!   fsync, rename, fsync directory);
 //! - transiently, `<base>.log.cleaned` / `<base>.log.swap` while the
 //!   cleaner (`cleanup.policy=compact`) swaps in a compacted segment.
+//!
+//! Beside the partition directories, `replication-offset-checkpoint`
+//! holds every partition's high watermark (`high_watermarks`).
 
 pub mod batch;
 pub mod checkpoint;
@@ -26,6 +29,7 @@ pub mod cleaner;
 pub mod compression;
 pub mod config;
 pub mod epochs;
+pub mod high_watermarks;
 pub mod index;
 pub mod log;
 pub mod producer_snapshot;
