@@ -16,7 +16,6 @@
 //! `acks=all` produces on the high watermark, followers' fetches on the log
 //! end.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI32, AtomicI64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -127,7 +126,7 @@ struct LeaderState {
     /// The log end when this leadership began: a follower must hold it to
     /// join the ISR.
     epoch_start_offset: i64,
-    followers: HashMap<i32, FollowerProgress>,
+    followers: progress::Followers,
 }
 
 impl LeaderState {
@@ -140,7 +139,7 @@ impl LeaderState {
             isr: Vec::new(),
             pending_isr: None,
             epoch_start_offset: 0,
-            followers: HashMap::new(),
+            followers: Default::default(),
         }
     }
 

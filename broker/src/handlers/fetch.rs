@@ -187,6 +187,9 @@ fn gather(broker: &Broker, req: &FetchRequest, version: i16) -> Gathered {
             .broker_config()
             .replica_selector_class
             .is_empty();
+    // one clock read per gathering, not per partition (a follower's
+    // fetch names hundreds)
+    let now = crate::topics::now_ms();
     for ft in &req.topics {
         let name = ft.topic.0.as_str();
         let mut partitions = Vec::with_capacity(ft.partitions.len());
@@ -219,7 +222,6 @@ fn gather(broker: &Broker, req: &FetchRequest, version: i16) -> Gathered {
                 // A throttled follower (outside the ISR, listed for this
                 // leader) gets no data while the leader's quota is spent.
                 let throttled = leader_throttled(broker, &image, name, fp.partition, replica);
-                let now = crate::topics::now_ms();
                 let held_back = throttled && broker.replicas.leader_quota().exceeded(now);
                 // A follower: its progress counts even when nothing is sent.
                 match partition.read_for_follower(

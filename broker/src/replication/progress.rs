@@ -14,6 +14,10 @@
 
 use std::collections::HashMap;
 
+/// A leader's followers by node id. Looked up for every partition of
+/// every follower fetch: a fast hash of the small integer keys.
+pub type Followers = HashMap<i32, FollowerProgress, foldhash::fast::RandomState>;
+
 /// A follower as its fetches describe it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FollowerProgress {
@@ -61,7 +65,7 @@ pub fn high_watermark(
     leader: i32,
     leader_end: i64,
     isr: &[i32],
-    followers: &HashMap<i32, FollowerProgress>,
+    followers: &Followers,
     current: i64,
 ) -> i64 {
     let lowest = isr
@@ -77,7 +81,7 @@ pub fn high_watermark(
 pub fn lagging(
     leader: i32,
     isr: &[i32],
-    followers: &HashMap<i32, FollowerProgress>,
+    followers: &Followers,
     now_ms: i64,
     lag_max_ms: i64,
 ) -> Vec<i32> {
@@ -113,7 +117,7 @@ mod tests {
 
     #[test]
     fn the_high_watermark_is_the_lowest_log_end_of_the_isr() {
-        let followers: HashMap<i32, FollowerProgress> = [(2, at(7, 1)), (3, at(4, 1))].into();
+        let followers: Followers = [(2, at(7, 1)), (3, at(4, 1))].into_iter().collect();
         assert_eq!(high_watermark(1, 10, &[1, 2, 3], &followers, 0), 4);
         // 3 left the ISR: only 2 holds it back
         assert_eq!(high_watermark(1, 10, &[1, 2], &followers, 0), 7);
@@ -147,7 +151,7 @@ mod tests {
         slow.on_fetch(5, 100, 1_000);
         slow.on_fetch(6, 200, 2_000);
         let fast = at(200, 29_000);
-        let followers: HashMap<i32, FollowerProgress> = [(2, slow), (3, fast)].into();
+        let followers: Followers = [(2, slow), (3, fast)].into_iter().collect();
         assert!(lagging(1, &[1, 2, 3], &followers, 20_000, 30_000).is_empty());
         assert_eq!(lagging(1, &[1, 2, 3], &followers, 30_001, 30_000), vec![2]);
         // a member the leader never heard from counts as lagging

@@ -26,6 +26,8 @@
 //! no session (answer id 0) gets full fetches, each asking again.
 
 use std::collections::{HashMap, HashSet};
+
+use foldhash::fast::RandomState;
 use std::hash::Hash;
 
 use crate::fetch_session::{next_epoch, INITIAL_EPOCH, NO_SESSION};
@@ -60,7 +62,7 @@ pub struct FollowerSession<K> {
     /// The epoch the next incremental request carries.
     epoch: i32,
     /// What the session holds for each partition, as last accepted.
-    held: HashMap<K, Asked>,
+    held: HashMap<K, Asked, RandomState>,
     /// A session given up, for the next full fetch to close.
     abandoned: Option<i32>,
     /// What the request in flight named and forgot: applied to `held`
@@ -76,7 +78,7 @@ impl<K> Default for FollowerSession<K> {
         Self {
             id: NO_SESSION,
             epoch: INITIAL_EPOCH,
-            held: HashMap::new(),
+            held: HashMap::default(),
             abandoned: None,
             in_flight: None,
         }
@@ -112,7 +114,7 @@ impl<K: Clone + Eq + Hash + Ord> FollowerSession<K> {
         let held_wanted = wanted.len() - named.len();
         let mut forgotten: Vec<K> = Vec::new();
         if self.held.len() > held_wanted {
-            let still: HashSet<&K> = wanted.iter().map(|(k, _)| k).collect();
+            let still: HashSet<&K, RandomState> = wanted.iter().map(|(k, _)| k).collect();
             forgotten = self
                 .held
                 .keys()
