@@ -775,6 +775,9 @@ def main() -> int:
                     help="throughput on 1,000 partitions, 10 producers and 10 consumers (bench/partitions.py)")
     ap.add_argument("--restart", action="store_true",
                     help="time to ready after SIGTERM and after kill -9, 1,000 partitions (bench/restart.py)")
+    ap.add_argument("--all", action="store_true",
+                    help="every row of the performance issue's table in one run: the matrix, 1,000 "
+                         "partitions, restart (10 GiB) and compaction (1 GiB), then issue-table.md (bench/all.py)")
     ap.add_argument("--reps", type=int, default=None, help="repetitions per broker (default 3)")
     ap.add_argument("--out", default=None,
                     help="output directory (default bench-results/<date>, or <date>-cluster with --cluster)")
@@ -794,7 +797,7 @@ def main() -> int:
 
 def run_mode(args) -> int:
     if args.out is None:
-        suffix = ("-cluster" if args.cluster else "-compaction" if args.compaction
+        suffix = ("-all" if args.all else "-cluster" if args.cluster else "-compaction" if args.compaction
                   else "-partitions" if args.partitions else "-restart" if args.restart else "")
         args.out = str(REPO / "bench-results" / (dt.date.today().isoformat() + suffix))
     if args.cluster:
@@ -813,6 +816,15 @@ def run_mode(args) -> int:
         sys.path.insert(0, str(Path(__file__).parent))
         import restart
         return restart.main(args)
+    if args.all:
+        sys.path.insert(0, str(Path(__file__).parent))
+        import all as all_cases
+        return all_cases.main(args)
+    return run_matrix(args)
+
+
+def run_matrix(args) -> int:
+    """The matrix: every configuration on both brokers, --reps times."""
     if args.reps is None:
         args.reps = 3
     if args.report_only:

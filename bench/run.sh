@@ -6,7 +6,8 @@
 #   bench/run.sh --compaction [--quick] [--reps N] [--out DIR] [--only moldau|kafka]
 #   bench/run.sh --partitions [--quick] [--reps N] [--out DIR] [--only moldau|kafka]
 #   bench/run.sh --restart [--quick] [--reps N] [--out DIR] [--only moldau|kafka]
-#   bench/run.sh [--cluster] --report-only --out DIR   # re-render the tables
+#   bench/run.sh --all [--quick] [--reps N] [--out DIR]
+#   bench/run.sh [--cluster|--all] --report-only --out DIR   # re-render the tables
 #
 # Builds the broker and the load generator in release mode (CARGO_TARGET_DIR
 # is honoured), makes bench/.venv with matplotlib, fetches the Kafka jars
@@ -36,6 +37,13 @@
 # then 10 GiB; at each size the time from start to ready after kill -9 and
 # after SIGTERM (and the SIGTERM's stop time); bench/restart.py. Results:
 # bench-results/<date>-restart/. --quick: about 12 minutes.
+#
+# --all: every row of the performance issue's table in one run: the matrix and
+# the 1,000-partition case (--quick applies to both), the restart case at 10 GiB
+# and the compaction case at 1 GiB (one repetition each unless --reps), each in
+# its own directory under OUT, then OUT/issue-table.{md,json}: each row of the
+# issue's table with this run's figure, its target and whether it is met;
+# bench/all.py. --quick: about 45 minutes.
 #
 # Every mode sets, for its duration, free page reporting's delay to 300 s and
 # TCP congestion control to cubic (--tcp-congestion NAME|system), brokers and

@@ -1,0 +1,213 @@
+"""Every row of the performance issue's table from one run (`bench/run.sh --all`).
+
+Runs, one after the other on the same machine and binaries: the matrix
+(run.py's, both load generators), the 1,000-partition case (partitions.py),
+the restart case (restart.py) and the compaction case (compaction.py), each
+into a directory of its own under OUT (`matrix/`, `partitions/`, `restart/`,
+`compaction/`, each with its usual results), then writes OUT/issue-table.md
+and OUT/issue-table.json: the issue's table, each row with the figure that
+decides it, its target and met or not.
+
+Sizes: `--quick` applies to the matrix and the partitions case; the restart
+and compaction cases always run at the sizes the issue names (10 GiB in
+1,000 partitions, a 1 GiB compacted partition: their "full" modes), one
+repetition each unless `--reps` says more. A case that fails is recorded as
+such in the table and the others still run. About 45 minutes with --quick.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import traceback
+from pathlib import Path
+
+from run import log
+
+
+def median(vals: list) -> float | None:
+    vals = [v for v in vals if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def ratio(mo: float | None, ka: float | None) -> float | None:
+    return mo / ka if mo is not None and ka else None
+
+
+def dig(row: dict, path: str):
+    v = row
+    for k in path.split("."):
+        if not isinstance(v, dict):
+            return None
+        v = v.get(k)
+    return v
+
+
+def broker_median(runs: list[dict], broker: str, path: str) -> float | None:
+    return median([dig(r, path) for r in runs if r.get("broker") == broker and "error" not in r])
+
+
+def pair(runs: list[dict], path: str) -> float | None:
+    return ratio(broker_median(runs, "moldau", path), broker_median(runs, "kafka", path))
+
+
+def load(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def matrix_rows(res: dict | None) -> list[dict]:
+    """Per load generator: throughput in every configuration, p99 at full
+    load and (librdkafka) at a fixed rate, as the worst configuration."""
+    if not res:
+        return [{"row": "matrix", "value": "not run or failed", "met": False}]
+    configs = res["summary"]["configs"]
+    rows = []
+    for gen, produce, consume, p99 in (("wire", "wire produce MB/s", "wire consume MB/s", "wire produce p99"),
+                                       ("librdkafka", "produce MB/s", "consume MB/s", "produce p99")):
+        for label, metric, target, higher in (
+                (f"consume throughput, every configuration ({gen})", consume, 1.2, True),
+                (f"produce throughput, every configuration ({gen})", produce, 1.5, True),
+                (f"produce p99 at full load, every configuration ({gen})", p99, 0.5, False),
+                *([("produce p99 at a fixed rate, every configuration (librdkafka)",
+                    "produce ack p99 @ fixed rate", 0.5, False)] if gen == "librdkafka" else [])):
+            vals = {k: c["ratio"].get(metric) for k, c in configs.items()}
+            vals = {k: v for k, v in vals.items() if v is not None}
+            if not vals:
+                continue
+            ok = {k: (v >= target if higher else v <= target) for k, v in vals.items()}
+            worst = (min if higher else max)(vals, key=vals.get)
+            rows.append({"row": label, "target": f"{'≥' if higher else '≤'} {target}×",
+                         "value": f"{sum(ok.values())} of {len(ok)} met; worst {vals[worst]:.2f}× ({worst})",
+                         "met": all(ok.values())})
+    return rows
+
+
+def partitions_rows(res: dict | None) -> list[dict]:
+    if not res:
+        return [{"row": "1,000 partitions", "value": "not run or failed", "met": False}]
+    runs = res["runs"]
+    rows = []
+    for label, path in (("1,000 partitions, 10 connections: produce throughput", "produce.mb_per_sec"),
+                        ("1,000 partitions, 10 connections: consume throughput (librdkafka)",
+                         "consume.mb_per_sec"),
+                        ("1,000 partitions, 10 connections: consume throughput (wire)",
+                         "wire_consume.mb_per_sec")):
+        r = pair(runs, path)
+        rows.append({"row": label, "target": "≥ 1.5×", "value": "n/a" if r is None else f"{r:.2f}×",
+                     "met": r is not None and r >= 1.5})
+    return rows
+
+
+def restart_rows(res: dict | None) -> list[dict]:
+    if not res:
+        return [{"row": "restart", "value": "not run or failed", "met": False}]
+    size = max(res["load"]["sizes_mib"])
+    runs = [{"broker": r["broker"], **s} for r in res["runs"] for s in r.get("stages", [])
+            if s.get("size_mib") == size and "unclean" in s and "clean" in s]
+    rows = []
+    for label, path in ((f"restart to ready, {size:,} MiB in 1,000 partitions, after SIGTERM",
+                         "clean.client_ready_s"),
+                        (f"restart to ready, {size:,} MiB in 1,000 partitions, after kill -9",
+                         "unclean.client_ready_s")):
+        r = pair(runs, path)
+        rows.append({"row": label, "target": "≤ 0.5×", "value": "n/a" if r is None else f"{r:.3f}×",
+                     "met": r is not None and r <= 0.5})
+    reread = [dig(s, "clean.recovery.log_recovery_bytes_read_total") for s in runs if s["broker"] == "moldau"]
+    reread = [v for v in reread if v is not None]
+    rows.append({"row": "Moldau's clean restart reads no segment data (independent of the size)",
+                 "target": "0 bytes", "value": f"{max(reread) if reread else 'n/a'} bytes re-read",
+                 "met": bool(reread) and max(reread) == 0})
+    return rows
+
+
+def compaction_rows(res: dict | None) -> list[dict]:
+    if not res:
+        return [{"row": "compaction", "value": "not run or failed", "met": False}]
+    mo = broker_median(res["runs"], "moldau", "p99_ratio")
+    return [{"row": f"produce p99 while a {res['load']['fill_mib']:,} MiB compacted partition is cleaned, "
+                    "÷ without cleaning (Moldau)", "target": "≤ 1.5",
+             "value": "n/a" if mo is None else f"{mo:.2f}", "met": mo is not None and mo <= 1.5}]
+
+
+def rss_row(results: dict) -> dict:
+    ratios = {}
+    if results.get("matrix"):
+        ratios["matrix"] = results["matrix"]["summary"].get("rss_ratio")
+    if results.get("partitions"):
+        ratios["1,000 partitions"] = pair(results["partitions"]["runs"], "peak_rss_kib")
+    if results.get("restart"):
+        stages = [{"broker": r["broker"], **s} for r in results["restart"]["runs"] for s in r.get("stages", [])]
+        ratios["restart"] = ratio(max((s.get("peak_rss_kib_before_kill") or 0 for s in stages
+                                       if s["broker"] == "moldau"), default=None),
+                                  max((s.get("peak_rss_kib_before_kill") or 0 for s in stages
+                                       if s["broker"] == "kafka"), default=None))
+    if results.get("compaction"):
+        ratios["compaction"] = pair(results["compaction"]["runs"], "peak_rss_kib")
+    known = {k: v for k, v in ratios.items() if v is not None}
+    if not known:
+        return {"row": "peak RSS in all of the above", "target": "≤ 0.2×", "value": "n/a", "met": False}
+    worst = max(known, key=known.get)
+    return {"row": "peak RSS in all of the above", "target": "≤ 0.2×",
+            "value": f"worst {known[worst]:.2f}× ({worst}); " + ", ".join(f"{k} {v:.2f}×" for k, v in known.items()),
+            "met": len(known) == 4 and all(v <= 0.2 for v in known.values())}
+
+
+def render(out: Path, errors: dict[str, str]) -> None:
+    results = {name: load(out / name / "results.json") for name in ("matrix", "partitions", "restart",
+                                                                    "compaction")}
+    rows = [*matrix_rows(results["matrix"]), *partitions_rows(results["partitions"]),
+            *restart_rows(results["restart"]), *compaction_rows(results["compaction"]), rss_row(results)]
+    machine = next((r["machine"] for r in results.values() if r and "machine" in r), {})
+    loads = [f"{name} {r['machine']['loadavg_start'][0]:.1f}" for name, r in results.items()
+             if r and r.get("machine", {}).get("loadavg_start")]
+    met = sum(r["met"] for r in rows)
+    md = ["# The performance issue's table, from one run", "",
+          f"Moldau at {machine.get('git', '?')}, {machine.get('cpus', '?')} CPUs ({machine.get('cpu_model', '?')}); "
+          f"load average at the start of each case: {', '.join(loads) or '?'}. Each case's own results, with "
+          "its method, are in its directory here.", "",
+          f"{met} of {len(rows)} rows met.", "",
+          "| row | target (Moldau ÷ Kafka) | this run | met |", "| --- | --- | --- | --- |"]
+    md += [f"| {r['row']} | {r.get('target', '')} | {r['value']} | {'yes' if r['met'] else '**no**'} |"
+           for r in rows]
+    if errors:
+        md += ["", "Cases that failed:", *[f"- {k}: {v}" for k, v in errors.items()]]
+    (out / "issue-table.md").write_text("\n".join(md) + "\n")
+    (out / "issue-table.json").write_text(json.dumps({"rows": rows, "errors": errors}, indent=1))
+
+
+def main(args) -> int:
+    import compaction
+    import partitions
+    import restart
+    import run
+
+    out = Path(args.out)
+    errors: dict[str, str] = {}
+    if not args.report_only:
+        cases = (("matrix", run.run_matrix, args.quick, args.reps),
+                 ("partitions", partitions.main, args.quick, args.reps),
+                 ("restart", restart.main, False, args.reps or 1),
+                 ("compaction", compaction.main, False, args.reps or 1))
+        for name, fn, quick, reps in cases:
+            case = argparse.Namespace(**{**vars(args), "out": str(out / name), "quick": quick, "reps": reps})
+            log(f"=== {name} ({'quick' if quick else 'full'})")
+            try:
+                fn(case)
+            except KeyboardInterrupt:
+                raise
+            except Exception as e:  # noqa: BLE001 - the other cases still run
+                errors[name] = f"{type(e).__name__}: {e}"
+                traceback.print_exc()
+    else:
+        prior = load(out / "issue-table.json")
+        errors = (prior or {}).get("errors", {})
+    render(out, errors)
+    log(f"results: {out / 'issue-table.md'}")
+    return 0 if not errors else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit("run through bench/run.sh --all")
