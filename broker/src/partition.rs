@@ -958,12 +958,13 @@ impl Partition {
         let end = state.log.log_end_offset();
         let hw = state.log.high_watermark().min(end);
         state.log.set_high_watermark(hw);
-        // Before any append can follow: a crash must not bring back a
-        // high watermark of the cut history over new records.
-        self.high_watermarks
-            .write_one(self.key(), self.checkpoint_entry(hw))?;
         self.log_end.send_replace(end);
         self.publish_hw(hw);
+        // Before any append can follow: a crash must not bring back a
+        // high watermark of the cut history over new records. Published
+        // first: a checkpoint gathered after this write reads the new value.
+        self.high_watermarks
+            .write_one(self.key(), self.checkpoint_entry(hw))?;
         drop(state);
         tracing::warn!(topic = %self.topic, partition = self.index, from = before, to = end, "truncated a diverged replica");
         Ok(())
@@ -1023,8 +1024,8 @@ impl Partition {
         }
     }
 
-    /// The partition's entry in the high watermark checkpoint: its high
-    /// watermark as last published (read without the partition's lock).
+    /// The partition's entry in the high watermark checkpoint, holding
+    /// `high_watermark`.
     pub fn checkpoint_entry(&self, high_watermark: i64) -> high_watermarks::Entry {
         high_watermarks::Entry {
             topic: self.topic.clone(),
