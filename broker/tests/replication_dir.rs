@@ -11,7 +11,9 @@
 //! (they were paused) dies; after the failover it returns as a follower,
 //! truncates them away, and no consumer ever reads them. Followers fetch
 //! through fetch sessions (incremental after the first), and keep
-//! replicating when a full session cache evicts theirs.
+//! replicating when a full session cache evicts theirs. A follower that
+//! starts over with an empty log copies a compacted leader with its offset
+//! gaps, record for record.
 
 mod cluster_common;
 mod wire_common;
@@ -736,5 +738,194 @@ async fn followers_survive_the_eviction_of_their_sessions() {
             "broker {n}: {full} full and {incremental} incremental fetches"
         );
         assert_eq!(wire_common::metric(page, "moldau_fetch_sessions"), Some(1));
+    }
+}
+
+/// Every record of partition 0 of `topic` with its offset, read by a
+/// consumer of `rack` (Fetch v12: served by a follower in that rack).
+async fn fetch_all_in_rack(s: &mut TcpStream, topic: &str, rack: &str) -> Vec<(i64, Vec<u8>)> {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse};
+    use kafka_protocol::records::RecordBatchDecoder;
+    let mut out = Vec::new();
+    let mut offset = 0;
+    loop {
+        let req = FetchRequest::default()
+            .with_max_wait_ms(0)
+            .with_max_bytes(1 << 20)
+            .with_rack_id(kafka_protocol::protocol::StrBytes::from_string(
+                rack.to_string(),
+            ))
+            .with_topics(vec![FetchTopic::default()
+                .with_topic(wire_common::name(topic))
+                .with_partitions(vec![FetchPartition::default()
+                    .with_partition(0)
+                    .with_fetch_offset(offset)
+                    .with_partition_max_bytes(1 << 20)])]);
+        let resp: FetchResponse = wire_common::call(s, ApiKey::Fetch, 12, &req).await;
+        let p = &resp.responses[0].partitions[0];
+        assert_eq!(
+            (p.error_code, p.preferred_read_replica.0),
+            (0, -1),
+            "fetch {topic} at {offset} in {rack}"
+        );
+        let mut records = p.records.clone().unwrap_or_default();
+        let before = out.len();
+        while bytes::Buf::has_remaining(&records) {
+            let set = RecordBatchDecoder::decode(&mut records).expect("decode");
+            out.extend(
+                set.records
+                    .into_iter()
+                    .map(|r| (r.offset, r.value.unwrap_or_default().to_vec())),
+            );
+        }
+        if out.len() == before {
+            return out;
+        }
+        offset = out.last().map_or(offset, |(o, _)| o + 1);
+    }
+}
+
+/// Whether some record's offset is more than one past the record before.
+fn has_gaps(records: &[(i64, Vec<u8>)]) -> bool {
+    records.windows(2).any(|w| w[1].0 > w[0].0 + 1)
+}
+
+/// A follower that starts over with an empty data directory copies a
+/// compacted leader: the cleaned log has offset gaps, which the follower
+/// keeps as they are (the leader's offsets, not renumbered ones). Its own
+/// cleaner is off, so what it serves to a consumer of its rack must be
+/// the leader's log record for record, offset for offset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_follower_copies_a_compacted_log_with_its_offset_gaps() {
+    let root = tempfile::tempdir().unwrap();
+    let shared = root.path().join("shared");
+    let data = |n: i32| root.path().join(format!("data-{n}"));
+    let start = |n: i32, extra: &[&'static str]| {
+        let mut settings: Vec<&str> = SETTINGS.to_vec();
+        settings.push(Box::leak(format!("broker.rack=rack-{n}").into_boxed_str()));
+        settings.push(
+            "replica.selector.class=org.apache.kafka.common.replica.RackAwareReplicaSelector",
+        );
+        settings.push("log.cleaner.backoff.ms=200");
+        settings.extend_from_slice(extra);
+        spawn(&n.to_string(), &data(n), &shared, root.path(), &settings)
+    };
+    let mut brokers: BTreeMap<i32, wire_common::Child> =
+        (0..3).map(|n| (n, start(n, &[]))).collect();
+    let mut s = brokers[&0].connect(Duration::from_secs(30)).await;
+    let (_, controller, _) = wait_until(&mut s, "c", "three brokers", |v| v.0.len() == 3).await;
+    let (code, message) = create_replicated(
+        &mut s,
+        "c",
+        1,
+        3,
+        &[
+            ("cleanup.policy", "compact"),
+            ("internal.segment.bytes", "16384"),
+            ("min.cleanable.dirty.ratio", "0.01"),
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{message:?}");
+    let all = vec![0, 1, 2];
+    let view = wait_for_partitions(&mut s, "c", "in sync", |v| {
+        v.get(&0).is_some_and(|p| p.isr == all)
+    })
+    .await;
+    let leader = view[&0].leader;
+    // not the controller's broker: the controller stays where it is
+    let follower = *all
+        .iter()
+        .find(|n| **n != leader && **n != controller)
+        .unwrap();
+
+    // The follower goes, and its data with it.
+    brokers
+        .get_mut(&follower)
+        .unwrap()
+        .stop(libc::SIGKILL, Duration::from_secs(10))
+        .await;
+    std::fs::remove_dir_all(data(follower)).unwrap();
+    let mut lc = brokers[&leader].connect(Duration::from_secs(10)).await;
+    wait_for_partitions(&mut lc, "c", "the follower out of the ISR", |v| {
+        v.get(&0).is_some_and(|p| !p.isr.contains(&follower))
+    })
+    .await;
+
+    // 20 keys, then 29 rounds of the first 10 (~2 KB a batch, in many
+    // segments); the leader cleans them down to the latest value of each
+    // key: the first round's second half, a gap, then the latest rounds.
+    let mut written = 0;
+    for r in 0..30 {
+        let keys = if r == 0 { 20 } else { 10 };
+        let values: Vec<Vec<u8>> = (0..keys)
+            .map(|i| format!("v{r}-{i}-{}", "x".repeat(200)).into_bytes())
+            .collect();
+        let (code, _) = wire_common::produce(&mut lc, "c", wire_common::batch(&values)).await;
+        assert_eq!(code, 0, "round {r}");
+        written += values.len();
+    }
+    // cleaned, and settled: the same log in two reads a second apart (the
+    // follower copies it with its own cleaner off, so the leader's must
+    // have finished)
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let mut previous = Vec::new();
+    let cleaned = loop {
+        let read: Vec<(i64, Vec<u8>)> = wire_common::fetch_all(&mut lc, "c", 0)
+            .await
+            .into_iter()
+            .map(|(o, v)| (o, v.to_vec()))
+            .collect();
+        if read.len() < written / 2 && has_gaps(&read) && read == previous {
+            break read;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the leader never settled cleaned: {} of {written} records, offsets {:?}",
+            read.len(),
+            read.iter().map(|r| r.0).collect::<Vec<_>>()
+        );
+        previous = read;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    assert!(cleaned[0].1.starts_with(b"v0-10-"), "{:?}", cleaned[0].0);
+    // the latest round is whole, at the end
+    let last: Vec<Vec<u8>> = cleaned[cleaned.len() - 10..]
+        .iter()
+        .map(|(_, v)| v.clone())
+        .collect();
+    assert!(last.iter().all(|v| v.starts_with(b"v29-")), "{last:?}");
+
+    // Back with an empty log and no cleaner of its own: it fetches the
+    // cleaned log from offset 0, joins the ISR, and serves exactly it.
+    brokers.insert(follower, start(follower, &["log.cleaner.enable=false"]));
+    wait_for_partitions(&mut lc, "c", "the follower back in the ISR", |v| {
+        v.get(&0).is_some_and(|p| p.isr.contains(&follower))
+    })
+    .await;
+    let mut fc = brokers[&follower].connect(Duration::from_secs(30)).await;
+    let rack = format!("rack-{follower}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let on_leader: Vec<(i64, Vec<u8>)> = wire_common::fetch_all(&mut lc, "c", 0)
+            .await
+            .into_iter()
+            .map(|(o, v)| (o, v.to_vec()))
+            .collect();
+        let on_follower = fetch_all_in_rack(&mut fc, "c", &rack).await;
+        if on_follower == on_leader {
+            assert!(has_gaps(&on_follower), "the copy has the leader's gaps");
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the follower serves {} records ({:?}..), the leader {} ({:?}..)",
+            on_follower.len(),
+            on_follower.iter().map(|r| r.0).take(8).collect::<Vec<_>>(),
+            on_leader.len(),
+            on_leader.iter().map(|r| r.0).take(8).collect::<Vec<_>>(),
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
