@@ -486,14 +486,16 @@ async fn paused_followers_leave_the_isr_and_a_diverged_leader_is_truncated() {
     }
 }
 
-/// A consumer's Fetch of partition 0 of `topic` from offset 0 at `version`,
-/// naming `rack`: `(error, preferred read replica, values)`.
-async fn fetch_as_consumer(
+/// A consumer's Fetch of partition 0 of `topic` from `offset` at
+/// `version`, naming `rack`: `(error, preferred read replica, records as
+/// (offset, value))`.
+async fn fetch_in_rack(
     s: &mut TcpStream,
     topic: &str,
     version: i16,
     rack: &str,
-) -> (i16, i32, Vec<Vec<u8>>) {
+    offset: i64,
+) -> (i16, i32, Vec<(i64, Vec<u8>)>) {
     use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
     use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse};
     use kafka_protocol::records::RecordBatchDecoder;
@@ -507,7 +509,7 @@ async fn fetch_as_consumer(
             .with_topic(wire_common::name(topic))
             .with_partitions(vec![FetchPartition::default()
                 .with_partition(0)
-                .with_fetch_offset(0)
+                .with_fetch_offset(offset)
                 .with_partition_max_bytes(1 << 20)])]);
     let resp: FetchResponse = wire_common::call(s, ApiKey::Fetch, version, &req).await;
     let p = &resp.responses[0].partitions[0];
@@ -518,10 +520,25 @@ async fn fetch_as_consumer(
         out.extend(
             set.records
                 .into_iter()
-                .map(|r| r.value.unwrap_or_default().to_vec()),
+                .map(|r| (r.offset, r.value.unwrap_or_default().to_vec())),
         );
     }
     (p.error_code, p.preferred_read_replica.0, out)
+}
+
+/// [`fetch_in_rack`] from offset 0, the values only.
+async fn fetch_as_consumer(
+    s: &mut TcpStream,
+    topic: &str,
+    version: i16,
+    rack: &str,
+) -> (i16, i32, Vec<Vec<u8>>) {
+    let (code, preferred, records) = fetch_in_rack(s, topic, version, rack, 0).await;
+    (
+        code,
+        preferred,
+        records.into_iter().map(|(_, v)| v).collect(),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -744,45 +761,20 @@ async fn followers_survive_the_eviction_of_their_sessions() {
 /// Every record of partition 0 of `topic` with its offset, read by a
 /// consumer of `rack` (Fetch v12: served by a follower in that rack).
 async fn fetch_all_in_rack(s: &mut TcpStream, topic: &str, rack: &str) -> Vec<(i64, Vec<u8>)> {
-    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-    use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse};
-    use kafka_protocol::records::RecordBatchDecoder;
     let mut out = Vec::new();
     let mut offset = 0;
     loop {
-        let req = FetchRequest::default()
-            .with_max_wait_ms(0)
-            .with_max_bytes(1 << 20)
-            .with_rack_id(kafka_protocol::protocol::StrBytes::from_string(
-                rack.to_string(),
-            ))
-            .with_topics(vec![FetchTopic::default()
-                .with_topic(wire_common::name(topic))
-                .with_partitions(vec![FetchPartition::default()
-                    .with_partition(0)
-                    .with_fetch_offset(offset)
-                    .with_partition_max_bytes(1 << 20)])]);
-        let resp: FetchResponse = wire_common::call(s, ApiKey::Fetch, 12, &req).await;
-        let p = &resp.responses[0].partitions[0];
+        let (code, preferred, records) = fetch_in_rack(s, topic, 12, rack, offset).await;
         assert_eq!(
-            (p.error_code, p.preferred_read_replica.0),
+            (code, preferred),
             (0, -1),
             "fetch {topic} at {offset} in {rack}"
         );
-        let mut records = p.records.clone().unwrap_or_default();
-        let before = out.len();
-        while bytes::Buf::has_remaining(&records) {
-            let set = RecordBatchDecoder::decode(&mut records).expect("decode");
-            out.extend(
-                set.records
-                    .into_iter()
-                    .map(|r| (r.offset, r.value.unwrap_or_default().to_vec())),
-            );
-        }
-        if out.len() == before {
+        let Some(last) = records.last() else {
             return out;
-        }
-        offset = out.last().map_or(offset, |(o, _)| o + 1);
+        };
+        offset = last.0 + 1;
+        out.extend(records);
     }
 }
 
