@@ -37,7 +37,7 @@ import statistics
 import time
 from pathlib import Path
 
-from report import run_settings_line
+from report import client_ceiling, run_settings_line
 from run import BenchRunner, Kafka, Moldau, log, proc_cpu_seconds, proc_status_kib, repetition
 
 TOPIC = "many"
@@ -204,20 +204,21 @@ class Runner(BenchRunner):
 
 def ceiling(runs: list[dict], phase: str, cpus: int) -> dict | None:
     """The load generator's limit in `phase` (a run's "produce",
-    "consume" or "wire_consume"): its CPU-seconds per GB moved, measured
+    "consume" or "wire_consume"): its CPU-seconds per GiB moved, measured
     against Moldau, the rate it could reach with all `cpus` cores to
-    itself, Moldau's median rate as a share of that, and that rate over
-    Kafka's median (the most any broker could show here)."""
+    itself (report.client_ceiling, as the matrix's), Moldau's median rate
+    as a share of that, and that rate over Kafka's median (the most any
+    broker could show here)."""
     def med(name: str, f) -> float | None:
         return median([f(r[phase]) for r in runs
                        if r["broker"] == name and "error" not in r and isinstance(r.get(phase), dict)])
-    per_gb = med("moldau", lambda p: p["client_cpu_s"] / (p["bytes"] / 1e9)
-                 if p.get("client_cpu_s") and p.get("bytes") else None)
+    per_gib = med("moldau", lambda p: p["client_cpu_s"] / (p["bytes"] / (1 << 30))
+                  if p.get("client_cpu_s") and p.get("bytes") else None)
+    limit = client_ceiling(cpus, {"median": per_gib})
     mo, ka = med("moldau", lambda p: p.get("mb_per_sec")), med("kafka", lambda p: p.get("mb_per_sec"))
-    if not per_gb or not mo:
+    if limit is None or not mo:
         return None
-    limit = cpus / per_gb * 1000
-    return {"cpu_s_per_gb": per_gb, "ceiling_mb_per_sec": limit, "moldau_share": mo / limit,
+    return {"cpu_s_per_gib": per_gib, "ceiling_mb_per_sec": limit, "moldau_share": mo / limit,
             "most_over_kafka": limit / ka if ka else None}
 
 
@@ -225,13 +226,13 @@ def ceiling_section(runs: list[dict], cpus: int) -> list[str]:
     """The report's "load generator's ceiling" table, as the matrix's:
     where the clients, not the brokers, set the rate."""
     out = ["## The load generator's ceiling", "",
-           f"The client's CPU per GB moved (user + system, measured against Moldau) gives the rate it could "
+           f"The client's CPU per GiB moved (user + system, measured against Moldau) gives the rate it could "
            f"reach with all {cpus} cores to itself; the broker under test shares those cores, so this bounds "
            f"any broker. \"Most ÷ Kafka\" is that ceiling over Kafka's median: the highest ratio any broker "
            f"could show here on this machine. The client's CPU is its whole process's (connecting, metadata) "
            f"while the rate is over the measured interval, so in a short read the ceiling is low and a share "
            f"above 100% is possible.", "",
-           "| phase | client CPU per GB (s) | ceiling (MB/s) | Moldau ÷ ceiling | most ÷ Kafka |",
+           "| phase | client CPU per GiB (s) | ceiling (MB/s) | Moldau ÷ ceiling | most ÷ Kafka |",
            "| --- | --- | --- | --- | --- |"]
     for label, phase in (("produce (librdkafka)", "produce"), ("consume (librdkafka)", "consume"),
                          ("consume (wire)", "wire_consume")):
@@ -240,7 +241,7 @@ def ceiling_section(runs: list[dict], cpus: int) -> list[str]:
             out.append(f"| {label} | - | - | - | - |")
             continue
         most = f"{c['most_over_kafka']:.2f}×" if c["most_over_kafka"] else "-"
-        out.append(f"| {label} | {c['cpu_s_per_gb']:.2f} | {fmt(c['ceiling_mb_per_sec'])} | "
+        out.append(f"| {label} | {c['cpu_s_per_gib']:.2f} | {fmt(c['ceiling_mb_per_sec'])} | "
                    f"{c['moldau_share']:.0%} | {most} |")
     return out + [""]
 

@@ -104,6 +104,32 @@ async fn read_eventually(
     }
 }
 
+/// Creates `topic` with one partition, three replicas and `configs`, and
+/// waits until all three brokers are in its ISR: the partition's view then.
+async fn create_in_sync(
+    s: &mut TcpStream,
+    topic: &str,
+    configs: &[(&str, &str)],
+) -> BTreeMap<i32, PartitionView> {
+    let (code, message) = create_replicated(s, topic, 1, 3, configs).await;
+    assert_eq!(code, 0, "{message:?}");
+    wait_for_partitions(s, topic, "in sync", |v| {
+        v.get(&0).is_some_and(|p| p.isr == [0, 1, 2])
+    })
+    .await
+}
+
+/// Broker `n`'s settings in rack `rack-<n>`, with consumers sent to a
+/// replica of their own rack, and `extra`.
+fn rack_settings(n: i32, extra: &[&'static str]) -> Vec<&'static str> {
+    let mut settings: Vec<&str> = SETTINGS.to_vec();
+    settings.push(Box::leak(format!("broker.rack=rack-{n}").into_boxed_str()));
+    settings
+        .push("replica.selector.class=org.apache.kafka.common.replica.RackAwareReplicaSelector");
+    settings.extend_from_slice(extra);
+    settings
+}
+
 fn acked(partition: i32, count: usize) -> Vec<Vec<u8>> {
     (0..count)
         .map(|i| format!("p{partition}-{i}").into_bytes())
@@ -324,14 +350,8 @@ async fn paused_followers_leave_the_isr_and_a_diverged_leader_is_truncated() {
     let mut brokers: BTreeMap<i32, wire_common::Child> = (0..3).map(|n| (n, start(n))).collect();
     let mut s = brokers[&0].connect(Duration::from_secs(30)).await;
     let (_, controller, _) = wait_until(&mut s, "d", "three brokers", |v| v.0.len() == 3).await;
-    let (code, message) =
-        create_replicated(&mut s, "d", 1, 3, &[("min.insync.replicas", "2")]).await;
-    assert_eq!(code, 0, "{message:?}");
+    let view = create_in_sync(&mut s, "d", &[("min.insync.replicas", "2")]).await;
     let all = vec![0, 1, 2];
-    let view = wait_for_partitions(&mut s, "d", "in sync", |v| {
-        v.get(&0).is_some_and(|p| p.isr == all)
-    })
-    .await;
     let leader = view[&0].leader;
     let mut lc = brokers[&leader].connect(Duration::from_secs(10)).await;
     for i in 0..5 {
@@ -546,30 +566,19 @@ async fn a_consumer_naming_its_rack_reads_from_an_in_sync_replica_there() {
     let root = tempfile::tempdir().unwrap();
     let shared = root.path().join("shared");
     let start = |n: i32| {
-        let rack = format!("broker.rack=rack-{n}");
-        let mut settings: Vec<&str> = SETTINGS.to_vec();
-        settings.push(Box::leak(rack.into_boxed_str()));
-        settings.push(
-            "replica.selector.class=org.apache.kafka.common.replica.RackAwareReplicaSelector",
-        );
         spawn(
             &n.to_string(),
             &root.path().join(format!("data-{n}")),
             &shared,
             root.path(),
-            &settings,
+            &rack_settings(n, &[]),
         )
     };
     let brokers: BTreeMap<i32, wire_common::Child> = (0..3).map(|n| (n, start(n))).collect();
     let mut s = brokers[&0].connect(Duration::from_secs(30)).await;
     wait_until(&mut s, "k", "three brokers", |v| v.0.len() == 3).await;
-    let (code, message) = create_replicated(&mut s, "k", 1, 3, &[]).await;
-    assert_eq!(code, 0, "{message:?}");
-    let all = vec![0, 1, 2];
-    let view = wait_for_partitions(&mut s, "k", "in sync", |v| {
-        v.get(&0).is_some_and(|p| p.isr == all)
-    })
-    .await;
+    let view = create_in_sync(&mut s, "k", &[]).await;
+    let all = [0, 1, 2];
     let leader = view[&0].leader;
     let mut lc = brokers[&leader].connect(Duration::from_secs(10)).await;
     for i in 0..3 {
@@ -778,6 +787,15 @@ async fn fetch_all_in_rack(s: &mut TcpStream, topic: &str, rack: &str) -> Vec<(i
     }
 }
 
+/// Every record of partition 0 of `topic` with its offset, from its leader.
+async fn leader_log(s: &mut TcpStream, topic: &str) -> Vec<(i64, Vec<u8>)> {
+    wire_common::fetch_all(s, topic, 0)
+        .await
+        .into_iter()
+        .map(|(o, v)| (o, v.to_vec()))
+        .collect()
+}
+
 /// Whether some record's offset is more than one past the record before.
 fn has_gaps(records: &[(i64, Vec<u8>)]) -> bool {
     records.windows(2).any(|w| w[1].0 > w[0].0 + 1)
@@ -794,24 +812,16 @@ async fn a_new_follower_copies_a_compacted_log_with_its_offset_gaps() {
     let shared = root.path().join("shared");
     let data = |n: i32| root.path().join(format!("data-{n}"));
     let start = |n: i32, extra: &[&'static str]| {
-        let mut settings: Vec<&str> = SETTINGS.to_vec();
-        settings.push(Box::leak(format!("broker.rack=rack-{n}").into_boxed_str()));
-        settings.push(
-            "replica.selector.class=org.apache.kafka.common.replica.RackAwareReplicaSelector",
-        );
-        settings.push("log.cleaner.backoff.ms=200");
-        settings.extend_from_slice(extra);
+        let settings = rack_settings(n, &[&["log.cleaner.backoff.ms=200"], extra].concat());
         spawn(&n.to_string(), &data(n), &shared, root.path(), &settings)
     };
     let mut brokers: BTreeMap<i32, wire_common::Child> =
         (0..3).map(|n| (n, start(n, &[]))).collect();
     let mut s = brokers[&0].connect(Duration::from_secs(30)).await;
     let (_, controller, _) = wait_until(&mut s, "c", "three brokers", |v| v.0.len() == 3).await;
-    let (code, message) = create_replicated(
+    let view = create_in_sync(
         &mut s,
         "c",
-        1,
-        3,
         &[
             ("cleanup.policy", "compact"),
             ("internal.segment.bytes", "16384"),
@@ -819,12 +829,7 @@ async fn a_new_follower_copies_a_compacted_log_with_its_offset_gaps() {
         ],
     )
     .await;
-    assert_eq!(code, 0, "{message:?}");
-    let all = vec![0, 1, 2];
-    let view = wait_for_partitions(&mut s, "c", "in sync", |v| {
-        v.get(&0).is_some_and(|p| p.isr == all)
-    })
-    .await;
+    let all = [0, 1, 2];
     let leader = view[&0].leader;
     // not the controller's broker: the controller stays where it is
     let follower = *all
@@ -864,11 +869,7 @@ async fn a_new_follower_copies_a_compacted_log_with_its_offset_gaps() {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     let mut previous = Vec::new();
     let cleaned = loop {
-        let read: Vec<(i64, Vec<u8>)> = wire_common::fetch_all(&mut lc, "c", 0)
-            .await
-            .into_iter()
-            .map(|(o, v)| (o, v.to_vec()))
-            .collect();
+        let read = leader_log(&mut lc, "c").await;
         if read.len() < written / 2 && has_gaps(&read) && read == previous {
             break read;
         }
@@ -900,11 +901,7 @@ async fn a_new_follower_copies_a_compacted_log_with_its_offset_gaps() {
     let rack = format!("rack-{follower}");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
-        let on_leader: Vec<(i64, Vec<u8>)> = wire_common::fetch_all(&mut lc, "c", 0)
-            .await
-            .into_iter()
-            .map(|(o, v)| (o, v.to_vec()))
-            .collect();
+        let on_leader = leader_log(&mut lc, "c").await;
         let on_follower = fetch_all_in_rack(&mut fc, "c", &rack).await;
         if on_follower == on_leader {
             assert!(has_gaps(&on_follower), "the copy has the leader's gaps");
