@@ -28,6 +28,8 @@ METRICS = [
     ("wire produce MB/s", ("wire_produce", "mb_per_sec"), "MB/s", True),
     ("wire produce p99", ("wire_produce", "lat_p99_ms"), "ms", False),
     ("wire consume MB/s", ("wire_consume", "mb_per_sec"), "MB/s", True),
+    ("wire produce ack p50 @ fixed rate", ("wire_fixed", "lat_p50_ms"), "ms", False),
+    ("wire produce ack p99 @ fixed rate", ("wire_fixed", "lat_p99_ms"), "ms", False),
     ("broker CPU s/GiB, wire", ("wire_cpu_s_per_gib",), "s/GiB", False),
     ("wire load generator CPU s/GiB, produce", ("wire_produce_client_cpu_s_per_gib",), "s/GiB", False),
     ("wire load generator CPU s/GiB, consume", ("wire_consume_client_cpu_s_per_gib",), "s/GiB", False),
@@ -42,8 +44,14 @@ MATRIX_TARGETS = {
                    ("produce p99, fixed rate", "produce ack p99 @ fixed rate", 0.5, False)],
     "wire": [("produce", "wire produce MB/s", 1.5, True),
              ("consume", "wire consume MB/s", 1.2, True),
-             ("produce p99, full load", "wire produce p99", 0.5, False)],
+             ("produce p99, full load", "wire produce p99", 0.5, False),
+             ("produce p99, fixed rate", "wire produce ack p99 @ fixed rate", 0.5, False)],
 }
+
+# How the issue's table (bench/all.py) names each target column's row.
+TARGET_ROWS = {"produce": "produce throughput", "consume": "consume throughput",
+               "produce p99, full load": "produce p99 at full load",
+               "produce p99, fixed rate": "produce p99 at a fixed rate"}
 
 MB_PER_GIB = (1 << 30) / 1e6
 
@@ -292,10 +300,18 @@ def memory_method(raw: dict) -> str:
         "how much memory the configuration before had freed.\n")
 
 
-def wire_method(load: dict) -> str:
-    """The method line of the wire load generator, for runs that used it."""
+def wire_method(load: dict, fixed_rate: bool) -> str:
+    """The method line of the wire load generator, for runs that used it
+    (`fixed_rate`: the run has its paced produce)."""
     if "wire_count" not in load:
         return ""
+    fixed = (
+        f" Fixed rate: {load['e2e_rate']} records/s for {load['e2e_seconds']} s on a topic of its own, "
+        "one record per Produce request (a batch of one, compressed where the configuration says so), "
+        "paced sends from one thread and the responses read on another, up to 5 in flight; ack "
+        "latency per request, write to response: what the e2e step measures, without librdkafka's "
+        "queue and threads between the application and the socket."
+    ) if fixed_rate else ""
     return (
         "- Wire load generator (`wire-produce`, `wire-consume`, bench/src/wire.rs; rows named \"wire\"): "
         "the same configuration on a topic of its own, without librdkafka, so that the client takes "
@@ -306,7 +322,7 @@ def wire_method(load: dict) -> str:
         f"{load['wire_count']['1024']:,} (1 KiB) records; every response checked; "
         "latency per request, write to response. Consume: Fetch v12 from offset 0, one fetch in "
         "flight, 1 MiB per partition, every batch's CRC-32C verified and offsets checked to follow on; "
-        "records counted from the batch headers.\n")
+        "records counted from the batch headers." + fixed + "\n")
 
 
 def markdown(raw: dict, agg: dict) -> str:
@@ -402,7 +418,7 @@ def markdown(raw: dict, agg: dict) -> str:
         "the same for both brokers, so that none always runs first or third.\n"
         "- Consume: a fresh consumer reads the records just produced from offset 0 (page cache); "
         "throughput from the first to the last record.\n"
-        + wire_method(load) +
+        + wire_method(load, any("wire_fixed" in r for r in raw["runs"])) +
         f"- End-to-end: a paced producer ({load['e2e_rate']} records/s for {load['e2e_seconds']} s, "
         "linger.ms=0) and a consumer in one process; latency = consumer receipt − send time (same clock).\n"
         "- Broker CPU = utime+stime from /proc/PID/stat across produce + consume, divided by the GiB "

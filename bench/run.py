@@ -612,7 +612,8 @@ class Runner(BenchRunner):
                 f"consume {cons['mb_per_sec']:.1f} MB/s, e2e p99 {row['e2e']['p99_ms']:.2f} ms; "
                 f"wire produce {row['wire_produce']['mb_per_sec']:.1f} MB/s "
                 f"p99 {row['wire_produce']['lat_p99_ms']:.1f} ms, "
-                f"wire consume {row['wire_consume']['mb_per_sec']:.1f} MB/s; "
+                f"wire consume {row['wire_consume']['mb_per_sec']:.1f} MB/s, "
+                f"wire ack p99 @ {m['e2e_rate']}/s {row['wire_fixed']['lat_p99_ms']:.2f} ms; "
                 f"steal {row['steal_pct']}%")
         except Exception as e:  # noqa: BLE001 - recorded, run goes on
             row["error"] = str(e)
@@ -629,6 +630,17 @@ class Runner(BenchRunner):
         self.tool("create-topic", "--bootstrap", bootstrap, "--topic", topic, timeout=60)
         row["wire_page_cache_before"] = drop_page_cache()
         self.produce_and_consume(row, bootstrap, pid, topic, size, acks, codec, wire=True)
+        # The ack latency at the e2e step's fixed rate, one record per
+        # request, without librdkafka's threads between the paced sends and
+        # the socket (its own topic).
+        m = self.mode
+        fixed = topic + "-fixed"
+        self.tool("create-topic", "--bootstrap", bootstrap, "--topic", fixed, timeout=60)
+        row["wire_fixed"] = self.tool(
+            "wire-produce", "--bootstrap", bootstrap, "--topic", fixed, "--size", str(size),
+            "--acks", acks, "--compression", codec, "--batch-bytes", "1",
+            "--rate", str(m["e2e_rate"]), "--count", str(round(m["e2e_rate"] * m["e2e_seconds"])),
+            "--max-seconds", str(m["e2e_seconds"] + 30), timeout=m["e2e_seconds"] + 90)
 
     def produce_and_consume(self, row, bootstrap, pid, topic, size, acks, codec,
                             wire: bool = False) -> tuple[dict, dict]:
