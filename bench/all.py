@@ -12,13 +12,18 @@ Sizes: `--quick` applies to the matrix and the partitions case; the restart
 and compaction cases always run at the sizes the issue names (10 GiB in
 1,000 partitions, a 1 GiB compacted partition: their "full" modes), one
 repetition each unless `--reps` says more. A case that fails is recorded as
-such in the table and the others still run. About 45 minutes with --quick.
+such in the table and the others still run. Before each case after the
+first the machine settles (`settle`: dirty pages written back, the load
+average below SETTLE_LOAD or SETTLE_MAX_S passed), so that no case measures
+the one before. About 45 minutes with --quick.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import time
 import traceback
 from pathlib import Path
 
@@ -175,6 +180,24 @@ def render(out: Path, errors: dict[str, str]) -> None:
     (out / "issue-table.json").write_text(json.dumps({"rows": rows, "errors": errors}, indent=1))
 
 
+# Before each case after the first: the one-minute load average must fall
+# below SETTLE_LOAD (waiting at most SETTLE_MAX_S), after the page cache's
+# dirty pages are written back. The restart case writes 10 GiB and recovers
+# 1,000 partitions on many threads; the compaction case after it started at
+# a load of 6-8 and its paced producer's p99 measured that machine as much
+# as the cleaner (1.69 in one run, 0.76 in the one before).
+SETTLE_LOAD = 1.5
+SETTLE_MAX_S = 240.0
+
+
+def settle() -> None:
+    os.sync()
+    t0 = time.monotonic()
+    while os.getloadavg()[0] >= SETTLE_LOAD and time.monotonic() - t0 < SETTLE_MAX_S:
+        time.sleep(5)
+    log(f"settled: load average {os.getloadavg()[0]:.1f} after {time.monotonic() - t0:.0f} s")
+
+
 def main(args) -> int:
     import compaction
     import partitions
@@ -188,7 +211,9 @@ def main(args) -> int:
                  ("partitions", partitions.main, args.quick, args.reps),
                  ("restart", restart.main, False, args.reps or 1),
                  ("compaction", compaction.main, False, args.reps or 1))
-        for name, fn, quick, reps in cases:
+        for i, (name, fn, quick, reps) in enumerate(cases):
+            if i:
+                settle()
             case = argparse.Namespace(**{**vars(args), "out": str(out / name), "quick": quick, "reps": reps})
             log(f"=== {name} ({'quick' if quick else 'full'})")
             try:

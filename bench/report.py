@@ -104,6 +104,43 @@ def ceiling_section(raw: dict, agg: dict) -> list[str]:
     ]
 
 
+def echo_section(agg: dict) -> list[str]:
+    """The fixed-rate p99s against a trivial echo's: the p99 of the same
+    paced round trips to a thread that only echoes (`moldau-bench rtt`,
+    measured with the limits). It is what waking idle threads costs at the
+    tail on this machine, with no work in between."""
+    echo = agg["limits"].get("rtt_p99_ms")
+    if not echo or not echo["median"]:
+        return []
+    e = echo["median"]
+    rows = []
+    for key, c in agg["configs"].items():
+        cells = []
+        for metric in ("produce ack p99 @ fixed rate", "wire produce ack p99 @ fixed rate"):
+            mo, ka = c["moldau"].get(metric), c["kafka"].get(metric)
+            if not mo or not ka:
+                cells += ["n/a"] * 3
+                continue
+            cells += [f"{fmt(mo['median'], 'ms')} / {fmt(ka['median'], 'ms')}",
+                      f"{mo['median'] / e:.2f}", f"{ka['median'] / e:.2f}"]
+        rows.append(f"| {key} | " + " | ".join(cells) + " |")
+    return [
+        "## Fixed-rate latency against a trivial echo",
+        "",
+        f"100 B round trips at the fixed-rate steps' rate to a thread that only echoes them had a p99 "
+        f"of {fmt_s(echo, 'ms')} ms (the limits' runs): what waking an idle responder and then the "
+        "idle requester costs at the tail on this machine, with no work in between. A broker's "
+        "p99 ÷ that near 1 means its own work adds nothing measurable to the tail; where Kafka's is "
+        "under 2, the ≤ 0.5× target asks for a p99 below half a do-nothing echo's.",
+        "",
+        "| config | librdkafka p99, Moldau / Kafka (ms) | Moldau ÷ echo | Kafka ÷ echo | "
+        "wire p99, Moldau / Kafka (ms) | Moldau ÷ echo | Kafka ÷ echo |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+        *rows,
+        "",
+    ]
+
+
 def target_cells(agg: dict, generator: str) -> tuple[list[str], int, int]:
     """The issue's target table for one load generator: a row per
     configuration, each cell the ratio of medians, **bold** where it misses
@@ -216,6 +253,7 @@ def aggregate(raw: dict) -> dict:
     agg["limits"] = {
         "disk_direct_write_mb_per_sec": summary(lim.get("disk_direct_write_mb_per_sec", [])),
         "tcp_loopback_mb_per_sec": summary(lim.get("tcp_loopback_mb_per_sec", [])),
+        "rtt_p99_ms": summary(lim.get("rtt_p99_ms", [])),
     }
     return agg
 
@@ -356,6 +394,9 @@ def markdown(raw: dict, agg: dict) -> str:
              f"{fmt_s(lim['disk_direct_write_mb_per_sec'], 'MB/s')} MB/s ({raw['limits'].get('disk_method', '')})")
     L.append(f"- single-connection loopback TCP: {fmt_s(lim['tcp_loopback_mb_per_sec'], 'MB/s')} MB/s "
              f"({raw['limits'].get('tcp_method', '')})")
+    if lim["rtt_p99_ms"]:
+        L.append(f"- round trip p99 at a fixed rate: {fmt_s(lim['rtt_p99_ms'], 'ms')} ms "
+                 f"({raw['limits'].get('rtt_method', '')})")
     L.append("")
     L.append("Moldau as a fraction of the limits (medians): produce MB/s ÷ disk direct write; "
              "produce and consume MB/s ÷ loopback TCP.")
@@ -374,6 +415,7 @@ def markdown(raw: dict, agg: dict) -> str:
     L.append("")
     L.extend(targets_section(agg))
     L.extend(ceiling_section(raw, agg))
+    L.extend(echo_section(agg))
     L.append("## Results by configuration")
     L.append("")
     L.append("Ratio = Moldau median ÷ Kafka median (throughput: higher is better for Moldau; "

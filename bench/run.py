@@ -513,7 +513,7 @@ class Runner(BenchRunner):
     # --- machine limits -------------------------------------------------
     def limits(self) -> None:
         self.data.mkdir(parents=True, exist_ok=True)
-        disk, tcp = [], []
+        disk, tcp, rtt = [], [], []
         for i in range(3):
             f = self.data / "dd-direct.tmp"
             mib = self.mode["dd_mib"]
@@ -534,14 +534,24 @@ class Runner(BenchRunner):
                                      timeout=60)["mb_per_sec"])
             except Exception as e:  # noqa: BLE001 - recorded, run goes on
                 self.raw["errors"].append(f"tcp: {e}")
+            try:
+                rate = self.mode["e2e_rate"]
+                rtt.append(self.tool("rtt", "--rate", str(rate), "--count", str(3 * rate),
+                                     timeout=60)["p99_ms"])
+            except Exception as e:  # noqa: BLE001 - recorded, run goes on
+                self.raw["errors"].append(f"rtt: {e}")
         self.raw["limits"] = {
             "disk_direct_write_mb_per_sec": disk,
             "disk_method": f"dd if=/dev/zero bs=1M count={self.mode['dd_mib']} oflag=direct conv=fsync "
                            "into the benchmark data directory",
             "tcp_loopback_mb_per_sec": tcp,
             "tcp_method": "moldau-bench tcp: one connection on 127.0.0.1, 1 MiB writes",
+            "rtt_p99_ms": rtt,
+            "rtt_method": f"moldau-bench rtt: 100 B round trips on 127.0.0.1 to an echo thread, "
+                          f"{self.mode['e2e_rate']}/s for 3 s (the fixed-rate steps' rate)",
         }
-        log(f"limits: disk direct write {fmt_list(disk)} MB/s, loopback TCP {fmt_list(tcp)} MB/s")
+        log(f"limits: disk direct write {fmt_list(disk)} MB/s, loopback TCP {fmt_list(tcp)} MB/s, "
+            f"round trip p99 {fmt_list(rtt)} ms")
         self.save()
 
     # --- one broker, whole matrix ---------------------------------------

@@ -40,7 +40,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -261,6 +261,20 @@ enum Cmd {
         #[arg(long, default_value_t = 1 << 20)]
         chunk: usize,
     },
+    /// Loopback round trips at a fixed rate against a trivial echo thread:
+    /// the latency floor of any request/response on this machine (waking
+    /// an idle responder and then the idle requester), to read the
+    /// brokers' fixed-rate p99 against.
+    Rtt {
+        /// Round trips per second.
+        #[arg(long, default_value_t = 1000)]
+        rate: u64,
+        #[arg(long, default_value_t = 3000)]
+        count: u64,
+        /// Bytes each way.
+        #[arg(long, default_value_t = 100)]
+        size: usize,
+    },
 }
 
 fn main() -> Result<()> {
@@ -297,6 +311,7 @@ fn main() -> Result<()> {
         Cmd::WireProduce(a) => wire::wire_produce(&a),
         Cmd::WireConsume(a) => wire::wire_consume(&a),
         Cmd::Tcp { seconds, chunk } => tcp(seconds, chunk),
+        Cmd::Rtt { rate, count, size } => rtt(rate, count, size),
     }
 }
 
@@ -1229,6 +1244,60 @@ fn e2e(
     if (lat.len() as u64) < total {
         bail!("received {} of {total} records", lat.len());
     }
+    Ok(())
+}
+
+fn rtt(rate: u64, count: u64, size: usize) -> Result<()> {
+    ensure!(
+        rate >= 1 && size >= 1,
+        "--rate and --size must be at least 1"
+    );
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let addr = listener.local_addr()?;
+    let echo = thread::spawn(move || -> Result<()> {
+        let (mut s, _) = listener.accept()?;
+        s.set_nodelay(true)?;
+        let mut buf = vec![0u8; size];
+        loop {
+            match s.read_exact(&mut buf) {
+                Ok(()) => s.write_all(&buf)?,
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+                Err(e) => return Err(e.into()),
+            }
+        }
+    });
+    let mut s = TcpStream::connect(addr)?;
+    s.set_nodelay(true)?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let out = vec![0x5au8; size];
+    let mut back = vec![0u8; size];
+    let interval = Duration::from_secs_f64(1.0 / rate as f64);
+    let mut lat_us: Vec<u32> = Vec::with_capacity(count as usize);
+    let start = Instant::now();
+    for i in 0..count {
+        let due = start + interval.mul_f64(i as f64);
+        thread::sleep(due.saturating_duration_since(Instant::now()));
+        let sent = Instant::now();
+        s.write_all(&out)?;
+        s.read_exact(&mut back)?;
+        lat_us.push(u32::try_from(sent.elapsed().as_micros()).unwrap_or(u32::MAX));
+    }
+    drop(s);
+    echo.join()
+        .map_err(|_| anyhow::anyhow!("echo thread panicked"))??;
+    lat_us.sort_unstable();
+    println!(
+        "{}",
+        json!({
+            "kind": "rtt",
+            "rate": rate,
+            "count": count,
+            "size": size,
+            "p50_ms": pct_ms(&lat_us, 50.0),
+            "p99_ms": pct_ms(&lat_us, 99.0),
+            "p999_ms": pct_ms(&lat_us, 99.9),
+        })
+    );
     Ok(())
 }
 
