@@ -551,7 +551,7 @@ class Runner(BenchRunner):
                           f"{self.mode['e2e_rate']}/s for 3 s (the fixed-rate steps' rate)",
         }
         log(f"limits: disk direct write {fmt_list(disk)} MB/s, loopback TCP {fmt_list(tcp)} MB/s, "
-            f"round trip p99 {fmt_list(rtt)} ms")
+            f"round trip p99 {fmt_list(rtt, 2)} ms")
         self.save()
 
     # --- one broker, whole matrix ---------------------------------------
@@ -721,8 +721,8 @@ def dir_bytes(path: Path) -> int:
     return total
 
 
-def fmt_list(xs) -> str:
-    return "/".join(f"{x:.0f}" for x in xs) or "n/a"
+def fmt_list(xs, digits: int = 0) -> str:
+    return "/".join(f"{x:.{digits}f}" for x in xs) or "n/a"
 
 
 def binary_revision(binary) -> str | None:
