@@ -40,10 +40,10 @@
 #
 # --all: every row of the performance issue's table in one run: the matrix and
 # the 1,000-partition case (--quick applies to both), the restart case at 10 GiB
-# and the compaction case at 1 GiB (one repetition each unless --reps), each in
+# and the compaction case at 1 GiB (restart once, compaction three times unless --reps), each in
 # its own directory under OUT, then OUT/issue-table.{md,json}: each row of the
 # issue's table with this run's figure, its target and whether it is met;
-# bench/all.py. --quick: about 45 minutes.
+# bench/all.py. --quick: about 40 minutes (the machine settles before each case).
 #
 # Every mode sets, for its duration, free page reporting's delay to 300 s and
 # TCP congestion control to cubic (--tcp-congestion NAME|system), brokers and
