@@ -262,9 +262,10 @@ enum Cmd {
         chunk: usize,
     },
     /// Loopback round trips at a fixed rate against a trivial echo thread:
-    /// the latency floor of any request/response on this machine (waking
-    /// an idle responder and then the idle requester), to read the
-    /// brokers' fixed-rate p99 against.
+    /// what waking an idle responder and then the idle requester costs on
+    /// this machine with no work in between, to read the brokers'
+    /// fixed-rate p99 against (a broker whose threads spin before parking
+    /// can answer faster than it at the tail).
     Rtt {
         /// Round trips per second.
         #[arg(long, default_value_t = 1000)]
