@@ -131,7 +131,7 @@ def echo_section(agg: dict) -> list[str]:
         f"of {fmt_s(echo, 'ms')} ms (the limits' runs): what waking an idle responder and then the "
         "idle requester costs at the tail on this machine, with no work in between. A broker's "
         "p99 ÷ that near 1 means its own work adds nothing measurable to the tail; where Kafka's is "
-        "under 2, the ≤ 0.5× target asks for a p99 below half a do-nothing echo's.",
+        "under 2, the ≤ 0.5× target asks for a p99 below a do-nothing echo's.",
         "",
         "| config | librdkafka p99, Moldau / Kafka (ms) | Moldau ÷ echo | Kafka ÷ echo | "
         "wire p99, Moldau / Kafka (ms) | Moldau ÷ echo | Kafka ÷ echo |",

@@ -1175,16 +1175,14 @@ fn e2e(
         }
         lat_us
     });
-    let start = Instant::now();
+    let pace = Pace::per_second(rate.max(1) as f64);
     let start_ns = stats.now_ns();
-    let interval = Duration::from_secs_f64(1.0 / rate.max(1) as f64);
     let sending_done = AtomicBool::new(false);
     let send_done_ns = thread::scope(|s| -> Result<u64> {
         s.spawn(|| serve_delivery_reports(&producer, &sending_done));
         let sent = (|| -> Result<u64> {
             for seq in 0..total {
-                let due = start + interval.mul_f64(seq as f64);
-                thread::sleep(due.saturating_duration_since(Instant::now()));
+                pace.wait_for(seq);
                 send(&mut value, seq)?;
             }
             let send_done_ns = stats.now_ns();
@@ -1248,6 +1246,29 @@ fn e2e(
     Ok(())
 }
 
+/// Paced sends (`e2e`, `rtt`, `wire-produce --rate`): the n-th is due n
+/// intervals after the start, so a late send is not carried over.
+pub(crate) struct Pace {
+    start: Instant,
+    interval: Duration,
+}
+
+impl Pace {
+    /// Starting now, `per_second` sends a second.
+    pub(crate) fn per_second(per_second: f64) -> Self {
+        Self {
+            start: Instant::now(),
+            interval: Duration::from_secs_f64(1.0 / per_second),
+        }
+    }
+
+    /// Sleeps until send `n` (from 0) is due.
+    pub(crate) fn wait_for(&self, n: u64) {
+        let due = self.start + self.interval.mul_f64(n as f64);
+        thread::sleep(due.saturating_duration_since(Instant::now()));
+    }
+}
+
 fn rtt(rate: u64, count: u64, size: usize) -> Result<()> {
     ensure!(
         rate >= 1 && size >= 1,
@@ -1272,12 +1293,10 @@ fn rtt(rate: u64, count: u64, size: usize) -> Result<()> {
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
     let out = vec![0x5au8; size];
     let mut back = vec![0u8; size];
-    let interval = Duration::from_secs_f64(1.0 / rate as f64);
     let mut lat_us: Vec<u32> = Vec::with_capacity(count as usize);
-    let start = Instant::now();
+    let pace = Pace::per_second(rate as f64);
     for i in 0..count {
-        let due = start + interval.mul_f64(i as f64);
-        thread::sleep(due.saturating_duration_since(Instant::now()));
+        pace.wait_for(i);
         let sent = Instant::now();
         s.write_all(&out)?;
         s.read_exact(&mut back)?;

@@ -59,7 +59,8 @@ use serde_json::json;
 use socket2::SockRef;
 
 use crate::{
-    check_loopback, payload_pool, pct_ms, Acks, Codec, ConsumeLoad, ConsumeShared, ProduceLoad,
+    check_loopback, payload_pool, pct_ms, Acks, Codec, ConsumeLoad, ConsumeShared, Pace,
+    ProduceLoad,
 };
 
 const PRODUCE_VERSION: i16 = 9;
@@ -366,13 +367,12 @@ pub fn wire_produce(a: &WireProduceArgs) -> Result<()> {
     let start = Instant::now();
     let deadline = start + Duration::from_secs_f64(a.load.max_seconds);
     let batches_wanted = a.load.count.div_ceil(per_batch as u64);
-    let interval = (a.rate > 0).then(|| Duration::from_secs_f64(per_batch as f64 / a.rate as f64));
+    let pace = (a.rate > 0).then(|| Pace::per_second(a.rate as f64 / per_batch as f64));
     let mut sent = 0u64;
     let mut write_error = None;
     while sent < batches_wanted && Instant::now() < deadline {
-        if let Some(interval) = interval {
-            let due = start + interval.mul_f64(sent as f64);
-            thread::sleep(due.saturating_duration_since(Instant::now()));
+        if let Some(pace) = &pace {
+            pace.wait_for(sent);
         }
         let f = &mut frames[sent as usize % POOL_BATCHES];
         let id = i32::try_from(sent % i32::MAX as u64)?;
