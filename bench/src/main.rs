@@ -937,16 +937,20 @@ fn consume(a: &ConsumeArgs) -> Result<()> {
     if a.consumers < 1 || a.partitions < a.consumers {
         bail!("--consumers must be at least 1 and at most --partitions");
     }
+    // Every consumer connected and its start offsets known before any is
+    // assigned: librdkafka starts fetching at the assignment, so the
+    // consumers start within moments of each other.
     let mut consumers = Vec::new();
     for k in 0..a.consumers {
         let c = consumer(&a.load.bootstrap)?;
-        let mut tpl = TopicPartitionList::new();
-        for p in (k..a.partitions).step_by(a.consumers as usize) {
-            tpl.add_partition_offset(&a.load.topic, p, Offset::Beginning)?;
-        }
-        c.assign(&tpl)?;
-        consumers.push(c);
+        let mine: Vec<i32> = (k..a.partitions).step_by(a.consumers as usize).collect();
+        let start = log_start_offsets(&c, &a.load.topic, &mine)?;
+        consumers.push((c, start));
     }
+    for (c, start) in &consumers {
+        c.assign(start)?;
+    }
+    let consumers: Vec<BaseConsumer> = consumers.into_iter().map(|(c, _)| c).collect();
     let shared = ConsumeShared::new();
     let deadline = shared.base + Duration::from_secs_f64(a.load.max_seconds);
     ConsumeShared::run_each(consumers.iter().collect(), |c| {
@@ -976,6 +980,47 @@ fn consume(a: &ConsumeArgs) -> Result<()> {
         })
     );
     a.load.check_complete(t.records)
+}
+
+/// The partitions at their log start offsets, asked with one ListOffsets
+/// (earliest) before the read.
+///
+/// Assigning `Offset::Beginning` instead leaves the lookup to librdkafka,
+/// which asks as soon as the partitions are assigned: while the consumer's
+/// connection to the leader is still being set up that query fails and is
+/// retried after 500 ms, for some of ten consumers and not others (a
+/// consumer's first records came 0.03 s or 0.5 s after its assignment).
+/// Ten consumers starting that far apart stretch a read of well under a
+/// second, whichever broker serves it.
+fn log_start_offsets(
+    c: &BaseConsumer,
+    topic: &str,
+    partitions: &[i32],
+) -> Result<TopicPartitionList> {
+    let mut query = TopicPartitionList::new();
+    for &p in partitions {
+        query.add_partition_offset(topic, p, Offset::Beginning)?;
+    }
+    let answer = c.offsets_for_times(query, Duration::from_secs(30))?;
+    let mut start = TopicPartitionList::new();
+    for e in answer.elements() {
+        e.error()
+            .map_err(|err| anyhow::anyhow!("partition {}: {err}", e.partition()))?;
+        match e.offset() {
+            Offset::Offset(o) => {
+                start.add_partition_offset(topic, e.partition(), Offset::Offset(o))?;
+            }
+            other => bail!("partition {}: no start offset ({other:?})", e.partition()),
+        }
+    }
+    if start.count() != partitions.len() {
+        bail!(
+            "{} start offsets for {} partitions",
+            start.count(),
+            partitions.len()
+        );
+    }
+    Ok(start)
 }
 
 /// One consumer's loop: batches until all consumers together have `count`
