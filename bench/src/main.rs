@@ -20,7 +20,12 @@
 //!   connection, each) send in parallel, each over all P partitions in turn;
 //! - `consume`: a fresh consumer reads the topic from the beginning; with
 //!   `--consumers N --partitions P`, N consumers (one connection each) read
-//!   P partitions, consumer k the partitions p with p mod N = k;
+//!   P partitions, consumer k the partitions p with p mod N = k, each
+//!   from its partitions' log start offsets (looked up before any consumer
+//!   is assigned);
+//! - `produce` and `consume` also report their busiest thread (see
+//!   `threads`): how much of the run librdkafka's one thread per broker
+//!   connection, or a sending thread, was on a CPU;
 //! - `wait-ready`: returns once one ListOffsets (latest) answers without
 //!   error for every partition of a topic (a restarted broker is ready, as
 //!   a client sees it);
@@ -52,6 +57,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, Prod
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use serde_json::json;
 
+mod threads;
 mod wire;
 
 /// The process's allocator, for Rust and (through mimalloc's `override`)
@@ -730,13 +736,20 @@ fn produce(a: &ProduceArgs) -> Result<()> {
         producers.push(producer);
     }
     let pool = payload_pool(a.load.size, 1024);
+    let threads_before = threads::ThreadTimes::now();
+    let own_threads = Mutex::new(Vec::new());
     let start_ns = stats.now_ns();
     let n = a.producers;
     let sending_done = AtomicBool::new(false);
     let results: Vec<Result<(u64, u64)>> = thread::scope(|s| {
         for producer in &producers {
-            let done = &sending_done;
-            s.spawn(move || serve_delivery_reports(producer, done));
+            let (done, own) = (&sending_done, &own_threads);
+            s.spawn(move || {
+                serve_delivery_reports(producer, done);
+                own.lock()
+                    .expect("not poisoned")
+                    .push(("delivery reports".to_string(), threads::own_cpu_seconds()));
+            });
         }
         let handles: Vec<_> = producers
             .iter()
@@ -748,8 +761,14 @@ fn produce(a: &ProduceArgs) -> Result<()> {
                     rate: a.rate.div_ceil(n),
                     first_partition: k * a.partitions / n,
                 };
-                let (stats, pool) = (&stats, &pool);
-                s.spawn(move || send_loop(a, producer, stats, pool, share, start_ns))
+                let (stats, pool, own) = (&stats, &pool, &own_threads);
+                s.spawn(move || {
+                    let result = send_loop(a, producer, stats, pool, share, start_ns);
+                    own.lock()
+                        .expect("not poisoned")
+                        .push(("send".to_string(), threads::own_cpu_seconds()));
+                    result
+                })
             })
             .collect();
         let results = handles
@@ -773,6 +792,12 @@ fn produce(a: &ProduceArgs) -> Result<()> {
     let failed = stats.failed.load(Ordering::Relaxed);
     let end_ns = stats.last_ack_ns.load(Ordering::Relaxed).max(start_ns + 1);
     let secs = (end_ns - start_ns) as f64 / 1e9;
+    let mut thread_cpu = threads::ThreadTimes::now().since(&threads_before);
+    thread_cpu.extend(
+        own_threads
+            .into_inner()
+            .map_err(|_| anyhow::anyhow!("poisoned"))?,
+    );
     let mut lat = std::mem::take(
         &mut *stats
             .latencies_us
@@ -811,6 +836,7 @@ fn produce(a: &ProduceArgs) -> Result<()> {
             "lat_p99_ms": pct_ms(&lat, 99.0),
             "lat_p999_ms": pct_ms(&lat, 99.9),
             "lat_max_ms": lat.last().map(|v| f64::from(*v) / 1000.0),
+            "busiest_thread": threads::busiest_json(&thread_cpu, secs),
         })
     );
     if failed > 0 {
@@ -947,16 +973,29 @@ fn consume(a: &ConsumeArgs) -> Result<()> {
         let start = log_start_offsets(&c, &a.load.topic, &mine)?;
         consumers.push((c, start));
     }
+    let threads_before = threads::ThreadTimes::now();
     for (c, start) in &consumers {
         c.assign(start)?;
     }
     let consumers: Vec<BaseConsumer> = consumers.into_iter().map(|(c, _)| c).collect();
     let shared = ConsumeShared::new();
     let deadline = shared.base + Duration::from_secs_f64(a.load.max_seconds);
+    let own_threads = Mutex::new(Vec::new());
     ConsumeShared::run_each(consumers.iter().collect(), |c| {
-        read_batches(c, &shared, a.load.count, deadline)
+        let result = read_batches(c, &shared, a.load.count, deadline);
+        own_threads
+            .lock()
+            .expect("not poisoned")
+            .push(("read".to_string(), threads::own_cpu_seconds()));
+        result
     })?;
     let t = shared.totals();
+    let mut thread_cpu = threads::ThreadTimes::now().since(&threads_before);
+    thread_cpu.extend(
+        own_threads
+            .into_inner()
+            .map_err(|_| anyhow::anyhow!("poisoned"))?,
+    );
     let size = if t.records > 0 {
         t.bytes as f64 / t.records as f64
     } else {
@@ -977,6 +1016,7 @@ fn consume(a: &ConsumeArgs) -> Result<()> {
             "first_record_after_s": t.first_record_after_s,
             "records_per_sec": if size > 0.0 { t.bytes as f64 / size / t.seconds } else { 0.0 },
             "mb_per_sec": t.bytes as f64 / t.seconds / 1e6,
+            "busiest_thread": threads::busiest_json(&thread_cpu, t.seconds),
         })
     );
     a.load.check_complete(t.records)
