@@ -13,10 +13,11 @@ and compaction cases always run at the sizes the issue names (10 GiB in
 1,000 partitions, a 1 GiB compacted partition: their "full" modes), the
 restart case once and the compaction case COMPACTION_REPS times unless
 `--reps` says otherwise. A case that fails is recorded as
-such in the table and the others still run. Before each case after the
-first the machine settles (`settle`: dirty pages written back, the load
-average below SETTLE_LOAD or SETTLE_MAX_S passed), so that no case measures
-the one before. About 40 minutes with --quick.
+such in the table and the others still run. Before each case the machine
+settles (`settle`: dirty pages written back, the load average below
+SETTLE_LOAD or SETTLE_MAX_S passed), so that no case measures the one
+before, nor the first a build that has just finished. About 40 minutes
+with --quick.
 """
 from __future__ import annotations
 
@@ -218,9 +219,8 @@ def main(args) -> int:
                  ("partitions", partitions.main, args.quick, args.reps),
                  ("restart", restart.main, False, args.reps or 1),
                  ("compaction", compaction.main, False, args.reps or COMPACTION_REPS))
-        for i, (name, fn, quick, reps) in enumerate(cases):
-            if i:
-                settle()
+        for name, fn, quick, reps in cases:
+            settle()
             case = argparse.Namespace(**{**vars(args), "out": str(out / name), "quick": quick, "reps": reps})
             log(f"=== {name} ({'quick' if quick else 'full'})")
             try:

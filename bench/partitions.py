@@ -174,6 +174,8 @@ class Runner(BenchRunner):
             ("produce latency p50, full load: mostly queued in the clients (ms)", "produce.lat_p50_ms", 1),
             ("produce latency p99, full load (ms)", "produce.lat_p99_ms", 1),
             ("consume: first record after (s)", "consume.first_record_after_s", 1),
+            ("consume: the busiest librdkafka thread's share of the read (one per consumer)",
+             "consume.busiest_thread.busy", 1),
             ("broker CPU while producing (s)", "cpu_produce_s", 1),
             ("broker CPU while consuming (s)", "cpu_consume_s", 1),
             ("broker CPU while consuming, wire (s)", "cpu_wire_consume_s", 1),
@@ -188,7 +190,8 @@ class Runner(BenchRunner):
               f"partitions, acks={load['acks']}, linger.ms={load['linger_ms']}, up to {load['records']:,} "
               f"records or {load['seconds']:g} s (after an unrecorded {load['warmup']:g} s warm-up). "
               f"Consume: {load['consumers']} consumer connections, each assigned every "
-              f"{load['consumers']}th partition from the beginning, reading everything written: librdkafka "
+              f"{load['consumers']}th partition from its log start offset (looked up, every consumer "
+              f"connected, before any is assigned), reading everything written: librdkafka "
               f"consumers, then the same reads by the wire load generator (full fetches over "
               f"{load['consumers']} connections, the client's work per record left out, as in the matrix). "
               f"Medians of {raw['reps']} interleaved repetitions (range in brackets), started {raw['started']}; "
