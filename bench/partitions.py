@@ -174,7 +174,7 @@ class Runner(BenchRunner):
             ("produce latency p50, full load: mostly queued in the clients (ms)", "produce.lat_p50_ms", 1),
             ("produce latency p99, full load (ms)", "produce.lat_p99_ms", 1),
             ("consume: first record after (s)", "consume.first_record_after_s", 1),
-            ("consume: the busiest librdkafka thread's share of the read (one per consumer)",
+            ("consume: the busiest client thread's share of the read",
              "consume.busiest_thread.busy", 1),
             ("broker CPU while producing (s)", "cpu_produce_s", 1),
             ("broker CPU while consuming (s)", "cpu_consume_s", 1),

@@ -736,19 +736,16 @@ fn produce(a: &ProduceArgs) -> Result<()> {
         producers.push(producer);
     }
     let pool = payload_pool(a.load.size, 1024);
-    let threads_before = threads::ThreadTimes::now();
-    let own_threads = Mutex::new(Vec::new());
+    let run_threads = threads::RunThreads::start();
     let start_ns = stats.now_ns();
     let n = a.producers;
     let sending_done = AtomicBool::new(false);
     let results: Vec<Result<(u64, u64)>> = thread::scope(|s| {
         for producer in &producers {
-            let (done, own) = (&sending_done, &own_threads);
+            let (done, run_threads) = (&sending_done, &run_threads);
             s.spawn(move || {
                 serve_delivery_reports(producer, done);
-                own.lock()
-                    .expect("not poisoned")
-                    .push(("delivery reports".to_string(), threads::own_cpu_seconds()));
+                run_threads.thread_done("delivery reports");
             });
         }
         let handles: Vec<_> = producers
@@ -761,12 +758,10 @@ fn produce(a: &ProduceArgs) -> Result<()> {
                     rate: a.rate.div_ceil(n),
                     first_partition: k * a.partitions / n,
                 };
-                let (stats, pool, own) = (&stats, &pool, &own_threads);
+                let (stats, pool, run_threads) = (&stats, &pool, &run_threads);
                 s.spawn(move || {
                     let result = send_loop(a, producer, stats, pool, share, start_ns);
-                    own.lock()
-                        .expect("not poisoned")
-                        .push(("send".to_string(), threads::own_cpu_seconds()));
+                    run_threads.thread_done("send");
                     result
                 })
             })
@@ -792,12 +787,7 @@ fn produce(a: &ProduceArgs) -> Result<()> {
     let failed = stats.failed.load(Ordering::Relaxed);
     let end_ns = stats.last_ack_ns.load(Ordering::Relaxed).max(start_ns + 1);
     let secs = (end_ns - start_ns) as f64 / 1e9;
-    let mut thread_cpu = threads::ThreadTimes::now().since(&threads_before);
-    thread_cpu.extend(
-        own_threads
-            .into_inner()
-            .map_err(|_| anyhow::anyhow!("poisoned"))?,
-    );
+    let busiest_thread = run_threads.busiest_json(secs);
     let mut lat = std::mem::take(
         &mut *stats
             .latencies_us
@@ -836,7 +826,7 @@ fn produce(a: &ProduceArgs) -> Result<()> {
             "lat_p99_ms": pct_ms(&lat, 99.0),
             "lat_p999_ms": pct_ms(&lat, 99.9),
             "lat_max_ms": lat.last().map(|v| f64::from(*v) / 1000.0),
-            "busiest_thread": threads::busiest_json(&thread_cpu, secs),
+            "busiest_thread": busiest_thread,
         })
     );
     if failed > 0 {
@@ -973,29 +963,20 @@ fn consume(a: &ConsumeArgs) -> Result<()> {
         let start = log_start_offsets(&c, &a.load.topic, &mine)?;
         consumers.push((c, start));
     }
-    let threads_before = threads::ThreadTimes::now();
+    let run_threads = threads::RunThreads::start();
     for (c, start) in &consumers {
         c.assign(start)?;
     }
     let consumers: Vec<BaseConsumer> = consumers.into_iter().map(|(c, _)| c).collect();
     let shared = ConsumeShared::new();
     let deadline = shared.base + Duration::from_secs_f64(a.load.max_seconds);
-    let own_threads = Mutex::new(Vec::new());
     ConsumeShared::run_each(consumers.iter().collect(), |c| {
         let result = read_batches(c, &shared, a.load.count, deadline);
-        own_threads
-            .lock()
-            .expect("not poisoned")
-            .push(("read".to_string(), threads::own_cpu_seconds()));
+        run_threads.thread_done("read");
         result
     })?;
     let t = shared.totals();
-    let mut thread_cpu = threads::ThreadTimes::now().since(&threads_before);
-    thread_cpu.extend(
-        own_threads
-            .into_inner()
-            .map_err(|_| anyhow::anyhow!("poisoned"))?,
-    );
+    let busiest_thread = run_threads.busiest_json(t.seconds);
     let size = if t.records > 0 {
         t.bytes as f64 / t.records as f64
     } else {
@@ -1016,7 +997,7 @@ fn consume(a: &ConsumeArgs) -> Result<()> {
             "first_record_after_s": t.first_record_after_s,
             "records_per_sec": if size > 0.0 { t.bytes as f64 / size / t.seconds } else { 0.0 },
             "mb_per_sec": t.bytes as f64 / t.seconds / 1e6,
-            "busiest_thread": threads::busiest_json(&thread_cpu, t.seconds),
+            "busiest_thread": busiest_thread,
         })
     );
     a.load.check_complete(t.records)

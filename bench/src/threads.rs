@@ -90,6 +90,44 @@ pub fn own_cpu_seconds() -> f64 {
     secs(usage.ru_utime) + secs(usage.ru_stime)
 }
 
+/// What one run's threads used: librdkafka's (alive from [`Self::start`]
+/// to the end) read from `/proc`, and the load generator's own, which end
+/// first and report themselves with [`Self::thread_done`].
+pub struct RunThreads {
+    before: ThreadTimes,
+    own: std::sync::Mutex<Vec<(String, f64)>>,
+}
+
+impl RunThreads {
+    /// Call before the run's threads start working.
+    pub fn start() -> Self {
+        Self {
+            before: ThreadTimes::now(),
+            own: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Called by one of the load generator's threads as it ends.
+    pub fn thread_done(&self, name: &str) {
+        let cpu = own_cpu_seconds();
+        self.own
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push((name.to_string(), cpu));
+    }
+
+    /// The busiest thread of the run of `seconds` (see [`busiest_json`]).
+    pub fn busiest_json(self, seconds: f64) -> serde_json::Value {
+        let mut threads = ThreadTimes::now().since(&self.before);
+        threads.extend(
+            self.own
+                .into_inner()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        busiest_json(&threads, seconds)
+    }
+}
+
 /// The busiest of `threads` over a run of `seconds`, as JSON: its name, CPU
 /// seconds and the share of the run it was busy (null without threads).
 pub fn busiest_json(threads: &[(String, f64)], seconds: f64) -> serde_json::Value {
