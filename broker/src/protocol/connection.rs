@@ -81,10 +81,10 @@ impl LogRate {
 
 /// Serves one connection until the peer closes it or sends something we
 /// must refuse.
-pub async fn serve(broker: Arc<Broker>, mut stream: TcpStream, peer: std::net::SocketAddr) {
+pub async fn serve(broker: Arc<Broker>, stream: TcpStream, peer: std::net::SocketAddr) {
     let _ = stream.set_nodelay(true);
     broker.metrics.connections.inc();
-    if let Err(reason) = serve_inner(&broker, &mut stream, peer).await {
+    if let Err(reason) = serve_inner(&broker, stream, peer).await {
         if !reason.is_empty() {
             broker.metrics.closed_bad_connections.inc();
             // At most one line a second: a flood of bad connections must
@@ -99,72 +99,92 @@ pub async fn serve(broker: Arc<Broker>, mut stream: TcpStream, peer: std::net::S
 
 async fn serve_inner(
     broker: &Arc<Broker>,
-    stream: &mut TcpStream,
+    stream: TcpStream,
     peer: std::net::SocketAddr,
 ) -> Result<(), String> {
-    let (mut reading, mut writing) = stream.split();
-    let activity = Activity::new();
+    let (reading, mut writing) = stream.into_split();
+    let activity = Arc::new(Activity::new());
     // The reader reserves a slot before it reads: at most this many
     // requests wait, read and being prepared, while another is handled.
     let (ahead, mut next) = tokio::sync::mpsc::channel::<Ahead>(READ_AHEAD_REQUESTS);
-    let reader = async {
-        read_ahead(broker, &mut reading, &ahead, &activity).await;
-        // Its last message (`Ahead::End`) says how the connection ends;
-        // the handling side returns once it has answered everything before.
-        std::future::pending::<()>().await
-    };
-    let handler = async {
-        let mut ctx = crate::protocol::principal::ConnectionContext::new(peer);
-        while let Some(item) = next.recv().await {
-            let _busy = activity.busy();
-            let (decoded, reserved) = match item {
-                Ahead::End(outcome) => return outcome,
-                Ahead::UnsupportedApiVersions { correlation_id } => {
-                    let reply = handlers::unsupported_version_response(correlation_id);
-                    write_pieces(&mut writing, &[Piece::Bytes(reply)])
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    continue;
-                }
-                Ahead::Request { decoded, reserved } => (decoded, reserved),
-            };
-            let label = ApiLabel {
-                api: format!("{:?}", decoded.api()),
-            };
-            let started = Instant::now();
-            let reply = handlers::handle(broker, *decoded, &mut ctx)
-                .await
-                .map_err(|e| e.to_string())?;
-            broker
-                .metrics
-                .request_seconds
-                .get_or_create(&label)
-                .observe(started.elapsed().as_secs_f64());
-            broker.metrics.requests.get_or_create(&label).inc();
-            if let Reply::Pieces(pieces) = reply {
-                if let Err(e) = write_pieces(&mut writing, &pieces).await {
-                    // The peer went away: nothing to log beyond debug.
-                    tracing::debug!(error = %e, "writing response failed");
-                    return Ok(());
-                }
+    // Reading is a task of its own rather than a branch of a `select!` in
+    // this one: each request, the reader wakes the handler (a request
+    // read) and the handler the reader (a request answered). Within one
+    // task each is a wake-up of the task from inside its own poll, which
+    // tokio schedules as a yield and follows by waking another worker
+    // thread to steal it: two needless thread wake-ups per request (2.4
+    // context switches per request at a fixed rate, against 1.0 on one
+    // worker). Between two tasks, the woken one waits in the waking
+    // worker's LIFO slot and runs next on the same thread.
+    let reader = AbortOnDrop(tokio::spawn({
+        let broker = broker.clone();
+        let activity = activity.clone();
+        async move {
+            let mut reading = reading;
+            read_ahead(&broker, &mut reading, &ahead, &activity).await;
+        }
+    }));
+    let mut ctx = crate::protocol::principal::ConnectionContext::new(peer);
+    // `None`: the reader task is gone without its last message (it cannot
+    // panic on request content; only a shutdown aborts it).
+    while let Some(item) = next.recv().await {
+        let _busy = activity.busy();
+        let (decoded, reserved) = match item {
+            // Its last message says how the connection ends; everything
+            // read before it has been answered.
+            Ahead::End(outcome) => return outcome,
+            Ahead::UnsupportedApiVersions { correlation_id } => {
+                let reply = handlers::unsupported_version_response(correlation_id);
+                write_pieces(&mut writing, &[Piece::Bytes(reply)])
+                    .await
+                    .map_err(|e| e.to_string())?;
+                continue;
             }
-            drop(reserved);
-            if ctx.throttle_ms > 0 {
-                // KIP-219: the client was told its throttle time in the
-                // response; the broker handles nothing more from it until
-                // that time has passed, and reads nothing more but what it
-                // had already started to read, so a client ignoring the
-                // field gains nothing.
-                let throttle = Duration::from_millis(ctx.throttle_ms as u64);
-                activity.mute_for(throttle);
-                tokio::time::sleep(throttle).await;
+            Ahead::Request { decoded, reserved } => (decoded, reserved),
+        };
+        let label = ApiLabel {
+            api: format!("{:?}", decoded.api()),
+        };
+        let started = Instant::now();
+        let reply = handlers::handle(broker, *decoded, &mut ctx)
+            .await
+            .map_err(|e| e.to_string())?;
+        broker
+            .metrics
+            .request_seconds
+            .get_or_create(&label)
+            .observe(started.elapsed().as_secs_f64());
+        broker.metrics.requests.get_or_create(&label).inc();
+        if let Reply::Pieces(pieces) = reply {
+            if let Err(e) = write_pieces(&mut writing, &pieces).await {
+                // The peer went away: nothing to log beyond debug.
+                tracing::debug!(error = %e, "writing response failed");
+                return Ok(());
             }
         }
-        Ok(())
-    };
-    tokio::select! {
-        outcome = handler => outcome,
-        () = reader => Ok(()),
+        drop(reserved);
+        if ctx.throttle_ms > 0 {
+            // KIP-219: the client was told its throttle time in the
+            // response; the broker handles nothing more from it until
+            // that time has passed, and reads nothing more but what it
+            // had already started to read, so a client ignoring the
+            // field gains nothing.
+            let throttle = Duration::from_millis(ctx.throttle_ms as u64);
+            activity.mute_for(throttle);
+            tokio::time::sleep(throttle).await;
+        }
+    }
+    drop(reader);
+    Ok(())
+}
+
+/// Aborts the connection's reader task when the connection ends, however
+/// it ends (an error, a shutdown dropping the connection's future).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -283,7 +303,7 @@ impl Drop for Handling<'_> {
 /// handed on.
 async fn read_ahead(
     broker: &Arc<Broker>,
-    stream: &mut tokio::net::tcp::ReadHalf<'_>,
+    stream: &mut tokio::net::tcp::OwnedReadHalf,
     ahead: &tokio::sync::mpsc::Sender<Ahead>,
     activity: &Activity,
 ) {
@@ -327,7 +347,7 @@ async fn read_ahead(
 /// connection (`Ok(())` quietly: closed by the peer or idle).
 async fn read_one(
     broker: &Arc<Broker>,
-    stream: &mut tokio::net::tcp::ReadHalf<'_>,
+    stream: &mut tokio::net::tcp::OwnedReadHalf,
     activity: &Activity,
     max: usize,
     idle: Duration,
@@ -433,7 +453,7 @@ fn set_cork(stream: &TcpStream, on: bool) {
 
 /// Writes buffers normally and file regions with `sendfile(2)`.
 async fn write_pieces(
-    stream: &mut tokio::net::tcp::WriteHalf<'_>,
+    stream: &mut tokio::net::tcp::OwnedWriteHalf,
     pieces: &[Piece],
 ) -> std::io::Result<()> {
     let corked = pieces.len() > 1;
@@ -448,7 +468,7 @@ async fn write_pieces(
 }
 
 async fn write_all_pieces(
-    stream: &mut tokio::net::tcp::WriteHalf<'_>,
+    stream: &mut tokio::net::tcp::OwnedWriteHalf,
     pieces: &[Piece],
 ) -> std::io::Result<()> {
     for piece in pieces {
