@@ -132,6 +132,26 @@ def proc_cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def thread_context_switches(pid: int) -> dict[int, dict[str, int]]:
+    """Per thread of process `pid`, its voluntary and involuntary context
+    switches so far (`/proc/PID/task/*/status`). Differences between two
+    calls leave out the threads that exited in between (a few idle
+    blocking-pool threads at most)."""
+    out: dict[int, dict[str, int]] = {}
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            lines = (task / "status").read_text().splitlines()
+        except OSError:
+            continue
+        counts = {}
+        for line in lines:
+            name, _, value = line.partition(":")
+            if name in ("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"):
+                counts["voluntary" if name.startswith("vol") else "involuntary"] = int(value)
+        out[int(task.name)] = counts
+    return out
+
+
 def cpu_jiffies() -> tuple[int, int]:
     """(steal, total) CPU time of the whole machine so far, in clock ticks
     (`/proc/stat`): steal is the time the hypervisor ran something else
@@ -646,11 +666,22 @@ class Runner(BenchRunner):
         m = self.mode
         fixed = topic + "-fixed"
         self.tool("create-topic", "--bootstrap", bootstrap, "--topic", fixed, timeout=60)
+        switches = thread_context_switches(pid)
         row["wire_fixed"] = self.tool(
             "wire-produce", "--bootstrap", bootstrap, "--topic", fixed, "--size", str(size),
             "--acks", acks, "--compression", codec, "--batch-bytes", "1",
             "--rate", str(m["e2e_rate"]), "--count", str(round(m["e2e_rate"] * m["e2e_seconds"])),
             "--max-seconds", str(m["e2e_seconds"] + 30), timeout=m["e2e_seconds"] + 90)
+        # How often the broker's threads went to sleep (voluntary) or were
+        # preempted per request answered: each sleep is a wake-up to pay
+        # at the next request, on this machine's tail.
+        after = thread_context_switches(pid)
+        requests = row["wire_fixed"].get("acked") or 0
+        if requests:
+            for kind in ("voluntary", "involuntary"):
+                moved = sum(n - switches.get(tid, {}).get(kind, 0)
+                            for tid, counts in after.items() for k, n in counts.items() if k == kind)
+                row["wire_fixed"][f"broker_{kind}_switches_per_request"] = moved / requests
 
     def produce_and_consume(self, row, bootstrap, pid, topic, size, acks, codec,
                             wire: bool = False) -> tuple[dict, dict]:
