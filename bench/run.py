@@ -679,8 +679,8 @@ class Runner(BenchRunner):
         requests = row["wire_fixed"].get("acked") or 0
         if requests:
             for kind in ("voluntary", "involuntary"):
-                moved = sum(n - switches.get(tid, {}).get(kind, 0)
-                            for tid, counts in after.items() for k, n in counts.items() if k == kind)
+                moved = sum(counts.get(kind, 0) - switches.get(tid, {}).get(kind, 0)
+                            for tid, counts in after.items())
                 row["wire_fixed"][f"broker_{kind}_switches_per_request"] = moved / requests
 
     def produce_and_consume(self, row, bootstrap, pid, topic, size, acks, codec,

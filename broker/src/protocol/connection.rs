@@ -117,7 +117,7 @@ async fn serve_inner(
     // context switches per request at a fixed rate). Between two tasks,
     // the woken one waits in the waking worker's LIFO slot and runs next
     // on the same thread: 1.0 (`tests/connection_wakeups.rs`).
-    let reader = AbortOnDrop(tokio::spawn({
+    let _reader = AbortOnDrop(tokio::spawn({
         let broker = broker.clone();
         let activity = activity.clone();
         async move {
@@ -175,7 +175,6 @@ async fn serve_inner(
             tokio::time::sleep(throttle).await;
         }
     }
-    drop(reader);
     Ok(())
 }
 
