@@ -13,25 +13,28 @@
 //! `protocol::connection` would have dispatched on.
 //!
 //! Exercises:
-//! - `protocol::frame::read_frame` on an in-memory reader, twice: the frame
-//!   with its size prefix, and the raw input taken as a stream whose first
-//!   four bytes are the size (negative, too large and torn frames);
+//! - `protocol::frame::FrameReader` on an in-memory reader, as a connection
+//!   reads: twice, the frame with its size prefix and the next frame's
+//!   start after it, and the raw input taken as a stream whose first four
+//!   bytes are the size (negative, too large and torn frames);
 //! - `RequestHeader::decode` with `api.request_header_version(v)` and
 //!   `RequestKind::decode(api, body, v)`, as `handlers::handle` does.
 //!
 //! Asserts: no panic, abort or out-of-memory (scripts/fuzz.sh runs with
 //! `-rss_limit_mb` / `-malloc_limit_mb`, so an allocation sized by a lying
-//! count is a crash); decode errors are fine. `read_frame` gives back
-//! exactly the bytes that were framed.
+//! count is a crash); decode errors are fine. The reader gives back
+//! exactly the bytes that were framed, and the next frame's after them.
 
 use std::future::Future;
 use std::sync::LazyLock;
 use std::task::{Context, Poll, Waker};
 
+use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind};
 use kafka_protocol::protocol::Decodable;
 use moldau_broker::config::BrokerConfig;
-use moldau_broker::protocol::frame::read_frame;
+use moldau_broker::protocol::frame::{FrameError, FrameReader};
+use moldau_broker::protocol::limits::RequestBudget;
 use moldau_broker::protocol::versions::SUPPORTED;
 
 /// Every `(api, version)` the broker advertises.
@@ -55,7 +58,15 @@ fn block_on<F: Future>(f: F) -> F::Output {
             return v;
         }
     }
-    panic!("an in-memory read_frame keeps returning Pending");
+    panic!("an in-memory frame read keeps returning Pending");
+}
+
+/// Reads one frame from `reader` as a connection does (size, then body
+/// under the request budget).
+async fn read_frame(reader: &mut FrameReader<&[u8]>) -> Result<Bytes, FrameError> {
+    let size = reader.read_size(*MAX_FRAME).await?;
+    let budget = RequestBudget::new(*MAX_FRAME, *MAX_FRAME);
+    Ok(reader.read_body(size, &budget).await?.0)
 }
 
 /// The advertised pair the first four bytes of `frame` choose (see above).
@@ -76,8 +87,7 @@ fn choose(frame: &[u8]) -> (ApiKey, i16) {
 /// One input through the check (see the module doc).
 pub fn run(data: &[u8]) {
     // The raw input as a stream: its first four bytes are a frame size.
-    let mut raw = data;
-    let _ = block_on(read_frame(&mut raw, *MAX_FRAME));
+    let _ = block_on(read_frame(&mut FrameReader::new(data)));
 
     let (api, version) = choose(data);
     let mut frame = data.to_vec();
@@ -87,8 +97,8 @@ pub fn run(data: &[u8]) {
     frame[0..2].copy_from_slice(&(api as i16).to_be_bytes());
     frame[2..4].copy_from_slice(&version.to_be_bytes());
 
-    // The frame as it arrives: size prefix, then the frame, then whatever
-    // the client sent next (which read_frame must leave unread).
+    // The frame as it arrives: size prefix, then the frame, then the next
+    // frame's size (which the reader must keep for the next frame).
     if frame.len() > *MAX_FRAME {
         return;
     }
@@ -96,10 +106,11 @@ pub fn run(data: &[u8]) {
     wire.extend_from_slice(&(frame.len() as i32).to_be_bytes());
     wire.extend_from_slice(&frame);
     wire.extend_from_slice(&[0, 0, 0, 1]);
-    let mut reader = wire.as_slice();
-    let read = block_on(read_frame(&mut reader, *MAX_FRAME)).expect("a whole frame reads");
-    assert_eq!(&read[..], &frame[..], "read_frame returns the framed bytes");
-    assert_eq!(reader, &[0, 0, 0, 1], "read_frame stops at the frame's end");
+    let mut reader = FrameReader::new(wire.as_slice());
+    let read = block_on(read_frame(&mut reader)).expect("a whole frame reads");
+    assert_eq!(&read[..], &frame[..], "the reader returns the framed bytes");
+    let next = block_on(reader.read_size(*MAX_FRAME)).expect("the next frame's size reads");
+    assert_eq!(next, 1, "the reader keeps what follows the frame's end");
 
     // Decode as handlers::handle does.
     let mut buf = read;

@@ -36,9 +36,10 @@ use std::time::{Duration, Instant};
 use kafka_protocol::messages::ApiKey;
 use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
+use tokio_util::task::AbortOnDropHandle;
 
 use super::fetch_encode::Piece;
-use super::frame::{read_frame_body_reserving, read_frame_size, FrameError};
+use super::frame::{FrameError, FrameReader};
 use super::versions::supported_range;
 use crate::broker::Broker;
 use crate::handlers::{self, Reply};
@@ -116,12 +117,14 @@ async fn serve_inner(
     // thread to steal it: two needless thread wake-ups per request (2.4
     // context switches per request at a fixed rate). Between two tasks,
     // the woken one waits in the waking worker's LIFO slot and runs next
-    // on the same thread: 1.0 (`tests/connection_wakeups.rs`).
-    let _reader = AbortOnDrop(tokio::spawn({
+    // on the same thread: 1.0 (`tests/connection_wakeups.rs`). The
+    // handle aborts the reader when the connection ends, however it ends
+    // (an error, a shutdown dropping this future).
+    let _reader = AbortOnDropHandle::new(tokio::spawn({
         let broker = broker.clone();
         let activity = activity.clone();
         async move {
-            let mut reading = reading;
+            let mut reading = FrameReader::new(reading);
             read_ahead(&broker, &mut reading, &ahead, &activity).await;
         }
     }));
@@ -176,16 +179,6 @@ async fn serve_inner(
         }
     }
     Ok(())
-}
-
-/// Aborts the connection's reader task when the connection ends, however
-/// it ends (an error, a shutdown dropping the connection's future).
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 /// How many requests of a connection may be read before their turn: a
@@ -303,7 +296,7 @@ impl Drop for Handling<'_> {
 /// handed on.
 async fn read_ahead(
     broker: &Arc<Broker>,
-    stream: &mut tokio::net::tcp::OwnedReadHalf,
+    stream: &mut FrameReader<tokio::net::tcp::OwnedReadHalf>,
     ahead: &tokio::sync::mpsc::Sender<Ahead>,
     activity: &Activity,
 ) {
@@ -347,32 +340,32 @@ async fn read_ahead(
 /// connection (`Ok(())` quietly: closed by the peer or idle).
 async fn read_one(
     broker: &Arc<Broker>,
-    stream: &mut tokio::net::tcp::OwnedReadHalf,
+    stream: &mut FrameReader<tokio::net::tcp::OwnedReadHalf>,
     activity: &Activity,
     max: usize,
     idle: Duration,
     read_timeout: Duration,
 ) -> Result<Ahead, Result<(), String>> {
-    // Idle until the next request's first byte (peek takes nothing); the
-    // time counts only while nothing is being handled.
+    // Idle until the next request's first byte; the time counts only while
+    // nothing is being handled.
     loop {
         let wait = activity
             .idle_for()
             .map_or(idle, |was| idle.saturating_sub(was));
-        match tokio::time::timeout(wait, stream.peek(&mut [0u8; 1])).await {
+        match tokio::time::timeout(wait, stream.wait_for_frame()).await {
             Err(_) if activity.idle_for().is_some_and(|was| was >= idle) => {
                 broker.metrics.connections_closed_idle.inc();
                 tracing::debug!("closing idle connection");
                 return Err(Ok(()));
             }
             Err(_) => continue,
-            Ok(Ok(0)) => return Err(Ok(())),
-            Ok(Ok(_)) => break,
+            Ok(Ok(false)) => return Err(Ok(())),
+            Ok(Ok(true)) => break,
             Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionReset => return Err(Ok(())),
             Ok(Err(e)) => return Err(Err(e.to_string())),
         }
     }
-    let size = match tokio::time::timeout(read_timeout, read_frame_size(stream, max)).await {
+    let size = match tokio::time::timeout(read_timeout, stream.read_size(max)).await {
         Err(_) => {
             broker.metrics.requests_read_timed_out.inc();
             return Err(Err("request size not received in time".into()));
@@ -382,7 +375,7 @@ async fn read_one(
     let Some(size) = size else {
         return Err(Ok(()));
     };
-    let body = read_frame_body_reserving(stream, size, &broker.request_budget);
+    let body = stream.read_body(size, &broker.request_budget);
     let (frame, reserved) = match tokio::time::timeout(read_timeout, body).await {
         Err(_) => {
             broker.metrics.requests_read_timed_out.inc();

@@ -5,11 +5,13 @@
 //! (with `max.connections.per.ip.overrides`), `queued.max.request.bytes`.
 //! A connection over a limit is accepted and closed at once, as Kafka does.
 //! Request bytes are reserved as they arrive, a 64 KiB chunk ahead of the
-//! buffer (`frame::read_frame_body_reserving`), and released when the
+//! buffer (`frame::FrameReader::read_body`), and released when the
 //! response is written, so a flood of large frames waits (those clients are
 //! simply not read) instead of exhausting memory, and a client that
-//! announces a large frame but sends little holds little. Each connection has at most one request in flight: the
-//! next frame is read only after the previous response is written, so
+//! announces a large frame but sends little holds little. A connection
+//! reads at most a few requests ahead of the one it handles
+//! (`connection::READ_AHEAD_REQUESTS`), and at most
+//! `frame::READ_BUFFER_BYTES` past the frames it has taken; further
 //! pipelined requests wait in the socket's kernel buffer, which bounds them.
 //!
 //! This module holds counters only; the accept loop and the connection task
