@@ -346,6 +346,33 @@ fn watches(broker: &Broker, req: &FetchRequest) -> Vec<watch::Receiver<i64>> {
         .collect()
 }
 
+/// A long poll: waits until `enough` holds of what the fetch would
+/// return, or an append to one of its partitions, or `deadline`, then
+/// gathers. Subscribes before its first read.
+async fn wait_and_gather(
+    broker: &Broker,
+    req: &FetchRequest,
+    version: i16,
+    deadline: Instant,
+    enough: impl Fn(&Gathered) -> bool,
+) -> Gathered {
+    let mut receivers = watches(broker, req);
+    loop {
+        let g = gather(broker, req, version);
+        if enough(&g) {
+            return g;
+        }
+        if receivers.is_empty() {
+            tokio::time::sleep_until(deadline).await;
+            return gather(broker, req, version);
+        }
+        let changed = select_all(receivers.iter_mut().map(|r| r.changed().boxed()));
+        if tokio::time::timeout_at(deadline, changed).await.is_err() {
+            return gather(broker, req, version);
+        }
+    }
+}
+
 /// What a fetch does with fetch sessions.
 enum SessionPlan {
     /// None: Fetch v4–v6, epoch -1, or a session its request emptied.
@@ -657,22 +684,16 @@ pub async fn handle(
     let wait = Duration::from_millis(req.max_wait_ms.max(0) as u64).min(MAX_WAIT_CAP);
     let deadline = Instant::now() + wait;
     let min_bytes = req.min_bytes.max(0) as u64;
-    // Subscribe before the first read so no append between the read and the
-    // wait goes unnoticed.
-    let mut receivers = watches(broker, &req);
-    let mut gathered = loop {
-        let g = gather(broker, &req, version);
-        if g.bytes >= min_bytes.max(1) || g.any_error || Instant::now() >= deadline {
-            break g;
-        }
-        if receivers.is_empty() {
-            tokio::time::sleep_until(deadline).await;
-            break gather(broker, &req, version);
-        }
-        let changed = select_all(receivers.iter_mut().map(|r| r.changed().boxed()));
-        if tokio::time::timeout_at(deadline, changed).await.is_err() {
-            break gather(broker, &req, version);
-        }
+    let enough =
+        |g: &Gathered| g.bytes >= min_bytes.max(1) || g.any_error || Instant::now() >= deadline;
+    // A busy consumer's fetch finds enough at once and subscribes to
+    // nothing. One that waits subscribes, then reads again before it
+    // waits, so no append between the reads and the wait goes unnoticed.
+    let first = gather(broker, &req, version);
+    let mut gathered = if enough(&first) {
+        first
+    } else {
+        wait_and_gather(broker, &req, version, deadline, enough).await
     };
     settle_session(broker, plan, &req, replica, &mut gathered.out);
     let mut sent_total = 0;
