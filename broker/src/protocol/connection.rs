@@ -12,7 +12,9 @@
 //! flight (librdkafka and the Java client send up to 5) keeps more than
 //! one core busy on one connection, where checking and appending one
 //! request after the other would keep one. Behind any other request the
-//! next is read once it is answered, as before. Nothing is
+//! next is read once it is answered, as before. Frames are read through
+//! a small buffer ([`FrameReader`]): a small request comes in one read,
+//! size and body together. Nothing is
 //! appended, answered or changed out of order: the read-ahead only does
 //! work that changes no state, and the handler redoes a produce check
 //! whose partition's rules changed since.
