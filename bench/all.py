@@ -83,7 +83,7 @@ def matrix_rows(res: dict | None) -> list[dict]:
             ok = {k: (v >= target if higher else v <= target) for k, v in vals.items()}
             worst = (min if higher else max)(vals, key=vals.get)
             value = f"{sum(ok.values())} of {len(ok)} met; worst {vals[worst]:.2f}× ({worst})"
-            beyond = beyond_any_broker(res, configs, column, target) if gen == "librdkafka" else {}
+            beyond = beyond_any_broker(res, column, target) if gen == "librdkafka" else {}
             if beyond:
                 value += ("; beyond any broker here in " + ", ".join(
                     f"{k} (at most {v:.2f}×)" for k, v in beyond.items()))
@@ -94,7 +94,7 @@ def matrix_rows(res: dict | None) -> list[dict]:
     return rows
 
 
-def beyond_any_broker(res: dict, configs: dict, column: str, target: float) -> dict[str, float]:
+def beyond_any_broker(res: dict, column: str, target: float) -> dict[str, float]:
     """The configurations whose throughput target no broker could meet in
     this run: the load generator's own CPU per GiB, given every core of
     the machine (`report.client_ceiling`, which leaves the broker none),
@@ -105,7 +105,7 @@ def beyond_any_broker(res: dict, configs: dict, column: str, target: float) -> d
         return {}
     cpus = res.get("machine", {}).get("cpus")
     out = {}
-    for key, c in configs.items():
+    for key, c in res["summary"]["configs"].items():
         ceiling = client_ceiling(cpus, c["moldau"].get(f"load generator CPU s/GiB, {column}")) if cpus else None
         kafka = (c["kafka"].get(f"{column} MB/s") or {}).get("median")
         if ceiling is not None and kafka and ceiling / kafka < target:

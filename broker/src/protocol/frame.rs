@@ -112,9 +112,12 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         read_frame_body_reserving(&mut self.reader, &start, size, budget).await
     }
 
-    /// One read into the buffer's free room.
+    /// One read into the buffer's free room. Its callers call it only
+    /// with room left (an empty buffer, or a size prefix not yet whole):
+    /// with none, a read of 0 bytes would look like the peer's EOF.
     async fn fill(&mut self) -> std::io::Result<usize> {
         let room = READ_BUFFER_BYTES - self.buf.len();
+        debug_assert!(room > 0, "fill called with a full buffer");
         self.buf.reserve(room);
         let mut limited = (&mut self.reader).take(room as u64);
         limited.read_buf(&mut self.buf).await
