@@ -25,8 +25,8 @@
 #                    per target (default 1)
 #   FUZZ_CORPUS_OUT  directory to copy each grown corpus to after its run
 #                    (default: none; the scratch copy is removed)
-# Needs cargo-fuzz and a nightly toolchain (scripts/install-test-deps.sh,
-# section 5).
+# Needs cargo-fuzz and a nightly toolchain: installed on the first run when
+# missing (cargo install, rustup).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 repo="$(pwd)"
@@ -35,13 +35,24 @@ targets="${FUZZ_TARGETS:-request_frame record_batch group_codecs log_recovery}"
 keep_going="${FUZZ_KEEP_GOING:-0}"
 jobs="${FUZZ_JOBS:-1}"
 
-if ! cargo fuzz --version >/dev/null 2>&1; then
-  echo "fuzz: cargo-fuzz is not installed (scripts/install-test-deps.sh installs it)" >&2
-  exit 2
+# cargo-fuzz (pinned; built from source with the stable toolchain) and the
+# nightly toolchain the targets need (-Zsanitizer): installed here, the first
+# time, rather than by scripts/install-test-deps.sh, since only this script
+# uses them.
+CARGO_FUZZ_VERSION=0.13.1
+if ! cargo fuzz --version 2>/dev/null | grep -q "$CARGO_FUZZ_VERSION"; then
+  echo "fuzz: cargo install cargo-fuzz $CARGO_FUZZ_VERSION"
+  if ! cargo install cargo-fuzz --version "$CARGO_FUZZ_VERSION" --locked -q; then
+    echo "fuzz: cargo-fuzz $CARGO_FUZZ_VERSION could not be installed" >&2
+    exit 2
+  fi
 fi
 if ! rustup run nightly rustc --version >/dev/null 2>&1; then
-  echo "fuzz: no nightly toolchain (rustup toolchain install nightly)" >&2
-  exit 2
+  echo "fuzz: no nightly toolchain: rustup toolchain install nightly --profile minimal"
+  if ! rustup toolchain install nightly --profile minimal; then
+    echo "fuzz: the nightly toolchain could not be installed" >&2
+    exit 2
+  fi
 fi
 
 t0=$SECONDS

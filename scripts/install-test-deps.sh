@@ -8,8 +8,10 @@
 #      reference broker's jars (e2e/clients/kafka-dist/jars)
 #   3b. Go: the franz-go client driver (e2e/clients/franz), its modules from
 #      the Go module proxy
-#   5. cargo-fuzz (scripts/fuzz.sh), with the nightly toolchain it needs
-# Rust itself (cargo, rustfmt, clippy) comes with the machine.
+#   4. buildah, debootstrap (the image tests)
+# Rust itself (cargo, rustfmt, clippy) comes with the machine. cargo-fuzz and
+# the nightly toolchain, for the optional fuzz stage only, are installed by
+# scripts/fuzz.sh when it first runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo="$(pwd)"
@@ -136,23 +138,8 @@ else
 fi
 # --- end of packaging block ---------------------------------------------------------
 
-# --- 5. cargo-fuzz (owner: fuzzing, scripts/fuzz.sh) ----------------------------------
-# Pinned; builds from source with the stable toolchain. The fuzz targets
-# themselves need nightly (-Zsanitizer), which the machine normally has.
-CARGO_FUZZ_VERSION=0.13.1
-if cargo fuzz --version 2>/dev/null | grep -q "$CARGO_FUZZ_VERSION"; then
-  log "cargo-fuzz $CARGO_FUZZ_VERSION present"
-else
-  log "cargo install cargo-fuzz $CARGO_FUZZ_VERSION"
-  # not fatal here: only scripts/fuzz.sh needs it, and it says so
-  cargo install cargo-fuzz --version "$CARGO_FUZZ_VERSION" --locked -q \
-    || log "WARNING: cargo-fuzz could not be installed; scripts/fuzz.sh will fail"
-fi
-if ! rustup run nightly rustc --version >/dev/null 2>&1; then
-  log "WARNING: no nightly toolchain (cargo fuzz needs it): trying rustup toolchain install nightly"
-  rustup toolchain install nightly --profile minimal \
-    || log "WARNING: nightly not installed; scripts/fuzz.sh will fail"
-fi
-# --- end of cargo-fuzz block ----------------------------------------------------------
+# cargo-fuzz and its nightly toolchain are not installed here: only the fuzz
+# stage uses them (`TEST_ALL_STAGES=fuzz`, off by default), and
+# scripts/fuzz.sh installs them itself the first time it runs.
 
 log "done in $((SECONDS - t0))s"
