@@ -21,6 +21,18 @@ two, per partition:
 
 The verdict (`Report.ok`) is: no acknowledged record lost, duplicated or
 reordered.
+
+Also owns the timing measures (the checker asserts them):
+
+- a gap: one partition's time between two consecutive acknowledgements
+  (successful delivery reports, timed when the producer's callback runs),
+  or from its last one to the end of producing (an open gap). A fault's
+  stall is the longest gap of any partition in the fault's window: from
+  just before the fault (where every partition was last seen acknowledged)
+  to the same point before the next fault (or the end). `longest_gaps`
+  says exactly which gaps count where;
+- a delivery latency: from produce() to the delivery report, acknowledged
+  or failed.
 """
 
 from __future__ import annotations
@@ -165,3 +177,95 @@ def verify(
         p: verify_partition(run, p, sent.get(p, 0), acked.get(p, {}), consumed.get(p, []))
         for p in parts
     })
+
+
+# -- stalls: gaps between acknowledgements -----------------------------------
+
+@dataclass(frozen=True)
+class Gap:
+    """One partition's time without an acknowledgement: from the ack at
+    `start` to the next one at `end` (an open gap: none came before the run
+    stopped producing at `end`)."""
+
+    seconds: float
+    partition: int
+    start: float
+    end: float
+    open: bool = False
+
+    def as_dict(self, origin: float = 0.0) -> dict:
+        return {"seconds": round(self.seconds, 3), "partition": self.partition,
+                "from": round(self.start - origin, 3), "to": round(self.end - origin, 3), "open": self.open}
+
+
+def gaps(acks: dict[int, list[float]], begin: float, end: float) -> list[Gap]:
+    """Every partition's gaps between consecutive acknowledgement times,
+    plus an open gap from its last ack to `end` (from `begin` when it has
+    none). Acks are any order; `end` is when producing stopped."""
+    out: list[Gap] = []
+    for p, ts in acks.items():
+        ts = sorted(ts)
+        for a, b in zip(ts, ts[1:]):
+            out.append(Gap(b - a, p, a, b))
+        last = ts[-1] if ts else begin
+        if last < end:
+            out.append(Gap(end - last, p, last, end, open=True))
+    return out
+
+
+def longest_gaps(acks: dict[int, list[float]], marks: list[float], begin: float, end: float) -> tuple[Gap | None, list[Gap | None]]:
+    """The longest gap before the faults and in each fault's window.
+
+    `marks` (ascending) start the windows: window i is [marks[i],
+    marks[i+1]), the last one open-ended. A gap belongs to every window it
+    overlaps (start < window end and end > window start), and to the
+    baseline when it starts before marks[0]. The checker sets each mark
+    where every partition was last seen acknowledged before the fault
+    (`steady`): a stall the fault causes starts after its mark, so it is
+    that fault's, and one that outlasts the next mark is every later
+    window's too, never hidden. Returns (baseline, [longest per window])."""
+    baseline: Gap | None = None
+    per: list[Gap | None] = [None] * len(marks)
+    for g in gaps(acks, begin, end):
+        if not marks or g.start < marks[0]:
+            if baseline is None or g.seconds > baseline.seconds:
+                baseline = g
+        # windows overlapped: from the one holding g.start to the one holding g.end
+        lo = max(0, bisect.bisect_right(marks, g.start) - 1)
+        hi = bisect.bisect_left(marks, g.end) - 1  # last window that starts before g.end
+        for i in range(lo, hi + 1):
+            if per[i] is None or g.seconds > per[i].seconds:
+                per[i] = g
+    return baseline, per
+
+
+def steady(acks: dict[int, list[float]], now: float, span: float = 3.0, gap: float = 1.0) -> float | None:
+    """(`acks`: each partition's ack times, ascending.) Whether every partition has been acknowledged steadily: over the last
+    `span` seconds no gap longer than `gap` (counting the one up to `now`).
+    Returns the window mark for a fault applied now (the earliest of the
+    partitions' last acks, at most `gap` ago), or None when not steady."""
+    mark = now
+    for ts in acks.values():
+        lo = bisect.bisect_left(ts, now - span - gap)  # acks arrive in time order
+        recent = [t for t in ts[lo:] if t <= now]
+        if not recent or recent[0] > now - span + gap:
+            return None
+        points = recent + [now]
+        if any(b - a > gap for a, b in zip(points, points[1:])):
+            return None
+        mark = min(mark, recent[-1])
+    return mark
+
+
+def latency_summary(latencies: list[float], limit: float) -> dict:
+    """Max, median and 99th percentile of delivery latencies (seconds from
+    produce() to the delivery report), and how many exceed `limit`."""
+    if not latencies:
+        return {"count": 0, "max": None, "p50": None, "p99": None, "over_limit": 0}
+    s = sorted(latencies)
+
+    def q(x: float) -> float:
+        return round(s[min(len(s) - 1, int(x * len(s)))], 3)
+
+    return {"count": len(s), "max": round(s[-1], 3), "p50": q(0.5), "p99": q(0.99),
+            "over_limit": len(s) - bisect.bisect_right(s, limit)}

@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """Moldau's fault checker: acknowledged records survive kill -9, pauses and
-network cuts, each exactly once and in order (issue #12, item 8).
+network cuts, each exactly once and in order (issue #12, item 8); losing any
+one broker, the controller included, stalls acks=all producers no longer
+than the stall bound, and no delivery report comes later than the
+producers' delivery timeout (issue #40).
 
 Owns the run: starts a cluster of 3 brokers in cluster mode `dir`, each on
 its own loopback address (harness/cluster.py, the launcher the cluster tests
@@ -9,12 +12,35 @@ given replication factor and `min.insync.replicas`, drives idempotent
 `acks=all` producers (workload.py) while the fault schedule (faults.py) runs
 on the main thread, then heals everything, consumes every partition from the
 beginning and prints the verdict (accounting.py): a JSON summary on stdout,
-then one human line.
+then one human line. The brokers run with their own failure detection
+(`broker.heartbeat.interval.ms`, `broker.session.timeout.ms`: the broker's
+defaults, 2 s and 9 s, unless `--set` says otherwise).
 
-Exit status: 0 when no acknowledged record was lost, duplicated or
-reordered; 1 when one was (or the log could not be read back in full);
-2 when the run itself failed (a broker did not come back, a client thread
-died); 130/143 when interrupted (every fault is undone first).
+The verdict has three parts:
+- records: no acknowledged record lost, duplicated or reordered, and the log
+  read back in full;
+- stalls: for every single-broker fault (kill, pause, kill-controller,
+  pause-controller) the stall, the longest time any one partition went
+  without an acknowledgement in the fault's window (accounting.py:
+  `longest_gaps`; the window runs from where every partition was last
+  seen acknowledged before the fault to the same point before the next
+  one, so the stall includes the recovery after the fault is undone), is
+  at most `--stall-bound` seconds (default 12: the 9 s session timeout
+  plus a heartbeat interval and an election). Before each fault the
+  checker waits (up to `--recover-timeout`) until every partition has been
+  acknowledged steadily for 3 s. Per partition, so stricter than per
+  producer or over the whole workload (`workload_stall`, the longest time
+  without any acknowledgement at all, is reported beside it). Two-down
+  faults and network cuts are measured and reported, not bounded;
+- latency: no delivery report, acknowledged or failed, came later than the
+  producers' delivery timeout (`message.timeout.ms`) plus
+  `--latency-margin` after its produce() call, and every record handed to
+  a producer got a report (a broker that leaves a request unanswered
+  shows here).
+
+Exit status: 0 when every part holds; 1 when one does not; 2 when the run
+itself failed (a broker did not come back, a client thread died); 130/143
+when interrupted (every fault is undone first).
 
     e2e/faults/run.sh --duration 600 --fault-interval 10
     e2e/faults/run.sh --duration 60 --seed 7 --faults kill,pause --json out.json
@@ -23,6 +49,7 @@ died); 130/143 when interrupted (every fault is undone first).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import random
@@ -50,7 +77,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="e2e/faults/run.sh", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--duration", type=float, default=120, help="seconds of faults (the produce phase)")
-    ap.add_argument("--fault-interval", type=float, default=10, help="seconds between fault starts")
+    ap.add_argument("--fault-interval", type=float, default=10,
+                    help="seconds of quiet (±20%%) from one fault's end to the next one's start")
     ap.add_argument("--seed", type=int, default=None, help="schedule seed (default: random, printed)")
     ap.add_argument("--faults", default=",".join(faults.KINDS), help="kinds to inject, comma-separated")
     ap.add_argument("--netcut", default="auto", choices=["auto", "iptables", "nft", "off"], help="network-cut backend")
@@ -60,6 +88,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--producers", type=int, default=3, help="producer threads (each owns partitions p %% N)")
     ap.add_argument("--rate", type=float, default=300, help="records/s over all producers")
     ap.add_argument("--delivery-timeout", type=float, default=60, help="producer message.timeout.ms, in seconds")
+    ap.add_argument("--stall-bound", type=float, default=12,
+                    help="longest stall (seconds without an ack on a partition) a single-broker fault may cause; 0: not checked")
+    ap.add_argument("--latency-margin", type=float, default=5,
+                    help="seconds past the delivery timeout a delivery report may come")
+    ap.add_argument("--recover-timeout", type=float, default=30,
+                    help="seconds to wait before each fault for every partition to be acknowledged steadily")
+    ap.add_argument("--set", dest="broker_set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a broker property (repeatable); failure detection is the broker's default unless set")
     ap.add_argument("--ip-base", default="127.0.0.2", help="first broker's loopback address; the others follow")
     ap.add_argument("--workdir", type=Path, default=None, help="broker data and logs (default e2e/.state/faults/run-*)")
     ap.add_argument("--json", type=Path, default=None, help="also write the summary here")
@@ -75,6 +111,78 @@ def broker_hosts(base: str, n: int) -> list[str]:
     for h in hosts:
         faults.check_loopback(h)
     return hosts
+
+
+# The launcher's fast failure detection is dropped: the bound is about the
+# broker's defaults.
+FAILURE_DETECTION = ("broker.heartbeat.interval.ms", "broker.session.timeout.ms")
+
+
+def broker_settings(pairs: list[str]) -> dict[str, str | None]:
+    out: dict[str, str | None] = {k: None for k in FAILURE_DETECTION}
+    for kv in pairs:
+        k, sep, v = kv.partition("=")
+        if not sep or not k.strip():
+            raise SystemExit(f"--set wants KEY=VALUE, not {kv!r}")
+        out[k.strip()] = v.strip()
+    return out
+
+
+def wait_steady(producers: list, timeout: float, stop: threading.Event) -> tuple[float, bool]:
+    """Until every partition has been acknowledged steadily (accounting.steady):
+    (the window mark, True), or after `timeout` (now, False)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        now = time.monotonic()
+        acks = {p: ts for pr in producers for p, ts in pr.ledger.ack_times.items()}
+        mark = accounting.steady(acks, now)
+        if mark is not None:
+            return mark, True
+        if now >= deadline or stop.is_set():
+            return now, False
+        time.sleep(0.1)
+
+
+def timing(producers: list, applied: list, marks: list[float], t0: float, begin: float, end: float,
+           bound: float, latency_limit: float) -> dict:
+    """The stall of each applied fault and the delivery latencies (see the module doc)."""
+    acks = {p: ts for pr in producers for p, ts in pr.ledger.ack_times.items()}
+    baseline, per = accounting.longest_gaps(acks, marks, begin, end)
+    # the same over the whole workload (any partition's ack ends a gap): for information
+    _, merged = accounting.longest_gaps({-1: sorted(t for ts in acks.values() for t in ts)}, marks, begin, end)
+    stalls = []
+    for a, mark, g, w in zip(applied, marks, per, merged):
+        bounded = a.fault.kind in faults.SINGLE_BROKER_KINDS
+        stalls.append({
+            "kind": a.fault.kind, "how": a.fault.how, "targets": list(a.targets), "controller": a.controller,
+            "hold": a.fault.hold, "started": round(a.started, 1), "ended": round(a.ended, 1),
+            "window_from": round(mark - t0, 3),
+            "stall": g.as_dict(t0) if g else None,
+            "workload_stall": round(w.seconds, 3) if w else None,
+            "bounded": bounded,
+            "within_bound": (not bounded or bound <= 0 or (g is not None and g.seconds <= bound)),
+        })
+    lat = [x for pr in producers for x in pr.ledger.latencies]
+    late = sorted((x for pr in producers for x in pr.ledger.late), reverse=True)[:20]
+    sent = sum(sum(pr.ledger.sent.values()) for pr in producers)
+    abandoned = sum(pr.ledger.abandoned for pr in producers)
+    reported = len(lat)
+    single = [s for s in stalls if s["bounded"] and s["stall"]]
+    worst = max(single, key=lambda s: s["stall"]["seconds"], default=None)
+    return {
+        "stall_bound": bound,
+        "stall_baseline": baseline.as_dict(t0) if baseline else None,
+        "stalls": stalls,
+        "worst_single_broker_stall": worst,
+        "stalls_ok": all(s["within_bound"] for s in stalls),
+        "latency": {
+            **accounting.latency_summary(lat, latency_limit),
+            "limit": round(latency_limit, 3),
+            "late_examples": [{"latency": x[0], "partition": x[1], "seq": x[2], "result": x[3]} for x in late],
+            "unreported": sent - reported - abandoned,
+            "abandoned_by_fatal_producers": abandoned,
+        },
+    }
 
 
 class Interrupted(BaseException):
@@ -108,7 +216,7 @@ def run(args: argparse.Namespace, cluster: Cluster | None = None) -> tuple[int, 
             kinds = tuple(k for k in kinds if k != "netcut")
     own_cluster = cluster is None
     if own_cluster:
-        cluster = Cluster(workdir / "cluster", hosts=broker_hosts(args.ip_base, 3))
+        cluster = Cluster(workdir / "cluster", hosts=broker_hosts(args.ip_base, 3), settings=broker_settings(args.broker_set))
     nodes = dict(cluster.items())
     schedule = faults.plan(seed, args.duration, args.fault_interval, sorted(nodes), kinds)
     topic = f"faults-{run_id}"
@@ -117,6 +225,8 @@ def run(args: argparse.Namespace, cluster: Cluster | None = None) -> tuple[int, 
         "topic": topic, "partitions": args.partitions, "replication_factor": args.replication_factor,
         "min_insync_replicas": args.min_insync_replicas, "netcut_backend": netcut.name if netcut else netcut_why,
         "brokers": {n: b.bootstrap for n, b in nodes.items()}, "workdir": str(workdir),
+        "broker_settings": dict(next(iter(nodes.values())).settings) if nodes else {},
+        "delivery_timeout": args.delivery_timeout,
     }
     LOG.info("run %s, seed %d, %d faults planned over %.0fs; workdir %s", run_id, seed, len(schedule), args.duration, workdir)
     for f in schedule:
@@ -124,7 +234,12 @@ def run(args: argparse.Namespace, cluster: Cluster | None = None) -> tuple[int, 
 
     stop_producing, stop_faults = threading.Event(), threading.Event()
     producers: list[workload.ProducerThread] = []
-    injector = faults.Injector(nodes, netcut, stop_faults, log=LOG.info)
+    injector = faults.Injector(nodes, netcut, stop_faults, log=LOG.info,
+                               controller_views=lambda: workload.controller_views(nodes))
+    marks: list[float] = []  # per applied fault: where its window starts (time.monotonic())
+    skipped: list[dict] = []
+    latency_limit = args.delivery_timeout + args.latency_margin
+    t0 = begin = stopped = time.monotonic()
     old_handlers = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     rc = 0
     try:
@@ -141,7 +256,9 @@ def run(args: argparse.Namespace, cluster: Cluster | None = None) -> tuple[int, 
         for i in range(n):
             parts = [p for p in range(args.partitions) if p % n == i]
             producers.append(workload.ProducerThread(i, bootstrap, topic, run_id, parts, args.rate / n,
-                                                     int(args.delivery_timeout * 1000), stop_producing))
+                                                     int(args.delivery_timeout * 1000), stop_producing,
+                                                     late_margin=args.latency_margin))
+        begin = time.monotonic()
         for p in producers:
             p.start()
 
@@ -151,6 +268,15 @@ def run(args: argparse.Namespace, cluster: Cluster | None = None) -> tuple[int, 
             wait = f.at - (time.monotonic() - t0)
             if wait > 0:
                 time.sleep(wait)
+            mark, was_steady = wait_steady(producers, args.recover_timeout, stop_faults)
+            if not was_steady:
+                LOG.warning("not every partition acknowledged steadily %.0fs before %s", args.recover_timeout, f.describe())
+            now = time.monotonic() - t0
+            if now + f.hold > args.duration:
+                LOG.info("skipped (no time left): %s", f.describe())
+                skipped.append({**dataclasses.asdict(f), "at_actual": round(now, 1)})
+                continue
+            marks.append(mark)
             injector.apply(f, t0)
             if not workload.wait_led(bootstrap, topic, args.partitions, 30):
                 LOG.warning("not every partition led again 30s after %s", f.describe())
@@ -166,7 +292,9 @@ def run(args: argparse.Namespace, cluster: Cluster | None = None) -> tuple[int, 
         healed = workload.wait_led(bootstrap, topic, args.partitions, 60)
         if not healed:
             LOG.warning("not every partition has a leader 60s after the last fault")
+        wait_steady(producers, args.recover_timeout, stop_faults)  # the last fault's recovery, measured
         time.sleep(3)  # some acknowledged records after the last fault, too
+        stopped = time.monotonic()
         stop_producing.set()
         for p in producers:
             p.join(p.drain_timeout + 30)
@@ -180,16 +308,21 @@ def run(args: argparse.Namespace, cluster: Cluster | None = None) -> tuple[int, 
             for k, v in p.ledger.errors.items():
                 errors[k] = errors.get(k, 0) + v
         report = accounting.verify(run_id, sent, acked, consumed)
+        times = timing(producers, injector.applied, marks, t0, begin, stopped, args.stall_bound, latency_limit)
         summary.update({
             "faults": injector.counts(),
+            "faults_skipped": skipped,
             **report.as_dict(),
             "delivery_failed": failed,
             "delivery_errors": errors,
             "producer_fatal_errors": fatal,
             "high_watermarks": highs,
             "consumed_completely": complete,
+            **times,
         })
-        summary["ok"] = report.ok and complete
+        summary["records_ok"] = report.ok and complete
+        summary["latency_ok"] = times["latency"]["over_limit"] == 0 and times["latency"]["unreported"] == 0
+        summary["ok"] = summary["records_ok"] and times["stalls_ok"] and summary["latency_ok"]
         rc = 0 if summary["ok"] else 1
     except Interrupted as e:
         LOG.error("interrupted by %s: undoing faults and stopping", e)
@@ -230,6 +363,19 @@ def human(summary: dict) -> str:
     if "acked" not in summary:
         return f"fault checker: run failed ({summary.get('error')}); faults: {fl}"
     verdict = "OK" if summary["ok"] else "FAILED"
+    worst = summary.get("worst_single_broker_stall")
+    if worst:
+        ws = worst["stall"]
+        stall = (f"worst single-broker stall {ws['seconds']:.1f}s ({worst['kind']} of {worst['targets']} at "
+                 f"+{worst['started']:.0f}s, partition {ws['partition']}{', open' if ws['open'] else ''})")
+    else:
+        stall = "no single-broker stall measured"
+    bound = summary.get("stall_bound", 0)
+    over = [s for s in summary.get("stalls", []) if not s["within_bound"]]
+    stall += f", bound {bound:.0f}s: " + (f"{len(over)} over" if over else "held") if bound > 0 else ", not bounded"
+    lat = summary.get("latency", {})
+    latency = (f"delivery latency max {lat.get('max')}s (limit {lat.get('limit')}s, {lat.get('over_limit')} over, "
+               f"{lat.get('unreported')} unreported)")
     extra = "" if summary.get("consumed_completely", True) else " (log NOT read back completely)"
     if summary.get("unacked_duplicated"):
         extra += f"; {summary['unacked_duplicated']} extra copies of unacked records (idempotence)"
@@ -239,7 +385,7 @@ def human(summary: dict) -> str:
         f"min.insync={summary['min_insync_replicas']}, {summary['partitions']} partitions; "
         f"acked {summary['acked']} of {summary['sent']}: {summary['lost']} lost, "
         f"{summary['duplicated']} duplicated, {summary['reordered']} reordered; "
-        f"{summary['unacked_present']} unacked present{extra}"
+        f"{summary['unacked_present']} unacked present{extra}; {stall}; {latency}"
     )
 
 

@@ -5,6 +5,14 @@ Kinds:
 - `kill`:   SIGKILL a broker, keep it down for the fault's hold time, start
             it again on the same address and data directory;
 - `pause`:  SIGSTOP a broker for the hold time, then SIGCONT;
+- `pause-controller`, `kill-controller`: the same, on the broker that is the
+            controller when the fault is applied (the node most brokers'
+            Metadata names in controller_id); a controller pause lasts
+            10–13 s, longer than the broker session timeout (9 s);
+- `two-down`: two brokers at once, both killed or both paused, held, then
+            restored (with RF=3 and min.insync.replicas=2 acks=all cannot
+            succeed meanwhile: exempt from the stall bound, not from the
+            record checks);
 - `netcut`: drop every packet between two brokers' loopback addresses, both
             ways, for the hold time. Only traffic from a socket bound to one
             broker's address to the other's is cut (a connection to
@@ -41,7 +49,17 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
-KINDS = ("kill", "pause", "netcut")
+KINDS = ("kill", "pause", "netcut", "pause-controller", "kill-controller", "two-down")
+# The controller kinds, taken first in the schedule's first round: a short run
+# still loses its controller to a pause and to a kill.
+CONTROLLER_KINDS = ("pause-controller", "kill-controller")
+# One broker lost (paused or killed, the controller or not): the kinds the
+# stall bound applies to (checker.py). A netcut loses no broker; a two-down
+# fault stops acks=all by design (RF=3, min.insync.replicas=2).
+SINGLE_BROKER_KINDS = ("kill", "pause", "pause-controller", "kill-controller")
+# A controller pause outlasts the broker's session timeout (9 s by default),
+# so the others must act on the controller's loss, not just wait it out.
+CONTROLLER_PAUSE = (10.0, 13.0)
 GUARD_MARGIN = 15.0  # seconds a guard waits past a cut's hold before undoing it itself
 
 
@@ -49,47 +67,80 @@ GUARD_MARGIN = 15.0  # seconds a guard waits past a cut's hold before undoing it
 class Fault:
     at: float  # seconds from the start of the fault phase
     kind: str
-    targets: tuple[int, ...]  # node ids
+    # node ids; for the controller kinds the fallback used only when no
+    # broker names a controller when the fault is applied
+    targets: tuple[int, ...]
     hold: float  # seconds the fault lasts before it is undone
+    how: str = ""  # two-down: "kill" or "pause"
 
     def describe(self) -> str:
         who = "-".join(str(t) for t in self.targets)
+        if self.kind in CONTROLLER_KINDS:
+            who = f"controller, else {who}"
+        elif self.how:
+            who = f"{self.how} {who}"
         return f"{self.kind}({who}) for {self.hold:.1f}s at +{self.at:.1f}s"
 
 
+def _hold(rng: random.Random, kind: str, interval: float) -> float:
+    if kind == "netcut":
+        h = rng.uniform(2.0, max(2.0, min(10.0, 0.7 * interval)))
+    elif kind == "pause":
+        h = rng.uniform(1.0, max(1.0, min(8.0, 0.6 * interval)))
+    elif kind == "pause-controller":
+        h = rng.uniform(*CONTROLLER_PAUSE)
+    elif kind == "two-down":
+        h = rng.uniform(2.0, max(2.0, min(6.0, 0.5 * interval)))
+    else:  # kill, kill-controller
+        h = rng.uniform(0.5, max(0.5, min(5.0, 0.5 * interval)))
+    return round(h, 1)
+
+
 def plan(seed: int, duration: float, interval: float, nodes: list[int], kinds: tuple[str, ...] = KINDS) -> list[Fault]:
-    """The schedule: a fault every `interval` seconds (with jitter), the first
-    after one interval, each over before `duration`; kinds taken in shuffled
-    rounds so each appears as often as the others. Same arguments, same plan."""
+    """The schedule, one fault at a time: the first after a quiet interval,
+    each next one a quiet interval after the previous one's hold ends (an
+    interval is `interval` seconds ±20 %), each over before `duration`.
+    Kinds are taken in shuffled rounds, so each appears as often as the
+    others; the first round starts with the controller kinds (in the seed's
+    order). Holds: kill and kill-controller 0.5–5 s, pause 1–8 s, netcut
+    2–10 s, two-down 2–6 s (each at most a fraction of the interval),
+    pause-controller always 10–13 s. Same arguments, same plan."""
     if interval <= 0 or duration <= 0:
         return []
-    kinds = tuple(k for k in kinds if k in KINDS and (k != "netcut" or len(nodes) >= 2))
+    kinds = tuple(
+        k for k in KINDS  # a fixed order: the plan depends on the set of kinds, not how they were listed
+        if k in kinds and (k not in ("netcut", "two-down") or len(nodes) >= 2)
+    )
     if not kinds or not nodes:
         return []
+    nodes = sorted(nodes)
     rng = random.Random(seed)
     out: list[Fault] = []
     bag: list[str] = []
-    i = 1
+    first = True
+    t = 0.0
     while True:
-        at = round(i * interval + rng.uniform(-0.2, 0.2) * interval, 1)
-        i += 1
+        t += interval * rng.uniform(0.8, 1.2)
         if not bag:
             bag = list(kinds)
             rng.shuffle(bag)
+            if first:  # the controller kinds lead the first round
+                bag.sort(key=lambda k: k in CONTROLLER_KINDS)  # stable; popped from the end
+                first = False
         kind = bag.pop()
-        if kind == "netcut":
+        how = ""
+        if kind in ("netcut", "two-down"):
             targets = tuple(sorted(rng.sample(nodes, 2)))
-            hold = rng.uniform(2.0, max(2.0, min(10.0, 0.7 * interval)))
-        elif kind == "pause":
-            targets = (rng.choice(nodes),)
-            hold = rng.uniform(1.0, max(1.0, min(8.0, 0.6 * interval)))
+            if kind == "two-down":
+                how = rng.choice(("kill", "pause"))
         else:
             targets = (rng.choice(nodes),)
-            hold = rng.uniform(0.5, max(0.5, min(5.0, 0.5 * interval)))
-        hold = round(hold, 1)
+        hold = _hold(rng, kind, interval)
+        at = round(t, 1)
         if at + hold >= duration:
             break
-        out.append(Fault(at, kind, targets, hold))
+        out.append(Fault(at, kind, targets, hold, how))
+        t = at + hold
     return out
 
 
@@ -272,18 +323,42 @@ def netcut_backend(choice: str) -> tuple[NetCut | None, str]:
 class Applied:
     fault: Fault
     started: float  # seconds from the start of the fault phase
-    ended: float
+    ended: float  # when it was undone (a killed broker ready again)
+    targets: tuple[int, ...] = ()  # the nodes it hit (the controller kinds: as found)
+    controller: int | None = None  # the controller named when it was applied (None: unknown)
     error: str | None = None
+
+
+def pick_controller(views: dict[int, int | None]) -> int | None:
+    """The controller the brokers name (node -> the controller_id its
+    Metadata gave, None when it did not answer): the id most of the answers
+    name, if that is a node in `views`; None when no answer names one or the
+    answers tie."""
+    from collections import Counter
+
+    c = Counter(v for v in views.values() if v is not None and v >= 0 and v in views)
+    if not c:
+        return None
+    (best, n), *rest = c.most_common()
+    if rest and rest[0][1] == n:
+        return None
+    return best
 
 
 @dataclass
 class Injector:
-    """Applies faults to `nodes` (node id -> harness Broker) on the calling thread."""
+    """Applies faults to `nodes` (node id -> harness Broker) on the calling
+    thread. `controller_views` asks every broker which node its Metadata
+    names as controller (node -> id or None); the controller kinds hit the
+    one `pick_controller` finds, retried for `controller_wait` seconds, else
+    the fault's fallback target (logged, and `Applied.controller` is None)."""
 
     nodes: dict
     netcut: NetCut | None
     stop: threading.Event
     log: Callable[[str], None] = print
+    controller_views: Callable[[], dict] | None = None
+    controller_wait: float = 10.0
     applied: list[Applied] = field(default_factory=list)
     paused: set = field(default_factory=set)
 
@@ -294,30 +369,62 @@ class Injector:
                 c[a.fault.kind] += 1
         return c
 
-    def apply(self, fault: Fault, t0: float) -> None:
-        started = time.monotonic() - t0
-        self.log(f"fault {fault.describe()} (started +{started:.1f}s)")
-        rec = Applied(fault, started, started)
-        try:
-            if fault.kind == "kill":
-                b = self.nodes[fault.targets[0]]
+    def find_controller(self) -> int | None:
+        if self.controller_views is None:
+            return None
+        deadline = time.monotonic() + self.controller_wait
+        while True:
+            views = self.controller_views()
+            found = pick_controller(views)
+            if found is not None or time.monotonic() >= deadline or self.stop.is_set():
+                if found is None:
+                    self.log(f"no controller named (Metadata answers: {views})")
+                return found
+            time.sleep(0.3)
+
+    def _down(self, targets: tuple[int, ...], how: str, hold: float) -> None:
+        """Kill or pause `targets` together, hold, then bring them back (in
+        order: a killed one is ready before the next is started)."""
+        bs = [self.nodes[t] for t in targets]
+        if how == "kill":
+            for b in bs:
                 b.kill()
-                self.stop.wait(fault.hold)
-                if not self.stop.is_set():
+            self.stop.wait(hold)
+            if not self.stop.is_set():
+                for b in bs:
                     b.start()  # waits for /readyz; raises if the broker does not come back
-            elif fault.kind == "pause":
-                b = self.nodes[fault.targets[0]]
-                self.paused.add(fault.targets[0])
-                try:
+        elif how == "pause":
+            self.paused.update(targets)
+            try:
+                for b in bs:
                     b.pause()
-                    self.stop.wait(fault.hold)
-                finally:
+                self.stop.wait(hold)
+            finally:
+                for t, b in zip(targets, bs):
                     b.resume()
-                    self.paused.discard(fault.targets[0])
+                    self.paused.discard(t)
+        else:
+            raise ValueError(f"unknown way down {how!r}")
+
+    def apply(self, fault: Fault, t0: float) -> Applied:
+        rec = Applied(fault, 0.0, 0.0, fault.targets)
+        try:
+            if fault.kind in CONTROLLER_KINDS:
+                rec.controller = self.find_controller()
+                if rec.controller is not None:
+                    rec.targets = (rec.controller,)
+            rec.started = time.monotonic() - t0
+            self.log(f"fault {fault.describe()} on {list(rec.targets)} (started +{rec.started:.1f}s)")
+            if fault.kind in ("kill", "kill-controller"):
+                self._down(rec.targets, "kill", fault.hold)
+            elif fault.kind in ("pause", "pause-controller"):
+                self._down(rec.targets, "pause", fault.hold)
+            elif fault.kind == "two-down":
+                self._down(rec.targets, fault.how, fault.hold)
             elif fault.kind == "netcut":
                 if self.netcut is None:
                     raise RuntimeError("no network-cut backend")
-                a, b = (self.nodes[t].host for t in fault.targets)
+                a, b = (self.nodes[t].host for t in rec.targets)
                 try:
                     self.netcut.cut(a, b, fault.hold)
                     self.stop.wait(fault.hold)
@@ -329,8 +436,11 @@ class Injector:
             rec.error = f"{type(e).__name__}: {e}"
             raise
         finally:
+            if not rec.started:
+                rec.started = time.monotonic() - t0
             rec.ended = time.monotonic() - t0
             self.applied.append(rec)
+        return rec
 
     def undo_all(self) -> None:
         """Whatever is still in force (after an interruption): resume, heal."""
@@ -341,4 +451,8 @@ class Injector:
             self.netcut.heal()
 
     def as_list(self) -> list[dict]:
-        return [{**asdict(a.fault), "started": round(a.started, 1), "ended": round(a.ended, 1), "error": a.error} for a in self.applied]
+        return [
+            {**asdict(a.fault), "targets": list(a.targets), "planned_targets": list(a.fault.targets),
+             "controller": a.controller, "started": round(a.started, 1), "ended": round(a.ended, 1), "error": a.error}
+            for a in self.applied
+        ]

@@ -2,8 +2,10 @@
 # The fault checker (e2e/faults/checker.py), with the repo's .venv (made by
 # scripts/install-test-deps.sh from e2e/clients/requirements.txt).
 #   e2e/faults/run.sh [checker options]   one run, e.g. --duration 600 --fault-interval 10
-#   e2e/faults/run.sh test [pytest args]  its tests: accounting and schedule
-#                                         units, the network cut, a 2-minute run
+#   e2e/faults/run.sh test [pytest args]  its tests: accounting, schedule and
+#                                         stall units, the network cut, a 2-minute
+#                                         run with controller pauses and kills
+#                                         (stall bound 12 s, delivery latency)
 # Broker: $MOLDAU_BROKER_BIN or ${CARGO_TARGET_DIR:-<repo>/target}/release/moldau-broker.
 # Network cuts need root and iptables (or nft); without them the run skips that kind.
 set -euo pipefail

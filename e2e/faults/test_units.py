@@ -1,7 +1,9 @@
 """Unit tests of the fault checker's pure parts: the accounting can fail
 (fabricated streams with a lost, duplicated or reordered acknowledged record
-are caught, allowed anomalies are not) and the schedule is deterministic and
-bounded."""
+are caught, allowed anomalies are not), the schedule is deterministic and
+bounded and a short run loses its controller, the controller faults hit the
+broker the cluster names, and stalls (gaps between acknowledgements) are
+measured and attributed to the fault that caused them."""
 
 from __future__ import annotations
 
@@ -92,25 +94,89 @@ def test_the_schedule_is_a_function_of_the_seed():
     a = faults.plan(42, 120, 8, [0, 1, 2])
     assert a == faults.plan(42, 120, 8, [0, 1, 2])
     assert a != faults.plan(43, 120, 8, [0, 1, 2])
+    assert a == faults.plan(42, 120, 8, [2, 0, 1]), "node order does not matter"
 
 
 def test_every_fault_is_bounded_serial_and_every_kind_appears():
     for seed in range(50):
-        s = faults.plan(seed, 120, 8, [0, 1, 2])
+        s = faults.plan(seed, 240, 8, [0, 1, 2])
         assert len(s) >= 12
         assert {f.kind for f in s} == set(faults.KINDS)
+        prev_end = 0.0
         for f in s:
-            assert 0 < f.hold < 8 and f.at + f.hold < 120
-            if f.kind == "netcut":
+            assert f.at + f.hold < 240
+            assert f.at - prev_end >= 0.8 * 8 - 0.1, "a quiet interval after the previous fault's end"
+            prev_end = f.at + f.hold
+            if f.kind == "pause-controller":
+                assert faults.CONTROLLER_PAUSE[0] <= f.hold <= faults.CONTROLLER_PAUSE[1]
+            else:
+                assert 0 < f.hold < 8
+            if f.kind in ("netcut", "two-down"):
                 assert len(set(f.targets)) == 2
+            else:
+                assert len(f.targets) == 1, "one target (the fallback for the controller kinds)"
+            assert (f.how in ("kill", "pause")) == (f.kind == "two-down")
         counts = [sum(f.kind == k for f in s) for k in faults.KINDS]
         assert max(counts) - min(counts) <= 1, "kinds taken in rounds"
+
+
+def test_a_two_minute_schedule_pauses_and_kills_the_controller_first():
+    """The bounded run (test_run.py: 120 s, interval 8) loses its controller
+    to a pause of at least 10 s and to a kill, whatever the seed, and the
+    rest of the first round follows."""
+    for seed in range(200):
+        s = faults.plan(seed, 120, 8, [0, 1, 2])
+        assert {f.kind for f in s[:2]} == set(faults.CONTROLLER_KINDS), seed
+        pause = next(f for f in s if f.kind == "pause-controller")
+        assert pause.hold >= 10
+        assert {f.kind for f in s} == set(faults.KINDS), (seed, [f.kind for f in s])
+        # planned end of the first round, leaving room for restarts and recovery
+        assert s[len(faults.KINDS) - 1].at + s[len(faults.KINDS) - 1].hold < 100, seed
 
 
 def test_kinds_can_be_restricted():
     assert {f.kind for f in faults.plan(1, 60, 5, [0, 1, 2], ("pause",))} == {"pause"}
     assert faults.plan(1, 60, 5, [0], ("netcut",)) == []
+    assert faults.plan(1, 60, 5, [0], ("two-down",)) == []
     assert faults.plan(1, 3, 5, [0, 1, 2]) == [], "no fault fits a run shorter than an interval"
+    assert faults.plan(1, 60, 5, [0, 1, 2], ("pause", "kill")) == faults.plan(1, 60, 5, [0, 1, 2], ("kill", "pause"))
+
+
+def test_the_controller_is_the_one_most_brokers_name():
+    assert faults.pick_controller({0: 1, 1: 1, 2: 1}) == 1
+    assert faults.pick_controller({0: 2, 1: 2, 2: None}) == 2, "a broker that did not answer has no say"
+    assert faults.pick_controller({0: 0, 1: 2, 2: 2}) == 2, "a restarted broker naming itself is outvoted"
+    assert faults.pick_controller({0: 0, 1: 1, 2: None}) is None, "a tie names nobody"
+    assert faults.pick_controller({0: -1, 1: -1, 2: None}) is None
+    assert faults.pick_controller({0: 7, 1: 7}) is None, "not a node of this cluster"
+
+
+def test_controller_faults_hit_the_controller_found_when_applied():
+    import threading
+
+    class B:
+        def __init__(self):
+            self.log = []
+
+        def kill(self): self.log.append("kill")
+        def start(self): self.log.append("start")
+        def pause(self): self.log.append("pause")
+        def resume(self): self.log.append("resume")
+
+    nodes = {n: B() for n in range(3)}
+    views = iter([{0: 2, 1: 2, 2: 2}, {0: -1, 1: -1, 2: -1}])
+    inj = faults.Injector(nodes, None, threading.Event(), log=lambda _m: None,
+                          controller_views=lambda: next(views), controller_wait=0)
+    a = inj.apply(faults.Fault(0, "pause-controller", (0,), 0.01), 0.0)
+    assert (a.targets, a.controller) == ((2,), 2) and nodes[2].log == ["pause", "resume"] and not nodes[0].log
+    a = inj.apply(faults.Fault(0, "kill-controller", (1,), 0.01), 0.0)
+    assert (a.targets, a.controller) == ((1,), None), "no controller named: the fallback target"
+    assert nodes[1].log == ["kill", "start"]
+    inj.apply(faults.Fault(0, "two-down", (0, 1), 0.01, "kill"), 0.0)
+    assert nodes[0].log == ["kill", "start"] and nodes[1].log[-2:] == ["kill", "start"]
+    inj.apply(faults.Fault(0, "two-down", (0, 2), 0.01, "pause"), 0.0)
+    assert nodes[0].log[-2:] == ["pause", "resume"] and not inj.paused
+    assert inj.counts()["two-down"] == 2 and inj.counts()["pause-controller"] == 1
 
 
 def test_cuts_are_for_loopback_addresses_only():
@@ -121,3 +187,80 @@ def test_cuts_are_for_loopback_addresses_only():
         except ValueError:
             continue
         raise AssertionError(bad)
+
+
+# -- stalls and latencies ---------------------------------------------------------
+
+def ticks(a: float, b: float, step: float = 0.1, skip: tuple[float, float] | None = None) -> list[float]:
+    """Ack times every `step` in [a, b), none strictly inside `skip`."""
+    out = []
+    for i in range(round((b - a) / step)):
+        t = round(a + i * step, 6)
+        if skip is None or not (skip[0] < t < skip[1]):
+            out.append(t)
+    return out
+
+
+def test_gaps_are_between_consecutive_acks_and_an_open_one_to_the_end():
+    gs = acc.gaps({0: [1.0, 1.5, 4.0], 1: []}, begin=0.0, end=5.0)
+    assert sorted((g.partition, g.start, g.end, g.open) for g in gs) == [
+        (0, 1.0, 1.5, False), (0, 1.5, 4.0, False), (0, 4.0, 5.0, True), (1, 0.0, 5.0, True)]
+    assert max(gs, key=lambda g: g.seconds).seconds == 5.0, "a partition never acknowledged stalls the whole run"
+
+
+def test_a_stall_belongs_to_the_fault_that_caused_it_not_its_neighbours():
+    # faults marked at 10 and 30; partition 1 stalls from 10.0 to 21.0 (the
+    # first fault), partition 0 from 30 to 33 (the second), 0.3 s before the
+    # faults at most
+    acks = {0: ticks(0, 40, skip=(30.0, 33.0)), 1: ticks(0, 40, skip=(10.0, 21.0))}
+    base, per = acc.longest_gaps(acks, [9.95, 29.95], begin=0.0, end=40.0)
+    assert base is not None and base.seconds <= 0.11
+    assert per[0].partition == 1 and abs(per[0].seconds - 11.0) < 1e-6 and (per[0].start, per[0].end) == (10.0, 21.0)
+    assert per[1].partition == 0 and abs(per[1].seconds - 3.0) < 1e-6
+
+
+def test_the_longest_gap_of_any_partition_counts_not_the_merged_stream():
+    # partition 0 keeps flowing; partition 1 stalls 13 s: the fault's stall is 13 s
+    acks = {0: ticks(0, 30), 1: ticks(0, 30, skip=(5.0, 18.0))}
+    _, per = acc.longest_gaps(acks, [4.95], begin=0.0, end=30.0)
+    assert abs(per[0].seconds - 13.0) < 1e-6 and per[0].partition == 1
+
+
+def test_a_stall_that_outlasts_the_next_mark_counts_for_every_window_it_spans():
+    acks = {0: ticks(0, 10) + ticks(50, 60)}
+    _, per = acc.longest_gaps(acks, [5.0, 20.0, 40.0, 55.0], begin=0.0, end=60.0)
+    assert [round(g.seconds, 1) for g in per] == [40.1, 40.1, 40.1, 0.1]
+
+
+def test_a_partition_that_never_recovers_is_an_open_stall_of_the_last_windows():
+    acks = {0: ticks(0, 60), 1: ticks(0, 25)}
+    _, per = acc.longest_gaps(acks, [10.0, 24.85], begin=0.0, end=60.0)
+    assert per[0].seconds < 0.2
+    assert per[1].open and per[1].partition == 1 and abs(per[1].seconds - 35.1) < 1e-6
+
+
+def test_steady_wants_every_partition_flowing_for_the_span():
+    flowing = {0: ticks(0, 10), 1: ticks(0, 10)}
+    mark = acc.steady(flowing, now=10.0)
+    assert mark is not None and 9.85 <= mark <= 9.95, mark
+    assert acc.steady({0: ticks(0, 10), 1: ticks(0, 10, skip=(7.5, 9.0))}, now=10.0) is None, "a recent 1.5 s gap"
+    assert acc.steady({0: ticks(0, 10), 1: ticks(0, 8.5)}, now=10.0) is None, "nothing for 1.5 s"
+    assert acc.steady({0: ticks(0, 10), 1: ticks(8.5, 10)}, now=10.0) is None, "only flowing for 1.5 s"
+    assert acc.steady({0: ticks(0, 10), 1: []}, now=10.0) is None
+    assert acc.steady({0: ticks(0, 10), 1: ticks(0, 10, skip=(3.0, 6.0))}, now=10.0) is not None, "an old gap is over"
+
+
+def test_a_mark_from_steady_puts_the_previous_stall_before_the_window():
+    # partition 0 stalls 5..15 (the previous fault); steady at 19 puts the
+    # next fault's mark after that stall, so the 10 s stall is not the next fault's
+    acks = {0: ticks(0, 40, skip=(5.0, 15.0)), 1: ticks(0, 40)}
+    mark = acc.steady(acks, now=19.0)
+    assert mark is not None
+    _, per = acc.longest_gaps(acks, [4.95, mark], begin=0.0, end=40.0)
+    assert abs(per[0].seconds - 10.0) < 1e-6 and per[1].seconds < 0.2
+
+
+def test_latency_summary_counts_what_exceeds_the_limit():
+    s = acc.latency_summary([0.01] * 98 + [30.0, 70.0], limit=65.0)
+    assert (s["count"], s["max"], s["p50"], s["over_limit"]) == (100, 70.0, 0.01, 1)
+    assert acc.latency_summary([], 1.0)["over_limit"] == 0

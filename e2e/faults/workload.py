@@ -9,6 +9,11 @@ format) and records each delivery report in its own `Ledger` (callbacks run
 on the thread that polls, so no locks). A producer that hits a fatal error
 (librdkafka raises one when idempotence can no longer be guaranteed) is
 purged and replaced; its undelivered records count as unacknowledged.
+Each delivery report is also timed (time.monotonic() when its callback
+runs): the ledger keeps every acknowledgement's time per partition and
+every report's latency since its produce() call, for the checker's stall
+and latency checks. `controller_views` asks each broker for the controller
+its own Metadata names.
 """
 
 from __future__ import annotations
@@ -91,17 +96,46 @@ class Ledger:
     failed: dict[int, int] = field(default_factory=dict)  # partition -> failed delivery reports
     errors: dict[str, int] = field(default_factory=dict)  # error name -> count
     fatal: int = 0  # producers replaced after a fatal error
+    # timing (time.monotonic()): when each ack's callback ran, in order
+    ack_times: dict[int, list[float]] = field(default_factory=dict)  # partition -> [t]
+    latencies: list[float] = field(default_factory=list)  # produce() -> delivery report, acked or failed
+    late: list[tuple[float, int, int, str]] = field(default_factory=list)  # (latency, partition, seq, error) past the limit
+    late_count: int = 0
+    abandoned: int = 0  # records a fatally failed producer still held, never reported
+
+
+def controller_views(nodes: dict, timeout: float = 3.0) -> dict[int, int | None]:
+    """node -> the controller_id of that broker's own Metadata answer (one
+    Metadata v1 request, no topics, on a fresh connection), None when it
+    did not answer. `nodes`: node id -> harness Broker."""
+    from harness import kwire
+
+    out: dict[int, int | None] = {}
+    for n, b in nodes.items():
+        try:
+            with kwire.Conn(b.host, b.port, timeout=timeout, client_id="moldau-faults-controller") as c:
+                _, resp = c.request(3, 1, kwire.i32(0), flexible=False)  # Metadata v1, topics: []
+            r = kwire.Reader(resp)
+            for _ in range(r.i32()):  # brokers: node_id, host, port, rack
+                r.i32(), r.string(), r.i32(), r.string()
+            out[n] = r.i32()
+        except Exception:  # noqa: BLE001 - down, paused or not answering: no view
+            out[n] = None
+    return out
 
 
 class ProducerThread(threading.Thread):
     """Produces `rate` records/s over `partitions`, round-robin, until `stop`."""
 
     def __init__(self, index: int, bootstrap: str, topic: str, run: str, partitions: list[int],
-                 rate: float, delivery_timeout_ms: int, stop: threading.Event):
+                 rate: float, delivery_timeout_ms: int, stop: threading.Event, late_margin: float = 5.0):
         super().__init__(name=f"producer-{index}", daemon=True)
         self.index, self.bootstrap, self.topic, self.run_id = index, bootstrap, topic, run
         self.partitions, self.rate, self.delivery_timeout_ms, self.stop = partitions, rate, delivery_timeout_ms, stop
-        self.ledger = Ledger(sent={p: 0 for p in partitions}, acked={p: {} for p in partitions}, failed={p: 0 for p in partitions})
+        self.ledger = Ledger(sent={p: 0 for p in partitions}, acked={p: {} for p in partitions},
+                             failed={p: 0 for p in partitions}, ack_times={p: [] for p in partitions})
+        # a delivery report later than this after produce() is recorded as late
+        self.late_limit = delivery_timeout_ms / 1000 + late_margin
         self.fatal_error = None
         self.drain_timeout = delivery_timeout_ms / 1000 + 10
         self.exc: BaseException | None = None
@@ -130,10 +164,21 @@ class ProducerThread(threading.Thread):
 
     def _report(self, partition: int, seq: int):
         ledger = self.ledger
+        sent_at = time.monotonic()
+        limit = self.late_limit
 
         def on_delivery(err, msg):
+            now = time.monotonic()
+            latency = now - sent_at
+            ledger.latencies.append(latency)
+            if latency > limit:
+                ledger.late_count += 1
+                if len(ledger.late) < 20:
+                    ledger.late.append((round(latency, 3), partition, seq, err.name() if err else "acked"))
             if err is None:
-                ledger.acked[partition][seq] = msg.offset()
+                off = msg.offset()  # None when the broker's answer gave none (a duplicate retry)
+                ledger.acked[partition][seq] = off if off is not None and off >= 0 else -1
+                ledger.ack_times[partition].append(now)
             else:
                 ledger.failed[partition] += 1
                 ledger.errors[err.name()] = ledger.errors.get(err.name(), 0) + 1
@@ -197,7 +242,12 @@ class ProducerThread(threading.Thread):
                 p.purge(in_queue=True, in_flight=True)
                 p.flush(0)
         except KafkaException as e:  # a fatal producer: what it still holds is unacknowledged
-            LOG.warning("%s: retiring a failed producer: %s", self.name, e)
+            try:
+                left = len(p)
+            except Exception:  # noqa: BLE001 - best effort
+                left = 0
+            self.ledger.abandoned += left
+            LOG.warning("%s: retiring a failed producer (%d records unreported): %s", self.name, left, e)
 
 
 def consume_all(bootstrap: str, topic: str, partitions: int, timeout: float) -> tuple[dict[int, list[tuple[int, bytes | None]]], dict[int, int], bool]:

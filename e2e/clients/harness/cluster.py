@@ -77,16 +77,19 @@ class Cluster:
         workdir: Path,
         hosts: list[str] | None = None,
         size: int = 3,
-        settings: dict[str, str] | None = None,
+        settings: dict[str, str | None] | None = None,
         cluster_args: list[str] | None = None,
     ):
-        """`cluster_args` replaces the `dir` mode arguments (e.g. the
+        """`settings` are broker properties over DEFAULT_SETTINGS (a None
+        value removes one, e.g. to run with the broker's own failure
+        detection); `cluster_args` replaces the `dir` mode arguments (e.g. the
         `--cluster kubernetes …` ones of the Kubernetes e2e run)."""
         hosts = list(hosts) if hosts else ["127.0.0.1"] * size
         self.workdir = Path(workdir)
         self.shared = self.workdir / "shared"
         self.shared.mkdir(parents=True, exist_ok=True)
-        merged = {**DEFAULT_SETTINGS, **(settings or {})}
+        # a None value drops the key: the broker's own default applies
+        merged = {k: v for k, v in {**DEFAULT_SETTINGS, **(settings or {})}.items() if v is not None}
         self.nodes: dict[int, brokers.MoldauBroker] = {}
         for n, host in enumerate(hosts):
             self.nodes[n] = brokers.MoldauBroker(
