@@ -8,7 +8,8 @@ Kinds:
 - `pause-controller`, `kill-controller`: the same, on the broker that is the
             controller when the fault is applied (the node most brokers'
             Metadata names in controller_id); a controller pause lasts
-            10–13 s, longer than the broker session timeout (9 s);
+            10–14 s, longer than the broker session timeout (9 s), the
+            first 13–14 s, longer than the stall bound (12 s);
 - `two-down`: two brokers at once, both killed or both paused, held, then
             restored (with RF=3 and min.insync.replicas=2 acks=all cannot
             succeed meanwhile: exempt from the stall bound, not from the
@@ -58,8 +59,11 @@ CONTROLLER_KINDS = ("pause-controller", "kill-controller")
 # fault stops acks=all by design (RF=3, min.insync.replicas=2).
 SINGLE_BROKER_KINDS = ("kill", "pause", "pause-controller", "kill-controller")
 # A controller pause outlasts the broker's session timeout (9 s by default),
-# so the others must act on the controller's loss, not just wait it out.
-CONTROLLER_PAUSE = (10.0, 13.0)
+# so the others must act on the controller's loss, not just wait it out;
+# the first one of a schedule outlasts the stall bound (12 s) too, so that
+# waiting it out cannot pass.
+CONTROLLER_PAUSE = (10.0, 14.0)
+FIRST_CONTROLLER_PAUSE = (13.0, 14.0)
 GUARD_MARGIN = 15.0  # seconds a guard waits past a cut's hold before undoing it itself
 
 
@@ -82,13 +86,13 @@ class Fault:
         return f"{self.kind}({who}) for {self.hold:.1f}s at +{self.at:.1f}s"
 
 
-def _hold(rng: random.Random, kind: str, interval: float) -> float:
+def _hold(rng: random.Random, kind: str, interval: float, first: bool = False) -> float:
     if kind == "netcut":
         h = rng.uniform(2.0, max(2.0, min(10.0, 0.7 * interval)))
     elif kind == "pause":
         h = rng.uniform(1.0, max(1.0, min(8.0, 0.6 * interval)))
     elif kind == "pause-controller":
-        h = rng.uniform(*CONTROLLER_PAUSE)
+        h = rng.uniform(*(FIRST_CONTROLLER_PAUSE if first else CONTROLLER_PAUSE))
     elif kind == "two-down":
         h = rng.uniform(2.0, max(2.0, min(6.0, 0.5 * interval)))
     else:  # kill, kill-controller
@@ -104,7 +108,8 @@ def plan(seed: int, duration: float, interval: float, nodes: list[int], kinds: t
     others; the first round starts with the controller kinds (in the seed's
     order). Holds: kill and kill-controller 0.5–5 s, pause 1–8 s, netcut
     2–10 s, two-down 2–6 s (each at most a fraction of the interval),
-    pause-controller always 10–13 s. Same arguments, same plan."""
+    pause-controller always 10–14 s, the first one 13–14 s. Same arguments,
+    same plan."""
     if interval <= 0 or duration <= 0:
         return []
     kinds = tuple(
@@ -135,7 +140,7 @@ def plan(seed: int, duration: float, interval: float, nodes: list[int], kinds: t
                 how = rng.choice(("kill", "pause"))
         else:
             targets = (rng.choice(nodes),)
-        hold = _hold(rng, kind, interval)
+        hold = _hold(rng, kind, interval, first=not any(f.kind == kind for f in out))
         at = round(t, 1)
         if at + hold >= duration:
             break

@@ -3,8 +3,8 @@ separates two loopback addresses (and leaves nothing behind), and a bounded
 run of about two minutes of faults on a 3-broker cluster (replication factor
 3, `min.insync.replicas=2`, the brokers' default failure detection) keeps
 every acknowledged record exactly once and in order, through kills and
-pauses of the controller (a pause of at least 10 s, longer than the session
-timeout), two brokers down at once, kills, pauses and cuts; no single-broker
+pauses of the controller (one pause of 13–14 s, longer than the session
+timeout and than the stall bound, so only a failover passes), two brokers down at once, kills, pauses and cuts; no single-broker
 fault stalls any partition's acknowledgements longer than 12 s (the 9 s
 session timeout plus a heartbeat interval, issue #40 item 3), and no
 delivery report comes later than the producers' delivery timeout.
@@ -109,8 +109,8 @@ def test_two_minutes_of_faults_lose_duplicate_or_reorder_no_acknowledged_record(
     assert s["acked"] > 1000, "enough acknowledged records to mean something"
     f = s["faults"]
     assert f["kill-controller"] >= 1 and f["pause-controller"] >= 1, f
-    assert any(x["kind"] == "pause-controller" and x["hold"] >= 10 and x["controller"] is not None for x in s["stalls"]), \
-        "a pause of the controller (as the cluster named it) longer than the session timeout"
+    assert any(x["kind"] == "pause-controller" and x["hold"] > STALL_BOUND and x["controller"] is not None
+               for x in s["stalls"]), "a pause of the controller (as the cluster named it) longer than the bound"
     assert any(x["kind"] == "kill-controller" and x["controller"] is not None for x in s["stalls"])
     assert f["kill"] >= 1 and f["pause"] >= 1 and f["two-down"] >= 1, f
     if os.geteuid() == 0:
