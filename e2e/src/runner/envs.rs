@@ -8,11 +8,25 @@ use anyhow::{anyhow, bail, Result};
 use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret};
 use kube::{Api, Client};
 
+use super::volumes::Rewriter;
+
 /// Expands `$(NAME)` with values from `vars` (unknown names are left as
 /// written) and `$$` to `$`, as kubelet does for env values, command and args.
 pub fn expand(s: &str, vars: &dyn Fn(&str) -> Option<String>) -> String {
+    expand_spans(s, vars).0
+}
+
+/// [`expand`], also returning the byte ranges of the result that are
+/// substituted values (in order, not overlapping): the pod runner rewrites
+/// mount paths in the spec's own text but not in values it substituted,
+/// which are host paths already (see [`super::volumes::Rewriter::expand`]).
+pub fn expand_spans(
+    s: &str,
+    vars: &dyn Fn(&str) -> Option<String>,
+) -> (String, Vec<std::ops::Range<usize>>) {
     let b = s.as_bytes();
     let mut out = String::with_capacity(s.len());
+    let mut spans = vec![];
     let mut i = 0;
     while i < b.len() {
         if b[i] == b'$' && i + 1 < b.len() {
@@ -25,7 +39,13 @@ pub fn expand(s: &str, vars: &dyn Fn(&str) -> Option<String>) -> String {
                 if let Some(end) = s[i + 2..].find(')') {
                     let name = &s[i + 2..i + 2 + end];
                     match vars(name) {
-                        Some(v) => out.push_str(&v),
+                        Some(v) => {
+                            let at = out.len();
+                            out.push_str(&v);
+                            if !v.is_empty() {
+                                spans.push(at..out.len());
+                            }
+                        }
                         None => out.push_str(&s[i..i + 3 + end]),
                     }
                     i += 3 + end;
@@ -37,7 +57,7 @@ pub fn expand(s: &str, vars: &dyn Fn(&str) -> Option<String>) -> String {
         out.push(ch);
         i += ch.len_utf8();
     }
-    out
+    (out, spans)
 }
 
 fn quoted_key(path: &str, prefix: &str) -> Option<String> {
@@ -173,15 +193,22 @@ fn resource_field(container: &Container, resource: &str) -> String {
     }
 }
 
-/// Builds a container's environment (before mount-path rewriting), in
-/// kubelet's order: `envFrom`, then `env`, each `$(VAR)`-expanded against
-/// what was defined before it.
+/// Builds a container's environment in kubelet's order: `envFrom`, then
+/// `env`, each `$(VAR)`-expanded against what was defined before it.
+///
+/// `base` is what the runner itself supplies (`KUBECONFIG`, `PATH`,
+/// `MOLDAU_MOUNT_*`, ...): host values, kept as they are. What the pod spec
+/// supplies is in the container's terms and goes through `rw`, which maps
+/// mount paths onto their host directories; a `$(VAR)` reference is replaced
+/// by the variable's value as it stands (a host value already), so nothing is
+/// mapped twice.
 pub async fn container_env(
     client: &Client,
     pod: &Pod,
     container: &Container,
     pod_ip: &str,
     base: &[(String, String)],
+    rw: &Rewriter,
 ) -> Result<Vec<(String, String)>> {
     let ns = pod.metadata.namespace.clone().unwrap_or_default();
     let mut env: Vec<(String, String)> = base.to_vec();
@@ -201,7 +228,7 @@ pub async fn container_env(
                         set(
                             &mut env,
                             format!("{prefix}{k}"),
-                            String::from_utf8_lossy(&v).into(),
+                            rw.rewrite(&String::from_utf8_lossy(&v)),
                         );
                     }
                 }
@@ -216,7 +243,7 @@ pub async fn container_env(
                         set(
                             &mut env,
                             format!("{prefix}{k}"),
-                            String::from_utf8_lossy(&v).into(),
+                            rw.rewrite(&String::from_utf8_lossy(&v)),
                         );
                     }
                 }
@@ -262,9 +289,16 @@ pub async fn container_env(
                     .find(|(k, _)| k == n)
                     .map(|(_, v)| v.clone())
             };
-            Some(expand(e.value.as_deref().unwrap_or(""), &lookup))
+            Some(rw.expand(e.value.as_deref().unwrap_or(""), &lookup))
         };
         if let Some(v) = value {
+            // a literal value is rewritten (and expanded) above; a value from
+            // elsewhere in the spec is in the container's terms as a whole
+            let v = if e.value_from.is_some() {
+                rw.rewrite(&v)
+            } else {
+                v
+            };
             set(&mut env, e.name.clone(), v);
         }
     }

@@ -202,13 +202,17 @@ pub async fn run(args: Args) -> Result<()> {
     };
     let client = Client::try_from(cfg)?;
     std::fs::create_dir_all(&args.state_dir)?;
+    // Absolute: the paths under it go to processes that run elsewhere (their
+    // working directory is their pod's directory).
+    let state_dir = std::path::absolute(&args.state_dir)
+        .with_context(|| format!("state dir {}", args.state_dir.display()))?;
     if let Some(p) = &args.pid_file {
         std::fs::write(p, std::process::id().to_string())?;
     }
     let seed = (Timestamp::now().as_second() as u32).wrapping_mul(2654435761);
     let ctx = Arc::new(Ctx {
         client: client.clone(),
-        state: args.state_dir.clone(),
+        state: state_dir.clone(),
         images: args.images.clone(),
         ipam: Mutex::new(Ipam::new(args.pod_network, seed)),
         server,
@@ -218,12 +222,12 @@ pub async fn run(args: Args) -> Result<()> {
     });
 
     // `kubectl logs` support (see kubelet.rs).
-    let (kubelet_listener, acceptor) = kubelet::bind(&args.state_dir).await?;
+    let (kubelet_listener, acceptor) = kubelet::bind(&state_dir).await?;
     let kubelet_port = kubelet_listener.local_addr()?.port();
     let kubelet_api = tokio::spawn(kubelet::serve(
         kubelet_listener,
         acceptor,
-        args.state_dir.clone(),
+        state_dir.clone(),
     ));
 
     let node = node::register(&client, &args.node_name).await?;
@@ -260,7 +264,7 @@ pub async fn run(args: Args) -> Result<()> {
     // Volumes.
     let provisioner = {
         let client = client.clone();
-        let state = args.state_dir.clone();
+        let state = state_dir.clone();
         tokio::spawn(async move {
             loop {
                 if let Err(e) = pvc::sync(&client, &state).await {

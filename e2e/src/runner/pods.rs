@@ -232,6 +232,108 @@ fn on_path(prog: &str) -> bool {
         .unwrap_or(false)
 }
 
+/// The environment the runner gives every container of a pod, before the
+/// pod spec's `env`/`envFrom`: host values, never mapped through a mount.
+fn runner_env(
+    pod: &Pod,
+    pod_dir: &Path,
+    server_host: &str,
+    server_port: u16,
+    kubeconfig: Option<&Path>,
+) -> Vec<(String, String)> {
+    let mut base: Vec<(String, String)> = vec![];
+    for k in ["PATH", "HOME", "LANG", "TMPDIR", "RUST_BACKTRACE"] {
+        if let Ok(v) = std::env::var(k) {
+            base.push((k.into(), v));
+        }
+    }
+    base.push((
+        "HOSTNAME".into(),
+        pod.metadata.name.clone().unwrap_or_default(),
+    ));
+    base.push(("KUBERNETES_SERVICE_HOST".into(), server_host.to_string()));
+    base.push(("KUBERNETES_SERVICE_PORT".into(), server_port.to_string()));
+    base.push((
+        "MOLDAU_POD_DIR".into(),
+        pod_dir.to_string_lossy().into_owned(),
+    ));
+    if let Some(kc) = kubeconfig {
+        base.push(("KUBECONFIG".into(), kc.to_string_lossy().into_owned()));
+    }
+    base
+}
+
+/// A container's process in host terms: the spec's mount paths mapped onto
+/// the volumes' host directories, `$(VAR)` expanded.
+struct Launch {
+    rewriter: Rewriter,
+    env: Vec<(String, String)>,
+    command: Vec<String>,
+    args: Vec<String>,
+    /// `workingDir`, when the spec sets one.
+    workdir: Option<PathBuf>,
+}
+
+/// Resolves a container's mounts (creating their host directories), env,
+/// command, args and working directory. `base` is [`runner_env`]; `dirs` the
+/// pod's volumes' host directories; `state` the runner's state directory,
+/// which is never rewritten (it holds the kubeconfig and every volume).
+async fn container_launch(
+    client: &kube::Client,
+    state: &Path,
+    pod: &Pod,
+    spec: &Container,
+    ip: &str,
+    base: &[(String, String)],
+    dirs: &HashMap<String, PathBuf>,
+) -> Result<Launch> {
+    let mounts: Vec<(String, PathBuf)> = spec
+        .volume_mounts
+        .iter()
+        .flatten()
+        .filter_map(|m| {
+            dirs.get(&m.name).map(|d| {
+                let d = match m.sub_path.as_deref().filter(|s| !s.is_empty()) {
+                    Some(sp) => d.join(sp),
+                    None => d.clone(),
+                };
+                (m.mount_path.clone(), d)
+            })
+        })
+        .collect();
+    for (_, d) in &mounts {
+        if !d.exists() {
+            std::fs::create_dir_all(d)?;
+        }
+    }
+    let rw = Rewriter::new(mounts.clone()).keep(state);
+    let mut cbase = base.to_vec();
+    for (mp, d) in &mounts {
+        cbase.push((mount_env_name(mp), d.to_string_lossy().into_owned()));
+    }
+    let env = envs::container_env(client, pod, spec, ip, &cbase, &rw)
+        .await
+        .with_context(|| format!("container {:?} env", spec.name))?;
+    let lookup = |n: &str| env.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
+    let expand_all = |v: &Option<Vec<String>>| -> Vec<String> {
+        v.iter().flatten().map(|a| rw.expand(a, &lookup)).collect()
+    };
+    let command = expand_all(&spec.command);
+    let args = expand_all(&spec.args);
+    let workdir = spec
+        .working_dir
+        .as_deref()
+        .filter(|w| !w.is_empty())
+        .map(|w| PathBuf::from(rw.rewrite(w)));
+    Ok(Launch {
+        rewriter: rw,
+        env,
+        command,
+        args,
+        workdir,
+    })
+}
+
 impl PodRt {
     fn new(ctx: Arc<Ctx>, pod: Arc<Pod>) -> Self {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
@@ -342,81 +444,30 @@ impl PodRt {
             }
             None => None,
         };
-        let mut base: Vec<(String, String)> = vec![];
-        for k in ["PATH", "HOME", "LANG", "TMPDIR", "RUST_BACKTRACE"] {
-            if let Ok(v) = std::env::var(k) {
-                base.push((k.into(), v));
-            }
-        }
-        base.push((
-            "HOSTNAME".into(),
-            self.pod.metadata.name.clone().unwrap_or_default(),
-        ));
-        base.push((
-            "KUBERNETES_SERVICE_HOST".into(),
-            self.ctx.server_host.clone(),
-        ));
-        base.push((
-            "KUBERNETES_SERVICE_PORT".into(),
-            self.ctx.server_port.to_string(),
-        ));
-        base.push((
-            "MOLDAU_POD_DIR".into(),
-            self.dir.to_string_lossy().into_owned(),
-        ));
-        if let Some(kc) = &kubeconfig {
-            base.push(("KUBECONFIG".into(), kc.to_string_lossy().into_owned()));
-        }
+        let base = runner_env(
+            &self.pod,
+            &self.dir,
+            &self.ctx.server_host,
+            self.ctx.server_port,
+            kubeconfig.as_deref(),
+        );
         let images = self.ctx.images.clone();
         let pod = self.pod.clone();
         for c in self.inits.iter_mut().chain(self.ctrs.iter_mut()) {
-            let mounts: Vec<(String, PathBuf)> = c
-                .spec
-                .volume_mounts
-                .iter()
-                .flatten()
-                .filter_map(|m| {
-                    prepared.dirs.get(&m.name).map(|d| {
-                        let d = match m.sub_path.as_deref().filter(|s| !s.is_empty()) {
-                            Some(sp) => d.join(sp),
-                            None => d.clone(),
-                        };
-                        (m.mount_path.clone(), d)
-                    })
-                })
-                .collect();
-            for (_, d) in &mounts {
-                if !d.exists() {
-                    std::fs::create_dir_all(d)?;
-                }
-            }
-            let rw = Rewriter::new(mounts.clone());
-            let mut cbase = base.clone();
-            for (mp, d) in &mounts {
-                cbase.push((mount_env_name(mp), d.to_string_lossy().into_owned()));
-            }
-            let env = envs::container_env(&self.ctx.client, &pod, &c.spec, &ip, &cbase)
-                .await
-                .with_context(|| format!("container {:?} env", c.spec.name))?;
-            let env: Vec<(String, String)> =
-                env.into_iter().map(|(k, v)| (k, rw.rewrite(&v))).collect();
-            let lookup = |n: &str| env.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
+            let launch = container_launch(
+                &self.ctx.client,
+                &self.ctx.state,
+                &pod,
+                &c.spec,
+                &ip,
+                &base,
+                &prepared.dirs,
+            )
+            .await?;
+            let rw = launch.rewriter;
+            let (env, cmd, args) = (launch.env, launch.command, launch.args);
             let image = c.spec.image.clone().unwrap_or_default();
             let mapped = image_binary(&images, &image);
-            let cmd: Vec<String> = c
-                .spec
-                .command
-                .iter()
-                .flatten()
-                .map(|a| rw.rewrite(&envs::expand(a, &lookup)))
-                .collect();
-            let args: Vec<String> = c
-                .spec
-                .args
-                .iter()
-                .flatten()
-                .map(|a| rw.rewrite(&envs::expand(a, &lookup)))
-                .collect();
             let Some(mapped) = mapped else {
                 c.state = State::Waiting {
                     reason: "ImageNotMapped".into(),
@@ -439,10 +490,7 @@ impl PodRt {
                     (exe, rest.iter().cloned().chain(args).collect())
                 }
             };
-            c.workdir = match c.spec.working_dir.as_deref().filter(|w| !w.is_empty()) {
-                Some(w) => PathBuf::from(rw.rewrite(w)),
-                None => self.dir.clone(),
-            };
+            c.workdir = launch.workdir.unwrap_or_else(|| self.dir.clone());
             c.exe = Some(exe);
             c.args = argv;
             c.env = env;
@@ -995,5 +1043,135 @@ mod tests {
         );
         assert_eq!(image_binary(&m, "python:3.12"), Some("/p".into()));
         assert_eq!(image_binary(&m, "nginx:1"), None);
+    }
+
+    /// Removes a directory when dropped.
+    struct TempDir(PathBuf);
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// Issue 40 item 8: with the runner's state directory under /tmp (a clone
+    /// under /tmp keeps it in <clone>/e2e/.state) and a pod with an emptyDir
+    /// at /tmp (the broker pod), the runner's own paths were mapped through
+    /// the /tmp mount: KUBECONFIG pointed into the emptyDir, where there is
+    /// no kubeconfig, and every broker crash-looped without credentials.
+    #[tokio::test]
+    async fn runner_paths_are_not_mapped_through_mounts() {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .subsec_nanos();
+        let tmp = TempDir(PathBuf::from(format!(
+            "/tmp/moldau-runner-test-{}-{nanos}",
+            std::process::id()
+        )));
+        let state = tmp.0.join("e2e/.state/podrunner");
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "b-0", "namespace": "ns", "uid": "u1"},
+            "spec": {
+                "volumes": [
+                    {"name": "tmp", "emptyDir": {}},
+                    {"name": "data", "persistentVolumeClaim": {"claimName": "data-b-0"}},
+                ],
+                "containers": [{
+                    "name": "broker",
+                    "image": "moldau/broker:0.1",
+                    "workingDir": "/tmp",
+                    "volumeMounts": [
+                        {"name": "tmp", "mountPath": "/tmp"},
+                        {"name": "data", "mountPath": "/var/lib/moldau"},
+                    ],
+                    "env": [
+                        {"name": "MOLDAU_DATA_DIR", "value": "/var/lib/moldau/data"},
+                        {"name": "SCRATCH", "value": "/tmp/x"},
+                        {"name": "KC_COPY", "value": "$(KUBECONFIG)"},
+                        {"name": "UNDER_TMP", "value": "$(SCRATCH)/y:/tmp/z"},
+                    ],
+                    "args": [
+                        "--kubeconfig=$(KUBECONFIG)",
+                        "--data-dir=$(MOLDAU_DATA_DIR)",
+                        "--pod=$(MOLDAU_POD_DIR)/p",
+                        "--tmp=/tmp/t",
+                    ],
+                }],
+            },
+        }))
+        .expect("pod");
+        let pod_dir = state.join("pods/ns_b-0_u1");
+        // never dialed: only ConfigMap, Secret and token volumes use it
+        let client = kube::Client::try_from(kube::Config::new(
+            "http://127.0.0.1:9".parse().expect("url"),
+        ))
+        .expect("client");
+        let prepared = volumes::prepare(&client, &state, &pod, &pod_dir, "127.100.0.2")
+            .await
+            .expect("volumes");
+        let kubeconfig = pod_dir.join("kubeconfig");
+        std::fs::write(&kubeconfig, "{}").expect("kubeconfig");
+        let base = runner_env(&pod, &pod_dir, "127.0.0.1", 6443, Some(&kubeconfig));
+        let spec = &pod.spec.as_ref().expect("spec").containers[0];
+        let launch = container_launch(
+            &client,
+            &state,
+            &pod,
+            spec,
+            "127.100.0.2",
+            &base,
+            &prepared.dirs,
+        )
+        .await
+        .expect("launch");
+
+        let env = |k: &str| {
+            launch
+                .env
+                .iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_else(|| panic!("{k} not set"))
+        };
+        let host = |p: &Path| p.to_string_lossy().into_owned();
+        let kc = host(&kubeconfig);
+        assert_eq!(env("KUBECONFIG"), kc);
+        assert!(Path::new(&env("KUBECONFIG")).is_file());
+        assert_eq!(env("KC_COPY"), kc);
+        assert_eq!(env("MOLDAU_POD_DIR"), host(&pod_dir));
+        // everything the runner supplies reaches the process unchanged
+        for (k, v) in &base {
+            assert_eq!(&env(k), v, "{k}");
+        }
+        // the spec's own paths are still mapped onto the volumes
+        let tmp_vol = pod_dir.join("volumes/tmp");
+        let data = volumes::pvc_dir(&state, "ns", "data-b-0");
+        assert_eq!(env("MOLDAU_MOUNT_TMP"), host(&tmp_vol));
+        assert_eq!(env("SCRATCH"), host(&tmp_vol.join("x")));
+        assert_eq!(
+            env("UNDER_TMP"),
+            format!(
+                "{}:{}",
+                host(&tmp_vol.join("x/y")),
+                host(&tmp_vol.join("z"))
+            )
+        );
+        assert_eq!(env("MOLDAU_DATA_DIR"), host(&data.join("data")));
+        assert_eq!(
+            launch.args,
+            vec![
+                format!("--kubeconfig={kc}"),
+                format!("--data-dir={}", host(&data.join("data"))),
+                format!("--pod={}", host(&pod_dir.join("p"))),
+                format!("--tmp={}", host(&tmp_vol.join("t"))),
+            ]
+        );
+        assert_eq!(launch.workdir, Some(tmp_vol.clone()));
+        // exec probes: the spec's /tmp is mapped, the runner's own files not
+        assert_eq!(
+            launch.rewriter.rewrite("/tmp/probe"),
+            host(&tmp_vol.join("probe"))
+        );
+        assert_eq!(launch.rewriter.rewrite(&kc), kc);
     }
 }

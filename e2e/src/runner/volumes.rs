@@ -8,6 +8,14 @@
 //! Each mount's host directory is also passed as
 //! `MOLDAU_MOUNT_<MOUNT PATH, upper-cased, non-alphanumerics as _>`.
 //!
+//! Only the pod spec's own text is rewritten. Paths the runner supplies
+//! (`KUBECONFIG`, `MOLDAU_POD_DIR`, `MOLDAU_MOUNT_*`, the host's `PATH`,
+//! `HOME`, `TMPDIR`) are host paths already and are never mapped through a
+//! mount, also when they reach a container through `$(VAR)`, and neither is
+//! anything under the runner's state directory. Otherwise a state directory
+//! under `/tmp` and a pod with an emptyDir at `/tmp` would send the pod's
+//! `KUBECONFIG` into the emptyDir, where there is no kubeconfig.
+//!
 //! Directories:
 //! - PersistentVolumeClaim: `<state>/volumes/<namespace>/<claimName>`, keyed by
 //!   the claim so a recreated StatefulSet pod finds its data again;
@@ -52,6 +60,9 @@ pub struct TokenFile {
 pub struct Rewriter {
     /// (mountPath, host dir), longest mount path first.
     mounts: Vec<(String, PathBuf)>,
+    /// Host paths (the runner's state directory) left as they are even where
+    /// a mount path is a prefix of them.
+    keep: Vec<String>,
 }
 
 impl Rewriter {
@@ -65,7 +76,22 @@ impl Rewriter {
             };
         }
         mounts.sort_by_key(|m| std::cmp::Reverse(m.0.len()));
-        Rewriter { mounts }
+        Rewriter {
+            mounts,
+            keep: vec![],
+        }
+    }
+
+    /// Never rewrites `host_dir` or a path under it: the runner's state
+    /// directory, which holds every host directory the runner hands out.
+    pub fn keep(mut self, host_dir: &Path) -> Self {
+        let t = host_dir.to_string_lossy();
+        let t = t.trim_end_matches('/');
+        if !t.is_empty() {
+            self.keep.push(t.to_string());
+            self.keep.sort_by_key(|k| std::cmp::Reverse(k.len()));
+        }
+        self
     }
 
     pub fn mounts(&self) -> &[(String, PathBuf)] {
@@ -76,24 +102,61 @@ impl Rewriter {
     /// start of the string or after a non-path character such as `=`, `:`
     /// or a space) and ends at a path boundary.
     pub fn rewrite(&self, s: &str) -> String {
+        self.rewrite_except(s, &[])
+    }
+
+    /// `$(VAR)`-expands a string of the pod spec (see [`envs::expand`]) and
+    /// rewrites the spec's text, not the values put in for `$(VAR)`: those
+    /// are the container's env as the runner passes it, host paths already.
+    pub fn expand(&self, s: &str, vars: &dyn Fn(&str) -> Option<String>) -> String {
+        let (s, substituted) = envs::expand_spans(s, vars);
+        self.rewrite_except(&s, &substituted)
+    }
+
+    /// [`Self::rewrite`], copying the byte ranges `verbatim` (in order, not
+    /// overlapping) as they are.
+    fn rewrite_except(&self, s: &str, verbatim: &[std::ops::Range<usize>]) -> String {
         if self.mounts.is_empty() {
             return s.to_string();
         }
         let is_path_char = |c: char| c.is_ascii_alphanumeric() || "/._-~+@".contains(c);
+        let at_boundary = |after: &str| {
+            after.is_empty()
+                || after.starts_with('/')
+                || !is_path_char(after.chars().next().expect("non-empty"))
+        };
+        let mut verbatim = verbatim.iter().peekable();
         let mut out = String::with_capacity(s.len());
         let mut i = 0;
         'outer: while i < s.len() {
+            while verbatim.peek().is_some_and(|r| r.end <= i) {
+                verbatim.next();
+            }
+            // where the spec's own text ends (the next substituted value)
+            let mut literal_end = s.len();
+            if let Some(r) = verbatim.peek() {
+                if r.start <= i {
+                    out.push_str(&s[i..r.end]);
+                    i = r.end;
+                    continue;
+                }
+                literal_end = r.start;
+            }
             let prev_ok = i == 0 || !is_path_char(s[..i].chars().next_back().expect("i > 0"));
             if prev_ok && s[i..].starts_with('/') {
+                for k in &self.keep {
+                    if s[i..].starts_with(k.as_str()) && at_boundary(&s[i + k.len()..]) {
+                        out.push_str(k);
+                        i += k.len();
+                        continue 'outer;
+                    }
+                }
                 for (mp, host) in &self.mounts {
-                    if mp == "/" {
+                    if mp == "/" || i + mp.len() > literal_end {
                         continue;
                     }
                     if s[i..].starts_with(mp.as_str()) {
-                        let after = &s[i + mp.len()..];
-                        let boundary = after.is_empty()
-                            || after.starts_with('/')
-                            || !is_path_char(after.chars().next().expect("non-empty"));
+                        let boundary = at_boundary(&s[i + mp.len()..]);
                         if boundary {
                             out.push_str(&host.to_string_lossy());
                             i += mp.len();
@@ -406,5 +469,37 @@ mod tests {
             mount_env_name("/var/lib/data/"),
             "MOLDAU_MOUNT_VAR_LIB_DATA"
         );
+    }
+
+    #[test]
+    fn kept_dirs_and_substituted_values_are_not_rewritten() {
+        let state = "/tmp/clone/e2e/.state";
+        let vol = format!("{state}/pods/p/volumes/tmp");
+        let r = Rewriter::new(vec![("/tmp".into(), PathBuf::from(&vol))]).keep(Path::new(state));
+        assert_eq!(r.rewrite("/tmp/a"), format!("{vol}/a"));
+        assert_eq!(r.rewrite(&format!("{state}/kc")), format!("{state}/kc"));
+        assert_eq!(r.rewrite(state), state);
+        assert_eq!(
+            r.rewrite(&format!("a={state}/kc:/tmp/b")),
+            format!("a={state}/kc:{vol}/b")
+        );
+        // a sibling of the state directory is the spec's /tmp
+        assert_eq!(
+            r.rewrite("/tmp/clone/e2e/.stateX"),
+            format!("{vol}/clone/e2e/.stateX")
+        );
+        // `$(VAR)` values are host values: only the spec's text is mapped
+        let vars = |n: &str| match n {
+            "H" => Some("/tmp/host".to_string()),
+            "E" => Some(String::new()),
+            _ => None,
+        };
+        assert_eq!(
+            r.expand("--a=$(H)/x --b=/tmp/y$(E) $(N)/tmp", &vars),
+            format!("--a=/tmp/host/x --b={vol}/y $(N){vol}")
+        );
+        // without a keep, a value under a mount path still is not mapped twice
+        let r = Rewriter::new(vec![("/tmp".into(), PathBuf::from("/tmp/v"))]);
+        assert_eq!(r.expand("$(H):/tmp", &vars), "/tmp/host:/tmp/v");
     }
 }
