@@ -172,12 +172,17 @@ pub struct BrokerConfig {
     pub broker_session_timeout_ms: i64,
     /// `broker.rack`: replicas of a partition are spread over racks.
     pub broker_rack: Option<String>,
-    /// `controller.lease.duration.ms` (Moldau's own; Kubernetes mode): how
-    /// long the controller Lease stays valid without renewal, so about how
-    /// long a failover takes when the controller dies.
+    /// `controller.lease.duration.ms` (Moldau's own): how long the
+    /// controller's lease (a Kubernetes Lease, or the lease file of `dir`
+    /// mode) stays valid without renewal, so about how long a failover
+    /// takes when the controller's process stops answering. 8 s with a
+    /// 1 s renewal: a lost controller costs clients the lease plus a 1 s
+    /// grace (see `controller::rpc`), within Kafka's bound of a session
+    /// timeout (9 s) plus a heartbeat (2 s), for one Lease write a second
+    /// per cluster.
     pub controller_lease_duration_ms: i64,
     /// `controller.lease.retry.ms` (Moldau's own): how often the holder
-    /// renews the Lease and the others look at it.
+    /// renews the lease and the others look at it.
     pub controller_lease_retry_ms: i64,
     /// `auto.leader.rebalance.enable`: give leaderships back to preferred
     /// replicas once they are in sync again.
@@ -272,8 +277,8 @@ impl Default for BrokerConfig {
             broker_heartbeat_interval_ms: 2_000,
             broker_session_timeout_ms: 9_000,
             broker_rack: None,
-            controller_lease_duration_ms: 15_000,
-            controller_lease_retry_ms: 2_000,
+            controller_lease_duration_ms: 8_000,
+            controller_lease_retry_ms: 1_000,
             auto_leader_rebalance_enable: true,
             leader_imbalance_check_interval_seconds: 300,
             offsets_topic_replication_factor: 3,

@@ -36,6 +36,7 @@ fn partition(index: i32, replicas: &[i32], leader: i32) -> PartitionRecord {
         partition_epoch: 0,
         adding_replicas: vec![],
         removing_replicas: vec![],
+        eligible_leader_replicas: vec![],
     }
 }
 
@@ -54,6 +55,7 @@ fn settings(now: &Arc<AtomicI64>) -> ControllerSettings {
     ControllerSettings {
         controller_id: 0,
         session_timeout_ms: SESSION_MS,
+        takeover_grace_ms: 1_000,
         clock: Arc::new(move || clock_now.load(Ordering::SeqCst)),
         defaults: CreateDefaults {
             num_partitions: 1,

@@ -160,6 +160,11 @@ pub struct PartitionRecord {
     /// replica is in sync (`replicas` minus these is the target).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub removing_replicas: Vec<i32>,
+    /// While the partition has no leader: former ISR members that may
+    /// lead without losing acknowledged records (Moldau's form of
+    /// KIP-966's eligible leader replicas; empty whenever a leader exists).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub eligible_leader_replicas: Vec<i32>,
 }
 
 /// One topic.
@@ -227,6 +232,15 @@ impl TopicRecord {
                 return bad(format!(
                     "partition {i}: ISR {:?} is not within the replicas",
                     p.isr
+                ));
+            }
+            if p.eligible_leader_replicas
+                .iter()
+                .any(|r| !p.replicas.contains(r))
+            {
+                return bad(format!(
+                    "partition {i}: eligible leaders {:?} are not within the replicas",
+                    p.eligible_leader_replicas
                 ));
             }
             let mut moving = p.adding_replicas.iter().chain(&p.removing_replicas);
@@ -340,6 +354,7 @@ mod tests {
                     partition_epoch: 0,
                     adding_replicas: vec![],
                     removing_replicas: vec![],
+                    eligible_leader_replicas: vec![],
                 },
                 PartitionRecord {
                     index: 1,
@@ -350,6 +365,7 @@ mod tests {
                     partition_epoch: 4,
                     adding_replicas: vec![],
                     removing_replicas: vec![],
+                    eligible_leader_replicas: vec![],
                 },
             ],
         }

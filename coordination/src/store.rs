@@ -143,6 +143,10 @@ pub struct Snapshot {
     pub epoch: i64,
     /// The cluster record, with us as controller.
     pub cluster: ClusterRecord,
+    /// The controller the record named before us (`None` for a new
+    /// cluster): a take-over after its Lease expired means it has been
+    /// silent for a whole lease duration.
+    pub previous_controller: Option<i32>,
     pub cluster_resource_version: String,
     /// Every valid topic, with its object's resourceVersion, by topic name.
     pub topics: Vec<(TopicRecord, String)>,
@@ -444,6 +448,7 @@ impl KubeMetadataStore {
     ) -> Result<Snapshot, StoreError> {
         let name = cluster_object_name(&self.cluster);
         let mut attempts = 0;
+        let mut previous_controller = None;
         let (epoch, cluster, mut cluster_obj, stamped_before) = loop {
             attempts += 1;
             if attempts > CAS_RETRIES {
@@ -462,6 +467,7 @@ impl KubeMetadataStore {
                 }
                 Some(mut obj) => {
                     let mut record = self.check_cluster_object(&name, &obj)?;
+                    previous_controller = Some(record.controller_id);
                     record.controller_id = controller_id;
                     record.controller_address = controller_address.to_string();
                     let epoch =
@@ -568,6 +574,7 @@ impl KubeMetadataStore {
         Ok(Snapshot {
             epoch,
             cluster,
+            previous_controller,
             cluster_resource_version: cluster_rv,
             topics,
             invalid,

@@ -58,6 +58,7 @@ fn topic(name: &str, partitions: i32) -> TopicRecord {
                 partition_epoch: 0,
                 adding_replicas: vec![],
                 removing_replicas: vec![],
+                eligible_leader_replicas: vec![],
             })
             .collect(),
     }

@@ -118,6 +118,7 @@ fn new_partitions(
             partition_epoch: 0,
             adding_replicas: Vec::new(),
             removing_replicas: Vec::new(),
+            eligible_leader_replicas: Vec::new(),
         })
         .collect()
 }
@@ -300,6 +301,7 @@ impl ClusterState {
                 p.partition_epoch = c.state.partition_epoch;
                 p.adding_replicas = c.state.adding.clone();
                 p.removing_replicas = c.state.removing.clone();
+                p.eligible_leader_replicas = c.state.elr.clone();
             }
         }
         changed.into_values().collect()
@@ -335,6 +337,7 @@ pub fn partition_states(t: &TopicRecord) -> Vec<PartitionState> {
             partition_epoch: p.partition_epoch,
             adding: p.adding_replicas.clone(),
             removing: p.removing_replicas.clone(),
+            elr: p.eligible_leader_replicas.clone(),
         })
         .collect()
 }

@@ -203,6 +203,7 @@ mod tests {
             partition_epoch: 7,
             adding: vec![],
             removing: vec![],
+            elr: vec![],
         }
     }
 

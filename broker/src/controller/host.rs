@@ -77,6 +77,7 @@ impl Backend {
                 let resumed = Resumed {
                     epoch: snapshot.epoch,
                     cluster: snapshot.cluster,
+                    previous_controller: snapshot.previous_controller,
                     cluster_version: snapshot.cluster_resource_version,
                     topics: snapshot.topics,
                     invalid: snapshot.invalid,

@@ -9,12 +9,22 @@
 //! default:
 //! - a new leader is the first replica (in replica order, so the preferred
 //!   one when it can) that is in the ISR and live;
-//! - when no ISR member is live, the partition has no leader (-1) and keeps
-//!   its ISR, so the first ISR member to return leads again without loss;
-//!   only a topic that allows unclean election takes any live replica, and
-//!   the caller logs it as possible data loss;
-//! - a fenced broker leaves every ISR, except that the last ISR member is
-//!   kept (it is the only one known to have every acknowledged record);
+//! - a fenced broker leaves every ISR, except that the ISR never becomes
+//!   empty: when its last live members are fenced together, one of them
+//!   stays (the leader if it was one of them), as Kafka keeps the last
+//!   member, and the others become *eligible leader replicas* (ELR, after
+//!   KIP-966). Dead brokers are therefore never listed as in sync with a
+//!   leader that came back, so acks=all fails at once with
+//!   NOT_ENOUGH_REPLICAS instead of waiting for replicas that are gone;
+//! - when no ISR member is live, the partition has no leader (-1); an ELR
+//!   member that returns first may lead, cleanly: it was in the ISR at the
+//!   moment the partition lost its last leader, so it holds every record
+//!   below the high watermark, and nothing was written since (there was no
+//!   leader). Moldau's ELR exists only while a partition is leaderless and
+//!   is cleared by any election, so unlike KIP-966 it needs no rule that
+//!   freezes the high watermark below `min.insync.replicas`. Only a topic
+//!   that allows unclean election takes any other live replica, and the
+//!   caller logs it as possible data loss;
 //! - a leader change bumps the leader epoch; any change bumps the
 //!   partition epoch.
 
@@ -39,6 +49,9 @@ pub struct PartitionState {
     pub adding: Vec<i32>,
     /// A running reassignment's replicas to drop once it completes.
     pub removing: Vec<i32>,
+    /// Eligible leader replicas: while the partition is leaderless, the
+    /// former ISR members that may lead cleanly besides the ISR's own.
+    pub elr: Vec<i32>,
 }
 
 impl PartitionState {
@@ -55,6 +68,8 @@ impl PartitionState {
             partition_epoch: p.partition_epoch,
             adding: p.adding_replicas.clone(),
             removing: p.removing_replicas.clone(),
+            // the image carries no ELR: only the controller decides with it
+            elr: Vec::new(),
         }
     }
 }
@@ -85,6 +100,13 @@ fn elect(p: &PartitionState, live: &BTreeSet<i32>, unclean_allowed: bool) -> (i3
     {
         return (*leader, Election::Clean);
     }
+    if let Some(leader) = p
+        .replicas
+        .iter()
+        .find(|r| p.elr.contains(r) && live.contains(r))
+    {
+        return (*leader, Election::Clean);
+    }
     if unclean_allowed {
         if let Some(leader) = p.replicas.iter().find(|r| live.contains(r)) {
             return (*leader, Election::Unclean);
@@ -98,8 +120,25 @@ pub(super) fn elect_clean(p: &PartitionState, live: &BTreeSet<i32>) -> i32 {
     elect(p, live, false).0
 }
 
+/// The state with `leader` and `isr`, when that differs from `p`. A
+/// partition with a leader has no ELR (see the module doc).
 fn changed(p: &PartitionState, leader: i32, isr: Vec<i32>, election: Election) -> Option<Change> {
-    if leader == p.leader && isr == p.isr {
+    let elr = if leader >= 0 {
+        Vec::new()
+    } else {
+        p.elr.clone()
+    };
+    changed_with_elr(p, leader, isr, elr, election)
+}
+
+fn changed_with_elr(
+    p: &PartitionState,
+    leader: i32,
+    isr: Vec<i32>,
+    elr: Vec<i32>,
+    election: Election,
+) -> Option<Change> {
+    if leader == p.leader && isr == p.isr && elr == p.elr {
         return None;
     }
     let mut state = p.clone();
@@ -108,8 +147,19 @@ fn changed(p: &PartitionState, leader: i32, isr: Vec<i32>, election: Election) -
     }
     state.leader = leader;
     state.isr = isr;
+    state.elr = elr;
     state.partition_epoch += 1;
     Some(Change { state, election })
+}
+
+/// The ISR member kept when every live one is fenced at once: the leader
+/// if it is among them (it also has what was not yet replicated), else
+/// the first in ISR order.
+fn last_member(p: &PartitionState) -> Option<i32> {
+    if p.isr.contains(&p.leader) {
+        return Some(p.leader);
+    }
+    p.isr.first().copied()
 }
 
 /// After `fenced` brokers left service (`live` is who remains): new leaders
@@ -131,23 +181,37 @@ pub fn on_brokers_fenced(
                 .copied()
                 .filter(|r| !fenced.contains(r))
                 .collect();
+            let mut elr = p.elr.clone();
             if isr.is_empty() {
-                // keep the last in-sync replica: it alone has every record
-                isr = p.isr.clone();
+                // Every remaining ISR member is fenced at once: keep one
+                // (Kafka keeps the last member); the others were just as
+                // much in sync, so they become eligible leaders.
+                let kept = last_member(p);
+                isr = kept.into_iter().collect();
+                for r in &p.isr {
+                    if Some(*r) != kept && !elr.contains(r) {
+                        elr.push(*r);
+                    }
+                }
             }
+            let narrowed = PartitionState {
+                isr: isr.clone(),
+                elr: elr.clone(),
+                ..p.clone()
+            };
             let (leader, election) = if live.contains(&p.leader) && isr.contains(&p.leader) {
                 (p.leader, Election::Clean)
             } else {
-                let narrowed = PartitionState {
-                    isr: isr.clone(),
-                    ..p.clone()
-                };
                 elect(&narrowed, live, unclean_allowed(&p.topic))
             };
-            if election == Election::Unclean {
+            if leader >= 0 && !isr.contains(&leader) {
+                // elected from the ELR or uncleanly: it is the ISR now
                 isr = vec![leader];
             }
-            changed(p, leader, isr, election)
+            if leader >= 0 {
+                elr.clear();
+            }
+            changed_with_elr(p, leader, isr, elr, election)
         })
         .collect()
 }
@@ -167,10 +231,11 @@ pub fn on_broker_returned(
             if leader < 0 {
                 return None;
             }
-            let isr = if election == Election::Unclean {
-                vec![leader]
-            } else {
+            // elected from the ELR or uncleanly: it alone is in sync now
+            let isr = if p.isr.contains(&leader) {
                 p.isr.clone()
+            } else {
+                vec![leader]
             };
             changed(p, leader, isr, election)
         })
@@ -306,6 +371,61 @@ mod tests {
         assert!(back[0].state.leader_epoch > s.leader_epoch);
         // a returning broker outside the ISR does not lead cleanly
         assert!(on_broker_returned(std::slice::from_ref(s), &set(&[2, 3]), |_| false).is_empty());
+    }
+
+    #[test]
+    fn fenced_together_the_isr_keeps_one_member_and_the_others_are_eligible() {
+        // all three fenced at once (e.g. a controller that fenced everyone)
+        let parts = [p(&[1, 2, 3], &[1, 2, 3], 2)];
+        let down = on_brokers_fenced(&parts, &set(&[1, 2, 3]), &set(&[]), |_| false);
+        let s = &down[0].state;
+        assert_eq!(s.leader, -1);
+        assert_eq!(s.isr, vec![2], "only the last member (the leader) stays");
+        assert_eq!(s.elr, vec![1, 3]);
+        // 3 returns first: it was in sync when the partition lost its
+        // leader, so it leads cleanly, alone in the ISR
+        let back = on_broker_returned(std::slice::from_ref(s), &set(&[3]), |_| false);
+        assert_eq!(back[0].election, Election::Clean);
+        let b = &back[0].state;
+        assert_eq!(
+            (b.leader, b.isr.clone(), b.elr.clone()),
+            (3, vec![3], vec![])
+        );
+        assert!(b.leader_epoch > s.leader_epoch);
+        // the kept member returning first leads with itself only: the dead
+        // ones are not listed as in sync
+        let kept = on_broker_returned(std::slice::from_ref(s), &set(&[2]), |_| false);
+        let k = &kept[0].state;
+        assert_eq!(
+            (k.leader, k.isr.clone(), k.elr.clone()),
+            (2, vec![2], vec![])
+        );
+        // a replica that was out of the ISR before is not eligible
+        let earlier = [p(&[1, 2, 3], &[1, 2], 1)];
+        let down = on_brokers_fenced(&earlier, &set(&[1, 2]), &set(&[3]), |_| false);
+        assert_eq!(down[0].state.leader, -1);
+        assert_eq!(
+            (down[0].state.isr.clone(), down[0].state.elr.clone()),
+            (vec![1], vec![2])
+        );
+        assert!(on_broker_returned(&[down[0].state.clone()], &set(&[3]), |_| false).is_empty());
+    }
+
+    #[test]
+    fn a_live_leader_fenced_with_its_followers_is_replaced_by_an_eligible_one() {
+        // 1 leads, ISR [1, 2]; 1 and 2 fenced together while 3 (out of sync) lives
+        let parts = [p(&[1, 2, 3], &[1, 2], 1)];
+        let d = on_brokers_fenced(&parts, &set(&[1, 2]), &set(&[3]), |_| false);
+        let s = &d[0].state;
+        // then 2 comes back in a later round: it may lead
+        let back = on_broker_returned(std::slice::from_ref(s), &set(&[2, 3]), |_| false);
+        assert_eq!(
+            (back[0].state.leader, back[0].state.isr.clone()),
+            (2, vec![2])
+        );
+        // and if 2 is fenced again before anyone leads, it stays eligible
+        let again = on_brokers_fenced(std::slice::from_ref(s), &set(&[2]), &set(&[3]), |_| false);
+        assert!(again.is_empty() || again[0].state.elr.contains(&2));
     }
 
     #[test]

@@ -82,6 +82,16 @@ async fn kubernetes(broker: &Broker, cli: &Cli) -> anyhow::Result<Backend> {
     })
 }
 
+/// How long the previous controller's broker has to check in with a new
+/// controller: at least a second (a live broker whose controller lost the
+/// lease finds the new one that fast), and no less than what is left of a
+/// session timeout after the lease duration it has been silent.
+pub fn takeover_grace_ms(session_timeout_ms: i64, lease_duration_ms: i64) -> i64 {
+    session_timeout_ms
+        .saturating_sub(lease_duration_ms)
+        .max(1_000)
+}
+
 /// A running cluster mode: its tasks, and the Lease to give up on a clean
 /// shutdown.
 pub struct ClusterMode {
@@ -147,7 +157,15 @@ pub async fn start(
     broker.join_cluster(link.clone());
     broker.groups.start_unowned();
     let leading = match &backend {
-        Backend::Dir(dir) => super::election::file_lock(dir.clone(), shutdown.clone()),
+        Backend::Dir(dir) => super::election::file_lease(
+            dir.clone(),
+            format!("{}-{}", broker.node_id, uuid::Uuid::new_v4().simple()),
+            super::election::LeaseTimings::new(
+                Duration::from_millis(config.controller_lease_duration_ms.max(1) as u64),
+                Duration::from_millis(config.controller_lease_retry_ms.max(1) as u64),
+            ),
+            shutdown.clone(),
+        ),
         Backend::Kube { elector, .. } => super::kube_store::leadership(elector.clone()),
     };
     let host = HostConfig {
@@ -157,6 +175,10 @@ pub async fn start(
         settings: ControllerSettings {
             controller_id: broker.node_id,
             session_timeout_ms: config.broker_session_timeout_ms.max(1),
+            takeover_grace_ms: takeover_grace_ms(
+                config.broker_session_timeout_ms,
+                config.controller_lease_duration_ms,
+            ),
             clock: system_clock(),
             defaults: CreateDefaults {
                 num_partitions: config.num_partitions,

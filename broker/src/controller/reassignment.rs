@@ -134,6 +134,7 @@ pub fn start(
         .collect();
     next.removing = removing;
     next.isr.retain(|r| next.replicas.contains(r));
+    next.elr.retain(|r| next.replicas.contains(r));
     next.partition_epoch += 1;
     keep_a_replica_leading(&mut next, live);
     Ok(Some(next))
@@ -155,6 +156,7 @@ pub fn complete(p: &PartitionState, live: &BTreeSet<i32>) -> Option<PartitionSta
     next.adding.clear();
     next.removing.clear();
     next.isr.retain(|r| next.replicas.contains(r));
+    next.elr.retain(|r| next.replicas.contains(r));
     next.partition_epoch += 1;
     keep_a_replica_leading(&mut next, live);
     (next.leader >= 0 || p.leader < 0).then_some(next)
@@ -172,6 +174,7 @@ pub fn cancel(p: &PartitionState, live: &BTreeSet<i32>) -> Result<PartitionState
     next.adding.clear();
     next.removing.clear();
     next.isr.retain(|r| next.replicas.contains(r));
+    next.elr.retain(|r| next.replicas.contains(r));
     if next.isr.is_empty() {
         return Err(ReassignError::InvalidReplicaAssignment(format!(
             "cannot cancel: none of the original replicas {:?} is in sync (ISR {:?})",

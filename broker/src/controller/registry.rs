@@ -204,6 +204,41 @@ impl Registry {
         fenced
     }
 
+    /// The controller itself was away for `gap_ms` (paused, or blocked
+    /// behind a slow store write): heartbeats that arrived meanwhile are
+    /// still queued, unread, so no broker can be blamed for that time.
+    /// Every session is moved forward by the gap, as if the clock had
+    /// stopped with the controller; a broker silent before the gap keeps
+    /// what it had used of its session.
+    /// A heartbeat already read after the gap is not moved past `now_ms`.
+    pub fn excuse_gap(&mut self, gap_ms: i64, now_ms: i64) {
+        if gap_ms <= 0 {
+            return;
+        }
+        for b in self.brokers.values_mut() {
+            let moved = b.last_heartbeat_ms.saturating_add(gap_ms);
+            b.last_heartbeat_ms = b.last_heartbeat_ms.max(moved.min(now_ms));
+        }
+    }
+
+    /// Moves `node_id`'s session back so that it ends `grace_ms` from
+    /// `now_ms` unless it heartbeats before (a broker that is known to
+    /// have been silent, such as the previous controller's at a take-over).
+    pub fn shorten_session(
+        &mut self,
+        node_id: i32,
+        now_ms: i64,
+        grace_ms: i64,
+        session_timeout_ms: i64,
+    ) {
+        if let Some(b) = self.brokers.get_mut(&node_id) {
+            let ends = now_ms
+                .saturating_add(grace_ms)
+                .saturating_sub(session_timeout_ms);
+            b.last_heartbeat_ms = b.last_heartbeat_ms.min(ends);
+        }
+    }
+
     /// Takes back a fencing that could not be persisted (decided again at
     /// the next expiry check).
     pub fn unexpire(&mut self, node_id: i32) {
@@ -338,6 +373,47 @@ mod tests {
         );
         assert_eq!(r.heartbeat(0, restarted, e2, true, 10_002), Ok(true));
         assert!(r.is_live(0));
+    }
+
+    #[test]
+    fn the_controllers_own_pause_fences_nobody() {
+        let mut r = Registry::default();
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        let ea = r.register(reg(0, a), 0, SESSION).unwrap();
+        let eb = r.register(reg(1, b), 0, SESSION).unwrap();
+        r.heartbeat(0, a, ea, true, 1_000).unwrap();
+        r.heartbeat(1, b, eb, true, 1).unwrap();
+        // the controller was stopped from 1_000 to 31_000
+        r.excuse_gap(30_000, 31_000);
+        assert_eq!(r.expire(31_000, SESSION), Vec::<i32>::new());
+        // broker 1 had used 999 ms of its session before the gap
+        assert_eq!(r.expire(30_002 + SESSION, SESSION), vec![1]);
+        assert_eq!(r.expire(31_001 + SESSION, SESSION), vec![0]);
+        // a heartbeat read just after the gap is not moved into the future
+        let mut r2 = Registry::default();
+        let e = r2.register(reg(2, a), 0, SESSION).unwrap();
+        r2.heartbeat(2, a, e, true, 31_000).unwrap();
+        r2.excuse_gap(30_000, 31_000);
+        assert_eq!(r2.expire(31_001 + SESSION, SESSION), vec![2]);
+    }
+
+    #[test]
+    fn a_shortened_session_ends_after_its_grace_unless_it_heartbeats() {
+        let mut r = Registry::default();
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        let ea = r.register(reg(0, a), 0, SESSION).unwrap();
+        let eb = r.register(reg(1, b), 0, SESSION).unwrap();
+        r.heartbeat(0, a, ea, true, 0).unwrap();
+        r.heartbeat(1, b, eb, true, 0).unwrap();
+        let mut restored = Registry::restore(&r.to_records(), 20_000);
+        restored.shorten_session(0, 20_000, 3_000, SESSION);
+        restored.shorten_session(1, 20_000, 3_000, SESSION);
+        assert_eq!(restored.expire(23_000, SESSION), Vec::<i32>::new());
+        restored.heartbeat(1, b, eb, true, 22_000).unwrap();
+        assert_eq!(restored.expire(23_001, SESSION), vec![0]);
+        // never lengthens a session
+        restored.shorten_session(1, 22_000, 60_000, SESSION);
+        assert_eq!(restored.expire(22_000 + SESSION + 1, SESSION), vec![1]);
     }
 
     #[test]

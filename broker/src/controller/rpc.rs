@@ -47,12 +47,20 @@ pub fn system_clock() -> Clock {
     Arc::new(crate::topics::now_ms)
 }
 
+/// Ticks further apart than this mean the controller itself was away:
+/// stopped (SIGSTOP, a VM pause), starved of CPU, or blocked behind a slow
+/// store write while holding its state. Ticks are 500 ms apart.
+pub const SELF_GAP_MS: i64 = 2_000;
+
 /// Settings of the controller (the same for every term).
 #[derive(Clone)]
 pub struct ControllerSettings {
     pub controller_id: i32,
     /// A broker silent for this long is fenced.
     pub session_timeout_ms: i64,
+    /// At a take-over, how long the previous controller's broker has to
+    /// check in before it is fenced (see [`ControllerService::resume`]).
+    pub takeover_grace_ms: i64,
     pub clock: Clock,
     /// `num.partitions` and `default.replication.factor`.
     pub defaults: CreateDefaults,
@@ -75,6 +83,11 @@ struct State {
     metadata_offset: i64,
     /// When preferred leaders were last given back (auto leader rebalance).
     last_rebalance_ms: i64,
+    /// When the last tick ran (monotonic: a stopped process sees it jump,
+    /// whatever clock the settings give): a longer gap than
+    /// [`SELF_GAP_MS`] means the controller itself was away (see
+    /// [`ControllerService::tick`]).
+    last_tick: std::time::Instant,
     /// Registrations changed since the cluster record was last written.
     registry_dirty: bool,
 }
@@ -165,7 +178,27 @@ impl ControllerService {
             versions.insert(t.name.clone(), v);
             metadata.topics.insert(t.name.clone(), t);
         }
-        let registry = Registry::restore(&metadata.cluster.brokers, now);
+        let mut registry = Registry::restore(&metadata.cluster.brokers, now);
+        // Every session restarts at the take-over: the new controller has
+        // not heard anyone yet, and brokers need a moment to find it. Not
+        // so the previous controller's broker: this term began because its
+        // Lease went unrenewed for a whole lease duration (or it let go),
+        // so it has been silent that long already. It gets a short grace
+        // to check in (a live one whose controller merely lost the Lease
+        // re-registers within a second), so losing the controller's
+        // process costs clients the lease duration plus this grace, not
+        // the lease duration plus a whole session timeout.
+        if let Some(previous) = r
+            .previous_controller
+            .filter(|p| *p != settings.controller_id)
+        {
+            registry.shorten_session(
+                previous,
+                now,
+                settings.takeover_grace_ms,
+                settings.session_timeout_ms,
+            );
+        }
         let (deposed, _) = watch::channel(false);
         Self {
             settings,
@@ -179,6 +212,7 @@ impl ControllerService {
                 cluster_version: r.cluster_version,
                 metadata_offset: 1,
                 last_rebalance_ms: now,
+                last_tick: std::time::Instant::now(),
                 registry_dirty: false,
             })),
             deposed: Arc::new(deposed),
@@ -334,6 +368,22 @@ impl ControllerService {
         }
         let now = self.now();
         let mut state = self.state.lock().await;
+        // The heartbeats sent while the controller was away are queued,
+        // unread: blaming brokers for that time would fence every one of
+        // them (itself included) the moment it resumes. Sessions stop with
+        // the controller's clock, as Kafka's heartbeat manager measures
+        // contact by what the controller has been able to process.
+        let ticked = std::time::Instant::now();
+        let gap =
+            i64::try_from(ticked.duration_since(state.last_tick).as_millis()).unwrap_or(i64::MAX);
+        state.last_tick = ticked;
+        if gap > SELF_GAP_MS {
+            tracing::warn!(
+                gap_ms = gap,
+                "the controller was away; broker sessions are extended by the gap"
+            );
+            state.registry.excuse_gap(gap, now);
+        }
         let fenced = state.registry.expire(now, self.settings.session_timeout_ms);
         if !fenced.is_empty() {
             tracing::warn!(?fenced, "brokers fenced after missing heartbeats");

@@ -37,6 +37,9 @@ pub enum StoreError {
 pub struct Resumed {
     pub epoch: i64,
     pub cluster: ClusterRecord,
+    /// The controller the cluster record named before this term (`None`
+    /// for a new cluster).
+    pub previous_controller: Option<i32>,
     pub cluster_version: String,
     pub topics: Vec<(TopicRecord, String)>,
     /// Objects that could not be trusted (reported, never overwritten):
@@ -69,13 +72,38 @@ struct Stored<T> {
 /// Cluster metadata as files in one directory: `cluster.json` and
 /// `topics/<hex of the topic name>.json`, each replaced atomically, with a
 /// version and the writer's epoch in every file. The compare-and-swap is
-/// exact within one process (a lock around read–check–write), which is
-/// what a controller sharing its host with its store needs.
+/// exact across the processes sharing the directory: every
+/// read–check–write (and a take-over's stamping) holds an exclusive
+/// `flock` on `store.lock`, so a deposed controller that resumes between
+/// its check and its write cannot slip a write past its successor's
+/// take-over.
 #[derive(Debug)]
 pub struct DirStore {
     dir: PathBuf,
     epoch: i64,
     lock: Mutex<()>,
+}
+
+/// Holds the directory's store lock (and this process's) until dropped.
+struct Exclusive<'a> {
+    _process: parking_lot::MutexGuard<'a, ()>,
+    _file: std::fs::File,
+}
+
+fn lock_dir(dir: &Path) -> Result<std::fs::File, StoreError> {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join("store.lock"))
+        .map_err(io)?;
+    // SAFETY: flock on a descriptor we own; it is held for a few file
+    // operations, and released when the file is dropped.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        return Err(io(std::io::Error::last_os_error()));
+    }
+    Ok(file)
 }
 
 fn io(e: impl std::fmt::Display) -> StoreError {
@@ -106,8 +134,10 @@ impl DirStore {
         controller_address: &str,
     ) -> Result<(Self, Resumed), StoreError> {
         std::fs::create_dir_all(dir.join("topics")).map_err(io)?;
+        let _exclusive = lock_dir(dir)?;
         let cluster_path = dir.join("cluster.json");
         let previous: Option<Stored<ClusterRecord>> = read(&cluster_path)?;
+        let previous_controller = previous.as_ref().map(|s| s.record.controller_id);
         let (epoch, version, mut cluster) = match previous {
             Some(s) => (s.epoch + 1, s.version + 1, s.record),
             None => (
@@ -130,6 +160,7 @@ impl DirStore {
         let mut resumed = Resumed {
             epoch,
             cluster,
+            previous_controller,
             cluster_version: version.to_string(),
             ..Default::default()
         };
@@ -167,6 +198,14 @@ impl DirStore {
     pub fn read_cluster(dir: &Path) -> Result<Option<(i64, ClusterRecord)>, StoreError> {
         let stored: Option<Stored<ClusterRecord>> = read(&dir.join("cluster.json"))?;
         Ok(stored.map(|s| (s.epoch, s.record)))
+    }
+
+    fn exclusive(&self) -> Result<Exclusive<'_>, StoreError> {
+        let process = self.lock.lock();
+        Ok(Exclusive {
+            _process: process,
+            _file: lock_dir(&self.dir)?,
+        })
     }
 
     fn topic_path(&self, name: &str) -> PathBuf {
@@ -229,7 +268,7 @@ impl ClusterStore for DirStore {
         expected: Option<&str>,
     ) -> Result<String, StoreError> {
         let path = self.topic_path(&t.name);
-        let _guard = self.lock.lock();
+        let _guard = self.exclusive()?;
         let version = self.check::<TopicRecord>(&path, expected)?;
         self.write(&path, version, t)?;
         Ok(version.to_string())
@@ -237,7 +276,7 @@ impl ClusterStore for DirStore {
 
     async fn delete_topic(&self, name: &str, expected: &str) -> Result<(), StoreError> {
         let path = self.topic_path(name);
-        let _guard = self.lock.lock();
+        let _guard = self.exclusive()?;
         self.check::<TopicRecord>(&path, Some(expected))?;
         std::fs::remove_file(&path).map_err(io)?;
         crate::storage::checkpoint::fsync_dir(&self.dir.join("topics")).map_err(io)
@@ -245,7 +284,7 @@ impl ClusterStore for DirStore {
 
     async fn put_cluster(&self, c: &ClusterRecord, expected: &str) -> Result<String, StoreError> {
         let path = self.dir.join("cluster.json");
-        let _guard = self.lock.lock();
+        let _guard = self.exclusive()?;
         let version = self.check::<ClusterRecord>(&path, Some(expected))?;
         self.write(&path, version, c)?;
         Ok(version.to_string())
@@ -275,6 +314,7 @@ mod tests {
                 partition_epoch: 0,
                 adding_replicas: vec![],
                 removing_replicas: vec![],
+                eligible_leader_replicas: vec![],
             }],
         }
     }

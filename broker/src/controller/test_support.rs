@@ -18,6 +18,7 @@ pub fn p(replicas: &[i32], isr: &[i32], leader: i32) -> PartitionState {
         partition_epoch: 9,
         adding: vec![],
         removing: vec![],
+        elr: vec![],
     }
 }
 
