@@ -557,6 +557,11 @@ fn stateful_set(
             },
         ]),
         resources: kc.spec.resources.clone(),
+        // A broker that exits on an error says why in its log, not in a
+        // termination-log file: the log's tail becomes the container's
+        // last termination message, which the cluster's status reports for
+        // a crash loop (`restarts`).
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
         readiness_probe: Some(http_probe("/readyz", 5, 3)),
         liveness_probe: Some(Probe {
             initial_delay_seconds: Some(10),
@@ -804,6 +809,15 @@ mod tests {
 
     fn container(objs: &ClusterObjects) -> &Container {
         &sts_spec(objs).template.spec.as_ref().unwrap().containers[0]
+    }
+
+    #[test]
+    fn a_crashing_broker_leaves_its_log_tail_as_termination_message() {
+        let objs = desired_objects(&cluster(1)).unwrap();
+        assert_eq!(
+            container(&objs).termination_message_policy.as_deref(),
+            Some("FallbackToLogsOnError")
+        );
     }
 
     #[test]

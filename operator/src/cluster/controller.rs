@@ -1,5 +1,6 @@
 //! The async edge of the `KafkaCluster` reconciler: server-side applies the
-//! desired objects, observes the StatefulSet, its pods and the brokers'
+//! desired objects, observes the StatefulSet, its pods (readiness, revision,
+//! their containers' restarts and last termination) and the brokers'
 //! cluster record (read through the API server, never from a broker),
 //! deletes at most one outdated pod per reconcile (as the rollout planner
 //! says), writes status and publishes Events. All decisions come from
@@ -28,7 +29,7 @@ use std::time::Instant;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, ContainerStatus, Pod, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
@@ -48,10 +49,11 @@ use crate::topic::controller::ready_brokers;
 use super::builders::{self, ClusterObjects, Names, CLUSTER_LABEL};
 use super::health::{read_replica_health, HealthView};
 use super::membership::{read_membership, Membership};
+use super::restarts::{ContainerRestarts, Termination};
 use super::rollout::{next_step, roll_pending, PodState, RolloutStep};
 use super::scaling::{self, ObservedRebalance, RebalanceChange, ScaleDecision, ScaleInput};
 use super::status::{
-    cluster_status, status_events, status_patch, ClusterObservation, Problem, READY,
+    cluster_status, status_events, status_patch, ClusterObservation, Problem, DEGRADED, READY,
 };
 use super::validate::cluster_spec_problem;
 
@@ -105,13 +107,54 @@ pub fn pod_state(pod: &Pod) -> Option<PodState> {
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    let status = pod.status.as_ref();
+    let statuses = |list: Option<&Vec<ContainerStatus>>, init: bool| {
+        list.into_iter()
+            .flatten()
+            .map(move |c| container_restarts(c, init))
+            .collect::<Vec<_>>()
+    };
+    let mut containers = statuses(
+        status.and_then(|s| s.init_container_statuses.as_ref()),
+        true,
+    );
+    containers.extend(statuses(
+        status.and_then(|s| s.container_statuses.as_ref()),
+        false,
+    ));
     Some(PodState {
         name,
         ordinal,
         revision: labels.get("controller-revision-hash").cloned(),
         ready,
         terminating: pod.metadata.deletion_timestamp.is_some(),
+        containers,
     })
+}
+
+/// A container's restarts as its status reports them.
+fn container_restarts(c: &ContainerStatus, init: bool) -> ContainerRestarts {
+    ContainerRestarts {
+        name: c.name.clone(),
+        init,
+        restart_count: c.restart_count,
+        waiting_reason: c
+            .state
+            .as_ref()
+            .and_then(|s| s.waiting.as_ref())
+            .and_then(|w| w.reason.clone()),
+        last_termination: c
+            .last_state
+            .as_ref()
+            .and_then(|s| s.terminated.as_ref())
+            .map(|t| Termination {
+                reason: t.reason.clone(),
+                exit_code: t.exit_code,
+                signal: t.signal,
+                message: t.message.clone(),
+                finished_at: t.finished_at.as_ref().map(|f| format_time(f.0)),
+            }),
+    }
 }
 
 /// The StatefulSet's update revision, once its controller has observed the
@@ -332,8 +375,10 @@ async fn reconcile_inner(kc: &KafkaCluster, ctx: &Context) -> Result<Action> {
         .list(&ListParams::default().labels(&selector))
         .await?;
     let membership = read_membership(client, &names).await?;
-    let mut problem = cluster_spec_problem(&kc.spec);
-    let scale = if problem.is_none() {
+    // A refused spec applies nothing; the brokers go on as they are.
+    let refusal = cluster_spec_problem(&kc.spec);
+    let mut problem: Option<Problem> = None;
+    let scale = if refusal.is_none() {
         Some(decide_scale(ctx, kc, &names, current, &pods_before.items, &membership).await?)
     } else {
         None
@@ -410,7 +455,7 @@ async fn reconcile_inner(kc: &KafkaCluster, ctx: &Context) -> Result<Action> {
         RolloutStep::Wait("StatefulSet does not exist yet".into())
     };
 
-    if let (RolloutStep::Delete { name, ordinal }, None) = (&step, &problem) {
+    if let (RolloutStep::Delete { name, ordinal }, None, None) = (&step, &problem, &refusal) {
         let uid = pods
             .items
             .iter()
@@ -442,7 +487,7 @@ async fn reconcile_inner(kc: &KafkaCluster, ctx: &Context) -> Result<Action> {
         }
     }
 
-    if problem.is_none() {
+    if problem.is_none() && refusal.is_none() {
         sync_dynamic_configs(ctx, kc, &pods.items, &reference).await;
     }
 
@@ -462,6 +507,7 @@ async fn reconcile_inner(kc: &KafkaCluster, ctx: &Context) -> Result<Action> {
         update_revision,
         pods: pod_states,
         rollout: step.clone(),
+        refusal: refusal.clone(),
         problem: problem.clone(),
         selector,
         bootstrap_servers: builders::bootstrap_servers(&names, kc.spec.listener_port),
@@ -495,7 +541,11 @@ async fn reconcile_inner(kc: &KafkaCluster, ctx: &Context) -> Result<Action> {
     }
 
     // A scale waiting for partitions to move is looked at again soon.
+    // A crash loop or a refusal is looked at again soon too (a crash loop
+    // ends by time, not by a change of a watched object).
     let settled = problem.is_none()
+        && refusal.is_none()
+        && crate::crd::find_condition(&status.conditions, DEGRADED).is_some_and(|c| !c.is_true())
         && status.auto_rebalance.is_none()
         && scale.as_ref().is_some_and(|s| s.note.is_none())
         && matches!(step, RolloutStep::UpToDate)
@@ -610,6 +660,55 @@ mod tests {
         assert_eq!(s.ordinal, 7);
         assert!(!s.ready);
         assert!(pod_state(&pod("nonsense", &[], false)).is_none());
+    }
+
+    #[test]
+    fn pod_state_reads_the_containers_restarts_and_last_termination() {
+        use k8s_openapi::api::core::v1::{
+            ContainerState, ContainerStateTerminated, ContainerStateWaiting,
+        };
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let mut p = pod("demo-1", &[], false);
+        let finished: k8s_openapi::jiff::Timestamp = "2026-12-02T10:00:00Z".parse().unwrap();
+        p.status.as_mut().unwrap().container_statuses = Some(vec![ContainerStatus {
+            name: "broker".into(),
+            restart_count: 4,
+            state: Some(ContainerState {
+                waiting: Some(ContainerStateWaiting {
+                    reason: Some("CrashLoopBackOff".into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            last_state: Some(ContainerState {
+                terminated: Some(ContainerStateTerminated {
+                    exit_code: 1,
+                    reason: Some("Error".into()),
+                    message: Some("no Kubernetes credentials".into()),
+                    finished_at: Some(Time(finished)),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }]);
+        let s = pod_state(&p).unwrap();
+        assert_eq!(
+            s.containers,
+            vec![ContainerRestarts {
+                name: "broker".into(),
+                init: false,
+                restart_count: 4,
+                waiting_reason: Some("CrashLoopBackOff".into()),
+                last_termination: Some(Termination {
+                    reason: Some("Error".into()),
+                    exit_code: 1,
+                    signal: None,
+                    message: Some("no Kubernetes credentials".into()),
+                    finished_at: Some("2026-12-02T10:00:00Z".into()),
+                }),
+            }]
+        );
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The `KafkaCluster` reconciler: `builders` (desired objects), `rollout`
 //! (rolling-restart planner), `scaling` (how many brokers run and which
-//! partition move a scale waits for), `status` (conditions), `dynamic`
-//! (which config changes need no roll) are pure; `membership`
+//! partition move a scale waits for), `status` (conditions), `restarts`
+//! (which broker containers crash-loop), `dynamic` (which config changes
+//! need no roll) and `validate` (which specs are refused) are pure; `membership`
 //! parses the brokers' cluster record (and reads it); `controller` is the
 //! thin async edge that reads, applies and reports.
 
@@ -10,6 +11,7 @@ pub mod controller;
 pub mod dynamic;
 pub mod health;
 pub mod membership;
+pub mod restarts;
 pub mod rollout;
 pub mod scaling;
 pub mod status;

@@ -17,8 +17,8 @@
 
 use super::health::HealthView;
 
-/// What the planner knows about one broker pod.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// What the planner (and the status) knows about one broker pod.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PodState {
     /// Pod name.
     pub name: String,
@@ -30,6 +30,8 @@ pub struct PodState {
     pub ready: bool,
     /// Has a deletionTimestamp.
     pub terminating: bool,
+    /// Its containers' restarts (for the status, see [`super::restarts`]).
+    pub containers: Vec<super::restarts::ContainerRestarts>,
 }
 
 /// The planner's decision.
@@ -186,6 +188,7 @@ mod tests {
             revision: Some(rev.into()),
             ready,
             terminating: false,
+            containers: Vec::new(),
         }
     }
 

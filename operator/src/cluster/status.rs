@@ -1,14 +1,32 @@
 //! Pure status logic of a `KafkaCluster`: from what the controller observed
-//! (pods, StatefulSet revision, rollout decision, reconcile error, the
-//! brokers' cluster record) to the status object and its `Ready` /
-//! `Progressing` / `Degraded` conditions, plus the Events a status change
-//! deserves. Must not talk to the API server.
+//! (pods and their containers' restarts, StatefulSet revision, rollout
+//! decision, refused spec, reconcile error, the brokers' cluster record) to
+//! the status object and its `Ready` / `Progressing` / `Degraded` /
+//! `ConfigAccepted` conditions, plus the Events a status change deserves.
+//! Must not talk to the API server.
 //!
-//! `Ready=True` means one Kafka cluster: every desired broker pod is Ready
-//! and runs the current template, and every desired node id (the pod
-//! ordinals `0..replicas`) is registered, not fenced, with the one
-//! controller the cluster record names. Ready pods alone are not enough: a
-//! broker that never joined the cluster serves a cluster of its own.
+//! `Ready` is about serving. `Ready=True` means one Kafka cluster: every
+//! desired broker pod is Ready and runs the current template, and every
+//! desired node id (the pod ordinals `0..replicas`) is registered, not
+//! fenced, with the one controller the cluster record names. Ready pods
+//! alone are not enough: a broker that never joined the cluster serves a
+//! cluster of its own. When it is False its message names what is missing
+//! (which brokers are not Ready and why, which have no pod, which still run
+//! the previous template, which are not registered). A refused spec or a
+//! failed apply does not make serving brokers un-Ready: a refused spec is
+//! `ConfigAccepted=False ConfigRefused`, and like every other problem
+//! `Degraded=True` with its reason.
+//!
+//! `Degraded` says every problem at once: its reason is the first of a
+//! refused spec, a failed reconcile, crash-looping brokers
+//! ([`super::restarts`]), a scale's problem and a stalled roll; its message
+//! has them all. Its messages do not change while the problem stays the same,
+//! so a Warning Event is published whenever the reason or the message
+//! changes ([`status_events`]): every distinct refusal is told once.
+//!
+//! `Progressing` names what moves: `RollingRestart` only while some pod runs
+//! an older template than the StatefulSet's, a scale's own reasons
+//! (`ScalingOut`, `ScalingIn`, and those of [`super::scaling`]) otherwise.
 
 use crate::crd::{
     find_condition, merge_conditions, AutoRebalanceStatus, Condition, KafkaClusterStatus,
@@ -16,7 +34,8 @@ use crate::crd::{
 };
 
 use super::membership::Membership;
-use super::rollout::{PodState, RolloutStep};
+use super::restarts::{crash_loops, not_ready_detail};
+use super::rollout::{roll_pending, PodState, RolloutStep};
 use super::scaling::{NoteKind, ScaleNote};
 
 /// Condition type: all brokers are up, run the current template and are
@@ -24,8 +43,12 @@ use super::scaling::{NoteKind, ScaleNote};
 pub const READY: &str = "Ready";
 /// Condition type: the operator is moving the cluster towards its spec.
 pub const PROGRESSING: &str = "Progressing";
-/// Condition type: the spec cannot be honoured or reconciling failed.
+/// Condition type: the spec cannot be honoured, reconciling failed, or
+/// brokers crash-loop.
 pub const DEGRADED: &str = "Degraded";
+/// Condition type: the spec (`spec.config`, the ports) passed the checks
+/// and is what the brokers are given.
+pub const CONFIG_ACCEPTED: &str = "ConfigAccepted";
 
 /// A reconcile problem to report (`reason` is CamelCase).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -49,6 +72,8 @@ pub struct ClusterObservation {
     pub pods: Vec<PodState>,
     /// The rolling-restart decision taken.
     pub rollout: RolloutStep,
+    /// Why the spec is refused (`validate`): nothing was applied.
+    pub refusal: Option<Problem>,
     /// A problem met while reconciling.
     pub problem: Option<Problem>,
     /// `status.selector`.
@@ -147,6 +172,278 @@ fn membership_gap(desired: i32, membership: &Membership) -> Option<(&'static str
     }
 }
 
+fn broker_list(ids: &[i32]) -> String {
+    let word = if ids.len() == 1 { "broker" } else { "brokers" };
+    format!("{word} {}", list(ids))
+}
+
+/// The `Ready` condition: whether every desired broker serves, and if not,
+/// what is missing.
+fn ready_condition(obs: &ClusterObservation, live: &[&PodState]) -> Condition {
+    let desired = obs.desired_replicas.max(0);
+    let pod_of = |id: i32| live.iter().find(|p| p.ordinal == id);
+    let missing: Vec<i32> = (0..desired).filter(|id| pod_of(*id).is_none()).collect();
+    let not_ready: Vec<&PodState> = (0..desired)
+        .filter_map(pod_of)
+        .copied()
+        .filter(|p| !p.ready)
+        .collect();
+    // Outdated only against a revision the StatefulSet controller has
+    // observed; before that nothing is known to be outdated.
+    let outdated: Vec<i32> = match obs.update_revision.as_deref() {
+        Some(rev) => (0..desired)
+            .filter_map(pod_of)
+            .filter(|p| p.ready && p.revision.as_deref() != Some(rev))
+            .map(|p| p.ordinal)
+            .collect(),
+        None => Vec::new(),
+    };
+    if !missing.is_empty() || !not_ready.is_empty() {
+        let ready = desired - missing.len() as i32 - not_ready.len() as i32;
+        let mut message = format!("{ready}/{desired} brokers ready");
+        if !not_ready.is_empty() {
+            let each: Vec<String> = not_ready
+                .iter()
+                .map(|p| match not_ready_detail(p) {
+                    Some(d) => format!("broker {} (pod {}: {d})", p.ordinal, p.name),
+                    None => format!("broker {} (pod {})", p.ordinal, p.name),
+                })
+                .collect();
+            message.push_str(&format!("; not Ready: {}", each.join(", ")));
+        }
+        if !missing.is_empty() {
+            message.push_str(&format!("; no pod yet for {}", broker_list(&missing)));
+        }
+        return Condition::new(READY, false, "BrokersNotReady", message);
+    }
+    if !outdated.is_empty() {
+        return Condition::new(
+            READY,
+            false,
+            "BrokersOutdated",
+            format!(
+                "{desired}/{desired} brokers ready, but {} still run the previous pod template; the rolling restart replaces them",
+                broker_list(&outdated)
+            ),
+        );
+    }
+    if let Some((reason, message)) = membership_gap(desired, &obs.membership) {
+        return Condition::new(READY, false, reason, message);
+    }
+    let (controller, epoch) = obs
+        .membership
+        .view()
+        .map(|v| (v.controller.unwrap_or(-1), v.epoch))
+        .unwrap_or((-1, 0));
+    Condition::new(
+        READY,
+        true,
+        "AllBrokersRegistered",
+        format!(
+            "{desired}/{desired} brokers ready and registered with controller {controller} (epoch {epoch})"
+        ),
+    )
+}
+
+/// The `Progressing` condition.
+fn progressing_condition(
+    obs: &ClusterObservation,
+    live: &[&PodState],
+    live_pods: &[PodState],
+    updated: i32,
+) -> Condition {
+    let desired = obs.desired_replicas;
+    let scale_progress = obs
+        .scaling
+        .as_ref()
+        .filter(|n| n.kind == NoteKind::Progress);
+    // A roll is under way only when some pod runs another revision than
+    // the StatefulSet's (known) update revision: a plain scale is not one.
+    let rolling = roll_pending(desired, obs.update_revision.as_deref(), live_pods);
+    let below: Vec<i32> = (0..desired.max(0))
+        .filter(|id| !live.iter().any(|p| p.ordinal == *id))
+        .collect();
+    let above: Vec<i32> = live
+        .iter()
+        .map(|p| p.ordinal)
+        .filter(|o| *o >= desired)
+        .collect();
+    let highest_live = live
+        .iter()
+        .map(|p| p.ordinal)
+        .filter(|o| *o < desired)
+        .max();
+    let ready = live
+        .iter()
+        .filter(|p| p.ordinal < desired && p.ready)
+        .count() as i32;
+    match &obs.rollout {
+        RolloutStep::Delete { name, .. } => {
+            return Condition::new(
+                PROGRESSING,
+                true,
+                "RollingRestart",
+                format!("restarting {name} to apply the current pod template"),
+            )
+        }
+        RolloutStep::Held(h) => {
+            return Condition::new(
+                PROGRESSING,
+                true,
+                "RollingRestart",
+                format!("{updated}/{desired} brokers updated; held: {}", h.message),
+            )
+        }
+        RolloutStep::Wait(why) if rolling => {
+            return Condition::new(
+                PROGRESSING,
+                true,
+                "RollingRestart",
+                format!("{updated}/{desired} brokers updated; waiting: {why}"),
+            )
+        }
+        _ => {}
+    }
+    if let Some(n) = scale_progress {
+        return Condition::new(PROGRESSING, true, n.reason, n.message.clone());
+    }
+    if !above.is_empty() {
+        return Condition::new(
+            PROGRESSING,
+            true,
+            "ScalingIn",
+            format!(
+                "scaling in to {desired} brokers: {} are being removed",
+                broker_list(&above)
+            ),
+        );
+    }
+    // The StatefulSet creates pods in ordinal order: missing pods above
+    // every existing one are a scale-out's.
+    if !below.is_empty() {
+        return match highest_live {
+            Some(h) if below.iter().all(|b| *b > h) => Condition::new(
+                PROGRESSING,
+                true,
+                "ScalingOut",
+                format!(
+                    "scaling out to {desired} brokers: creating {}",
+                    broker_list(&below)
+                ),
+            ),
+            Some(_) => Condition::new(
+                PROGRESSING,
+                true,
+                "BrokersStarting",
+                format!(
+                    "{ready}/{desired} brokers ready; the StatefulSet recreates the pod of {}",
+                    broker_list(&below)
+                ),
+            ),
+            None => Condition::new(
+                PROGRESSING,
+                true,
+                "CreatingBrokers",
+                format!("creating {desired} brokers"),
+            ),
+        };
+    }
+    if ready < desired {
+        return Condition::new(
+            PROGRESSING,
+            true,
+            "BrokersStarting",
+            format!("{ready}/{desired} brokers ready"),
+        );
+    }
+    if let RolloutStep::Wait(why) = &obs.rollout {
+        if obs.update_revision.is_none() {
+            return Condition::new(PROGRESSING, true, "StatefulSetUpdating", why.clone());
+        }
+    }
+    if matches!(
+        membership_gap(desired, &obs.membership),
+        Some(("BrokersNotRegistered" | "NoController", _))
+    ) {
+        return Condition::new(
+            PROGRESSING,
+            true,
+            "BrokersRegistering",
+            "brokers are ready; waiting for them to register with a controller",
+        );
+    }
+    Condition::new(
+        PROGRESSING,
+        false,
+        "Stable",
+        "all brokers run the current spec",
+    )
+}
+
+/// The `Degraded` condition: every problem, the first one's reason.
+fn degraded_condition(
+    obs: &ClusterObservation,
+    hold: Option<&RolloutHoldStatus>,
+    now: &str,
+) -> Condition {
+    let mut causes: Vec<(String, String)> = Vec::new();
+    for p in [&obs.refusal, &obs.problem].into_iter().flatten() {
+        causes.push((p.reason.clone(), p.message.clone()));
+    }
+    let loops = crash_loops(&obs.pods, now);
+    if !loops.is_empty() {
+        let each: Vec<String> = loops.iter().map(|l| l.describe()).collect();
+        causes.push((
+            "BrokerCrashLooping".into(),
+            format!("brokers keep restarting: {}", each.join("; ")),
+        ));
+    }
+    if let Some(n) = obs.scaling.as_ref().filter(|n| n.kind == NoteKind::Problem) {
+        causes.push((n.reason.into(), n.message.clone()));
+    }
+    if let Some(h) = hold {
+        let waited = seconds_between(&h.since, now);
+        if waited >= obs.stall_timeout_seconds {
+            let at = h
+                .broker
+                .map(|b| format!(" at broker {b}"))
+                .unwrap_or_default();
+            // No growing count of seconds: the message stays the same while
+            // the stall does.
+            causes.push((
+                "RollingRestartStalled".into(),
+                format!(
+                    "rolling restart held{at} since {}, longer than the {}s limit: {}; it is not forced on and goes on by itself once that is resolved",
+                    h.since, obs.stall_timeout_seconds, h.message
+                ),
+            ));
+        }
+    }
+    match causes.split_first() {
+        None => Condition::new(DEGRADED, false, "AsExpected", "reconciled without errors"),
+        Some(((reason, message), rest)) => {
+            let mut message = message.clone();
+            for (r, m) in rest {
+                message.push_str(&format!("; also {r}: {m}"));
+            }
+            Condition::new(DEGRADED, true, reason, message)
+        }
+    }
+}
+
+/// The `ConfigAccepted` condition.
+fn config_condition(obs: &ClusterObservation) -> Condition {
+    match &obs.refusal {
+        Some(p) => Condition::new(CONFIG_ACCEPTED, false, "ConfigRefused", p.message.clone()),
+        None => Condition::new(
+            CONFIG_ACCEPTED,
+            true,
+            "ConfigValid",
+            "the spec passed the broker's own config checks",
+        ),
+    }
+}
+
 /// Computes the new status. `now` is an RFC 3339 time for transitions.
 pub fn cluster_status(
     old: Option<&KafkaClusterStatus>,
@@ -154,6 +451,7 @@ pub fn cluster_status(
     now: &str,
 ) -> KafkaClusterStatus {
     let live: Vec<&PodState> = obs.pods.iter().filter(|p| !p.terminating).collect();
+    let live_pods: Vec<PodState> = live.iter().map(|p| (*p).clone()).collect();
     let replicas = live.len() as i32;
     let ready = live.iter().filter(|p| p.ready).count() as i32;
     let updated = match obs.update_revision.as_deref() {
@@ -163,124 +461,19 @@ pub fn cluster_status(
             .count() as i32,
         None => 0,
     };
-    let desired = obs.desired_replicas;
 
-    let scale_note = |kind: NoteKind| obs.scaling.as_ref().filter(|n| n.kind == kind);
     let hold = rollout_hold(old, &obs.rollout, now);
-    let stalled = hold.as_ref().and_then(|h| {
-        let waited = seconds_between(&h.since, now);
-        (waited >= obs.stall_timeout_seconds).then(|| {
-            let at = h.broker.map(|b| format!(" at broker {b}")).unwrap_or_default();
-            format!(
-                "rolling restart held{at} for {waited}s (limit {}s): {}; it is not forced on and goes on by itself once that is resolved",
-                obs.stall_timeout_seconds, h.message
-            )
-        })
-    });
-    let degraded = match (&obs.problem, scale_note(NoteKind::Problem), stalled) {
-        (Some(p), _, _) => Condition::new(DEGRADED, true, &p.reason, p.message.clone()),
-        (None, Some(n), _) => Condition::new(DEGRADED, true, n.reason, n.message.clone()),
-        (None, None, Some(message)) => {
-            Condition::new(DEGRADED, true, "RollingRestartStalled", message)
-        }
-        (None, None, None) => {
-            Condition::new(DEGRADED, false, "AsExpected", "reconciled without errors")
-        }
-    };
-
-    let progressing = match &obs.rollout {
-        RolloutStep::Delete { name, .. } => Condition::new(
-            PROGRESSING,
-            true,
-            "RollingRestart",
-            format!("restarting {name} to apply the current pod template"),
-        ),
-        RolloutStep::Wait(why) if updated < desired => Condition::new(
-            PROGRESSING,
-            true,
-            "RollingRestart",
-            format!("{updated}/{desired} brokers updated; waiting: {why}"),
-        ),
-        RolloutStep::Held(h) => Condition::new(
-            PROGRESSING,
-            true,
-            "RollingRestart",
-            format!("{updated}/{desired} brokers updated; held: {}", h.message),
-        ),
-        _ if scale_note(NoteKind::Progress).is_some() => {
-            let n = scale_note(NoteKind::Progress).expect("checked");
-            Condition::new(PROGRESSING, true, n.reason, n.message.clone())
-        }
-        _ if replicas != desired => Condition::new(
-            PROGRESSING,
-            true,
-            "Scaling",
-            format!("{replicas} brokers exist, {desired} desired"),
-        ),
-        _ if ready < desired => Condition::new(
-            PROGRESSING,
-            true,
-            "BrokersStarting",
-            format!("{ready}/{desired} brokers ready"),
-        ),
-        _ if matches!(
-            membership_gap(desired, &obs.membership),
-            Some(("BrokersNotRegistered" | "NoController", _))
-        ) =>
-        {
-            Condition::new(
-                PROGRESSING,
-                true,
-                "BrokersRegistering",
-                "brokers are ready; waiting for them to register with a controller",
-            )
-        }
-        _ => Condition::new(
-            PROGRESSING,
-            false,
-            "Stable",
-            "all brokers run the current spec",
-        ),
-    };
-
-    let ready_cond = if obs.problem.is_some() {
-        Condition::new(
-            READY,
-            false,
-            "ReconcileFailed",
-            "see the Degraded condition",
-        )
-    } else if !(ready >= desired && updated >= desired && replicas == desired) {
-        Condition::new(
-            READY,
-            false,
-            "BrokersNotReady",
-            format!("{ready}/{desired} brokers ready"),
-        )
-    } else if let Some((reason, message)) = membership_gap(desired, &obs.membership) {
-        Condition::new(READY, false, reason, message)
-    } else {
-        let (controller, epoch) = obs
-            .membership
-            .view()
-            .map(|v| (v.controller.unwrap_or(-1), v.epoch))
-            .unwrap_or((-1, 0));
-        Condition::new(
-            READY,
-            true,
-            "AllBrokersRegistered",
-            format!(
-                "{desired}/{desired} brokers ready and registered with controller {controller} (epoch {epoch})"
-            ),
-        )
-    };
+    let degraded = degraded_condition(obs, hold.as_ref(), now);
+    let progressing = progressing_condition(obs, &live, &live_pods, updated);
+    let ready_cond = ready_condition(obs, &live);
+    let config = config_condition(obs);
     let view = obs.membership.view();
 
     let old_conditions = old.map(|s| s.conditions.as_slice()).unwrap_or(&[]);
     KafkaClusterStatus {
         conditions: merge_conditions(
             old_conditions,
-            vec![ready_cond, progressing, degraded],
+            vec![ready_cond, progressing, degraded, config],
             obs.generation,
             now,
         ),
@@ -328,7 +521,9 @@ pub struct EventSpec {
     pub note: String,
 }
 
-/// Events for condition transitions between the old and the new status.
+/// Events for condition transitions between the old and the new status:
+/// `ClusterReady` / `ClusterNotReady` when `Ready` flips, and a Warning
+/// whenever `Degraded=True` gets another reason or message.
 pub fn status_events(old: Option<&KafkaClusterStatus>, new: &KafkaClusterStatus) -> Vec<EventSpec> {
     let was = |t: &str| {
         old.and_then(|s| find_condition(&s.conditions, t))
@@ -353,10 +548,12 @@ pub fn status_events(old: Option<&KafkaClusterStatus>, new: &KafkaClusterStatus)
         }
     }
     if let Some(c) = now(DEGRADED) {
-        let old_reason = old
+        // Every distinct problem once: a new reason, or the same reason
+        // with another message (a second refused config), is a new Event.
+        let same = old
             .and_then(|s| find_condition(&s.conditions, DEGRADED))
-            .map(|c| c.reason.clone());
-        if c.is_true() && old_reason.as_deref() != Some(c.reason.as_str()) {
+            .is_some_and(|o| o.is_true() && o.reason == c.reason && o.message == c.message);
+        if c.is_true() && !same {
             events.push(EventSpec {
                 warning: true,
                 reason: c.reason.clone(),
@@ -387,6 +584,7 @@ mod tests {
             revision: Some(rev.into()),
             ready,
             terminating: false,
+            containers: Vec::new(),
         }
     }
 
@@ -397,6 +595,7 @@ mod tests {
             update_revision: Some("r2".into()),
             pods,
             rollout,
+            refusal: None,
             problem: None,
             selector: "a=b".into(),
             bootstrap_servers: "demo-bootstrap.ns.svc:9092".into(),
@@ -491,7 +690,8 @@ mod tests {
         assert!(d.is_true());
         assert_eq!(d.reason, "RollingRestartStalled");
         assert!(
-            d.message.contains("held for 300s (limit 300s)"),
+            d.message
+                .contains("held since 2026-12-02T10:00:00Z, longer than the 300s limit"),
             "{}",
             d.message
         );
@@ -533,7 +733,7 @@ mod tests {
     fn scaling_and_starting() {
         let o = obs(vec![pod(0, "r2", true)], RolloutStep::UpToDate);
         let s = cluster_status(None, &o, "t0");
-        assert_eq!(cond(&s, PROGRESSING).reason, "Scaling");
+        assert_eq!(cond(&s, PROGRESSING).reason, "ScalingOut");
         let o = obs(
             vec![pod(0, "r2", true), pod(1, "r2", false), pod(2, "r2", true)],
             RolloutStep::UpToDate,
@@ -544,7 +744,7 @@ mod tests {
     }
 
     #[test]
-    fn problem_makes_degraded_and_events() {
+    fn problem_makes_degraded_and_events_and_serving_brokers_stay_ready() {
         let ok = cluster_status(
             None,
             &obs(
@@ -564,12 +764,10 @@ mod tests {
         let bad = cluster_status(Some(&ok), &o, "t1");
         assert!(cond(&bad, DEGRADED).is_true());
         assert_eq!(cond(&bad, DEGRADED).reason, "ApplyFailed");
-        assert!(!cond(&bad, READY).is_true());
+        assert!(cond(&bad, READY).is_true(), "the brokers serve");
         let events = status_events(Some(&ok), &bad);
-        assert!(events
-            .iter()
-            .any(|e| e.reason == "ClusterNotReady" && e.warning));
-        assert!(events.iter().any(|e| e.reason == "ApplyFailed"));
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert!(events[0].warning && events[0].reason == "ApplyFailed");
         // the same problem again does not repeat the event
         let again = cluster_status(Some(&bad), &o, "t2");
         assert!(status_events(Some(&bad), &again).is_empty());
@@ -577,16 +775,9 @@ mod tests {
             cond(&again, DEGRADED).last_transition_time.as_deref(),
             Some("t1")
         );
-        // recovery
-        let events = status_events(Some(&bad), &ok);
-        assert_eq!(
-            events,
-            vec![EventSpec {
-                warning: false,
-                reason: "ClusterReady".into(),
-                note: "3/3 brokers ready and registered with controller 1 (epoch 5)".into()
-            }]
-        );
+        // recovery: nothing to tell, Ready never left
+        assert!(status_events(Some(&bad), &ok).is_empty());
+        assert!(!cond(&ok, DEGRADED).is_true());
     }
 
     #[test]
@@ -776,5 +967,291 @@ mod tests {
         ));
         assert!(patch["status"]["autoRebalance"].is_null());
         assert!(patch["status"].get("autoRebalance").is_some());
+    }
+
+    fn crashing(ordinal: i32, restarts: i32, waiting: Option<&str>, finished: &str) -> PodState {
+        use crate::cluster::restarts::{ContainerRestarts, Termination};
+        let mut p = pod(ordinal, "r2", false);
+        p.containers = vec![ContainerRestarts {
+            name: "broker".into(),
+            init: false,
+            restart_count: restarts,
+            waiting_reason: waiting.map(Into::into),
+            last_termination: Some(Termination {
+                reason: Some("Error".into()),
+                exit_code: 1,
+                signal: None,
+                message: Some("error: no Kubernetes credentials".into()),
+                finished_at: Some(finished.into()),
+            }),
+        }];
+        p
+    }
+
+    #[test]
+    fn crash_looping_brokers_are_degraded_with_their_last_termination() {
+        let t = |s: &str| format!("2026-12-02T10:{s}Z");
+        let healthy = cluster_status(
+            None,
+            &obs(all_pods_ready(), RolloutStep::UpToDate),
+            &t("00:00"),
+        );
+        // broker 1 crashed 4 times and backs off
+        let pods = |p1: PodState| vec![pod(0, "r2", true), p1, pod(2, "r2", true)];
+        let o = obs(
+            pods(crashing(1, 4, Some("CrashLoopBackOff"), &t("04:50"))),
+            RolloutStep::UpToDate,
+        );
+        let s1 = cluster_status(Some(&healthy), &o, &t("05:00"));
+        let d = cond(&s1, DEGRADED);
+        assert!(d.is_true(), "{d:?}");
+        assert_eq!(d.reason, "BrokerCrashLooping");
+        assert!(
+            d.message
+                .contains("broker 1 (pod demo-1): container broker restarted 4 times"),
+            "{}",
+            d.message
+        );
+        assert!(
+            d.message
+                .contains("Error, exit code 1: error: no Kubernetes credentials"),
+            "{}",
+            d.message
+        );
+        let r = cond(&s1, READY);
+        assert_eq!(r.reason, "BrokersNotReady");
+        assert!(
+            r.message.starts_with("2/3 brokers ready; not Ready: broker 1 (pod demo-1: CrashLoopBackOff, restarted 4 times"),
+            "{}",
+            r.message
+        );
+        let events = status_events(Some(&healthy), &s1);
+        assert!(
+            events.iter().any(|e| e.warning
+                && e.reason == "BrokerCrashLooping"
+                && e.note.contains("credentials")),
+            "{events:?}"
+        );
+        // it runs again for a moment between two crashes: still degraded,
+        // the same message, no new Event
+        let mut running = crashing(1, 4, None, &t("04:50"));
+        running.ready = false;
+        let o2 = obs(pods(running), RolloutStep::UpToDate);
+        let s2 = cluster_status(Some(&s1), &o2, &t("05:05"));
+        assert_eq!(cond(&s2, DEGRADED).reason, "BrokerCrashLooping");
+        assert!(status_events(Some(&s1), &s2).is_empty());
+        // the next crash is a new Event
+        let o3 = obs(
+            pods(crashing(1, 5, Some("CrashLoopBackOff"), &t("05:30"))),
+            RolloutStep::UpToDate,
+        );
+        let s3 = cluster_status(Some(&s2), &o3, &t("05:31"));
+        assert_eq!(status_events(Some(&s2), &s3).len(), 1);
+        // Ready and running for 10 minutes after the last crash: over
+        let mut fine = crashing(1, 5, None, &t("05:30"));
+        fine.ready = true;
+        let o4 = obs(pods(fine), RolloutStep::UpToDate);
+        assert!(cond(&cluster_status(Some(&s3), &o4, &t("14:00")), DEGRADED).is_true());
+        let s5 = cluster_status(Some(&s3), &o4, &t("15:30"));
+        assert!(!cond(&s5, DEGRADED).is_true());
+        assert!(cond(&s5, READY).is_true());
+        // a single restart (a kill) is no crash loop
+        let o6 = obs(
+            pods(crashing(1, 1, Some("CrashLoopBackOff"), &t("05:30"))),
+            RolloutStep::UpToDate,
+        );
+        assert!(!cond(&cluster_status(None, &o6, &t("05:31")), DEGRADED).is_true());
+    }
+
+    #[test]
+    fn a_refused_config_keeps_ready_and_has_its_own_condition() {
+        let mut o = obs(all_pods_ready(), RolloutStep::UpToDate);
+        let serving = cluster_status(None, &o, "t0");
+        let accepted = cond(&serving, CONFIG_ACCEPTED);
+        assert!(accepted.is_true());
+        assert_eq!(accepted.reason, "ConfigValid");
+        o.refusal = Some(Problem {
+            reason: "InvalidConfig".into(),
+            message: "spec.config is refused, no broker was restarted: num.partitions: \"abc\" is not a number".into(),
+        });
+        let s = cluster_status(Some(&serving), &o, "t1");
+        let r = cond(&s, READY);
+        assert!(r.is_true(), "{r:?}");
+        assert_eq!(r.reason, "AllBrokersRegistered");
+        assert_eq!(r.last_transition_time.as_deref(), Some("t0"));
+        let c = cond(&s, CONFIG_ACCEPTED);
+        assert!(!c.is_true());
+        assert_eq!(c.reason, "ConfigRefused");
+        assert!(c.message.contains("num.partitions"), "{}", c.message);
+        let d = cond(&s, DEGRADED);
+        assert!(d.is_true());
+        assert_eq!(d.reason, "InvalidConfig");
+        let events = status_events(Some(&serving), &s);
+        assert_eq!(
+            events.iter().map(|e| e.reason.as_str()).collect::<Vec<_>>(),
+            vec!["InvalidConfig"],
+            "a Warning for the refusal, no ClusterNotReady"
+        );
+    }
+
+    #[test]
+    fn every_distinct_refusal_emits_an_event() {
+        let mut o = obs(all_pods_ready(), RolloutStep::UpToDate);
+        let serving = cluster_status(None, &o, "t0");
+        let refuse = |o: &mut ClusterObservation, m: &str| {
+            o.refusal = Some(Problem {
+                reason: "InvalidConfig".into(),
+                message: m.into(),
+            })
+        };
+        refuse(&mut o, "num.partitions: \"abc\"");
+        let s1 = cluster_status(Some(&serving), &o, "t1");
+        assert_eq!(status_events(Some(&serving), &s1).len(), 1);
+        // the same refusal on the next reconcile: told once
+        let s2 = cluster_status(Some(&s1), &o, "t2");
+        assert!(status_events(Some(&s1), &s2).is_empty());
+        // the user fixes that and makes another mistake: a new Event
+        refuse(&mut o, "log.retention.msx: unknown broker config");
+        let s3 = cluster_status(Some(&s2), &o, "t3");
+        let events = status_events(Some(&s2), &s3);
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert!(events[0].warning);
+        assert_eq!(events[0].reason, "InvalidConfig");
+        assert!(events[0].note.contains("log.retention.msx"));
+        // a scale-down refused while the config is refused: both said, and
+        // the new one told
+        o.scaling = Some(ScaleNote {
+            kind: NoteKind::Problem,
+            reason: "ScaleDownRefused",
+            message: "topic t has replication factor 3".into(),
+        });
+        let s4 = cluster_status(Some(&s3), &o, "t4");
+        let d = cond(&s4, DEGRADED);
+        assert_eq!(d.reason, "InvalidConfig");
+        assert!(
+            d.message
+                .ends_with("; also ScaleDownRefused: topic t has replication factor 3"),
+            "{}",
+            d.message
+        );
+        assert_eq!(status_events(Some(&s3), &s4).len(), 1);
+    }
+
+    #[test]
+    fn not_ready_says_what_is_missing_when_every_pod_is_ready() {
+        let check = |o: &ClusterObservation, reason: &str, says: &str| {
+            let s = cluster_status(None, o, "t0");
+            let r = cond(&s, READY);
+            assert!(!r.is_true());
+            assert_eq!(r.reason, reason);
+            assert_ne!(r.message, "3/3 brokers ready");
+            assert!(r.message.contains(says), "{}", r.message);
+        };
+        // a roll is due: which brokers run the old template
+        let o = obs(
+            vec![pod(0, "r1", true), pod(1, "r1", true), pod(2, "r2", true)],
+            RolloutStep::Delete {
+                name: "demo-1".into(),
+                ordinal: 1,
+            },
+        );
+        check(
+            &o,
+            "BrokersOutdated",
+            "brokers 0, 1 still run the previous pod template",
+        );
+        // a broker not registered (fenced)
+        let mut o = obs(all_pods_ready(), RolloutStep::UpToDate);
+        o.membership = known(Some(0), 4, &[0, 2]);
+        check(&o, "BrokersNotRegistered", "not registered: 1");
+        // no controller
+        o.membership = known(None, 4, &[0, 1, 2]);
+        check(&o, "NoController", "no active controller");
+        // the StatefulSet has not observed a scale yet: nothing is missing,
+        // the brokers serve
+        let mut o = obs(
+            all_pods_ready(),
+            RolloutStep::Wait("StatefulSet has no update revision yet".into()),
+        );
+        o.update_revision = None;
+        let s = cluster_status(None, &o, "t0");
+        assert!(cond(&s, READY).is_true(), "{:?}", cond(&s, READY));
+        // a pod that does not exist and one that is not Ready, by name
+        let o = obs(
+            vec![pod(0, "r2", true), pod(2, "r2", false)],
+            RolloutStep::UpToDate,
+        );
+        check(
+            &o,
+            "BrokersNotReady",
+            "1/3 brokers ready; not Ready: broker 2 (pod demo-2); no pod yet for broker 1",
+        );
+        // pods beyond the desired count (a scale-in) do not count as ready
+        let mut o = obs(
+            vec![
+                pod(0, "r2", true),
+                pod(1, "r2", false),
+                pod(2, "r2", true),
+                pod(3, "r2", true),
+            ],
+            RolloutStep::UpToDate,
+        );
+        o.desired_replicas = 3;
+        check(&o, "BrokersNotReady", "2/3 brokers ready");
+    }
+
+    #[test]
+    fn a_plain_scale_is_scaling_not_a_rolling_restart() {
+        let no_revision = |pods: Vec<PodState>, desired: i32| {
+            let mut o = obs(
+                pods,
+                RolloutStep::Wait("StatefulSet has no update revision yet".into()),
+            );
+            o.update_revision = None;
+            o.desired_replicas = desired;
+            o
+        };
+        // scale-out 3 -> 5, the StatefulSet grown, its status not yet
+        let s = cluster_status(None, &no_revision(all_pods_ready(), 5), "t0");
+        let p = cond(&s, PROGRESSING);
+        assert_eq!(p.reason, "ScalingOut", "{p:?}");
+        assert_eq!(p.message, "scaling out to 5 brokers: creating brokers 3, 4");
+        // the same with the revision known: the new pods are the current one
+        let mut o = obs(all_pods_ready(), RolloutStep::UpToDate);
+        o.desired_replicas = 5;
+        assert_eq!(
+            cond(&cluster_status(None, &o, "t0"), PROGRESSING).reason,
+            "ScalingOut"
+        );
+        // scale-in 5 -> 3: the StatefulSet lowered, pods 3 and 4 still there
+        let mut pods = all_pods_ready();
+        pods.extend([pod(3, "r2", true), pod(4, "r2", true)]);
+        let s = cluster_status(None, &no_revision(pods, 3), "t0");
+        let p = cond(&s, PROGRESSING);
+        assert_eq!(p.reason, "ScalingIn", "{p:?}");
+        assert!(p.message.contains("brokers 3, 4 are being removed"));
+        assert!(cond(&s, READY).is_true());
+        // ... and once they are gone, while the StatefulSet's status lags
+        let s = cluster_status(None, &no_revision(all_pods_ready(), 3), "t0");
+        assert_ne!(cond(&s, PROGRESSING).reason, "RollingRestart");
+        assert!(cond(&s, READY).is_true());
+        // a pod recreated in the middle is not a scale
+        let o = obs(
+            vec![pod(0, "r2", true), pod(2, "r2", true)],
+            RolloutStep::UpToDate,
+        );
+        assert_eq!(
+            cond(&cluster_status(None, &o, "t0"), PROGRESSING).reason,
+            "BrokersStarting"
+        );
+        // a template change is still a rolling restart
+        let o = obs(
+            vec![pod(0, "r1", true), pod(1, "r1", true), pod(2, "r2", false)],
+            RolloutStep::Wait("pod demo-2 is terminating".into()),
+        );
+        assert_eq!(
+            cond(&cluster_status(None, &o, "t0"), PROGRESSING).reason,
+            "RollingRestart"
+        );
     }
 }

@@ -6,8 +6,9 @@
 //! broker would refuse at start is refused here, before any broker is
 //! rolled onto it); and, again, that the broker's ports differ (the CRD's
 //! CEL rule says so too, but an older CRD may be installed). Pure; a
-//! failure becomes a `Degraded` condition and a Warning Event, never a
-//! crash and never a roll.
+//! failure becomes `ConfigAccepted=False ConfigRefused` and a `Degraded`
+//! condition with its reason and a Warning Event, never a crash, never a
+//! roll, and never `Ready=False` while the brokers serve.
 
 use std::collections::BTreeMap;
 

@@ -77,7 +77,9 @@ pub struct TopicMetadata {
     pub topic_id: Option<String>,
     /// Partition count.
     pub partitions: i32,
-    /// Largest replica set of any partition.
+    /// Largest replica set of any partition, as Metadata lists it: during a
+    /// reassignment that includes the replicas being removed, so it is not
+    /// the replication factor then (see [`super::reassign::replication_factor`]).
     pub replication_factor: i32,
     /// Every partition, by index.
     pub partition_details: Vec<PartitionInfo>,

@@ -2,7 +2,10 @@
 //! response readers (the calls are in `admin`): AlterPartitionReassignments
 //! (targets, or `None` to cancel), ListPartitionReassignments,
 //! DescribeLogDirs (replica sizes on one broker) and ElectLeaders
-//! (preferred).
+//! (preferred); and what a partition's replicas are once its move is done
+//! ([`target_replicas`], [`replication_factor`]): during a move Metadata
+//! lists the target and the replicas being removed together, so a replica
+//! count read from Metadata alone is not the replication factor.
 
 use std::collections::BTreeMap;
 
@@ -49,6 +52,54 @@ pub struct OngoingReassignment {
     pub adding: Vec<i32>,
     /// Replicas to drop once the targets are in sync.
     pub removing: Vec<i32>,
+}
+
+impl OngoingReassignment {
+    /// The replicas the partition ends with: the current set without the
+    /// ones being removed (the ones being added are part of the target).
+    pub fn target(&self) -> Vec<i32> {
+        self.replicas
+            .iter()
+            .copied()
+            .filter(|b| !self.removing.contains(b))
+            .collect()
+    }
+}
+
+/// The target replicas of `topic`-`partition` whose replica list (as
+/// Metadata reports it) is `replicas`: the running reassignment's target
+/// when it moves, else `replicas` themselves. Kafka's view: during a move
+/// the replica list is target ∪ removing, and adding ⊆ target.
+pub fn target_replicas(
+    topic: &str,
+    partition: i32,
+    replicas: &[i32],
+    ongoing: &[OngoingReassignment],
+) -> Vec<i32> {
+    match ongoing
+        .iter()
+        .find(|o| o.topic == topic && o.partition == partition)
+    {
+        Some(o) => o.target(),
+        None => replicas.to_vec(),
+    }
+}
+
+/// A topic's replication factor: the largest target replica count of its
+/// partitions (see [`target_replicas`]), `fallback` when it has none. A
+/// partition being moved counts with the replicas it ends with, not with
+/// the transient set that includes the replicas being removed.
+pub fn replication_factor<'a>(
+    topic: &str,
+    partitions: impl IntoIterator<Item = (i32, &'a [i32])>,
+    ongoing: &[OngoingReassignment],
+    fallback: i32,
+) -> i32 {
+    partitions
+        .into_iter()
+        .map(|(p, replicas)| target_replicas(topic, p, replicas, ongoing).len())
+        .max()
+        .map_or(fallback, |n| i32::try_from(n).unwrap_or(i32::MAX))
 }
 
 /// A partition whose request the broker refused.
@@ -288,6 +339,52 @@ mod tests {
                 replicas: Some(vec![2, 0]),
             },
         ]
+    }
+
+    #[test]
+    fn a_moving_partition_counts_its_target_replicas() {
+        // RF 3 moving {0,1,2} -> {1,2,3}: Metadata lists 4 replicas while
+        // broker 3 catches up and broker 0 waits to be removed.
+        let moving = OngoingReassignment {
+            topic: "t".into(),
+            partition: 0,
+            replicas: vec![1, 2, 3, 0],
+            adding: vec![3],
+            removing: vec![0],
+        };
+        assert_eq!(moving.target(), vec![1, 2, 3]);
+        let ongoing = [moving];
+        assert_eq!(
+            target_replicas("t", 0, &[1, 2, 3, 0], &ongoing),
+            vec![1, 2, 3]
+        );
+        assert_eq!(target_replicas("t", 1, &[0, 1, 2], &ongoing), vec![0, 1, 2]);
+        assert_eq!(target_replicas("u", 0, &[5], &ongoing), vec![5]);
+        let parts: Vec<(i32, Vec<i32>)> = vec![(0, vec![1, 2, 3, 0]), (1, vec![0, 1, 2])];
+        let rf = |ongoing: &[OngoingReassignment]| {
+            replication_factor(
+                "t",
+                parts.iter().map(|(p, r)| (*p, r.as_slice())),
+                ongoing,
+                0,
+            )
+        };
+        assert_eq!(rf(&ongoing), 3);
+        // without the move's view, the transient set would say 4
+        assert_eq!(rf(&[]), 4);
+        assert_eq!(replication_factor("t", [], &ongoing, 2), 2);
+        // a move that raises the factor counts its target: 2 -> 3
+        let growing = OngoingReassignment {
+            topic: "g".into(),
+            partition: 0,
+            replicas: vec![0, 1, 2],
+            adding: vec![2],
+            removing: vec![],
+        };
+        assert_eq!(
+            replication_factor("g", [(0, &[0, 1, 2][..])], &[growing], 0),
+            3
+        );
     }
 
     #[test]

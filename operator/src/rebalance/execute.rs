@@ -12,7 +12,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use crate::kafka::{
-    codes, AdminClient, ClusterMetadata, ConfigOp, KafkaError, OngoingReassignment, PartitionError,
+    codes, reassign, AdminClient, ClusterMetadata, ConfigOp, KafkaError, OngoingReassignment,
+    PartitionError,
 };
 
 use crate::cluster::scaling::Placement;
@@ -71,17 +72,20 @@ pub fn observed_from(
 
 /// Where the replicas are, for a scale-down's decision
 /// (`cluster::scaling`): the highest replication factor (a topic's largest
-/// replica list) and every broker holding a replica or targeted by a
-/// running reassignment.
+/// target replica list: a partition being moved counts the replicas it ends
+/// with, not those being removed, see [`reassign::replication_factor`]) and
+/// every broker holding a replica or targeted by a running reassignment.
 pub fn placement_of(meta: &ClusterMetadata, ongoing: &[OngoingReassignment]) -> Placement {
     let mut out = Placement::default();
     for t in &meta.topics {
-        let rf = t
-            .partition_details
-            .iter()
-            .map(|p| p.replicas.len())
-            .max()
-            .map_or(t.replication_factor, |n| n.try_into().unwrap_or(i32::MAX));
+        let rf = reassign::replication_factor(
+            &t.name,
+            t.partition_details
+                .iter()
+                .map(|p| (p.partition, p.replicas.as_slice())),
+            ongoing,
+            t.replication_factor,
+        );
         if out
             .max_replication_factor
             .as_ref()
@@ -341,6 +345,24 @@ mod tests {
             p.holding.into_iter().collect::<Vec<_>>(),
             vec![0, 1, 2, 3, 5]
         );
+        // A drain in flight: b's partition moves {1,2,3} -> {0,1,2}; Metadata
+        // lists 4 replicas while 3 is being removed. The factor is still 3,
+        // and both 0 and 3 hold a replica.
+        let meta = ClusterMetadata {
+            controller_id: 0,
+            brokers: Vec::new(),
+            topics: vec![topic("b", 4, vec![part(0, &[0, 1, 2, 3])])],
+        };
+        let draining = OngoingReassignment {
+            topic: "b".into(),
+            partition: 0,
+            replicas: vec![0, 1, 2, 3],
+            adding: vec![0],
+            removing: vec![3],
+        };
+        let p = placement_of(&meta, &[draining]);
+        assert_eq!(p.max_replication_factor, Some(("b".to_string(), 3)));
+        assert_eq!(p.holding.into_iter().collect::<Vec<_>>(), vec![0, 1, 2, 3]);
         let empty = placement_of(
             &ClusterMetadata {
                 controller_id: 0,

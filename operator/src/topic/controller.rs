@@ -39,15 +39,15 @@ use crate::cluster::membership::read_membership;
 use crate::cluster::status::Problem;
 use crate::context::Context;
 use crate::crd::{
-    find_condition, format_time, DeletionPolicy, KafkaCluster, KafkaRebalance,
-    KafkaRetentionPolicy, KafkaTopic, TopicReassignment,
+    format_time, DeletionPolicy, KafkaCluster, KafkaRebalance, KafkaRetentionPolicy, KafkaTopic,
+    TopicReassignment,
 };
 use crate::error::{Error, Result};
-use crate::kafka::AdminClient;
+use crate::kafka::{AdminClient, OngoingReassignment};
 
 use super::plan::{default_replication_factor, ObservedTopic, TopicAction};
 use super::reassignment::topic_reassignment;
-use super::status::topic_status;
+use super::status::{problem_event, topic_status};
 use super::sync::sync_topic;
 
 const KIND: &str = "KafkaTopic";
@@ -199,21 +199,17 @@ fn action_event(action: &TopicAction, topic: &str) -> (&'static str, String) {
     }
 }
 
-/// The topic's move progress: running reassignments from the controller
-/// (`admin`), the `KafkaRebalance`s of its cluster from the API server. A
-/// read that fails is logged and counts as nothing moving.
+/// The topic's move progress: running reassignments as the sync read them
+/// from the controller (`ongoing`), the `KafkaRebalance`s of its cluster
+/// from the API server. A read that fails is logged and counts as nothing
+/// moving.
 async fn reassignment_of(
     ctx: &Context,
     kt: &KafkaTopic,
-    admin: &mut AdminClient,
+    ongoing: &[OngoingReassignment],
     observed: &ObservedTopic,
 ) -> Option<TopicReassignment> {
     let name = kt.kafka_topic_name();
-    let ongoing = admin
-        .list_partition_reassignments()
-        .await
-        .map_err(|e| tracing::debug!(topic = %name, error = %e, "listing reassignments failed"))
-        .unwrap_or_default();
     let rebalances: Vec<KafkaRebalance> = match kt.namespace() {
         Some(ns) => Api::<KafkaRebalance>::namespaced(ctx.client.clone(), &ns)
             .list(&ListParams::default())
@@ -230,7 +226,7 @@ async fn reassignment_of(
         .filter(|(r, _)| r.spec.cluster == kt.spec.cluster_ref)
         .filter_map(|(r, n)| r.status.as_ref().map(|s| (n.as_str(), s)))
         .collect();
-    topic_reassignment(&name, &observed.replicas, &ongoing, &of_cluster)
+    topic_reassignment(&name, &observed.replicas, ongoing, &of_cluster)
 }
 
 /// Writes the status. `reassignment`: `Some(value)` sets the move progress
@@ -282,16 +278,8 @@ async fn write_status(
         )
         .await?;
     }
-    let old_reason = old
-        .and_then(|s| find_condition(&s.conditions, "Degraded"))
-        .filter(|c| c.is_true())
-        .map(|c| c.reason.clone());
-    if let Some(p) = problems.first() {
-        if old_reason.as_deref() != Some(p.reason.as_str()) {
-            ctx.events
-                .warning(reference, "Reconcile", &p.reason, p.message.clone())
-                .await;
-        }
+    if let Some(ev) = problem_event(old, &status) {
+        ctx.events.publish(reference, "Reconcile", &ev).await;
     }
     Ok(())
 }
@@ -334,7 +322,7 @@ async fn apply_topic(kt: Arc<KafkaTopic>, ctx: Arc<Context>) -> Result<Action> {
             match sync_topic(&mut admin, &name, &spec, registered, default_rf).await {
                 Ok(o) => {
                     let moving = match &o.observed {
-                        Some(observed) => reassignment_of(&ctx, &kt, &mut admin, observed).await,
+                        Some(observed) => reassignment_of(&ctx, &kt, &o.ongoing, observed).await,
                         None => None,
                     };
                     Ok((o, moving))

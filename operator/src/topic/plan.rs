@@ -19,7 +19,8 @@ use std::collections::BTreeMap;
 use crate::cluster::status::Problem;
 use crate::cluster::validate::bad_config_names;
 use crate::crd::KafkaTopicSpec;
-use crate::kafka::ConfigOp;
+use crate::kafka::admin::SOURCE_TOPIC_CONFIG;
+use crate::kafka::{reassign, ConfigEntry, ConfigOp, OngoingReassignment, TopicMetadata};
 
 /// The topic as Kafka reports it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -28,7 +29,8 @@ pub struct ObservedTopic {
     pub topic_id: Option<String>,
     /// Partition count.
     pub partitions: i32,
-    /// Replication factor.
+    /// Replication factor: the replicas each partition ends with, not the
+    /// transient set of a partition being moved (see [`ObservedTopic::from_kafka`]).
     pub replication_factor: i32,
     /// Topic-level config overrides (DescribeConfigs source = topic).
     pub overrides: BTreeMap<String, String>,
@@ -36,6 +38,48 @@ pub struct ObservedTopic {
     pub effective: BTreeMap<String, String>,
     /// Replicas of each partition (partition → broker ids).
     pub replicas: BTreeMap<i32, Vec<i32>>,
+}
+
+impl ObservedTopic {
+    /// The topic from Kafka's answers: its Metadata, the reassignments the
+    /// controller runs (ListPartitionReassignments) and its DescribeConfigs
+    /// entries. The replication factor counts each partition's target
+    /// replicas (replicas minus those being removed, as Kafka's tools do):
+    /// while a partition moves, Metadata lists the replicas being added and
+    /// those being removed together, which is no factor anybody asked for.
+    /// `replicas` keeps the lists as Metadata reports them.
+    pub fn from_kafka(
+        t: &TopicMetadata,
+        ongoing: &[OngoingReassignment],
+        entries: Vec<ConfigEntry>,
+    ) -> Self {
+        let mut observed = ObservedTopic {
+            topic_id: t.topic_id.clone(),
+            partitions: t.partitions,
+            replication_factor: reassign::replication_factor(
+                &t.name,
+                t.partition_details
+                    .iter()
+                    .map(|p| (p.partition, p.replicas.as_slice())),
+                ongoing,
+                t.replication_factor,
+            ),
+            replicas: t
+                .partition_details
+                .iter()
+                .map(|p| (p.partition, p.replicas.clone()))
+                .collect(),
+            ..Default::default()
+        };
+        for e in entries {
+            let Some(value) = e.value else { continue };
+            if e.source == SOURCE_TOPIC_CONFIG {
+                observed.overrides.insert(e.name.clone(), value.clone());
+            }
+            observed.effective.insert(e.name, value);
+        }
+        observed
+    }
 }
 
 /// One admin action.
@@ -342,6 +386,49 @@ mod tests {
         let p = plan(&spec(1, 2, &[]), Some(&observed(1, 1, &[])), 3, 1);
         assert!(p.actions.is_empty());
         assert_eq!(p.problems[0].reason, "ReplicationFactorChangeUnsupported");
+    }
+
+    #[test]
+    fn a_topic_being_moved_keeps_its_replication_factor() {
+        use crate::kafka::PartitionInfo;
+        // RF 3, partition 0 moving {0,1,2} -> {1,2,3}: Metadata lists
+        // [1,2,3,0] until broker 3 is in sync and broker 0 is removed.
+        let part = |partition, replicas: &[i32]| PartitionInfo {
+            partition,
+            leader: replicas[0],
+            replicas: replicas.to_vec(),
+            isr: replicas.to_vec(),
+        };
+        let meta = TopicMetadata {
+            name: "t".into(),
+            topic_id: Some("id".into()),
+            partitions: 2,
+            replication_factor: 4,
+            partition_details: vec![part(0, &[1, 2, 3, 0]), part(1, &[0, 1, 2])],
+        };
+        let moving = OngoingReassignment {
+            topic: "t".into(),
+            partition: 0,
+            replicas: vec![1, 2, 3, 0],
+            adding: vec![3],
+            removing: vec![0],
+        };
+        let entries = vec![ConfigEntry {
+            name: "retention.ms".into(),
+            value: Some("5".into()),
+            source: SOURCE_TOPIC_CONFIG,
+            sensitive: false,
+        }];
+        let o = ObservedTopic::from_kafka(&meta, &[moving], entries);
+        assert_eq!(o.replication_factor, 3);
+        assert_eq!(o.replicas[&0], vec![1, 2, 3, 0], "replicas as reported");
+        assert_eq!(o.overrides["retention.ms"], "5");
+        let p = plan(&spec(2, 3, &[("retention.ms", "5")]), Some(&o), 4, 1);
+        assert_eq!(p, TopicPlan::default(), "no false factor change");
+        // a real difference is still reported
+        let p = plan(&spec(2, 2, &[("retention.ms", "5")]), Some(&o), 4, 1);
+        assert_eq!(p.problems[0].reason, "ReplicationFactorChangeUnsupported");
+        assert!(p.problems[0].message.contains("the topic has 3"));
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! Pure status logic of a `KafkaTopic`: `Ready` and `Degraded` conditions plus
-//! the observed partitions, replication factor, topic id and effective config.
+//! the observed partitions, replication factor, topic id and effective config,
+//! and the Warning Event a refusal deserves ([`problem_event`]).
 
-use crate::cluster::status::Problem;
-use crate::crd::{merge_conditions, Condition, KafkaTopicStatus};
+use crate::cluster::status::{EventSpec, Problem};
+use crate::crd::{find_condition, merge_conditions, Condition, KafkaTopicStatus};
 
 use super::plan::ObservedTopic;
 
@@ -82,10 +83,28 @@ pub fn topic_status(
     }
 }
 
+/// The Warning Event of a `Degraded=True` status: whenever its reason or
+/// its message differs from the old status's, so every distinct refusal is
+/// told (a second bad spec with the same reason too), and a refusal that
+/// stays the same is told once.
+pub fn problem_event(old: Option<&KafkaTopicStatus>, new: &KafkaTopicStatus) -> Option<EventSpec> {
+    let now = find_condition(&new.conditions, "Degraded").filter(|c| c.is_true())?;
+    let was = old
+        .and_then(|s| find_condition(&s.conditions, "Degraded"))
+        .filter(|c| c.is_true());
+    if was.is_some_and(|w| w.reason == now.reason && w.message == now.message) {
+        return None;
+    }
+    Some(EventSpec {
+        warning: true,
+        reason: now.reason.clone(),
+        note: now.message.clone(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crd::find_condition;
     use std::collections::BTreeMap;
 
     fn obs() -> ObservedTopic {
@@ -152,5 +171,41 @@ mod tests {
         assert_eq!(s.topic_id.as_deref(), Some("abc"));
         assert_eq!(s.partitions, Some(3));
         assert!(find_condition(&s.conditions, "Degraded").unwrap().is_true());
+    }
+
+    #[test]
+    fn every_distinct_refusal_is_an_event_once() {
+        let problem = |reason: &str, message: &str| Problem {
+            reason: reason.into(),
+            message: message.into(),
+        };
+        let ok = topic_status(None, Some(1), "orders", Some(&obs()), &[], "t0");
+        assert_eq!(problem_event(None, &ok), None);
+        let first = [problem("InvalidConfig", "spec.config keys: A")];
+        let s1 = topic_status(Some(&ok), Some(2), "orders", Some(&obs()), &first, "t1");
+        let e = problem_event(Some(&ok), &s1).expect("first refusal");
+        assert!(e.warning);
+        assert_eq!(
+            (e.reason.as_str(), e.note.as_str()),
+            ("InvalidConfig", "spec.config keys: A")
+        );
+        // the same refusal again: no repeat
+        let again = topic_status(Some(&s1), Some(2), "orders", Some(&obs()), &first, "t2");
+        assert_eq!(problem_event(Some(&s1), &again), None);
+        // another refusal with the same reason: its own Event
+        let second = [problem("InvalidConfig", "spec.config keys: B")];
+        let s2 = topic_status(Some(&s1), Some(3), "orders", Some(&obs()), &second, "t3");
+        let e = problem_event(Some(&s1), &s2).expect("a second, different refusal");
+        assert_eq!(e.note, "spec.config keys: B");
+        // a new reason too
+        let third = [problem("ReplicationFactorChangeUnsupported", "x")];
+        let s3 = topic_status(Some(&s2), Some(4), "orders", Some(&obs()), &third, "t4");
+        assert_eq!(
+            problem_event(Some(&s2), &s3).unwrap().reason,
+            "ReplicationFactorChangeUnsupported"
+        );
+        // back in sync: nothing
+        let s4 = topic_status(Some(&s3), Some(5), "orders", Some(&obs()), &[], "t5");
+        assert_eq!(problem_event(Some(&s3), &s4), None);
     }
 }

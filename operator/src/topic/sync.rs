@@ -1,12 +1,11 @@
 //! Runs the topic planner against one broker: observe (Metadata +
-//! DescribeConfigs), plan, execute, observe again. Broker rejections of an
+//! DescribeConfigs + ListPartitionReassignments), plan, execute, observe again. Broker rejections of an
 //! action become problems (reported in status); transport failures are
 //! errors (retried by the controller).
 
 use crate::cluster::status::Problem;
 use crate::crd::KafkaTopicSpec;
-use crate::kafka::admin::SOURCE_TOPIC_CONFIG;
-use crate::kafka::{codes, AdminClient, KafkaError};
+use crate::kafka::{codes, AdminClient, KafkaError, OngoingReassignment};
 
 use super::plan::{broker_count, plan, ObservedTopic, TopicAction};
 
@@ -21,44 +20,37 @@ pub struct SyncOutcome {
     pub performed: Vec<TopicAction>,
     /// The broker count the plan used (see [`broker_count`]).
     pub brokers: usize,
+    /// The reassignments the controller runs (all topics), as last read.
+    pub ongoing: Vec<OngoingReassignment>,
 }
 
-/// Reads the topic from Kafka; None when it does not exist.
+/// Reads the topic from Kafka (None when it does not exist), the
+/// Metadata response's broker count and the reassignments the controller
+/// runs. A failed ListPartitionReassignments is logged and counts as
+/// nothing moving.
 pub async fn observe(
     admin: &mut AdminClient,
     name: &str,
-) -> Result<(Option<ObservedTopic>, usize), KafkaError> {
+) -> Result<(Option<ObservedTopic>, usize, Vec<OngoingReassignment>), KafkaError> {
     let md = admin.metadata(Some(&[name.to_string()])).await?;
     let brokers = md.brokers.len();
     let Some(t) = md.topics.into_iter().find(|t| t.name == name) else {
-        return Ok((None, brokers));
+        return Ok((None, brokers, Vec::new()));
     };
     let entries = match admin.describe_topic_config(name).await {
         Ok(e) => e,
         Err(e) if e.code() == Some(codes::UNKNOWN_TOPIC_OR_PARTITION) => {
-            return Ok((None, brokers))
+            return Ok((None, brokers, Vec::new()))
         }
         Err(e) => return Err(e),
     };
-    let mut observed = ObservedTopic {
-        topic_id: t.topic_id,
-        partitions: t.partitions,
-        replication_factor: t.replication_factor,
-        replicas: t
-            .partition_details
-            .iter()
-            .map(|p| (p.partition, p.replicas.clone()))
-            .collect(),
-        ..Default::default()
-    };
-    for e in entries {
-        let Some(value) = e.value else { continue };
-        if e.source == SOURCE_TOPIC_CONFIG {
-            observed.overrides.insert(e.name.clone(), value.clone());
-        }
-        observed.effective.insert(e.name, value);
-    }
-    Ok((Some(observed), brokers))
+    let ongoing = admin
+        .list_partition_reassignments()
+        .await
+        .map_err(|e| tracing::debug!(topic = %name, error = %e, "listing reassignments failed"))
+        .unwrap_or_default();
+    let observed = ObservedTopic::from_kafka(&t, &ongoing, entries);
+    Ok((Some(observed), brokers, ongoing))
 }
 
 fn rejected(e: &KafkaError) -> Option<Problem> {
@@ -98,12 +90,13 @@ pub async fn sync_topic(
     registered: Option<usize>,
     default_rf: i32,
 ) -> Result<SyncOutcome, KafkaError> {
-    let (observed, metadata_brokers) = observe(admin, name).await?;
+    let (observed, metadata_brokers, ongoing) = observe(admin, name).await?;
     let brokers = broker_count(registered, metadata_brokers);
     let topic_plan = plan(spec, observed.as_ref(), brokers, default_rf);
     let mut outcome = SyncOutcome {
         problems: topic_plan.problems,
         brokers,
+        ongoing,
         ..Default::default()
     };
     for action in topic_plan.actions {
@@ -134,7 +127,9 @@ pub async fn sync_topic(
     outcome.observed = if outcome.performed.is_empty() {
         observed
     } else {
-        observe(admin, name).await?.0
+        let (observed, _, ongoing) = observe(admin, name).await?;
+        outcome.ongoing = ongoing;
+        observed
     };
     Ok(outcome)
 }
