@@ -222,8 +222,9 @@ fn ready_condition(obs: &ClusterObservation, live: &[&PodState]) -> Condition {
             false,
             "BrokersOutdated",
             format!(
-                "{desired}/{desired} brokers ready, but {} still run the previous pod template; the rolling restart replaces them",
-                broker_list(&outdated)
+                "{desired}/{desired} brokers ready, but {} still {} the previous pod template; the rolling restart replaces them",
+                broker_list(&outdated),
+                if outdated.len() == 1 { "runs" } else { "run" }
             ),
         );
     }
@@ -253,6 +254,16 @@ fn progressing_condition(
     updated: i32,
 ) -> Condition {
     let desired = obs.desired_replicas;
+    if obs.refusal.is_some() {
+        // Nothing is applied and no pod is restarted while the spec is
+        // refused: the operator is not moving the cluster anywhere.
+        return Condition::new(
+            PROGRESSING,
+            false,
+            "ConfigRefused",
+            "nothing is applied while the spec is refused; see ConfigAccepted",
+        );
+    }
     let scale_progress = obs
         .scaling
         .as_ref()
@@ -344,7 +355,10 @@ fn progressing_condition(
                 PROGRESSING,
                 true,
                 "CreatingBrokers",
-                format!("creating {desired} brokers"),
+                format!(
+                    "creating {desired} broker{}",
+                    if desired == 1 { "" } else { "s" }
+                ),
             ),
         };
     }
@@ -1086,6 +1100,9 @@ mod tests {
         let d = cond(&s, DEGRADED);
         assert!(d.is_true());
         assert_eq!(d.reason, "InvalidConfig");
+        let p = cond(&s, PROGRESSING);
+        assert!(!p.is_true());
+        assert_eq!(p.reason, "ConfigRefused");
         let events = status_events(Some(&serving), &s);
         assert_eq!(
             events.iter().map(|e| e.reason.as_str()).collect::<Vec<_>>(),
