@@ -19,6 +19,7 @@ pub mod build_info;
 pub mod config;
 pub mod config_check;
 pub mod controller;
+pub mod data_dir;
 pub mod dynamic_config;
 pub mod fetch_session;
 pub mod group;

@@ -91,6 +91,8 @@ pub async fn run_reporting(
         .unwrap_or_else(|| bound.to_string());
     let (host, port) = split_host_port(&advertised)?;
 
+    // Before anything reads the logs: no second process on this directory.
+    let owned_data_dir = crate::data_dir::own(&cli.data_dir)?;
     let data_dir = cli.data_dir.clone();
     let started = std::time::Instant::now();
     let settings = coordinator_settings(&broker_config);
@@ -188,7 +190,15 @@ pub async fn run_reporting(
     });
 
     let cluster_mode = if crate::controller::mode::is_cluster(&cli) {
-        Some(crate::controller::mode::start(&broker, &cli, shutdown.clone()).await?)
+        Some(
+            crate::controller::mode::start(
+                &broker,
+                &cli,
+                owned_data_dir.succession_token().to_string(),
+                shutdown.clone(),
+            )
+            .await?,
+        )
     } else {
         None
     };
@@ -248,7 +258,29 @@ pub async fn run_reporting(
     };
     tokio::pin!(signals);
     let mut accept_backoff = crate::resources::AcceptBackoff::default();
+    let mut stopping = false;
+    if cluster_mode.is_some() && !broker.is_ready() {
+        // A broker serves clients only with the cluster's metadata: until
+        // it is registered and has the controller's image, connections
+        // wait in the listener's backlog (as a Kafka broker's acceptor
+        // starts only once the broker has caught up), rather than being
+        // answered as a one-broker cluster with this directory's own id.
+        tracing::info!("waiting for the controller's metadata before serving clients");
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(20)) => if broker.is_ready() { break },
+                r = shutdown.changed() => if r.is_err() || *shutdown.borrow() { stopping = true; break },
+                _ = &mut signals => { stopping = true; break },
+            }
+        }
+        if !stopping {
+            tracing::info!("serving clients");
+        }
+    }
     loop {
+        if stopping {
+            break;
+        }
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {

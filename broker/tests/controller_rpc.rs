@@ -102,6 +102,7 @@ impl Broker {
                 host: format!("127.0.0.{}", node_id + 10),
                 port: 9092,
                 rack: String::new(),
+                succession_token: String::new(),
             })
             .await?
             .into_inner()

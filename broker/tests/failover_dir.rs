@@ -274,3 +274,84 @@ async fn a_returning_broker_gets_its_preferred_leaderships_back() {
         assert!(back[i].isr.contains(&paused));
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_broker_succeeds_itself_at_once_and_serves_only_the_clusters_metadata() {
+    use kafka_protocol::messages::{ApiKey, MetadataRequest, MetadataResponse};
+    let mut c = Cluster::start(DEFAULTS);
+    c.topic("r", 3).await;
+    let mut s = c.conn(0).await;
+    let (_, controller, _) = view(&mut s, "r").await;
+    let cluster_id = {
+        let m: MetadataResponse = wire_common::call(
+            &mut s,
+            ApiKey::Metadata,
+            12,
+            &MetadataRequest::default().with_topics(None),
+        )
+        .await;
+        m.cluster_id.expect("cluster id").to_string()
+    };
+    let victim = (controller + 1) % 3;
+    let data = c.root.path().join(format!("data-{victim}"));
+    let shared = c.root.path().join("shared");
+
+    // A second process on a live broker's data directory refuses to start.
+    let mut second = spawn("9", &data, &shared, c.root.path(), DEFAULTS);
+    let status = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            if let Some(st) = second.child.try_wait().unwrap() {
+                return st;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the second process exits");
+    assert!(!status.success());
+    assert!(
+        second
+            .log()
+            .contains("another process holds the data directory"),
+        "{}",
+        second.log()
+    );
+    drop(second);
+
+    // kill -9 and an immediate restart on the same directory: it proves it
+    // succeeds its old incarnation and is back in service at once, not
+    // after the old one's session timeout (9 s).
+    let mut old = c.brokers.remove(&victim).unwrap();
+    old.stop(libc::SIGKILL, Duration::from_secs(10)).await;
+    let restarted = tokio::time::Instant::now();
+    let back = spawn(&victim.to_string(), &data, &shared, c.root.path(), DEFAULTS);
+    // Whatever it answers, it answers for the cluster: its first Metadata
+    // names the cluster's id and every broker.
+    let mut sb = back.connect(Duration::from_secs(30)).await;
+    let m: MetadataResponse = wire_common::call(
+        &mut sb,
+        ApiKey::Metadata,
+        12,
+        &MetadataRequest::default().with_topics(None),
+    )
+    .await;
+    assert_eq!(m.cluster_id.map(|c| c.to_string()), Some(cluster_id));
+    assert_ne!(m.controller_id.0, -1);
+    let all = BTreeSet::from([0, 1, 2]);
+    wait_until(&mut s, "r", "the restarted broker in service", |v| {
+        v.0 == all
+    })
+    .await;
+    let took = restarted.elapsed();
+    assert!(
+        took < Duration::from_secs(5),
+        "back in service after {took:?}"
+    );
+    assert!(
+        c.brokers[&controller]
+            .log()
+            .contains("replaces its previous incarnation at once"),
+        "{}",
+        c.brokers[&controller].log()
+    );
+}

@@ -27,6 +27,11 @@ pub struct RegisteredBroker {
     /// Fenced brokers (heartbeats stopped) lead nothing.
     #[serde(default)]
     pub fenced: bool,
+    /// SHA-256 (hex) of the succession token of its data directory: a
+    /// restart presenting the same token replaces a still-live
+    /// incarnation at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub succession_hash: Option<String>,
 }
 
 /// The cluster-wide record: one per cluster.

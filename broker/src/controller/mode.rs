@@ -134,6 +134,7 @@ impl ClusterMode {
 pub async fn start(
     broker: &Arc<Broker>,
     cli: &Cli,
+    succession_token: String,
     shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<ClusterMode> {
     let backend = match cli.cluster.as_str() {
@@ -206,6 +207,7 @@ pub async fn start(
                 backend,
                 heartbeat,
                 link: link.clone(),
+                succession_token,
             },
             shutdown.clone(),
         )),

@@ -9,7 +9,10 @@
 //! - the same incarnation registering again is a retry: same epoch;
 //! - a new incarnation of a node id is refused while the old one is live
 //!   (two processes claiming one id is a configuration error that must not
-//!   be papered over), and accepted once the old one is fenced (a restart);
+//!   be papered over), and accepted once the old one is fenced (a restart),
+//!   or at once when it proves it succeeds the live one: the same
+//!   succession hash, which only a process holding the node's data
+//!   directory can present (see `crate::data_dir`);
 //! - a heartbeat must carry the current incarnation and epoch, else it is
 //!   stale and the sender must register again;
 //! - a broker whose last heartbeat is older than the session timeout is
@@ -29,6 +32,8 @@ pub struct Registration {
     pub host: String,
     pub port: i32,
     pub rack: Option<String>,
+    /// SHA-256 of its data directory's succession token, when it sent one.
+    pub succession_hash: Option<String>,
 }
 
 /// A registered broker.
@@ -96,6 +101,7 @@ impl Registry {
                         host: b.host.clone(),
                         port: b.port,
                         rack: b.rack.clone(),
+                        succession_hash: b.succession_hash.clone(),
                     },
                     broker_epoch: b.broker_epoch,
                     last_heartbeat_ms: now_ms,
@@ -121,6 +127,7 @@ impl Registry {
                 incarnation: b.registration.incarnation.to_string(),
                 broker_epoch: b.broker_epoch,
                 fenced: b.fenced,
+                succession_hash: b.registration.succession_hash.clone(),
             })
             .collect()
     }
@@ -144,7 +151,7 @@ impl Registry {
                 return Ok(current.broker_epoch);
             }
             let live = !current.fenced && !expired(current, now_ms, session_timeout_ms);
-            if live {
+            if live && !succeeds(current, &r) {
                 return Err(RegistryError::DuplicateNodeId {
                     node_id: r.node_id,
                     live: current.registration.incarnation,
@@ -166,6 +173,18 @@ impl Registry {
             },
         );
         Ok(epoch)
+    }
+
+    /// Whether registering `r` takes the place of an incarnation that is
+    /// still in service (a proven restart: see [`Registry::register`]);
+    /// its leaderships must then move as if it had been fenced.
+    pub fn replaces_live(&self, r: &Registration, now_ms: i64, session_timeout_ms: i64) -> bool {
+        self.brokers.get(&r.node_id).is_some_and(|current| {
+            current.registration.incarnation != r.incarnation
+                && !current.fenced
+                && !expired(current, now_ms, session_timeout_ms)
+                && succeeds(current, r)
+        })
     }
 
     /// A heartbeat. `ready` means the broker has caught up with the
@@ -274,6 +293,15 @@ impl Registry {
     }
 }
 
+/// Whether `r` proves it succeeds `current`: both carry the same
+/// succession hash.
+fn succeeds(current: &Registered, r: &Registration) -> bool {
+    matches!(
+        (&current.registration.succession_hash, &r.succession_hash),
+        (Some(a), Some(b)) if a == b
+    )
+}
+
 fn expired(b: &Registered, now_ms: i64, session_timeout_ms: i64) -> bool {
     now_ms.saturating_sub(b.last_heartbeat_ms) > session_timeout_ms
 }
@@ -291,7 +319,51 @@ mod tests {
             host: format!("127.0.0.{}", node_id + 1),
             port: 9092,
             rack: None,
+            succession_hash: None,
         }
+    }
+
+    #[test]
+    fn a_restart_proving_succession_replaces_a_live_incarnation_at_once() {
+        let mut r = Registry::default();
+        let old = Uuid::new_v4();
+        let with = |inc, hash: Option<&str>| Registration {
+            succession_hash: hash.map(str::to_string),
+            ..reg(3, inc)
+        };
+        let e = r.register(with(old, Some("h")), 0, SESSION).unwrap();
+        r.heartbeat(3, old, e, true, 0).unwrap();
+        // a process from another directory: refused
+        let impostor = with(Uuid::new_v4(), Some("other"));
+        assert!(!r.replaces_live(&impostor, 1, SESSION));
+        assert!(r.register(impostor, 1, SESSION).is_err());
+        let tokenless = with(Uuid::new_v4(), None);
+        assert!(r.register(tokenless, 1, SESSION).is_err());
+        // the same directory after a restart: replaces it, fenced until ready
+        let new = with(Uuid::new_v4(), Some("h"));
+        assert!(r.replaces_live(&new, 2, SESSION));
+        let e2 = r.register(new.clone(), 2, SESSION).unwrap();
+        assert!(e2 > e);
+        assert!(!r.is_live(3));
+        assert_eq!(
+            r.heartbeat(3, old, e, true, 3),
+            Err(RegistryError::StaleBroker { node_id: 3 })
+        );
+        assert!(
+            !r.replaces_live(&new, 3, SESSION),
+            "a retry replaces nothing"
+        );
+        // persisted and restored with the hash
+        let restored = Registry::restore(&r.to_records(), 10);
+        assert_eq!(
+            restored
+                .get(3)
+                .unwrap()
+                .registration
+                .succession_hash
+                .as_deref(),
+            Some("h")
+        );
     }
 
     #[test]

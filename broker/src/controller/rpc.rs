@@ -359,6 +359,19 @@ impl ControllerService {
             .collect()
     }
 
+    /// Moves leaderships and ISR places off brokers just taken out of
+    /// service (`fenced`), as [`leadership::on_brokers_fenced`] decides.
+    async fn move_off(&self, state: &mut State, fenced: &[i32]) -> Result<(), StoreError> {
+        let gone: BTreeSet<i32> = fenced.iter().copied().collect();
+        let live: BTreeSet<i32> = Self::live(state).difference(&gone).copied().collect();
+        let unclean = state.metadata.unclean_topics();
+        let changes =
+            leadership::on_brokers_fenced(&state.metadata.partition_states(), &gone, &live, |t| {
+                unclean.contains(t)
+            });
+        self.apply_changes(state, changes).await.map(drop)
+    }
+
     /// Fences brokers whose heartbeats stopped and moves what they led;
     /// retries unpersisted registrations. Returns the fenced node ids.
     /// Call it periodically.
@@ -387,16 +400,7 @@ impl ControllerService {
         let fenced = state.registry.expire(now, self.settings.session_timeout_ms);
         if !fenced.is_empty() {
             tracing::warn!(?fenced, "brokers fenced after missing heartbeats");
-            let live = Self::live(&state);
-            let gone: BTreeSet<i32> = fenced.iter().copied().collect();
-            let unclean = state.metadata.unclean_topics();
-            let changes = leadership::on_brokers_fenced(
-                &state.metadata.partition_states(),
-                &gone,
-                &live,
-                |t| unclean.contains(t),
-            );
-            if let Err(e) = self.apply_changes(&mut state, changes).await {
+            if let Err(e) = self.move_off(&mut state, &fenced).await {
                 // undone: the fencing is decided again at the next tick
                 for id in &fenced {
                     state.registry.unexpire(*id);
@@ -520,9 +524,29 @@ impl pb::controller_server::Controller for ControllerService {
             host: r.host,
             port: r.port,
             rack: (!r.rack.is_empty()).then_some(r.rack),
+            succession_hash: (!r.succession_token.is_empty())
+                .then(|| crate::data_dir::token_hash(&r.succession_token)),
         };
         let now = self.now();
         let mut state = self.state.lock().await;
+        let replacing =
+            state
+                .registry
+                .replaces_live(&registration, now, self.settings.session_timeout_ms);
+        if replacing {
+            // A proven restart: the old incarnation is gone now, not a
+            // session timeout from now. What it led moves first, as if it
+            // had been fenced (refused, and nothing registered, if that
+            // cannot be persisted); the new one leads again once in service.
+            tracing::info!(
+                node_id = r.node_id,
+                "a restart on the same data directory replaces its previous incarnation at once"
+            );
+            if let Err(e) = self.move_off(&mut state, &[r.node_id]).await {
+                tracing::warn!(error = %e, "cannot persist leadership changes yet");
+                return Err(self.store_failed(e));
+            }
+        }
         let broker_epoch = state
             .registry
             .register(registration, now, self.settings.session_timeout_ms)
@@ -531,6 +555,9 @@ impl pb::controller_server::Controller for ControllerService {
                 registry_status(e)
             })?;
         tracing::info!(node_id = r.node_id, broker_epoch, "broker registered");
+        if replacing {
+            self.bump(&mut state);
+        }
         self.persist_cluster_record(&mut state).await;
         Ok(Response::new(pb::RegisterResponse {
             broker_epoch,

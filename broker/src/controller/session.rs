@@ -32,6 +32,8 @@ pub struct SessionConfig {
     pub backend: Backend,
     pub heartbeat: Duration,
     pub link: Arc<ControllerLink>,
+    /// The data directory's succession token (see [`crate::data_dir`]).
+    pub succession_token: String,
 }
 
 /// The image a controller's metadata answer describes.
@@ -209,6 +211,7 @@ async fn session(
             host: broker.advertised_host.clone(),
             port: broker.advertised_port,
             rack: broker.rack.clone().unwrap_or_default(),
+            succession_token: config.succession_token.clone(),
         })
         .await?
         .into_inner();

@@ -147,6 +147,7 @@ mod tests {
             partition_epoch: 1,
             adding_replicas: vec![],
             removing_replicas: vec![],
+            eligible_leader_replicas: vec![],
         }
     }
 

@@ -129,6 +129,7 @@ mod tests {
             incarnation: "i".into(),
             broker_epoch: 3,
             fenced,
+            succession_hash: None,
         }
     }
 
