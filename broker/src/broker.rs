@@ -53,6 +53,9 @@ pub struct Broker {
     /// Fetch sessions (KIP-227) of all connections; held only to look up,
     /// create or update a session, never across a read or a wait.
     pub fetch_sessions: parking_lot::Mutex<crate::fetch_session::SessionCache>,
+    /// Requests being handled, with their deadlines (overdue ones are a
+    /// bug, reported on `/metrics`).
+    pub in_flight: crate::protocol::in_flight::InFlight,
 }
 
 impl Broker {
@@ -112,6 +115,7 @@ impl Broker {
             replicas,
             dynamic_configs,
             client_quotas,
+            in_flight: Default::default(),
             fetch_sessions: parking_lot::Mutex::new(crate::fetch_session::SessionCache::new(
                 config.max_incremental_fetch_session_cache_slots,
                 config.min_incremental_fetch_session_eviction_ms,

@@ -78,6 +78,18 @@ async fn metrics(State(broker): State<Arc<Broker>>) -> impl IntoResponse {
         .metrics
         .offline_partitions
         .set(i64::try_from(offline).unwrap_or(i64::MAX));
+    let overdue = broker.in_flight.overdue(std::time::Instant::now());
+    for (api, late) in &overdue {
+        tracing::error!(
+            ?api,
+            late_ms = late.as_millis() as u64,
+            "a request is in flight past its deadline"
+        );
+    }
+    broker
+        .metrics
+        .requests_overdue
+        .set(i64::try_from(overdue.len()).unwrap_or(i64::MAX));
     let budget = &broker.request_budget;
     broker
         .metrics

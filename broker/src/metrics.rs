@@ -93,6 +93,11 @@ pub struct Metrics {
     pub under_min_isr_partitions: Gauge,
     /// The active controller only: partitions without a leader.
     pub offline_partitions: Gauge,
+    /// Requests in flight past their own timeout plus a grace, at the
+    /// scrape (see `protocol::in_flight`): always 0 unless a bug holds one.
+    pub requests_overdue: Gauge,
+    /// Requests answered past their own timeout plus a grace, by API.
+    pub requests_answered_overdue: Family<ApiLabel, Counter>,
     /// Partitions led here.
     pub leader_count: Gauge,
     /// ISR changes this broker's leaderships had committed.
@@ -161,6 +166,8 @@ impl Default for Metrics {
             under_replicated_partitions: Gauge::default(),
             under_min_isr_partitions: Gauge::default(),
             offline_partitions: Gauge::default(),
+            requests_overdue: Gauge::default(),
+            requests_answered_overdue: Family::default(),
             leader_count: Gauge::default(),
             isr_shrinks: Counter::default(),
             isr_expands: Counter::default(),
@@ -291,6 +298,16 @@ impl Metrics {
             "under_min_isr_partitions",
             "Partitions led by this broker whose in-sync replicas are fewer than min.insync.replicas (acks=all is refused)",
             self.under_min_isr_partitions.clone(),
+        );
+        registry.register(
+            "requests_overdue",
+            "Requests in flight longer than their own timeout (or 30 s) plus 5 s; a broker never holds one that long, so anything but 0 is a bug",
+            self.requests_overdue.clone(),
+        );
+        registry.register(
+            "requests_answered_overdue",
+            "Requests answered later than their own timeout (or 30 s) plus 5 s, by API",
+            self.requests_answered_overdue.clone(),
         );
         registry.register(
             "offline_partitions",

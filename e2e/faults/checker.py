@@ -20,23 +20,25 @@ The verdict has three parts:
 - records: no acknowledged record lost, duplicated or reordered, and the log
   read back in full;
 - stalls: for every single-broker fault (kill, pause, kill-controller,
-  pause-controller) the producer stall, the longest time any one producer
-  went without an acknowledgement in the fault's window (accounting.py:
-  `longest_gaps`; the window runs from where every partition was last
-  seen acknowledged before the fault to the same point before the next
-  one, so the stall includes the recovery after the fault is undone), is
-  at most `--stall-bound` seconds (default 12: the 9 s session timeout
-  plus a heartbeat interval and an election: issue 40's "between two
-  acknowledgements"). Before each fault the checker waits (up to
+  pause-controller) the failover stall, the longest time any one bounded
+  partition went without an acknowledgement in the fault's window
+  (accounting.py: `longest_gaps`; the window runs from where every
+  partition was last seen acknowledged before the fault to the same point
+  before the next one, so the stall includes the recovery after the fault
+  is undone), is at most `--stall-bound` seconds (default 12: the 9 s
+  session timeout plus a heartbeat interval and an election: issue 40's
+  "between two acknowledgements"). Every partition is bounded, except,
+  for a *stopped* broker (pause, pause-controller), the partitions it led
+  when the fault began: their producers' requests sit unanswered on a
+  connection that stays open, and librdkafka gives up on them only after
+  `socket.timeout.ms` or the message timeout, which no broker can
+  shorten, Kafka's included (killed brokers reset their connections, so
+  their partitions are bounded). The longest gap of any partition
+  (`stall`) and over the whole workload (`workload_stall`) are reported
+  beside it. Before each fault the checker waits (up to
   `--recover-timeout`) until every partition has been acknowledged
-  steadily for 3 s. The longest gap of any one partition (`stall`) and
-  over the whole workload (`workload_stall`) are reported beside it, not
-  bounded: a partition led by a *stopped* (not killed) broker waits for
-  the client's own timeouts, since its requests sit unanswered on a
-  connection that stays open (librdkafka gives up only after
-  `socket.timeout.ms` or the message timeout), which no broker can
-  shorten, Kafka's included. Two-down faults and network cuts are
-  measured and reported, not bounded;
+  steadily for 3 s. Two-down faults and network cuts are measured and
+  reported, not bounded;
 - latency: no delivery report, acknowledged or failed, came later than the
   producers' delivery timeout (`message.timeout.ms`) plus
   `--latency-margin` after its produce() call, and every record handed to
@@ -94,7 +96,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--rate", type=float, default=300, help="records/s over all producers")
     ap.add_argument("--delivery-timeout", type=float, default=60, help="producer message.timeout.ms, in seconds")
     ap.add_argument("--stall-bound", type=float, default=12,
-                    help="longest stall (seconds a producer goes without an ack) a single-broker fault may cause; 0: not checked")
+                    help="longest failover stall (seconds a partition goes without an ack) a single-broker fault may cause; 0: not checked")
     ap.add_argument("--latency-margin", type=float, default=5,
                     help="seconds past the delivery timeout a delivery report may come")
     ap.add_argument("--recover-timeout", type=float, default=30,
@@ -149,36 +151,40 @@ def wait_steady(producers: list, timeout: float, stop: threading.Event) -> tuple
 
 
 def timing(producers: list, applied: list, marks: list[float], t0: float, begin: float, end: float,
-           bound: float, latency_limit: float) -> dict:
-    """The stall of each applied fault and the delivery latencies (see the module doc)."""
+           bound: float, latency_limit: float, led_before: list[dict[int, int]] | None = None) -> dict:
+    """The stall of each applied fault and the delivery latencies (see the
+    module doc). `led_before[i]`: partition -> leader when fault i began."""
     acks = {p: ts for pr in producers for p, ts in pr.ledger.ack_times.items()}
     baseline, per = accounting.longest_gaps(acks, marks, begin, end)
-    # per producer: any of its partitions' acks ends its gap
-    by_producer = {i: sorted(t for ts in pr.ledger.ack_times.values() for t in ts)
-                   for i, pr in enumerate(producers)}
-    _, per_producer = accounting.longest_gaps(by_producer, marks, begin, end)
     # the same over the whole workload (any partition's ack ends a gap): for information
     _, merged = accounting.longest_gaps({-1: sorted(t for ts in acks.values() for t in ts)}, marks, begin, end)
     stalls = []
-    for a, mark, g, w, pg in zip(applied, marks, per, merged, per_producer):
+    for i, (a, mark, g, w) in enumerate(zip(applied, marks, per, merged)):
         bounded = a.fault.kind in faults.SINGLE_BROKER_KINDS
+        leaders = (led_before or [])[i] if i < len(led_before or []) else {}
+        excluded = sorted(p for p in acks if a.fault.kind in faults.STOPPED_KINDS
+                          and leaders.get(p) in a.targets)
+        _, per_kept = accounting.longest_gaps({p: ts for p, ts in acks.items() if p not in excluded},
+                                              marks, begin, end)
+        fg = per_kept[i]
         stalls.append({
             "kind": a.fault.kind, "how": a.fault.how, "targets": list(a.targets), "controller": a.controller,
             "hold": a.fault.hold, "started": round(a.started, 1), "ended": round(a.ended, 1),
             "window_from": round(mark - t0, 3),
             "stall": g.as_dict(t0) if g else None,
             "workload_stall": round(w.seconds, 3) if w else None,
-            "producer_stall": pg.as_dict(t0) if pg else None,
+            "failover_stall": fg.as_dict(t0) if fg else None,
+            "excluded_partitions": excluded,
             "bounded": bounded,
-            "within_bound": (not bounded or bound <= 0 or (pg is not None and pg.seconds <= bound)),
+            "within_bound": (not bounded or bound <= 0 or fg is None or fg.seconds <= bound),
         })
     lat = [x for pr in producers for x in pr.ledger.latencies]
     late = sorted((x for pr in producers for x in pr.ledger.late), reverse=True)[:20]
     sent = sum(sum(pr.ledger.sent.values()) for pr in producers)
     abandoned = sum(pr.ledger.abandoned for pr in producers)
     reported = len(lat)
-    single = [s for s in stalls if s["bounded"] and s["producer_stall"]]
-    worst = max(single, key=lambda s: s["producer_stall"]["seconds"], default=None)
+    single = [s for s in stalls if s["bounded"] and s["failover_stall"]]
+    worst = max(single, key=lambda s: s["failover_stall"]["seconds"], default=None)
     return {
         "stall_bound": bound,
         "stall_baseline": baseline.as_dict(t0) if baseline else None,
@@ -247,6 +253,7 @@ def run(args: argparse.Namespace, cluster: Cluster | None = None) -> tuple[int, 
     injector = faults.Injector(nodes, netcut, stop_faults, log=LOG.info,
                                controller_views=lambda: workload.controller_views(nodes))
     marks: list[float] = []  # per applied fault: where its window starts (time.monotonic())
+    led_before: list[dict[int, int]] = []  # per applied fault: partition -> leader as it began
     skipped: list[dict] = []
     latency_limit = args.delivery_timeout + args.latency_margin
     t0 = begin = stopped = time.monotonic()
@@ -287,6 +294,10 @@ def run(args: argparse.Namespace, cluster: Cluster | None = None) -> tuple[int, 
                 skipped.append({**dataclasses.asdict(f), "at_actual": round(now, 1)})
                 continue
             marks.append(mark)
+            try:
+                led_before.append({p: v[0] for p, v in workload.leaders(bootstrap, topic).items()})
+            except Exception:  # noqa: BLE001 - no view: every partition is bounded
+                led_before.append({})
             injector.apply(f, t0)
             if not workload.wait_led(bootstrap, topic, args.partitions, 30):
                 LOG.warning("not every partition led again 30s after %s", f.describe())
@@ -318,7 +329,8 @@ def run(args: argparse.Namespace, cluster: Cluster | None = None) -> tuple[int, 
             for k, v in p.ledger.errors.items():
                 errors[k] = errors.get(k, 0) + v
         report = accounting.verify(run_id, sent, acked, consumed)
-        times = timing(producers, injector.applied, marks, t0, begin, stopped, args.stall_bound, latency_limit)
+        times = timing(producers, injector.applied, marks, t0, begin, stopped, args.stall_bound, latency_limit,
+                       led_before)
         summary.update({
             "faults": injector.counts(),
             "faults_skipped": skipped,
@@ -375,7 +387,7 @@ def human(summary: dict) -> str:
     verdict = "OK" if summary["ok"] else "FAILED"
     worst = summary.get("worst_single_broker_stall")
     if worst:
-        ws = worst["producer_stall"]
+        ws = worst["failover_stall"]
         stall = (f"worst single-broker stall {ws['seconds']:.1f}s ({worst['kind']} of {worst['targets']} at "
                  f"+{worst['started']:.0f}s, partition {ws['partition']}{', open' if ws['open'] else ''})")
     else:

@@ -58,6 +58,8 @@ CONTROLLER_KINDS = ("pause-controller", "kill-controller")
 # stall bound applies to (checker.py). A netcut loses no broker; a two-down
 # fault stops acks=all by design (RF=3, min.insync.replicas=2).
 SINGLE_BROKER_KINDS = ("kill", "pause", "pause-controller", "kill-controller")
+# faults that stop a broker's process without closing its connections
+STOPPED_KINDS = ("pause", "pause-controller")
 # A controller pause outlasts the broker's session timeout (9 s by default),
 # so the others must act on the controller's loss, not just wait it out;
 # the first one of a schedule outlasts the stall bound (12 s) too, so that

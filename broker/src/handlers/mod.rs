@@ -192,6 +192,46 @@ impl Decoded {
 /// mute the connection.
 pub async fn handle(
     broker: &Arc<Broker>,
+    decoded: Decoded,
+    ctx: &mut crate::protocol::principal::ConnectionContext,
+) -> Result<Reply, RequestError> {
+    let received = std::time::Instant::now();
+    let api = decoded.api;
+    let tracked = broker
+        .in_flight
+        .track(api, own_timeout(&decoded.request), received);
+    let reply = handle_tracked(broker, decoded, ctx).await;
+    if tracked.overdue_at(std::time::Instant::now()) {
+        broker
+            .metrics
+            .requests_answered_overdue
+            .get_or_create(&crate::metrics::ApiLabel {
+                api: format!("{api:?}"),
+            })
+            .inc();
+    }
+    reply
+}
+
+/// The timeout a request names for itself, if any: how long the broker
+/// may take to answer it (see [`crate::protocol::in_flight`]).
+fn own_timeout(request: &RequestKind) -> Option<std::time::Duration> {
+    let ms = match request {
+        RequestKind::Produce(r) => r.timeout_ms,
+        RequestKind::Fetch(r) => r.max_wait_ms,
+        RequestKind::JoinGroup(r) => r.rebalance_timeout_ms.max(r.session_timeout_ms),
+        RequestKind::SyncGroup(_) => return Some(std::time::Duration::from_secs(300)),
+        RequestKind::CreateTopics(r) => r.timeout_ms,
+        RequestKind::DeleteTopics(r) => r.timeout_ms,
+        _ => return None,
+    };
+    Some(std::time::Duration::from_millis(
+        u64::try_from(ms.max(0)).unwrap_or(0),
+    ))
+}
+
+async fn handle_tracked(
+    broker: &Arc<Broker>,
     mut decoded: Decoded,
     ctx: &mut crate::protocol::principal::ConnectionContext,
 ) -> Result<Reply, RequestError> {

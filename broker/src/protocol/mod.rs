@@ -9,6 +9,7 @@
 pub mod connection;
 pub mod fetch_encode;
 pub mod frame;
+pub mod in_flight;
 pub mod limits;
 pub mod principal;
 pub mod versions;
