@@ -102,6 +102,21 @@ pub fn replication_factor<'a>(
         .map_or(fallback, |n| i32::try_from(n).unwrap_or(i32::MAX))
 }
 
+/// [`replication_factor`] of a topic as Metadata lists it.
+pub fn topic_replication_factor(
+    t: &super::admin::TopicMetadata,
+    ongoing: &[OngoingReassignment],
+) -> i32 {
+    replication_factor(
+        &t.name,
+        t.partition_details
+            .iter()
+            .map(|p| (p.partition, p.replicas.as_slice())),
+        ongoing,
+        t.replication_factor,
+    )
+}
+
 /// A partition whose request the broker refused.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PartitionError {

@@ -78,14 +78,7 @@ pub fn observed_from(
 pub fn placement_of(meta: &ClusterMetadata, ongoing: &[OngoingReassignment]) -> Placement {
     let mut out = Placement::default();
     for t in &meta.topics {
-        let rf = reassign::replication_factor(
-            &t.name,
-            t.partition_details
-                .iter()
-                .map(|p| (p.partition, p.replicas.as_slice())),
-            ongoing,
-            t.replication_factor,
-        );
+        let rf = reassign::topic_replication_factor(t, ongoing);
         if out
             .max_replication_factor
             .as_ref()

@@ -56,14 +56,7 @@ impl ObservedTopic {
         let mut observed = ObservedTopic {
             topic_id: t.topic_id.clone(),
             partitions: t.partitions,
-            replication_factor: reassign::replication_factor(
-                &t.name,
-                t.partition_details
-                    .iter()
-                    .map(|p| (p.partition, p.replicas.as_slice())),
-                ongoing,
-                t.replication_factor,
-            ),
+            replication_factor: reassign::topic_replication_factor(t, ongoing),
             replicas: t
                 .partition_details
                 .iter()
