@@ -31,8 +31,8 @@ use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::manager::FetchSettings;
 use super::session::{Asked, FollowerSession, Plan};
+use super::settings::FetchSettings;
 use crate::partition::{FetchPosition, Partition};
 
 /// The Fetch version followers speak: the newest this broker serves, which

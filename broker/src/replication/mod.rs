@@ -14,6 +14,8 @@ pub mod manager;
 pub mod progress;
 pub mod selector;
 pub mod session;
+pub mod settings;
 pub mod throttle;
 
-pub use manager::{FetchSettings, ReplicaManager};
+pub use manager::ReplicaManager;
+pub use settings::FetchSettings;
