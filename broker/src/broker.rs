@@ -9,7 +9,6 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 
-use crate::controller::Controller;
 use crate::group::GroupCoordinator;
 use crate::image::{BrokerImage, MetadataImage, TopicFacts};
 use crate::metrics::Metrics;
@@ -144,11 +143,6 @@ impl Broker {
             amount as f64,
             crate::quota::now_ms(),
         )
-    }
-
-    /// The controller, through which every metadata change goes.
-    pub fn controller(&self) -> Controller<'_> {
-        Controller::new(self)
     }
 
     /// Rebuilds the image from the metadata this broker keeps and makes it

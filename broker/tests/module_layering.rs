@@ -30,7 +30,10 @@ fn module_of(src: &Path, file: &Path) -> String {
         .iter()
         .map(|p| p.to_string_lossy().trim_end_matches(".rs").to_string())
         .collect();
-    if matches!(parts.last().map(String::as_str), Some("mod" | "lib" | "main")) {
+    if matches!(
+        parts.last().map(String::as_str),
+        Some("mod" | "lib" | "main")
+    ) {
         parts.pop();
     }
     parts.join("::")
@@ -106,10 +109,17 @@ fn referenced(module: &str, text: &str, modules: &BTreeSet<String>) -> BTreeSet<
             let mut segs: Vec<&str> = path.split("::").filter(|s| !s.is_empty()).collect();
             let mut base: Vec<String> = match segs.first().copied() {
                 Some("crate") => Vec::new(),
-                Some("self") => module.split("::").filter(|s| !s.is_empty()).map(String::from).collect(),
+                Some("self") => module
+                    .split("::")
+                    .filter(|s| !s.is_empty())
+                    .map(String::from)
+                    .collect(),
                 Some("super") => {
-                    let mut m: Vec<String> =
-                        module.split("::").filter(|s| !s.is_empty()).map(String::from).collect();
+                    let mut m: Vec<String> = module
+                        .split("::")
+                        .filter(|s| !s.is_empty())
+                        .map(String::from)
+                        .collect();
                     m.pop();
                     m
                 }
@@ -237,7 +247,10 @@ fn graph_of(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
 
 #[test]
 fn the_path_reader_finds_crate_super_and_grouped_imports() {
-    let modules: BTreeSet<String> = ["a", "a::b", "c", "d"].iter().map(|s| s.to_string()).collect();
+    let modules: BTreeSet<String> = ["a", "a::b", "c", "d"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
     let text = "use crate::c::Thing;\nuse super::{b::X, Y};\nlet x = crate::d::f(); // crate::a\nmy_crate::c::z();\n#[cfg(test)]\nmod tests {\n    use crate::c;\n}\n";
     let found = referenced("a::b", &without_test_modules(text), &modules);
     let want: BTreeSet<String> = ["c", "d", "a"].iter().map(|s| s.to_string()).collect();

@@ -199,13 +199,16 @@ pub fn create_topics(
                 } else {
                     (t.num_partitions, t.replication_factor)
                 };
-                broker
-                    .controller()
-                    .validate_create(&name, p, r, &configs, &assignments)?;
+                crate::controller::Controller::new(broker).validate_create(
+                    &name,
+                    p,
+                    r,
+                    &configs,
+                    &assignments,
+                )?;
                 Ok(None)
             } else {
-                broker
-                    .controller()
+                crate::controller::Controller::new(broker)
                     .create_topic(
                         &name,
                         t.num_partitions,
@@ -295,7 +298,7 @@ pub fn delete_topics(
             };
             let result = name
                 .clone()
-                .and_then(|n| broker.controller().delete_topic(&n));
+                .and_then(|n| crate::controller::Controller::new(broker).delete_topic(&n));
             let entry = DeletableTopicResult::default()
                 .with_name(name.ok().map(|n| TopicName(str_bytes(&n))));
             match result {
@@ -352,7 +355,7 @@ pub fn create_partitions(
                 .collect();
             let outcome = match empty_assignment_list(broker, &name, t.count, &t.assignments) {
                 Some(refused) => Err(refused),
-                None => broker.controller().create_partitions(
+                None => crate::controller::Controller::new(broker).create_partitions(
                     &name,
                     t.count,
                     &assignments,

@@ -436,7 +436,7 @@ pub fn alter(broker: &Broker, req: AlterConfigsRequest) -> AlterConfigsResponse 
                 *configs = replacement;
                 Ok(())
             };
-            let controller = broker.controller();
+            let controller = crate::controller::Controller::new(broker);
             let outcome = match r.resource_type {
                 TOPIC => controller.alter_topic_configs(&name, replace, req.validate_only),
                 // AlterConfigs replaces the entity's whole dynamic set
@@ -553,7 +553,7 @@ pub fn incremental_alter(
             let outcome = ops.and_then(|ops| match r.resource_type {
                 TOPIC => {
                     let broker_cfg = broker.topics.broker_config().clone();
-                    broker.controller().alter_topic_configs(
+                    crate::controller::Controller::new(broker).alter_topic_configs(
                         &name,
                         |configs| {
                             apply_incremental(configs, &ops, |k| {
@@ -565,7 +565,7 @@ pub fn incremental_alter(
                         req.validate_only,
                     )
                 }
-                BROKER => broker.controller().alter_broker_configs(
+                BROKER => crate::controller::Controller::new(broker).alter_broker_configs(
                     &name,
                     |configs| apply_broker_incremental(configs, &ops),
                     req.validate_only,

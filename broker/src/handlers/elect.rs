@@ -39,7 +39,9 @@ fn targets_of(req: &ElectLeadersRequest) -> Option<Targets> {
 pub fn elect_leaders(broker: &Broker, req: ElectLeadersRequest) -> ElectLeadersResponse {
     let targets = targets_of(&req);
     let outcome = match ElectionType::from_code(i32::from(req.election_type)) {
-        Some(kind) => broker.controller().elect_leaders(kind, targets.clone()),
+        Some(kind) => {
+            crate::controller::Controller::new(broker).elect_leaders(kind, targets.clone())
+        }
         None => Err(TopicError::new(
             ResponseError::InvalidRequest,
             format!("unknown election type {}", req.election_type),

@@ -46,7 +46,7 @@ pub fn find_coordinator(
     if req.key_type == 0 && broker.controller_link().is_some() {
         // Cluster mode: the offsets topic is created, through the
         // controller, by the first FindCoordinator (as Kafka does).
-        if let Err(e) = broker.controller().ensure_offsets_topic() {
+        if let Err(e) = crate::controller::Controller::new(broker).ensure_offsets_topic() {
             tracing::warn!(error = %e, "cannot create __consumer_offsets yet");
         }
     }

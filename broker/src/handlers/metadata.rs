@@ -99,7 +99,7 @@ pub fn handle(broker: &Broker, req: MetadataRequest, version: i16) -> MetadataRe
                             ResponseError::UnknownTopicOrPartition,
                         );
                     }
-                    match broker.controller().auto_create(name) {
+                    match crate::controller::Controller::new(broker).auto_create(name) {
                         Ok(_) => {
                             image = broker.image();
                             match image.topic(name) {

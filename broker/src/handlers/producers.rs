@@ -24,13 +24,16 @@ pub fn init_producer_id(broker: &Broker, req: InitProducerIdRequest) -> InitProd
     }
     let pid = req.producer_id.0;
     let epoch = req.producer_epoch;
-    if pid >= 0 && epoch >= 0 && broker.controller().producer_id_issued(pid) && epoch < i16::MAX - 1
+    if pid >= 0
+        && epoch >= 0
+        && crate::controller::Controller::new(broker).producer_id_issued(pid)
+        && epoch < i16::MAX - 1
     {
         return resp
             .with_producer_id(ProducerId(pid))
             .with_producer_epoch(epoch + 1);
     }
-    match broker.controller().allocate_producer_id() {
+    match crate::controller::Controller::new(broker).allocate_producer_id() {
         Ok(id) => resp.with_producer_id(ProducerId(id)).with_producer_epoch(0),
         Err(e) => {
             tracing::warn!(error = %e, "allocating a producer id failed");

@@ -82,7 +82,7 @@ fn parts_of(e: &QuotaEntity) -> Vec<(&'static str, Option<StrBytes>)> {
 }
 
 pub fn alter(broker: &Broker, req: AlterClientQuotasRequest) -> AlterClientQuotasResponse {
-    let controller = broker.controller();
+    let controller = crate::controller::Controller::new(broker);
     let entries = req
         .entries
         .into_iter()
