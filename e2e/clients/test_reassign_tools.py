@@ -382,7 +382,9 @@ def test_cancel_of_a_move_onto_a_stopped_broker_restores_the_replicas(up, tmp_pa
             assert "Successfully started" not in r.stdout, out
             return r.returncode != 0 and f"Unknown broker id {absent}" in r.stdout
 
-        wait_until(f"--execute refusing stopped broker {absent}", refused, 10)
+        # each try starts a JVM (seconds on a loaded 2-core machine): give
+        # the tool a few tries, not one or two
+        wait_until(f"--execute refusing stopped broker {absent}", refused, 30)
         started = kafka_tools.alter_reassignments(cluster.bootstrap, {(topic, 0): target})
         assert started.returncode == 0 and f"{topic}-0: ok" in started.stdout, (started.stdout, started.stderr[-3000:])
 
