@@ -102,6 +102,17 @@ fn flock_now(file: &File) -> bool {
     unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
 }
 
+/// Releases a `flock` taken with [`flock_now`] when dropped.
+/// (The descriptor is the candidate's, which outlives the round.)
+struct Unlock(std::os::fd::RawFd);
+
+impl Drop for Unlock {
+    fn drop(&mut self) {
+        // SAFETY: flock on a descriptor the candidate owns and keeps open.
+        unsafe { libc::flock(self.0, libc::LOCK_UN) };
+    }
+}
+
 fn open_lock(path: &Path) -> std::io::Result<File> {
     std::fs::OpenOptions::new()
         .create(true)
@@ -129,6 +140,8 @@ struct FileCandidate {
     observer: Observer<(u64, String, u64)>,
     /// The `controller.alive.<term>` lock of the term we hold.
     alive: Option<(u64, File)>,
+    /// `controller.lease.lock`, opened once (each round flocks it).
+    mutex: Option<File>,
 }
 
 impl FileCandidate {
@@ -161,11 +174,18 @@ impl FileCandidate {
 
     /// One round: read the record and renew, take or leave it.
     fn round(&mut self, now: Instant) -> std::io::Result<Round> {
-        std::fs::create_dir_all(&self.dir)?;
-        let mutex = open_lock(&self.dir.join("controller.lease.lock"))?;
-        if !flock_now(&mutex) {
+        if self.mutex.is_none() {
+            std::fs::create_dir_all(&self.dir)?;
+            self.mutex = Some(open_lock(&self.dir.join("controller.lease.lock"))?);
+        }
+        let Some(mutex) = self.mutex.as_ref() else {
+            return Ok(Round::Busy);
+        };
+        if !flock_now(mutex) {
             return Ok(Round::Busy);
         }
+        // released at the end of the round, whatever it decides
+        let _unlock = Unlock(mutex.as_raw_fd());
         let record = self.read()?;
         let mine = |r: &LeaseRecord| {
             r.holder == self.me && self.alive.as_ref().is_some_and(|(t, _)| *t == r.term)
@@ -248,6 +268,7 @@ pub fn file_lease(
             timings,
             observer: Observer::default(),
             alive: None,
+            mutex: None,
         };
         let mut until: Option<Instant> = None;
         loop {
@@ -353,6 +374,7 @@ mod tests {
             timings: LeaseTimings::new(L, Duration::from_secs(1)),
             observer: Observer::default(),
             alive: None,
+            mutex: None,
         }
     }
 
