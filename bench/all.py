@@ -1,7 +1,7 @@
 """Every row of the performance issue's table from one run (`bench/run.sh --all`).
 
 Runs, one after the other on the same machine and binaries: the matrix
-(run.py's, both load generators), the 1,000-partition case (partitions.py),
+(matrix.py's, both load generators), the 1,000-partition case (partitions.py),
 the restart case (restart.py) and the compaction case (compaction.py), each
 into a directory of its own under OUT (`matrix/`, `partitions/`, `restart/`,
 `compaction/`, each with its usual results), then writes OUT/issue-table.md
@@ -24,31 +24,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import time
 import traceback
 from pathlib import Path
 
+import compaction
+import matrix
+import partitions
+import restart
+from common import dig, log, median
 from report import MATRIX_TARGETS, TARGET_ROWS, client_ceiling
-from run import log
-
-
-def median(vals: list) -> float | None:
-    vals = [v for v in vals if v is not None]
-    return statistics.median(vals) if vals else None
 
 
 def ratio(mo: float | None, ka: float | None) -> float | None:
     return mo / ka if mo is not None and ka else None
-
-
-def dig(row: dict, path: str):
-    v = row
-    for k in path.split("."):
-        if not isinstance(v, dict):
-            return None
-        v = v.get(k)
-    return v
 
 
 def broker_median(runs: list[dict], broker: str, path: str) -> float | None:
@@ -237,15 +226,10 @@ def settle() -> None:
 
 
 def main(args) -> int:
-    import compaction
-    import partitions
-    import restart
-    import run
-
     out = Path(args.out)
     errors: dict[str, str] = {}
     if not args.report_only:
-        cases = (("matrix", run.run_matrix, args.quick, args.reps),
+        cases = (("matrix", matrix.main, args.quick, args.reps),
                  ("partitions", partitions.main, args.quick, args.reps),
                  ("restart", restart.main, False, args.reps or 1),
                  ("compaction", compaction.main, False, args.reps or COMPACTION_REPS))

@@ -28,16 +28,15 @@ import datetime as dt
 import json
 import os
 import shutil
-import signal
 import subprocess
 import time
 import uuid
 from pathlib import Path
 
-import run as base
+import report
+from common import (GIB, KAFKA_DIST, REPO, call_tool, die_with_parent, dir_bytes, free_port, interleaved, log,
+                    machine_info, proc_cpu_seconds, proc_status_kib, spawn, stop_all, wait_port, write_raw)
 
-KAFKA_DIST = base.KAFKA_DIST
-GIB = base.GIB
 NODES = 3
 RF = 3
 MIN_ISR = 2
@@ -84,52 +83,10 @@ KAFKA_ONLY_SETTINGS = {
     "log.retention.check.interval.ms": "300000",
 }
 
-STOP_TIMEOUT = 45.0
-
 # A paced run whose acknowledgements came at less than this fraction of the
 # offered rate (acked records / first send → last ack) fell behind: the
 # cluster was saturated at that rate and its latency is queueing time.
 SATURATED_BELOW = 0.9
-
-
-def _die_with_parent() -> None:
-    """preexec_fn: the broker gets SIGKILL if this script dies without cleaning up."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except Exception:  # noqa: BLE001 - best effort
-        pass
-
-
-def _spawn(cmd: list[str], logfile: Path) -> subprocess.Popen:
-    with open(logfile, "wb") as out:
-        # Own session: a Ctrl-C in the terminal reaches this script, which
-        # stops the brokers itself (in order, then deletes their data).
-        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True,
-                                preexec_fn=_die_with_parent)
-
-
-def _stop_all(procs: list[subprocess.Popen], timeout: float = STOP_TIMEOUT) -> None:
-    """SIGTERM to every process at once, wait, SIGKILL what is left."""
-    live = [p for p in procs if p.poll() is None]
-    for p in live:
-        try:
-            p.send_signal(signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + timeout
-    for p in live:
-        try:
-            p.wait(max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            pass
-    for p in live:
-        if p.poll() is None:
-            p.kill()
-            p.wait(30)
 
 
 class MoldauCluster:
@@ -155,7 +112,7 @@ class MoldauCluster:
         shared.mkdir(parents=True, exist_ok=True)
         https = []
         for n in range(NODES):
-            port, http, ctrl = base.free_port(), base.free_port(), base.free_port()
+            port, http, ctrl = free_port(), free_port(), free_port()
             self.ports.append(port)
             https.append(http)
             data = self.workdir / f"node-{n}"
@@ -172,13 +129,13 @@ class MoldauCluster:
                    "--log", "warn"]
             for k, v in COMMON_SETTINGS.items():
                 cmd += ["--set", f"{k}={v}"]
-            self.procs.append(_spawn(cmd, self.workdir / f"node-{n}.log"))
+            self.procs.append(spawn(cmd, self.workdir / f"node-{n}.log"))
         for n, port in enumerate(self.ports):
-            if not base.wait_port(port, 60, lambda p=self.procs[n]: p.poll() is None):
+            if not wait_port(port, 60, lambda p=self.procs[n]: p.poll() is None):
                 raise RuntimeError(f"moldau node {n} did not start (see {self.workdir}/node-{n}.log)")
 
     def stop(self) -> None:
-        _stop_all(self.procs)
+        stop_all(self.procs)
 
 
 class KafkaCluster:
@@ -206,8 +163,8 @@ class KafkaCluster:
         java = self._java()
         cp = str(KAFKA_DIST / "jars" / "*")
         log4j = f"-Dlog4j2.configurationFile={KAFKA_DIST / 'log4j2.properties'}"
-        self.ports = [base.free_port() for _ in range(NODES)]
-        ctrl = [base.free_port() for _ in range(NODES)]
+        self.ports = [free_port() for _ in range(NODES)]
+        ctrl = [free_port() for _ in range(NODES)]
         voters = ",".join(f"{n}@127.0.0.1:{ctrl[n]}" for n in range(NODES))
         # A cluster id: 16 random bytes, URL-safe base64 without padding.
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
@@ -235,7 +192,7 @@ class KafkaCluster:
                          + "".join(f"{k}={v}\n" for k, v in props.items()))
             props_files.append(f)
         # Format the three storage directories with the one cluster id (in parallel).
-        fmt = [_spawn([java, "-cp", cp, log4j, "kafka.tools.StorageTool", "format",
+        fmt = [spawn([java, "-cp", cp, log4j, "kafka.tools.StorageTool", "format",
                        "-t", cluster_id, "-c", str(f), "--ignore-formatted"], f.parent / "format.out")
                for f in props_files]
         try:
@@ -243,13 +200,13 @@ class KafkaCluster:
                 if p.wait(180) != 0:
                     raise RuntimeError(f"kafka storage format failed: see {f.parent / 'format.out'}")
         finally:
-            _stop_all(fmt, timeout=5)
+            stop_all(fmt, timeout=5)
         heap = os.environ.get("KAFKA_HEAP_OPTS", "-Xms256m -Xmx768m").split()
         for n, f in enumerate(props_files):
             cmd = [java, *heap, "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
                    "-XX:+ExplicitGCInvokesConcurrent", "-Djava.awt.headless=true", log4j,
                    f"-Dkafka.logs.dir={f.parent}", "-cp", cp, "kafka.Kafka", str(f)]
-            self.procs.append(_spawn(cmd, f.parent / "kafka.out"))
+            self.procs.append(spawn(cmd, f.parent / "kafka.out"))
         deadline = time.monotonic() + 240
         for n, p in enumerate(self.procs):
             out = self.workdir / f"node-{n}" / "kafka.out"
@@ -261,12 +218,12 @@ class KafkaCluster:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"kafka node {n} not started after 240 s (see {out})")
                 time.sleep(0.3)
-            if not base.wait_port(self.ports[n], max(1.0, deadline - time.monotonic()),
+            if not wait_port(self.ports[n], max(1.0, deadline - time.monotonic()),
                                   lambda p=p: p.poll() is None):
                 raise RuntimeError(f"kafka node {n}: port {self.ports[n]} not accepting (see {out})")
 
     def stop(self) -> None:
-        _stop_all(self.procs)
+        stop_all(self.procs)
 
 
 class ClusterRunner:
@@ -291,7 +248,7 @@ class ClusterRunner:
             "settings": {"common": COMMON_SETTINGS, "kafka_only": KAFKA_ONLY_SETTINGS},
             "load": {k: (v if not isinstance(v, dict) else {str(a): b for a, b in v.items()})
                      for k, v in self.mode.items()},
-            "machine": base.machine_info(self.out, getattr(self.args, "moldau_bin", None)),
+            "machine": machine_info(self.out, getattr(self.args, "moldau_bin", None)),
             "loadavg_samples": [],
             "runs": [],
             "clusters": [],
@@ -300,7 +257,7 @@ class ClusterRunner:
         # The broker's source: the last commit that touched broker/ (HEAD may
         # be a later commit of the benchmark only).
         self.raw["machine"]["broker_source"] = subprocess.run(
-            ["git", "-C", str(base.REPO), "log", "-1", "--format=%h", "--", "broker"],
+            ["git", "-C", str(REPO), "log", "-1", "--format=%h", "--", "broker"],
             capture_output=True, text=True).stdout.strip()
         self.sample_load("start")
 
@@ -310,23 +267,15 @@ class ClusterRunner:
             "what": what, "loadavg": list(os.getloadavg())})
 
     def save(self) -> None:
-        tmp = self.out / "raw.json.tmp"
-        tmp.write_text(json.dumps(self.raw, indent=1))
-        tmp.replace(self.out / "raw.json")
+        write_raw(self.out, self.raw)
 
     def tool(self, *argv: str, timeout: float) -> dict:
         """Runs `moldau-bench ARGV…` (killed with this script if it dies) and
         returns the JSON object it printed last."""
-        p = subprocess.run([str(self.bench), *argv], capture_output=True, text=True, timeout=timeout,
-                           preexec_fn=_die_with_parent)
-        line = next((ln for ln in reversed(p.stdout.splitlines()) if ln.startswith("{")), None)
-        if p.returncode != 0 or line is None:
-            raise RuntimeError(f"{' '.join(argv[:3])}: exit {p.returncode}: "
-                               f"{p.stderr.strip()[-400:]} {p.stdout.strip()[-200:]}")
-        return json.loads(line)
+        return call_tool(self.bench, *argv, timeout=timeout, preexec_fn=die_with_parent)
 
     def cpu(self, pids: list[int]) -> float | None:
-        vals = [base.proc_cpu_seconds(p) for p in pids]
+        vals = [proc_cpu_seconds(p) for p in pids]
         return None if None in vals else sum(vals)
 
     def create_topic(self, bootstrap: str, topic: str) -> None:
@@ -345,7 +294,7 @@ class ClusterRunner:
                       "--max-seconds", "120", timeout=150)
             info["startup_seconds"] = time.monotonic() - t0
             pids = cluster.pids
-            log_(f"rep {rep} {cluster.name}: {NODES} nodes up in {info['startup_seconds']:.1f}s "
+            log(f"rep {rep} {cluster.name}: {NODES} nodes up in {info['startup_seconds']:.1f}s "
                  f"(pids {pids}, {bootstrap})")
             cpu_start = self.cpu(pids)
             self.warm_up(bootstrap)
@@ -357,18 +306,18 @@ class ClusterRunner:
                 info["cpu_seconds_total"] = cpu_end - cpu_start
         finally:
             pids = cluster.pids
-            hwm = [base.proc_status_kib(p, "VmHWM") for p in pids]
+            hwm = [proc_status_kib(p, "VmHWM") for p in pids]
             info["peak_rss_kib_per_node"] = hwm
             info["peak_rss_kib"] = sum(hwm) if hwm and None not in hwm else None
-            info["rss_at_end_kib_per_node"] = [base.proc_status_kib(p, "VmRSS") for p in pids]
+            info["rss_at_end_kib_per_node"] = [proc_status_kib(p, "VmRSS") for p in pids]
             cluster.stop()
-            info["data_dir_bytes"] = base.dir_bytes(cluster.workdir)
+            info["data_dir_bytes"] = dir_bytes(cluster.workdir)
             shutil.rmtree(cluster.workdir, ignore_errors=True)
             self.raw["clusters"].append(info)
             self.sample_load(f"rep {rep} {cluster.name} end")
             self.save()
             if info["peak_rss_kib"]:
-                log_(f"rep {rep} {cluster.name}: peak RSS summed over {NODES} nodes "
+                log(f"rep {rep} {cluster.name}: peak RSS summed over {NODES} nodes "
                      f"{info['peak_rss_kib'] / 1024:.0f} MiB "
                      f"({', '.join(f'{(k or 0) / 1024:.0f}' for k in hwm)})")
 
@@ -419,12 +368,12 @@ class ClusterRunner:
                 row["cpu_produce_s"] = c1 - c0
                 row["cpu_consume_s"] = c2 - c1
                 row["cpu_s_per_gib"] = (c2 - c0) / (moved / GIB) if moved else None
-            log_(f"  {cluster.name} {size}B acks={ACKS} {codec}: produce {prod['mb_per_sec']:.1f} MB/s, "
+            log(f"  {cluster.name} {size}B acks={ACKS} {codec}: produce {prod['mb_per_sec']:.1f} MB/s, "
                  f"consume {cons['mb_per_sec']:.1f} MB/s")
         except Exception as e:  # noqa: BLE001 - recorded, run goes on
             row["error"] = str(e)
             self.raw["errors"].append(f"{cfg}: {e}")
-            log_(f"  {cluster.name} {size}B {codec}: ERROR {e}")
+            log(f"  {cluster.name} {size}B {codec}: ERROR {e}")
         # Fixed-rate latency, one run per rate (an error in one loses only it).
         for rate in m["e2e_rates"]:
             try:
@@ -436,44 +385,37 @@ class ClusterRunner:
                               timeout=m["e2e_seconds"] + 120)
                 e["saturated"] = e.get("ack_rate", 0) < SATURATED_BELOW * rate
                 row[f"e2e_{rate}"] = e
-                log_(f"  {cluster.name} {size}B acks={ACKS} {codec} @ {rate} rec/s: "
+                log(f"  {cluster.name} {size}B acks={ACKS} {codec} @ {rate} rec/s: "
                      f"ack p50 {e['ack_p50_ms']:.2f} ms p99 {e['ack_p99_ms']:.2f} ms, "
                      f"e2e p99 {e['p99_ms']:.2f} ms, acked at {e['ack_rate']:.0f} rec/s"
                      + (" (SATURATED)" if e["saturated"] else ""))
             except Exception as ex:  # noqa: BLE001 - recorded, run goes on
                 row[f"e2e_{rate}_error"] = str(ex)
                 self.raw["errors"].append(f"{cfg} e2e @ {rate}/s: {ex}")
-                log_(f"  {cluster.name} {size}B {codec} @ {rate} rec/s: ERROR {ex}")
+                log(f"  {cluster.name} {size}B {codec} @ {rate} rec/s: ERROR {ex}")
         self.raw["runs"].append(row)
         self.save()
 
+    def guarded(self, cluster, rep: int) -> None:
+        """`run_cluster`, an error recorded: the next cluster still runs."""
+        try:
+            self.run_cluster(cluster, rep)
+        except Exception as e:  # noqa: BLE001 - recorded, next cluster
+            self.raw["errors"].append(f"rep {rep} {cluster.name}: {e}")
+            log(f"rep {rep} {cluster.name}: ERROR {e}")
+
     def run(self) -> None:
-        log_(f"cluster benchmark ({self.mode_name}, {self.reps} repetitions, {NODES} nodes, RF={RF}, "
+        log(f"cluster benchmark ({self.mode_name}, {self.reps} repetitions, {NODES} nodes, RF={RF}, "
              f"min.insync.replicas={MIN_ISR}, acks={ACKS}) -> {self.out}")
         try:
-            for rep in range(1, self.reps + 1):
-                clusters = [MoldauCluster(Path(self.args.moldau_bin), self.data / f"moldau-r{rep}"),
-                            KafkaCluster(self.data / f"kafka-r{rep}")]
-                if rep % 2 == 0:
-                    clusters.reverse()
-                for c in clusters:
-                    if self.args.only and c.name != self.args.only:
-                        continue
-                    try:
-                        self.run_cluster(c, rep)
-                    except Exception as e:  # noqa: BLE001 - recorded, next cluster
-                        self.raw["errors"].append(f"rep {rep} {c.name}: {e}")
-                        log_(f"rep {rep} {c.name}: ERROR {e}")
+            interleaved(self.args, self.guarded, self.data, moldau=MoldauCluster, kafka=KafkaCluster,
+                        reps=self.reps, announce=False)
         finally:
             self.raw["finished"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
             self.raw["machine"]["loadavg_end"] = os.getloadavg()
             self.sample_load("end")
             self.save()
             shutil.rmtree(self.data, ignore_errors=True)
-
-
-def log_(msg: str) -> None:
-    base.log(msg)
 
 
 # --- report -----------------------------------------------------------------
@@ -504,14 +446,8 @@ def metrics(raw: dict) -> list[tuple[str, tuple, str, bool]]:
     return out
 
 
-def _report():
-    import report
-
-    return report
-
-
 def aggregate(raw: dict) -> dict:
-    r = _report()
+    r = report
     load = raw["load"]
     mets = metrics(raw)
     agg: dict = {"configs": {}, "clusters": {}}
@@ -544,7 +480,7 @@ def aggregate(raw: dict) -> dict:
 
 
 def _x(v) -> str:
-    return "n/a" if v is None else f"{_report().fmt(v)}×"
+    return "n/a" if v is None else f"{report.fmt(v)}×"
 
 
 def _sat(flags: list) -> str:
@@ -553,7 +489,7 @@ def _sat(flags: list) -> str:
 
 def summary_rows(raw: dict, agg: dict) -> list[tuple[str, str, str, str]]:
     """(measure, ratio, Moldau vs Kafka, verdict) per configuration, then memory."""
-    r = _report()
+    r = report
     out = []
     for key, c in agg["configs"].items():
         wanted = [("produce MB/s", "MB/s", True, None)]
@@ -581,7 +517,7 @@ def summary_rows(raw: dict, agg: dict) -> list[tuple[str, str, str, str]]:
 
 
 def markdown(raw: dict, agg: dict) -> str:
-    r = _report()
+    r = report
     m = raw["machine"]
     load = raw["load"]
     la = agg["loadavg_1min"]
@@ -599,7 +535,7 @@ def markdown(raw: dict, agg: dict) -> str:
              + f", {m.get('java', '')}. "
              f"{raw['reps']} repetitions per cluster, interleaved (Moldau/Kafka order alternates); each "
              "repetition starts a fresh cluster. Figures are medians with the min–max spread in parentheses."
-             + _report().run_settings_line(m))
+             + report.run_settings_line(m))
     L.append("")
     L.append(f"Machine load (load average, 1/5/15 min): {la3(m['loadavg_start'])} at the start, "
              + (f"{la3(m['loadavg_end'])} at the end" if m.get("loadavg_end") else "n/a at the end")
@@ -714,7 +650,7 @@ def main(args) -> int:
     finally:
         r.save()
         render(r.out)
-    base.log(f"results: {r.out / 'results.md'}")
+    log(f"results: {r.out / 'results.md'}")
     return 0
 
 

@@ -20,17 +20,15 @@ and `moldau-bench` (a release build). A development tool, not part of
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import cluster  # noqa: E402
-import run  # noqa: E402
+import cluster
+from common import (RUN_TCP_CONGESTION, call_tool, drop_page_cache, hold_freed_memory, proc_cpu_seconds,
+                    tcp_congestion_for_run)
 
 
 def main() -> int:
@@ -45,13 +43,10 @@ def main() -> int:
     bench = args.bins / "moldau-bench"
 
     def tool(*argv: str, timeout: float = 300) -> dict:
-        p = subprocess.run([str(bench), *argv], capture_output=True, text=True, timeout=timeout)
-        if p.returncode:
-            raise RuntimeError(f"moldau-bench {argv[0]}: {p.stderr[-600:]}")
-        return json.loads(p.stdout.strip().splitlines()[-1])
+        return call_tool(bench, *argv, timeout=timeout)
 
     work = Path(tempfile.mkdtemp(prefix="moldau-cluster-partitions-"))
-    with run.hold_freed_memory(), run.tcp_congestion_for_run(run.RUN_TCP_CONGESTION):
+    with hold_freed_memory(), tcp_congestion_for_run(RUN_TCP_CONGESTION):
         brokers = (cluster.KafkaCluster(work) if args.kafka
                    else cluster.MoldauCluster(args.bins / "moldau-broker", work))
         try:
@@ -64,7 +59,7 @@ def main() -> int:
                  "--config", "min.insync.replicas=2", timeout=120)
 
             def cpu() -> float:
-                return sum(run.proc_cpu_seconds(pid) or 0.0 for pid in brokers.pids)
+                return sum(proc_cpu_seconds(pid) or 0.0 for pid in brokers.pids)
 
             time.sleep(5)
             c0 = cpu()
@@ -72,7 +67,7 @@ def main() -> int:
             print(f"{brokers.name}: idle {(cpu() - c0) / 10:.3f} CPU-s per second (3 brokers)",
                   flush=True)
             for trial in range(args.trials):
-                run.drop_page_cache()
+                drop_page_cache()
                 c0 = cpu()
                 r = tool("produce", "--bootstrap", bootstrap, "--topic", "many", "--size", "100",
                          "--acks", "all", "--linger-ms", "0", "--rate", str(args.rate),

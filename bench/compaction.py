@@ -34,8 +34,8 @@ import threading
 import time
 from pathlib import Path
 
-from run import (BenchRunner, KAFKA_DIST, Kafka, Moldau, cpu_jiffies, dir_bytes, log, proc_status_kib,
-                 repetition, steal_pct, write_back_dirty_pages)
+from common import (KAFKA_DIST, BenchRunner, cpu_jiffies, dir_bytes, log, proc_status_kib, repetition, run_reps,
+                    steal_pct, write_back_dirty_pages)
 
 TOPIC = "compacted"
 MODES = {
@@ -194,26 +194,5 @@ class Runner(BenchRunner):
 
 
 def main(args) -> int:
-    reps = args.reps or 1
-    args.reps = reps
-    r = Runner(args)
-    if args.report_only:
-        r.raw = json.loads((r.out / "raw.json").read_text())
-        r.report()
-        return 0
-    data = r.out / "data"
-    try:
-        for rep in range(1, reps + 1):
-            brokers = [Moldau(Path(args.moldau_bin), data / f"moldau-r{rep}"), Kafka(data / f"kafka-r{rep}")]
-            if rep % 2 == 0:
-                brokers.reverse()
-            for b in brokers:
-                if args.only and b.name != args.only:
-                    continue
-                log(f"rep {rep} {b.name}")
-                r.run_broker(b, rep)
-    finally:
-        r.save()
-        r.report()
-    log(f"results: {r.out / 'results.md'}")
-    return 0
+    args.reps = args.reps or 1
+    return run_reps(Runner(args), tidy=False)

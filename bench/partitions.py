@@ -1,7 +1,7 @@
 """Many partitions, many connections: Moldau vs Kafka on one broker.
 
 Started by `bench/run.sh --partitions` (through run.py). One broker at a time,
-fresh each repetition, order alternating (as run.py). For each:
+fresh each repetition, order alternating (common.interleaved). For each:
 
 1. one topic of PARTITIONS partitions (replication factor 1) is created (the
    time CreateTopics takes until every partition has a leader is reported);
@@ -32,13 +32,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import statistics
 import time
 from pathlib import Path
 
+from common import BenchRunner, dig, log, median, proc_cpu_seconds, proc_status_kib, repetition, run_reps
 from report import client_ceiling, run_settings_line
-from run import BenchRunner, Kafka, Moldau, log, proc_cpu_seconds, proc_status_kib, repetition
 
 TOPIC = "many"
 PARTITIONS = int(os.environ.get("MOLDAU_BENCH_PARTITIONS", "1000"))
@@ -64,21 +62,6 @@ def disk_bytes(path: Path) -> int:
             except OSError:
                 pass
     return total
-
-
-def median(vals: list) -> float | None:
-    vals = [v for v in vals if v is not None]
-    return statistics.median(vals) if vals else None
-
-
-def dig(row: dict, path: str):
-    """`row["a"]["b"]` for path "a.b", None where absent."""
-    v = row
-    for k in path.split("."):
-        if not isinstance(v, dict) or v.get(k) is None:
-            return None
-        v = v[k]
-    return v
 
 
 def fmt(v: float | None, digits: int = 3) -> str:
@@ -256,34 +239,6 @@ def fmt_load(machine: dict) -> str:
     return s + (f", {end[0]:.1f} at the end" if end else "")
 
 
-def interleaved(args, run_broker, data: Path, moldau=Moldau, kafka=Kafka) -> None:
-    """Each repetition runs a fresh broker of each kind, the order
-    alternating as run.py's (shared with restart.py)."""
-    for rep in range(1, args.reps + 1):
-        brokers = [moldau(Path(args.moldau_bin), data / f"moldau-r{rep}"), kafka(data / f"kafka-r{rep}")]
-        if rep % 2 == 0:
-            brokers.reverse()
-        for b in brokers:
-            if args.only and b.name != args.only:
-                continue
-            log(f"rep {rep} {b.name}")
-            run_broker(b, rep)
-
-
 def main(args) -> int:
     args.reps = args.reps or 3
-    r = Runner(args)
-    if args.report_only:
-        r.raw = json.loads((r.out / "raw.json").read_text())
-        r.report()
-        return 0
-    data = r.out / "data"
-    try:
-        interleaved(args, r.run_broker, data)
-    finally:
-        r.raw["machine"]["loadavg_end"] = os.getloadavg()
-        r.save()
-        r.report()
-        shutil.rmtree(data, ignore_errors=True)
-    log(f"results: {r.out / 'results.md'}")
-    return 0
+    return run_reps(Runner(args))

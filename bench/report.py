@@ -361,9 +361,9 @@ def steal_line(raw: dict) -> str:
 
 
 def run_settings_line(machine: dict) -> str:
-    """Says which kernel settings the run changed for its duration (run.py's
-    `hold_freed_memory` and `tcp_congestion_for_run`); runs from before them
-    have no such fields."""
+    """Says which kernel settings the run changed for its duration
+    (common.py's `hold_freed_memory` and `tcp_congestion_for_run`); runs
+    from before them have no such fields."""
     line = ""
     hold = machine.get("freed_memory_hold")
     if hold:
@@ -380,7 +380,7 @@ def run_settings_line(machine: dict) -> str:
 
 def memory_method(raw: dict) -> str:
     """How the run prepared memory before each configuration: runs since
-    the wire load generator drop the page cache (run.py's
+    the wire load generator drop the page cache (common.py's
     `drop_page_cache`), earlier ones recycled 2 GiB through tmpfs."""
     if any("page_cache_before" in r for r in raw["runs"]):
         return ("Then the clean page cache is dropped (`drop_page_cache`: 1 into "

@@ -1,9 +1,9 @@
 """Time to ready after a restart: Moldau vs Kafka on one broker.
 
 Started by `bench/run.sh --restart` (through run.py). One broker at a time,
-fresh each repetition, order alternating (as run.py). For each, one topic of
-1,000 partitions (replication factor 1) and two data sizes in turn, SMALL
-then LARGE (100 MiB then 1 GiB with --quick; 1 GiB then 10 GiB without):
+fresh each repetition, order alternating (common.interleaved). For each, one
+topic of 1,000 partitions (replication factor 1) and two data sizes in turn,
+SMALL then LARGE (100 MiB then 1 GiB with --quick; 1 GiB then 10 GiB without):
 
 1. fill: 10 producer connections write 1 KiB records spread over all
    partitions (acks=1, linger.ms=5) until the topic holds the stage's size;
@@ -26,7 +26,7 @@ is checked against the records acknowledged (nothing lost by kill -9).
 
 Kafka is started by e2e/clients/kafka-dist/kafka-up.sh in the foreground
 (the script execs the JVM: its start is part of the time, a few ms), Moldau
-as run.py starts it; each start on new loopback ports, the same data
+as common.py starts it; each start on new loopback ports, the same data
 directory. Every process started here is stopped and its data deleted at
 the end, on errors and interrupts too.
 
@@ -39,7 +39,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import time
@@ -49,8 +48,8 @@ from pathlib import Path
 
 import partitions
 import report
-from cluster import _spawn, _stop_all
-from run import BenchRunner, KAFKA_DIST, Moldau, free_port, log, proc_status_kib, repetition
+from common import (KAFKA_DIST, BenchRunner, Moldau, free_port, log, proc_status_kib, repetition, run_reps, spawn,
+                    stop_all)
 
 TOPIC = "restart"
 PARTITIONS = partitions.PARTITIONS
@@ -68,7 +67,7 @@ if os.environ.get("MOLDAU_BENCH_RESTART_MIB"):
 
 
 class RestartableMoldau(Moldau):
-    """run.py's Moldau, started again on its data directory, killed or
+    """common.py's Moldau, started again on its data directory, killed or
     stopped with a timed SIGTERM."""
 
     def server_ready(self) -> bool:
@@ -121,7 +120,7 @@ class RestartableKafka:
         self.starts += 1
         self._log_offset = 0
         self.datadir.mkdir(parents=True, exist_ok=True)
-        self.proc = _spawn([str(KAFKA_DIST / "kafka-up.sh"), str(self.port), str(self.datadir)],
+        self.proc = spawn([str(KAFKA_DIST / "kafka-up.sh"), str(self.port), str(self.datadir)],
                            self.logfile)
 
     def start(self) -> None:
@@ -160,7 +159,7 @@ class RestartableKafka:
 
     def stop(self) -> None:
         if self.proc:
-            _stop_all([self.proc], timeout=120)
+            stop_all([self.proc], timeout=120)
 
 
 def kill9(broker) -> None:
@@ -201,7 +200,7 @@ class Runner(BenchRunner):
         mono0 = time.monotonic()
         broker.spawn()
         out = broker.datadir.parent / f"{broker.datadir.name}-wait-ready.out"
-        waiter = _spawn([str(self.bench), "wait-ready", "--bootstrap", f"127.0.0.1:{broker.port}",
+        waiter = spawn([str(self.bench), "wait-ready", "--bootstrap", f"127.0.0.1:{broker.port}",
                          "--topic", TOPIC, "--partitions", str(PARTITIONS), "--max-seconds", str(limit)], out)
         try:
             server_s = None
@@ -215,7 +214,7 @@ class Runner(BenchRunner):
                     raise RuntimeError(f"{broker.name}: not ready after {limit:.0f} s")
                 time.sleep(0.02)
         finally:
-            _stop_all([waiter], timeout=5)
+            stop_all([waiter], timeout=5)
         text = out.read_text()
         line = next((ln for ln in reversed(text.splitlines()) if ln.startswith("{")), None)
         if waiter.returncode != 0 or line is None:
@@ -309,19 +308,4 @@ class Runner(BenchRunner):
 
 def main(args) -> int:
     args.reps = args.reps or 3
-    r = Runner(args)
-    if args.report_only:
-        r.raw = json.loads((r.out / "raw.json").read_text())
-        r.report()
-        return 0
-    data = r.out / "data"
-    try:
-        partitions.interleaved(args, r.run_broker, data, moldau=RestartableMoldau,
-                               kafka=RestartableKafka)
-    finally:
-        r.raw["machine"]["loadavg_end"] = os.getloadavg()
-        r.save()
-        r.report()
-        shutil.rmtree(data, ignore_errors=True)
-    log(f"results: {r.out / 'results.md'}")
-    return 0
+    return run_reps(Runner(args), moldau=RestartableMoldau, kafka=RestartableKafka)
