@@ -45,5 +45,9 @@ fn the_check_finds_a_cycle_through_a_deferred_import() {
     let out = check(&dir);
     std::fs::remove_dir_all(&dir).unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert!(text(&out).contains("  a b c: a -> b, b -> c, c -> a"), "{}", text(&out));
+    assert!(
+        text(&out).contains("  a b c: a -> b, b -> c, c -> a"),
+        "{}",
+        text(&out)
+    );
 }
