@@ -1,5 +1,6 @@
 //! `PartitionLog`: the ordered list of segments of one partition, with
-//! append, read, recovery, rolling, retention, compaction and checkpoints.
+//! append, read, rolling, truncation, flushes and checkpoints, and the
+//! application of what recovery, retention and compaction decide.
 //!
 //! This module owns the partition directory as a whole: which segments
 //! exist, the log start offset, recovery point and high watermark, and
@@ -8,10 +9,18 @@
 //! brokers wrote). It delegates the bytes of each segment to `segment`
 //! and never parses the Kafka protocol; callers (the protocol layer)
 //! validate produce payloads with `batch::validate_batches` first (and,
-//! for compacted topics, `batch::validate_records`). The rules
-//! of a compaction pass and its crash-safe swap live in `cleaner`; this
-//! module chooses what to clean, keeps the cleaner checkpoint and swaps
-//! the in-memory segments.
+//! for compacted topics, `batch::validate_records`).
+//!
+//! Its jobs apart from the live log are leaf modules below it, which
+//! never import it:
+//! - [`recovery`]: the scan at open (inventory, re-validation after an
+//!   unclean stop, torn-tail truncation, index and epoch-cache rebuilds);
+//! - [`retention`]: which segments time and size retention delete, and
+//!   the retired files that wait for removal without the lock;
+//! - [`compaction`]: when a pass is due and what it reads, and the pass
+//!   between plan and finish. The rules of a pass and its crash-safe swap
+//!   live in `cleaner`; this module keeps the cleaner checkpoint and swaps
+//!   the in-memory segments.
 //!
 //! Deleted segments (retention, DeleteRecords, truncation in recovery) are
 //! renamed with the `.deleted` suffix and removed at once rather than after
@@ -24,6 +33,10 @@
 //! [`FetchSlice`] holds its segment file open, so a reader may send a slice
 //! after releasing the lock even if retention deletes the segment meanwhile.
 
+mod compaction;
+mod recovery;
+mod retention;
+
 use std::fs::{self, File};
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
@@ -31,12 +44,15 @@ use std::sync::Arc;
 
 use super::batch::{self, BatchHeader};
 use super::checkpoint;
-use super::cleaner::{self, CleanStats, CompactionOutcome, Throttle};
+use super::cleaner::{self, CompactionOutcome, Throttle};
 use super::epochs::{EpochEntry, LeaderEpochCache};
-use super::high_watermarks;
 use super::producer_snapshot::{self, SnapshotEntry};
-use super::segment::{self, BatchInfo, SealedBytes, Segment};
+use super::segment::{BatchInfo, Segment};
 use super::{LogConfig, Result, StorageError};
+
+pub use self::compaction::{CompactionPass, CompactionPlan};
+pub use self::recovery::OpenReport;
+pub use self::retention::{RetentionOutcome, RetiredFiles};
 
 /// What an append did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,29 +80,6 @@ impl FetchSlice {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
-}
-
-/// What a retention pass removed.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct RetentionOutcome {
-    pub segments_deleted: usize,
-    pub bytes_deleted: u64,
-    pub log_start_offset: i64,
-}
-
-/// What opening a log had to do (for logs and metrics: a clean restart
-/// re-validates nothing).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct OpenReport {
-    /// The directory held segments but no clean-shutdown marker (with a
-    /// recovery point checkpoint): the stop before was not clean.
-    pub unclean: bool,
-    /// Segments whose batches were re-validated and indexes rebuilt (after
-    /// an unclean stop, or because an index was missing or corrupt).
-    pub segments_recovered: usize,
-    /// Bytes of segment data that recovery read: re-validated (CRC), plus
-    /// the header walk from the last index entry below the recovery point.
-    pub bytes_read: u64,
 }
 
 /// The log of one partition.
@@ -137,112 +130,6 @@ pub struct PartitionLog {
     retired: RetiredFiles,
 }
 
-/// Files that retention and compaction took out of a log, still open:
-/// dropping this removes the deleted segments' files (renamed `.deleted`
-/// already) and closes the replaced ones. Both free the files' blocks,
-/// which a filesystem does synchronously and which can take tens of
-/// milliseconds for large segments (much more with online discard), so the
-/// broker takes them out of the log under the partition's lock
-/// ([`PartitionLog::take_retired`]) and drops them after releasing it,
-/// keeping that work off the produce and fetch paths. Kafka defers it too
-/// (`file.delete.delay.ms`, on a scheduler thread).
-#[derive(Debug, Default)]
-#[must_use = "dropping it removes the files: do so without the partition's lock"]
-pub struct RetiredFiles {
-    deleted: Vec<segment::DeletedSegment>,
-    replaced: Vec<Segment>,
-}
-
-impl RetiredFiles {
-    pub fn is_empty(&self) -> bool {
-        self.deleted.is_empty() && self.replaced.is_empty()
-    }
-}
-
-/// What [`PartitionLog::plan_compaction`] decided.
-#[derive(Debug)]
-pub enum CompactionPlan {
-    /// No pass is due (the outcome says why: nothing cleanable, not dirty
-    /// enough, ...).
-    Nothing(CompactionOutcome),
-    /// A pass to run without the log's lock, then finish under it.
-    Pass(CompactionPass),
-}
-
-/// One compaction pass between its plan and its finish: the bytes it reads
-/// (segments that were sealed and cleanable when planned) and, once run,
-/// the cleaned segments it prepared in the staging directory, indexes
-/// included. It holds no lock and touches nothing of the live log.
-#[derive(Debug)]
-pub struct CompactionPass {
-    id: u64,
-    dir: PathBuf,
-    staging: PathBuf,
-    segments: Vec<SealedBytes>,
-    /// Base offset of the first segment after the cleaned range: the
-    /// cleaner checkpoint once the pass is swapped in.
-    clean_to: i64,
-    now_ms: i64,
-    delete_retention_ms: i64,
-    index_interval_bytes: u64,
-    segment_index_bytes: u64,
-    outcome: CompactionOutcome,
-    /// `(index among segments, the cleaned copy)` for each segment that
-    /// loses records, oldest first.
-    prepared: Vec<(usize, Segment)>,
-    stats: CleanStats,
-}
-
-impl CompactionPass {
-    /// The middle phase, without the log's lock: builds the latest offset
-    /// per key over the cleanable segments, writes a cleaned copy of each
-    /// segment that loses records into the staging directory and builds
-    /// its indexes there (validating the copy as recovery would), every
-    /// byte read and written counted against `throttle`. Appends, reads and
-    /// rolls of the log go on meanwhile; they never touch these segments.
-    pub fn run(&mut self, throttle: &Throttle) -> Result<()> {
-        let map = cleaner::build_offset_map(&self.segments, throttle)?;
-        for (i, seg) in self.segments.iter().enumerate() {
-            let changed = cleaner::write_cleaned(
-                seg,
-                &self.staging,
-                &map,
-                self.now_ms,
-                self.delete_retention_ms,
-                &mut self.stats,
-                throttle,
-            )?;
-            if !changed {
-                continue;
-            }
-            let mut copy = Segment::open(&self.staging, seg.base_offset())?;
-            copy.recover(
-                self.index_interval_bytes,
-                self.segment_index_bytes,
-                self.now_ms,
-                true,
-            )?;
-            throttle.account(copy.size());
-            copy.seal()?;
-            copy.flush()?;
-            self.prepared.push((i, copy));
-        }
-        // The checkpoints the pass leaves are staged with the copies and
-        // committed with them (see cleaner::commit_pass); writing them
-        // fsyncs the staging directory, which makes the copies' entries
-        // durable too.
-        let due = self.stats.next_tombstone_expiry.unwrap_or(i64::MAX);
-        checkpoint::write_checkpoints(
-            &self.staging,
-            &[
-                (checkpoint::CLEANER_OFFSET_FILE, self.clean_to),
-                (checkpoint::CLEANER_TOMBSTONE_DUE_FILE, due),
-            ],
-        )?;
-        Ok(())
-    }
-}
-
 fn out_of_range(requested: i64, log_start: i64, log_end: i64) -> StorageError {
     StorageError::OffsetOutOfRange {
         requested,
@@ -256,30 +143,6 @@ fn wall_clock_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
-/// Rebuilds a leader-epoch cache from the partition leader epoch of every
-/// batch header (no CRC check). A segment whose headers cannot be walked
-/// contributes what was read before the problem (it is logged).
-fn rebuild_epochs(dir: &Path, segments: &[Segment]) -> LeaderEpochCache {
-    let mut cache = LeaderEpochCache::empty(dir);
-    for seg in segments {
-        let walked = seg.for_each_header(|h| {
-            cache.assign(h.partition_leader_epoch, h.base_offset);
-        });
-        if let Err(e) = walked {
-            tracing::warn!(path = %seg.log_path().display(), error = %e, "cannot read every batch header while rebuilding the leader epoch cache");
-        }
-    }
-    cache
-}
-
-fn remove_if_exists(path: &Path) -> Result<()> {
-    match fs::remove_file(path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e.into()),
-    }
 }
 
 impl PartitionLog {
@@ -309,217 +172,29 @@ impl PartitionLog {
     /// or past the log end (a torn tail, an interrupted truncation, an
     /// epoch a leader assigned without writing) are dropped and the cache
     /// is moved up to the log start, as Kafka's log loading does.
+    ///
+    /// The scan itself is [`recovery`]'s; the log starts from what it
+    /// recovered.
     pub fn open(dir: impl AsRef<Path>, config: LogConfig, now_ms: i64) -> Result<Self> {
-        let dir = dir.as_ref().to_path_buf();
-        if !dir.is_dir() {
-            fs::create_dir_all(&dir)?;
-            if let Some(parent) = dir.parent() {
-                checkpoint::fsync_dir(parent)?;
-            }
-        }
-        let clean = checkpoint::has_clean_shutdown(&dir);
-        // An interrupted compaction: discard uncommitted copies, complete
-        // committed swaps (their segments' indexes are rebuilt below).
-        cleaner::recover_leftovers(&dir)?;
-
-        // Inventory of the directory.
-        let mut bases = Vec::new();
-        let mut index_files = Vec::new();
-        for entry in fs::read_dir(&dir)? {
-            let entry = entry?;
-            let name = entry.file_name();
-            let Some(name) = name.to_str() else { continue };
-            if name.ends_with(segment::DELETED_SUFFIX) || name.ends_with(checkpoint::TMP_SUFFIX) {
-                remove_if_exists(&entry.path())?;
-            } else if let Some(base) = segment::parse_file_name(name, segment::LOG_SUFFIX) {
-                bases.push(base);
-            } else if let Some(base) = segment::parse_file_name(name, segment::INDEX_SUFFIX)
-                .or_else(|| segment::parse_file_name(name, segment::TIME_INDEX_SUFFIX))
-            {
-                index_files.push((base, entry.path()));
-            }
-        }
-        bases.sort_unstable();
-        for (base, path) in index_files {
-            if bases.binary_search(&base).is_err() {
-                tracing::warn!(path = %path.display(), "removing index without a log segment");
-                remove_if_exists(&path)?;
-            }
-        }
-
-        let checkpointed_start =
-            checkpoint::read_checkpoint(&dir, checkpoint::LOG_START_OFFSET_FILE)?;
-        let checkpointed_recovery =
-            checkpoint::read_checkpoint(&dir, checkpoint::RECOVERY_POINT_FILE)?;
-        // Written by brokers before the data directory's file; the
-        // partition prefers that file's value when it has one.
-        let checkpointed_hw = checkpoint::read_checkpoint(&dir, high_watermarks::LEGACY_FILE)?;
-        let checkpointed_cleaned =
-            checkpoint::read_checkpoint(&dir, checkpoint::CLEANER_OFFSET_FILE)?;
-        let checkpointed_due =
-            checkpoint::read_checkpoint(&dir, checkpoint::CLEANER_TOMBSTONE_DUE_FILE)?;
-        // Compacted segments (wholly below the cleaner checkpoint) may have
-        // offset gaps inside and end before the next segment starts; all
-        // others must be contiguous, which keeps torn-tail detection strict
-        // where appends happen.
-        let allow_gaps = |base: i64| checkpointed_cleaned.is_some_and(|c| base < c);
-        let clean = clean && checkpointed_recovery.is_some();
-
-        // Segments wholly below the log start offset are leftovers of a
-        // deletion interrupted after its checkpoint.
-        if let Some(start) = checkpointed_start {
-            while bases.len() > 1 && bases[1] <= start {
-                let seg = Segment::open(&dir, bases[0])?;
-                tracing::info!(path = %seg.log_path().display(), "removing segment below the log start offset");
-                seg.delete()?;
-                bases.remove(0);
-            }
-        }
-
-        let recover_from = if clean {
-            bases.len()
-        } else {
-            let rp = checkpointed_recovery.unwrap_or(i64::MIN);
-            bases.partition_point(|&b| b <= rp).saturating_sub(1)
-        };
-
-        let mut segments: Vec<Segment> = Vec::with_capacity(bases.len().max(1));
-        // Recovered segments have preallocated indexes: sealed below unless last.
-        let mut recovered = Vec::with_capacity(bases.len());
-        let mut bytes_validated = 0u64;
-        for (i, &base) in bases.iter().enumerate() {
-            let next_base = bases.get(i + 1).copied();
-            let indexes_present = [segment::INDEX_SUFFIX, segment::TIME_INDEX_SUFFIX]
-                .iter()
-                .all(|s| dir.join(segment::file_name(base, s)).is_file());
-            let mut seg = Segment::open(&dir, base)?;
-            let mut must_recover = i >= recover_from;
-            if !must_recover {
-                let problem = if indexes_present {
-                    seg.load_trusted(
-                        next_base,
-                        config.index_interval_bytes,
-                        now_ms,
-                        allow_gaps(base),
-                    )?
-                    .err()
-                } else {
-                    Some("index file missing".to_string())
-                };
-                if let Some(problem) = problem {
-                    tracing::warn!(path = %seg.log_path().display(), %problem, "rebuilding segment indexes");
-                    must_recover = true;
-                } else if next_base.is_some() {
-                    // A sealed segment keeps only its `.log` descriptor.
-                    seg.close_index_files();
-                }
-            }
-            let mut truncated = false;
-            if must_recover {
-                // The segment holding the recovery point is re-validated
-                // from it; later ones (and any whose indexes failed) whole.
-                let trusted_below = match checkpointed_recovery {
-                    Some(rp) if i == recover_from && indexes_present => rp,
-                    _ => i64::MIN,
-                };
-                let done = seg.recover_after(
-                    trusted_below,
-                    config.index_interval_bytes,
-                    config.segment_index_bytes,
-                    now_ms,
-                    allow_gaps(base),
-                )?;
-                bytes_validated += done.bytes_read;
-                truncated = done.bytes_cut > 0;
-            }
-            recovered.push(must_recover);
-            let consistent = next_base.is_none_or(|n| {
-                n == seg.next_offset() || (allow_gaps(base) && !truncated && n > seg.next_offset())
-            });
-            segments.push(seg);
-            if !consistent {
-                // The rest of the log cannot follow a truncated segment.
-                for &later in &bases[i + 1..] {
-                    let later_seg = Segment::open(&dir, later)?;
-                    tracing::warn!(path = %later_seg.log_path().display(), "removing segment after a truncated one");
-                    later_seg.delete()?;
-                }
-                break;
-            }
-        }
-        let open_report = OpenReport {
-            unclean: !clean && !bases.is_empty(),
-            segments_recovered: recovered.iter().filter(|&&r| r).count(),
-            bytes_read: bytes_validated,
-        };
-        if segments.is_empty() {
-            let base = checkpointed_start.unwrap_or(0).max(0);
-            segments.push(Segment::create(&dir, base, config.segment_index_bytes)?);
-        }
-        let last = segments.len() - 1;
-        for (seg, _) in segments[..last]
-            .iter_mut()
-            .zip(&recovered)
-            .filter(|(_, &r)| r)
-        {
-            seg.seal()?;
-        }
-        if let Err(e) = segments[last].make_active(config.segment_index_bytes) {
-            // A full disk: the log still opens and serves reads; appends
-            // fail (KAFKA_STORAGE_ERROR) until space returns.
-            tracing::warn!(path = %segments[last].log_path().display(), error = %e, "cannot reserve index space for the active segment");
-        }
-
-        let first_base = segments[0].base_offset();
-        let log_end = segments[last].next_offset();
-        let log_start_offset = checkpointed_start
-            .unwrap_or(first_base)
-            .clamp(first_base, log_end);
-        let high_watermark = checkpointed_hw
-            .unwrap_or(log_start_offset)
-            .clamp(log_start_offset, log_end);
-        // Recovery validated the bytes but did not make them durable: the
-        // recovery point stays where the last flush left it (so a new crash
-        // re-validates them) until the next flush.
-        let recovery_point = if clean {
-            log_end
-        } else {
-            checkpointed_recovery
-                .unwrap_or(first_base)
-                .clamp(first_base, log_end)
-        };
-        let (mut epochs, mut epochs_changed) = match LeaderEpochCache::load(&dir)? {
-            Some(c) if !(c.is_empty() && log_start_offset < log_end) => (c, false),
-            // an empty log has no history to rebuild (a new partition)
-            None if log_start_offset == log_end => (LeaderEpochCache::empty(&dir), false),
-            _ => {
-                tracing::info!(dir = %dir.display(), "rebuilding the leader epoch cache from batch headers");
-                (rebuild_epochs(&dir, &segments), true)
-            }
-        };
-        epochs_changed |= epochs.truncate_from_end(log_end);
-        epochs_changed |= epochs.truncate_from_start(log_start_offset);
-        let mut log = PartitionLog {
-            dir,
+        let r = recovery::recover(dir.as_ref(), &config, now_ms)?;
+        let log_end = r.segments.last().map_or(0, Segment::next_offset);
+        let log = PartitionLog {
+            dir: r.dir,
             config,
-            segments,
-            log_start_offset,
-            recovery_point,
-            high_watermark,
-            checkpointed_recovery_point: checkpointed_recovery,
-            checkpointed_log_start: checkpointed_start,
-            unflushed_messages: log_end - recovery_point,
-            first_unflushed_ms: (recovery_point < log_end).then_some(now_ms),
-            cleaned_to: checkpointed_cleaned.map(|c| c.min(log_end)),
-            tombstone_due: match checkpointed_due {
-                Some(i64::MAX) => None,
-                Some(due) => Some(due),
-                None => checkpointed_cleaned.map(|_| i64::MIN),
-            },
-            epochs,
+            segments: r.segments,
+            log_start_offset: r.log_start_offset,
+            recovery_point: r.recovery_point,
+            high_watermark: r.high_watermark,
+            checkpointed_recovery_point: r.checkpointed_recovery_point,
+            checkpointed_log_start: r.checkpointed_log_start,
+            unflushed_messages: log_end - r.recovery_point,
+            first_unflushed_ms: (r.recovery_point < log_end).then_some(now_ms),
+            cleaned_to: r.cleaned_to,
+            tombstone_due: r.tombstone_due,
+            epochs: r.epochs,
             closed: false,
             compaction_pass: 0,
-            open_report,
+            open_report: r.report,
             jitter_seed: {
                 use std::hash::BuildHasher;
                 std::collections::hash_map::RandomState::new().hash_one(now_ms)
@@ -527,51 +202,9 @@ impl PartitionLog {
             defer_file_removal: false,
             retired: RetiredFiles::default(),
         };
-        if epochs_changed {
-            // Failing (a full disk) is harmless: the next open redoes it.
-            if let Err(e) = log.epochs.write() {
-                tracing::warn!(dir = %log.dir.display(), error = %e, "cannot write the leader epoch cache");
-            }
-        }
-        // Checkpoints pointing past what survived are pulled back. Failing
-        // to (a full disk) is harmless: the next open clamps them again.
-        let pull_back = |dir: &Path, name: &str, value: i64| match checkpoint::write_checkpoint(
-            dir, name, value,
-        ) {
-            Ok(()) => true,
-            Err(e) => {
-                tracing::warn!(dir = %dir.display(), checkpoint = name, error = %e, "cannot rewrite a checkpoint");
-                false
-            }
-        };
-        if checkpointed_start.is_some_and(|s| s != log_start_offset)
-            && pull_back(
-                &log.dir,
-                checkpoint::LOG_START_OFFSET_FILE,
-                log_start_offset,
-            )
-        {
-            log.checkpointed_log_start = Some(log_start_offset);
-        }
-        if checkpointed_recovery.is_some_and(|r| r != recovery_point)
-            && pull_back(&log.dir, checkpoint::RECOVERY_POINT_FILE, recovery_point)
-        {
-            log.checkpointed_recovery_point = Some(recovery_point);
-        }
-        if let (Some(c), Some(now)) = (checkpointed_cleaned, log.cleaned_to) {
-            if c != now {
-                pull_back(&log.dir, checkpoint::CLEANER_OFFSET_FILE, now);
-            }
-        }
-        // Producer state snapshots of a history that did not survive, or
-        // below the log start (a deletion interrupted after its checkpoint).
-        if let Err(e) = producer_snapshot::remove_outside(&log.dir, log_start_offset, log_end) {
-            tracing::warn!(dir = %log.dir.display(), error = %e, "cannot remove producer state snapshots");
-        }
-        checkpoint::remove_clean_shutdown(&log.dir)?;
         tracing::debug!(
             dir = %log.dir.display(),
-            clean,
+            clean = r.clean,
             log_start = log.log_start_offset,
             log_end,
             segments = log.segments.len(),
@@ -1481,18 +1114,9 @@ impl PartitionLog {
             self.roll()?;
         }
         if self.config.delete && self.config.retention_ms >= 0 {
-            let retention = self.config.retention_ms;
-            let expired = |s: &Segment| {
-                !s.is_empty() && now_ms.saturating_sub(s.retention_timestamp()) > retention
-            };
-            let n = self.segments.len();
-            // A non-active segment compaction emptied holds nothing: it
-            // does not hold back the ones after it.
-            let mut count = self.segments[..n - 1]
-                .iter()
-                .take_while(|s| s.is_empty() || expired(s))
-                .count();
-            if count == n - 1 && expired(self.active()) {
+            let (mut count, active_too) =
+                retention::expired_by_time(&self.segments, self.config.retention_ms, now_ms);
+            if active_too {
                 self.roll()?;
                 count += 1;
             }
@@ -1504,18 +1128,7 @@ impl PartitionLog {
             }
         }
         if self.config.delete && self.config.retention_bytes >= 0 {
-            let mut excess = self
-                .size_bytes()
-                .saturating_sub(self.config.retention_bytes as u64);
-            let n = self.segments.len();
-            let mut count = 0;
-            for seg in &self.segments[..n - 1] {
-                if seg.size() > excess {
-                    break;
-                }
-                excess -= seg.size();
-                count += 1;
-            }
+            let count = retention::excess_by_size(&self.segments, self.config.retention_bytes);
             if count > 0 {
                 let new_start = self.segments[count].base_offset();
                 let (segs, bytes) = self.advance_start_and_delete(new_start, count)?;
@@ -1569,76 +1182,19 @@ impl PartitionLog {
 
     /// The first phase of [`PartitionLog::compact`], under the log's lock:
     /// decides whether a pass is due and, if so, takes what it will read
-    /// (the cleanable segments' bytes as they are now, [`SealedBytes`]) and
+    /// (the cleanable segments' bytes as they are now, `SealedBytes`) and
     /// creates its staging directory. Cheap: one header read per segment.
     pub fn plan_compaction(&mut self, now_ms: i64) -> Result<CompactionPlan> {
-        let first_base = self.segments[0].base_offset();
-        let mut outcome = CompactionOutcome {
-            cleaned_up_to: self.cleaned_to.unwrap_or(first_base),
-            ..CompactionOutcome::default()
+        let view = compaction::LogView {
+            dir: &self.dir,
+            config: &self.config,
+            segments: &self.segments,
+            high_watermark: self.high_watermark,
+            cleaned_to: self.cleaned_to,
+            tombstone_due: self.tombstone_due,
+            closed: self.closed,
         };
-        if !self.config.compact || self.closed {
-            return Ok(CompactionPlan::Nothing(outcome));
-        }
-        let n = self.segments.len();
-        let lag = self.config.min_compaction_lag_ms;
-        let mut k = 0;
-        while k + 1 < n {
-            if self.segments[k + 1].base_offset() > self.high_watermark {
-                break;
-            }
-            let seg = &self.segments[k];
-            if lag > 0 && now_ms.saturating_sub(seg.retention_timestamp()) < lag {
-                break;
-            }
-            k += 1;
-        }
-        outcome.segments_cleanable = k;
-        if k == 0 {
-            return Ok(CompactionPlan::Nothing(outcome));
-        }
-        let cleaned_to = self.cleaned_to.unwrap_or(i64::MIN);
-        let (mut dirty, mut total) = (0u64, 0u64);
-        for seg in &self.segments[..k] {
-            total += seg.size();
-            if seg.base_offset() >= cleaned_to {
-                dirty += seg.size();
-            }
-        }
-        outcome.dirty_ratio = if total == 0 {
-            0.0
-        } else {
-            dirty as f64 / total as f64
-        };
-        let dirty_enough =
-            dirty > 0 && outcome.dirty_ratio >= self.config.min_cleanable_dirty_ratio;
-        let tombstones_due = self.tombstone_due.is_some_and(|t| now_ms >= t);
-        outcome.compaction_delay_ms = self.max_compaction_delay_ms(cleaned_to, now_ms)?;
-        let lag_passed = dirty > 0 && outcome.compaction_delay_ms > 0;
-        if !dirty_enough && !tombstones_due && !lag_passed {
-            return Ok(CompactionPlan::Nothing(outcome));
-        }
-        outcome.ran = true;
-        outcome.bytes_before = total;
-        self.compaction_pass += 1;
-        let staging = cleaner::create_staging(&self.dir)?;
-        Ok(CompactionPlan::Pass(CompactionPass {
-            id: self.compaction_pass,
-            dir: self.dir.clone(),
-            staging,
-            segments: self.segments[..k]
-                .iter()
-                .map(Segment::sealed_bytes)
-                .collect(),
-            clean_to: self.segments[k].base_offset(),
-            now_ms,
-            delete_retention_ms: self.config.delete_retention_ms,
-            index_interval_bytes: self.config.index_interval_bytes,
-            segment_index_bytes: self.config.segment_index_bytes,
-            outcome,
-            prepared: Vec::new(),
-            stats: CleanStats::default(),
-        }))
+        compaction::plan(&view, &mut self.compaction_pass, now_ms)
     }
 
     /// The last phase of [`PartitionLog::compact`], under the log's lock:
@@ -1656,8 +1212,9 @@ impl PartitionLog {
         pass: CompactionPass,
         ran: Result<()>,
     ) -> Result<CompactionOutcome> {
+        let unchanged =
+            !self.closed && pass.still_matches(self.compaction_pass, &self.dir, &self.segments);
         let CompactionPass {
-            id,
             dir,
             staging,
             segments,
@@ -1667,32 +1224,15 @@ impl PartitionLog {
             stats,
             ..
         } = pass;
-        let discard = |why: &str| {
-            if let Err(e) = fs::remove_dir_all(&staging) {
-                if e.kind() != std::io::ErrorKind::NotFound {
-                    tracing::warn!(path = %staging.display(), error = %e, "cannot remove the cleaner's staging directory");
-                }
-            }
-            tracing::debug!(dir = %dir.display(), why, "compaction pass discarded");
-        };
         if let Err(e) = ran {
             drop(prepared);
-            discard("failed");
+            compaction::discard(&dir, &staging, "failed");
             return Err(e);
         }
         let k = segments.len();
-        let unchanged = id == self.compaction_pass
-            && !self.closed
-            && self.dir == dir
-            && k < self.segments.len()
-            && self.segments[k].base_offset() == clean_to
-            && segments
-                .iter()
-                .zip(&self.segments)
-                .all(|(taken, seg)| taken.is_still(seg));
         if !unchanged {
             drop(prepared);
-            discard("the log changed while it ran");
+            compaction::discard(&dir, &staging, "the log changed while it ran");
             outcome.ran = false;
             outcome.abandoned = true;
             return Ok(outcome);
@@ -1743,32 +1283,6 @@ impl PartitionLog {
             );
         }
         Ok(outcome)
-    }
-
-    /// How long ago the oldest dirty record should have been cleaned by
-    /// `max.compaction.lag.ms` (0 if not yet): as Kafka's
-    /// `LogCleanerManager.maxCompactionDelay`, the oldest dirty record's
-    /// time is the smallest positive max timestamp of the first batch of
-    /// each non-active segment at or after the cleaner checkpoint.
-    fn max_compaction_delay_ms(&self, cleaned_to: i64, now_ms: i64) -> Result<i64> {
-        let lag = self.config.max_compaction_lag_ms.max(0);
-        let clean_until = now_ms.saturating_sub(lag);
-        let n = self.segments.len();
-        let mut earliest = i64::MAX;
-        for seg in &self.segments[..n - 1] {
-            if seg.base_offset() < cleaned_to || seg.is_empty() {
-                continue;
-            }
-            let first = seg.header_at(0)?.max_timestamp;
-            if first > 0 {
-                earliest = earliest.min(first);
-            }
-        }
-        Ok(if earliest < clean_until {
-            clean_until - earliest
-        } else {
-            0
-        })
     }
 
     /// Applies the flush policy (`flush.messages`, `flush.ms`); call after

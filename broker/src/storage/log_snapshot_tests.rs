@@ -6,6 +6,7 @@ use bytes::Bytes;
 
 use super::*;
 use crate::storage::producer_snapshot::{self as snap, SnapshotBatch};
+use crate::storage::segment;
 
 const NOW: i64 = 1_700_000_000_000;
 
