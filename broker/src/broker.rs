@@ -43,7 +43,7 @@ pub struct Broker {
     pub replicas: crate::replication::ReplicaManager,
     /// Standalone mode: the dynamic broker configs (the controller keeps a
     /// cluster's).
-    pub dynamic_configs: crate::local_store::JsonFile<crate::dynamic_config::BrokerConfigs>,
+    pub dynamic_configs: crate::local_store::JsonFile<crate::config_values::BrokerConfigs>,
     /// Standalone mode: the client quotas (the controller keeps a
     /// cluster's).
     pub client_quotas: crate::local_store::JsonFile<Vec<crate::quota::ClientQuotaRecord>>,
@@ -141,7 +141,7 @@ impl Broker {
             client_id,
             kind,
             amount as f64,
-            crate::quota::now_ms(),
+            crate::clock::now_ms(),
         )
     }
 
@@ -240,7 +240,7 @@ fn standalone_image(
     host: &str,
     port: i32,
     topics: &TopicManager,
-    broker_configs: crate::dynamic_config::BrokerConfigs,
+    broker_configs: crate::config_values::BrokerConfigs,
     client_quotas: &[crate::quota::ClientQuotaRecord],
 ) -> MetadataImage {
     let this = BrokerImage {

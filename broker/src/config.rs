@@ -5,8 +5,8 @@
 //! This module only parses and validates; it does not open sockets or files
 //! other than the properties file.
 
-use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
 use clap::Parser;
@@ -231,7 +231,7 @@ pub struct BrokerConfig {
     /// Dynamic broker configs laid over `raw` (see
     /// `crate::dynamic_config::effective`): key → value and source, most
     /// specific first (this broker's own, then the cluster default).
-    pub dynamic: BTreeMap<String, Vec<(String, crate::topic_config::ConfigSource)>>,
+    pub dynamic: BTreeMap<String, Vec<(String, crate::config_values::ConfigSource)>>,
 }
 
 impl Default for BrokerConfig {
@@ -459,6 +459,35 @@ pub fn parse_listen_addr(s: &str) -> Result<SocketAddr, String> {
     unbracketed.ok_or_else(|| format!("{s:?} is not ip:port, [ipv6]:port or ipv6:port"))
 }
 
+/// Kafka 4's minimum `segment.bytes` and `log.segment.bytes` (KIP-1030).
+pub const MIN_SEGMENT_BYTES: i64 = 1024 * 1024;
+
+/// Kafka's `RackAwareReplicaSelector` class name, the one value
+/// `replica.selector.class` accepts besides empty (the leader serves
+/// everyone, Kafka's default); `replication::selector` implements it.
+pub const RACK_AWARE_SELECTOR: &str = "org.apache.kafka.common.replica.RackAwareReplicaSelector";
+
+/// Parses `max.connections.per.ip.overrides` (`host:count,host:count`,
+/// hosts as IP literals; Kafka also allows names, which a broker without
+/// DNS lookups on this path refuses).
+pub fn parse_per_ip_overrides(text: &str) -> Result<HashMap<IpAddr, usize>, String> {
+    let mut out = HashMap::new();
+    for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (host, count) = item
+            .rsplit_once(':')
+            .ok_or_else(|| format!("{item:?} is not host:count"))?;
+        let ip: IpAddr = host
+            .trim_matches(['[', ']'])
+            .parse()
+            .map_err(|_| format!("{host:?} is not an IP address"))?;
+        let count: usize = count
+            .parse()
+            .map_err(|_| format!("{count:?} is not a connection count"))?;
+        out.insert(ip, count);
+    }
+    Ok(out)
+}
+
 fn parse_num<T: std::str::FromStr>(key: &str, value: &str) -> Result<T, ConfigError>
 where
     T::Err: std::fmt::Display,
@@ -510,7 +539,7 @@ impl BrokerConfig {
                 "log.segment.bytes" => {
                     c.log_segment_bytes = parse_num(k, v)?;
                     // Kafka 4's range (KIP-1030): an int of at least 1 MiB
-                    let min = crate::topic_config::MIN_SEGMENT_BYTES;
+                    let min = MIN_SEGMENT_BYTES;
                     if c.log_segment_bytes < min || c.log_segment_bytes > i64::from(i32::MAX) {
                         return Err(ConfigError::Invalid {
                             key: k.clone(),
@@ -568,12 +597,10 @@ impl BrokerConfig {
                 "max.connections" => c.max_connections = parse_num(k, v)?,
                 "max.connections.per.ip" => c.max_connections_per_ip = parse_num(k, v)?,
                 "max.connections.per.ip.overrides" => {
-                    crate::protocol::limits::parse_per_ip_overrides(v).map_err(|reason| {
-                        ConfigError::Invalid {
-                            key: k.clone(),
-                            value: v.clone(),
-                            reason,
-                        }
+                    parse_per_ip_overrides(v).map_err(|reason| ConfigError::Invalid {
+                        key: k.clone(),
+                        value: v.clone(),
+                        reason,
                     })?;
                     c.max_connections_per_ip_overrides = v.clone()
                 }
@@ -595,14 +622,11 @@ impl BrokerConfig {
                 "min.insync.replicas" => c.min_insync_replicas = parse_num(k, v)?,
                 "replica.selector.class" => {
                     let v = v.trim();
-                    if !v.is_empty() && v != crate::replication::selector::RACK_AWARE_SELECTOR {
+                    if !v.is_empty() && v != RACK_AWARE_SELECTOR {
                         return Err(ConfigError::Invalid {
                             key: k.clone(),
                             value: v.to_string(),
-                            reason: format!(
-                                "only {} is available",
-                                crate::replication::selector::RACK_AWARE_SELECTOR
-                            ),
+                            reason: format!("only {RACK_AWARE_SELECTOR} is available"),
                         });
                     }
                     c.replica_selector_class = v.to_string()

@@ -34,12 +34,8 @@ use std::collections::BTreeMap;
 use kafka_protocol::error::ResponseError;
 
 use crate::config::BrokerConfig;
-use crate::topic_config::ConfigSource;
-use crate::topics::TopicError;
-
-/// Dynamic configs by entity: `""` for the cluster-wide default, else a
-/// broker's node id.
-pub type BrokerConfigs = BTreeMap<String, BTreeMap<String, String>>;
+use crate::config_values::{BrokerConfigs, ConfigSource};
+use crate::error::TopicError;
 
 /// One dynamic broker config.
 #[derive(Debug)]

@@ -49,6 +49,20 @@ pub struct PartitionImage {
     pub removing_replicas: Vec<i32>,
 }
 
+/// A topic as the image places it on one broker: what
+/// [`TopicManager::apply_assignment`](crate::topics::TopicManager::apply_assignment)
+/// makes the local logs match (built by [`MetadataImage::assigned_to`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Assigned {
+    pub name: String,
+    pub id: Uuid,
+    pub partitions: i32,
+    pub replication_factor: i16,
+    pub configs: BTreeMap<String, String>,
+    /// The partitions with a replica on this broker.
+    pub held: Vec<i32>,
+}
+
 /// What a broker is for one partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PartitionRole {
@@ -107,9 +121,9 @@ pub struct MetadataImage {
     /// local data a broker deletes.
     pub deleted_topic_ids: Vec<Uuid>,
     /// Dynamic broker configs (see `crate::dynamic_config`).
-    pub broker_configs: crate::dynamic_config::BrokerConfigs,
+    pub broker_configs: crate::config_values::BrokerConfigs,
     /// Client quotas by entity (see `crate::quota`).
-    pub client_quotas: crate::quota::ClientQuotas,
+    pub client_quotas: crate::quota::entity::ClientQuotas,
     topics: BTreeMap<String, Arc<TopicImage>>,
     by_id: HashMap<Uuid, String>,
 }
@@ -200,7 +214,7 @@ impl MetadataImage {
     /// its partitions have a replica there (none for most topics of a big
     /// cluster: the broker then holds none, and deletes what a
     /// reassignment moved away).
-    pub fn assigned_to(&self, node: i32) -> Vec<crate::topics::Assigned> {
+    pub fn assigned_to(&self, node: i32) -> Vec<Assigned> {
         self.topics
             .values()
             .map(|t| {
@@ -214,7 +228,7 @@ impl MetadataImage {
                     .partitions
                     .first()
                     .map_or(1, |p| i16::try_from(p.replicas.len()).unwrap_or(i16::MAX));
-                crate::topics::Assigned {
+                Assigned {
                     name: t.name.clone(),
                     id: t.id,
                     partitions: i32::try_from(t.partitions.len()).unwrap_or(i32::MAX),

@@ -16,11 +16,14 @@
 
 pub mod broker;
 pub mod build_info;
+pub mod clock;
 pub mod config;
 pub mod config_check;
+pub mod config_values;
 pub mod controller;
 pub mod data_dir;
 pub mod dynamic_config;
+pub mod error;
 pub mod fetch_session;
 pub mod group;
 pub mod handlers;

@@ -10,7 +10,7 @@ use parking_lot::RwLock;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::topics::TopicError;
+use crate::error::TopicError;
 
 /// One JSON file and its current value. A file that cannot be read is
 /// logged and treated as the default (empty): the broker starts on its

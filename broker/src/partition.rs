@@ -25,6 +25,8 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 use uuid::Uuid;
 
+use crate::clock::now_ms;
+use crate::error::TopicError;
 use crate::image::PartitionImage;
 use crate::metadata::TopicMeta;
 use crate::producer::state::{last_sequence as producer_last_sequence, ProducerStates, SeqCheck};
@@ -32,7 +34,6 @@ use crate::replication::progress::{self, FollowerProgress};
 use crate::storage::batch::{BatchHeader, BATCH_HEADER_LEN};
 use crate::storage::high_watermarks::{self, HighWatermarks, PartitionKey};
 use crate::storage::{self, AppendResult, FetchSlice, PartitionLog};
-use crate::topics::{now_ms, TopicError};
 
 /// What is guarded by a partition's lock: the log and the producer
 /// sequence state, so checking a batch and appending it are one step.
@@ -604,7 +605,7 @@ impl Partition {
                 state
                     .log
                     .read(offset, max_bytes, i64::MAX)
-                    .map_err(|e| crate::topics::storage_error_code(&e))?,
+                    .map_err(|e| crate::error::storage_error_code(&e))?,
             ),
         };
         let offsets = offsets_of(&state.log);

@@ -6,7 +6,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::config::BrokerConfig;
+use crate::config::{BrokerConfig, MIN_SEGMENT_BYTES};
+use crate::config_values::ConfigSource;
 use crate::storage::recompress::TargetCompression;
 use crate::storage::LogConfig;
 
@@ -19,16 +20,6 @@ pub enum ConfigType {
     Long = 5,
     Double = 6,
     List = 7,
-}
-
-/// Where an effective value comes from (DescribeConfigs `config_source`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConfigSource {
-    DynamicTopic = 1,
-    DynamicBroker = 2,
-    DynamicDefaultBroker = 3,
-    StaticBroker = 4,
-    Default = 5,
 }
 
 /// One topic config Moldau understands.
@@ -46,9 +37,6 @@ pub struct TopicConfigDef {
 /// Accepted from 1024 bytes; DescribeConfigs shows it only where a topic
 /// sets it, as Kafka does with internal configs.
 pub const INTERNAL_SEGMENT_BYTES: &str = "internal.segment.bytes";
-
-/// Kafka 4's minimum `segment.bytes` and `log.segment.bytes` (KIP-1030).
-pub const MIN_SEGMENT_BYTES: i64 = 1024 * 1024;
 
 /// Every topic config Moldau accepts. Others are rejected with INVALID_CONFIG.
 pub const TOPIC_CONFIGS: &[TopicConfigDef] = &[
@@ -731,7 +719,7 @@ mod tests {
     #[test]
     fn dynamic_broker_values_are_the_default_and_listed_before_the_static_one() {
         let broker = BrokerConfig::load(None, &["log.retention.ms=1000".into()]).unwrap();
-        let dynamic = crate::dynamic_config::BrokerConfigs::from([
+        let dynamic = crate::config_values::BrokerConfigs::from([
             (
                 String::new(),
                 BTreeMap::from([("log.retention.ms".to_string(), "20".to_string())]),
@@ -780,7 +768,7 @@ mod tests {
             lc.segment_jitter_ms, 3_600_000,
             "from log.roll.jitter.hours"
         );
-        let dynamic = crate::dynamic_config::BrokerConfigs::from([(
+        let dynamic = crate::config_values::BrokerConfigs::from([(
             String::new(),
             BTreeMap::from([
                 ("compression.type".to_string(), "producer".to_string()),

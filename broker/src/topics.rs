@@ -37,7 +37,10 @@ use kafka_protocol::error::ResponseError;
 use parking_lot::{Mutex, RwLock};
 use uuid::Uuid;
 
+use crate::clock::now_ms;
 use crate::config::BrokerConfig;
+use crate::error::TopicError;
+use crate::image::Assigned;
 use crate::metadata::{validate_topic_name, MetadataDoc, MetadataFile, MetadataStore, TopicMeta};
 pub use crate::partition::{
     Appended, BlockingAppendHook, Partition, PartitionOffsets, BLOCKING_APPEND_HOOK,
@@ -47,66 +50,6 @@ use crate::storage::cleaner::Throttle;
 use crate::storage::high_watermarks::{self, HighWatermarks};
 use crate::storage::{self, CompactionPlan, StorageError};
 use crate::topic_config;
-
-/// A refused admin operation: the Kafka error code and a message for the client.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{code:?}: {message}")]
-pub struct TopicError {
-    pub code: ResponseError,
-    pub message: String,
-}
-
-impl TopicError {
-    pub fn new(code: ResponseError, message: impl Into<String>) -> Self {
-        Self {
-            code,
-            message: message.into(),
-        }
-    }
-
-    /// A failed file operation of the broker's own (metadata, markers):
-    /// `KAFKA_STORAGE_ERROR`, with the same hints as a log's.
-    pub fn from_io(e: std::io::Error) -> Self {
-        StorageError::Io(e).into()
-    }
-}
-
-impl From<StorageError> for TopicError {
-    fn from(e: StorageError) -> Self {
-        let hint = match &e {
-            StorageError::Io(io) if is_fd_exhaustion(io) => {
-                "; the broker ran out of file descriptors (see moldau_open_fds and moldau_max_fds in /metrics)"
-            }
-            StorageError::Io(io) if io.raw_os_error() == Some(libc::ENOSPC) => {
-                "; the data directory is full"
-            }
-            _ => "",
-        };
-        TopicError::new(storage_error_code(&e), format!("{e}{hint}"))
-    }
-}
-
-/// EMFILE (this process) or ENFILE (the whole system).
-pub fn is_fd_exhaustion(e: &std::io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE))
-}
-
-/// The Kafka error code of a storage error.
-pub fn storage_error_code(e: &StorageError) -> ResponseError {
-    match e {
-        StorageError::Io(_) => ResponseError::KafkaStorageError,
-        StorageError::CorruptBatch(_) => ResponseError::CorruptMessage,
-        StorageError::UnsupportedMagic(_) => ResponseError::UnsupportedForMessageFormat,
-        StorageError::MessageTooLarge { .. } => ResponseError::MessageTooLarge,
-        StorageError::InvalidTimestamp(_) | StorageError::TimestampErrors { .. } => {
-            ResponseError::InvalidTimestamp
-        }
-        StorageError::InvalidRecord(_) | StorageError::RecordErrors { .. } => {
-            ResponseError::InvalidRecord
-        }
-        StorageError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
-    }
-}
 
 /// A topic and the partitions this broker holds, by index (all of them in
 /// standalone mode; those the controller placed here in cluster mode).
@@ -132,19 +75,6 @@ impl Topic {
                 .map(|i| &self.partitions[i]),
         }
     }
-}
-
-/// A topic as the controller's image places it on this broker: what
-/// [`TopicManager::apply_assignment`] makes the local logs match.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Assigned {
-    pub name: String,
-    pub id: Uuid,
-    pub partitions: i32,
-    pub replication_factor: i16,
-    pub configs: BTreeMap<String, String>,
-    /// The partitions with a replica on this broker.
-    pub held: Vec<i32>,
 }
 
 /// How an IncrementalAlterConfigs entry changes a config.
@@ -299,13 +229,6 @@ fn remove_created(data_dir: &Path, topic: &str, indexes: std::ops::Range<i32>) {
 
 const PARTITION_METADATA: &str = "partition.metadata";
 
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
 impl TopicManager {
     /// Opens the data directory: loads the metadata, recovers every
     /// partition's log, and removes partition directories of deleted topics.
@@ -375,7 +298,7 @@ impl TopicManager {
     /// the last effective config stays.
     pub fn apply_dynamic_broker_configs(
         &self,
-        configs: &crate::dynamic_config::BrokerConfigs,
+        configs: &crate::config_values::BrokerConfigs,
         node_id: i32,
     ) {
         let next = match crate::dynamic_config::effective(&self.broker, configs, node_id) {
@@ -1357,22 +1280,6 @@ fn remove_orphans(data_dir: &Path, doc: &MetadataDoc) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn io_errors_of_the_brokers_own_files_carry_the_logs_hints() {
-        let fds = TopicError::from_io(std::io::Error::from_raw_os_error(libc::EMFILE));
-        assert_eq!(fds.code, ResponseError::KafkaStorageError);
-        assert!(fds.message.contains("file descriptors"), "{}", fds.message);
-        let full = TopicError::from_io(std::io::Error::from_raw_os_error(libc::ENOSPC));
-        assert!(
-            full.message.contains("data directory is full"),
-            "{}",
-            full.message
-        );
-        let other = TopicError::from_io(std::io::Error::from_raw_os_error(libc::EIO));
-        assert_eq!(other.code, ResponseError::KafkaStorageError);
-        assert!(!other.message.contains(';'), "{}", other.message);
-    }
 
     fn names(m: &TopicManager) -> Vec<String> {
         m.all().iter().map(|t| t.meta.name.clone()).collect()

@@ -20,9 +20,9 @@ use super::assignment::{
     assign_replicas, manual_for_create, manual_for_extend, BrokerSlot, PlacementError, Seeds,
 };
 use super::leadership::{Change, PartitionState};
+use crate::error::TopicError;
 use crate::metadata::validate_topic_name;
 use crate::topic_config;
-use crate::topics::TopicError;
 
 /// How many producer ids one allocation hands a broker (Kafka's block size).
 pub const PRODUCER_ID_BLOCK: i64 = 1000;

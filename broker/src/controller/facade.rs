@@ -14,7 +14,7 @@ use super::link::ControllerLink;
 use super::rpc::pb;
 use super::{assignment, cluster, elect, leadership, reassignment, rpc};
 use crate::broker::Broker;
-use crate::topics::TopicError;
+use crate::error::TopicError;
 
 /// The controller as seen from one request: a view over the broker.
 #[derive(Clone, Copy)]

@@ -19,7 +19,7 @@ use super::rpc::pb::controller_client::ControllerClient;
 use super::rpc::pb::{
     AdminResponse, AllocateProducerIdsRequest, AlterReassignmentsRequest, ReassignmentResult,
 };
-use crate::topics::TopicError;
+use crate::error::TopicError;
 
 /// The registered session with the active controller.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -31,7 +31,7 @@ use super::leadership::{self, Change, Election};
 use super::reassignment;
 use super::registry::{Registration, Registry, RegistryError};
 use super::store::{ClusterStore, Resumed, StoreError};
-use crate::topics::TopicError;
+use crate::error::TopicError;
 use moldau_coordination::records::TopicRecord;
 
 /// The generated protocol types and service traits.
@@ -44,7 +44,7 @@ pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
 
 /// The wall clock, in milliseconds since the epoch.
 pub fn system_clock() -> Clock {
-    Arc::new(crate::topics::now_ms)
+    Arc::new(crate::clock::now_ms)
 }
 
 /// Ticks further apart than this mean the controller itself was away:

@@ -35,8 +35,10 @@ use kafka_protocol::records::{
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
+use crate::clock::now_ms;
+use crate::error::TopicError;
 use crate::storage::batch::{BatchHeader, BATCH_HEADER_LEN};
-use crate::topics::{now_ms, TopicError, TopicManager};
+use crate::topics::TopicManager;
 use offsets::{CommittedOffset, OffsetTable, OFFSETS_TOPIC};
 use state::{Effect, Group, GroupSettings, GroupState, JoinRequest, JoinResult, Reply, SyncResult};
 

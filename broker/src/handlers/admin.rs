@@ -29,8 +29,8 @@ use kafka_protocol::messages::{
 
 use super::str_bytes;
 use crate::broker::Broker;
+use crate::error::{storage_error_code, TopicError};
 use crate::topic_config;
-use crate::topics::{storage_error_code, TopicError};
 
 /// Runs `f` on tokio's blocking pool; `Err` if it panicked.
 async fn off_runtime<T: Send + 'static>(

@@ -22,8 +22,10 @@ use kafka_protocol::protocol::StrBytes;
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::config::BrokerConfig;
-use crate::topic_config::{self, ConfigSource, ConfigType};
-use crate::topics::{AlterOp, TopicError};
+use crate::config_values::ConfigSource;
+use crate::error::TopicError;
+use crate::topic_config::{self, ConfigType};
+use crate::topics::AlterOp;
 
 const TOPIC: i8 = 2;
 const BROKER: i8 = 4;
@@ -199,7 +201,7 @@ fn broker_values(cfg: &BrokerConfig) -> Vec<(&'static str, String)> {
 /// DescribeConfigs `include_synonyms`).
 fn broker_synonyms(
     key: &str,
-    dynamic: &crate::dynamic_config::BrokerConfigs,
+    dynamic: &crate::config_values::BrokerConfigs,
     node: i32,
     static_cfg: &BrokerConfig,
     defaults: &BTreeMap<&'static str, String>,

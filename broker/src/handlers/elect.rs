@@ -19,7 +19,7 @@ use kafka_protocol::messages::{ElectLeadersRequest, ElectLeadersResponse, TopicN
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::controller::elect::{ElectionType, PartitionOutcome};
-use crate::topics::TopicError;
+use crate::error::TopicError;
 
 /// Topic → partitions a request names (`None`: every partition).
 type Targets = BTreeMap<String, BTreeSet<i32>>;

@@ -38,6 +38,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::broker::Broker;
+use crate::error::storage_error_code;
 use crate::fetch_session::{
     CachedPartition, PartitionAnswer, PartitionKey, PartitionRequest, SessionError, FINAL_EPOCH,
     INITIAL_EPOCH, NO_SESSION,
@@ -48,7 +49,6 @@ use crate::protocol::fetch_encode::{
 };
 use crate::quota::{QuotaKind, QuotaManager};
 use crate::storage::StorageError;
-use crate::topics::storage_error_code;
 
 /// The longest a fetch may wait, whatever the client asks.
 const MAX_WAIT_CAP: Duration = Duration::from_secs(30);
@@ -189,7 +189,7 @@ fn gather(broker: &Broker, req: &FetchRequest, version: i16) -> Gathered {
             .is_empty();
     // one clock read per gathering, not per partition (a follower's
     // fetch names hundreds)
-    let now = crate::topics::now_ms();
+    let now = crate::clock::now_ms();
     for ft in &req.topics {
         let name = ft.topic.0.as_str();
         let mut partitions = Vec::with_capacity(ft.partitions.len());

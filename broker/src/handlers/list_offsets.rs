@@ -18,7 +18,7 @@ use kafka_protocol::messages::{
 };
 
 use crate::broker::Broker;
-use crate::topics::storage_error_code;
+use crate::error::storage_error_code;
 
 const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;

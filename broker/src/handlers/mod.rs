@@ -255,7 +255,7 @@ async fn handle_tracked(
     ctx.request_throttle_ms =
         broker
             .quotas
-            .throttle_now(quotas, &ctx.client_id, kind, crate::quota::now_ms());
+            .throttle_now(quotas, &ctx.client_id, kind, crate::clock::now_ms());
     let client_id = ctx.client_id.clone();
     let prepared_for = decoded.prepared_for;
     let (reply, busy) = crate::quota::Busy::new(dispatch(broker, decoded, ctx)).await;
@@ -264,7 +264,7 @@ async fn handle_tracked(
         &client_id,
         kind,
         (busy + prepared_for).as_secs_f64() * 1000.0,
-        crate::quota::now_ms(),
+        crate::clock::now_ms(),
     );
     ctx.throttle_ms = ctx.throttle_ms.max(throttle);
     reply

@@ -28,10 +28,11 @@ use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 
 use super::str_bytes;
 use crate::broker::Broker;
+use crate::error::storage_error_code;
 use crate::metrics::Metrics;
 use crate::partition::{AckState, Partition};
 use crate::storage::{batch, recompress, StorageError};
-use crate::topics::{storage_error_code, Appended};
+use crate::topics::Appended;
 
 fn partition_error(index: i32, code: ResponseError, message: String) -> PartitionProduceResponse {
     PartitionProduceResponse::default()
@@ -108,7 +109,7 @@ impl ValidationRules {
     fn timestamp_bounds(&self) -> Option<batch::TimestampBounds> {
         self.timestamp_window
             .map(|(before_max_ms, after_max_ms)| batch::TimestampBounds {
-                now_ms: crate::topics::now_ms(),
+                now_ms: crate::clock::now_ms(),
                 before_max_ms,
                 after_max_ms,
             })

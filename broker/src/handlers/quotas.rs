@@ -16,8 +16,8 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::str_bytes;
 use crate::broker::Broker;
+use crate::error::TopicError;
 use crate::quota::{QuotaEntity, QuotaName};
-use crate::topics::TopicError;
 
 const USER: &str = "user";
 const CLIENT_ID: &str = "client-id";

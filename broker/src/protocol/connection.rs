@@ -68,7 +68,7 @@ impl LogRate {
 
     /// `Some(lines held back since the last one)` when this line may go out.
     pub(crate) fn admit(&self) -> Option<u64> {
-        let now = crate::topics::now_ms().max(0) as u64;
+        let now = crate::clock::now_ms().max(0) as u64;
         let last = self.last_ms.load(Ordering::Relaxed);
         if now.saturating_sub(last) >= self.every_ms
             && self

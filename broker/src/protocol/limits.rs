@@ -24,6 +24,8 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::config::parse_per_ip_overrides;
+
 /// Connection limits, from the broker config.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectionLimitSettings {
@@ -182,9 +184,6 @@ impl RequestBudget {
     }
 }
 
-/// Parses `max.connections.per.ip.overrides` (`host:count,host:count`,
-/// hosts as IP literals; Kafka also allows names, which a broker without
-/// DNS lookups on this path refuses).
 impl ConnectionLimitSettings {
     /// The limits of a broker config (static, or effective with dynamic
     /// values laid over it). Unless `max.connections` is set (statically
@@ -210,24 +209,6 @@ impl ConnectionLimitSettings {
             per_ip_overrides: parse_per_ip_overrides(&c.max_connections_per_ip_overrides)?,
         })
     }
-}
-
-pub fn parse_per_ip_overrides(text: &str) -> Result<HashMap<IpAddr, usize>, String> {
-    let mut out = HashMap::new();
-    for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let (host, count) = item
-            .rsplit_once(':')
-            .ok_or_else(|| format!("{item:?} is not host:count"))?;
-        let ip: IpAddr = host
-            .trim_matches(['[', ']'])
-            .parse()
-            .map_err(|_| format!("{host:?} is not an IP address"))?;
-        let count: usize = count
-            .parse()
-            .map_err(|_| format!("{count:?} is not a connection count"))?;
-        out.insert(ip, count);
-    }
-    Ok(out)
 }
 
 #[cfg(test)]
@@ -305,7 +286,7 @@ mod tests {
             crate::config::BrokerConfig::load(None, &["max.connections.per.ip=7".into()]).unwrap();
         let s = ConnectionLimitSettings::from_config(&static_config).unwrap();
         assert_eq!(s.max_connections_per_ip, 7);
-        let mut dynamic = crate::dynamic_config::BrokerConfigs::new();
+        let mut dynamic = crate::config_values::BrokerConfigs::new();
         let default = dynamic.entry(String::new()).or_default();
         default.insert("max.connections.per.ip".into(), "2".into());
         default.insert("max.connections".into(), "5".into());

@@ -31,7 +31,7 @@ use std::collections::BTreeMap;
 use kafka_protocol::error::ResponseError;
 pub use moldau_coordination::records::{ClientQuotaRecord, QuotaEntity, QuotaName};
 
-use crate::topics::TopicError;
+use crate::error::TopicError;
 
 /// The user of every client connection until authentication exists.
 pub const ANONYMOUS: &str = "ANONYMOUS";

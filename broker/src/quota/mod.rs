@@ -12,7 +12,6 @@ pub mod entity;
 pub mod manager;
 pub mod meter;
 
-pub use crate::topics::now_ms;
 pub use busy::Busy;
 pub use entity::{
     from_records, resolve, to_records, ClientQuotaRecord, ClientQuotas, QuotaEntity, QuotaName,

@@ -216,7 +216,7 @@ async fn fetch_loop(
         delayed.retain(|_, until| *until > now);
         // throttled partitions sit out while the follower quota is spent
         let quota_spent =
-            !set.throttled.is_empty() && settings.follower_quota.exceeded(crate::topics::now_ms());
+            !set.throttled.is_empty() && settings.follower_quota.exceeded(crate::clock::now_ms());
         let wanted: Vec<(Followed, Asked)> = set
             .partitions
             .iter()
@@ -268,7 +268,7 @@ async fn fetch_loop(
             let bytes = throttled_bytes(&response, &set.throttled);
             settings
                 .follower_quota
-                .record(bytes, crate::topics::now_ms());
+                .record(bytes, crate::clock::now_ms());
         }
         let refused = tokio::task::spawn_blocking(move || apply_response(&wanted, response))
             .await
@@ -403,8 +403,8 @@ fn apply_partition(
     p: &Partition,
     asked: &Asked,
     d: &PartitionData,
-) -> Result<(), crate::topics::TopicError> {
-    use crate::topics::TopicError;
+) -> Result<(), crate::error::TopicError> {
+    use crate::error::TopicError;
     let code = ResponseError::try_from_code(d.error_code);
     match code {
         None => {

@@ -1,14 +1,11 @@
 //! KIP-392: which replica a consumer reads from. With
-//! `replica.selector.class` set to Kafka's `RackAwareReplicaSelector`, a
+//! `replica.selector.class` set to Kafka's `RackAwareReplicaSelector`
+//! (`config::RACK_AWARE_SELECTOR`), a
 //! leader sends a consumer that names its rack (`client.rack`) to an
 //! in-sync replica in that rack, and followers serve consumers' fetches
 //! below their own high watermark. A pure decision over the image.
 
 use crate::image::{BrokerImage, PartitionImage};
-
-/// Kafka's class name, the one value `replica.selector.class` accepts
-/// besides empty (the leader serves everyone, Kafka's default).
-pub const RACK_AWARE_SELECTOR: &str = "org.apache.kafka.common.replica.RackAwareReplicaSelector";
 
 /// The replica a consumer in `client_rack` should read `p` from, when that
 /// is not the leader: an in-sync replica on a live broker of the same rack
