@@ -6,18 +6,19 @@
 //! AlterClientQuotas (`quota`).
 //!
 //! `wire` owns framing and version negotiation (pure, unit tested); `admin`
-//! owns the connection and the typed admin calls; `reassign` builds and
-//! reads the reassignment messages (pure, unit tested). Callers pass socket
+//! owns the connection and the typed admin calls; `metadata` is the typed
+//! result of Metadata (plain data); `reassign` builds and reads the
+//! reassignment messages (pure, unit tested). Callers pass socket
 //! addresses (broker pod IPs); this module never resolves names.
 
 pub mod admin;
+pub mod metadata;
 pub mod quota;
 pub mod reassign;
 pub mod wire;
 
-pub use admin::{
-    AdminClient, BrokerInfo, ClusterMetadata, ConfigEntry, ConfigOp, PartitionInfo, TopicMetadata,
-};
+pub use admin::{AdminClient, ConfigEntry, ConfigOp};
+pub use metadata::{BrokerInfo, ClusterMetadata, PartitionInfo, TopicMetadata};
 pub use reassign::{OngoingReassignment, PartitionError, Reassignment};
 
 use kafka_protocol::ResponseError;

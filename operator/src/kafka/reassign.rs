@@ -20,6 +20,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
+use super::metadata::TopicMetadata;
 use super::KafkaError;
 
 /// ELECTION_NOT_NEEDED: the preferred leader already leads.
@@ -103,10 +104,7 @@ pub fn replication_factor<'a>(
 }
 
 /// [`replication_factor`] of a topic as Metadata lists it.
-pub fn topic_replication_factor(
-    t: &super::admin::TopicMetadata,
-    ongoing: &[OngoingReassignment],
-) -> i32 {
+pub fn topic_replication_factor(t: &TopicMetadata, ongoing: &[OngoingReassignment]) -> i32 {
     replication_factor(
         &t.name,
         t.partition_details

@@ -19,7 +19,7 @@ use crate::kafka::{
 use crate::cluster::scaling::Placement;
 
 use super::lifecycle::{Action, ObservedCluster, Step};
-use super::plan::{Broker, Partition};
+use super::model::{Broker, Partition};
 use super::throttle::{self, ThrottleChange};
 
 /// Kafka's default `min.insync.replicas`.

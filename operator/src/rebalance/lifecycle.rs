@@ -75,7 +75,8 @@ use crate::crd::{
 };
 use crate::kafka::{OngoingReassignment, PartitionError, Reassignment};
 
-use super::plan::{self, Broker, BrokerId, Caveat, Goal, Options, Partition, PlanError};
+use super::model::{Broker, BrokerId, BrokerLoad, Caveat, Goal, Options, Partition, PlanError};
+use super::plan;
 use super::throttle::{self, ThrottleChange};
 
 /// The request: the spec and what the annotations say.
@@ -334,7 +335,7 @@ fn proposal_status(
             caveats.push(format!("topic {t} does not exist"));
         }
     }
-    let load = |l: Option<&plan::BrokerLoad>| {
+    let load = |l: Option<&BrokerLoad>| {
         l.map(|l| BrokerLoadStatus {
             replicas: to_i64(l.replicas),
             leaders: to_i64(l.leaders),

@@ -3,7 +3,7 @@
 //! move runs until the test finishes it; a cancel restores the source).
 
 use super::lifecycle::*;
-use super::plan::{Broker, Partition};
+use super::model::{Broker, Partition};
 use crate::crd::{KafkaRebalanceSpec, KafkaRebalanceStatus, RebalanceMode, RebalancePhase};
 use crate::kafka::{OngoingReassignment, Reassignment};
 

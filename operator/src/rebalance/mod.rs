@@ -9,17 +9,17 @@
 //!
 //! [`plan::plan`] is a pure function of
 //! the brokers (ids, racks), the partitions (replicas, leaders, sizes,
-//! `min.insync.replicas`), a [`plan::Goal`] and [`plan::Options`]; it returns
-//! a [`plan::Plan`] (moves in bounded batches, bytes to move, load per broker
+//! `min.insync.replicas`), a [`model::Goal`] and [`model::Options`]; it returns
+//! a [`model::Plan`] (moves in bounded batches, bytes to move, load per broker
 //! before and after, and what it could not achieve) or a typed
-//! [`plan::PlanError`]. Reading the cluster (Metadata, DescribeLogDirs) and
+//! [`model::PlanError`]. Reading the cluster (Metadata, DescribeLogDirs) and
 //! executing the moves (AlterPartitionReassignments with a throttle, one
 //! batch at a time, then preferred leader elections) belong to a controller.
 //!
 //! Layout: `lifecycle` (the resource's phases, pure), `throttle` (the
 //! replication throttle of the batch in flight, pure), `execute` (admin
-//! client edge), `controller` (Kubernetes edge), `plan` (input and output
-//! types, validation, the entry point),
+//! client edge), `controller` (Kubernetes edge), `model` (the planner's input
+//! and output types), `plan` (validation, the entry point),
 //! `state` (the working assignment and per-broker load), `phases` (drain,
 //! rack repair, replica and leader balance), `bytes` (byte balance).
 
@@ -27,6 +27,7 @@ mod bytes;
 pub mod controller;
 pub mod execute;
 pub mod lifecycle;
+pub mod model;
 mod phases;
 pub mod plan;
 mod state;
@@ -41,7 +42,7 @@ mod testkit;
 #[cfg(test)]
 mod tests;
 
-pub use plan::{
-    plan, Broker, BrokerId, BrokerLoad, Caveat, Goal, Move, Options, Partition, Plan, PlanError,
-    Steps,
+pub use model::{
+    Broker, BrokerId, BrokerLoad, Caveat, Goal, Move, Options, Partition, Plan, PlanError, Steps,
 };
+pub use plan::plan;

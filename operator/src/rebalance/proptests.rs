@@ -10,6 +10,7 @@ use std::collections::BTreeSet;
 
 use proptest::prelude::*;
 
+use super::model::*;
 use super::plan::*;
 use super::testkit::*;
 

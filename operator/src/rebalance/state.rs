@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use super::plan::{may_move, Broker, BrokerId, BrokerLoad, Goal, Options, Partition, Steps};
+use super::model::{may_move, Broker, BrokerId, BrokerLoad, Goal, Options, Partition, Steps};
 
 /// Load of one broker, by index.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::plan::{Broker, BrokerId, BrokerLoad, Goal, Options, Partition, Plan};
+use super::model::{Broker, BrokerId, BrokerLoad, Goal, Options, Partition, Plan};
 
 pub fn broker(id: BrokerId, rack: Option<&str>) -> Broker {
     Broker {

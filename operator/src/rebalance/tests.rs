@@ -2,6 +2,7 @@
 
 use std::collections::BTreeSet;
 
+use super::model::*;
 use super::plan::*;
 use super::testkit::*;
 
