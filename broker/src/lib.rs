@@ -21,27 +21,27 @@
 //! import each other, directly or around a loop. From the bottom:
 //!
 //! 1. **Vocabulary**, importing nothing of the broker: [`clock`],
-//!   [`config_values`], [`build_info`], and pure leaves
-//!   wherever they sit in the tree (`fetch_session`, `group::offsets`,
-//!   `producer::ids`, `quota::meter`, `replication::progress`, …);
+//!    [`config_values`], [`build_info`], and pure leaves wherever they sit
+//!    in the tree (`fetch_session`, `group::offsets`, `producer::ids`,
+//!    `quota::meter`, `replication::progress`, …);
 //! 2. **Storage**: [`storage`], and [`error`] (refusals in Kafka's error
-//!   codes, over storage's errors) with the pure codecs and rules over
-//!   storage or vocabulary types (`producer::state`,
-//!   `protocol::fetch_encode`, `replication::throttle`, `quota::entity`);
+//!    codes, over storage's errors) with the pure codecs and rules over
+//!    storage or vocabulary types (`producer::state`,
+//!    `protocol::fetch_encode`, `replication::throttle`, `quota::entity`);
 //! 3. **Configs, metadata and the image**: [`config`], then
-//!   [`topic_config`], then [`dynamic_config`]; [`metadata`] (the persisted
-//!   description); the [`image`] (pure data); the wire's limits and
-//!   framing (`protocol::limits`, `protocol::frame`);
+//!    [`topic_config`], then [`dynamic_config`]; [`metadata`] (the
+//!    persisted description); the [`image`] (pure data); the wire's limits
+//!    and framing (`protocol::limits`, `protocol::frame`);
 //! 4. **Partitions and replication's rules**: [`partition`],
-//!   `replication::{selector, settings, session}`;
+//!    `replication::{selector, settings, session}`;
 //! 5. **Topics, groups, the controller**: [`topics`], [`group`], the
-//!   controller's decisions, stores and link (`controller::{cluster, rpc,
-//!   link, …}`), `quota::manager`, [`metrics`];
+//!    controller's decisions, stores and link (`controller::{cluster, rpc,
+//!    link, …}`), `quota::manager`, [`metrics`];
 //! 6. **Protocol handlers**: [`broker`] (the state handlers share), then
-//!   [`handlers`], then `protocol::connection`;
+//!    [`handlers`], then `protocol::connection`;
 //! 7. **Server**: what drives the floors below from outside —
-//!   `replication::{fetcher, manager}`, `controller::{session, facade,
-//!   mode}`, [`http`], and [`server`] itself.
+//!    `replication::{fetcher, manager}`, `controller::{session, facade,
+//!    mode}`, [`http`], and [`server`] itself.
 //!
 //! `tests/module_layering.rs` guards the rule: the import graph of
 //! `crate::`/`super::`/`self::` paths (tests aside) may have no loop, and
