@@ -11,13 +11,17 @@
 //! - [`leader`]: Lease-based leader election for tests (a thin wrapper over
 //!   the shared elector of `moldau_coordination::lease`);
 //! - [`ports`]: loopback ports for the processes tests start, never the
-//!   same one twice in a process.
+//!   same one twice in a process;
+//! - [`layering`]: the module graph of a crate's sources and its loops,
+//!   for the broker's and the operator's layering guards (it reads their
+//!   source text, nothing else of them).
 //!
 //! It must not depend on the broker's or the operator's internals: it drives
 //! them only as processes and through the Kubernetes API.
 
 pub mod brokers;
 pub mod cluster;
+pub mod layering;
 pub mod leader;
 pub mod paths;
 pub mod ports;
