@@ -1,11 +1,11 @@
-//! Test support: v2 record batches built with the `kafka-protocol` encoder,
-//! for the crate's unit tests (integration tests have their own in
-//! `tests/wire_common`, as they cannot see `cfg(test)` code).
+//! Test support: the shapes of v2 record batches the crate's unit tests
+//! use, each built with [`BatchBuilder`] (the one builder of batches;
+//! integration tests, benches and fuzz checks call it directly).
 
-use bytes::{Bytes, BytesMut};
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use bytes::Bytes;
+use kafka_protocol::records::Compression;
+
+use super::batch::BatchBuilder;
 
 /// One uncompressed batch of `n` records with timestamps `ts`, `ts + 1`, …;
 /// `record(i)` gives each record's key and value.
@@ -14,9 +14,7 @@ pub fn batch_of(
     ts: i64,
     record: impl Fn(usize) -> (Option<Bytes>, Option<Bytes>),
 ) -> Vec<u8> {
-    // the encoder keeps records in one batch only while offset - sequence
-    // is constant
-    encode(n, ts, -1, -1, -1, record)
+    records(BatchBuilder::new(), n, ts, record)
 }
 
 /// One uncompressed batch of `n` records of idempotent producer `pid` in
@@ -29,46 +27,46 @@ pub fn idempotent_batch_of(
     ts: i64,
     record: impl Fn(usize) -> (Option<Bytes>, Option<Bytes>),
 ) -> Vec<u8> {
-    encode(n, ts, pid, epoch, seq, record)
+    records(BatchBuilder::new().producer(pid, epoch, seq), n, ts, record)
 }
 
-fn encode(
+/// One batch of `n` records with keys `key-i`, values of `10 + i` bytes
+/// and timestamps from `ts`, compressed with `compression`.
+pub fn keyed(n: usize, ts: i64, compression: Compression) -> Vec<u8> {
+    keyed_sized((0..n).map(|i| 10 + i), ts, compression)
+}
+
+/// One batch of one record per value size in `sizes` (keys `key-i`,
+/// timestamps `ts + i`), compressed with `compression`.
+pub fn keyed_sized(
+    sizes: impl Iterator<Item = usize>,
+    ts: i64,
+    compression: Compression,
+) -> Vec<u8> {
+    BatchBuilder::new()
+        .compression(compression)
+        .records(sizes.enumerate().map(|(i, size)| {
+            (
+                Some(Bytes::from(format!("key-{i}"))),
+                Some(Bytes::from(vec![b'v'; size])),
+                ts + i as i64,
+            )
+        }))
+        .encode()
+        .expect("encode")
+}
+
+fn records(
+    builder: BatchBuilder,
     n: usize,
     ts: i64,
-    pid: i64,
-    epoch: i16,
-    first_seq: i32,
     record: impl Fn(usize) -> (Option<Bytes>, Option<Bytes>),
 ) -> Vec<u8> {
-    let records: Vec<Record> = (0..n)
-        .map(|i| {
+    builder
+        .records((0..n).map(|i| {
             let (key, value) = record(i);
-            Record {
-                transactional: false,
-                control: false,
-                delete_horizon: false,
-                partition_leader_epoch: -1,
-                producer_id: pid,
-                producer_epoch: epoch,
-                timestamp_type: TimestampType::Creation,
-                offset: i as i64,
-                sequence: first_seq + i as i32,
-                timestamp: ts + i as i64,
-                key,
-                value,
-                headers: Default::default(),
-            }
-        })
-        .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        &records,
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
-    )
-    .expect("encode");
-    buf.to_vec()
+            (key, value, ts + i as i64)
+        }))
+        .encode()
+        .expect("encode")
 }

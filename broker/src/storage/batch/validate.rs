@@ -1,173 +1,20 @@
-//! Record batch (format v2, "magic 2") header parsing, validation and the
-//! few in-place rewrites the broker is allowed to make.
+//! Validating record batches: the structure and CRC-32C of every batch
+//! of a produce payload or a log segment ([`validate_one`],
+//! [`validate_batches`]), and, as Kafka's `LogValidator` does for batches
+//! from clients, every record inside them ([`validate_records`],
+//! [`validate_records_bounded`]: counts, lengths, offset deltas, keys of
+//! compacted topics, timestamp bounds), compressed records streamed
+//! through a bounded decompressor.
 //!
-//! This module owns the byte layout of one batch: it never touches files.
-//! Records are decoded (and decompressed) only through `kafka_protocol`'s
-//! `RecordBatchDecoder`, for timestamp lookups, key validation of compacted
-//! topics and the cleaner. Every function here accepts untrusted bytes
-//! (produce payloads, possibly corrupt log files) and must not panic: all
-//! reads go through bounds-checked helpers.
-//!
-//! Layout of a v2 batch (big endian):
-//! baseOffset i64 | batchLength i32 | partitionLeaderEpoch i32 | magic i8 |
-//! crc u32 | attributes i16 | lastOffsetDelta i32 | baseTimestamp i64 |
-//! maxTimestamp i64 | producerId i64 | producerEpoch i16 | baseSequence i32 |
-//! recordsCount i32 | records...
-//! The CRC-32C covers everything from `attributes` to the end of the batch.
+//! This module owns the verdicts on untrusted bytes; it reads them by the
+//! layout of `batch::parse` and never writes a batch. Nothing here
+//! panics on any input.
 
-use bytes::Bytes;
-use kafka_protocol::records::{Record, RecordBatchDecoder};
-
-use super::{compression, Result, StorageError};
-
-/// Bytes before the records of a v2 batch.
-pub const BATCH_HEADER_LEN: usize = 61;
-/// Bytes of `baseOffset` + `batchLength`: the part not counted in `batchLength`.
-pub const LOG_OVERHEAD: usize = 12;
-/// Smallest valid `batchLength` (a header without records).
-pub const MIN_BATCH_LENGTH: i32 = (BATCH_HEADER_LEN - LOG_OVERHEAD) as i32;
-/// The only record batch format this broker stores.
-pub const MAGIC_V2: i8 = 2;
-
-// Field positions inside a batch.
-const BASE_OFFSET_POS: usize = 0;
-const LENGTH_POS: usize = 8;
-const LEADER_EPOCH_POS: usize = 12;
-/// Position of the magic byte (the same in message formats v0, v1 and v2).
-pub const MAGIC_POS: usize = 16;
-const CRC_POS: usize = 17;
-/// Start of the region covered by the CRC (`attributes`).
-pub const CRC_START: usize = 21;
-const ATTRIBUTES_POS: usize = 21;
-const LAST_OFFSET_DELTA_POS: usize = 23;
-const BASE_TIMESTAMP_POS: usize = 27;
-const MAX_TIMESTAMP_POS: usize = 35;
-const PRODUCER_ID_POS: usize = 43;
-const PRODUCER_EPOCH_POS: usize = 51;
-const BASE_SEQUENCE_POS: usize = 53;
-const RECORDS_COUNT_POS: usize = 57;
-
-/// Attribute bit marking LogAppendTime timestamps.
-const TIMESTAMP_TYPE_BIT: i16 = 0x08;
-
-fn corrupt(msg: impl Into<String>) -> StorageError {
-    StorageError::CorruptBatch(msg.into())
-}
-
-fn read_array<const N: usize>(buf: &[u8], pos: usize) -> Option<[u8; N]> {
-    let end = pos.checked_add(N)?;
-    buf.get(pos..end)?.try_into().ok()
-}
-
-fn read_i64(buf: &[u8], pos: usize) -> Option<i64> {
-    read_array::<8>(buf, pos).map(i64::from_be_bytes)
-}
-fn read_i32(buf: &[u8], pos: usize) -> Option<i32> {
-    read_array::<4>(buf, pos).map(i32::from_be_bytes)
-}
-fn read_u32(buf: &[u8], pos: usize) -> Option<u32> {
-    read_array::<4>(buf, pos).map(u32::from_be_bytes)
-}
-fn read_i16(buf: &[u8], pos: usize) -> Option<i16> {
-    read_array::<2>(buf, pos).map(i16::from_be_bytes)
-}
-
-fn write_bytes(buf: &mut [u8], pos: usize, bytes: &[u8]) {
-    if let Some(end) = pos.checked_add(bytes.len()) {
-        if let Some(dst) = buf.get_mut(pos..end) {
-            dst.copy_from_slice(bytes);
-        }
-    }
-}
-
-/// Reads `baseOffset` and `batchLength` from the first [`LOG_OVERHEAD`]
-/// bytes of `buf`; `None` if `buf` is shorter.
-pub fn read_offset_and_length(buf: &[u8]) -> Option<(i64, i32)> {
-    Some((read_i64(buf, BASE_OFFSET_POS)?, read_i32(buf, LENGTH_POS)?))
-}
-
-/// The parsed fixed header of one v2 record batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BatchHeader {
-    pub base_offset: i64,
-    pub batch_length: i32,
-    pub partition_leader_epoch: i32,
-    pub magic: i8,
-    pub crc: u32,
-    pub attributes: i16,
-    pub last_offset_delta: i32,
-    pub base_timestamp: i64,
-    pub max_timestamp: i64,
-    pub producer_id: i64,
-    pub producer_epoch: i16,
-    pub base_sequence: i32,
-    pub records_count: i32,
-}
-
-impl BatchHeader {
-    /// Parses the header at the start of `buf` (which must hold at least
-    /// `BATCH_HEADER_LEN` bytes). Checks only the structure, not the CRC:
-    /// the magic must be 2 (else [`StorageError::UnsupportedMagic`]) and
-    /// `batchLength` at least a header's worth (else `CorruptBatch`).
-    pub fn parse(buf: &[u8]) -> Result<Self> {
-        if let Some(&magic) = buf.get(MAGIC_POS) {
-            let magic = magic as i8;
-            if magic != MAGIC_V2 {
-                return Err(StorageError::UnsupportedMagic(magic));
-            }
-        }
-        let header = buf.get(..BATCH_HEADER_LEN).ok_or_else(|| {
-            corrupt(format!(
-                "{} bytes is too short for a batch header",
-                buf.len()
-            ))
-        })?;
-        let field = || corrupt("truncated batch header");
-        let h = BatchHeader {
-            base_offset: read_i64(header, BASE_OFFSET_POS).ok_or_else(field)?,
-            batch_length: read_i32(header, LENGTH_POS).ok_or_else(field)?,
-            partition_leader_epoch: read_i32(header, LEADER_EPOCH_POS).ok_or_else(field)?,
-            magic: MAGIC_V2,
-            crc: read_u32(header, CRC_POS).ok_or_else(field)?,
-            attributes: read_i16(header, ATTRIBUTES_POS).ok_or_else(field)?,
-            last_offset_delta: read_i32(header, LAST_OFFSET_DELTA_POS).ok_or_else(field)?,
-            base_timestamp: read_i64(header, BASE_TIMESTAMP_POS).ok_or_else(field)?,
-            max_timestamp: read_i64(header, MAX_TIMESTAMP_POS).ok_or_else(field)?,
-            producer_id: read_i64(header, PRODUCER_ID_POS).ok_or_else(field)?,
-            producer_epoch: read_i16(header, PRODUCER_EPOCH_POS).ok_or_else(field)?,
-            base_sequence: read_i32(header, BASE_SEQUENCE_POS).ok_or_else(field)?,
-            records_count: read_i32(header, RECORDS_COUNT_POS).ok_or_else(field)?,
-        };
-        if h.batch_length < MIN_BATCH_LENGTH {
-            return Err(corrupt(format!(
-                "batchLength {} is below the minimum {MIN_BATCH_LENGTH}",
-                h.batch_length
-            )));
-        }
-        Ok(h)
-    }
-    /// Whole size of the batch on disk and on the wire.
-    pub fn total_size(&self) -> usize {
-        LOG_OVERHEAD + usize::try_from(self.batch_length).unwrap_or(0)
-    }
-    pub fn last_offset(&self) -> i64 {
-        self.base_offset
-            .saturating_add(self.last_offset_delta as i64)
-    }
-    /// Compression codec id (attributes bits 0-2): 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd.
-    pub fn compression(&self) -> u8 {
-        (self.attributes & 0x07) as u8
-    }
-    pub fn is_log_append_time(&self) -> bool {
-        self.attributes & TIMESTAMP_TYPE_BIT != 0
-    }
-    pub fn is_transactional(&self) -> bool {
-        self.attributes & 0x10 != 0
-    }
-    pub fn is_control(&self) -> bool {
-        self.attributes & 0x20 != 0
-    }
-}
+use crate::storage::batch::parse::{
+    compute_crc, corrupt, read_offset_and_length, read_varint32, read_varlong, BatchHeader,
+    BATCH_HEADER_LEN, LOG_OVERHEAD, MAGIC_POS, MAGIC_V2, MAX_VARLONG_BYTES, MIN_BATCH_LENGTH,
+};
+use crate::storage::{compression, Result, StorageError};
 
 /// Validates one whole batch held exactly by `batch` (structure, magic,
 /// CRC-32C, counts) and returns its header. Used by produce validation and
@@ -201,13 +48,6 @@ pub fn validate_one(batch: &[u8]) -> Result<BatchHeader> {
         )));
     }
     Ok(header)
-}
-
-/// Whether the first batch of `buf` says its records are compressed
-/// (attributes bits 0–2), read without any other check: a hint for where
-/// to do the checks, never a verdict on the bytes.
-pub fn first_batch_is_compressed(buf: &[u8]) -> bool {
-    read_i16(buf, ATTRIBUTES_POS).is_some_and(|a| a & 0x07 != 0)
 }
 
 /// Validates a produce payload: a non-empty sequence of whole v2 batches with
@@ -257,241 +97,6 @@ pub fn validate_batches(buf: &[u8], max_batch_bytes: usize) -> Result<Vec<BatchH
         pos += size;
     }
     Ok(headers)
-}
-
-/// CRC-32C of a whole batch as stored in its `crc` field (from `attributes` on).
-pub fn compute_crc(batch: &[u8]) -> u32 {
-    crc32c::crc32c(batch.get(CRC_START..).unwrap_or(&[]))
-}
-
-/// Rewrites `baseOffset` and `partitionLeaderEpoch` of the batch at the start
-/// of `batch` (neither is covered by the CRC). Does nothing to a buffer too
-/// short to hold them.
-pub fn set_base_offset_and_epoch(batch: &mut [u8], base_offset: i64, leader_epoch: i32) {
-    write_bytes(batch, BASE_OFFSET_POS, &base_offset.to_be_bytes());
-    write_bytes(batch, LEADER_EPOCH_POS, &leader_epoch.to_be_bytes());
-}
-
-/// The header a leader writes for `batch` (which the producer sent): its
-/// first [`BATCH_HEADER_LEN`] bytes with `baseOffset` and
-/// `partitionLeaderEpoch` set and, with `log_append_time`, the batch
-/// marked LogAppendTime with that max timestamp and its CRC recomputed over
-/// the new header and the unchanged records. The records after the header
-/// are written as they are, so the batch is never copied to be stamped.
-/// `None` for a buffer shorter than a batch header.
-pub fn stamped_header(
-    batch: &[u8],
-    base_offset: i64,
-    leader_epoch: i32,
-    log_append_time: Option<i64>,
-) -> Option<[u8; BATCH_HEADER_LEN]> {
-    let mut header: [u8; BATCH_HEADER_LEN] = read_array(batch, 0)?;
-    set_base_offset_and_epoch(&mut header, base_offset, leader_epoch);
-    if let Some(timestamp) = log_append_time {
-        mark_log_append_time(&mut header, timestamp)?;
-        let records = batch.get(BATCH_HEADER_LEN..).unwrap_or(&[]);
-        let crc = crc32c::crc32c_append(crc32c::crc32c(&header[CRC_START..]), records);
-        write_bytes(&mut header, CRC_POS, &crc.to_be_bytes());
-    }
-    Some(header)
-}
-
-/// Marks the batch as LogAppendTime with `timestamp` as its max timestamp and
-/// recomputes the CRC (attributes and maxTimestamp are covered by it). Does
-/// nothing to a buffer shorter than a batch header.
-pub fn set_log_append_time(batch: &mut [u8], timestamp: i64) {
-    if batch.len() < BATCH_HEADER_LEN || mark_log_append_time(batch, timestamp).is_none() {
-        return;
-    }
-    let crc = compute_crc(batch);
-    write_bytes(batch, CRC_POS, &crc.to_be_bytes());
-}
-
-/// Sets the LogAppendTime attribute bit and `maxTimestamp` in a batch
-/// header, leaving the CRC to the caller (it covers both).
-fn mark_log_append_time(header: &mut [u8], timestamp: i64) -> Option<()> {
-    let attributes = read_i16(header, ATTRIBUTES_POS)?;
-    write_bytes(
-        header,
-        ATTRIBUTES_POS,
-        &(attributes | TIMESTAMP_TYPE_BIT).to_be_bytes(),
-    );
-    write_bytes(header, MAX_TIMESTAMP_POS, &timestamp.to_be_bytes());
-    Some(())
-}
-
-/// Sets `lastOffsetDelta` and recomputes the CRC (the cleaner keeps a
-/// rewritten batch ending at its original last offset, as Kafka does, so
-/// the producer's last sequence and the segment's end do not move). Does
-/// nothing to a buffer shorter than a batch header.
-pub fn set_last_offset_delta(batch: &mut [u8], delta: i32) {
-    if batch.len() < BATCH_HEADER_LEN {
-        return;
-    }
-    write_bytes(batch, LAST_OFFSET_DELTA_POS, &delta.to_be_bytes());
-    let crc = compute_crc(batch);
-    write_bytes(batch, CRC_POS, &crc.to_be_bytes());
-}
-
-/// A header-only copy (no records, no compression) of the batch at the
-/// start of `batch`, keeping its offsets, timestamps, producer id, epoch,
-/// sequence and transactional/control/timestamp-type flags: what the
-/// cleaner leaves of a producer's last batch when all its records go, so
-/// that the producer's state survives (as Kafka does).
-pub fn empty_copy(batch: &[u8]) -> Result<Vec<u8>> {
-    let header = BatchHeader::parse(batch)?;
-    let mut out = batch
-        .get(..BATCH_HEADER_LEN)
-        .ok_or_else(|| corrupt("short batch header"))?
-        .to_vec();
-    write_bytes(&mut out, LENGTH_POS, &MIN_BATCH_LENGTH.to_be_bytes());
-    write_bytes(
-        &mut out,
-        ATTRIBUTES_POS,
-        &(header.attributes & !0x07).to_be_bytes(),
-    );
-    write_bytes(&mut out, RECORDS_COUNT_POS, &0i32.to_be_bytes());
-    let crc = compute_crc(&out);
-    write_bytes(&mut out, CRC_POS, &crc.to_be_bytes());
-    Ok(out)
-}
-
-/// The batch at the start of `batch` with its records replaced by
-/// `payload` (the same records, encoded with codec `codec_id`): header
-/// fields kept (offsets, timestamps, producer id, epoch, sequence,
-/// transactional/control/timestamp-type flags), `batchLength`, the codec
-/// bits of `attributes` and the CRC rewritten.
-pub fn with_payload(batch: &[u8], payload: &[u8], codec_id: u8) -> Result<Vec<u8>> {
-    let header = BatchHeader::parse(batch)?;
-    let length = i32::try_from(BATCH_HEADER_LEN - LOG_OVERHEAD + payload.len())
-        .map_err(|_| corrupt("re-encoded batch is too large"))?;
-    let mut out = Vec::with_capacity(BATCH_HEADER_LEN + payload.len());
-    out.extend_from_slice(
-        batch
-            .get(..BATCH_HEADER_LEN)
-            .ok_or_else(|| corrupt("short batch header"))?,
-    );
-    out.extend_from_slice(payload);
-    write_bytes(&mut out, LENGTH_POS, &length.to_be_bytes());
-    let attributes = (header.attributes & !0x07) | i16::from(codec_id & 0x07);
-    write_bytes(&mut out, ATTRIBUTES_POS, &attributes.to_be_bytes());
-    let crc = compute_crc(&out);
-    write_bytes(&mut out, CRC_POS, &crc.to_be_bytes());
-    Ok(out)
-}
-
-/// Reads a zig-zag varint (Kafka's `varint`/`varlong`) at `*pos`.
-#[inline]
-fn read_varlong(buf: &[u8], pos: &mut usize) -> Option<i64> {
-    let mut at = *pos;
-    let mut value: u64 = 0;
-    for i in 0..MAX_VARLONG_BYTES {
-        let byte = *buf.get(at)?;
-        at += 1;
-        value |= u64::from(byte & 0x7f) << (7 * i);
-        if byte & 0x80 == 0 {
-            *pos = at;
-            return Some(((value >> 1) as i64) ^ -((value & 1) as i64));
-        }
-    }
-    None
-}
-
-/// For an uncompressed CreateTime batch, finds the first record whose
-/// timestamp is `>= timestamp` and whose offset delta is `>= min_offset_delta`,
-/// and returns its `(offsetDelta, timestamp)`.
-/// `None` when no record qualifies, the batch is compressed or uses
-/// LogAppendTime, or the records cannot be parsed: callers then fall back
-/// to batch granularity.
-pub fn first_record_at_or_after(
-    batch: &[u8],
-    timestamp: i64,
-    min_offset_delta: i32,
-) -> Option<(i32, i64)> {
-    let header = BatchHeader::parse(batch).ok()?;
-    if header.compression() != 0 || header.is_log_append_time() {
-        return None;
-    }
-    let end = header.total_size().min(batch.len());
-    let records = batch.get(BATCH_HEADER_LEN..end)?;
-    let mut pos = 0usize;
-    for _ in 0..header.records_count.max(0) {
-        let length = usize::try_from(read_varlong(records, &mut pos)?).ok()?;
-        let start = pos;
-        pos = pos.checked_add(length)?;
-        let record = records.get(start..pos)?;
-        let mut p = 1usize; // skip the record attributes byte
-        let ts_delta = read_varlong(record, &mut p)?;
-        let offset_delta = i32::try_from(read_varlong(record, &mut p)?).ok()?;
-        let ts = header.base_timestamp.checked_add(ts_delta)?;
-        if ts >= timestamp && offset_delta >= min_offset_delta {
-            return Some((offset_delta, ts));
-        }
-    }
-    None
-}
-
-/// Decodes the records of the one whole batch held by `batch` (any codec:
-/// gzip, snappy, lz4 and zstd are decompressed, bounded by
-/// [`compression::MAX_DECOMPRESSED_BATCH_BYTES`]). The decoder checks the
-/// CRC again; anything it rejects is `CorruptBatch`. Safe on any bytes,
-/// including batches an older version stored without record validation:
-/// counts that lie fail (the patched `kafka_protocol` never allocates from
-/// them), they do not abort.
-pub fn decode_records(batch: &[u8]) -> Result<Vec<Record>> {
-    let header = BatchHeader::parse(batch)?;
-    let whole = batch
-        .get(..header.total_size())
-        .ok_or_else(|| corrupt("batch runs past the end of the buffer"))?;
-    let set = RecordBatchDecoder::decode_with_custom_compression(
-        &mut Bytes::copy_from_slice(whole),
-        Some(compression::decompress),
-    )
-    .map_err(|e| corrupt(format!("cannot decode the records: {e}")))?;
-    Ok(set.records)
-}
-
-/// The timestamp a record really carries: the batch max timestamp for
-/// LogAppendTime batches, else its own (CreateTime) timestamp.
-pub fn record_timestamp(header: &BatchHeader, record: &Record) -> i64 {
-    if header.is_log_append_time() {
-        header.max_timestamp
-    } else {
-        record.timestamp
-    }
-}
-
-/// `(offset, timestamp)` of the first record of the whole batch `batch`
-/// whose offset is `>= min_offset` and whose timestamp is `>= timestamp`;
-/// `Ok(None)` when no record qualifies. Exact for every codec and for
-/// LogAppendTime (all records then carry the batch max timestamp).
-/// `CorruptBatch` when the records cannot be decoded.
-pub fn find_record_at_or_after(
-    batch: &[u8],
-    timestamp: i64,
-    min_offset: i64,
-) -> Result<Option<(i64, i64)>> {
-    let header = BatchHeader::parse(batch)?;
-    if header.is_log_append_time() {
-        let qualifies = header.max_timestamp >= timestamp && header.last_offset() >= min_offset;
-        return Ok(qualifies.then(|| (header.base_offset.max(min_offset), header.max_timestamp)));
-    }
-    if header.compression() == 0 {
-        let min_delta =
-            i32::try_from(min_offset.saturating_sub(header.base_offset).max(0)).unwrap_or(i32::MAX);
-        if let Some((delta, ts)) = first_record_at_or_after(batch, timestamp, min_delta) {
-            return Ok(Some((
-                header.base_offset.saturating_add(i64::from(delta)),
-                ts,
-            )));
-        }
-        // Nothing found by the fast walk: the decoder below tells "no
-        // record qualifies" from "records do not parse".
-    }
-    Ok(decode_records(batch)?
-        .iter()
-        .map(|r| (r.offset, record_timestamp(&header, r)))
-        .find(|&(o, ts)| o >= min_offset && ts >= timestamp))
 }
 
 /// Checks the records of every batch of a produce payload whose structure
@@ -801,9 +406,6 @@ impl Walk<'_> {
     }
 }
 
-/// The most bytes of a varlong.
-const MAX_VARLONG_BYTES: usize = 10;
-
 fn record_length(len: i64) -> Result<usize> {
     usize::try_from(len).map_err(|_| invalid(format!("negative record length {len}")))
 }
@@ -962,12 +564,6 @@ impl<'b, R: std::io::Read> StreamRecords<'b, R> {
     }
 }
 
-/// A varint that must fit in an `i32` (Kafka's `varint`).
-#[inline]
-fn read_varint32(buf: &[u8], pos: &mut usize) -> Option<i32> {
-    i32::try_from(read_varlong(buf, pos)?).ok()
-}
-
 /// Skips a length-prefixed field (`-1` = null when `nullable`); returns
 /// whether it was null.
 fn skip_field(body: &[u8], pos: &mut usize, nullable: bool, what: &str) -> Result<bool> {
@@ -1064,79 +660,30 @@ fn explain_record(body: &[u8], expected_delta: i32) -> Result<(bool, i64)> {
     Ok((key_is_null, timestamp_delta))
 }
 
+/// Overwrites an `i32` field of a batch and recomputes the CRC (for tests
+/// of what validation makes of inconsistent fields).
+#[cfg(test)]
+pub(super) fn patched(mut b: Vec<u8>, pos: usize, value: i32) -> Vec<u8> {
+    use crate::storage::batch::parse::CRC_POS;
+    b[pos..pos + 4].copy_from_slice(&value.to_be_bytes());
+    let crc = compute_crc(&b);
+    b[CRC_POS..CRC_POS + 4].copy_from_slice(&crc.to_be_bytes());
+    b
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bytes::{Bytes, BytesMut};
-    use kafka_protocol::records::{
-        Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
-        TimestampType,
+    use crate::storage::batch::build::{
+        set_base_offset_and_epoch, set_log_append_time, BatchBuilder,
     };
-
-    /// A batch of `n` records with keys `key-i`, values of 10 + i bytes and
-    /// timestamps from `ts`.
-    fn encode(n: usize, ts: i64, compression: Compression) -> Vec<u8> {
-        encode_sized((0..n).map(|i| 10 + i), ts, compression)
-    }
-
-    /// A batch of one record per value size in `sizes` (keys `key-i`,
-    /// timestamps `ts + i`).
-    fn encode_sized(
-        sizes: impl Iterator<Item = usize>,
-        ts: i64,
-        compression: Compression,
-    ) -> Vec<u8> {
-        let records: Vec<Record> = sizes
-            .enumerate()
-            .map(|(i, size)| Record {
-                transactional: false,
-                control: false,
-                delete_horizon: false,
-                partition_leader_epoch: -1,
-                producer_id: -1,
-                producer_epoch: -1,
-                timestamp_type: TimestampType::Creation,
-                offset: i as i64,
-                // The encoder only groups records whose offset - sequence is constant.
-                sequence: i as i32 - 1,
-                timestamp: ts + i as i64,
-                key: Some(Bytes::from(format!("key-{i}"))),
-                value: Some(Bytes::from(vec![b'v'; size])),
-                headers: Default::default(),
-            })
-            .collect();
-        let mut buf = BytesMut::new();
-        RecordBatchEncoder::encode(
-            &mut buf,
-            &records,
-            &RecordEncodeOptions {
-                version: 2,
-                compression,
-            },
-        )
-        .expect("encode");
-        buf.to_vec()
-    }
-
-    #[test]
-    fn parse_matches_kafka_protocol() {
-        let b = encode(5, 1_000, Compression::None);
-        let h = BatchHeader::parse(&b).expect("parse");
-        assert_eq!(h.total_size(), b.len());
-        assert_eq!(h.magic, 2);
-        assert_eq!(h.records_count, 5);
-        assert_eq!(h.last_offset_delta, 4);
-        assert_eq!(h.base_timestamp, 1_000);
-        assert_eq!(h.max_timestamp, 1_004);
-        assert_eq!(h.crc, compute_crc(&b));
-        let info =
-            RecordBatchDecoder::decode_batch_info(&mut Bytes::from(b.clone())).expect("decode");
-        assert_eq!(info.len(), 1);
-        assert_eq!(info[0].record_count, h.records_count);
-        assert_eq!(info[0].min_timestamp, h.base_timestamp);
-        assert_eq!(info[0].producer_id, h.producer_id);
-        assert_eq!(info[0].partition_leader_epoch, h.partition_leader_epoch);
-    }
+    use crate::storage::batch::parse::{
+        decode_records, find_record_at_or_after, first_record_at_or_after, ATTRIBUTES_POS, CRC_POS,
+        LAST_OFFSET_DELTA_POS, LENGTH_POS, RECORDS_COUNT_POS,
+    };
+    use crate::storage::test_batches::{keyed as encode, keyed_sized as encode_sized};
+    use bytes::Bytes;
+    use kafka_protocol::records::Compression;
 
     #[test]
     fn validate_accepts_several_batches() {
@@ -1274,91 +821,6 @@ mod tests {
     }
 
     #[test]
-    fn a_stamped_header_before_the_unchanged_records_is_the_rewritten_batch() {
-        for append_time in [None, Some(1_234_567)] {
-            let sent = encode(5, 100, Compression::None);
-            let header = stamped_header(&sent, 4_000, 9, append_time).expect("a whole batch");
-            let written = [&header[..], &sent[BATCH_HEADER_LEN..]].concat();
-
-            let mut rewritten = sent.clone();
-            set_base_offset_and_epoch(&mut rewritten, 4_000, 9);
-            if let Some(t) = append_time {
-                set_log_append_time(&mut rewritten, t);
-            }
-            assert_eq!(written, rewritten, "append time {append_time:?}");
-            let h = validate_one(&written).expect("CRC valid");
-            assert_eq!((h.base_offset, h.partition_leader_epoch), (4_000, 9));
-            assert_eq!(h.is_log_append_time(), append_time.is_some());
-        }
-        assert!(stamped_header(&[0u8; BATCH_HEADER_LEN - 1], 1, 1, None).is_none());
-    }
-
-    #[test]
-    fn rewrites_keep_crc_valid() {
-        let mut b = encode(4, 100, Compression::None);
-        set_base_offset_and_epoch(&mut b, 12345, 7);
-        let h = validate_one(&b).expect("offset and epoch are outside the CRC");
-        assert_eq!((h.base_offset, h.partition_leader_epoch), (12345, 7));
-        set_log_append_time(&mut b, 999_999);
-        let h = validate_one(&b).expect("CRC recomputed");
-        assert!(h.is_log_append_time());
-        assert_eq!(h.max_timestamp, 999_999);
-        assert_eq!(h.base_timestamp, 100);
-        let sets = RecordBatchDecoder::decode_all(&mut Bytes::from(b)).expect("decodes");
-        assert_eq!(sets[0].records.len(), 4);
-        assert_eq!(sets[0].records[0].timestamp_type, TimestampType::LogAppend);
-    }
-
-    #[test]
-    fn record_level_timestamp_search() {
-        let b = encode(5, 1_000, Compression::None);
-        assert_eq!(first_record_at_or_after(&b, 0, 0), Some((0, 1_000)));
-        assert_eq!(first_record_at_or_after(&b, 1_003, 0), Some((3, 1_003)));
-        assert_eq!(first_record_at_or_after(&b, 1_001, 2), Some((2, 1_002)));
-        assert_eq!(first_record_at_or_after(&b, 1_005, 0), None);
-    }
-
-    #[test]
-    fn record_search_is_exact_for_every_codec() {
-        for c in [
-            Compression::None,
-            Compression::Gzip,
-            Compression::Snappy,
-            Compression::Lz4,
-            Compression::Zstd,
-        ] {
-            let mut b = encode(5, 1_000, c);
-            set_base_offset_and_epoch(&mut b, 100, 0);
-            assert_eq!(
-                find_record_at_or_after(&b, 1_003, 0).expect("decodes"),
-                Some((103, 1_003)),
-                "{c:?}"
-            );
-            assert_eq!(
-                find_record_at_or_after(&b, 0, 102).expect("decodes"),
-                Some((102, 1_002))
-            );
-            assert_eq!(
-                find_record_at_or_after(&b, 1_005, 0).expect("decodes"),
-                None
-            );
-            set_log_append_time(&mut b, 7_000);
-            assert_eq!(
-                find_record_at_or_after(&b, 1_000, 102).expect("decodes"),
-                Some((102, 7_000))
-            );
-            assert_eq!(
-                find_record_at_or_after(&b, 7_001, 0).expect("decodes"),
-                None
-            );
-        }
-        let mut bad = encode(3, 1, Compression::Gzip);
-        let last = bad.len() - 1;
-        bad[last] ^= 0xff;
-        assert!(find_record_at_or_after(&bad, 0, 0).is_err());
-    }
-
-    #[test]
     fn timestamp_bounds_name_each_record_out_of_range() {
         // Two batches (none, zstd) of 3 records at ts, ts+1, ts+2.
         let now = 1_000_000;
@@ -1408,55 +870,16 @@ mod tests {
     }
 
     #[test]
-    fn with_payload_rewrites_length_codec_and_crc_only() {
-        let b = encode(4, 77, Compression::None);
-        let h = validate_one(&b).unwrap();
-        let payload = b[BATCH_HEADER_LEN..].to_vec();
-        let same = with_payload(&b, &payload, 0).unwrap();
-        assert_eq!(same, b);
-        let packed = super::super::recompress::compress(&payload, Compression::Gzip, 6).unwrap();
-        let g = with_payload(&b, &packed, 1).unwrap();
-        let gh = validate_one(&g).unwrap();
-        assert_eq!(gh.compression(), 1);
-        assert_eq!(gh.total_size(), BATCH_HEADER_LEN + packed.len());
-        assert_eq!(
-            (gh.base_timestamp, gh.max_timestamp, gh.records_count),
-            (h.base_timestamp, h.max_timestamp, h.records_count)
-        );
-        assert_eq!(decode_records(&g).unwrap(), decode_records(&b).unwrap());
-    }
-
-    #[test]
     fn keys_required_for_compaction() {
         let good = encode(3, 1, Compression::Lz4);
         let mut two = good.clone();
         two.extend(encode(2, 5, Compression::None));
         assert!(validate_records(&two, &validate_batches(&two, 1 << 20).unwrap(), true).is_ok());
-        let records = vec![Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: 0,
-            sequence: -1,
-            timestamp: 1,
-            key: None,
-            value: Some(Bytes::from_static(b"v")),
-            headers: Default::default(),
-        }];
-        let mut keyless = BytesMut::new();
-        RecordBatchEncoder::encode(
-            &mut keyless,
-            &records,
-            &RecordEncodeOptions {
-                version: 2,
-                compression: Compression::Gzip,
-            },
-        )
-        .expect("encode");
+        let keyless = BatchBuilder::new()
+            .compression(Compression::Gzip)
+            .record(None, Some(Bytes::from_static(b"v")), 1)
+            .encode()
+            .expect("encode");
         two.extend_from_slice(&keyless);
         let hs = validate_batches(&two, 1 << 20).unwrap();
         // the keyless record is the sixth of the record set (3 + 2 before it)
@@ -1470,14 +893,6 @@ mod tests {
             validate_records(&two, &hs, false).is_ok(),
             "keyless records are fine outside compacted topics"
         );
-    }
-
-    /// Overwrites an `i32` field of a batch and recomputes the CRC.
-    fn patched(mut b: Vec<u8>, pos: usize, value: i32) -> Vec<u8> {
-        b[pos..pos + 4].copy_from_slice(&value.to_be_bytes());
-        let crc = compute_crc(&b);
-        b[CRC_POS..CRC_POS + 4].copy_from_slice(&crc.to_be_bytes());
-        b
     }
 
     fn check(b: &[u8], require_keys: bool) -> Result<()> {
@@ -1694,31 +1109,15 @@ mod tests {
     #[test]
     fn a_compression_bomb_is_refused_not_inflated() {
         // One record whose value is 80 MiB of zeros: zstd makes it a few KiB.
-        let big = Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: 0,
-            sequence: -1,
-            timestamp: 1,
-            key: Some(Bytes::from_static(b"k")),
-            value: Some(Bytes::from(vec![0u8; 80 << 20])),
-            headers: Default::default(),
-        };
-        let mut buf = BytesMut::new();
-        RecordBatchEncoder::encode(
-            &mut buf,
-            &[big],
-            &RecordEncodeOptions {
-                version: 2,
-                compression: Compression::Zstd,
-            },
-        )
-        .expect("encode");
+        let buf = BatchBuilder::new()
+            .compression(Compression::Zstd)
+            .record(
+                Some(Bytes::from_static(b"k")),
+                Some(Bytes::from(vec![0u8; 80 << 20])),
+                1,
+            )
+            .encode()
+            .expect("encode");
         assert!(
             buf.len() < 1 << 20,
             "the bomb is small: {} bytes",
@@ -1732,26 +1131,5 @@ mod tests {
             decode_records(&buf).is_err(),
             "decoding a stored bomb fails too"
         );
-    }
-
-    #[test]
-    fn stored_batches_with_lying_counts_decode_to_errors() {
-        // What an older version may have stored: must not abort the reader.
-        let huge = patched(encode(1, 1, Compression::None), RECORDS_COUNT_POS, i32::MAX);
-        assert!(decode_records(&huge).is_err());
-        assert!(find_record_at_or_after(&huge, 5, 0).is_err());
-        let huge = patched(encode(1, 1, Compression::Gzip), RECORDS_COUNT_POS, i32::MAX);
-        assert!(decode_records(&huge).is_err());
-    }
-
-    #[test]
-    fn the_first_batchs_codec_is_read_from_its_attributes_alone() {
-        let plain = encode(3, 0, Compression::None);
-        let lz4 = encode(3, 0, Compression::Lz4);
-        assert!(!first_batch_is_compressed(&plain));
-        assert!(first_batch_is_compressed(&lz4));
-        // too short for the attributes: not compressed, and no panic
-        assert!(!first_batch_is_compressed(&lz4[..ATTRIBUTES_POS + 1]));
-        assert!(!first_batch_is_compressed(&[]));
     }
 }
