@@ -78,3 +78,4 @@ pub mod server;
 pub mod storage;
 pub mod topic_config;
 pub mod topics;
+pub mod txn;
