@@ -10,7 +10,8 @@
 //! makes the local logs match what it placed on this broker (a topic then
 //! holds only some of its partitions).
 //!
-//! Its parts, each importing only those listed before it:
+//! Its parts, each building only on those listed before it (imports and
+//! method calls alike):
 //! - `topic`: one [`Topic`] and the lookup of its partitions;
 //! - `dirs`: partition directories on disk and the crash-safe record of
 //!   deletions;

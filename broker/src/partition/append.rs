@@ -1,0 +1,136 @@
+//! The leader's produce path: [`Partition::append`] checks the ISR against
+//! `min.insync.replicas` and the batches against the producers' state,
+//! stamps the leader epoch, appends (moving file work off the runtime's
+//! workers), and moves the high watermark.
+
+use kafka_protocol::error::ResponseError;
+
+use super::producers;
+use super::role::Role;
+use super::state::{Partition, PartitionState};
+use crate::clock::now_ms;
+use crate::error::TopicError;
+use crate::storage::batch::BatchHeader;
+use crate::storage::AppendResult;
+
+/// A test hook: called (off the runtime's workers) right before an append
+/// that will do blocking file work (a roll, an index growth, an fsync),
+/// with the partition's lock held. Lets a test hold such an append in
+/// progress and prove other requests are served meanwhile.
+#[doc(hidden)]
+pub static BLOCKING_APPEND_HOOK: std::sync::OnceLock<BlockingAppendHook> =
+    std::sync::OnceLock::new();
+
+/// The type of [`BLOCKING_APPEND_HOOK`]: called with the topic and partition.
+#[doc(hidden)]
+pub type BlockingAppendHook = Box<dyn Fn(&str, i32) + Send + Sync>;
+
+/// The outcome of an append.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Appended {
+    New(AppendResult),
+    /// A retried idempotent batch already in the log, at `base_offset`.
+    Duplicate {
+        base_offset: i64,
+        log_start_offset: i64,
+    },
+}
+
+impl Partition {
+    /// Appends validated batches (`headers` are theirs, in order) as the
+    /// leader, stamping its leader epoch. Batches of idempotent producers
+    /// are checked against the producer state first: a retry of a batch
+    /// already in the log is reported as [`Appended::Duplicate`] and not
+    /// written again. With `min_isr` (acks=all) the append is refused with
+    /// `NOT_ENOUGH_REPLICAS` while the ISR is smaller. The high watermark
+    /// moves at once when this broker is the only in-sync replica; else
+    /// once the followers have fetched the batches.
+    ///
+    /// An append into the page cache runs inline (the hot path). One that
+    /// will roll the segment, grow an index or fsync (flush policy, high
+    /// watermark checkpoint) runs through [`crate::offload::blocking`], and so does
+    /// waiting for the lock while another request holds it longer than
+    /// an append takes.
+    pub fn append(
+        &self,
+        batches: &[u8],
+        headers: &[BatchHeader],
+        min_isr: Option<usize>,
+    ) -> Result<Appended, TopicError> {
+        let now = now_ms();
+        let records: i64 = headers
+            .iter()
+            .map(|h| i64::from(h.last_offset_delta) + 1)
+            .sum();
+        let mut state = self.lock();
+        let epoch = match &state.role {
+            Role::Leader(l) => {
+                if let Some(min) = min_isr {
+                    if l.isr_size() < min {
+                        return Err(TopicError::new(
+                            ResponseError::NotEnoughReplicas,
+                            format!(
+                                "{} in-sync replicas, min.insync.replicas is {min}",
+                                l.isr_size()
+                            ),
+                        ));
+                    }
+                }
+                l.epoch
+            }
+            Role::Follower { .. } => {
+                return Err(TopicError::new(
+                    ResponseError::NotLeaderOrFollower,
+                    "this broker follows the partition",
+                ))
+            }
+        };
+        let blocking =
+            state
+                .log
+                .append_may_block(batches.len() as u64, headers.len(), records, now);
+        let result = if blocking {
+            crate::offload::blocking(|| {
+                if let Some(hook) = BLOCKING_APPEND_HOOK.get() {
+                    hook(&self.topic, self.index);
+                }
+                Self::append_locked(&mut state, batches, headers, epoch, now)
+            })
+        } else {
+            Self::append_locked(&mut state, batches, headers, epoch, now)
+        };
+        let hw = result
+            .as_ref()
+            .ok()
+            .and_then(|_| Self::advance_high_watermark(&mut state));
+        let end = state.log.log_end_offset();
+        // Published under the lock, so the watches never go back.
+        self.log_end.send_replace(end);
+        if let Some(hw) = hw {
+            self.publish_hw(hw);
+        }
+        drop(state);
+        result
+    }
+
+    fn append_locked(
+        state: &mut PartitionState,
+        batches: &[u8],
+        headers: &[BatchHeader],
+        leader_epoch: i32,
+        now: i64,
+    ) -> Result<Appended, TopicError> {
+        if let Some(base_offset) = producers::check_sequences(&state.producers, headers)? {
+            return Ok(Appended::Duplicate {
+                base_offset,
+                log_start_offset: state.log.log_start_offset(),
+            });
+        }
+        let active_before = state.log.active_base_offset();
+        let result = state.log.append(batches, leader_epoch, now)?;
+        producers::record_appended(&mut state.producers, headers, result.base_offset);
+        producers::snapshot_if_rolled(&mut state.log, &state.producers, active_before);
+        state.log.maybe_flush(now)?;
+        Ok(Appended::New(result))
+    }
+}

@@ -1,0 +1,47 @@
+//! One partition this broker holds (Kafka's `Partition`): its log, the
+//! idempotent producers' sequence state, and its replica role — leader or
+//! follower in a leader epoch — behind one lock, so checking a batch,
+//! appending it and moving the high watermark are one step.
+//!
+//! As leader it tracks each follower's progress from their fetches and
+//! keeps the high watermark at the smallest log end of the in-sync
+//! replicas (`replication::progress` decides), proposes ISR changes (the
+//! controller commits them), and stamps its leader epoch into appended
+//! batches and the log's epoch history. As follower it appends the
+//! leader's batches as they are, keeps the producers' state from them (so
+//! it can deduplicate retries once it leads), takes the leader's high
+//! watermark, and truncates where its log diverged from the leader's.
+//!
+//! Watches let waiters sleep until something moves: consumers' fetches and
+//! `acks=all` produces on the high watermark, followers' fetches on the log
+//! end.
+//!
+//! Its parts, each building only on those listed before it (imports and
+//! method calls alike):
+//! - `role`: leader or follower, the leader's ISR bookkeeping, proposals;
+//! - `producers`: the idempotent producers' sequence state;
+//! - `state`: the [`Partition`], its lock, opening and accessors;
+//! - `leader`: the role an image gives, the high watermark and its
+//!   publication, `acks=all` waits, ISR changes;
+//! - `append`: the leader's produce path;
+//! - `read`: the fetch path (consumers, loaders, followers' fetches);
+//! - `follower`: appending the leader's batches, truncation.
+//!
+//! This module only declares them and re-exports their public items.
+
+mod append;
+mod follower;
+mod leader;
+mod producers;
+mod read;
+mod role;
+mod state;
+#[cfg(test)]
+mod tests;
+
+pub use self::append::{Appended, BlockingAppendHook, BLOCKING_APPEND_HOOK};
+pub use self::follower::FetchPosition;
+pub use self::producers::ProducerStateLoad;
+pub use self::read::FollowerRead;
+pub use self::role::{AckState, IsrProposal, ReplicaSummary};
+pub use self::state::{Partition, PartitionOffsets};
