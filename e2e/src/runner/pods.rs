@@ -46,6 +46,31 @@ struct Terminated {
     signal: Option<i32>,
     started: String,
     finished: String,
+    /// `message`: with `terminationMessagePolicy: FallbackToLogsOnError`
+    /// and a failure, the log's tail (the runner reads no
+    /// `terminationMessagePath` file, so that is the only source).
+    message: Option<String>,
+}
+
+/// What the kubelet keeps of a failed container's log as its termination
+/// message under `FallbackToLogsOnError`: the last 80 lines or 2048 bytes,
+/// whichever is smaller.
+const FALLBACK_LOG_LINES: usize = 80;
+const FALLBACK_LOG_BYTES: u64 = 2048;
+
+/// The tail of `log` as a termination message (see [`FALLBACK_LOG_LINES`]).
+fn log_tail(log: &Path) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(log).ok()?;
+    let len = f.metadata().ok()?.len();
+    f.seek(SeekFrom::Start(len.saturating_sub(FALLBACK_LOG_BYTES)))
+        .ok()?;
+    let mut bytes = Vec::new();
+    f.read_to_end(&mut bytes).ok()?;
+    let text = String::from_utf8_lossy(&bytes);
+    let lines: Vec<&str> = text.trim_end().lines().collect();
+    let tail = lines[lines.len().saturating_sub(FALLBACK_LOG_LINES)..].join("\n");
+    (!tail.is_empty()).then_some(tail)
 }
 
 enum State {
@@ -137,6 +162,9 @@ impl Ctr {
             });
             if let Some(s) = t.signal {
                 v["signal"] = json!(s);
+            }
+            if let Some(m) = &t.message {
+                v["message"] = json!(m);
             }
             if let Some(p) = cid {
                 v["containerID"] = json!(format!("moldau://{p}"));
@@ -603,11 +631,16 @@ impl PodRt {
             State::Running { since } => since.clone(),
             _ => now_rfc3339(),
         };
+        let fallback_to_logs =
+            c.spec.termination_message_policy.as_deref() == Some("FallbackToLogsOnError");
         let t = Terminated {
             exit_code: code,
             signal: status.signal(),
             started,
             finished: now_rfc3339(),
+            message: (code != 0 && fallback_to_logs)
+                .then(|| log_tail(&c.log))
+                .flatten(),
         };
         c.child = None;
         c.ready = false;
@@ -933,6 +966,7 @@ impl PodRt {
                             signal: None,
                             started: now_rfc3339(),
                             finished: now_rfc3339(),
+                            message: None,
                         });
                     } else {
                         any = true;
@@ -1022,6 +1056,26 @@ pub async fn run_pod(ctx: Arc<Ctx>, pod: Arc<Pod>, mut rx: watch::Receiver<Signa
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_containers_message_is_its_logs_last_80_lines_or_2048_bytes() {
+        let dir = std::env::temp_dir().join(format!("moldau-log-tail-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("broker.log");
+        let _ = std::fs::remove_file(&log);
+        assert_eq!(log_tail(&log), None, "no log, no message");
+        std::fs::write(&log, "").unwrap();
+        assert_eq!(log_tail(&log), None);
+        let lines: String = (0..100).map(|i| format!("line {i}\n")).collect();
+        std::fs::write(&log, &lines).unwrap();
+        let tail = log_tail(&log).unwrap();
+        assert_eq!(tail.lines().count(), 80);
+        assert!(tail.starts_with("line 20\n") && tail.ends_with("line 99"));
+        std::fs::write(&log, format!("{}\nerror: the end", "x".repeat(5000))).unwrap();
+        let tail = log_tail(&log).unwrap();
+        assert!(tail.len() <= 2048 && tail.ends_with("error: the end"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn image_mapping() {

@@ -138,6 +138,7 @@ fn container_restarts(c: &ContainerStatus, init: bool) -> ContainerRestarts {
         name: c.name.clone(),
         init,
         restart_count: c.restart_count,
+        ready: c.ready,
         waiting_reason: c
             .state
             .as_ref()
@@ -699,6 +700,7 @@ mod tests {
                 name: "broker".into(),
                 init: false,
                 restart_count: 4,
+                ready: false,
                 waiting_reason: Some("CrashLoopBackOff".into()),
                 last_termination: Some(Termination {
                     reason: Some("Error".into()),

@@ -9,9 +9,12 @@
 //! A restart count only grows over a pod's life, so "restarting now" is
 //! read from the time of the last termination: a container restarts
 //! repeatedly when it restarted at least [`CRASH_LOOP_RESTARTS`] times
-//! and either waits in `CrashLoopBackOff` now or last terminated less than
-//! [`RECENT_RESTART_SECONDS`] ago (longer than the kubelet's largest
-//! back-off, 5 minutes, so a crash loop does not flap between its crashes).
+//! and either waits in `CrashLoopBackOff` now or, not Ready, last
+//! terminated less than [`RECENT_RESTART_SECONDS`] ago (longer than the
+//! kubelet's largest back-off, 5 minutes, so a crash loop does not flap
+//! between its crashes, when the container runs but is not Ready yet). A
+//! container that is Ready again has recovered: the condition clears then,
+//! not ten minutes later.
 //! A broker that restarted once (a kill, an eviction of its process) is
 //! not a crash loop; its pod is simply not Ready for a while.
 
@@ -37,6 +40,8 @@ pub struct ContainerRestarts {
     pub init: bool,
     /// `restartCount`.
     pub restart_count: i32,
+    /// `ready`: running and passing its readiness probe now.
+    pub ready: bool,
     /// `state.waiting.reason`, while it waits.
     pub waiting_reason: Option<String>,
     /// `lastState.terminated`.
@@ -136,7 +141,8 @@ pub fn restarts_repeatedly(c: &ContainerRestarts, now: &str) -> bool {
     if c.waiting_reason.as_deref() == Some(CRASH_LOOP_BACK_OFF) {
         return true;
     }
-    c.last_termination
+    !c.ready
+        && c.last_termination
         .as_ref()
         .and_then(|t| t.finished_at.as_deref())
         .and_then(|f| seconds_since(f, now))
@@ -197,6 +203,7 @@ mod tests {
             name: "broker".into(),
             init: false,
             restart_count: restarts,
+            ready: false,
             waiting_reason: waiting.map(Into::into),
             last_termination: (restarts > 0).then(|| Termination {
                 reason: Some("Error".into()),
@@ -239,6 +246,10 @@ mod tests {
             NOW
         ));
         assert!(!restarts_repeatedly(&broker(7, None, None), NOW));
+        // Ready again after its last crash: recovered at once
+        let mut recovered = running.clone();
+        recovered.ready = true;
+        assert!(!restarts_repeatedly(&recovered, NOW));
     }
 
     #[test]

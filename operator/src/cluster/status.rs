@@ -990,6 +990,7 @@ mod tests {
             name: "broker".into(),
             init: false,
             restart_count: restarts,
+            ready: false,
             waiting_reason: waiting.map(Into::into),
             last_termination: Some(Termination {
                 reason: Some("Error".into()),
