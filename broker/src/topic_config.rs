@@ -250,6 +250,14 @@ pub fn find(name: &str) -> Option<&'static TopicConfigDef> {
     TOPIC_CONFIGS.iter().find(|d| d.name == name)
 }
 
+/// Whether `name` is one of Apache Kafka's topic configs: a name of
+/// [`TOPIC_CONFIGS`] other than Kafka's internal [`INTERNAL_SEGMENT_BYTES`]
+/// (for tests only). The one list of topic config names: the operator
+/// checks the keys of its `KafkaRetentionPolicy` objects with it.
+pub fn is_kafka_topic_config(name: &str) -> bool {
+    name != INTERNAL_SEGMENT_BYTES && find(name).is_some()
+}
+
 /// The broker-wide default of a topic config.
 pub fn broker_default(def: &TopicConfigDef, broker: &BrokerConfig) -> (String, ConfigSource) {
     // A broker key's value and source: its dynamic value (this broker's,
@@ -931,6 +939,11 @@ mod tests {
             .collect();
         ours.sort_unstable();
         assert_eq!(ours, KAFKA_4_1_TOPIC_CONFIGS);
+        assert!(KAFKA_4_1_TOPIC_CONFIGS
+            .iter()
+            .all(|n| is_kafka_topic_config(n)));
+        assert!(!is_kafka_topic_config(INTERNAL_SEGMENT_BYTES));
+        assert!(!is_kafka_topic_config("log.retention.ms"));
         let broker = BrokerConfig::default();
         for def in TOPIC_CONFIGS {
             let (v, source) = broker_default(def, &broker);

@@ -21,45 +21,6 @@ use kube::ResourceExt;
 
 use crate::crd::{KafkaRetentionPolicy, PolicyMode};
 
-/// Kafka's topic-level config names: exactly those Apache Kafka 4.1's
-/// `LogConfig` defines (its internal `internal.segment.bytes` aside), the
-/// same list the broker accepts (`moldau_broker::topic_config::TOPIC_CONFIGS`).
-pub const TOPIC_CONFIGS: &[&str] = &[
-    "cleanup.policy",
-    "compression.gzip.level",
-    "compression.lz4.level",
-    "compression.type",
-    "compression.zstd.level",
-    "delete.retention.ms",
-    "file.delete.delay.ms",
-    "flush.messages",
-    "flush.ms",
-    "follower.replication.throttled.replicas",
-    "index.interval.bytes",
-    "leader.replication.throttled.replicas",
-    "local.retention.bytes",
-    "local.retention.ms",
-    "max.compaction.lag.ms",
-    "max.message.bytes",
-    "message.timestamp.after.max.ms",
-    "message.timestamp.before.max.ms",
-    "message.timestamp.type",
-    "min.cleanable.dirty.ratio",
-    "min.compaction.lag.ms",
-    "min.insync.replicas",
-    "preallocate",
-    "remote.log.copy.disable",
-    "remote.log.delete.on.disable",
-    "remote.storage.enable",
-    "retention.bytes",
-    "retention.ms",
-    "segment.bytes",
-    "segment.index.bytes",
-    "segment.jitter.ms",
-    "segment.ms",
-    "unclean.leader.election.enable",
-];
-
 /// Whether `name` matches glob `pattern` (`*` any run, `?` one character).
 pub fn glob_match(pattern: &str, name: &str) -> bool {
     let p: Vec<char> = pattern.chars().collect();
@@ -115,12 +76,14 @@ pub fn matches(policy: &KafkaRetentionPolicy, topic: &TopicFacts) -> bool {
     by_name && by_labels
 }
 
-/// Problems of a policy's spec that keep it from being applied at all.
+/// Problems of a policy's spec that keep it from being applied at all. Its
+/// keys must be Kafka topic configs, as the broker lists them
+/// ([`moldau_broker::topic_config::is_kafka_topic_config`]).
 pub fn validate(policy: &KafkaRetentionPolicy) -> Vec<String> {
     let s = &policy.spec;
     let mut out = Vec::new();
     for k in s.config.keys().chain(s.bounds.keys()) {
-        if !TOPIC_CONFIGS.contains(&k.as_str()) {
+        if !moldau_broker::topic_config::is_kafka_topic_config(k) {
             out.push(format!("{k} is not a Kafka topic config"));
         }
     }
@@ -557,6 +520,16 @@ mod tests {
                 "config": {"retention.ms": "10"}, "bounds": {"retention.ms": {"min": 1}}}),
         );
         assert_eq!(validate(&d), vec!["bounds apply in mode enforce only"]);
+        // the broker's list, without Kafka's internal (tests-only) config
+        let internal = policy(
+            "i",
+            serde_json::json!({"selector": {"topicNames": ["*"]},
+                "config": {"internal.segment.bytes": "1024", "segment.bytes": "1048576"}}),
+        );
+        assert_eq!(
+            validate(&internal),
+            vec!["internal.segment.bytes is not a Kafka topic config"]
+        );
         let throttle = policy(
             "t",
             serde_json::json!({"selector": {"topicNames": ["*"]},
