@@ -19,54 +19,31 @@ use kafka_protocol::messages::{
     ApiKey, BrokerId, FetchRequest, ProduceRequest, ProduceResponse, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use kafka_protocol::records::Compression;
 use moldau_broker::handlers::encode_response;
 use moldau_broker::protocol::fetch_encode::{
     encode_fetch_response, FetchOut, PartitionOut, TopicOut,
 };
-use moldau_broker::storage::batch::{validate_batches, validate_records};
+use moldau_broker::storage::batch::{validate_batches, validate_records, BatchBuilder};
 use moldau_broker::storage::{LogConfig, PartitionLog};
 
-/// Keyless records with these values, offsets and sequences from 0.
-fn records_of(values: impl IntoIterator<Item = Bytes>) -> Vec<Record> {
-    values
-        .into_iter()
-        .enumerate()
-        .map(|(i, value)| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            sequence: i as i32 - 1,
-            timestamp: 1_700_000_000_000 + i as i64,
-            key: None,
-            value: Some(value),
-            headers: Default::default(),
-        })
-        .collect()
+/// A plain batch of keyless records with these values (CreateTime from
+/// 1,700,000,000,000), compressed with `compression`.
+fn keyless(values: impl IntoIterator<Item = Bytes>, compression: Compression) -> BatchBuilder {
+    BatchBuilder::new().compression(compression).records(
+        values
+            .into_iter()
+            .enumerate()
+            .map(|(i, value)| (None, Some(value), 1_700_000_000_000 + i as i64)),
+    )
 }
 
 /// One v2 batch of `n` records of `value_len` bytes each (no keys).
 fn batch(n: usize, value_len: usize, compression: Compression) -> Vec<u8> {
     let value: Vec<u8> = (0..value_len).map(|i| b"moldau stream "[i % 14]).collect();
-    let records = records_of(std::iter::repeat_n(Bytes::from(value), n));
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        &records,
-        &RecordEncodeOptions {
-            version: 2,
-            compression,
-        },
-    )
-    .expect("encode batch");
-    buf.to_vec()
+    keyless(std::iter::repeat_n(Bytes::from(value), n), compression)
+        .encode()
+        .expect("encode batch")
 }
 
 /// One v2 batch of `n` records of `value_len` text-like bytes each (words
@@ -100,16 +77,8 @@ fn batch_as_producers_send_it(n: usize, value_len: usize) -> Vec<u8> {
         value.truncate(value_len);
         Bytes::from(value)
     });
-    let records = records_of(values);
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode_with_custom_compression(
-        &mut buf,
-        &records,
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::Lz4,
-        },
-        Some(|records: &mut BytesMut, out: &mut BytesMut, _| {
+    keyless(values, Compression::Lz4)
+        .encode_with(|records: &mut BytesMut, out: &mut BytesMut, _| {
             let mut encoder = lz4::EncoderBuilder::new()
                 .level(0)
                 .block_size(lz4::BlockSize::Max64KB)
@@ -122,10 +91,8 @@ fn batch_as_producers_send_it(n: usize, value_len: usize) -> Vec<u8> {
             done?;
             out.extend_from_slice(&compressed);
             Ok(())
-        }),
-    )
-    .expect("encode batch");
-    buf.to_vec()
+        })
+        .expect("encode batch")
 }
 
 /// The shapes measured: (label, records per batch, value bytes).

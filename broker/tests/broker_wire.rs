@@ -14,11 +14,10 @@ use kafka_protocol::messages::{
     MetadataResponse, ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use kafka_protocol::records::{Compression, RecordBatchDecoder};
 use moldau_broker::config::Cli;
 use moldau_broker::server::{run_reporting, BoundAddresses};
+use moldau_broker::storage::batch::BatchBuilder;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{oneshot, watch};
@@ -126,42 +125,19 @@ fn batch(values: &[&str]) -> Bytes {
 /// A batch of producer `pid`/`epoch` whose first record has sequence `seq`
 /// (`pid == -1`: a plain, non-idempotent batch).
 fn idempotent_batch(values: &[&str], pid: i64, epoch: i16, seq: i32) -> Bytes {
-    let records: Vec<Record> = values
-        .iter()
-        .enumerate()
-        .map(|(i, v)| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: pid,
-            producer_epoch: epoch,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            // offset - sequence must stay constant for one batch; for plain
-            // batches the first record's -1 keeps the base sequence "none".
-            sequence: if pid < 0 {
-                i as i32 - 1
-            } else {
-                seq + i as i32
-            },
-            timestamp: 1_700_000_000_000 + i as i64,
-            key: Some(Bytes::from(format!("k{i}"))),
-            value: Some(Bytes::from(v.to_string())),
-            headers: Default::default(),
-        })
-        .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        &records,
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::Lz4,
-        },
-    )
-    .unwrap();
-    buf.freeze()
+    BatchBuilder::new()
+        .compression(Compression::Lz4)
+        .producer(pid, epoch, seq)
+        .records(values.iter().enumerate().map(|(i, v)| {
+            (
+                Some(Bytes::from(format!("k{i}"))),
+                Some(Bytes::from(v.to_string())),
+                1_700_000_000_000 + i as i64,
+            )
+        }))
+        .encode()
+        .unwrap()
+        .into()
 }
 
 async fn produce(stream: &mut TcpStream, topic: &str, records: Bytes) -> (i16, i64) {

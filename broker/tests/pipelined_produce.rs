@@ -22,6 +22,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::Compression;
+use moldau_broker::storage::batch::BatchBuilder;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use wire_common::*;
 
@@ -50,12 +51,15 @@ fn values(request: usize) -> Vec<Vec<u8>> {
 
 /// `values` without keys, for a compacted topic to refuse.
 fn keyless_batch(values: &[Vec<u8>]) -> Bytes {
-    let records: Vec<_> = values
-        .iter()
-        .enumerate()
-        .map(|(i, v)| plain_record(i, None, Bytes::from(v.clone())))
-        .collect();
-    encode_batch(&records, Compression::None)
+    BatchBuilder::new()
+        .records(
+            values
+                .iter()
+                .map(|v| (None, Some(Bytes::from(v.clone())), 1_700_000_000_000)),
+        )
+        .encode()
+        .expect("encode")
+        .into()
 }
 
 fn produce_request(topic: &str, records: Bytes) -> ProduceRequest {

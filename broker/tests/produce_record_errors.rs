@@ -12,19 +12,20 @@ use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
 use kafka_protocol::records::Compression;
+use moldau_broker::storage::batch::BatchBuilder;
 use wire_common::*;
 
 /// One batch whose records have the given keys (`None`: no key).
 fn keyed_batch(keys: &[Option<&str>], compression: Compression) -> Bytes {
-    let records: Vec<_> = keys
-        .iter()
-        .enumerate()
-        .map(|(i, k)| {
+    BatchBuilder::new()
+        .compression(compression)
+        .records(keys.iter().map(|k| {
             let key = k.map(|k| Bytes::from(k.to_string()));
-            plain_record(i, key, Bytes::from_static(b"v"))
-        })
-        .collect();
-    encode_batch(&records, compression)
+            (key, Some(Bytes::from_static(b"v")), 1_700_000_000_000)
+        }))
+        .encode()
+        .expect("encode")
+        .into()
 }
 
 async fn produce_raw(

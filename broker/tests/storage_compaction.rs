@@ -10,12 +10,10 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use common::*;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
-use moldau_broker::storage::batch::{self, BatchHeader};
+use kafka_protocol::records::Compression;
+use moldau_broker::storage::batch::{self, BatchBuilder, BatchHeader};
 use moldau_broker::storage::cleaner::Throttle;
 use moldau_broker::storage::{checkpoint, CompactionPlan, LogConfig, PartitionLog};
 
@@ -30,9 +28,9 @@ fn compact_config() -> LogConfig {
     }
 }
 
-/// One batch of `(key, value)` records (value `None` = tombstone), all
-/// with timestamp `ts`, from producer `pid` (-1: none) with base sequence
-/// `seq`.
+/// One batch of `(key, value)` records (key "" = none, value `None` =
+/// tombstone) with timestamps from `ts`, from producer `pid` (-1: none;
+/// else in epoch 2) with base sequence `seq`.
 fn keyed_with(
     recs: &[(&str, Option<&str>)],
     ts: i64,
@@ -40,40 +38,18 @@ fn keyed_with(
     pid: i64,
     seq: i32,
 ) -> Vec<u8> {
-    let records: Vec<Record> = recs
-        .iter()
-        .enumerate()
-        .map(|(i, (k, v))| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: pid,
-            producer_epoch: if pid >= 0 { 2 } else { -1 },
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            sequence: if pid >= 0 {
-                seq + i as i32
-            } else {
-                i as i32 - 1
-            },
-            timestamp: ts + i as i64,
-            key: (!k.is_empty()).then(|| Bytes::from(k.to_string())),
-            value: v.map(|v| Bytes::from(v.to_string())),
-            headers: Default::default(),
-        })
-        .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        &records,
-        &RecordEncodeOptions {
-            version: 2,
-            compression,
-        },
-    )
-    .expect("encode");
-    buf.to_vec()
+    BatchBuilder::new()
+        .compression(compression)
+        .producer(pid, 2, seq)
+        .records(recs.iter().enumerate().map(|(i, (k, v))| {
+            (
+                (!k.is_empty()).then(|| Bytes::from(k.to_string())),
+                v.map(|v| Bytes::from(v.to_string())),
+                ts + i as i64,
+            )
+        }))
+        .encode()
+        .expect("encode")
 }
 
 fn keyed(recs: &[(&str, Option<&str>)], ts: i64) -> Vec<u8> {

@@ -166,19 +166,11 @@ pub fn recompress(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bytes::{Bytes, BytesMut};
+    use bytes::Bytes;
     use kafka_protocol::indexmap::IndexMap;
-    use kafka_protocol::records::{
-        Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-    };
+    use kafka_protocol::records::{Record, RecordBatchDecoder, TimestampType};
 
-    const CODECS: [Compression; 5] = [
-        Compression::None,
-        Compression::Gzip,
-        Compression::Snappy,
-        Compression::Lz4,
-        Compression::Zstd,
-    ];
+    use crate::storage::test_batches::CODECS;
 
     fn records(n: i64, transactional: bool) -> Vec<Record> {
         (0..n)
@@ -204,17 +196,7 @@ mod tests {
     }
 
     fn encode(rs: &[Record], c: Compression) -> Vec<u8> {
-        let mut b = BytesMut::new();
-        RecordBatchEncoder::encode(
-            &mut b,
-            rs,
-            &RecordEncodeOptions {
-                version: 2,
-                compression: c,
-            },
-        )
-        .unwrap();
-        b.to_vec()
+        batch::encode_records(rs, c).unwrap()
     }
 
     #[test]

@@ -7,6 +7,15 @@ use kafka_protocol::records::Compression;
 
 use super::batch::BatchBuilder;
 
+/// Every codec a batch may use.
+pub const CODECS: [Compression; 5] = [
+    Compression::None,
+    Compression::Gzip,
+    Compression::Snappy,
+    Compression::Lz4,
+    Compression::Zstd,
+];
+
 /// One uncompressed batch of `n` records with timestamps `ts`, `ts + 1`, …;
 /// `record(i)` gives each record's key and value.
 pub fn batch_of(

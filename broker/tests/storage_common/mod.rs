@@ -6,12 +6,9 @@ use std::fs;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use bytes::{Bytes, BytesMut};
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, RecordSet,
-    TimestampType,
-};
-use moldau_broker::storage::batch::BatchHeader;
+use bytes::Bytes;
+use kafka_protocol::records::{Compression, RecordBatchDecoder, RecordSet};
+use moldau_broker::storage::batch::{BatchBuilder, BatchHeader};
 use moldau_broker::storage::{FetchSlice, LogConfig};
 
 /// One v2 batch of `n` records with timestamps `ts, ts+1, ...`.
@@ -19,36 +16,13 @@ pub fn batch(n: usize, ts: i64) -> Vec<u8> {
     batch_with(n, ts, Compression::None, 16)
 }
 
+/// One v2 batch of `n` records (keys `k0`, `k1`, …, values of
+/// `value_len` bytes) with timestamps `ts, ts+1, ...`.
 pub fn batch_with(n: usize, ts: i64, compression: Compression, value_len: usize) -> Vec<u8> {
-    let records: Vec<Record> = (0..n)
-        .map(|i| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            // The encoder groups records whose offset - sequence is constant.
-            sequence: i as i32 - 1,
-            timestamp: ts + i as i64,
-            key: Some(Bytes::from(format!("k{i}"))),
-            value: Some(Bytes::from(vec![b'x'; value_len])),
-            headers: Default::default(),
-        })
-        .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        &records,
-        &RecordEncodeOptions {
-            version: 2,
-            compression,
-        },
-    )
-    .expect("encode");
-    let v = buf.to_vec();
+    let v = keyed_batch(
+        (0..n).map(|i| (ts + i as i64, vec![b'x'; value_len])),
+        compression,
+    );
     assert_eq!(
         BatchHeader::parse(&v).expect("one batch").total_size(),
         v.len()
@@ -58,36 +32,25 @@ pub fn batch_with(n: usize, ts: i64, compression: Compression, value_len: usize)
 
 /// One v2 batch whose records (offsets 0..) carry exactly `timestamps`.
 pub fn batch_with_timestamps(timestamps: &[i64], compression: Compression) -> Vec<u8> {
-    let records: Vec<Record> = timestamps
-        .iter()
-        .enumerate()
-        .map(|(i, &ts)| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            sequence: i as i32 - 1,
-            timestamp: ts,
-            key: Some(Bytes::from(format!("k{i}"))),
-            value: Some(Bytes::from_static(b"v")),
-            headers: Default::default(),
-        })
-        .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        &records,
-        &RecordEncodeOptions {
-            version: 2,
-            compression,
-        },
+    keyed_batch(
+        timestamps.iter().map(|&ts| (ts, b"v".to_vec())),
+        compression,
     )
-    .expect("encode");
-    buf.to_vec()
+}
+
+/// One batch of `(timestamp, value)` records with keys `k0`, `k1`, ….
+fn keyed_batch(records: impl Iterator<Item = (i64, Vec<u8>)>, compression: Compression) -> Vec<u8> {
+    BatchBuilder::new()
+        .compression(compression)
+        .records(records.enumerate().map(|(i, (ts, value))| {
+            (
+                Some(Bytes::from(format!("k{i}"))),
+                Some(Bytes::from(value)),
+                ts,
+            )
+        }))
+        .encode()
+        .expect("encode")
 }
 
 pub fn config() -> LogConfig {

@@ -18,11 +18,10 @@ use kafka_protocol::messages::{
     ProduceResponse, RequestHeader, ResponseHeader, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use kafka_protocol::records::{Compression, RecordBatchDecoder};
 use moldau_broker::config::Cli;
 use moldau_broker::server::{run_reporting, BoundAddresses};
+use moldau_broker::storage::batch::BatchBuilder;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{oneshot, watch};
@@ -130,9 +129,10 @@ pub fn batch(values: &[Vec<u8>]) -> Bytes {
     batch_from(values, -1, -1, 0, Compression::None)
 }
 
-/// A batch of `values` (keys `k0`, `k1`, …) from producer `pid`/`epoch`
-/// with sequences from `first_sequence` (no producer: `pid` -1), compressed
-/// with `compression`.
+/// A batch of `values` (keys `k0`, `k1`, …, CreateTime from
+/// 1,700,000,000,000) from producer `pid`/`epoch` with sequences from
+/// `first_sequence` (no producer: `pid` -1), compressed with
+/// `compression`.
 pub fn batch_from(
     values: &[Vec<u8>],
     pid: i64,
@@ -140,58 +140,19 @@ pub fn batch_from(
     first_sequence: i32,
     compression: Compression,
 ) -> Bytes {
-    let records: Vec<Record> = values
-        .iter()
-        .enumerate()
-        .map(|(i, v)| {
-            let key = Some(Bytes::from(format!("k{i}")));
-            let mut r = plain_record(i, key, Bytes::from(v.clone()));
-            if pid >= 0 {
-                r.producer_id = pid;
-                r.producer_epoch = epoch;
-                r.sequence = first_sequence + i as i32;
-            }
-            r.timestamp += i as i64;
-            r
-        })
-        .collect();
-    encode_batch(&records, compression)
-}
-
-/// Record `offset` of a batch without a producer (CreateTime
-/// 1,700,000,000,000).
-pub fn plain_record(offset: usize, key: Option<Bytes>, value: Bytes) -> Record {
-    Record {
-        transactional: false,
-        control: false,
-        delete_horizon: false,
-        partition_leader_epoch: -1,
-        producer_id: -1,
-        producer_epoch: -1,
-        timestamp_type: TimestampType::Creation,
-        offset: offset as i64,
-        // the encoder keeps one batch while offset - sequence is constant
-        sequence: offset as i32 - 1,
-        timestamp: 1_700_000_000_000,
-        key,
-        value: Some(value),
-        headers: Default::default(),
-    }
-}
-
-/// One v2 batch of `records`.
-pub fn encode_batch(records: &[Record], compression: Compression) -> Bytes {
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        records,
-        &RecordEncodeOptions {
-            version: 2,
-            compression,
-        },
-    )
-    .expect("encode batch");
-    buf.freeze()
+    BatchBuilder::new()
+        .compression(compression)
+        .producer(pid, epoch, first_sequence)
+        .records(values.iter().enumerate().map(|(i, v)| {
+            (
+                Some(Bytes::from(format!("k{i}"))),
+                Some(Bytes::from(v.clone())),
+                1_700_000_000_000 + i as i64,
+            )
+        }))
+        .encode()
+        .expect("encode batch")
+        .into()
 }
 
 /// Produces one batch to partition 0 (acks=all): `(error code, base offset)`.

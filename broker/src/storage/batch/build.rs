@@ -231,9 +231,11 @@ impl BatchBuilder {
     }
 
     /// Makes it a batch of idempotent producer `producer_id` in
-    /// `producer_epoch`, its first record at sequence `base_sequence`.
+    /// `producer_epoch`, its first record at sequence `base_sequence`. A
+    /// negative `producer_id` (Kafka's `NO_PRODUCER_ID`, -1) leaves the
+    /// batch plain, whatever the epoch and sequence.
     pub fn producer(mut self, producer_id: i64, producer_epoch: i16, base_sequence: i32) -> Self {
-        self.producer = Some((producer_id, producer_epoch, base_sequence));
+        self.producer = (producer_id >= 0).then_some((producer_id, producer_epoch, base_sequence));
         self
     }
 
@@ -407,6 +409,16 @@ mod tests {
             (9, 3, 40)
         );
         assert_eq!(h.records_count, 2);
+        let plain = BatchBuilder::new()
+            .producer(-1, 5, 7)
+            .record(None, None, 1)
+            .encode()
+            .unwrap();
+        let h = validate_one(&plain).unwrap();
+        assert_eq!(
+            (h.producer_id, h.producer_epoch, h.base_sequence),
+            (-1, -1, -1)
+        );
         assert!(BatchBuilder::new().encode().unwrap().is_empty());
     }
 }

@@ -302,7 +302,7 @@ mod tests {
     use super::*;
     use crate::storage::batch::build::{set_base_offset_and_epoch, set_log_append_time};
     use crate::storage::batch::validate::patched;
-    use crate::storage::test_batches::keyed as encode;
+    use crate::storage::test_batches::{keyed as encode, CODECS};
     use kafka_protocol::records::Compression;
 
     #[test]
@@ -336,13 +336,7 @@ mod tests {
 
     #[test]
     fn record_search_is_exact_for_every_codec() {
-        for c in [
-            Compression::None,
-            Compression::Gzip,
-            Compression::Snappy,
-            Compression::Lz4,
-            Compression::Zstd,
-        ] {
+        for c in CODECS {
             let mut b = encode(5, 1_000, c);
             set_base_offset_and_epoch(&mut b, 100, 0);
             assert_eq!(

@@ -681,7 +681,7 @@ mod tests {
         decode_records, find_record_at_or_after, first_record_at_or_after, ATTRIBUTES_POS, CRC_POS,
         LAST_OFFSET_DELTA_POS, LENGTH_POS, RECORDS_COUNT_POS,
     };
-    use crate::storage::test_batches::{keyed as encode, keyed_sized as encode_sized};
+    use crate::storage::test_batches::{keyed as encode, keyed_sized as encode_sized, CODECS};
     use bytes::Bytes;
     use kafka_protocol::records::Compression;
 
@@ -902,13 +902,7 @@ mod tests {
 
     #[test]
     fn consistent_batches_of_every_codec_pass_record_validation() {
-        for c in [
-            Compression::None,
-            Compression::Gzip,
-            Compression::Snappy,
-            Compression::Lz4,
-            Compression::Zstd,
-        ] {
+        for c in CODECS {
             let mut two = encode(7, 1_000, c);
             two.extend(encode(1, 2_000, c));
             check(&two, true).unwrap_or_else(|e| panic!("{c:?}: {e}"));
