@@ -7,6 +7,11 @@
 //! action alone, which turned "scaled from 3 to 1" into a repeat count on
 //! "scaled from 1 to 3". Each distinct note gets its own recorder (its own
 //! fold cache), dropped after [`FOLD_WINDOW`] unused.
+//!
+//! [`EventSpec`] (warning or not, reason, note) is what the pure planners
+//! (`cluster::status`, `cluster::scaling`, `topic::status`, the rebalance
+//! lifecycle) return for an Event: plain data, defined here with its
+//! publisher so that they share it without importing each other.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -16,7 +21,16 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::Client;
 
-use crate::cluster::status::EventSpec;
+/// An Event to publish: `(warning, reason, note)`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventSpec {
+    /// Warning (true) or Normal.
+    pub warning: bool,
+    /// CamelCase reason.
+    pub reason: String,
+    /// Human-readable note.
+    pub note: String,
+}
 
 /// Controller name shown as the Event's reporting controller.
 pub const REPORTER: &str = "moldau-operator";

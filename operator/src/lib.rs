@@ -7,11 +7,14 @@
 //! election), `telemetry` (metrics and the HTTP endpoints), `events`
 //! (Kubernetes Events), `rebalance` (the partition-reassignment planner and
 //! the KafkaRebalance reconciler: pure lifecycle, admin edge, async edge),
-//! `context` (what reconcilers share), `error`.
+//! `brokers` (the Ready broker pods' addresses and an admin connection to
+//! the controller, for every reconciler), `context` (what reconcilers
+//! share), `error`.
 //! Decisions are pure functions; the async code only reads, applies and
 //! reports. The operator uses only the broker's wire protocol and its
 //! flag/env contract, never the broker crate.
 
+pub mod brokers;
 pub mod cluster;
 pub mod context;
 pub mod crd;

@@ -4,7 +4,8 @@
 //! cluster record (read through the API server, never from a broker),
 //! deletes at most one outdated pod per reconcile (as the rollout planner
 //! says), writes status and publishes Events. All decisions come from
-//! `builders`, `rollout`, `scaling`, `status`.
+//! `builders`, `rollout`, `scaling`, `status`; a pod is read by
+//! `pods::pod_state`, the brokers reached through `crate::brokers`.
 //!
 //! Scaling: the StatefulSet gets the replicas `scaling::decide` returns,
 //! not `spec.replicas` directly; for that it reads the operator's
@@ -29,7 +30,7 @@ use std::time::Instant;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, ContainerStatus, Pod, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
@@ -40,17 +41,17 @@ use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::brokers::{connect_admin, ready_brokers};
 use crate::context::{Context, FIELD_MANAGER};
 use crate::crd::{find_condition, format_time, KafkaCluster, KafkaRebalance};
 use crate::error::{Error, Result};
 use crate::rebalance::execute::read_placement;
-use crate::topic::controller::ready_brokers;
 
 use super::builders::{self, ClusterObjects, Names, CLUSTER_LABEL};
 use super::health::{read_replica_health, HealthView};
 use super::membership::{read_membership, Membership};
-use super::restarts::{ContainerRestarts, Termination};
-use super::rollout::{next_step, roll_pending, PodState, RolloutStep};
+use super::pods::{pod_state, PodState};
+use super::rollout::{next_step, roll_pending, RolloutStep};
 use super::scaling::{self, ObservedRebalance, RebalanceChange, ScaleDecision, ScaleInput};
 use super::status::{
     cluster_status, status_events, status_patch, ClusterObservation, Problem, DEGRADED, READY,
@@ -92,70 +93,6 @@ async fn apply_all(client: &kube::Client, ns: &str, objs: &ClusterObjects) -> Re
     apply::<StatefulSet>(client, ns, &objs.stateful_set).await?;
     apply::<PodDisruptionBudget>(client, ns, &objs.pdb).await?;
     Ok(())
-}
-
-/// The planner's view of a pod.
-pub fn pod_state(pod: &Pod) -> Option<PodState> {
-    let name = pod.metadata.name.clone()?;
-    let labels = pod.metadata.labels.clone().unwrap_or_default();
-    let ordinal = labels
-        .get("apps.kubernetes.io/pod-index")
-        .and_then(|v| v.parse().ok())
-        .or_else(|| name.rsplit('-').next().and_then(|v| v.parse().ok()))?;
-    let ready = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-    let status = pod.status.as_ref();
-    let statuses = |list: Option<&Vec<ContainerStatus>>, init: bool| {
-        list.into_iter()
-            .flatten()
-            .map(move |c| container_restarts(c, init))
-            .collect::<Vec<_>>()
-    };
-    let mut containers = statuses(
-        status.and_then(|s| s.init_container_statuses.as_ref()),
-        true,
-    );
-    containers.extend(statuses(
-        status.and_then(|s| s.container_statuses.as_ref()),
-        false,
-    ));
-    Some(PodState {
-        name,
-        ordinal,
-        revision: labels.get("controller-revision-hash").cloned(),
-        ready,
-        terminating: pod.metadata.deletion_timestamp.is_some(),
-        containers,
-    })
-}
-
-/// A container's restarts as its status reports them.
-fn container_restarts(c: &ContainerStatus, init: bool) -> ContainerRestarts {
-    ContainerRestarts {
-        name: c.name.clone(),
-        init,
-        restart_count: c.restart_count,
-        ready: c.ready,
-        waiting_reason: c
-            .state
-            .as_ref()
-            .and_then(|s| s.waiting.as_ref())
-            .and_then(|w| w.reason.clone()),
-        last_termination: c
-            .last_state
-            .as_ref()
-            .and_then(|s| s.terminated.as_ref())
-            .map(|t| Termination {
-                reason: t.reason.clone(),
-                exit_code: t.exit_code,
-                signal: t.signal,
-                message: t.message.clone(),
-                finished_at: t.finished_at.as_ref().map(|f| format_time(f.0)),
-            }),
-    }
 }
 
 /// The StatefulSet's update revision, once its controller has observed the
@@ -311,12 +248,12 @@ async fn sync_dynamic_configs(
     pods: &[Pod],
     reference: &k8s_openapi::api::core::v1::ObjectReference,
 ) {
-    let brokers = crate::topic::controller::ready_brokers(pods, kc.spec.listener_port);
+    let brokers = ready_brokers(pods, kc.spec.listener_port);
     if brokers.is_empty() {
         return;
     }
     let outcome = async {
-        let (mut admin, _) = crate::topic::controller::connect_admin(ctx, &brokers).await?;
+        let (mut admin, _) = connect_admin(ctx, &brokers).await?;
         let current = admin.describe_broker_defaults().await?;
         let ops = super::dynamic::plan(&kc.spec.config, &current);
         if !ops.is_empty() {
@@ -618,100 +555,7 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
 mod tests {
     use super::*;
     use k8s_openapi::api::apps::v1::StatefulSetStatus;
-    use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
     use std::collections::BTreeMap;
-
-    fn pod(name: &str, labels: &[(&str, &str)], ready: bool) -> Pod {
-        let mut p = Pod::default();
-        p.metadata.name = Some(name.into());
-        p.metadata.namespace = Some("ns".into());
-        p.metadata.labels = Some(
-            labels
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect::<BTreeMap<_, _>>(),
-        );
-        p.status = Some(PodStatus {
-            conditions: Some(vec![PodCondition {
-                type_: "Ready".into(),
-                status: if ready { "True" } else { "False" }.into(),
-                ..Default::default()
-            }]),
-            ..Default::default()
-        });
-        p
-    }
-
-    #[test]
-    fn pod_state_reads_index_revision_and_readiness() {
-        let p = pod(
-            "demo-2",
-            &[
-                ("apps.kubernetes.io/pod-index", "2"),
-                ("controller-revision-hash", "demo-abc"),
-            ],
-            true,
-        );
-        let s = pod_state(&p).unwrap();
-        assert_eq!(s.ordinal, 2);
-        assert_eq!(s.revision.as_deref(), Some("demo-abc"));
-        assert!(s.ready);
-        // ordinal from the name when the label is missing
-        let s = pod_state(&pod("demo-7", &[], false)).unwrap();
-        assert_eq!(s.ordinal, 7);
-        assert!(!s.ready);
-        assert!(pod_state(&pod("nonsense", &[], false)).is_none());
-    }
-
-    #[test]
-    fn pod_state_reads_the_containers_restarts_and_last_termination() {
-        use k8s_openapi::api::core::v1::{
-            ContainerState, ContainerStateTerminated, ContainerStateWaiting,
-        };
-        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-        let mut p = pod("demo-1", &[], false);
-        let finished: k8s_openapi::jiff::Timestamp = "2026-12-02T10:00:00Z".parse().unwrap();
-        p.status.as_mut().unwrap().container_statuses = Some(vec![ContainerStatus {
-            name: "broker".into(),
-            restart_count: 4,
-            state: Some(ContainerState {
-                waiting: Some(ContainerStateWaiting {
-                    reason: Some("CrashLoopBackOff".into()),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            last_state: Some(ContainerState {
-                terminated: Some(ContainerStateTerminated {
-                    exit_code: 1,
-                    reason: Some("Error".into()),
-                    message: Some("no Kubernetes credentials".into()),
-                    finished_at: Some(Time(finished)),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }]);
-        let s = pod_state(&p).unwrap();
-        assert_eq!(
-            s.containers,
-            vec![ContainerRestarts {
-                name: "broker".into(),
-                init: false,
-                restart_count: 4,
-                ready: false,
-                waiting_reason: Some("CrashLoopBackOff".into()),
-                last_termination: Some(Termination {
-                    reason: Some("Error".into()),
-                    exit_code: 1,
-                    signal: None,
-                    message: Some("no Kubernetes credentials".into()),
-                    finished_at: Some("2026-12-02T10:00:00Z".into()),
-                }),
-            }]
-        );
-    }
 
     #[test]
     fn stale_update_revision_is_ignored() {
@@ -729,9 +573,21 @@ mod tests {
 
     #[test]
     fn pods_map_to_their_cluster() {
-        let r = pod_to_cluster(pod("demo-0", &[(CLUSTER_LABEL, "demo")], true)).unwrap();
+        let pod = |labels: &[(&str, &str)]| {
+            let mut p = Pod::default();
+            p.metadata.name = Some("demo-0".into());
+            p.metadata.namespace = Some("ns".into());
+            p.metadata.labels = Some(
+                labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect::<BTreeMap<_, _>>(),
+            );
+            p
+        };
+        let r = pod_to_cluster(pod(&[(CLUSTER_LABEL, "demo")])).unwrap();
         assert_eq!(r.name, "demo");
         assert_eq!(r.namespace.as_deref(), Some("ns"));
-        assert!(pod_to_cluster(pod("x", &[], true)).is_none());
+        assert!(pod_to_cluster(pod(&[])).is_none());
     }
 }

@@ -2,9 +2,9 @@
 //! the pods' container statuses say (restart count, waiting reason, last
 //! termination): pure, for the cluster's status (`Degraded=True
 //! BrokerCrashLooping` with the last termination, and what a not-Ready
-//! broker is doing). The controller fills [`ContainerRestarts`] from each
-//! pod ([`super::controller::pod_state`]); nothing here reads the API
-//! server or keeps history.
+//! broker is doing). [`ContainerRestarts`] is read from each pod by
+//! [`super::pods::pod_state`]; nothing here reads the API server or keeps
+//! history.
 //!
 //! A restart count only grows over a pod's life, so "restarting now" is
 //! read from the time of the last termination: a container restarts
@@ -20,7 +20,7 @@
 
 use k8s_openapi::jiff::Timestamp;
 
-use super::rollout::PodState;
+use super::pods::{ContainerRestarts, PodState, Termination};
 
 /// Restarts from which a container that keeps restarting is reported.
 pub const CRASH_LOOP_RESTARTS: i32 = 3;
@@ -31,39 +31,8 @@ pub const CRASH_LOOP_BACK_OFF: &str = "CrashLoopBackOff";
 /// At most this many bytes of a termination message go into a condition.
 pub const MESSAGE_BYTES: usize = 512;
 
-/// One container's restart history, as its pod's status reports it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ContainerRestarts {
-    /// Container name.
-    pub name: String,
-    /// An init container.
-    pub init: bool,
-    /// `restartCount`.
-    pub restart_count: i32,
-    /// `ready`: running and passing its readiness probe now.
-    pub ready: bool,
-    /// `state.waiting.reason`, while it waits.
-    pub waiting_reason: Option<String>,
-    /// `lastState.terminated`.
-    pub last_termination: Option<Termination>,
-}
-
-/// How a container last terminated (`lastState.terminated`).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Termination {
-    /// `reason` (`Error`, `OOMKilled`, …).
-    pub reason: Option<String>,
-    /// `exitCode`.
-    pub exit_code: i32,
-    /// `signal`, when a signal ended it.
-    pub signal: Option<i32>,
-    /// `message`: the termination log, or the log's tail with
-    /// `FallbackToLogsOnError`.
-    pub message: Option<String>,
-    /// `finishedAt` (RFC 3339).
-    pub finished_at: Option<String>,
-}
-
+// `Termination` is plain data of `super::pods`; how a crash is told is
+// this module's.
 impl Termination {
     /// `Error, exit code 1: <message>` (the message trimmed and bounded).
     pub fn describe(&self) -> String {
@@ -143,10 +112,10 @@ pub fn restarts_repeatedly(c: &ContainerRestarts, now: &str) -> bool {
     }
     !c.ready
         && c.last_termination
-        .as_ref()
-        .and_then(|t| t.finished_at.as_deref())
-        .and_then(|f| seconds_since(f, now))
-        .is_some_and(|s| s < RECENT_RESTART_SECONDS)
+            .as_ref()
+            .and_then(|t| t.finished_at.as_deref())
+            .and_then(|f| seconds_since(f, now))
+            .is_some_and(|s| s < RECENT_RESTART_SECONDS)
 }
 
 /// The broker containers of `pods` (those not being deleted) that restart

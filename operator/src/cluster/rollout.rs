@@ -16,23 +16,7 @@
 //! the controller's job.
 
 use super::health::HealthView;
-
-/// What the planner (and the status) knows about one broker pod.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PodState {
-    /// Pod name.
-    pub name: String,
-    /// StatefulSet ordinal.
-    pub ordinal: i32,
-    /// Its `controller-revision-hash` label.
-    pub revision: Option<String>,
-    /// Ready condition is True.
-    pub ready: bool,
-    /// Has a deletionTimestamp.
-    pub terminating: bool,
-    /// Its containers' restarts (for the status, see [`super::restarts`]).
-    pub containers: Vec<super::restarts::ContainerRestarts>,
-}
+use super::pods::PodState;
 
 /// The planner's decision.
 #[derive(Clone, Debug, PartialEq, Eq)]

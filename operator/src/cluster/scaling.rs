@@ -46,8 +46,7 @@
 use std::collections::BTreeSet;
 
 use crate::crd::{AutoRebalanceStatus, RebalanceMode, RebalancePhase};
-
-use super::status::EventSpec;
+use crate::events::EventSpec;
 
 /// The operator's `KafkaRebalance` for scaling, as observed.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -32,10 +32,12 @@ use crate::crd::{
     find_condition, merge_conditions, AutoRebalanceStatus, Condition, KafkaClusterStatus,
     RolloutHoldStatus,
 };
+use crate::events::EventSpec;
 
 use super::membership::Membership;
+use super::pods::PodState;
 use super::restarts::{crash_loops, not_ready_detail};
-use super::rollout::{roll_pending, PodState, RolloutStep};
+use super::rollout::{roll_pending, RolloutStep};
 use super::scaling::{NoteKind, ScaleNote};
 
 /// Condition type: all brokers are up, run the current template and are
@@ -524,17 +526,6 @@ pub fn status_patch(status: &KafkaClusterStatus) -> serde_json::Value {
     serde_json::json!({ "status": value })
 }
 
-/// An Event to publish: `(warning, reason, note)`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EventSpec {
-    /// Warning (true) or Normal.
-    pub warning: bool,
-    /// CamelCase reason.
-    pub reason: String,
-    /// Human-readable note.
-    pub note: String,
-}
-
 /// Events for condition transitions between the old and the new status:
 /// `ClusterReady` / `ClusterNotReady` when `Ready` flips, and a Warning
 /// whenever `Degraded=True` gets another reason or message.
@@ -984,7 +975,7 @@ mod tests {
     }
 
     fn crashing(ordinal: i32, restarts: i32, waiting: Option<&str>, finished: &str) -> PodState {
-        use crate::cluster::restarts::{ContainerRestarts, Termination};
+        use crate::cluster::pods::{ContainerRestarts, Termination};
         let mut p = pod(ordinal, "r2", false);
         p.containers = vec![ContainerRestarts {
             name: "broker".into(),

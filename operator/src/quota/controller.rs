@@ -17,6 +17,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{watcher, Controller};
 use kube::ResourceExt;
 
+use crate::brokers::{connect_admin, ready_brokers};
 use crate::cluster::builders::selector_string;
 use crate::context::Context;
 use crate::crd::{
@@ -25,7 +26,7 @@ use crate::crd::{
 };
 use crate::error::{Error, Result};
 use crate::kafka::{AdminClient, KafkaError};
-use crate::topic::controller::{connect_admin, ready_brokers, referencing};
+use crate::topic::controller::referencing;
 
 use super::plan::{plan, settle};
 

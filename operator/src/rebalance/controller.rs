@@ -18,6 +18,7 @@ use kube::runtime::controller::Action as Requeued;
 use kube::runtime::{watcher, Controller};
 use kube::{Resource, ResourceExt};
 
+use crate::brokers::ready_brokers;
 use crate::cluster::builders::selector_string;
 use crate::context::Context;
 use crate::crd::{
@@ -25,7 +26,6 @@ use crate::crd::{
     STOP_ANNOTATION,
 };
 use crate::error::{Error, Result};
-use crate::topic::controller::ready_brokers;
 
 use super::execute::{perform, read_cluster};
 use super::lifecycle::{self, annotation_true, Action, Observation, Request, Requeue};

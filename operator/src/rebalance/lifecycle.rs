@@ -68,11 +68,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::cluster::status::EventSpec;
 use crate::crd::{
     merge_conditions, BrokerBalance, BrokerLoadStatus, Condition, KafkaRebalanceSpec,
     KafkaRebalanceStatus, PlannedMove, Proposal, RebalanceMode, RebalancePhase, RebalanceProgress,
 };
+use crate::events::EventSpec;
 use crate::kafka::{OngoingReassignment, PartitionError, Reassignment};
 
 use super::model::{Broker, BrokerId, BrokerLoad, Caveat, Goal, Options, Partition, PlanError};

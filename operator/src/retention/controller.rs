@@ -27,6 +27,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{watcher, Controller};
 use kube::{Resource, ResourceExt};
 
+use crate::brokers::{connect_admin, ready_brokers};
 use crate::cluster::builders::{owner_reference, selector_string};
 use crate::context::{Context, FIELD_MANAGER};
 use crate::crd::{
@@ -35,7 +36,7 @@ use crate::crd::{
 };
 use crate::error::{Error, Result};
 use crate::kafka::{AdminClient, KafkaError};
-use crate::topic::controller::{connect_admin, ready_brokers, referencing};
+use crate::topic::controller::referencing;
 
 use super::plan::{not_yet_restored, plan, report, ClusterView, ManagedTopic, PolicyReport};
 use super::resolve::{validate, ConfigRecord};

@@ -20,7 +20,7 @@
 //! changes.
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -33,8 +33,8 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{watcher, Controller};
 use kube::{Resource, ResourceExt};
 
+use crate::brokers::{connect_admin, ready_brokers};
 use crate::cluster::builders::{selector_string, Names};
-use crate::cluster::controller::pod_state;
 use crate::cluster::membership::read_membership;
 use crate::cluster::status::Problem;
 use crate::context::Context;
@@ -43,7 +43,7 @@ use crate::crd::{
     TopicReassignment,
 };
 use crate::error::{Error, Result};
-use crate::kafka::{AdminClient, OngoingReassignment};
+use crate::kafka::OngoingReassignment;
 
 use super::plan::{default_replication_factor, ObservedTopic, TopicAction};
 use super::reassignment::topic_reassignment;
@@ -53,61 +53,6 @@ use super::sync::sync_topic;
 const KIND: &str = "KafkaTopic";
 /// Finalizer that applies `deletionPolicy`.
 pub const FINALIZER: &str = "moldau.io/topic-deletion";
-
-/// The Ready broker pods of a cluster as (broker id = pod ordinal, pod IP and
-/// listener port), lowest ordinal first.
-pub fn ready_brokers(pods: &[Pod], port: i32) -> Vec<(i32, SocketAddr)> {
-    let Ok(port) = u16::try_from(port) else {
-        return Vec::new();
-    };
-    let mut out: Vec<(i32, SocketAddr)> = pods
-        .iter()
-        .filter_map(|p| {
-            let state = pod_state(p)?;
-            if !state.ready || state.terminating {
-                return None;
-            }
-            let ip: IpAddr = p.status.as_ref()?.pod_ip.as_ref()?.parse().ok()?;
-            Some((state.ordinal, SocketAddr::new(ip, port)))
-        })
-        .collect();
-    out.sort_by_key(|(ordinal, _)| *ordinal);
-    out
-}
-
-/// The address of the Ready broker with the lowest ordinal.
-pub fn pick_broker(pods: &[Pod], port: i32) -> Option<SocketAddr> {
-    ready_brokers(pods, port).first().map(|(_, addr)| *addr)
-}
-
-/// The pod address of the active controller (broker id = pod ordinal), if it
-/// is one of the Ready brokers.
-pub fn controller_address(ready: &[(i32, SocketAddr)], controller_id: i32) -> Option<SocketAddr> {
-    ready
-        .iter()
-        .find(|(id, _)| *id == controller_id)
-        .map(|(_, addr)| *addr)
-}
-
-/// An admin connection to the controller: asks the lowest-ordinal Ready
-/// broker who the controller is and reconnects there when it is another pod.
-pub async fn connect_admin(
-    ctx: &Context,
-    brokers: &[(i32, SocketAddr)],
-) -> std::result::Result<(AdminClient, SocketAddr), crate::kafka::KafkaError> {
-    let timeout = ctx.tunables.kafka_timeout;
-    let Some(&(_, first)) = brokers.first() else {
-        return Err(crate::kafka::KafkaError::Protocol(
-            "no broker to connect to".into(),
-        ));
-    };
-    let mut admin = AdminClient::connect(first, timeout).await?;
-    let md = admin.metadata(Some(&[])).await?;
-    match controller_address(brokers, md.controller_id) {
-        Some(addr) if addr != first => Ok((AdminClient::connect(addr, timeout).await?, addr)),
-        _ => Ok((admin, first)),
-    }
-}
 
 /// Whether deleting this KafkaTopic must delete a topic in Kafka: only with
 /// `deletionPolicy: Delete` and only when the operator ever saw the topic in
@@ -596,27 +541,6 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
-    use std::collections::BTreeMap;
-
-    fn pod(ordinal: i32, ip: Option<&str>, ready: bool) -> Pod {
-        let mut p = Pod::default();
-        p.metadata.name = Some(format!("demo-{ordinal}"));
-        p.metadata.labels = Some(BTreeMap::from([(
-            "apps.kubernetes.io/pod-index".to_string(),
-            ordinal.to_string(),
-        )]));
-        p.status = Some(PodStatus {
-            pod_ip: ip.map(String::from),
-            conditions: Some(vec![PodCondition {
-                type_: "Ready".into(),
-                status: if ready { "True" } else { "False" }.into(),
-                ..Default::default()
-            }]),
-            ..Default::default()
-        });
-        p
-    }
 
     fn named(name: &str, topic: Option<&str>, cluster: &str, created: i64) -> KafkaTopic {
         let mut kt = KafkaTopic::new(
@@ -718,46 +642,5 @@ mod tests {
         assert!(must_delete_in_kafka(&kt));
         kt.spec.deletion_policy = DeletionPolicy::Retain;
         assert!(!must_delete_in_kafka(&kt));
-    }
-
-    #[test]
-    fn picks_lowest_ready_pod_ip() {
-        let pods = [
-            pod(2, Some("127.0.0.3"), true),
-            pod(0, Some("127.0.0.1"), false),
-            pod(1, Some("127.0.0.2"), true),
-        ];
-        assert_eq!(
-            pick_broker(&pods, 9092),
-            Some("127.0.0.2:9092".parse().unwrap())
-        );
-    }
-
-    #[test]
-    fn controller_is_found_among_ready_brokers() {
-        let pods = [
-            pod(2, Some("127.0.0.3"), true),
-            pod(0, Some("127.0.0.1"), true),
-            pod(1, Some("127.0.0.2"), false),
-        ];
-        let ready = ready_brokers(&pods, 9092);
-        assert_eq!(
-            ready.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
-            vec![0, 2]
-        );
-        assert_eq!(
-            controller_address(&ready, 2),
-            Some("127.0.0.3:9092".parse().unwrap())
-        );
-        assert_eq!(controller_address(&ready, 1), None, "not ready");
-        assert_eq!(controller_address(&ready, -1), None, "unknown controller");
-    }
-
-    #[test]
-    fn no_ip_or_no_ready_pod_means_none() {
-        assert_eq!(pick_broker(&[pod(0, None, true)], 9092), None);
-        assert_eq!(pick_broker(&[pod(0, Some("127.0.0.1"), false)], 9092), None);
-        assert_eq!(pick_broker(&[pod(0, Some("not-an-ip"), true)], 9092), None);
-        assert_eq!(pick_broker(&[pod(0, Some("127.0.0.1"), true)], 70000), None);
     }
 }

@@ -2,8 +2,9 @@
 //! the observed partitions, replication factor, topic id and effective config,
 //! and the Warning Event a refusal deserves ([`problem_event`]).
 
-use crate::cluster::status::{EventSpec, Problem};
+use crate::cluster::status::Problem;
 use crate::crd::{find_condition, merge_conditions, Condition, KafkaTopicStatus};
+use crate::events::EventSpec;
 
 use super::plan::ObservedTopic;
 
