@@ -23,7 +23,13 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     let (_tx, rx) = tokio::sync::watch::channel(false);
-    runtime.block_on(moldau_broker::server::run(cli, rx, true))
+    if let Err(e) = runtime.block_on(moldau_broker::server::run(cli, rx, true)) {
+        // One line, and the last: what Kubernetes keeps of a failed
+        // container's log (FallbackToLogsOnError) says why it stopped.
+        tracing::error!(error = %format!("{e:#}"), "the broker cannot run");
+        std::process::exit(1);
+    }
+    Ok(())
 }
 
 /// `--check-config`: prints each problem of the properties, or that they

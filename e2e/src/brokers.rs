@@ -22,9 +22,10 @@ pub const LEASE_DURATION_MS: u64 = 4000;
 pub const LEASE_RETRY_MS: u64 = 500;
 
 /// The arguments that make a broker a member of the Kafka cluster `cluster`
-/// whose metadata lives in `namespace`: cluster mode, the controller's gRPC
-/// listener on an ephemeral loopback port, and the lease timings above.
-pub fn kubernetes_cluster_args(cluster: &str, namespace: &str) -> Vec<String> {
+/// whose metadata lives in `namespace`: cluster mode and the controller's
+/// gRPC listener on an ephemeral loopback port, every timing at its
+/// default.
+pub fn kubernetes_membership_args(cluster: &str, namespace: &str) -> Vec<String> {
     [
         "--cluster",
         "kubernetes",
@@ -34,14 +35,22 @@ pub fn kubernetes_cluster_args(cluster: &str, namespace: &str) -> Vec<String> {
         namespace,
         "--controller-listen",
         "127.0.0.1:0",
-        "--set",
-        &format!("controller.lease.duration.ms={LEASE_DURATION_MS}"),
-        "--set",
-        &format!("controller.lease.retry.ms={LEASE_RETRY_MS}"),
     ]
     .iter()
     .map(|s| s.to_string())
     .collect()
+}
+
+/// [`kubernetes_membership_args`] with the short lease timings above.
+pub fn kubernetes_cluster_args(cluster: &str, namespace: &str) -> Vec<String> {
+    let mut args = kubernetes_membership_args(cluster, namespace);
+    args.extend([
+        "--set".to_string(),
+        format!("controller.lease.duration.ms={LEASE_DURATION_MS}"),
+        "--set".to_string(),
+        format!("controller.lease.retry.ms={LEASE_RETRY_MS}"),
+    ]);
+    args
 }
 
 /// The environment such a broker needs: the admin kubeconfig of the e2e

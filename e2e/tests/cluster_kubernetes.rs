@@ -9,7 +9,9 @@
 //! taken over and changed metadata, and let go again (SIGCONT): it writes
 //! nothing more (every object carries the newest epoch and writer), steps
 //! down, and no partition's leader epoch goes back. The killed broker
-//! restarts and rejoins.
+//! restarts and rejoins. Every failover timing is at its default, and both
+//! losses of a controller (killed, paused) end with its broker fenced
+//! within issue 40's bound (12 s: Kafka's 9 s session and a heartbeat).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -20,11 +22,19 @@ use anyhow::{bail, Context, Result};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::ListParams;
 use moldau_coordination::shard::MetadataShard;
-use moldau_e2e::brokers::{kubernetes_cluster_args, kubernetes_cluster_env, LEASE_DURATION_MS};
+use moldau_e2e::brokers::{kubernetes_cluster_env, kubernetes_membership_args};
 use moldau_e2e::{paths, TestNamespace};
 use serde_json::Value;
 
 const CLUSTER: &str = "kc";
+/// The default `controller.lease.duration.ms`: the brokers run with every
+/// failover timing at its default (lease 8 s, renewal 1 s, heartbeat 2 s,
+/// session 9 s), so what this test measures is what a user gets.
+const LEASE_MS: u64 = 8_000;
+/// Issue 40's bound on losing any one broker with default settings:
+/// Kafka's session timeout (9 s) plus a heartbeat (2 s), and a second for
+/// the clients to see it.
+const FAILOVER_BOUND: Duration = Duration::from_secs(12);
 
 struct Broker {
     node: i32,
@@ -55,7 +65,7 @@ fn spawn(bin: &Path, ns: &str, node: i32, kafka_port: u16, dir: &Path) -> Result
     let log = dir.join(format!("broker-{node}-{}.log", free_port()));
     let out = std::fs::File::create(&log)?;
     let child = Command::new(bin)
-        .args(kubernetes_cluster_args(CLUSTER, ns))
+        .args(kubernetes_membership_args(CLUSTER, ns))
         .args(["--node-id", &node.to_string()])
         .args(["--listen", &kafka])
         .args(["--http-listen", "127.0.0.1:0"])
@@ -63,8 +73,6 @@ fn spawn(bin: &Path, ns: &str, node: i32, kafka_port: u16, dir: &Path) -> Result
         .arg(&data)
         .args(["--set", "num.partitions=12"])
         .args(["--set", "offsets.topic.num.partitions=3"])
-        .args(["--set", "broker.heartbeat.interval.ms=200"])
-        .args(["--set", "broker.session.timeout.ms=6000"])
         .envs(kubernetes_cluster_env())
         .stdout(out.try_clone()?)
         .stderr(out)
@@ -309,13 +317,13 @@ async fn brokers_form_one_cluster_through_kubernetes_and_fence_a_paused_controll
     .with_context(|| logs(&brokers))?;
     let fenced = killed_at.elapsed();
     eprintln!(
-        "controller failover: kill -9 to a new controller in Metadata {elected:?} (lease {LEASE_DURATION_MS} ms), to the dead broker fenced {fenced:?} (session 6 s)",
+        "controller failover: kill -9 to a new controller in Metadata {elected:?} (lease {LEASE_MS} ms), to the dead broker fenced {fenced:?} (session 9 s)",
     );
     // The previous controller's broker is fenced a short grace after the
-    // take-over (issue 40), not a whole session timeout later: under the
-    // lease plus the session, which the old rule could never beat.
+    // take-over (issue 40), not a whole session timeout later: within
+    // Kafka's bound, which the old rule (lease, then a session) missed.
     assert!(
-        fenced < Duration::from_millis(LEASE_DURATION_MS + 6_000),
+        fenced < FAILOVER_BOUND,
         "the dead controller's broker fenced only after {fenced:?}"
     );
     let created_at = Instant::now();
@@ -361,7 +369,7 @@ async fn brokers_form_one_cluster_through_kubernetes_and_fence_a_paused_controll
     let replaced = paused_at.elapsed();
     eprintln!("controller paused: a new controller, the paused one fenced after {replaced:?}");
     assert!(
-        replaced < Duration::from_millis(LEASE_DURATION_MS + 6_000),
+        replaced < FAILOVER_BOUND,
         "the paused controller's broker fenced only after {replaced:?}"
     );
     kcat(
@@ -565,7 +573,7 @@ async fn brokers_form_one_cluster_through_kubernetes_and_fence_a_paused_controll
     let handover = stopped_at.elapsed();
     eprintln!("controller handover after SIGTERM: {handover:?}");
     assert!(
-        handover < Duration::from_millis(LEASE_DURATION_MS),
+        handover < Duration::from_millis(LEASE_MS),
         "the Lease was released, not left to expire: {handover:?}"
     );
 

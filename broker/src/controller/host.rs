@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use moldau_coordination::lease::Elector;
+use moldau_coordination::lease::{Elector, LeaderState};
 use moldau_coordination::store::KubeMetadataStore;
 
 use super::kube_store::KubeTerm;
@@ -87,24 +87,36 @@ impl Backend {
         }
     }
 
-    /// Where the active controller is, from the cluster record.
-    pub async fn controller_address(&self) -> Result<Option<String>, StoreError> {
-        match self {
+    /// Where the active controller is, from the cluster record: its node id
+    /// and address.
+    pub async fn controller_address(&self) -> Result<Option<(i32, String)>, StoreError> {
+        let record = match self {
             Backend::Dir(dir) => {
                 let dir = dir.clone();
-                let found = tokio::task::spawn_blocking(move || DirStore::read_cluster(&dir))
+                tokio::task::spawn_blocking(move || DirStore::read_cluster(&dir))
                     .await
-                    .map_err(|e| StoreError::Unavailable(e.to_string()))??;
-                Ok(found
-                    .map(|(_, c)| c.controller_address)
-                    .filter(|a| !a.is_empty()))
+                    .map_err(|e| StoreError::Unavailable(e.to_string()))??
+                    .map(|(_, c)| c)
             }
-            Backend::Kube { store, .. } => Ok(store
+            Backend::Kube { store, .. } => store
                 .read_cluster()
                 .await
                 .map_err(|e| StoreError::Unavailable(e.to_string()))?
-                .map(|s| s.record.controller_address)
-                .filter(|a| !a.is_empty())),
+                .map(|s| s.record),
+        };
+        Ok(record
+            .filter(|c| !c.controller_address.is_empty())
+            .map(|c| (c.controller_id, c.controller_address)))
+    }
+
+    /// Who holds the controller Lease, as this broker's elector last saw
+    /// it, and its changes (Kubernetes mode; the directory's file lease
+    /// has no watch, so a session there learns of a new controller when a
+    /// call to the old one fails).
+    pub fn lease_holder(&self) -> Option<watch::Receiver<LeaderState>> {
+        match self {
+            Backend::Dir(_) => None,
+            Backend::Kube { elector, .. } => Some(elector.subscribe()),
         }
     }
 }

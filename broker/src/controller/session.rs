@@ -10,11 +10,19 @@
 //! capped backoff, finding the controller again each time; meanwhile the
 //! broker keeps serving with the image it has (the data plane never waits
 //! for the controller). Answers of an older controller epoch are refused.
+//!
+//! In Kubernetes mode the broker's own elector reads the controller Lease
+//! every renewal period, so a session also ends the moment another broker
+//! holds the Lease: it does not wait for a call to the old controller (a
+//! paused one accepts connections and answers nothing) to time out, and
+//! it dials the new one once the cluster record names it (a new holder
+//! writes the record at its take-over, moments after winning the Lease).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use moldau_coordination::lease::LeaderState;
 use tokio::sync::watch;
 use uuid::Uuid;
 
@@ -180,6 +188,45 @@ async fn follow_coordinators(broker: &Arc<Broker>, image: &MetadataImage) {
     .await;
 }
 
+/// The node id in a controller Lease holder's identity
+/// (`<cluster>-broker-<node id>-<incarnation>`).
+fn holder_node(identity: &str) -> Option<i32> {
+    let mut parts = identity.rsplitn(3, '-');
+    let _incarnation = parts.next()?;
+    let node = parts.next()?.parse().ok()?;
+    parts.next()?.ends_with("broker").then_some(node)
+}
+
+/// The broker holding the controller Lease, as `state` says (None:
+/// unknown).
+fn lease_holder_node(state: &LeaderState, own: i32) -> Option<i32> {
+    match state {
+        LeaderState::Leading { .. } => Some(own),
+        LeaderState::Following { holder } => holder.as_deref().and_then(holder_node),
+    }
+}
+
+/// Returns once the Lease is held by a broker other than `controller`
+/// (never without a Lease to watch).
+async fn lease_moved(holder: Option<watch::Receiver<LeaderState>>, controller: i32, own: i32) {
+    let Some(mut holder) = holder else {
+        return std::future::pending().await;
+    };
+    loop {
+        let now = lease_holder_node(&holder.borrow_and_update(), own);
+        if now.is_some_and(|n| n != controller) {
+            return;
+        }
+        if holder.changed().await.is_err() {
+            return std::future::pending().await;
+        }
+    }
+}
+
+/// How long a session waits before reading the cluster record again when
+/// the Lease's new holder has not taken it over yet.
+const TAKEOVER_POLL: Duration = Duration::from_millis(50);
+
 /// One registration and its heartbeats, until an error or shutdown.
 async fn session(
     broker: &Arc<Broker>,
@@ -188,33 +235,63 @@ async fn session(
     applied: &mut Applied,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<(), tonic::Status> {
-    let address = config
+    let mut holder = config.backend.lease_holder();
+    let lease_node = holder
+        .as_mut()
+        .and_then(|h| lease_holder_node(&h.borrow_and_update(), broker.node_id));
+    let (controller_id, address) = config
         .backend
         .controller_address()
         .await
         .map_err(|e| tonic::Status::unavailable(e.to_string()))?
         .ok_or_else(|| tonic::Status::unavailable("no controller elected yet"))?;
-    let channel = tonic::transport::Endpoint::from_shared(address.clone())
-        .map_err(|e| tonic::Status::invalid_argument(e.to_string()))?
-        // Short: a controller that stopped answering (paused, or its host
-        // gone) must not hold this broker past its own session timeout.
-        .connect_timeout(Duration::from_secs(1))
-        .timeout(CALL_TIMEOUT)
-        .connect()
-        .await
-        .map_err(|e| tonic::Status::unavailable(format!("{address}: {e}")))?;
-    let mut client = ControllerClient::new(channel);
-    let registered = client
-        .register(RegisterRequest {
-            node_id: broker.node_id,
-            incarnation: incarnation.to_string(),
-            host: broker.advertised_host.clone(),
-            port: broker.advertised_port,
-            rack: broker.rack.clone().unwrap_or_default(),
-            succession_token: config.succession_token.clone(),
-        })
-        .await?
-        .into_inner();
+    if lease_node.is_some_and(|n| n != controller_id) {
+        // The record still names the previous controller, which may be
+        // paused: wait for the Lease holder's take-over instead of dialing.
+        tracing::debug!(
+            lease_holder = ?lease_node,
+            controller_id,
+            "the new controller has not taken over yet"
+        );
+        tokio::time::sleep(TAKEOVER_POLL).await;
+        return Ok(());
+    }
+    // Every step with the controller, from the connection on, gives way
+    // to a new Lease holder (a paused controller accepts connections and
+    // answers nothing until a call times out).
+    let moved = lease_moved(holder, controller_id, broker.node_id);
+    tokio::pin!(moved);
+    let connect_and_register = async {
+        let channel = tonic::transport::Endpoint::from_shared(address.clone())
+            .map_err(|e| tonic::Status::invalid_argument(e.to_string()))?
+            // Short: a controller that stopped answering (paused, or its host
+            // gone) must not hold this broker past its own session timeout.
+            .connect_timeout(Duration::from_secs(1))
+            .timeout(CALL_TIMEOUT)
+            .connect()
+            .await
+            .map_err(|e| tonic::Status::unavailable(format!("{address}: {e}")))?;
+        let mut client = ControllerClient::new(channel);
+        let registered = client
+            .register(RegisterRequest {
+                node_id: broker.node_id,
+                incarnation: incarnation.to_string(),
+                host: broker.advertised_host.clone(),
+                port: broker.advertised_port,
+                rack: broker.rack.clone().unwrap_or_default(),
+                succession_token: config.succession_token.clone(),
+            })
+            .await?
+            .into_inner();
+        Ok::<_, tonic::Status>((client, registered))
+    };
+    let (client, registered) = tokio::select! {
+        r = connect_and_register => r?,
+        _ = &mut moved => {
+            tracing::info!(%address, "another broker holds the controller Lease; finding the new controller");
+            return Ok(());
+        }
+    };
     if applied.fence.admit(registered.controller_epoch).is_err() {
         return Err(tonic::Status::aborted("answer from an older controller"));
     }
@@ -284,6 +361,75 @@ async fn session(
     tokio::select! {
         r = metadata => r,
         r = heartbeats => r,
+        _ = &mut moved => {
+            tracing::info!(%address, "another broker holds the controller Lease; finding the new controller");
+            Ok(())
+        }
         _ = shutdown.changed() => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lease_holder_is_read_from_its_identity() {
+        assert_eq!(holder_node("kc-broker-2-0a1b2c3d"), Some(2));
+        assert_eq!(
+            holder_node("my-broker-cluster-broker-11-0a1b2c3d"),
+            Some(11)
+        );
+        assert_eq!(holder_node("kc-broker-x-0a1b2c3d"), None);
+        assert_eq!(holder_node("operator-7-abc"), None);
+        assert_eq!(holder_node("nonsense"), None);
+        let following = |h: &str| LeaderState::Following {
+            holder: Some(h.into()),
+        };
+        assert_eq!(lease_holder_node(&following("kc-broker-1-ab"), 0), Some(1));
+        assert_eq!(
+            lease_holder_node(&LeaderState::Following { holder: None }, 0),
+            None
+        );
+        let leading = LeaderState::Leading {
+            until: std::time::Instant::now(),
+            transitions: 3,
+        };
+        assert_eq!(lease_holder_node(&leading, 4), Some(4));
+    }
+
+    #[tokio::test]
+    async fn a_session_ends_when_another_broker_takes_the_lease() {
+        let (tx, rx) = watch::channel(LeaderState::Following {
+            holder: Some("kc-broker-1-ab".into()),
+        });
+        let moved = tokio::spawn(lease_moved(Some(rx), 1, 0));
+        // renewals by the same holder, and an unknown holder, change nothing
+        tx.send_replace(LeaderState::Following {
+            holder: Some("kc-broker-1-ab".into()),
+        });
+        tx.send_replace(LeaderState::Following { holder: None });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!moved.is_finished());
+        tx.send_replace(LeaderState::Following {
+            holder: Some("kc-broker-2-cd".into()),
+        });
+        tokio::time::timeout(Duration::from_secs(5), moved)
+            .await
+            .expect("ends at the new holder")
+            .unwrap();
+        // this broker winning the Lease ends a session with another one too
+        let (tx, rx) = watch::channel(LeaderState::Following {
+            holder: Some("kc-broker-1-ab".into()),
+        });
+        let moved = tokio::spawn(lease_moved(Some(rx), 1, 0));
+        tx.send_replace(LeaderState::Leading {
+            until: std::time::Instant::now(),
+            transitions: 2,
+        });
+        tokio::time::timeout(Duration::from_secs(5), moved)
+            .await
+            .expect("ends when this broker leads")
+            .unwrap();
     }
 }

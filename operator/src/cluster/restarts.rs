@@ -47,12 +47,23 @@ impl Termination {
             .map(|m| m.split_whitespace().collect::<Vec<_>>().join(" "))
             .filter(|m| !m.is_empty());
         if let Some(m) = message {
-            let cut = crate::events::truncate(&m, MESSAGE_BYTES);
+            // The end: a log's tail (FallbackToLogsOnError) ends with the
+            // error that stopped the container.
+            let cut = tail(&m, MESSAGE_BYTES);
             let more = if cut.len() < m.len() { "…" } else { "" };
-            out.push_str(&format!(": {cut}{more}"));
+            out.push_str(&format!(": {more}{cut}"));
         }
         out
     }
+}
+
+/// The last `max` bytes of `s` at most (on a character boundary).
+fn tail(s: &str, max: usize) -> &str {
+    let mut start = s.len().saturating_sub(max);
+    while !s.is_char_boundary(start) {
+        start += 1;
+    }
+    &s[start..]
 }
 
 /// A broker container that keeps restarting.
@@ -254,10 +265,15 @@ mod tests {
     #[test]
     fn a_long_termination_message_is_bounded() {
         let mut c = broker(3, Some(CRASH_LOOP_BACK_OFF), None);
-        c.last_termination.as_mut().unwrap().message = Some("x".repeat(5000));
+        c.last_termination.as_mut().unwrap().message = Some(format!(
+            "{}\nerror: the data directory is held",
+            "é".repeat(5000)
+        ));
         let d = c.last_termination.as_ref().unwrap().describe();
         assert!(d.len() < MESSAGE_BYTES + 64, "{}", d.len());
-        assert!(d.ends_with('…'));
+        // the end is kept: where a log's tail says why it stopped
+        assert!(d.contains(": …é"), "{d}");
+        assert!(d.ends_with("error: the data directory is held"), "{d}");
     }
 
     #[test]
