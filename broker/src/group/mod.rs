@@ -504,7 +504,7 @@ impl GroupCoordinator {
     /// JoinGroup: answers at once or when the rebalance completes.
     pub async fn join(&self, group_id: &str, req: JoinRequest) -> JoinResult {
         if let Err(e) = Self::validate_group_id(group_id) {
-            return error_join(e, &req.member_id);
+            return JoinResult::error(e, &req.member_id);
         }
         let rx = {
             let mut inner = self.shard(group_id).state.lock();
@@ -543,7 +543,7 @@ impl GroupCoordinator {
             }
         };
         rx.await
-            .unwrap_or_else(|_| error_join(ResponseError::UnknownMemberId, ""))
+            .unwrap_or_else(|_| JoinResult::error(ResponseError::UnknownMemberId, ""))
     }
 
     /// Stores `group_id`'s metadata when it has settled on a generation (or
@@ -599,7 +599,7 @@ impl GroupCoordinator {
         let rx = {
             let mut inner = self.shard(group_id).state.lock();
             let Some(group) = inner.groups.get_mut(group_id) else {
-                return error_sync(ResponseError::UnknownMemberId);
+                return SyncResult::error(ResponseError::UnknownMemberId);
             };
             let (reply, effects) = group.sync(
                 member_id,
@@ -626,7 +626,7 @@ impl GroupCoordinator {
             }
         };
         rx.await
-            .unwrap_or_else(|_| error_sync(ResponseError::RebalanceInProgress))
+            .unwrap_or_else(|_| SyncResult::error(ResponseError::RebalanceInProgress))
     }
 
     pub fn heartbeat(
@@ -1013,28 +1013,6 @@ impl GroupCoordinator {
             }
         }
         out
-    }
-}
-
-fn error_join(code: ResponseError, member_id: &str) -> JoinResult {
-    JoinResult {
-        error: code.code(),
-        generation_id: -1,
-        protocol_type: None,
-        protocol_name: None,
-        leader: String::new(),
-        member_id: member_id.to_string(),
-        members: Vec::new(),
-        skip_assignment: false,
-    }
-}
-
-fn error_sync(code: ResponseError) -> SyncResult {
-    SyncResult {
-        error: code.code(),
-        protocol_type: None,
-        protocol_name: None,
-        assignment: Bytes::new(),
     }
 }
 

@@ -76,7 +76,8 @@ pub struct JoinResult {
 }
 
 impl JoinResult {
-    pub(super) fn error(code: ResponseError, member_id: &str) -> Self {
+    /// A JoinGroup refusal with `code` for `member_id`.
+    pub fn error(code: ResponseError, member_id: &str) -> Self {
         Self {
             error: code.code(),
             generation_id: -1,
@@ -100,7 +101,8 @@ pub struct SyncResult {
 }
 
 impl SyncResult {
-    pub(super) fn error(code: ResponseError) -> Self {
+    /// A SyncGroup refusal with `code`.
+    pub fn error(code: ResponseError) -> Self {
         Self {
             error: code.code(),
             protocol_type: None,
