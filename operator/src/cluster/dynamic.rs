@@ -16,42 +16,26 @@
 
 use std::collections::BTreeMap;
 
+use moldau_broker::dynamic_config;
+
 use crate::kafka::ConfigOp;
 
-/// The broker configs applied at run time.
-pub const DYNAMIC_KEYS: &[&str] = &[
-    "compression.gzip.level",
-    "compression.lz4.level",
-    "compression.type",
-    "compression.zstd.level",
-    "log.cleanup.policy",
-    "log.flush.interval.messages",
-    "log.flush.interval.ms",
-    "log.index.interval.bytes",
-    "log.index.size.max.bytes",
-    "log.message.timestamp.after.max.ms",
-    "log.message.timestamp.before.max.ms",
-    "log.message.timestamp.type",
-    "log.preallocate",
-    "log.retention.bytes",
-    "log.retention.hours",
-    "log.retention.minutes",
-    "log.retention.ms",
-    "log.roll.hours",
-    "log.roll.jitter.ms",
-    "log.roll.ms",
-    "log.segment.bytes",
-    "log.segment.delete.delay.ms",
-    "max.connections",
-    "max.connections.per.ip",
-    "max.connections.per.ip.overrides",
-    "message.max.bytes",
-    "min.insync.replicas",
+/// Dynamic broker configs that `spec.config` does not apply at run time:
+/// the replication throttles belong to partition moves (the operator sets
+/// them per broker while replicas move, see `rebalance`), and
+/// `replica.alter.log.dirs.io.max.bytes.per.second` has no effect on a
+/// Moldau broker (one data directory). In the spec they are static keys.
+const NOT_FROM_SPEC: &[&str] = &[
+    dynamic_config::FOLLOWER_THROTTLED_RATE,
+    dynamic_config::LEADER_THROTTLED_RATE,
+    "replica.alter.log.dirs.io.max.bytes.per.second",
 ];
 
-/// Whether `key` is applied at run time.
+/// Whether `key` is applied at run time: a config the broker takes
+/// dynamically (its own list, `moldau_broker::dynamic_config`), but not
+/// one of [`NOT_FROM_SPEC`].
 pub fn is_dynamic(key: &str) -> bool {
-    DYNAMIC_KEYS.contains(&key)
+    dynamic_config::find(key).is_some() && !NOT_FROM_SPEC.contains(&key)
 }
 
 /// What the config hash covers: every key, and the value of every key that
@@ -101,6 +85,29 @@ mod tests {
         kv.iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn the_spec_applies_at_run_time_the_brokers_dynamic_configs_but_the_throttles() {
+        for key in [
+            "log.retention.ms",
+            "log.retention.hours",
+            "compression.zstd.level",
+            "max.connections.per.ip.overrides",
+            "message.max.bytes",
+            "min.insync.replicas",
+        ] {
+            assert!(is_dynamic(key), "{key}");
+        }
+        for key in [
+            "leader.replication.throttled.rate",
+            "follower.replication.throttled.rate",
+            "replica.alter.log.dirs.io.max.bytes.per.second",
+            "num.partitions",
+            "log.retention.check.interval.ms",
+        ] {
+            assert!(!is_dynamic(key), "{key}");
+        }
     }
 
     #[test]
