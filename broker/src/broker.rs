@@ -24,6 +24,9 @@ pub struct Broker {
     pub rack: Option<String>,
     pub topics: TopicManager,
     pub groups: GroupCoordinator,
+    /// The transaction coordinator (the `__transaction_state` partitions
+    /// this broker leads).
+    pub txns: crate::txn_coordinator::TxnCoordinator,
     pub metrics: Metrics,
     /// Connection slots (`max.connections`, `max.connections.per.ip`).
     pub connection_limits: Arc<ConnectionLimiter>,
@@ -105,6 +108,9 @@ impl Broker {
             advertised_host,
             advertised_port,
             rack: config.broker_rack.clone(),
+            txns: crate::txn_coordinator::TxnCoordinator::new(
+                crate::txn_coordinator::TxnSettings::from_config(&config),
+            ),
             topics,
             groups,
             metrics,

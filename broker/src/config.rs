@@ -198,6 +198,31 @@ pub struct BrokerConfig {
     /// `offsets.commit.timeout.ms`: how long a coordinator write waits for
     /// the offsets partition's in-sync replicas.
     pub offsets_commit_timeout_ms: i64,
+    /// `transaction.state.log.num.partitions`: partitions of
+    /// `__transaction_state` (Kafka: 50); a transactional id's coordinator
+    /// is the leader of the partition it hashes to.
+    pub transaction_state_log_num_partitions: i32,
+    /// `transaction.state.log.replication.factor` (cluster mode; capped to
+    /// the brokers in service, as the offsets topic's is not: see
+    /// `Controller::ensure_transaction_topic`).
+    pub transaction_state_log_replication_factor: i16,
+    /// `transaction.state.log.min.isr`: the topic's `min.insync.replicas`
+    /// (capped to its replication factor).
+    pub transaction_state_log_min_isr: i32,
+    /// `transaction.state.log.segment.bytes`.
+    pub transaction_state_log_segment_bytes: i64,
+    /// `transaction.max.timeout.ms`: the longest transaction timeout a
+    /// producer may ask for (longer: INVALID_TRANSACTION_TIMEOUT).
+    pub transaction_max_timeout_ms: i32,
+    /// `transactional.id.expiration.ms`: an idle transactional id is
+    /// forgotten (tombstoned) after this long.
+    pub transactional_id_expiration_ms: i64,
+    /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`: how
+    /// often the coordinator looks for transactions past their timeout.
+    pub transaction_abort_timed_out_transaction_cleanup_interval_ms: i64,
+    /// `transaction.remove.expired.transaction.cleanup.interval.ms`: how
+    /// often it looks for expired transactional ids.
+    pub transaction_remove_expired_transaction_cleanup_interval_ms: i64,
     /// `replica.selector.class`: empty (the leader serves every consumer)
     /// or Kafka's `RackAwareReplicaSelector` (consumers giving
     /// `client.rack` read from an in-sync replica in their rack, KIP-392).
@@ -283,6 +308,14 @@ impl Default for BrokerConfig {
             leader_imbalance_check_interval_seconds: 300,
             offsets_topic_replication_factor: 3,
             offsets_commit_timeout_ms: 5_000,
+            transaction_state_log_num_partitions: 50,
+            transaction_state_log_replication_factor: 3,
+            transaction_state_log_min_isr: 2,
+            transaction_state_log_segment_bytes: 100 * 1024 * 1024,
+            transaction_max_timeout_ms: 900_000,
+            transactional_id_expiration_ms: 604_800_000,
+            transaction_abort_timed_out_transaction_cleanup_interval_ms: 10_000,
+            transaction_remove_expired_transaction_cleanup_interval_ms: 3_600_000,
             replica_selector_class: String::new(),
             min_insync_replicas: 1,
             replica_lag_time_max_ms: 30_000,
@@ -635,6 +668,28 @@ impl BrokerConfig {
                     c.offsets_topic_replication_factor = parse_num(k, v)?
                 }
                 "offsets.commit.timeout.ms" => c.offsets_commit_timeout_ms = parse_num(k, v)?,
+                "transaction.state.log.num.partitions" => {
+                    c.transaction_state_log_num_partitions = parse_num(k, v)?
+                }
+                "transaction.state.log.replication.factor" => {
+                    c.transaction_state_log_replication_factor = parse_num(k, v)?
+                }
+                "transaction.state.log.min.isr" => {
+                    c.transaction_state_log_min_isr = parse_num(k, v)?
+                }
+                "transaction.state.log.segment.bytes" => {
+                    c.transaction_state_log_segment_bytes = parse_num(k, v)?
+                }
+                "transaction.max.timeout.ms" => c.transaction_max_timeout_ms = parse_num(k, v)?,
+                "transactional.id.expiration.ms" => {
+                    c.transactional_id_expiration_ms = parse_num(k, v)?
+                }
+                "transaction.abort.timed.out.transaction.cleanup.interval.ms" => {
+                    c.transaction_abort_timed_out_transaction_cleanup_interval_ms = parse_num(k, v)?
+                }
+                "transaction.remove.expired.transaction.cleanup.interval.ms" => {
+                    c.transaction_remove_expired_transaction_cleanup_interval_ms = parse_num(k, v)?
+                }
                 "auto.leader.rebalance.enable" => c.auto_leader_rebalance_enable = parse_num(k, v)?,
                 "leader.imbalance.check.interval.seconds" => {
                     c.leader_imbalance_check_interval_seconds = parse_num(k, v)?
@@ -706,6 +761,36 @@ impl BrokerConfig {
                 value: c.offsets_topic_num_partitions.to_string(),
                 reason: "must be at least 1".into(),
             });
+        }
+        for (key, value) in [
+            (
+                "transaction.state.log.num.partitions",
+                i64::from(c.transaction_state_log_num_partitions),
+            ),
+            (
+                "transaction.state.log.replication.factor",
+                i64::from(c.transaction_state_log_replication_factor),
+            ),
+            (
+                "transaction.state.log.min.isr",
+                i64::from(c.transaction_state_log_min_isr),
+            ),
+            (
+                "transaction.max.timeout.ms",
+                i64::from(c.transaction_max_timeout_ms),
+            ),
+            (
+                "transactional.id.expiration.ms",
+                c.transactional_id_expiration_ms,
+            ),
+        ] {
+            if value < 1 {
+                return Err(ConfigError::Invalid {
+                    key: key.into(),
+                    value: value.to_string(),
+                    reason: "must be at least 1".into(),
+                });
+            }
         }
         c.raw = props;
         Ok(c)

@@ -175,7 +175,8 @@ impl MetadataImage {
         let mut by_id = HashMap::new();
         for (name, id, partitions) in topics {
             by_id.insert(id, name.clone());
-            let internal = name == crate::group::offsets::OFFSETS_TOPIC;
+            let internal = name == crate::group::offsets::OFFSETS_TOPIC
+                || name == crate::txn::vocab::TRANSACTION_STATE_TOPIC;
             by_name.insert(
                 name.clone(),
                 Arc::new(TopicImage {

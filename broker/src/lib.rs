@@ -9,6 +9,8 @@
 //! - [`controller`] is the only writer of cluster metadata (its decisions
 //!   are pure functions) and publishes the [`image`] that handlers read;
 //! - [`group`] is the group coordinator, [`producer`] the producer state;
+//!   [`txn`] holds transactions' pure rules and records, [`txn_coordinator`]
+//!   the transaction coordinator that runs them;
 //! - [`protocol`] is the wire edge (framing, limits), [`handlers`] answer
 //!   each API, [`offload`] keeps blocking work off the runtime's workers;
 //! - [`http`] serves metrics and health, [`resources`] watches descriptors;
@@ -34,7 +36,8 @@
 //!    and framing (`protocol::limits`, `protocol::frame`);
 //! 4. **Partitions and replication's rules**: [`partition`],
 //!    `replication::{selector, settings, session}`;
-//! 5. **Topics, groups, the controller**: [`topics`], [`group`], the
+//! 5. **Topics, groups, the controller**: [`topics`], [`group`], then
+//!    [`txn_coordinator`] (the transaction coordinator's runtime), the
 //!    controller's decisions, stores and link (`controller::{cluster, rpc,
 //!    link, …}`), `quota::manager`, [`metrics`];
 //! 6. **Protocol handlers**: [`broker`] (the state handlers share), then
@@ -79,3 +82,4 @@ pub mod storage;
 pub mod topic_config;
 pub mod topics;
 pub mod txn;
+pub mod txn_coordinator;

@@ -147,6 +147,20 @@ pub async fn run_reporting(
         .producer_snapshots_loaded
         .inc_by(recovery.producer_snapshots_loaded as u64);
 
+    // Standalone: the transaction coordinator leads every partition of
+    // `__transaction_state`, once the topic exists (it is created with the
+    // first transactional request, as in Kafka).
+    if standalone
+        && broker
+            .topics
+            .get(crate::txn::vocab::TRANSACTION_STATE_TOPIC)
+            .is_some()
+    {
+        let b = broker.clone();
+        let loaded = tokio::task::spawn_blocking(move || b.txns.load_all(&b.topics)).await??;
+        tracing::info!(records = loaded, "transaction metadata loaded");
+    }
+
     let group_broker = broker.clone();
     let mut group_shutdown = shutdown.clone();
     let offsets_check = Duration::from_millis(

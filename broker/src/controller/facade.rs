@@ -413,6 +413,44 @@ impl<'a> Controller<'a> {
         }
     }
 
+    /// Creates `__transaction_state` if the image has none:
+    /// `transaction.state.log.num.partitions` partitions of
+    /// `transaction.state.log.replication.factor` replicas (capped to the
+    /// brokers registered, as Kafka caps it to the live brokers), compacted,
+    /// `min.insync.replicas` from `transaction.state.log.min.isr` (capped
+    /// to the replication factor). Standalone: one replica, every
+    /// partition loaded by this broker's coordinator.
+    pub fn ensure_transaction_topic(&self) -> Result<(), TopicError> {
+        use crate::txn::vocab::TRANSACTION_STATE_TOPIC;
+        if self.broker.image().topic(TRANSACTION_STATE_TOPIC).is_some() {
+            return Ok(());
+        }
+        let settings = self.broker.txns.settings();
+        let rf = if self.remote().is_some() {
+            let brokers = i16::try_from(self.broker.image().brokers.len()).unwrap_or(i16::MAX);
+            settings.replication_factor.min(brokers).max(1)
+        } else {
+            1
+        };
+        let created = self.create_topic(
+            TRANSACTION_STATE_TOPIC,
+            settings.partitions,
+            rf,
+            settings.topic_configs(rf),
+            &[],
+        );
+        match created {
+            Err(e) if e.code == ResponseError::TopicAlreadyExists => {}
+            other => {
+                other?;
+            }
+        }
+        if self.remote().is_none() {
+            self.broker.txns.load_all(&self.broker.topics)?;
+        }
+        Ok(())
+    }
+
     /// A new producer id (InitProducerId), never issued before.
     pub fn allocate_producer_id(&self) -> Result<i64, TopicError> {
         if let Some(link) = self.remote() {

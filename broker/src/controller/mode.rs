@@ -157,6 +157,7 @@ pub async fn start(
     let link = Arc::new(ControllerLink::new(tokio::runtime::Handle::current()));
     broker.join_cluster(link.clone());
     broker.groups.start_unowned();
+    broker.txns.start_unowned();
     let leading = match &backend {
         Backend::Dir(dir) => super::election::file_lease(
             dir.clone(),

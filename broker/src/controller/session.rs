@@ -171,6 +171,7 @@ async fn apply(broker: &Arc<Broker>, image: &MetadataImage) -> Result<(), tonic:
 /// unloads the rest (after the image is installed, so a moved group's
 /// clients are already sent to its new coordinator).
 async fn follow_coordinators(broker: &Arc<Broker>, image: &MetadataImage) {
+    follow_transaction_coordinator(broker, image).await;
     let Some(offsets) = image.topic(crate::group::offsets::OFFSETS_TOPIC) else {
         return;
     };
@@ -186,6 +187,26 @@ async fn follow_coordinators(broker: &Arc<Broker>, image: &MetadataImage) {
         b.groups.follow_leadership(&b.topics, partitions, &led)
     })
     .await;
+}
+
+/// Loads the transactional ids of the `__transaction_state` partitions
+/// this broker now leads (in their new leader epoch: the coordinator
+/// epoch) and drops the rest.
+async fn follow_transaction_coordinator(broker: &Arc<Broker>, image: &MetadataImage) {
+    let Some(state) = image.topic(crate::txn::vocab::TRANSACTION_STATE_TOPIC) else {
+        return;
+    };
+    let partitions = i32::try_from(state.partitions.len()).unwrap_or(i32::MAX);
+    let led: std::collections::BTreeSet<i32> = state
+        .partitions
+        .iter()
+        .filter(|p| p.leader == broker.node_id)
+        .map(|p| p.index)
+        .collect();
+    let b = broker.clone();
+    let _ =
+        tokio::task::spawn_blocking(move || b.txns.follow_leadership(&b.topics, partitions, &led))
+            .await;
 }
 
 /// The node id in a controller Lease holder's identity
