@@ -23,9 +23,7 @@ use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{FetchRequest, ProduceRequest, TopicName};
 use kafka_protocol::protocol::{Request, StrBytes};
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use kafka_protocol::records::RecordBatchDecoder;
 use moldau_operator::crd::{
     KafkaRebalanceSpec, KafkaRebalanceStatus, RebalanceMode, RebalancePhase,
 };
@@ -126,38 +124,15 @@ fn name(t: &str) -> TopicName {
 }
 
 fn batch(values: &[String]) -> bytes::Bytes {
-    let records: Vec<Record> = values
-        .iter()
-        .enumerate()
-        .map(|(i, v)| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            // offset - sequence constant: the encoder keeps one batch (a
-            // produce of several batches for a partition is INVALID_RECORD)
-            sequence: i as i32 - 1,
-            timestamp: 1_700_000_000_000 + i as i64,
-            key: None,
-            value: Some(bytes::Bytes::from(v.clone())),
-            headers: Default::default(),
-        })
-        .collect();
-    let mut buf = bytes::BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        &records,
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
-    )
-    .unwrap();
-    buf.freeze()
+    let mut b = moldau_broker::storage::batch::BatchBuilder::new();
+    for (i, v) in values.iter().enumerate() {
+        b = b.record(
+            None,
+            Some(bytes::Bytes::from(v.clone())),
+            1_700_000_000_000 + i as i64,
+        );
+    }
+    b.encode().unwrap().into()
 }
 
 /// The leader of every partition of `TOPIC` (waits until each has one).
