@@ -27,6 +27,9 @@ pub struct Broker {
     /// The transaction coordinator (the `__transaction_state` partitions
     /// this broker leads).
     pub txns: crate::txn_coordinator::TxnCoordinator,
+    /// Where the transaction coordinator's markers go (set at start:
+    /// `replication::markers`, over the brokers' own connections).
+    markers: std::sync::OnceLock<Arc<dyn crate::txn_coordinator::MarkerSender>>,
     pub metrics: Metrics,
     /// Connection slots (`max.connections`, `max.connections.per.ip`).
     pub connection_limits: Arc<ConnectionLimiter>,
@@ -111,6 +114,7 @@ impl Broker {
             txns: crate::txn_coordinator::TxnCoordinator::new(
                 crate::txn_coordinator::TxnSettings::from_config(&config),
             ),
+            markers: std::sync::OnceLock::new(),
             topics,
             groups,
             metrics,
@@ -126,6 +130,16 @@ impl Broker {
                 config.min_incremental_fetch_session_eviction_ms,
             )),
         }
+    }
+
+    /// Sets where transaction markers go (once, at start).
+    pub fn set_marker_sender(&self, sender: Arc<dyn crate::txn_coordinator::MarkerSender>) {
+        let _ = self.markers.set(sender);
+    }
+
+    /// Where transaction markers go, once set.
+    pub fn marker_sender(&self) -> Option<&Arc<dyn crate::txn_coordinator::MarkerSender>> {
+        self.markers.get()
     }
 
     /// The current metadata image (cheap: a shared pointer).

@@ -161,6 +161,52 @@ pub async fn run_reporting(
         tracing::info!(records = loaded, "transaction metadata loaded");
     }
 
+    // The transaction coordinator: markers go to partition leaders over
+    // the brokers' own connections; a periodic tick aborts transactions
+    // past their timeout, expires idle transactional ids and finishes
+    // prepared transactions (retrying markers not yet acknowledged).
+    let weak = Arc::downgrade(&broker);
+    let identity_of = Arc::downgrade(&broker);
+    broker.set_marker_sender(Arc::new(crate::replication::markers::MarkerChannel::new(
+        broker.node_id,
+        tokio::runtime::Handle::current(),
+        Arc::new(move || weak.upgrade().map(|b| b.image()).unwrap_or_default()),
+        Arc::new(move || {
+            identity_of.upgrade().map_or((None, None), |b| {
+                (b.replicas.bind_address(), b.replicas.incarnation())
+            })
+        }),
+    )));
+    let txn_broker = broker.clone();
+    let mut txn_shutdown = shutdown.clone();
+    let txn_interval = Duration::from_millis(
+        broker
+            .topics
+            .broker_config()
+            .transaction_abort_timed_out_transaction_cleanup_interval_ms
+            .clamp(100, 3_600_000) as u64,
+    );
+    let txn_task = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(txn_interval);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {
+                    let b = txn_broker.clone();
+                    let _ = tokio::task::spawn_blocking(move || {
+                        let Some(markers) = b.marker_sender().cloned() else { return };
+                        let controller = crate::controller::Controller::new(&b);
+                        let mut ids = || controller.allocate_producer_id().map_err(|e| e.code);
+                        let report = b.txns.tick(&b.topics, &mut ids, markers.as_ref(), crate::clock::now_ms());
+                        if report != crate::txn_coordinator::TickReport::default() {
+                            tracing::info!(aborted = report.aborted, expired = report.expired, completed = report.completed, "transaction coordinator tick");
+                        }
+                    }).await;
+                }
+                r = txn_shutdown.changed() => if r.is_err() || *txn_shutdown.borrow() { break },
+            }
+        }
+    });
+
     let group_broker = broker.clone();
     let mut group_shutdown = shutdown.clone();
     let offsets_check = Duration::from_millis(
@@ -347,6 +393,7 @@ pub async fn run_reporting(
     }
     broker.replicas.stop();
     group_task.abort();
+    txn_task.abort();
     http_task.abort();
     let b = broker.clone();
     let closing = std::time::Instant::now();

@@ -435,8 +435,10 @@ fn apply_partition(
     }
 }
 
-/// One Kafka connection to a leader.
-struct Connection {
+/// One Kafka connection to another broker, as this broker: the
+/// followers' fetches and the transaction coordinator's markers
+/// ([`super::markers`]) go over it.
+pub struct Connection {
     stream: TcpStream,
     correlation_id: i32,
     client_id: StrBytes,
@@ -444,6 +446,16 @@ struct Connection {
 
 impl Connection {
     async fn open(address: &str, bind: Option<IpAddr>) -> std::io::Result<Self> {
+        Self::open_as(address, bind, "moldau-replica-fetcher").await
+    }
+
+    /// A connection to `address` leaving from `bind` (if given), whose
+    /// requests carry `client_id`.
+    pub async fn open_as(
+        address: &str,
+        bind: Option<IpAddr>,
+        client_id: &'static str,
+    ) -> std::io::Result<Self> {
         let addrs: Vec<SocketAddr> = tokio::net::lookup_host(address).await?.collect();
         let target = bind
             .and_then(|ip| addrs.iter().find(|a| a.is_ipv4() == ip.is_ipv4()))
@@ -467,13 +479,17 @@ impl Connection {
         Ok(Self {
             stream,
             correlation_id: 0,
-            client_id: StrBytes::from_static_str("moldau-replica-fetcher"),
+            client_id: StrBytes::from_static_str(client_id),
         })
     }
 
     /// Proves this is broker `node` registered as `incarnation` (SASL
     /// `MOLDAU-BROKER`), so the leader honours its replica id.
-    async fn authenticate(&mut self, node: i32, incarnation: uuid::Uuid) -> std::io::Result<()> {
+    pub async fn authenticate(
+        &mut self,
+        node: i32,
+        incarnation: uuid::Uuid,
+    ) -> std::io::Result<()> {
         use crate::handlers::sasl;
         let shake: SaslHandshakeResponse = self
             .call(
@@ -512,7 +528,7 @@ impl Connection {
     }
 
     /// Sends one request and reads its response.
-    async fn call<Req: Encodable, Resp: Decodable>(
+    pub async fn call<Req: Encodable, Resp: Decodable>(
         &mut self,
         api: ApiKey,
         version: i16,

@@ -63,6 +63,16 @@ impl ReplicaManager {
         let _ = self.incarnation.set(incarnation);
     }
 
+    /// The address this broker's connections to others leave from, if set.
+    pub fn bind_address(&self) -> Option<IpAddr> {
+        self.bind.get().copied()
+    }
+
+    /// The incarnation this process registered with, once it has.
+    pub fn incarnation(&self) -> Option<uuid::Uuid> {
+        self.incarnation.get().copied()
+    }
+
     /// Queues an ISR change for the controller.
     pub fn propose(&self, p: IsrProposal) {
         let _ = self.proposals.send(p);

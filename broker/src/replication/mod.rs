@@ -7,10 +7,13 @@
 //! partition epoch. [`selector`] sends consumers to a replica in their
 //! rack (KIP-392); [`throttle`] holds replication throttles (Kafka's
 //! throttled replicas and rates, for moving replicas); [`session`] is the
-//! follower's side of a fetch session (KIP-227).
+//! follower's side of a fetch session (KIP-227). [`markers`] is the
+//! transaction coordinator's channel to partition leaders
+//! (WriteTxnMarkers), over the fetchers' kind of connection.
 
 pub mod fetcher;
 pub mod manager;
+pub mod markers;
 pub mod progress;
 pub mod selector;
 pub mod session;

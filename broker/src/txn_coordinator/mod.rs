@@ -145,7 +145,7 @@ impl TxnSettings {
 /// partition's leader at `coordinator_epoch`. Returns the partitions that
 /// are done (the marker acknowledged, or the partition gone); the others
 /// are tried again later.
-pub trait MarkerSender: Send + Sync {
+pub trait MarkerSender: Send + Sync + std::fmt::Debug {
     fn write_markers(
         &self,
         transactional_id: &str,

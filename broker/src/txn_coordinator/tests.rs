@@ -33,7 +33,7 @@ fn pids() -> impl FnMut() -> Result<i64, ResponseError> {
 
 /// Acknowledges every marker, or only those of `only` when set; records
 /// what it was asked.
-#[derive(Default)]
+#[derive(Default, Debug)]
 struct FakeSender {
     only: Option<BTreeSet<TopicPartition>>,
     sent: Mutex<Vec<(String, i32, MarkerPlan)>>,
