@@ -2,11 +2,12 @@
 //! (broker id = pod ordinal, pod IP and listener port), never a Service or
 //! DNS name ([`ready_brokers`], [`pick_broker`], [`controller_address`]:
 //! pure, over the pods' [`pod_state`]), and an admin connection to the
-//! active controller among them ([`connect_admin`]). Shared by the
+//! active controller among them ([`connect_controller`], [`connect_admin`]). Shared by the
 //! KafkaCluster, KafkaTopic, quota, retention and rebalance reconcilers,
 //! none of which owns it.
 
 use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 
@@ -49,22 +50,35 @@ pub fn controller_address(ready: &[(i32, SocketAddr)], controller_id: i32) -> Op
         .map(|(_, addr)| *addr)
 }
 
-/// An admin connection to the controller: asks the lowest-ordinal Ready
-/// broker who the controller is and reconnects there when it is another pod.
+/// An admin connection to the controller among `brokers`: asks the first
+/// broker that answers (lowest ordinal first) who the controller is, and
+/// reconnects there when it is another one of them.
+pub async fn connect_controller(
+    brokers: &[(i32, SocketAddr)],
+    timeout: Duration,
+) -> Result<(AdminClient, SocketAddr), KafkaError> {
+    let mut last = KafkaError::Protocol("no broker to connect to".into());
+    for &(_, addr) in brokers {
+        match AdminClient::connect(addr, timeout).await {
+            Ok(mut admin) => {
+                let md = admin.metadata(Some(&[])).await?;
+                return match controller_address(brokers, md.controller_id) {
+                    Some(c) if c != addr => Ok((AdminClient::connect(c, timeout).await?, c)),
+                    _ => Ok((admin, addr)),
+                };
+            }
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+/// [`connect_controller`] with the operator's Kafka timeout.
 pub async fn connect_admin(
     ctx: &Context,
     brokers: &[(i32, SocketAddr)],
 ) -> Result<(AdminClient, SocketAddr), KafkaError> {
-    let timeout = ctx.tunables.kafka_timeout;
-    let Some(&(_, first)) = brokers.first() else {
-        return Err(KafkaError::Protocol("no broker to connect to".into()));
-    };
-    let mut admin = AdminClient::connect(first, timeout).await?;
-    let md = admin.metadata(Some(&[])).await?;
-    match controller_address(brokers, md.controller_id) {
-        Some(addr) if addr != first => Ok((AdminClient::connect(addr, timeout).await?, addr)),
-        _ => Ok((admin, first)),
-    }
+    connect_controller(brokers, ctx.tunables.kafka_timeout).await
 }
 
 #[cfg(test)]

@@ -24,11 +24,12 @@ use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProdu
 use kafka_protocol::messages::{FetchRequest, ProduceRequest, TopicName};
 use kafka_protocol::protocol::{Request, StrBytes};
 use kafka_protocol::records::RecordBatchDecoder;
+use moldau_operator::brokers::connect_controller;
 use moldau_operator::crd::{
     KafkaRebalanceSpec, KafkaRebalanceStatus, RebalanceMode, RebalancePhase,
 };
 use moldau_operator::kafka::{wire, AdminClient};
-use moldau_operator::rebalance::execute::{connect_controller, perform, read_cluster};
+use moldau_operator::rebalance::execute::{perform, read_cluster};
 use moldau_operator::rebalance::lifecycle::{
     drained, next, Action, Observation, Request as RebalanceRequest,
 };
@@ -286,7 +287,7 @@ async fn remove_brokers_drains_broker_3_and_keeps_every_record() {
     let addrs: Vec<(i32, SocketAddr)> = nodes.iter().map(|n| (n.id, n.addr)).collect();
     wait_for_brokers(&nodes).await;
 
-    let mut admin = connect_controller(&addrs, T).await.unwrap();
+    let mut admin = connect_controller(&addrs, T).await.unwrap().0;
     admin
         .create_topic(TOPIC, PARTITIONS, 2, &Default::default())
         .await
@@ -336,7 +337,7 @@ async fn remove_brokers_drains_broker_3_and_keeps_every_record() {
         assert!(refused.is_empty(), "the broker refused {refused:?}");
         if let Some(applied) = &step.status.throttle {
             // What the status says is set is what the topic's config says.
-            let mut admin = connect_controller(&addrs, T).await.unwrap();
+            let mut admin = connect_controller(&addrs, T).await.unwrap().0;
             let config = admin.describe_topic_config(TOPIC).await.unwrap();
             let value = |k: &str| {
                 config
@@ -394,7 +395,7 @@ async fn remove_brokers_drains_broker_3_and_keeps_every_record() {
 
     assert!(throttled_seen > 0, "the moves ran throttled");
     assert_eq!(status.throttle, None);
-    let mut admin = connect_controller(&addrs, T).await.unwrap();
+    let mut admin = connect_controller(&addrs, T).await.unwrap().0;
     let config = admin.describe_topic_config(TOPIC).await.unwrap();
     for k in [throttle::LEADER_REPLICAS, throttle::FOLLOWER_REPLICAS] {
         let v = config

@@ -16,6 +16,7 @@ use crate::kafka::{
     PartitionError,
 };
 
+use crate::brokers::connect_controller;
 use crate::cluster::scaling::Placement;
 
 use super::lifecycle::{Action, ObservedCluster, Step};
@@ -101,33 +102,10 @@ pub async fn read_placement(
     addrs: &[(i32, SocketAddr)],
     timeout: Duration,
 ) -> Result<Placement, KafkaError> {
-    let mut admin = connect_controller(addrs, timeout).await?;
+    let mut admin = connect_controller(addrs, timeout).await?.0;
     let meta = admin.metadata(None).await?;
     let ongoing = admin.list_partition_reassignments().await?;
     Ok(placement_of(&meta, &ongoing))
-}
-
-/// An admin connection to the active controller, found through the first
-/// reachable broker of `addrs` (broker id → address).
-pub async fn connect_controller(
-    addrs: &[(i32, SocketAddr)],
-    timeout: Duration,
-) -> Result<AdminClient, KafkaError> {
-    let mut last = KafkaError::Protocol("no broker to connect to".into());
-    for (_, addr) in addrs {
-        match AdminClient::connect(*addr, timeout).await {
-            Ok(mut admin) => {
-                let md = admin.metadata(Some(&[])).await?;
-                let controller = addrs.iter().find(|(id, _)| *id == md.controller_id);
-                return match controller {
-                    Some((_, c)) if c != addr => AdminClient::connect(*c, timeout).await,
-                    _ => Ok(admin),
-                };
-            }
-            Err(e) => last = e,
-        }
-    }
-    Err(last)
 }
 
 /// Reads the cluster: Metadata and reassignments from the controller,
@@ -138,7 +116,7 @@ pub async fn read_cluster(
     addrs: &[(i32, SocketAddr)],
     timeout: Duration,
 ) -> Result<ObservedCluster, KafkaError> {
-    let mut admin = connect_controller(addrs, timeout).await?;
+    let mut admin = connect_controller(addrs, timeout).await?.0;
     let meta = admin.metadata(None).await?;
     let ongoing = admin.list_partition_reassignments().await?;
     let names: Vec<String> = meta.topics.iter().map(|t| t.name.clone()).collect();
@@ -208,7 +186,7 @@ pub async fn perform(
     if step.action == Action::None && step.throttle.is_none() {
         return Ok(Vec::new());
     }
-    let mut admin = connect_controller(addrs, timeout).await?;
+    let mut admin = connect_controller(addrs, timeout).await?.0;
     let throttle_first = matches!(step.action, Action::Submit(_));
     if throttle_first {
         if let Some(change) = &step.throttle {
