@@ -327,6 +327,7 @@ fn bench_fetch_codec(c: &mut Criterion) {
                         high_watermark: 1024,
                         last_stable_offset: 1024,
                         log_start_offset: 0,
+                        aborted_transactions: None,
                         records: Some(slice.clone()),
                         diverging_epoch: None,
                         preferred_read_replica: -1,

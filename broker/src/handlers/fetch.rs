@@ -67,6 +67,7 @@ fn refused(index: i32, code: ResponseError) -> PartitionOut {
         high_watermark: -1,
         last_stable_offset: -1,
         log_start_offset: -1,
+        aborted_transactions: None,
         records: None,
         diverging_epoch: None,
         preferred_read_replica: -1,
@@ -83,8 +84,9 @@ fn served(
         index,
         error_code: 0,
         high_watermark: offsets.high_watermark,
-        last_stable_offset: offsets.high_watermark,
+        last_stable_offset: offsets.last_stable,
         log_start_offset: offsets.log_start,
+        aborted_transactions: None,
         records,
         diverging_epoch: None,
         preferred_read_replica: -1,
@@ -282,19 +284,29 @@ fn gather(broker: &Broker, req: &FetchRequest, version: i16) -> Gathered {
                 any_error = true;
                 continue;
             }
+            // read_committed (isolation level 1) stops at the last stable
+            // offset and names the aborted transactions it read
+            let committed = req.isolation_level == 1;
             let result = if budget == 0 && bytes > 0 {
-                Ok((None, partition.offsets()))
+                Ok((None, partition.offsets(), None))
+            } else if committed {
+                partition
+                    .read_committed(fp.fetch_offset, budget)
+                    .map(|r| (Some(r.records), r.offsets, Some(r.aborted)))
             } else {
                 partition
                     .read(fp.fetch_offset, budget)
-                    .map(|(s, o)| (Some(s), o))
+                    .map(|(s, o)| (Some(s), o, None))
             };
             match result {
-                Ok((slice, offsets)) => {
+                Ok((slice, offsets, aborted)) => {
                     let len = slice.as_ref().map_or(0, |s| s.len);
                     bytes += len;
                     remaining = remaining.saturating_sub(len);
-                    partitions.push(served(fp.partition, offsets, slice));
+                    partitions.push(PartitionOut {
+                        aborted_transactions: aborted.filter(|_| len > 0),
+                        ..served(fp.partition, offsets, slice)
+                    });
                 }
                 Err(e) => {
                     any_error = true;
@@ -304,7 +316,7 @@ fn gather(broker: &Broker, req: &FetchRequest, version: i16) -> Gathered {
                     let offsets = partition.offsets();
                     partitions.push(PartitionOut {
                         high_watermark: offsets.high_watermark,
-                        last_stable_offset: offsets.high_watermark,
+                        last_stable_offset: offsets.last_stable,
                         log_start_offset: offsets.log_start,
                         ..refused(fp.partition, storage_error_code(&e))
                     });

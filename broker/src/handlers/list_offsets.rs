@@ -1,5 +1,6 @@
 //! Offsets of a partition's log: ListOffsets — earliest (-2, and -4
-//! "earliest local"), latest (-1: the high watermark), max timestamp (-3)
+//! "earliest local"), latest (-1: the high watermark; for read_committed,
+//! isolation level 1, the last stable offset), max timestamp (-3)
 //! and lookup by timestamp — and OffsetsForLeaderEpoch (KIP-101/KIP-320:
 //! where a leader epoch ends in the leader's history, which clients use to
 //! detect a truncated log). Both refuse a stale or future
@@ -26,6 +27,7 @@ const MAX_TIMESTAMP: i64 = -3;
 const EARLIEST_LOCAL: i64 = -4;
 
 pub fn handle(broker: &Broker, req: ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
+    let isolation_level = req.isolation_level;
     let topics = req
         .topics
         .into_iter()
@@ -58,6 +60,8 @@ pub fn handle(broker: &Broker, req: ListOffsetsRequest, version: i16) -> ListOff
                     let base = base.with_leader_epoch(if version >= 4 { epoch } else { -1 });
                     let offsets = partition.offsets();
                     match p.timestamp {
+                        // read_committed (isolation level 1): the last stable offset
+                        LATEST if isolation_level == 1 => base.with_offset(offsets.last_stable),
                         LATEST => base.with_offset(offsets.high_watermark),
                         EARLIEST | EARLIEST_LOCAL => base.with_offset(offsets.log_start),
                         MAX_TIMESTAMP => match partition.with_log(|log| log.max_timestamp()) {

@@ -19,6 +19,7 @@ mod producers;
 mod quotas;
 mod reassignments;
 pub mod sasl;
+mod txn_markers;
 
 use std::sync::Arc;
 
@@ -343,6 +344,13 @@ async fn dispatch(
         }
         RequestKind::SaslAuthenticate(r) => {
             encode_response(api, version, cid, &sasl::authenticate(b, ctx, r))
+        }
+        // Waits for the in-sync replicas to hold the markers.
+        RequestKind::WriteTxnMarkers(r) => {
+            let from_broker = ctx.broker().is_some();
+            let resp =
+                blocking(broker, api, move |b| txn_markers::handle(b, r, from_broker)).await?;
+            encode_response(api, version, cid, &resp)
         }
         RequestKind::ListOffsets(r) => {
             encode_response(api, version, cid, &list_offsets::handle(b, r, version))

@@ -1,17 +1,21 @@
 //! The leader's produce path: [`Partition::append`] checks the ISR against
 //! `min.insync.replicas` and the batches against the producers' state,
 //! stamps the leader epoch, appends (moving file work off the runtime's
-//! workers), and moves the high watermark.
+//! workers), and moves the high watermark. [`Partition::write_txn_marker`]
+//! is the leader's other writer: the COMMIT or ABORT marker a transaction
+//! coordinator sends with WriteTxnMarkers (issue 37).
 
 use kafka_protocol::error::ResponseError;
 
 use super::producers;
 use super::role::Role;
 use super::state::{Partition, PartitionState};
+use super::txns;
 use crate::clock::now_ms;
 use crate::error::TopicError;
-use crate::storage::batch::BatchHeader;
+use crate::storage::batch::{BatchBuilder, BatchHeader};
 use crate::storage::AppendResult;
+use crate::txn::marker::{EndTxnMarker, MarkerBatch, TxnResult};
 
 /// A test hook: called (off the runtime's workers) right before an append
 /// that will do blocking file work (a roll, an index growth, an fsync),
@@ -111,6 +115,91 @@ impl Partition {
         }
         drop(state);
         result
+    }
+
+    /// Leader: writes the control batch (one COMMIT or ABORT record,
+    /// Kafka's layout, see `txn::marker`) ending `producer_id`'s
+    /// transaction, at `producer_epoch`, from a transaction coordinator at
+    /// `coordinator_epoch`; returns the marker's offset. The transaction
+    /// closes (the last stable offset moves past it), and an ABORT is
+    /// recorded in the segment's aborted-transaction index. Refused:
+    /// NOT_LEADER_OR_FOLLOWER on a follower; INVALID_PRODUCER_EPOCH for an
+    /// epoch older than the producer's; TRANSACTION_COORDINATOR_FENCED for
+    /// a coordinator epoch older than the producer's last marker's. A
+    /// marker for a producer without an open transaction is written all
+    /// the same, as Kafka does (a coordinator retrying after a failover).
+    /// The marker is not held to `min.insync.replicas`: the coordinator
+    /// waits for it like an acks=all produce ([`Partition::ack_state`]).
+    pub fn write_txn_marker(
+        &self,
+        producer_id: i64,
+        producer_epoch: i16,
+        coordinator_epoch: i32,
+        result: TxnResult,
+    ) -> Result<i64, TopicError> {
+        let now = now_ms();
+        let marker = MarkerBatch::new(
+            producer_id,
+            producer_epoch,
+            EndTxnMarker::new(result, coordinator_epoch),
+        );
+        let batch = BatchBuilder::marker(&marker, now).encode()?;
+        let mut state = self.lock();
+        let epoch = match &state.role {
+            Role::Leader(l) => l.epoch,
+            Role::Follower { .. } => {
+                return Err(TopicError::new(
+                    ResponseError::NotLeaderOrFollower,
+                    "this broker follows the partition",
+                ))
+            }
+        };
+        state
+            .producers
+            .check_marker(producer_id, producer_epoch, coordinator_epoch)
+            .map_err(|code| {
+                TopicError::new(
+                    code,
+                    format!(
+                        "marker of producer {producer_id} epoch {producer_epoch} from coordinator epoch {coordinator_epoch}"
+                    ),
+                )
+            })?;
+        let blocking = state.log.append_may_block(batch.len() as u64, 1, 1, now);
+        let result = if blocking {
+            crate::offload::blocking(|| Self::append_marker_locked(&mut state, &batch, epoch, now))
+        } else {
+            Self::append_marker_locked(&mut state, &batch, epoch, now)
+        };
+        let hw = result
+            .as_ref()
+            .ok()
+            .and_then(|_| Self::advance_high_watermark(&mut state));
+        let end = state.log.log_end_offset();
+        self.log_end.send_replace(end);
+        if let Some(hw) = hw {
+            self.publish_hw(hw);
+        }
+        drop(state);
+        result
+    }
+
+    fn append_marker_locked(
+        state: &mut PartitionState,
+        batch: &[u8],
+        leader_epoch: i32,
+        now: i64,
+    ) -> Result<i64, TopicError> {
+        let active_before = state.log.active_base_offset();
+        let appended = state.log.append(batch, leader_epoch, now)?;
+        let mut header = BatchHeader::parse(batch)?;
+        header.base_offset = appended.base_offset;
+        if let Some(aborted) = txns::apply(&mut state.producers, &header, Some(batch)) {
+            state.aborted.record(&state.log, aborted)?;
+        }
+        producers::snapshot_if_rolled(&mut state.log, &state.producers, active_before);
+        state.log.maybe_flush(now)?;
+        Ok(appended.base_offset)
     }
 
     fn append_locked(

@@ -1,6 +1,7 @@
 //! The follower's side of replication: where its next fetch starts,
 //! appending the leader's batches as they are (taking the leader's high
-//! watermark and log start), and truncating a diverged log.
+//! watermark and log start; control batches end transactions and index
+//! aborts as on the leader, see `txns`), and truncating a diverged log.
 
 use std::sync::atomic::Ordering;
 
@@ -9,6 +10,7 @@ use kafka_protocol::error::ResponseError;
 use super::producers;
 use super::role::Role;
 use super::state::Partition;
+use super::txns;
 use crate::clock::now_ms;
 use crate::error::TopicError;
 use crate::storage;
@@ -79,7 +81,9 @@ impl Partition {
             let active_before = state.log.active_base_offset();
             let result = state.log.append_replicated(batches, now)?;
             let state = &mut *state;
-            producers::replay_replicated(&mut state.producers, batches)?;
+            for aborted in txns::apply_all(&mut state.producers, batches)? {
+                state.aborted.record(&state.log, aborted)?;
+            }
             producers::snapshot_if_rolled(&mut state.log, &state.producers, active_before);
             debug_assert!(result.last_offset + 1 == state.log.log_end_offset());
             state.log.maybe_flush(now)?;
@@ -150,8 +154,9 @@ impl Partition {
         } else {
             state.log.truncate_to(offset)?;
         }
-        let (producers, _) = producers::load_producers(&state.log)?;
+        let (producers, aborted, _) = txns::load(&state.log)?;
         state.producers = producers;
+        state.aborted = aborted;
         let end = state.log.log_end_offset();
         let hw = state.log.high_watermark().min(end);
         state.log.set_high_watermark(hw);

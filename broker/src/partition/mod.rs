@@ -19,12 +19,18 @@
 //! Its parts, each building only on those listed before it (imports and
 //! method calls alike):
 //! - `role`: leader or follower, the leader's ISR bookkeeping, proposals;
-//! - `producers`: the idempotent producers' sequence state;
+//! - `producers`: the producers' state on the produce path (sequences,
+//!   a plain batch inside an open transaction);
+//! - `txns`: transactions (issue 37): what control batches mean for the
+//!   producers' open transactions, the aborted transactions and their
+//!   `.txnindex` files, rebuilding both at open;
 //! - `state`: the [`Partition`], its lock, opening and accessors;
 //! - `leader`: the role an image gives, the high watermark and its
 //!   publication, `acks=all` waits, ISR changes;
-//! - `append`: the leader's produce path;
-//! - `read`: the fetch path (consumers, loaders, followers' fetches);
+//! - `append`: the leader's produce path, and its transaction markers
+//!   (WriteTxnMarkers: [`Partition::write_txn_marker`]);
+//! - `read`: the fetch path (consumers, read_committed ones stopping at the
+//!   last stable offset, loaders, followers' fetches);
 //! - `follower`: appending the leader's batches, truncation.
 //!
 //! This module only declares them and re-exports their public items.
@@ -38,10 +44,13 @@ mod role;
 mod state;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod txn_tests;
+mod txns;
 
 pub use self::append::{Appended, BlockingAppendHook, BLOCKING_APPEND_HOOK};
 pub use self::follower::FetchPosition;
 pub use self::producers::ProducerStateLoad;
-pub use self::read::FollowerRead;
+pub use self::read::{CommittedRead, FollowerRead};
 pub use self::role::{AckState, IsrProposal, ReplicaSummary};
 pub use self::state::{Partition, PartitionOffsets};

@@ -1,15 +1,16 @@
-//! The idempotent producers' sequence state of a partition: rebuilding it
-//! when the partition opens (from the newest snapshot and the batches
-//! after it), checking a leader's incoming batches against it (retries
-//! deduplicated, gaps and fenced epochs refused), recording what was
-//! appended or replicated, and the snapshot written when the log rolls.
+//! The producers' state of a partition on the leader's produce path:
+//! checking incoming batches against it (retries deduplicated, gaps and
+//! fenced epochs refused, a plain batch inside an open transaction
+//! refused), recording what was appended (a transactional batch opens its
+//! producer's transaction), and the snapshot written when the log rolls.
+//! Rebuilding it (and replaying control batches) is `txns`' business.
 
 use kafka_protocol::error::ResponseError;
 
 use crate::error::TopicError;
 use crate::producer::state::{last_sequence as producer_last_sequence, ProducerStates, SeqCheck};
-use crate::storage::batch::{BatchHeader, BATCH_HEADER_LEN};
-use crate::storage::{self, PartitionLog};
+use crate::storage::batch::BatchHeader;
+use crate::storage::PartitionLog;
 
 /// What rebuilding a partition's producer state cost.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -18,30 +19,6 @@ pub struct ProducerStateLoad {
     pub snapshot_loaded: bool,
     /// Bytes of batch headers read after the snapshot.
     pub bytes_read: u64,
-}
-
-/// Rebuilds producer sequence state: loads the newest usable snapshot (see
-/// `storage::producer_snapshot` and [`PartitionLog::latest_producer_snapshot`])
-/// and replays the headers of the batches after it (headers only, one
-/// `pread` each); without one, replays every batch of the log.
-pub(super) fn load_producers(
-    log: &PartitionLog,
-) -> storage::Result<(ProducerStates, ProducerStateLoad)> {
-    if log.log_start_offset() == log.log_end_offset() {
-        return Ok((ProducerStates::default(), ProducerStateLoad::default()));
-    }
-    let (mut states, from, snapshot_loaded) = match log.latest_producer_snapshot()? {
-        Some((offset, entries)) => (ProducerStates::from_snapshot(entries), offset, true),
-        None => (ProducerStates::default(), log.log_start_offset(), false),
-    };
-    let bytes_read = log.for_each_header_from(from, |h| states.replay(h))?;
-    Ok((
-        states,
-        ProducerStateLoad {
-            snapshot_loaded,
-            bytes_read,
-        },
-    ))
 }
 
 /// Writes a producer state snapshot when the log rolled during an append
@@ -63,8 +40,10 @@ pub(super) fn snapshot_if_rolled(
 /// Checks a leader's incoming batches (`headers`, in order) against the
 /// producers' state: `Some(first offset)` when they are a retry of
 /// batches already in the log (not to be written again), `None` when they
-/// are to be appended. Refused: transactional batches, sequences the state
-/// rejects, and a request mixing retried and new batches of one producer.
+/// are to be appended. Refused: control batches (only a leader's marker
+/// writes them), sequences the state rejects, a plain batch of a producer
+/// whose transaction is open, and a request mixing retried and new batches
+/// of one producer.
 pub(super) fn check_sequences(
     producers: &ProducerStates,
     headers: &[BatchHeader],
@@ -82,14 +61,25 @@ pub(super) fn check_sequences(
             .map(|h| h.producer_id)
             .filter(|pid| *pid >= 0)
     };
-    for h in headers.iter().filter(|h| h.producer_id >= 0) {
-        if h.is_transactional() {
+    for h in headers {
+        if h.is_control() || (h.is_transactional() && h.producer_id < 0) {
             return Err(TopicError::new(
                 ResponseError::InvalidRecord,
-                "transactional batches are not supported yet",
+                "a control batch, or a transactional one without a producer id",
             ));
         }
+    }
+    for h in headers.iter().filter(|h| h.producer_id >= 0) {
         let view = scratch.as_ref().unwrap_or(producers);
+        if let Err(code) = view.check_txn(h.producer_id, h.is_transactional()) {
+            return Err(TopicError::new(
+                code,
+                format!(
+                    "producer {} wrote a non-transactional batch inside its open transaction",
+                    h.producer_id
+                ),
+            ));
+        }
         let last_seq = producer_last_sequence(h);
         match view.check(h.producer_id, h.producer_epoch, h.base_sequence, last_seq) {
             SeqCheck::Append => {
@@ -144,24 +134,10 @@ pub(super) fn record_appended(
                 last_seq,
                 offset,
             );
+            if h.is_transactional() {
+                producers.begin_txn(h.producer_id, offset);
+            }
         }
         offset += h.last_offset_delta as i64 + 1;
     }
-}
-
-/// Replays into the producers' state the batches a follower copied from
-/// its leader (`batches`, whole batches as the leader sent them).
-pub(super) fn replay_replicated(
-    producers: &mut ProducerStates,
-    batches: &[u8],
-) -> storage::Result<()> {
-    let mut pos = 0usize;
-    while let Some(rest) = batches.get(pos..).filter(|r| r.len() >= BATCH_HEADER_LEN) {
-        let h = BatchHeader::parse(rest)?;
-        if h.producer_id >= 0 {
-            producers.replay(&h);
-        }
-        pos += h.total_size();
-    }
-    Ok(())
 }

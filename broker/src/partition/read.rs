@@ -1,4 +1,6 @@
-//! The fetch path: consumers read up to the high watermark, a state loader
+//! The fetch path: consumers read up to the high watermark (read_committed
+//! ones up to the last stable offset, with the aborted transactions of
+//! the range), a state loader
 //! up to the log end, and a follower's fetch served by the leader records
 //! the follower's progress, detects a diverged log (KIP-279), and may
 //! propose the follower back into the ISR.
@@ -22,7 +24,28 @@ impl Partition {
         let state = self.lock();
         let hw = state.log.high_watermark();
         let slice = state.log.read(offset, max_bytes, hw)?;
-        Ok((slice, offsets_of(&state.log)))
+        Ok((slice, offsets_of(&state)))
+    }
+
+    /// Reads whole batches from `offset` for a read_committed consumer
+    /// (isolation level 1): never past the last stable offset; with the
+    /// `(producer id, first offset)` of every aborted transaction the
+    /// fetched range `[offset, last stable offset)` overlaps, so the
+    /// consumer can drop their records (Kafka's `aborted_transactions`).
+    pub fn read_committed(&self, offset: i64, max_bytes: u64) -> storage::Result<CommittedRead> {
+        let state = self.lock();
+        let offsets = offsets_of(&state);
+        let records = state.log.read(offset, max_bytes, offsets.last_stable)?;
+        let aborted = if records.is_empty() {
+            Vec::new()
+        } else {
+            state.aborted.overlapping(offset, offsets.last_stable)
+        };
+        Ok(CommittedRead {
+            records,
+            offsets,
+            aborted,
+        })
     }
 
     /// Reads whole batches from `offset` up to the log end, past the high
@@ -104,7 +127,7 @@ impl Partition {
                     .map_err(|e| crate::error::storage_error_code(&e))?,
             ),
         };
-        let offsets = offsets_of(&state.log);
+        let offsets = offsets_of(&state);
         if let Some(hw) = hw {
             self.publish_hw(hw);
         }
@@ -122,6 +145,16 @@ impl Partition {
     pub fn end_offset_for_epoch(&self, epoch: i32) -> Option<(i32, i64)> {
         self.lock().log.end_offset_for_epoch(epoch)
     }
+}
+
+/// What a read_committed consumer's fetch gets.
+#[derive(Debug)]
+pub struct CommittedRead {
+    pub records: FetchSlice,
+    pub offsets: PartitionOffsets,
+    /// `(producer id, first offset)` of the aborted transactions the
+    /// records overlap (empty when nothing was read).
+    pub aborted: Vec<(i64, i64)>,
 }
 
 /// What a follower's fetch gets from the leader.

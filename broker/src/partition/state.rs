@@ -11,8 +11,9 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 use uuid::Uuid;
 
-use super::producers::{load_producers, ProducerStateLoad};
+use super::producers::ProducerStateLoad;
 use super::role::{LeaderState, Role};
+use super::txns::{self, AbortedTxns};
 use crate::clock::now_ms;
 use crate::metadata::TopicMeta;
 use crate::producer::state::ProducerStates;
@@ -25,6 +26,8 @@ use crate::storage::{self, PartitionLog};
 pub(super) struct PartitionState {
     pub(super) log: PartitionLog,
     pub(super) producers: ProducerStates,
+    /// The aborted transactions of the log (`txns`).
+    pub(super) aborted: AbortedTxns,
     pub(super) role: Role,
 }
 
@@ -96,7 +99,7 @@ impl Partition {
             end
         };
         log.set_high_watermark(hw);
-        let (producers, producer_load) = load_producers(&log)?;
+        let (producers, aborted, producer_load) = txns::load(&log)?;
         Ok(Self {
             producer_load,
             topic: topic.name.clone(),
@@ -105,6 +108,7 @@ impl Partition {
             state: Mutex::new(PartitionState {
                 log,
                 producers,
+                aborted,
                 role: Role::Leader(LeaderState::alone()),
             }),
             high_watermark: watch::channel(hw).0,
@@ -127,7 +131,7 @@ impl Partition {
     }
 
     pub fn offsets(&self) -> PartitionOffsets {
-        offsets_of(&self.lock().log)
+        offsets_of(&self.lock())
     }
 
     /// The high watermark's watch (consumers' fetches and acks=all wait on it).
@@ -208,12 +212,29 @@ pub struct PartitionOffsets {
     pub log_start: i64,
     pub log_end: i64,
     pub high_watermark: i64,
+    /// The last stable offset: the high watermark, or the first offset of
+    /// the earliest open transaction when that is lower (issue 37).
+    pub last_stable: i64,
 }
 
-pub(super) fn offsets_of(log: &PartitionLog) -> PartitionOffsets {
+pub(super) fn offsets_of(state: &PartitionState) -> PartitionOffsets {
+    let log = &state.log;
+    let hw = log.high_watermark();
     PartitionOffsets {
         log_start: log.log_start_offset(),
         log_end: log.log_end_offset(),
-        high_watermark: log.high_watermark(),
+        high_watermark: hw,
+        last_stable: last_stable_offset(state),
     }
+}
+
+/// The last stable offset of the partition (see [`PartitionOffsets`]),
+/// never below the log start.
+pub(super) fn last_stable_offset(state: &PartitionState) -> i64 {
+    let hw = state.log.high_watermark();
+    state
+        .producers
+        .first_unstable_offset()
+        .map_or(hw, |first| first.min(hw))
+        .max(state.log.log_start_offset())
 }

@@ -1,6 +1,10 @@
-//! Per-partition producer sequence state, as Kafka keeps it: for each
-//! producer id the current epoch and the metadata of its last five
-//! batches. Pure logic; the partition calls it under its lock.
+//! Per-partition producer state, as Kafka keeps it: for each producer id
+//! the current epoch, the metadata of its last five batches, the first
+//! offset of its open transaction (issue 37: a transactional batch opens
+//! one, a COMMIT or ABORT marker ends it) and the coordinator epoch of the
+//! last marker it got. The earliest open transaction bounds the
+//! partition's last stable offset. Pure logic; the partition calls it
+//! under its lock.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -20,10 +24,25 @@ struct BatchMeta {
     first_offset: i64,
 }
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 struct ProducerEntry {
     epoch: i16,
     batches: VecDeque<BatchMeta>,
+    /// First offset of its open transaction.
+    txn_first_offset: Option<i64>,
+    /// Coordinator epoch of the last marker (-1: none yet).
+    coordinator_epoch: i32,
+}
+
+impl Default for ProducerEntry {
+    fn default() -> Self {
+        Self {
+            epoch: 0,
+            batches: VecDeque::new(),
+            txn_first_offset: None,
+            coordinator_epoch: -1,
+        }
+    }
 }
 
 /// What to do with an idempotent batch.
@@ -128,6 +147,99 @@ impl ProducerStates {
         }
     }
 
+    /// Whether producer `pid` may write a batch (`transactional` or not):
+    /// a plain batch of a producer whose transaction is open is Kafka's
+    /// INVALID_TXN_STATE.
+    pub fn check_txn(&self, pid: i64, transactional: bool) -> Result<(), ResponseError> {
+        let open = self
+            .producers
+            .get(&pid)
+            .is_some_and(|e| e.txn_first_offset.is_some());
+        if open && !transactional {
+            return Err(ResponseError::InvalidTxnState);
+        }
+        Ok(())
+    }
+
+    /// A transactional batch of `pid` at `first_offset`: opens its
+    /// transaction there unless one is open.
+    pub fn begin_txn(&mut self, pid: i64, first_offset: i64) {
+        let entry = self.producers.entry(pid).or_default();
+        entry.txn_first_offset.get_or_insert(first_offset);
+    }
+
+    /// Whether a marker of `pid` at `epoch` from a coordinator at
+    /// `coordinator_epoch` may be written: an epoch older than the
+    /// producer's is INVALID_PRODUCER_EPOCH (Kafka's answer to a fenced
+    /// marker), a coordinator epoch older than the last marker's is
+    /// TRANSACTION_COORDINATOR_FENCED.
+    pub fn check_marker(
+        &self,
+        pid: i64,
+        epoch: i16,
+        coordinator_epoch: i32,
+    ) -> Result<(), ResponseError> {
+        let Some(entry) = self.producers.get(&pid) else {
+            return Ok(());
+        };
+        if epoch < entry.epoch {
+            return Err(ResponseError::InvalidProducerEpoch);
+        }
+        if coordinator_epoch < entry.coordinator_epoch {
+            return Err(ResponseError::TransactionCoordinatorFenced);
+        }
+        Ok(())
+    }
+
+    /// A marker of `pid` at `epoch` (from `coordinator_epoch`, `None`
+    /// when unknown: a header-only replay) written at `offset`: ends its
+    /// open transaction and returns its first offset (`offset` itself when
+    /// none was open, as Kafka records it). A newer epoch resets the
+    /// remembered batches (the producer starts over at sequence 0).
+    pub fn end_txn(
+        &mut self,
+        pid: i64,
+        epoch: i16,
+        coordinator_epoch: Option<i32>,
+        offset: i64,
+    ) -> i64 {
+        let entry = self.producers.entry(pid).or_default();
+        if epoch != entry.epoch {
+            entry.epoch = epoch;
+            entry.batches.clear();
+        }
+        if let Some(c) = coordinator_epoch {
+            entry.coordinator_epoch = c;
+        }
+        entry.txn_first_offset.take().unwrap_or(offset)
+    }
+
+    /// The first offset of `pid`'s open transaction.
+    pub fn open_txn(&self, pid: i64) -> Option<i64> {
+        self.producers.get(&pid).and_then(|e| e.txn_first_offset)
+    }
+
+    /// The first offset of the earliest open transaction: the last
+    /// stable offset can be no higher.
+    pub fn first_unstable_offset(&self) -> Option<i64> {
+        self.producers
+            .values()
+            .filter_map(|e| e.txn_first_offset)
+            .min()
+    }
+
+    /// The last stable offset once `pid`'s transaction ends with a marker
+    /// at `marker_offset` (what an aborted transaction's index entry
+    /// records): the earliest other open transaction, else past the marker.
+    pub fn stable_after_completion(&self, pid: i64, marker_offset: i64) -> i64 {
+        self.producers
+            .iter()
+            .filter(|(&p, _)| p != pid)
+            .filter_map(|(_, e)| e.txn_first_offset)
+            .min()
+            .unwrap_or(marker_offset + 1)
+    }
+
     /// A copy holding only the producers in `pids`.
     pub fn subset(&self, pids: impl IntoIterator<Item = i64>) -> ProducerStates {
         let producers = pids
@@ -137,9 +249,15 @@ impl ProducerStates {
         ProducerStates { producers }
     }
 
-    /// Replays a batch found in the log while rebuilding the state.
+    /// Replays a data batch found in the log (or copied from a leader)
+    /// while rebuilding the state: its sequences, and the transaction a
+    /// transactional batch opens. Control batches are the caller's (their
+    /// type is in the record, see `partition`'s transactions): ignored.
     pub fn replay(&mut self, h: &BatchHeader) {
-        if h.producer_id >= 0 && h.base_sequence >= 0 && !h.is_control() {
+        if h.producer_id < 0 || h.is_control() {
+            return;
+        }
+        if h.base_sequence >= 0 {
             self.record(
                 h.producer_id,
                 h.producer_epoch,
@@ -147,6 +265,9 @@ impl ProducerStates {
                 last_sequence(h),
                 h.base_offset,
             );
+        }
+        if h.is_transactional() {
+            self.begin_txn(h.producer_id, h.base_offset);
         }
     }
 
@@ -168,6 +289,8 @@ impl ProducerStates {
                         first_offset: b.first_offset,
                     })
                     .collect(),
+                current_txn_first_offset: e.txn_first_offset.unwrap_or(-1),
+                coordinator_epoch: e.coordinator_epoch,
             })
             .collect();
         entries.sort_unstable_by_key(|e| e.producer_id);
@@ -194,6 +317,9 @@ impl ProducerStates {
                     ProducerEntry {
                         epoch: e.epoch,
                         batches,
+                        txn_first_offset: (e.current_txn_first_offset >= 0)
+                            .then_some(e.current_txn_first_offset),
+                        coordinator_epoch: e.coordinator_epoch,
                     },
                 )
             })
@@ -327,6 +453,51 @@ mod tests {
                 "{pid} {epoch} {first}..={last}"
             );
         }
+    }
+
+    #[test]
+    fn transactions_open_end_and_bound_the_stable_offset() {
+        let mut s = ProducerStates::default();
+        assert_eq!(s.first_unstable_offset(), None);
+        s.record(1, 0, 0, 1, 10);
+        s.begin_txn(1, 10);
+        s.begin_txn(1, 12); // a later batch of the same transaction
+        s.begin_txn(2, 11);
+        assert_eq!(s.open_txn(1), Some(10));
+        assert_eq!(s.first_unstable_offset(), Some(10));
+        assert_eq!(s.check_txn(1, false), Err(ResponseError::InvalidTxnState));
+        assert_eq!(s.check_txn(1, true), Ok(()));
+        assert_eq!(s.check_txn(3, false), Ok(()));
+        // fencing of markers
+        assert_eq!(s.check_marker(1, 0, 5), Ok(()));
+        assert_eq!(s.stable_after_completion(1, 13), 11);
+        assert_eq!(s.end_txn(1, 0, Some(5), 13), 10);
+        assert_eq!(s.first_unstable_offset(), Some(11));
+        assert_eq!(
+            s.check_marker(1, 0, 4),
+            Err(ResponseError::TransactionCoordinatorFenced)
+        );
+        // a marker with a bumped epoch (transaction version 2) resets sequences
+        assert_eq!(s.stable_after_completion(2, 14), 15);
+        assert_eq!(s.end_txn(2, 1, Some(5), 14), 11);
+        assert_eq!(s.first_unstable_offset(), None);
+        assert_eq!(
+            s.check_marker(2, 0, 5),
+            Err(ResponseError::InvalidProducerEpoch)
+        );
+        assert_eq!(s.check(2, 1, 0, 0), SeqCheck::Append);
+        // no open transaction: the marker's own offset
+        assert_eq!(s.end_txn(1, 0, None, 20), 20);
+        // the snapshot keeps open transactions and coordinator epochs
+        s.begin_txn(1, 21);
+        let back = ProducerStates::from_snapshot(s.to_snapshot());
+        assert_eq!(back.open_txn(1), Some(21));
+        assert_eq!(back.open_txn(2), None);
+        assert_eq!(
+            back.check_marker(1, 0, 4),
+            Err(ResponseError::TransactionCoordinatorFenced)
+        );
+        assert_eq!(back.to_snapshot(), s.to_snapshot());
     }
 
     #[test]

@@ -38,6 +38,10 @@ pub struct PartitionOut {
     pub high_watermark: i64,
     pub last_stable_offset: i64,
     pub log_start_offset: i64,
+    /// read_committed (isolation level 1): `(producer id, first offset)`
+    /// of the aborted transactions the records overlap; `None` encodes
+    /// null (read_uncommitted, or nothing read).
+    pub aborted_transactions: Option<Vec<(i64, i64)>>,
     pub records: Option<FetchSlice>,
     /// A follower's log diverged (v12+): the leader's `(epoch, end offset)`
     /// for the follower's last fetched epoch.
@@ -111,11 +115,23 @@ pub fn encode_fetch_response(correlation_id: i32, version: i16, out: &FetchOut) 
             if version >= 5 {
                 buf.put_i64(p.log_start_offset);
             }
-            // aborted_transactions: null (no transactions read)
-            if flexible {
-                put_uvarint(&mut buf, 0);
-            } else {
-                buf.put_i32(-1);
+            match &p.aborted_transactions {
+                None if flexible => put_uvarint(&mut buf, 0),
+                None => buf.put_i32(-1),
+                Some(aborted) => {
+                    if flexible {
+                        put_uvarint(&mut buf, aborted.len() as u64 + 1);
+                    } else {
+                        buf.put_i32(aborted.len() as i32);
+                    }
+                    for &(producer_id, first_offset) in aborted {
+                        buf.put_i64(producer_id);
+                        buf.put_i64(first_offset);
+                        if flexible {
+                            put_uvarint(&mut buf, 0);
+                        }
+                    }
+                }
             }
             if version >= 11 {
                 buf.put_i32(p.preferred_read_replica);
@@ -206,6 +222,7 @@ mod tests {
                             high_watermark: 42,
                             last_stable_offset: 42,
                             log_start_offset: 3,
+                            aborted_transactions: Some(vec![(7, 40), (8, 41)]),
                             records: Some(FetchSlice {
                                 file: file.clone(),
                                 position: 4,
@@ -220,6 +237,7 @@ mod tests {
                             high_watermark: 5,
                             last_stable_offset: 5,
                             log_start_offset: 0,
+                            aborted_transactions: None,
                             records: None,
                             diverging_epoch: Some((3, 17)),
                             preferred_read_replica: -1,
@@ -247,6 +265,16 @@ mod tests {
             assert_eq!(resp.responses[0].topic.as_str(), "alpha");
             let p0 = &resp.responses[0].partitions[0];
             assert_eq!(p0.high_watermark, 42);
+            let aborted: Vec<(i64, i64)> = p0
+                .aborted_transactions
+                .iter()
+                .flatten()
+                .map(|a| (a.producer_id.0, a.first_offset))
+                .collect();
+            assert_eq!(aborted, vec![(7, 40), (8, 41)], "v{version}");
+            assert!(resp.responses[0].partitions[1]
+                .aborted_transactions
+                .is_none());
             assert_eq!(p0.records.as_deref(), Some(&b"RECORDBYTES"[..]));
             if version >= 5 {
                 assert_eq!(p0.log_start_offset, 3);

@@ -42,6 +42,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::SaslAuthenticate, 0, 2),
     (ApiKey::DescribeLogDirs, 1, 4),
     (ApiKey::ElectLeaders, 0, 2),
+    (ApiKey::WriteTxnMarkers, 1, 1),
 ];
 
 /// The supported range of `api`, if it is implemented at all: the

@@ -82,6 +82,10 @@ impl FetchSlice {
     }
 }
 
+/// The largest control batch [`PartitionLog::for_each_batch_from`] reads
+/// whole (a marker batch takes about 80 bytes).
+pub const MAX_CONTROL_BATCH: usize = 4096;
+
 /// The log of one partition.
 #[derive(Debug)]
 pub struct PartitionLog {
@@ -278,6 +282,17 @@ impl PartitionLog {
         offset: i64,
         mut f: impl FnMut(&BatchHeader),
     ) -> Result<u64> {
+        self.for_each_batch_from(offset, |h, _| f(h))
+    }
+
+    /// [`Self::for_each_header_from`], also handing over the whole bytes of
+    /// each control batch (a transaction marker: its type is in its record)
+    /// up to [`MAX_CONTROL_BATCH`] bytes; `None` for other batches.
+    pub fn for_each_batch_from(
+        &self,
+        offset: i64,
+        mut f: impl FnMut(&BatchHeader, Option<&[u8]>),
+    ) -> Result<u64> {
         use std::os::unix::fs::FileExt;
         let end = self.log_end_offset();
         let mut offset = offset.max(self.log_start_offset);
@@ -295,7 +310,14 @@ impl PartitionLog {
                 slice.file.read_exact_at(&mut header, pos)?;
                 bytes += batch::BATCH_HEADER_LEN as u64;
                 let h = BatchHeader::parse(&header)?;
-                f(&h);
+                if h.is_control() && h.total_size() <= MAX_CONTROL_BATCH {
+                    let mut whole = vec![0u8; h.total_size()];
+                    slice.file.read_exact_at(&mut whole, pos)?;
+                    bytes += (h.total_size() - batch::BATCH_HEADER_LEN) as u64;
+                    f(&h, Some(&whole));
+                } else {
+                    f(&h, None);
+                }
                 next = h.last_offset() + 1;
                 pos += h.total_size() as u64;
             }

@@ -34,6 +34,8 @@ fn entries_for(end: i64) -> Vec<SnapshotEntry> {
             last_seq: 0,
             first_offset: end,
         }],
+        current_txn_first_offset: -1,
+        coordinator_epoch: -1,
     }]
 }
 

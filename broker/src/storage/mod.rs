@@ -14,6 +14,8 @@
 //!   the batch CRC); on a follower, byte for byte as the leader has them;
 //! - `<base>.index`: sparse, memory-mapped offset → file position;
 //! - `<base>.timeindex`: sparse, memory-mapped timestamp → offset;
+//! - `<base>.txnindex`: the transactions aborted in that segment
+//!   (`txn_index`; written and rebuilt by the partition);
 //! - checkpoint files (recovery point, log start offset, cleaner offset,
 //!   `leader-epoch-checkpoint`), each written atomically (temp file,
 //!   fsync, rename, fsync directory);
@@ -38,6 +40,7 @@ pub mod segment;
 pub mod space;
 #[cfg(test)]
 pub(crate) mod test_batches;
+pub mod txn_index;
 pub mod vectored;
 
 pub use cleaner::CompactionOutcome;

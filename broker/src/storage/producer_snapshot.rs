@@ -17,13 +17,22 @@
 //!
 //! ```text
 //! magic   u32  0x4d505353 ("MPSS")
-//! version u16  1
+//! version u16  2 (1 is still read)
 //! crc     u32  CRC-32C of everything after this field
 //! offset  i64  the offset the snapshot covers up to (= the file name)
 //! count   u32  number of producers, then per producer:
 //!   producer_id i64, epoch i16, batches u8, then per batch (oldest first):
 //!     first_seq i32, last_seq i32, first_offset i64
+//!   then (version 2 only):
+//!     current_txn_first_offset i64 (-1: no open transaction),
+//!     coordinator_epoch i32 (-1: no marker seen)
 //! ```
+//!
+//! Version 2 carries what Kafka's snapshot calls `CurrentTxnFirstOffset`
+//! and `CoordinatorEpoch` (issue 37): the first offset of each producer's
+//! open transaction, so the last stable offset survives a restart and a
+//! leader change without a scan. A version 1 file reads as "no open
+//! transaction, no coordinator epoch".
 //!
 //! A file whose magic, version, CRC, length or offset does not check out is
 //! ignored with a warning; the next older snapshot (or a full scan) is used.
@@ -44,10 +53,13 @@ pub const SNAPSHOT_SUFFIX: &str = ".snapshot";
 pub const MAX_SNAPSHOTS: usize = 2;
 
 const MAGIC: u32 = 0x4d50_5353;
-const VERSION: u16 = 1;
+const VERSION: u16 = 2;
+/// The version before open transactions were kept: still read.
+const VERSION_1: u16 = 1;
 const HEADER_LEN: usize = 4 + 2 + 4;
 const ENTRY_FIXED_LEN: usize = 8 + 2 + 1;
 const BATCH_LEN: usize = 4 + 4 + 8;
+const TXN_LEN: usize = 8 + 4;
 
 /// One remembered batch of a producer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,6 +76,10 @@ pub struct SnapshotEntry {
     pub epoch: i16,
     /// Oldest first; at most 255 (the state keeps 5).
     pub batches: Vec<SnapshotBatch>,
+    /// The first offset of its open transaction (-1: none).
+    pub current_txn_first_offset: i64,
+    /// The coordinator epoch of the last marker it got (-1: none).
+    pub coordinator_epoch: i32,
 }
 
 /// The file name of the snapshot covering up to `offset`.
@@ -76,7 +92,7 @@ pub fn encode(offset: i64, entries: &[SnapshotEntry]) -> Vec<u8> {
     let body_len: usize = 12
         + entries
             .iter()
-            .map(|e| ENTRY_FIXED_LEN + BATCH_LEN * e.batches.len().min(255))
+            .map(|e| ENTRY_FIXED_LEN + TXN_LEN + BATCH_LEN * e.batches.len().min(255))
             .sum::<usize>();
     let mut out = Vec::with_capacity(HEADER_LEN + body_len);
     out.extend_from_slice(&MAGIC.to_be_bytes());
@@ -95,6 +111,8 @@ pub fn encode(offset: i64, entries: &[SnapshotEntry]) -> Vec<u8> {
             out.extend_from_slice(&b.last_seq.to_be_bytes());
             out.extend_from_slice(&b.first_offset.to_be_bytes());
         }
+        out.extend_from_slice(&e.current_txn_first_offset.to_be_bytes());
+        out.extend_from_slice(&e.coordinator_epoch.to_be_bytes());
     }
     let crc = crc32c::crc32c(&out[HEADER_LEN..]);
     out[6..10].copy_from_slice(&crc.to_be_bytes());
@@ -123,7 +141,7 @@ pub fn decode(bytes: &[u8]) -> std::result::Result<(i64, Vec<SnapshotEntry>), St
         return Err(format!("bad magic {magic:#x}"));
     }
     let version = u16::from_be_bytes(r.take()?);
-    if version != VERSION {
+    if version != VERSION && version != VERSION_1 {
         return Err(format!("unsupported version {version}"));
     }
     let crc = u32::from_be_bytes(r.take()?);
@@ -148,10 +166,17 @@ pub fn decode(bytes: &[u8]) -> std::result::Result<(i64, Vec<SnapshotEntry>), St
                 first_offset: i64::from_be_bytes(r.take()?),
             });
         }
+        let (current_txn_first_offset, coordinator_epoch) = if version == VERSION_1 {
+            (-1, -1)
+        } else {
+            (i64::from_be_bytes(r.take()?), i32::from_be_bytes(r.take()?))
+        };
         entries.push(SnapshotEntry {
             producer_id,
             epoch,
             batches,
+            current_txn_first_offset,
+            coordinator_epoch,
         });
     }
     if !r.0.is_empty() {
@@ -285,11 +310,15 @@ mod tests {
                         first_offset: 105,
                     },
                 ],
+                current_txn_first_offset: 101,
+                coordinator_epoch: 4,
             },
             SnapshotEntry {
                 producer_id: i64::MAX,
                 epoch: -1,
                 batches: vec![],
+                current_txn_first_offset: -1,
+                coordinator_epoch: -1,
             },
         ]
     }
@@ -310,6 +339,31 @@ mod tests {
     }
 
     #[test]
+    fn version_1_files_read_without_open_transactions() {
+        // A version 1 file: no transaction fields after the batches.
+        let mut body = Vec::new();
+        body.extend_from_slice(&12i64.to_be_bytes());
+        body.extend_from_slice(&1u32.to_be_bytes());
+        body.extend_from_slice(&7i64.to_be_bytes());
+        body.extend_from_slice(&3i16.to_be_bytes());
+        body.push(1);
+        body.extend_from_slice(&0i32.to_be_bytes());
+        body.extend_from_slice(&4i32.to_be_bytes());
+        body.extend_from_slice(&8i64.to_be_bytes());
+        let mut file = Vec::new();
+        file.extend_from_slice(&MAGIC.to_be_bytes());
+        file.extend_from_slice(&1u16.to_be_bytes());
+        file.extend_from_slice(&crc32c::crc32c(&body).to_be_bytes());
+        file.extend_from_slice(&body);
+        let (offset, entries) = decode(&file).unwrap();
+        assert_eq!(offset, 12);
+        assert_eq!(entries.len(), 1);
+        assert_eq!(entries[0].current_txn_first_offset, -1);
+        assert_eq!(entries[0].coordinator_epoch, -1);
+        assert_eq!(entries[0].batches[0].first_offset, 8);
+    }
+
+    #[test]
     fn corruption_is_detected() {
         let good = encode(5, &entries());
         for i in 0..good.len() {
@@ -324,7 +378,7 @@ mod tests {
         longer.push(0);
         assert!(decode(&longer).is_err());
         let mut v2 = good;
-        v2[5] = 2;
+        v2[5] = 3;
         assert!(decode(&v2).unwrap_err().contains("version"));
     }
 

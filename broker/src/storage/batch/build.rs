@@ -206,6 +206,10 @@ pub struct BatchBuilder {
     producer: Option<(i64, i16, i32)>,
     /// `(key, value, timestamp)` of each record, in offset order.
     records: Vec<(Option<Bytes>, Option<Bytes>, i64)>,
+    /// The transactional attribute bit (a producer's transaction).
+    transactional: bool,
+    /// The control attribute bit (a transaction marker).
+    control: bool,
 }
 
 impl Default for BatchBuilder {
@@ -221,7 +225,37 @@ impl BatchBuilder {
             compression: Compression::None,
             producer: None,
             records: Vec::new(),
+            transactional: false,
+            control: false,
         }
+    }
+
+    /// Sets the transactional attribute bit: the batch belongs to its
+    /// producer's open transaction (meaningful with
+    /// [`BatchBuilder::producer`]).
+    pub fn transactional(mut self) -> Self {
+        self.transactional = true;
+        self
+    }
+
+    /// A control batch (transactional and control bits) holding `marker`'s
+    /// one control record, as a partition leader writes it to end a
+    /// transaction: its producer id and epoch, base sequence -1.
+    pub fn marker(marker: &crate::txn::marker::MarkerBatch, timestamp: i64) -> Self {
+        let mut b = Self::new()
+            .producer(
+                marker.producer_id,
+                marker.producer_epoch,
+                marker.base_sequence,
+            )
+            .record(
+                Some(Bytes::copy_from_slice(&marker.key)),
+                Some(Bytes::copy_from_slice(&marker.value)),
+                timestamp,
+            );
+        b.transactional = crate::txn::marker::is_transactional(marker.attributes);
+        b.control = crate::txn::marker::is_control(marker.attributes);
+        b
     }
 
     /// Compresses the records with `compression`.
@@ -264,8 +298,8 @@ impl BatchBuilder {
             .iter()
             .enumerate()
             .map(|(i, (key, value, timestamp))| Record {
-                transactional: false,
-                control: false,
+                transactional: self.transactional,
+                control: self.control,
                 delete_horizon: false,
                 partition_leader_epoch: -1,
                 producer_id,

@@ -1,0 +1,109 @@
+//! WriteTxnMarkers (API key 27, version 1, as Kafka 4 brokers send it): a
+//! transaction coordinator asks the leaders of the partitions a
+//! transaction wrote to to end it there with a COMMIT or ABORT marker
+//! (issue 37, the partition side; the coordinator that sends it is
+//! `txn`'s and the coordinator handlers' business).
+//!
+//! Each marker is written by [`crate::partition::Partition::write_txn_marker`]
+//! and answered once the in-sync replicas hold it (as an acks=all produce,
+//! Kafka's `requiredAcks = -1`), within [`MARKER_TIMEOUT`]. Per partition
+//! errors are Kafka's: UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER,
+//! INVALID_PRODUCER_EPOCH (an epoch older than the producer's),
+//! TRANSACTION_COORDINATOR_FENCED (a coordinator epoch older than the last
+//! marker's), REQUEST_TIMED_OUT.
+//!
+//! Only brokers may send it (Kafka requires ClusterAction): a connection
+//! that has not authenticated as a registered broker (`sasl`'s
+//! `MOLDAU-BROKER`, as replica fetches do) gets
+//! CLUSTER_AUTHORIZATION_FAILED for every partition. A standalone broker
+//! has no broker identity to authenticate with, so there its own
+//! coordinator writes markers by calling the partition directly. The
+//! listeners/security issue replaces this check with the authorizer's.
+
+use std::time::Duration;
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::write_txn_markers_response::{
+    WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
+};
+use kafka_protocol::messages::{WriteTxnMarkersRequest, WriteTxnMarkersResponse};
+
+use crate::broker::Broker;
+use crate::partition::AckState;
+use crate::txn::marker::TxnResult;
+
+/// How long a marker may wait for the in-sync replicas (Kafka's default
+/// `request.timeout.ms` for the coordinator's marker requests).
+pub const MARKER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Answers a WriteTxnMarkers request; `from_broker` says whether the
+/// connection authenticated as a broker. Blocking: waits for replication.
+pub fn handle(
+    broker: &Broker,
+    req: WriteTxnMarkersRequest,
+    from_broker: bool,
+) -> WriteTxnMarkersResponse {
+    let image = broker.image();
+    let mut results = Vec::with_capacity(req.markers.len());
+    // (marker index, topic index, partition index, partition, offset, epoch) to wait for
+    let mut pending = Vec::new();
+    for (mi, marker) in req.markers.iter().enumerate() {
+        let producer_id = marker.producer_id.0;
+        let result = TxnResult::from_committed(marker.transaction_result);
+        let mut topics = Vec::with_capacity(marker.topics.len());
+        for (ti, topic) in marker.topics.iter().enumerate() {
+            let name = topic.name.0.as_str();
+            let mut partitions = Vec::with_capacity(topic.partition_indexes.len());
+            for (pi, &index) in topic.partition_indexes.iter().enumerate() {
+                let code = if !from_broker {
+                    ResponseError::ClusterAuthorizationFailed.code()
+                } else {
+                    match super::led_partition(broker, &image, name, index) {
+                        Err(code) => code.code(),
+                        Ok((partition, epoch)) => match partition.write_txn_marker(
+                            producer_id,
+                            marker.producer_epoch,
+                            marker.coordinator_epoch,
+                            result,
+                        ) {
+                            Ok(offset) => {
+                                pending.push((mi, ti, pi, partition, offset, epoch));
+                                0
+                            }
+                            Err(e) => {
+                                tracing::debug!(topic = name, partition = index, producer_id, error = %e.message, "refused a transaction marker");
+                                e.code.code()
+                            }
+                        },
+                    }
+                };
+                partitions.push(
+                    WritableTxnMarkerPartitionResult::default()
+                        .with_partition_index(index)
+                        .with_error_code(code),
+                );
+            }
+            topics.push(
+                WritableTxnMarkerTopicResult::default()
+                    .with_name(topic.name.clone())
+                    .with_partitions(partitions),
+            );
+        }
+        results.push(
+            WritableTxnMarkerResult::default()
+                .with_producer_id(marker.producer_id)
+                .with_topics(topics),
+        );
+    }
+    let deadline = std::time::Instant::now() + MARKER_TIMEOUT;
+    for (mi, ti, pi, partition, offset, epoch) in pending {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let code = match partition.wait_replicated(offset + 1, epoch, left) {
+            AckState::Done => continue,
+            AckState::Failed(code) => code,
+            AckState::Waiting => ResponseError::RequestTimedOut,
+        };
+        results[mi].topics[ti].partitions[pi].error_code = code.code();
+    }
+    WriteTxnMarkersResponse::default().with_markers(results)
+}

@@ -1,0 +1,199 @@
+//! Unit tests of transactions on a partition (issue 37): the last stable
+//! offset, markers and their fencing, the aborted-transaction index and
+//! read_committed reads, across restarts and on a follower.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use kafka_protocol::error::ResponseError;
+use uuid::Uuid;
+
+use super::*;
+use crate::image::PartitionImage;
+use crate::metadata::TopicMeta;
+use crate::storage;
+use crate::storage::batch::BatchBuilder;
+use crate::storage::high_watermarks::HighWatermarks;
+use crate::txn::marker::TxnResult;
+
+fn open_at(dir: &std::path::Path, name: &str) -> Partition {
+    let meta = TopicMeta {
+        name: name.into(),
+        id: Uuid::nil(),
+        partitions: 1,
+        replication_factor: 1,
+        configs: Default::default(),
+        held: None,
+    };
+    let config = storage::LogConfig {
+        segment_bytes: 600,
+        ..storage::LogConfig::default()
+    };
+    let hws = Arc::new(HighWatermarks::open(dir).unwrap());
+    Partition::open(&meta, 0, dir.join(format!("{name}-0")), config, hws).unwrap()
+}
+
+fn txn_batch(pid: i64, seq: i32, n: usize, transactional: bool) -> Vec<u8> {
+    let mut b = BatchBuilder::new().producer(pid, 0, seq);
+    if transactional {
+        b = b.transactional();
+    }
+    b.records((0..n).map(|i| (None, Some(Bytes::from(format!("v{i}"))), 1_000)))
+        .encode()
+        .unwrap()
+}
+
+fn write(
+    p: &Partition,
+    pid: i64,
+    seq: i32,
+    n: usize,
+    transactional: bool,
+) -> Result<i64, ResponseError> {
+    let b = txn_batch(pid, seq, n, transactional);
+    let headers = storage::batch::validate_batches(&b, 1 << 20).unwrap();
+    match p.append(&b, &headers, None).map_err(|e| e.code)? {
+        Appended::New(r) => Ok(r.base_offset),
+        Appended::Duplicate { base_offset, .. } => Ok(base_offset),
+    }
+}
+
+fn committed(p: &Partition, from: i64) -> (i64, Vec<(i64, i64)>) {
+    let read = p.read_committed(from, 1 << 20).unwrap();
+    (read.offsets.last_stable, read.aborted)
+}
+
+#[test]
+fn open_transactions_hold_the_last_stable_offset_and_markers_release_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = open_at(dir.path(), "t");
+    assert_eq!(write(&p, 1, 0, 2, true), Ok(0));
+    assert_eq!(write(&p, 9, 0, 1, false), Ok(2));
+    assert_eq!(write(&p, 2, 0, 2, true), Ok(3));
+    assert_eq!(write(&p, 1, 2, 1, true), Ok(5));
+    let o = p.offsets();
+    assert_eq!((o.high_watermark, o.last_stable), (6, 0));
+    // a plain batch inside an open transaction is refused
+    assert_eq!(
+        write(&p, 1, 3, 1, false),
+        Err(ResponseError::InvalidTxnState)
+    );
+    // nothing is read_committed before the LSO
+    let read = p.read_committed(0, 1 << 20).unwrap();
+    assert!(read.records.is_empty() && read.aborted.is_empty());
+    // producer 1 aborts: the LSO moves to producer 2's first offset
+    assert_eq!(p.write_txn_marker(1, 0, 3, TxnResult::Abort), Ok(6));
+    assert_eq!(committed(&p, 0), (3, vec![(1, 0)]));
+    // fencing
+    assert_eq!(
+        p.write_txn_marker(1, 0, 2, TxnResult::Commit)
+            .unwrap_err()
+            .code,
+        ResponseError::TransactionCoordinatorFenced
+    );
+    assert_eq!(
+        p.write_txn_marker(2, -1, 3, TxnResult::Commit)
+            .unwrap_err()
+            .code,
+        ResponseError::InvalidProducerEpoch
+    );
+    // producer 2 commits: everything is stable
+    assert_eq!(p.write_txn_marker(2, 0, 3, TxnResult::Commit), Ok(7));
+    assert_eq!(committed(&p, 0), (8, vec![(1, 0)]));
+    assert_eq!(committed(&p, 7), (8, vec![]));
+    let entries = p.lock().aborted.entries().to_vec();
+    assert_eq!(entries.len(), 1);
+    assert_eq!(
+        (
+            entries[0].first_offset,
+            entries[0].last_offset,
+            entries[0].last_stable_offset
+        ),
+        (0, 6, 3)
+    );
+    // a new transaction of producer 1 after the abort
+    assert_eq!(write(&p, 1, 3, 1, true), Ok(8));
+    assert_eq!(p.offsets().last_stable, 8);
+
+    // a clean restart: snapshot and index carry it all
+    p.close_log().unwrap();
+    drop(p);
+    let p = open_at(dir.path(), "t");
+    assert_eq!(committed(&p, 0), (8, vec![(1, 0)]));
+    assert_eq!(p.lock().aborted.entries(), entries.as_slice());
+    assert_eq!(
+        p.write_txn_marker(1, 0, 2, TxnResult::Commit)
+            .unwrap_err()
+            .code,
+        ResponseError::TransactionCoordinatorFenced
+    );
+    assert_eq!(p.write_txn_marker(1, 0, 3, TxnResult::Abort), Ok(9));
+    assert_eq!(committed(&p, 0), (10, vec![(1, 0), (1, 8)]));
+    let entries = p.lock().aborted.entries().to_vec();
+
+    // an unclean stop, every index file and snapshot lost: rebuilt from the log
+    drop(p);
+    let pdir = dir.path().join("t-0");
+    for f in std::fs::read_dir(&pdir).unwrap() {
+        let path = f.unwrap().path();
+        let name = path.to_string_lossy().to_string();
+        if name.ends_with(".txnindex") || name.ends_with(".snapshot") {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+    let p = open_at(dir.path(), "t");
+    assert_eq!(p.lock().aborted.entries(), entries.as_slice());
+    assert_eq!(committed(&p, 0), (10, vec![(1, 0), (1, 8)]));
+    assert!(!storage::txn_index::list(&pdir).unwrap().is_empty());
+}
+
+#[test]
+fn a_follower_keeps_the_same_transactions_and_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let leader = open_at(dir.path(), "l");
+    write(&leader, 1, 0, 2, true).unwrap();
+    write(&leader, 2, 0, 1, true).unwrap();
+    leader.write_txn_marker(1, 0, 0, TxnResult::Abort).unwrap();
+    write(&leader, 3, 0, 1, true).unwrap();
+    let follower = open_at(dir.path(), "f");
+    let image = PartitionImage {
+        index: 0,
+        replicas: vec![1, 2],
+        leader: 1,
+        leader_epoch: 0,
+        isr: vec![1, 2],
+        partition_epoch: 1,
+        adding_replicas: vec![],
+        removing_replicas: vec![],
+    };
+    follower.apply_image(2, &image).unwrap();
+    let mut at = 0;
+    let end = leader.offsets().log_end;
+    while at < end {
+        let bytes = leader.with_log(|l| {
+            let s = l.read(at, 1 << 20, i64::MAX).unwrap();
+            let mut buf = vec![0u8; s.len as usize];
+            std::os::unix::fs::FileExt::read_exact_at(&*s.file, &mut buf, s.position).unwrap();
+            buf
+        });
+        follower.append_from_leader(&bytes, 0, end, 0).unwrap();
+        at = follower.offsets().log_end;
+    }
+    assert_eq!(
+        follower.lock().aborted.entries(),
+        leader.lock().aborted.entries()
+    );
+    assert_eq!(follower.offsets().last_stable, 2);
+    assert_eq!(committed(&follower, 0), committed(&leader, 0));
+    // truncating the marker away reopens the transaction
+    follower.truncate_to(3).unwrap();
+    assert!(follower.lock().aborted.entries().is_empty());
+    assert_eq!(follower.offsets().last_stable, 0);
+    assert_eq!(
+        follower
+            .write_txn_marker(1, 0, 0, TxnResult::Abort)
+            .unwrap_err()
+            .code,
+        ResponseError::NotLeaderOrFollower
+    );
+}
