@@ -167,6 +167,7 @@ pub async fn run_reporting(
     // prepared transactions (retrying markers not yet acknowledged).
     let weak = Arc::downgrade(&broker);
     let identity_of = Arc::downgrade(&broker);
+    let local_of = Arc::downgrade(&broker);
     broker.set_marker_sender(Arc::new(crate::replication::markers::MarkerChannel::new(
         broker.node_id,
         tokio::runtime::Handle::current(),
@@ -175,6 +176,11 @@ pub async fn run_reporting(
             identity_of.upgrade().map_or((None, None), |b| {
                 (b.replicas.bind_address(), b.replicas.incarnation())
             })
+        }),
+        Arc::new(move |req| match local_of.upgrade() {
+            Some(b) => crate::handlers::write_markers_locally(&b, req),
+            // shutting down: nothing is acknowledged, the next leader retries
+            None => Default::default(),
         }),
     )));
     let txn_broker = broker.clone();

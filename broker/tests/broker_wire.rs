@@ -229,12 +229,15 @@ async fn produce_fetch_restart_and_version_negotiation() {
         (produce_range.min_version, produce_range.max_version),
         (0, 11)
     );
-    assert!(
-        versions
-            .api_keys
-            .iter()
-            .all(|k| k.api_key != ApiKey::EndTxn as i16),
-        "transactions are not implemented, so not advertised"
+    let end_txn = versions
+        .api_keys
+        .iter()
+        .find(|k| k.api_key == ApiKey::EndTxn as i16)
+        .expect("transactions are advertised");
+    assert_eq!(
+        (end_txn.min_version, end_txn.max_version),
+        (0, 4),
+        "EndTxn v5 (transaction version 2) is not served yet"
     );
 
     let meta: MetadataResponse = call(
@@ -457,13 +460,13 @@ async fn idempotent_producer_retries_are_not_duplicated_even_after_restart() {
         ApiKey::InitProducerId,
         4,
         &InitProducerIdRequest::default()
-            .with_transactional_id(Some(TransactionalId(StrBytes::from_static_str("tx")))),
+            .with_transactional_id(Some(TransactionalId(StrBytes::from_static_str("tx"))))
+            .with_transaction_timeout_ms(60_000),
     )
     .await;
-    assert_eq!(
-        txn.error_code, 35,
-        "transactions are refused until implemented"
-    );
+    assert_eq!(txn.error_code, 0, "the transaction coordinator answers");
+    assert_eq!(txn.producer_epoch, 0);
+    assert!(txn.producer_id.0 >= 0 && txn.producer_id.0 != pid);
 
     ensure_topic(&mut s, "idem").await;
     assert_eq!(

@@ -50,6 +50,13 @@ pub fn find_coordinator(
             tracing::warn!(error = %e, "cannot create __consumer_offsets yet");
         }
     }
+    if req.key_type == 1 {
+        // __transaction_state likewise, by the first transactional lookup
+        // (standalone too: this broker then loads every partition).
+        if let Err(e) = crate::controller::Controller::new(broker).ensure_transaction_topic() {
+            tracing::warn!(error = %e, "cannot create __transaction_state yet");
+        }
+    }
     let image = broker.image();
     let offsets_partitions = image
         .topic(crate::group::offsets::OFFSETS_TOPIC)
@@ -67,11 +74,16 @@ pub fn find_coordinator(
                     .and_then(|leader| image.broker(leader))
                     .ok_or(ResponseError::CoordinatorNotAvailable)
             }
-            // a transactional id: transactions are refused at InitProducerId,
-            // so any broker answers (this one)
-            1 => image
-                .broker(broker.node_id)
-                .ok_or(ResponseError::CoordinatorNotAvailable),
+            // a transactional id: the leader of its __transaction_state
+            // partition
+            1 => {
+                let index = broker.txns.partition_of(key.as_str());
+                image
+                    .partition(crate::txn::vocab::TRANSACTION_STATE_TOPIC, index)
+                    .map(|p| p.leader)
+                    .and_then(|leader| image.broker(leader))
+                    .ok_or(ResponseError::CoordinatorNotAvailable)
+            }
             _ => Err(ResponseError::InvalidRequest),
         };
         match node {

@@ -19,6 +19,9 @@ mod producers;
 mod quotas;
 mod reassignments;
 pub mod sasl;
+mod transactions;
+
+pub use transactions::write_markers_locally;
 mod txn_markers;
 
 use std::sync::Arc;
@@ -412,9 +415,44 @@ async fn dispatch(
             encode_response(api, version, cid, &resp)
         }
         RequestKind::InitProducerId(r) => {
-            let resp = blocking(broker, api, move |b| producers::init_producer_id(b, r)).await?;
+            let resp = blocking(broker, api, move |b| {
+                producers::init_producer_id(b, r, version)
+            })
+            .await?;
             encode_response(api, version, cid, &resp)
         }
+        // The transaction coordinator's APIs append to __transaction_state
+        // and wait for its replicas (and EndTxn for the markers): blocking.
+        RequestKind::AddPartitionsToTxn(r) => {
+            let resp = blocking(broker, api, move |b| {
+                transactions::add_partitions_to_txn(b, r, version)
+            })
+            .await?;
+            encode_response(api, version, cid, &resp)
+        }
+        RequestKind::AddOffsetsToTxn(r) => {
+            let resp = blocking(broker, api, move |b| {
+                transactions::add_offsets_to_txn(b, r, version)
+            })
+            .await?;
+            encode_response(api, version, cid, &resp)
+        }
+        RequestKind::EndTxn(r) => {
+            let resp = blocking(broker, api, move |b| transactions::end_txn(b, r, version)).await?;
+            encode_response(api, version, cid, &resp)
+        }
+        RequestKind::DescribeTransactions(r) => encode_response(
+            api,
+            version,
+            cid,
+            &transactions::describe_transactions(b, r),
+        ),
+        RequestKind::ListTransactions(r) => encode_response(
+            api,
+            version,
+            cid,
+            &transactions::list_transactions(b, r, version),
+        ),
         RequestKind::FindCoordinator(r) => {
             // may ask the controller to create the offsets topic (blocking)
             let resp = blocking(broker, api, move |b| {

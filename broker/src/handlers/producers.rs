@@ -2,16 +2,22 @@
 //! or (v3+, KIP-360) the same id with its epoch bumped when the producer
 //! asks to recover from a sequence error.
 //!
-//! Transactional producers (a non-null `transactional_id`) are refused with
-//! UNSUPPORTED_VERSION until transactions exist, so clients fail fast with
-//! "the broker does not support transactions" instead of retrying.
+//! Transactional producers (a non-null `transactional_id`) go to the
+//! transaction coordinator (`transactions::init_producer_id`): this broker
+//! must lead the id's `__transaction_state` partition (else
+//! NOT_COORDINATOR), and the id keeps its producer id across instances,
+//! each new one fencing the last with a bumped epoch.
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 
 use crate::broker::Broker;
 
-pub fn init_producer_id(broker: &Broker, req: InitProducerIdRequest) -> InitProducerIdResponse {
+pub fn init_producer_id(
+    broker: &Broker,
+    req: InitProducerIdRequest,
+    version: i16,
+) -> InitProducerIdResponse {
     let resp = InitProducerIdResponse::default()
         .with_producer_id(ProducerId(-1))
         .with_producer_epoch(-1);
@@ -20,7 +26,22 @@ pub fn init_producer_id(broker: &Broker, req: InitProducerIdRequest) -> InitProd
         Some(id) if id.0.is_empty() => {
             return resp.with_error_code(ResponseError::InvalidRequest.code())
         }
-        Some(_) => return resp.with_error_code(ResponseError::UnsupportedVersion.code()),
+        Some(id) => {
+            let producer =
+                crate::txn::vocab::ProducerIdAndEpoch::new(req.producer_id.0, req.producer_epoch);
+            return match super::transactions::init_producer_id(
+                broker,
+                id.0.as_str(),
+                req.transaction_timeout_ms,
+                producer,
+                version,
+            ) {
+                Ok(p) => resp
+                    .with_producer_id(ProducerId(p.producer_id))
+                    .with_producer_epoch(p.epoch),
+                Err(e) => resp.with_error_code(e.code()),
+            };
+        }
     }
     let pid = req.producer_id.0;
     let epoch = req.producer_epoch;

@@ -38,6 +38,14 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ListGroups, 0, 5),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::InitProducerId, 0, 4),
+    (ApiKey::AddPartitionsToTxn, 0, 5),
+    (ApiKey::AddOffsetsToTxn, 0, 4),
+    // v5 (transaction version 2, the epoch bumped by each end) once the
+    // broker advertises transaction.version 2
+    (ApiKey::EndTxn, 0, 4),
+    (ApiKey::DescribeTransactions, 0, 0),
+    // v2's transactional id pattern (a regular expression) is not served
+    (ApiKey::ListTransactions, 0, 1),
     (ApiKey::SaslHandshake, 1, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
     (ApiKey::DescribeLogDirs, 1, 4),

@@ -153,12 +153,20 @@ pub type Identity = Arc<dyn Fn() -> (Option<IpAddr>, Option<uuid::Uuid>) + Send 
 /// The current metadata image.
 pub type ImageSource = Arc<dyn Fn() -> Arc<MetadataImage> + Send + Sync>;
 
+/// Answers a WriteTxnMarkers request in this process (the partitions
+/// this broker leads): the handler's work, without a connection.
+pub type LocalWriter = Arc<dyn Fn(WriteTxnMarkersRequest) -> WriteTxnMarkersResponse + Send + Sync>;
+
 /// The channel: a connection per leader, and where to look leaders up.
+/// Markers for partitions this broker leads are written in process
+/// (`local`): a standalone broker has no broker identity to authenticate
+/// its own connections with, and in a cluster it saves the round trip.
 pub struct MarkerChannel {
     node: i32,
     runtime: tokio::runtime::Handle,
     image: ImageSource,
     identity: Identity,
+    local: LocalWriter,
     connections: Mutex<HashMap<(i32, String), Connection>>,
 }
 
@@ -176,12 +184,14 @@ impl MarkerChannel {
         runtime: tokio::runtime::Handle,
         image: ImageSource,
         identity: Identity,
+        local: LocalWriter,
     ) -> Self {
         Self {
             node,
             runtime,
             image,
             identity,
+            local,
             connections: Mutex::new(HashMap::new()),
         }
     }
@@ -245,7 +255,12 @@ impl MarkerSender for MarkerChannel {
         }
         for (leader, partitions) in routed.by_leader {
             let req = request(plan, coordinator_epoch, &partitions);
-            match self.send(&leader, req) {
+            let answer = if leader.0 == self.node {
+                Ok((self.local)(req))
+            } else {
+                self.send(&leader, req)
+            };
+            match answer {
                 Ok(response) => {
                     let (acked, refused) = acknowledged(&response, plan.producer_id);
                     done.extend(acked);

@@ -703,8 +703,12 @@ impl TxnCoordinator {
 
     /// ListTransactions: every id of the loaded shards, filtered by state
     /// names and producer ids (empty filters match all), as (id, producer
-    /// id, state).
-    pub fn list(&self, states: &[String], producer_ids: &[i64]) -> Vec<(String, i64, TxnState)> {
+    /// id, state, start time).
+    pub fn list(
+        &self,
+        states: &[String],
+        producer_ids: &[i64],
+    ) -> Vec<(String, i64, TxnState, i64)> {
         let mut out = Vec::new();
         for shard in &self.shards {
             if !matches!(*shard.load.lock(), PartitionLoad::Loaded { .. }) {
@@ -720,7 +724,12 @@ impl TxnCoordinator {
                 if !producer_ids.is_empty() && !producer_ids.contains(&m.producer_id()) {
                     continue;
                 }
-                out.push((m.transactional_id().to_string(), m.producer_id(), m.state()));
+                out.push((
+                    m.transactional_id().to_string(),
+                    m.producer_id(),
+                    m.state(),
+                    m.start_ms(),
+                ));
             }
         }
         out.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));

@@ -1,0 +1,361 @@
+//! The transaction coordinator's APIs on the wire (issue 37):
+//! InitProducerId with a transactional id (see `producers`),
+//! AddPartitionsToTxn (v0–v3, and v4+'s batches incl. KIP-890's
+//! verify-only form a partition leader sends), AddOffsetsToTxn, EndTxn,
+//! DescribeTransactions and ListTransactions. Each translates the request
+//! into a call of [`crate::txn_coordinator`] (blocking: it appends to
+//! `__transaction_state` and waits for its replicas) and its answer back,
+//! with the error codes older versions understand
+//! ([`state::error_for_version`]). Ends whose markers are due are driven
+//! right after the reply is decided, on the blocking pool; the
+//! coordinator's tick retries whatever is left.
+//!
+//! Owns no state; the coordinator's rules live in `txn::state`.
+
+use std::collections::BTreeSet;
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+use kafka_protocol::messages::add_partitions_to_txn_response::{
+    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnResult, AddPartitionsToTxnTopicResult,
+};
+use kafka_protocol::messages::describe_transactions_response::{self, TopicData};
+use kafka_protocol::messages::list_transactions_response;
+use kafka_protocol::messages::{
+    AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse, DescribeTransactionsRequest, DescribeTransactionsResponse,
+    EndTxnRequest, EndTxnResponse, ListTransactionsRequest, ListTransactionsResponse, ProducerId,
+    TopicName, TransactionalId,
+};
+
+use super::str_bytes;
+use crate::broker::Broker;
+use crate::txn::marker::TxnResult;
+use crate::txn::state::{self, AddPartitions, EndTxn, TxnApi, TxnState};
+use crate::txn::vocab::{ProducerIdAndEpoch, TopicPartition, TransactionVersion};
+
+/// WriteTxnMarkers for the partitions this broker leads, answered in
+/// process for its own transaction coordinator (as a broker would be).
+pub fn write_markers_locally(
+    broker: &Broker,
+    req: kafka_protocol::messages::WriteTxnMarkersRequest,
+) -> kafka_protocol::messages::WriteTxnMarkersResponse {
+    super::txn_markers::handle(broker, req, true)
+}
+
+/// The producer ids the coordinator hands out: the controller's.
+fn producer_ids(broker: &Broker) -> impl FnMut() -> Result<i64, ResponseError> + '_ {
+    move || {
+        crate::controller::Controller::new(broker)
+            .allocate_producer_id()
+            .map_err(|e| e.code)
+    }
+}
+
+/// Drives `id`'s prepared transaction (its markers, then its completion).
+/// Failures are left to the coordinator's tick.
+pub fn complete(broker: &Broker, transactional_id: &str) {
+    let Some(markers) = broker.marker_sender() else {
+        return;
+    };
+    if let Err(e) = broker
+        .txns
+        .complete(&broker.topics, markers.as_ref(), transactional_id)
+    {
+        tracing::debug!(transactional_id, error = ?e, "completing a transaction deferred to the tick");
+    }
+}
+
+/// InitProducerId with a transactional id: (producer id, epoch) or the
+/// error code for `version`.
+pub fn init_producer_id(
+    broker: &Broker,
+    transactional_id: &str,
+    timeout_ms: i32,
+    producer: ProducerIdAndEpoch,
+    version: i16,
+) -> Result<ProducerIdAndEpoch, ResponseError> {
+    let code = |e| state::error_for_version(TxnApi::InitProducerId, version, e);
+    if let Err(e) = crate::controller::Controller::new(broker).ensure_transaction_topic() {
+        tracing::warn!(error = %e, "cannot create __transaction_state yet");
+        return Err(ResponseError::CoordinatorNotAvailable);
+    }
+    let mut ids = producer_ids(broker);
+    let (reply, markers) = broker
+        .txns
+        .init_producer_id(
+            &broker.topics,
+            &mut ids,
+            transactional_id,
+            timeout_ms,
+            producer,
+        )
+        .map_err(code)?;
+    if markers {
+        complete(broker, transactional_id);
+    }
+    reply.map_err(code)
+}
+
+fn partitions_of(topics: &[AddPartitionsToTxnTopic]) -> BTreeSet<TopicPartition> {
+    topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions
+                .iter()
+                .map(|p| TopicPartition::new(t.name.0.as_str(), *p))
+        })
+        .collect()
+}
+
+/// Every partition of `topics` with `code`, or with its own code.
+fn topic_results(
+    topics: &[AddPartitionsToTxnTopic],
+    code: impl Fn(&TopicPartition) -> i16,
+) -> Vec<AddPartitionsToTxnTopicResult> {
+    topics
+        .iter()
+        .map(|t| {
+            AddPartitionsToTxnTopicResult::default()
+                .with_name(t.name.clone())
+                .with_results_by_partition(
+                    t.partitions
+                        .iter()
+                        .map(|p| {
+                            let tp = TopicPartition::new(t.name.0.as_str(), *p);
+                            AddPartitionsToTxnPartitionResult::default()
+                                .with_partition_index(*p)
+                                .with_partition_error_code(code(&tp))
+                        })
+                        .collect(),
+                )
+        })
+        .collect()
+}
+
+/// One transaction of an AddPartitionsToTxn request.
+fn add_one(
+    broker: &Broker,
+    id: &str,
+    producer: ProducerIdAndEpoch,
+    verify_only: bool,
+    topics: &[AddPartitionsToTxnTopic],
+    version: i16,
+) -> Vec<AddPartitionsToTxnTopicResult> {
+    let partitions = partitions_of(topics);
+    // Unknown topics or partitions refuse the whole request, as in Kafka:
+    // the bad ones UNKNOWN_TOPIC_OR_PARTITION, the rest OPERATION_NOT_ATTEMPTED.
+    let image = broker.image();
+    let unknown: BTreeSet<&TopicPartition> = partitions
+        .iter()
+        .filter(|tp| image.partition(&tp.topic, tp.partition).is_none())
+        .collect();
+    if !unknown.is_empty() {
+        return topic_results(topics, |tp| {
+            if unknown.contains(tp) {
+                ResponseError::UnknownTopicOrPartition.code()
+            } else {
+                ResponseError::OperationNotAttempted.code()
+            }
+        });
+    }
+    let fenced = |e| state::error_for_version(TxnApi::AddPartitionsToTxn, version, e);
+    if verify_only {
+        return match broker.txns.verify_partitions(id, producer, &partitions) {
+            Ok(per) => topic_results(topics, |tp| {
+                per.iter()
+                    .find(|(p, _)| p == tp)
+                    .and_then(|(_, e)| *e)
+                    .map_or(0, |e| e.code())
+            }),
+            Err(e) => topic_results(topics, |_| fenced(e).code()),
+        };
+    }
+    let req = AddPartitions {
+        producer,
+        partitions,
+        // a client adding partitions explicitly follows the older rules
+        // (version 2 clients add them implicitly, with their produce)
+        client_tv: TransactionVersion::V0,
+    };
+    let result = broker.txns.add_partitions(&broker.topics, id, &req);
+    topic_results(topics, |_| match result {
+        Ok(()) => 0,
+        Err(e) => fenced(e).code(),
+    })
+}
+
+pub fn add_partitions_to_txn(
+    broker: &Broker,
+    req: AddPartitionsToTxnRequest,
+    version: i16,
+) -> AddPartitionsToTxnResponse {
+    if version <= 3 {
+        let producer = ProducerIdAndEpoch::new(
+            req.v3_and_below_producer_id.0,
+            req.v3_and_below_producer_epoch,
+        );
+        let results = add_one(
+            broker,
+            req.v3_and_below_transactional_id.0.as_str(),
+            producer,
+            false,
+            &req.v3_and_below_topics,
+            version,
+        );
+        return AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(results);
+    }
+    let results = req
+        .transactions
+        .into_iter()
+        .map(|t| {
+            let producer = ProducerIdAndEpoch::new(t.producer_id.0, t.producer_epoch);
+            let results = add_one(
+                broker,
+                t.transactional_id.0.as_str(),
+                producer,
+                t.verify_only,
+                &t.topics,
+                version,
+            );
+            AddPartitionsToTxnResult::default()
+                .with_transactional_id(t.transactional_id)
+                .with_topic_results(results)
+        })
+        .collect();
+    AddPartitionsToTxnResponse::default().with_results_by_transaction(results)
+}
+
+pub fn add_offsets_to_txn(
+    broker: &Broker,
+    req: AddOffsetsToTxnRequest,
+    version: i16,
+) -> AddOffsetsToTxnResponse {
+    let offsets_partitions = broker
+        .image()
+        .topic(crate::group::offsets::OFFSETS_TOPIC)
+        .map(|t| i32::try_from(t.partitions.len()).unwrap_or(i32::MAX))
+        .unwrap_or(broker.groups.settings().offsets_partitions);
+    let index = crate::group::offsets::partition_for(req.group_id.0.as_str(), offsets_partitions);
+    let producer = ProducerIdAndEpoch::new(req.producer_id.0, req.producer_epoch);
+    let client_tv = TransactionVersion::V0;
+    let code = match broker.txns.add_offsets(
+        &broker.topics,
+        req.transactional_id.0.as_str(),
+        producer,
+        index,
+        client_tv,
+    ) {
+        Ok(()) => 0,
+        Err(e) => state::error_for_version(TxnApi::AddOffsetsToTxn, version, e).code(),
+    };
+    AddOffsetsToTxnResponse::default().with_error_code(code)
+}
+
+pub fn end_txn(broker: &Broker, req: EndTxnRequest, version: i16) -> EndTxnResponse {
+    let id = req.transactional_id.0.as_str();
+    let end = EndTxn {
+        producer: ProducerIdAndEpoch::new(req.producer_id.0, req.producer_epoch),
+        result: TxnResult::from_committed(req.committed),
+        client_tv: TransactionVersion::of_end_txn_request(version),
+    };
+    let mut ids = producer_ids(broker);
+    let result = broker.txns.end_txn(&broker.topics, &mut ids, id, &end);
+    drop(ids);
+    match result {
+        Ok((reply, markers)) => {
+            if markers {
+                complete(broker, id);
+            }
+            EndTxnResponse::default()
+                .with_producer_id(ProducerId(reply.producer_id))
+                .with_producer_epoch(reply.epoch)
+        }
+        Err(e) => EndTxnResponse::default()
+            .with_error_code(state::error_for_version(TxnApi::EndTxn, version, e).code())
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1),
+    }
+}
+
+pub fn describe_transactions(
+    broker: &Broker,
+    req: DescribeTransactionsRequest,
+) -> DescribeTransactionsResponse {
+    let states = req
+        .transactional_ids
+        .into_iter()
+        .map(|id| {
+            let s = describe_transactions_response::TransactionState::default()
+                .with_transactional_id(id.clone())
+                .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1)
+                .with_transaction_start_time_ms(-1);
+            match broker.txns.describe(id.0.as_str()) {
+                Err(e) => s.with_error_code(e.code()),
+                Ok(m) => {
+                    let mut topics: Vec<TopicData> = Vec::new();
+                    for tp in m.partitions() {
+                        match topics.last_mut() {
+                            Some(t) if t.topic.0.as_str() == tp.topic => {
+                                t.partitions.push(tp.partition)
+                            }
+                            _ => topics.push(
+                                TopicData::default()
+                                    .with_topic(TopicName(str_bytes(&tp.topic)))
+                                    .with_partitions(vec![tp.partition]),
+                            ),
+                        }
+                    }
+                    s.with_transaction_state(str_bytes(m.state().name()))
+                        .with_transaction_timeout_ms(m.timeout_ms())
+                        .with_transaction_start_time_ms(m.start_ms())
+                        .with_producer_id(ProducerId(m.producer_id()))
+                        .with_producer_epoch(m.producer_epoch())
+                        .with_topics(topics)
+                }
+            }
+        })
+        .collect();
+    DescribeTransactionsResponse::default().with_transaction_states(states)
+}
+
+pub fn list_transactions(
+    broker: &Broker,
+    req: ListTransactionsRequest,
+    version: i16,
+) -> ListTransactionsResponse {
+    let mut unknown = Vec::new();
+    let mut states = Vec::new();
+    for s in &req.state_filters {
+        if TxnState::from_name(s.as_str()).is_some() {
+            states.push(s.as_str().to_string());
+        } else {
+            unknown.push(s.clone());
+        }
+    }
+    if !unknown.is_empty() && states.is_empty() {
+        // only unknown states asked for: nothing can match
+        return ListTransactionsResponse::default().with_unknown_state_filters(unknown);
+    }
+    let pids: Vec<i64> = req.producer_id_filters.iter().map(|p| p.0).collect();
+    let now = crate::clock::now_ms();
+    let listed = broker
+        .txns
+        .list(&states, &pids)
+        .into_iter()
+        // v1+: only transactions running at least `duration_filter` ms
+        .filter(|(_, _, _, start)| {
+            version < 1 || req.duration_filter < 0 || now - start >= req.duration_filter
+        })
+        .map(|(id, pid, state, _)| {
+            list_transactions_response::TransactionState::default()
+                .with_transactional_id(TransactionalId(str_bytes(&id)))
+                .with_producer_id(ProducerId(pid))
+                .with_transaction_state(str_bytes(state.name()))
+        })
+        .collect();
+    ListTransactionsResponse::default()
+        .with_unknown_state_filters(unknown)
+        .with_transaction_states(listed)
+}

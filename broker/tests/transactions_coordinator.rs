@@ -1,0 +1,237 @@
+//! The transaction coordinator over the real wire (issue 37): a standalone
+//! broker finds itself coordinator of a transactional id, hands out its
+//! producer id and epoch, takes AddPartitionsToTxn, transactional produce
+//! and EndTxn, writes the COMMIT/ABORT markers on the partitions (so a
+//! read_committed fetch sees committed data and skips aborted data),
+//! shows its transactions in DescribeTransactions and ListTransactions,
+//! fences a zombie producer when a new instance initialises, and reloads
+//! `__transaction_state` when it restarts.
+
+mod wire_common;
+
+use bytes::{Buf, Bytes};
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey, DescribeTransactionsRequest,
+    DescribeTransactionsResponse, EndTxnRequest, EndTxnResponse, FetchRequest, FetchResponse,
+    FindCoordinatorRequest, FindCoordinatorResponse, InitProducerIdRequest, InitProducerIdResponse,
+    ListTransactionsRequest, ListTransactionsResponse, ProduceRequest, ProduceResponse, ProducerId,
+    TransactionalId,
+};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::records::RecordBatchDecoder;
+use moldau_broker::storage::batch::BatchBuilder;
+use tokio::net::TcpStream;
+use wire_common::*;
+
+const TOPIC: &str = "orders";
+const TXN: &str = "app-1";
+const ARGS: &[&str] = &["--set", "transaction.state.log.num.partitions=3"];
+
+fn tid(s: &str) -> TransactionalId {
+    TransactionalId(StrBytes::from_string(s.to_string()))
+}
+
+async fn init(s: &mut TcpStream) -> (i16, i64, i16) {
+    let req = InitProducerIdRequest::default()
+        .with_transactional_id(Some(tid(TXN)))
+        .with_transaction_timeout_ms(60_000)
+        .with_producer_id(ProducerId(-1))
+        .with_producer_epoch(-1);
+    let r: InitProducerIdResponse = call(s, ApiKey::InitProducerId, 4, &req).await;
+    (r.error_code, r.producer_id.0, r.producer_epoch)
+}
+
+async fn add_partition(s: &mut TcpStream, pid: i64, epoch: i16) -> i16 {
+    let req = AddPartitionsToTxnRequest::default()
+        .with_v3_and_below_transactional_id(tid(TXN))
+        .with_v3_and_below_producer_id(ProducerId(pid))
+        .with_v3_and_below_producer_epoch(epoch)
+        .with_v3_and_below_topics(vec![AddPartitionsToTxnTopic::default()
+            .with_name(name(TOPIC))
+            .with_partitions(vec![0])]);
+    let r: AddPartitionsToTxnResponse = call(s, ApiKey::AddPartitionsToTxn, 3, &req).await;
+    r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
+}
+
+async fn produce_txn(s: &mut TcpStream, pid: i64, epoch: i16, seq: i32, value: &str) -> i16 {
+    let records: Bytes = BatchBuilder::new()
+        .producer(pid, epoch, seq)
+        .transactional()
+        .record(
+            Some(Bytes::from_static(b"k")),
+            Some(Bytes::from(value.to_string())),
+            1_700_000_000_000,
+        )
+        .encode()
+        .expect("batch")
+        .into();
+    let req = ProduceRequest::default()
+        .with_transactional_id(Some(tid(TXN)))
+        .with_acks(-1)
+        .with_timeout_ms(5000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(name(TOPIC))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(0)
+                .with_records(Some(records))])]);
+    let r: ProduceResponse = call(s, ApiKey::Produce, 9, &req).await;
+    r.responses[0].partition_responses[0].error_code
+}
+
+async fn end(s: &mut TcpStream, pid: i64, epoch: i16, commit: bool) -> i16 {
+    let req = EndTxnRequest::default()
+        .with_transactional_id(tid(TXN))
+        .with_producer_id(ProducerId(pid))
+        .with_producer_epoch(epoch)
+        .with_committed(commit);
+    let r: EndTxnResponse = call(s, ApiKey::EndTxn, 3, &req).await;
+    r.error_code
+}
+
+/// (error, state, producer id, epoch, partitions of TOPIC)
+async fn describe(s: &mut TcpStream) -> (i16, String, i64, i16, Vec<i32>) {
+    let req = DescribeTransactionsRequest::default().with_transactional_ids(vec![tid(TXN)]);
+    let r: DescribeTransactionsResponse = call(s, ApiKey::DescribeTransactions, 0, &req).await;
+    let t = &r.transaction_states[0];
+    let parts = t
+        .topics
+        .iter()
+        .filter(|t| t.topic.0.as_str() == TOPIC)
+        .flat_map(|t| t.partitions.clone())
+        .collect();
+    (
+        t.error_code,
+        t.transaction_state.as_str().to_string(),
+        t.producer_id.0,
+        t.producer_epoch,
+        parts,
+    )
+}
+
+/// The values a read_committed fetch returns (control records left out).
+async fn read_committed(s: &mut TcpStream) -> Vec<String> {
+    let req = FetchRequest::default()
+        .with_max_wait_ms(0)
+        .with_min_bytes(0)
+        .with_max_bytes(1 << 20)
+        .with_isolation_level(1)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(name(TOPIC))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(0)
+                .with_fetch_offset(0)
+                .with_partition_max_bytes(1 << 20)])]);
+    let resp: FetchResponse = call(s, ApiKey::Fetch, 12, &req).await;
+    let p = &resp.responses[0].partitions[0];
+    assert_eq!(p.error_code, 0);
+    let aborted: Vec<(i64, i64)> = p
+        .aborted_transactions
+        .iter()
+        .flatten()
+        .map(|a| (a.producer_id.0, a.first_offset))
+        .collect();
+    let mut out = Vec::new();
+    let mut records = p.records.clone().unwrap_or_default();
+    while records.has_remaining() {
+        let set = RecordBatchDecoder::decode(&mut records).expect("decode");
+        for r in set.records {
+            let skipped = r.control
+                || aborted
+                    .iter()
+                    .any(|(pid, first)| *pid == r.producer_id && r.offset >= *first);
+            if !skipped {
+                out.push(String::from_utf8_lossy(&r.value.unwrap_or_default()).to_string());
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commit_abort_fencing_and_reload_over_the_wire() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start(dir.path(), ARGS).await;
+    let mut s = broker.connect().await;
+    let (code, _) = create_topic(&mut s, TOPIC, 1).await;
+    assert_eq!(code, 0);
+
+    // FindCoordinator for a transactional id (batched v4 form): this broker
+    let req = FindCoordinatorRequest::default()
+        .with_key_type(1)
+        .with_coordinator_keys(vec![StrBytes::from_static_str(TXN)]);
+    let r: FindCoordinatorResponse = call(&mut s, ApiKey::FindCoordinator, 4, &req).await;
+    assert_eq!(r.coordinators[0].error_code, 0);
+    assert_eq!(r.coordinators[0].port, broker.addrs.kafka.port() as i32);
+
+    let (code, pid, epoch) = init(&mut s).await;
+    assert_eq!(code, 0);
+    assert!(pid >= 0);
+    assert_eq!(epoch, 0);
+
+    // commit
+    assert_eq!(add_partition(&mut s, pid, epoch).await, 0);
+    assert_eq!(produce_txn(&mut s, pid, epoch, 0, "committed").await, 0);
+    let (code, state, dpid, depoch, parts) = describe(&mut s).await;
+    assert_eq!((code, state.as_str(), dpid, depoch), (0, "Ongoing", pid, 0));
+    assert_eq!(parts, vec![0]);
+    let r: ListTransactionsResponse = call(
+        &mut s,
+        ApiKey::ListTransactions,
+        0,
+        &ListTransactionsRequest::default()
+            .with_state_filters(vec![StrBytes::from_static_str("Ongoing")]),
+    )
+    .await;
+    assert_eq!(r.transaction_states.len(), 1);
+    assert_eq!(r.transaction_states[0].transactional_id.0.as_str(), TXN);
+    assert!(
+        read_committed(&mut s).await.is_empty(),
+        "open: nothing stable yet"
+    );
+    assert_eq!(end(&mut s, pid, epoch, true).await, 0);
+    let (_, state, ..) = describe(&mut s).await;
+    assert_eq!(state, "CompleteCommit");
+    assert_eq!(read_committed(&mut s).await, vec!["committed".to_string()]);
+
+    // a new instance fences the old one
+    let (code, pid2, epoch2) = init(&mut s).await;
+    assert_eq!(code, 0);
+    assert_eq!((pid2, epoch2), (pid, 1));
+    assert_eq!(
+        add_partition(&mut s, pid, epoch).await,
+        ResponseError::ProducerFenced.code()
+    );
+    assert_eq!(
+        end(&mut s, pid, epoch, true).await,
+        ResponseError::ProducerFenced.code()
+    );
+
+    // abort
+    assert_eq!(add_partition(&mut s, pid2, epoch2).await, 0);
+    assert_eq!(produce_txn(&mut s, pid2, epoch2, 0, "aborted").await, 0);
+    assert_eq!(end(&mut s, pid2, epoch2, false).await, 0);
+    let (_, state, ..) = describe(&mut s).await;
+    assert_eq!(state, "CompleteAbort");
+    assert_eq!(read_committed(&mut s).await, vec!["committed".to_string()]);
+
+    drop(s);
+    broker.stop().await;
+
+    // a restart reloads __transaction_state
+    let broker = start(dir.path(), ARGS).await;
+    let mut s = broker.connect().await;
+    let (code, state, dpid, depoch, _) = describe(&mut s).await;
+    assert_eq!(
+        (code, state.as_str(), dpid, depoch),
+        (0, "CompleteAbort", pid, 1)
+    );
+    assert_eq!(read_committed(&mut s).await, vec!["committed".to_string()]);
+    let (code, _, epoch3) = init(&mut s).await;
+    assert_eq!((code, epoch3), (0, 2));
+    drop(s);
+    broker.stop().await;
+}
