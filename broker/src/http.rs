@@ -55,6 +55,11 @@ async fn metrics(State(broker): State<Arc<Broker>>) -> impl IntoResponse {
                 .log_start_offset
                 .get_or_create(&label)
                 .set(offsets.log_start);
+            broker
+                .metrics
+                .partition_lso_lag
+                .get_or_create(&label)
+                .set(offsets.high_watermark - offsets.last_stable);
         }
     }
     broker.metrics.leader_count.set(led);

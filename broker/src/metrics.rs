@@ -85,6 +85,9 @@ pub struct Metrics {
     pub log_size_bytes: Family<PartitionLabel, Gauge>,
     pub log_end_offset: Family<PartitionLabel, Gauge>,
     pub log_start_offset: Family<PartitionLabel, Gauge>,
+    /// High watermark minus last stable offset (records held back from
+    /// read_committed consumers by open transactions).
+    pub partition_lso_lag: Family<PartitionLabel, Gauge>,
     pub group_committed_offset: Family<GroupPartitionLabel, Gauge>,
     pub group_lag: Family<GroupPartitionLabel, Gauge>,
     /// Partitions led here whose ISR is smaller than their replica set.
@@ -161,6 +164,7 @@ impl Default for Metrics {
             log_size_bytes: Family::default(),
             log_end_offset: Family::default(),
             log_start_offset: Family::default(),
+            partition_lso_lag: Family::default(),
             group_committed_offset: Family::default(),
             group_lag: Family::default(),
             under_replicated_partitions: Gauge::default(),
@@ -278,6 +282,11 @@ impl Metrics {
             "log_start_offset",
             "First offset kept, per partition",
             self.log_start_offset.clone(),
+        );
+        registry.register(
+            "partition_lso_lag",
+            "High watermark minus last stable offset (held back by open transactions), per partition",
+            self.partition_lso_lag.clone(),
         );
         registry.register(
             "group_committed_offset",

@@ -350,6 +350,15 @@ async fn read_committed_stops_at_the_lso_and_markers_commit_and_abort_across_a_r
     let f = fetch(&mut s, TOPIC, 0, 1).await;
     assert_eq!((f.hw, f.lso), (7, 6));
     assert_eq!(f.batches, vec![0, 2, 3, 4, 5]);
+    let page = metrics_page(b.addrs.http).await;
+    assert_eq!(
+        metric(
+            &page,
+            "moldau_partition_lso_lag{topic=\"tx\",partition=\"0\"}"
+        ),
+        Some(1),
+        "one record held back by A's open transaction"
+    );
     assert_eq!(f.aborted, Some(vec![(a, 0)]));
     assert_eq!(latest(&mut s, TOPIC, 1).await, 6);
     let mut coordinator = broker_connection(b.addrs.kafka, 1, shared.path()).await;

@@ -194,8 +194,11 @@ impl Partition {
         let appended = state.log.append(batch, leader_epoch, now)?;
         let mut header = BatchHeader::parse(batch)?;
         header.base_offset = appended.base_offset;
-        if let Some(aborted) = txns::apply(&mut state.producers, &header, Some(batch)) {
-            state.aborted.record(&state.log, aborted)?;
+        if let Some(ended) = txns::apply(&mut state.producers, &header, Some(batch)) {
+            state.unreplicated.push(&ended);
+            if let Some(aborted) = ended.aborted {
+                state.aborted.record(&state.log, aborted)?;
+            }
         }
         producers::snapshot_if_rolled(&mut state.log, &state.producers, active_before);
         state.log.maybe_flush(now)?;

@@ -81,8 +81,11 @@ impl Partition {
             let active_before = state.log.active_base_offset();
             let result = state.log.append_replicated(batches, now)?;
             let state = &mut *state;
-            for aborted in txns::apply_all(&mut state.producers, batches)? {
-                state.aborted.record(&state.log, aborted)?;
+            for ended in txns::apply_all(&mut state.producers, batches)? {
+                state.unreplicated.push(&ended);
+                if let Some(aborted) = ended.aborted {
+                    state.aborted.record(&state.log, aborted)?;
+                }
             }
             producers::snapshot_if_rolled(&mut state.log, &state.producers, active_before);
             debug_assert!(result.last_offset + 1 == state.log.log_end_offset());
@@ -97,6 +100,7 @@ impl Partition {
         let moved = hw != state.log.high_watermark();
         if moved {
             state.log.set_high_watermark(hw);
+            state.prune_unreplicated();
         }
         let start = leader_log_start.min(hw);
         if start > state.log.log_start_offset() {
@@ -157,6 +161,7 @@ impl Partition {
         let (producers, aborted, _) = txns::load(&state.log)?;
         state.producers = producers;
         state.aborted = aborted;
+        state.unreplicated = Default::default();
         let end = state.log.log_end_offset();
         let hw = state.log.high_watermark().min(end);
         state.log.set_high_watermark(hw);

@@ -27,6 +27,7 @@ impl Partition {
             progress::high_watermark(l.node, end, &l.maximal_isr(), &l.followers, current).min(end);
         (hw != current).then(|| {
             state.log.set_high_watermark(hw);
+            state.prune_unreplicated();
             hw
         })
     }

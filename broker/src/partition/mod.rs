@@ -1,7 +1,16 @@
 //! One partition this broker holds (Kafka's `Partition`): its log, the
-//! idempotent producers' sequence state, and its replica role — leader or
-//! follower in a leader epoch — behind one lock, so checking a batch,
-//! appending it and moving the high watermark are one step.
+//! producers' state (idempotent sequences, open transactions), its
+//! aborted transactions, and its replica role — leader or follower in a
+//! leader epoch — behind one lock, so checking a batch, appending it and
+//! moving the high watermark are one step.
+//!
+//! Transactions (issue 37): the last stable offset is the high watermark,
+//! held back to the first offset of the earliest open transaction, or of
+//! an ended one whose marker the high watermark has not passed yet (as
+//! Kafka does); read_committed fetches stop there. Markers come from a
+//! transaction coordinator through WriteTxnMarkers
+//! ([`Partition::write_txn_marker`]); followers copy them and keep the
+//! same state; ABORTs go to the segments' `.txnindex` files.
 //!
 //! As leader it tracks each follower's progress from their fetches and
 //! keeps the high watermark at the smallest log end of the in-sync

@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use super::producers::ProducerStateLoad;
 use super::role::{LeaderState, Role};
-use super::txns::{self, AbortedTxns};
+use super::txns::{self, AbortedTxns, Unreplicated};
 use crate::clock::now_ms;
 use crate::metadata::TopicMeta;
 use crate::producer::state::ProducerStates;
@@ -28,7 +28,17 @@ pub(super) struct PartitionState {
     pub(super) producers: ProducerStates,
     /// The aborted transactions of the log (`txns`).
     pub(super) aborted: AbortedTxns,
+    /// Transactions whose marker the high watermark has not passed yet.
+    pub(super) unreplicated: Unreplicated,
     pub(super) role: Role,
+}
+
+impl PartitionState {
+    /// Forgets the ended transactions the high watermark has passed.
+    pub(super) fn prune_unreplicated(&mut self) {
+        let hw = self.log.high_watermark();
+        self.unreplicated.prune(hw);
+    }
 }
 
 /// How long a runtime worker may wait for a partition's lock before the
@@ -109,6 +119,7 @@ impl Partition {
                 log,
                 producers,
                 aborted,
+                unreplicated: Unreplicated::default(),
                 role: Role::Leader(LeaderState::alone()),
             }),
             high_watermark: watch::channel(hw).0,
@@ -228,13 +239,17 @@ pub(super) fn offsets_of(state: &PartitionState) -> PartitionOffsets {
     }
 }
 
-/// The last stable offset of the partition (see [`PartitionOffsets`]),
+/// The last stable offset of the partition (see [`PartitionOffsets`]):
+/// also held at the first offset of a transaction whose marker the high
+/// watermark has not passed yet (Kafka's unreplicated transactions);
 /// never below the log start.
 pub(super) fn last_stable_offset(state: &PartitionState) -> i64 {
     let hw = state.log.high_watermark();
-    state
-        .producers
-        .first_unstable_offset()
-        .map_or(hw, |first| first.min(hw))
+    let open = state.producers.first_unstable_offset();
+    let unreplicated = state.unreplicated.first_unstable(hw);
+    [open, unreplicated]
+        .into_iter()
+        .flatten()
+        .fold(hw, i64::min)
         .max(state.log.log_start_offset())
 }

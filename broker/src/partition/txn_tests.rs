@@ -197,3 +197,33 @@ fn a_follower_keeps_the_same_transactions_and_index() {
         ResponseError::NotLeaderOrFollower
     );
 }
+
+#[test]
+fn an_ended_transaction_holds_the_lso_until_its_marker_is_replicated() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = open_at(dir.path(), "r");
+    let image = PartitionImage {
+        index: 0,
+        replicas: vec![1, 2],
+        leader: 1,
+        leader_epoch: 0,
+        isr: vec![1, 2],
+        partition_epoch: 1,
+        adding_replicas: vec![],
+        removing_replicas: vec![],
+    };
+    p.apply_image(1, &image).unwrap();
+    write(&p, 1, 0, 2, true).unwrap();
+    write(&p, 9, 0, 1, false).unwrap();
+    p.read_for_follower(2, 3, -1, 1 << 20).unwrap();
+    assert_eq!(p.offsets().high_watermark, 3);
+    assert_eq!(p.offsets().last_stable, 0);
+    assert_eq!(p.write_txn_marker(1, 0, 0, TxnResult::Commit), Ok(3));
+    // the follower lacks the marker: still unstable
+    let o = p.offsets();
+    assert_eq!((o.high_watermark, o.last_stable), (3, 0));
+    p.read_for_follower(2, 4, -1, 1 << 20).unwrap();
+    let o = p.offsets();
+    assert_eq!((o.high_watermark, o.last_stable), (4, 4));
+    assert!(p.lock().unreplicated.first_unstable(0).is_none(), "pruned");
+}

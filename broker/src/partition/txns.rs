@@ -25,6 +25,46 @@ use crate::storage::txn_index::{self, AbortedTxn};
 use crate::storage::{self, PartitionLog};
 use crate::txn::marker::{EndTxnMarker, TxnResult};
 
+/// A transaction a marker ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Ended {
+    pub(super) first_offset: i64,
+    /// The marker's offset.
+    pub(super) marker_offset: i64,
+    /// What the aborted-transaction index records, for an ABORT.
+    pub(super) aborted: Option<AbortedTxn>,
+}
+
+/// Transactions ended by a marker the in-sync replicas may not all hold
+/// yet (Kafka's unreplicated transactions): until the high watermark
+/// passes its marker, a transaction still holds the last stable offset at
+/// its first offset, so a read_committed consumer never reads a
+/// transaction's records as committed while a new leader could still
+/// lack the marker.
+#[derive(Debug, Default)]
+pub(super) struct Unreplicated(Vec<(i64, i64)>);
+
+impl Unreplicated {
+    pub(super) fn push(&mut self, ended: &Ended) {
+        self.0.push((ended.first_offset, ended.marker_offset));
+    }
+
+    /// The first offset of the earliest such transaction whose marker is
+    /// at or above `hw`.
+    pub(super) fn first_unstable(&self, hw: i64) -> Option<i64> {
+        self.0
+            .iter()
+            .filter(|(_, marker)| *marker >= hw)
+            .map(|(first, _)| *first)
+            .min()
+    }
+
+    /// Forgets those the high watermark `hw` has passed.
+    pub(super) fn prune(&mut self, hw: i64) {
+        self.0.retain(|(_, marker)| *marker >= hw);
+    }
+}
+
 /// The partition's aborted transactions, in marker order.
 #[derive(Debug, Default)]
 pub(super) struct AbortedTxns {
@@ -93,13 +133,14 @@ pub(super) fn marker_of(batch: &[u8]) -> Option<EndTxnMarker> {
 }
 
 /// Applies one batch of the log (header `h`, at its final offset; for a
-/// control batch, its whole bytes) to the producers' state; an ABORT
-/// marker gives the aborted transaction to index.
+/// control batch, its whole bytes) to the producers' state; a COMMIT or
+/// ABORT marker gives the transaction it ended (for an ABORT, with the
+/// entry to index).
 pub(super) fn apply(
     producers: &mut ProducerStates,
     h: &BatchHeader,
     control: Option<&[u8]>,
-) -> Option<AbortedTxn> {
+) -> Option<Ended> {
     if h.producer_id < 0 {
         return None;
     }
@@ -115,21 +156,25 @@ pub(super) fn apply(
         Some(marker.coordinator_epoch),
         h.base_offset,
     );
-    (marker.result == TxnResult::Abort).then_some(AbortedTxn {
-        producer_id: h.producer_id,
+    Some(Ended {
         first_offset: first,
-        last_offset: h.base_offset,
-        last_stable_offset: stable,
+        marker_offset: h.base_offset,
+        aborted: (marker.result == TxnResult::Abort).then_some(AbortedTxn {
+            producer_id: h.producer_id,
+            first_offset: first,
+            last_offset: h.base_offset,
+            last_stable_offset: stable,
+        }),
     })
 }
 
 /// Applies whole batches (`batches`, as a leader sent them, offsets
-/// final) and returns the aborted transactions they end.
+/// final) and returns the transactions they end.
 pub(super) fn apply_all(
     producers: &mut ProducerStates,
     batches: &[u8],
-) -> storage::Result<Vec<AbortedTxn>> {
-    let mut aborted = Vec::new();
+) -> storage::Result<Vec<Ended>> {
+    let mut ended = Vec::new();
     let mut pos = 0usize;
     while let Some(rest) = batches
         .get(pos..)
@@ -138,10 +183,10 @@ pub(super) fn apply_all(
         let h = BatchHeader::parse(rest)?;
         let whole = rest.get(..h.total_size()).unwrap_or(rest);
         let control = h.is_control().then_some(whole);
-        aborted.extend(apply(producers, &h, control));
+        ended.extend(apply(producers, &h, control));
         pos += h.total_size();
     }
-    Ok(aborted)
+    Ok(ended)
 }
 
 /// Rebuilds the producers' state and the aborted transactions when the
@@ -182,7 +227,7 @@ pub(super) fn load(
     };
     let mut missing = Vec::new();
     let bytes_read = log.for_each_batch_from(from, |h, control| {
-        missing.extend(apply(&mut states, h, control));
+        missing.extend(apply(&mut states, h, control).and_then(|e| e.aborted));
     })?;
     for e in missing {
         aborted.record(log, e)?;

@@ -1,5 +1,7 @@
-//! Idempotent producers: producer ids and, per partition, the sequence
-//! state that turns retried batches into duplicates instead of copies.
+//! Idempotent and transactional producers: producer ids and, per
+//! partition, the sequence state that turns retried batches into
+//! duplicates instead of copies, with each producer's open transaction
+//! (issue 37).
 //!
 //! [`state`] is the pure per-partition bookkeeping; [`ids`] hands out
 //! producer ids that stay unique across restarts. Partitions own their
