@@ -43,10 +43,14 @@
 //! next to `group`, uses `topics` and `partition`, and nothing below it
 //! imports it.
 //!
-//! Not yet wired: the handlers (FindCoordinator key type 1,
-//! InitProducerId with a transactional id, AddPartitionsToTxn, EndTxn,
-//! …) and the broker's WriteTxnMarkers client; until they are,
-//! InitProducerId keeps refusing transactional ids.
+//! Who drives it: the handlers of `handlers::transactions` (and
+//! InitProducerId's transactional form), the broker's periodic task (the
+//! tick), and the controller session (`follow_leadership` after each
+//! image). Its markers go out through `replication::markers`.
+//!
+//! Not yet: transaction version 2 (EndTxn v5 and the implicit partition
+//! adds of KIP-890 part 2; the cluster's version is `V0`), and the group
+//! side (TxnOffsetCommit, offsets committed with the transaction).
 
 pub mod load;
 
