@@ -11,7 +11,9 @@ mod wire_common;
 
 use bytes::{Buf, Bytes};
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+use kafka_protocol::messages::add_partitions_to_txn_request::{
+    AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
+};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
@@ -55,6 +57,25 @@ async fn add_partition(s: &mut TcpStream, pid: i64, epoch: i16) -> i16 {
             .with_partitions(vec![0])]);
     let r: AddPartitionsToTxnResponse = call(s, ApiKey::AddPartitionsToTxn, 3, &req).await;
     r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
+}
+
+/// AddPartitionsToTxn v4 (a broker's batch), verify-only for TOPIC-0.
+async fn verify(s: &mut TcpStream, pid: i64, epoch: i16) -> i16 {
+    let req = AddPartitionsToTxnRequest::default().with_transactions(vec![
+        AddPartitionsToTxnTransaction::default()
+            .with_transactional_id(tid(TXN))
+            .with_producer_id(ProducerId(pid))
+            .with_producer_epoch(epoch)
+            .with_verify_only(true)
+            .with_topics(vec![AddPartitionsToTxnTopic::default()
+                .with_name(name(TOPIC))
+                .with_partitions(vec![0])]),
+    ]);
+    let r: AddPartitionsToTxnResponse = call(s, ApiKey::AddPartitionsToTxn, 4, &req).await;
+    assert_eq!(r.error_code, 0);
+    let t = &r.results_by_transaction[0];
+    assert_eq!(t.transactional_id.0.as_str(), TXN);
+    t.topic_results[0].results_by_partition[0].partition_error_code
 }
 
 async fn produce_txn(s: &mut TcpStream, pid: i64, epoch: i16, seq: i32, value: &str) -> i16 {
@@ -172,8 +193,19 @@ async fn commit_abort_fencing_and_reload_over_the_wire() {
     assert!(pid >= 0);
     assert_eq!(epoch, 0);
 
+    // clients cannot write the coordinator's topic
+    let (code, _) = produce(&mut s, "__transaction_state", batch(&[b"x".to_vec()])).await;
+    assert_eq!(code, ResponseError::InvalidTopicException.code());
+
+    // a partition leader's verification (v4, verify-only): not yet added
+    assert_eq!(
+        verify(&mut s, pid, epoch).await,
+        ResponseError::TransactionAbortable.code()
+    );
+
     // commit
     assert_eq!(add_partition(&mut s, pid, epoch).await, 0);
+    assert_eq!(verify(&mut s, pid, epoch).await, 0, "added: verified");
     assert_eq!(produce_txn(&mut s, pid, epoch, 0, "committed").await, 0);
     let (code, state, dpid, depoch, parts) = describe(&mut s).await;
     assert_eq!((code, state.as_str(), dpid, depoch), (0, "Ongoing", pid, 0));

@@ -57,6 +57,12 @@ fn record_errors(errors: Vec<(i32, String)>) -> Vec<BatchIndexAndErrorMessage> {
         .collect()
 }
 
+/// The coordinators' topics, which only their coordinators write.
+fn is_internal(topic: &str) -> bool {
+    topic == crate::group::offsets::OFFSETS_TOPIC
+        || topic == crate::txn::vocab::TRANSACTION_STATE_TOPIC
+}
+
 /// An `acks=all` append waiting for the in-sync replicas.
 #[derive(Debug)]
 pub struct Pending {
@@ -228,7 +234,7 @@ pub fn prevalidate(broker: &Broker, req: &ProduceRequest) -> Prevalidated {
                 .partition_data
                 .iter()
                 .map(|pd| {
-                    if !acks_valid || name == crate::group::offsets::OFFSETS_TOPIC {
+                    if !acks_valid || is_internal(name) {
                         return None;
                     }
                     let records = pd.records.as_ref()?;
@@ -297,7 +303,7 @@ pub fn handle(
                 ));
                 continue;
             }
-            if name == crate::group::offsets::OFFSETS_TOPIC {
+            if is_internal(&name) {
                 partition_responses.push(partition_error(
                     index,
                     ResponseError::InvalidTopicException,
