@@ -227,3 +227,42 @@ fn an_ended_transaction_holds_the_lso_until_its_marker_is_replicated() {
     assert_eq!((o.high_watermark, o.last_stable), (4, 4));
     assert!(p.lock().unreplicated.first_unstable(0).is_none(), "pruned");
 }
+
+#[test]
+fn index_files_of_removed_segments_move_to_the_live_ones_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let pdir = dir.path().join("s-0");
+    let p = open_at(dir.path(), "s");
+    let mut seq = 0;
+    for _ in 0..12 {
+        write(&p, 1, seq, 3, true).unwrap();
+        seq += 3;
+        p.write_txn_marker(1, 0, 0, TxnResult::Abort).unwrap();
+    }
+    let bases = p.with_log(|l| l.segment_base_offsets());
+    assert!(bases.len() > 2, "{bases:?}");
+    let before = p.lock().aborted.entries().to_vec();
+    assert_eq!(before.len(), 12);
+    // retention takes the first segment away; its index file stays behind
+    let cut = bases[1];
+    p.with_log(|l| l.delete_records_before(cut)).unwrap();
+    p.with_log(|l| l.enforce_retention(crate::clock::now_ms()))
+        .unwrap();
+    p.close_log().unwrap();
+    drop(p);
+    let p = open_at(dir.path(), "s");
+    let start = p.offsets().log_start;
+    let live = p.with_log(|l| l.segment_base_offsets());
+    let kept: Vec<_> = before
+        .iter()
+        .filter(|e| e.last_offset >= start)
+        .copied()
+        .collect();
+    assert_eq!(p.lock().aborted.entries(), kept.as_slice());
+    for base in storage::txn_index::list(&pdir).unwrap() {
+        assert!(
+            live.contains(&base),
+            "{base} is not a live segment: {live:?}"
+        );
+    }
+}

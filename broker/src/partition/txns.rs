@@ -12,11 +12,13 @@
 //!
 //! At open ([`load`]) the producers' state comes from the newest snapshot
 //! and the batches after it, as for idempotence; the aborted transactions
-//! from the index files of the live segments (files of segments that are
-//! gone are removed), completed by the ABORT markers the replay meets that
-//! no file lists (a crash between the marker and its entry, or a lost
-//! file: the entries after the snapshot are rebuilt; older ones are only
-//! as good as their files, which are fsynced with every entry).
+//! from the index files (those whose marker the log still holds; the
+//! files are rewritten per live segment when a segment went, by retention
+//! or the cleaner, or the log was truncated), completed by the ABORT
+//! markers the replay meets that no file lists (a crash between the
+//! marker and its entry, or a lost file: the entries after the snapshot
+//! are rebuilt; older ones are only as good as their files, which are
+//! fsynced with every entry).
 
 use super::producers::ProducerStateLoad;
 use crate::producer::state::ProducerStates;
@@ -198,20 +200,26 @@ pub(super) fn load(
     let bases = log.segment_base_offsets();
     let (start, end) = (log.log_start_offset(), log.log_end_offset());
     let mut entries = Vec::new();
+    let mut orphans = Vec::new();
     for base in txn_index::list(dir)? {
-        if bases.binary_search(&base).is_ok() {
-            entries.extend(txn_index::read(dir, base)?);
-        } else {
-            txn_index::remove(dir, base)?;
+        entries.extend(txn_index::read(dir, base)?);
+        if bases.binary_search(&base).is_err() {
+            // its segment is gone (retention, or merged by the cleaner):
+            // what it lists in the log's range moves to the live segments
+            orphans.push(base);
         }
     }
     let found = entries.len();
     entries.retain(|e| e.last_offset >= start && e.last_offset < end);
     entries.sort_by_key(|e| e.last_offset);
     entries.dedup_by_key(|e| e.last_offset);
-    if entries.len() != found {
-        // a truncated (or torn) history: the files say no more than the log
+    if entries.len() != found || !orphans.is_empty() {
+        // a truncated (or torn) history, or files of segments that are
+        // gone: the files say what the log holds, no more
         rewrite_all(dir, &bases, &entries)?;
+        for base in orphans {
+            txn_index::remove(dir, base)?;
+        }
     }
     let mut aborted = AbortedTxns { entries };
     if start == end {
