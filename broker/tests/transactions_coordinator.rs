@@ -4,8 +4,9 @@
 //! and EndTxn, writes the COMMIT/ABORT markers on the partitions (so a
 //! read_committed fetch sees committed data and skips aborted data),
 //! shows its transactions in DescribeTransactions and ListTransactions,
-//! fences a zombie producer when a new instance initialises, and reloads
-//! `__transaction_state` when it restarts.
+//! fences a zombie producer when a new instance initialises, reloads
+//! `__transaction_state` when it restarts, and aborts (and fences) a
+//! transaction left open past its timeout.
 
 mod wire_common;
 
@@ -264,6 +265,50 @@ async fn commit_abort_fencing_and_reload_over_the_wire() {
     assert_eq!(read_committed(&mut s).await, vec!["committed".to_string()]);
     let (code, _, epoch3) = init(&mut s).await;
     assert_eq!((code, epoch3), (0, 2));
+    drop(s);
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start(
+        dir.path(),
+        &[
+            "--set",
+            "transaction.state.log.num.partitions=3",
+            "--set",
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms=100",
+        ],
+    )
+    .await;
+    let mut s = broker.connect().await;
+    assert_eq!(create_topic(&mut s, TOPIC, 1).await.0, 0);
+    let req = InitProducerIdRequest::default()
+        .with_transactional_id(Some(tid(TXN)))
+        .with_transaction_timeout_ms(500)
+        .with_producer_id(ProducerId(-1))
+        .with_producer_epoch(-1);
+    let r: InitProducerIdResponse = call(&mut s, ApiKey::InitProducerId, 4, &req).await;
+    assert_eq!(r.error_code, 0);
+    let (pid, epoch) = (r.producer_id.0, r.producer_epoch);
+    assert_eq!(add_partition(&mut s, pid, epoch).await, 0);
+    assert_eq!(produce_txn(&mut s, pid, epoch, 0, "late").await, 0);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let (_, state, _, e, _) = describe(&mut s).await;
+        if state == "CompleteAbort" {
+            assert_eq!(e, epoch + 1, "the abort bumps the epoch");
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "still {state}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(read_committed(&mut s).await.is_empty());
+    assert_eq!(
+        end(&mut s, pid, epoch, true).await,
+        ResponseError::ProducerFenced.code()
+    );
     drop(s);
     broker.stop().await;
 }
