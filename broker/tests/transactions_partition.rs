@@ -218,6 +218,11 @@ async fn fetch(s: &mut TcpStream, topic: &str, offset: i64, isolation: i8) -> Fe
 }
 
 async fn latest(s: &mut TcpStream, topic: &str, isolation: i8) -> i64 {
+    list_offset(s, topic, isolation, -1).await
+}
+
+/// ListOffsets of `timestamp` (-1: latest) at `isolation`: the offset.
+async fn list_offset(s: &mut TcpStream, topic: &str, isolation: i8, timestamp: i64) -> i64 {
     let req = ListOffsetsRequest::default()
         .with_replica_id(kafka_protocol::messages::BrokerId(-1))
         .with_isolation_level(isolation)
@@ -225,7 +230,7 @@ async fn latest(s: &mut TcpStream, topic: &str, isolation: i8) -> i64 {
             .with_name(name(topic))
             .with_partitions(vec![ListOffsetsPartition::default()
                 .with_partition_index(0)
-                .with_timestamp(-1)])]);
+                .with_timestamp(timestamp)])]);
     let resp: ListOffsetsResponse = call(s, ApiKey::ListOffsets, 8, &req).await;
     let p = &resp.topics[0].partitions[0];
     assert_eq!(p.error_code, 0);
@@ -294,6 +299,9 @@ async fn read_committed_stops_at_the_lso_and_markers_commit_and_abort_across_a_r
     );
     assert_eq!(latest(&mut s, TOPIC, 1).await, 0);
     assert_eq!(latest(&mut s, TOPIC, 0).await, 4);
+    // a lookup by timestamp at read_committed finds nothing past the LSO
+    assert_eq!(list_offset(&mut s, TOPIC, 1, 0).await, -1);
+    assert_eq!(list_offset(&mut s, TOPIC, 0, 0).await, 0);
 
     // only a broker may write markers
     assert_eq!(

@@ -1,6 +1,7 @@
 //! Offsets of a partition's log: ListOffsets — earliest (-2, and -4
 //! "earliest local"), latest (-1: the high watermark; for read_committed,
-//! isolation level 1, the last stable offset), max timestamp (-3)
+//! isolation level 1, the last stable offset, and a lookup by timestamp
+//! finds nothing at or past it), max timestamp (-3)
 //! and lookup by timestamp — and OffsetsForLeaderEpoch (KIP-101/KIP-320:
 //! where a leader epoch ends in the leader's history, which clients use to
 //! detect a truncated log). Both refuse a stale or future
@@ -73,6 +74,12 @@ pub fn handle(broker: &Broker, req: ListOffsetsRequest, version: i16) -> ListOff
                         ts => match crate::offload::blocking(|| {
                             partition.with_log(|log| log.offset_for_timestamp(ts))
                         }) {
+                            // read_committed finds nothing at or past the LSO
+                            Ok(Some((offset, _)))
+                                if isolation_level == 1 && offset >= offsets.last_stable =>
+                            {
+                                base
+                            }
                             Ok(Some((offset, found_ts))) => {
                                 base.with_offset(offset).with_timestamp(found_ts)
                             }
