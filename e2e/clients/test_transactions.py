@@ -1,19 +1,22 @@
-"""Transactions with a real client (confluent-kafka / librdkafka): init_transactions,
-commit and abort, a read_committed consumer that sees only committed records, and a
-second producer instance with the same transactional.id fencing the first.
+"""Transactions with real clients (confluent-kafka / librdkafka, and the Java client's
+TxnCheck): init_transactions, commit and abort, a read_committed consumer that sees
+only committed records, and a second producer instance with the same
+transactional.id fencing the first.
 
 Runs against Moldau and Apache Kafka alike (MOLDAU_TEST_TARGET).
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
 import time
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from conftest import unique
-from harness.clients import RDKAFKA_LOGGER
+from harness.clients import RDKAFKA_LOGGER, ClientError, java_program_classpath
 
 
 def producer(bootstrap: str, transactional_id: str) -> Producer:
@@ -110,3 +113,20 @@ def test_a_new_instance_fences_the_old_one(broker, new_topic):
     err = e.value.args[0]
     assert err.fatal() or err.txn_requires_abort(), err
     assert read_all(broker.bootstrap, topic, "read_committed", 1) == [b"live"]
+
+
+def test_java_client_commits_aborts_and_is_fenced(broker, new_topic):
+    topic = new_topic()
+    try:
+        cp = java_program_classpath("TxnCheck")
+    except ClientError as e:
+        pytest.fail(str(e))
+    cmd = [
+        os.environ.get("JAVA", "java"), "-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
+        "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", cp,
+        "io.moldau.e2e.TxnCheck", "run", broker.bootstrap, topic, unique("java-txn"),
+    ]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr[-4000:]
+    lines = r.stdout.split()
+    assert lines == [f"c{i}" for i in range(6)] + ["FENCED"], r.stdout + r.stderr[-2000:]
