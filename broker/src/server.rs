@@ -192,14 +192,26 @@ pub async fn run_reporting(
             .transaction_abort_timed_out_transaction_cleanup_interval_ms
             .clamp(100, 3_600_000) as u64,
     );
+    // markers owed (a failed send, a new leader's prepared transactions)
+    // are retried this often, not only at the timeout check
+    let marker_retry = txn_interval.min(Duration::from_millis(200));
     let txn_task = tokio::spawn(async move {
-        let mut tick = tokio::time::interval(txn_interval);
+        let mut tick = tokio::time::interval(marker_retry);
+        let mut last_check = tokio::time::Instant::now();
         loop {
             tokio::select! {
                 _ = tick.tick() => {
                     let b = txn_broker.clone();
+                    let full = last_check.elapsed() >= txn_interval;
+                    if full {
+                        last_check = tokio::time::Instant::now();
+                    }
                     let _ = tokio::task::spawn_blocking(move || {
                         let Some(markers) = b.marker_sender().cloned() else { return };
+                        if !full {
+                            b.txns.complete_prepared(&b.topics, markers.as_ref());
+                            return;
+                        }
                         let controller = crate::controller::Controller::new(&b);
                         let mut ids = || controller.allocate_producer_id().map_err(|e| e.code);
                         let report = b.txns.tick(&b.topics, &mut ids, markers.as_ref(), crate::clock::now_ms());

@@ -28,9 +28,10 @@
 //! [`MarkerSender`] (WriteTxnMarkers to each partition's leader), each
 //! partition acknowledged (or gone) leaves the set, and once none is left
 //! the CompleteCommit/CompleteAbort is written. Partitions that did not
-//! answer stay for the next try; [`TxnCoordinator::tick`] retries them,
-//! aborts transactions past their timeout and tombstones transactional ids
-//! idle for `transactional.id.expiration.ms`.
+//! answer stay for the next try ([`TxnCoordinator::complete_prepared`],
+//! which the broker calls every 200 ms); [`TxnCoordinator::tick`] also
+//! aborts transactions past their timeout and tombstones transactional
+//! ids idle for `transactional.id.expiration.ms`.
 //!
 //! Everything here blocks (log reads, appends, waits for replicas, marker
 //! round trips): callers run it on the blocking pool (`offload`,
@@ -616,6 +617,33 @@ impl TxnCoordinator {
         }
         self.persist(topics, index, epoch, transactional_id, &completion)?;
         Ok(true)
+    }
+
+    /// Drives every prepared transaction of the loaded shards that nothing
+    /// else is driving (markers owed after a failed send, or found by a
+    /// new leader): the broker calls it often, so a transaction whose
+    /// markers failed does not wait for the next [`tick`](Self::tick).
+    /// Returns how many completed. Blocking.
+    pub fn complete_prepared(&self, topics: &TopicManager, markers: &dyn MarkerSender) -> usize {
+        let mut completed = 0;
+        for shard in &self.shards {
+            if !matches!(*shard.load.lock(), PartitionLoad::Loaded { .. }) {
+                continue;
+            }
+            let prepared: Vec<String> = shard
+                .ids
+                .lock()
+                .values()
+                .filter(|m| m.state().is_prepare() && m.pending().is_none())
+                .map(|m| m.transactional_id().to_string())
+                .collect();
+            for id in prepared {
+                if self.complete(topics, markers, &id) == Ok(true) {
+                    completed += 1;
+                }
+            }
+        }
+        completed
     }
 
     /// The periodic work of every loaded shard at `now`: aborts the

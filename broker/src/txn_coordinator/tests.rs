@@ -253,6 +253,27 @@ fn unacknowledged_markers_are_retried_before_the_completion() {
 }
 
 #[test]
+fn prepared_transactions_are_driven_between_ticks() {
+    let dir = tempfile::tempdir().unwrap();
+    let (topics, c) = open(dir.path());
+    let p = init(&c, &topics, "owed");
+    add(&c, &topics, "owed", p, &[("a", 0)]).unwrap();
+    end(&c, &topics, "owed", p, TxnResult::Commit).unwrap();
+    let none = FakeSender {
+        only: Some(BTreeSet::new()),
+        ..FakeSender::default()
+    };
+    assert_eq!(c.complete_prepared(&topics, &none), 0);
+    assert_eq!(c.describe("owed").unwrap().state(), TxnState::PrepareCommit);
+    assert_eq!(c.complete_prepared(&topics, &FakeSender::default()), 1);
+    assert_eq!(
+        c.describe("owed").unwrap().state(),
+        TxnState::CompleteCommit
+    );
+    assert_eq!(c.complete_prepared(&topics, &FakeSender::default()), 0);
+}
+
+#[test]
 fn a_restarted_coordinator_reloads_and_finishes_prepared_transactions() {
     let dir = tempfile::tempdir().unwrap();
     let (p_done, p_prepared, p_open) = {
