@@ -158,10 +158,10 @@ impl Partition {
         } else {
             state.log.truncate_to(offset)?;
         }
-        let (producers, aborted, _) = txns::load(&state.log)?;
-        state.producers = producers;
-        state.aborted = aborted;
-        state.unreplicated = Default::default();
+        let loaded = txns::load(&state.log)?;
+        state.producers = loaded.producers;
+        state.aborted = loaded.aborted;
+        state.unreplicated = loaded.unreplicated;
         let end = state.log.log_end_offset();
         let hw = state.log.high_watermark().min(end);
         state.log.set_high_watermark(hw);

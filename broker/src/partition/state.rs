@@ -109,17 +109,17 @@ impl Partition {
             end
         };
         log.set_high_watermark(hw);
-        let (producers, aborted, producer_load) = txns::load(&log)?;
+        let loaded = txns::load(&log)?;
         Ok(Self {
-            producer_load,
+            producer_load: loaded.cost,
             topic: topic.name.clone(),
             topic_id: topic.id,
             index,
             state: Mutex::new(PartitionState {
                 log,
-                producers,
-                aborted,
-                unreplicated: Unreplicated::default(),
+                producers: loaded.producers,
+                aborted: loaded.aborted,
+                unreplicated: loaded.unreplicated,
                 role: Role::Leader(LeaderState::alone()),
             }),
             high_watermark: watch::channel(hw).0,

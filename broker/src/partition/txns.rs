@@ -191,11 +191,22 @@ pub(super) fn apply_all(
     Ok(ended)
 }
 
+/// What [`load`] rebuilds.
+#[derive(Debug, Default)]
+pub(super) struct Loaded {
+    pub(super) producers: ProducerStates,
+    pub(super) aborted: AbortedTxns,
+    /// Transactions the replay saw end above the log's high watermark.
+    pub(super) unreplicated: Unreplicated,
+    pub(super) cost: ProducerStateLoad,
+}
+
 /// Rebuilds the producers' state and the aborted transactions when the
-/// partition opens or a follower's log was truncated (see the module doc).
-pub(super) fn load(
-    log: &PartitionLog,
-) -> storage::Result<(ProducerStates, AbortedTxns, ProducerStateLoad)> {
+/// partition opens or a follower's log was truncated (see the module doc;
+/// set the log's high watermark first: transactions ended by markers
+/// above it still hold the last stable offset, as far as the replay after
+/// the snapshot sees them).
+pub(super) fn load(log: &PartitionLog) -> storage::Result<Loaded> {
     let dir = log.dir();
     let bases = log.segment_base_offsets();
     let (start, end) = (log.log_start_offset(), log.log_end_offset());
@@ -223,31 +234,38 @@ pub(super) fn load(
     }
     let mut aborted = AbortedTxns { entries };
     if start == end {
-        return Ok((
-            ProducerStates::default(),
+        return Ok(Loaded {
             aborted,
-            ProducerStateLoad::default(),
-        ));
+            ..Loaded::default()
+        });
     }
     let (mut states, from, snapshot_loaded) = match log.latest_producer_snapshot()? {
         Some((offset, entries)) => (ProducerStates::from_snapshot(entries), offset, true),
         None => (ProducerStates::default(), start, false),
     };
+    let hw = log.high_watermark();
     let mut missing = Vec::new();
+    let mut unreplicated = Unreplicated::default();
     let bytes_read = log.for_each_batch_from(from, |h, control| {
-        missing.extend(apply(&mut states, h, control).and_then(|e| e.aborted));
+        if let Some(ended) = apply(&mut states, h, control) {
+            if ended.marker_offset >= hw {
+                unreplicated.push(&ended);
+            }
+            missing.extend(ended.aborted);
+        }
     })?;
     for e in missing {
         aborted.record(log, e)?;
     }
-    Ok((
-        states,
+    Ok(Loaded {
+        producers: states,
         aborted,
-        ProducerStateLoad {
+        unreplicated,
+        cost: ProducerStateLoad {
             snapshot_loaded,
             bytes_read,
         },
-    ))
+    })
 }
 
 /// Rewrites every index file of the segments `bases` to hold `entries`.
