@@ -128,7 +128,8 @@ def test_kafka_features_describes_what_the_broker_supports(broker):
     if brokers.target() == "kafka":
         assert int(got["group.version"]["SupportedMaxVersion"]) >= 1, got
         return
-    # classic groups only, no transactions: both at level 0, nothing finalized above it
+    # classic groups only, transactions under transaction version 0 (no KIP-890 part 2):
+    # both at level 0, nothing finalized above it
     assert got == {
         name: {"SupportedMinVersion": "0", "SupportedMaxVersion": "0", "FinalizedVersionLevel": "0", "Epoch": "-"}
         for name in ("group.version", "transaction.version")
