@@ -8,6 +8,7 @@
 mod admin;
 mod api_versions;
 mod configs;
+mod describe_producers;
 mod elect;
 mod fetch;
 mod groups;
@@ -446,6 +447,12 @@ async fn dispatch(
             version,
             cid,
             &transactions::describe_transactions(b, r),
+        ),
+        RequestKind::DescribeProducers(r) => encode_response(
+            api,
+            version,
+            cid,
+            &describe_producers::describe_producers(b, r),
         ),
         RequestKind::ListTransactions(r) => encode_response(
             api,

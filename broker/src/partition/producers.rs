@@ -134,6 +134,7 @@ pub(super) fn record_appended(
                 last_seq,
                 offset,
             );
+            producers.record_timestamp(h.producer_id, h.max_timestamp);
             if h.is_transactional() {
                 producers.begin_txn(h.producer_id, offset);
             }

@@ -160,6 +160,11 @@ impl Partition {
         self.producer_load
     }
 
+    /// The active producers, sorted by producer id (DescribeProducers).
+    pub fn active_producers(&self) -> Vec<crate::producer::state::ActiveProducer> {
+        self.lock().producers.active()
+    }
+
     /// Clean shutdown: writes a producer state snapshot at the log end
     /// (so the next start reads no batch header), then
     /// [`PartitionLog::close_in_place`]. A snapshot that cannot be written

@@ -32,6 +32,9 @@ struct ProducerEntry {
     txn_first_offset: Option<i64>,
     /// Coordinator epoch of the last marker (-1: none yet).
     coordinator_epoch: i32,
+    /// Max timestamp of its last batch (-1: none since the state was
+    /// loaded from a snapshot, which does not keep it).
+    last_timestamp: i64,
 }
 
 impl Default for ProducerEntry {
@@ -41,6 +44,7 @@ impl Default for ProducerEntry {
             batches: VecDeque::new(),
             txn_first_offset: None,
             coordinator_epoch: -1,
+            last_timestamp: -1,
         }
     }
 }
@@ -73,6 +77,21 @@ fn next_sequence(seq: i32) -> i32 {
     } else {
         seq + 1
     }
+}
+
+/// One producer as DescribeProducers (KIP-664) shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ActiveProducer {
+    pub producer_id: i64,
+    pub epoch: i16,
+    /// The last sequence of its last batch (-1: none remembered).
+    pub last_sequence: i32,
+    /// The max timestamp of its last batch (-1: not known).
+    pub last_timestamp: i64,
+    /// The coordinator epoch of the last marker it got (-1: none).
+    pub coordinator_epoch: i32,
+    /// The first offset of its open transaction (-1: none).
+    pub current_txn_start_offset: i64,
 }
 
 /// The producer state of one partition.
@@ -266,9 +285,36 @@ impl ProducerStates {
                 h.base_offset,
             );
         }
+        self.record_timestamp(h.producer_id, h.max_timestamp);
         if h.is_transactional() {
             self.begin_txn(h.producer_id, h.base_offset);
         }
+    }
+
+    /// Remembers the max timestamp of producer `pid`'s last batch (what
+    /// DescribeProducers shows).
+    pub fn record_timestamp(&mut self, pid: i64, max_timestamp: i64) {
+        if let Some(e) = self.producers.get_mut(&pid) {
+            e.last_timestamp = max_timestamp;
+        }
+    }
+
+    /// The producers as DescribeProducers shows them, sorted by producer id.
+    pub fn active(&self) -> Vec<ActiveProducer> {
+        let mut out: Vec<ActiveProducer> = self
+            .producers
+            .iter()
+            .map(|(&producer_id, e)| ActiveProducer {
+                producer_id,
+                epoch: e.epoch,
+                last_sequence: e.batches.back().map_or(-1, |b| b.last_seq),
+                last_timestamp: e.last_timestamp,
+                coordinator_epoch: e.coordinator_epoch,
+                current_txn_start_offset: e.txn_first_offset.unwrap_or(-1),
+            })
+            .collect();
+        out.sort_unstable_by_key(|p| p.producer_id);
+        out
     }
 
     /// The table as snapshot entries (see `storage::producer_snapshot`),
@@ -320,6 +366,7 @@ impl ProducerStates {
                         txn_first_offset: (e.current_txn_first_offset >= 0)
                             .then_some(e.current_txn_first_offset),
                         coordinator_epoch: e.coordinator_epoch,
+                        last_timestamp: -1,
                     },
                 )
             })

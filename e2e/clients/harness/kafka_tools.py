@@ -1,10 +1,11 @@
 """Apache Kafka's own command-line admin tools, run as the distribution runs
 them: `bin/kafka-log-dirs.sh`, `bin/kafka-leader-election.sh`,
 `bin/kafka-reassign-partitions.sh`, `bin/kafka-configs.sh`,
-`bin/kafka-topics.sh` and `bin/kafka-features.sh` are `kafka-run-class.sh` of the main
-classes below, here started with `java`
-on the reference distribution's class path (kafka-dist/jars, resolved by
-kafka-dist/fetch-jars.sh, which kafka-tools is part of) and logging only
+`bin/kafka-topics.sh`, `bin/kafka-features.sh` and
+`bin/kafka-transactions.sh` are `kafka-run-class.sh` of the main classes
+below, here started with `java` on the reference distribution's class
+path (kafka-dist/jars, resolved by kafka-dist/fetch-jars.sh, which
+kafka-tools is part of) and logging only
 warnings, to stderr (kafka-dist/tools-log4j2.properties), so stdout is the
 tool's own output.
 
@@ -33,6 +34,7 @@ REASSIGN_PARTITIONS = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand
 CONFIGS = "kafka.admin.ConfigCommand"
 TOPICS = "org.apache.kafka.tools.TopicCommand"
 FEATURES = "org.apache.kafka.tools.FeatureCommand"
+TRANSACTIONS = "org.apache.kafka.tools.TransactionsCommand"
 ALTER_REASSIGNMENTS = str(Path(__file__).with_name("AlterReassignments.java"))
 CLIENT_QUOTAS = str(Path(__file__).with_name("ClientQuotas.java"))
 
@@ -161,3 +163,19 @@ def topics(bootstrap: str, *args: str, timeout: float = 120.0) -> subprocess.Com
     """`kafka-topics --bootstrap-server B ARGS…` (e.g. `--create --topic T
     --config k=v`); its exit code is the caller's to judge."""
     return run(TOPICS, ["--bootstrap-server", bootstrap, *args], timeout=timeout)
+
+
+def transactions(bootstrap: str, *args: str, timeout: float = 120.0) -> list[dict[str, str]]:
+    """`kafka-transactions --bootstrap-server B ARGS…` (`list`, `describe
+    --transactional-id T`, `describe-producers --topic T --partition P`):
+    the rows of the table it prints, each a dict of column → value (columns
+    are tab-separated and space-padded; an empty last value may be left
+    out)."""
+    p = run(TRANSACTIONS, ["--bootstrap-server", bootstrap, *args], timeout=timeout)
+    assert p.returncode == 0, f"kafka-transactions {args} exited {p.returncode}:\n{p.stdout}\n{p.stderr}"
+    lines = [[cell.strip() for cell in line.rstrip("\t").split("\t")] for line in p.stdout.splitlines() if line.strip()]
+    assert lines, f"kafka-transactions {args} printed nothing:\n{p.stderr}"
+    header, rows = lines[0], lines[1:]
+    for row in rows:
+        assert len(row) <= len(header), f"kafka-transactions {args}: unexpected table:\n{p.stdout}"
+    return [dict(zip(header, row + [""] * (len(header) - len(row)))) for row in rows]
