@@ -167,21 +167,34 @@ async fn apply(broker: &Arc<Broker>, image: &MetadataImage) -> Result<(), tonic:
     .map_err(|e| tonic::Status::internal(format!("applying the metadata: {}", e.message)))
 }
 
+/// A coordinator topic's partition count and the partitions `node` leads
+/// in `image` (None while the topic does not exist).
+fn led_partitions(
+    image: &MetadataImage,
+    topic: &str,
+    node: i32,
+) -> Option<(i32, std::collections::BTreeSet<i32>)> {
+    let t = image.topic(topic)?;
+    let partitions = i32::try_from(t.partitions.len()).unwrap_or(i32::MAX);
+    let led = t
+        .partitions
+        .iter()
+        .filter(|p| p.leader == node)
+        .map(|p| p.index)
+        .collect();
+    Some((partitions, led))
+}
+
 /// Loads the groups of the offsets partitions this broker now leads and
 /// unloads the rest (after the image is installed, so a moved group's
 /// clients are already sent to its new coordinator).
 async fn follow_coordinators(broker: &Arc<Broker>, image: &MetadataImage) {
     follow_transaction_coordinator(broker, image).await;
-    let Some(offsets) = image.topic(crate::group::offsets::OFFSETS_TOPIC) else {
+    let Some((partitions, led)) =
+        led_partitions(image, crate::group::offsets::OFFSETS_TOPIC, broker.node_id)
+    else {
         return;
     };
-    let partitions = i32::try_from(offsets.partitions.len()).unwrap_or(i32::MAX);
-    let led: std::collections::BTreeSet<i32> = offsets
-        .partitions
-        .iter()
-        .filter(|p| p.leader == broker.node_id)
-        .map(|p| p.index)
-        .collect();
     let b = broker.clone();
     let _ = tokio::task::spawn_blocking(move || {
         b.groups.follow_leadership(&b.topics, partitions, &led)
@@ -193,16 +206,13 @@ async fn follow_coordinators(broker: &Arc<Broker>, image: &MetadataImage) {
 /// this broker now leads (in their new leader epoch: the coordinator
 /// epoch) and drops the rest.
 async fn follow_transaction_coordinator(broker: &Arc<Broker>, image: &MetadataImage) {
-    let Some(state) = image.topic(crate::txn::vocab::TRANSACTION_STATE_TOPIC) else {
+    let Some((partitions, led)) = led_partitions(
+        image,
+        crate::txn::vocab::TRANSACTION_STATE_TOPIC,
+        broker.node_id,
+    ) else {
         return;
     };
-    let partitions = i32::try_from(state.partitions.len()).unwrap_or(i32::MAX);
-    let led: std::collections::BTreeSet<i32> = state
-        .partitions
-        .iter()
-        .filter(|p| p.leader == broker.node_id)
-        .map(|p| p.index)
-        .collect();
     let b = broker.clone();
     let _ =
         tokio::task::spawn_blocking(move || b.txns.follow_leadership(&b.topics, partitions, &led))
