@@ -486,7 +486,22 @@ async fn a_new_leader_keeps_the_last_stable_offset_and_the_aborted_transactions(
     let s = conns.get_mut(&leader).unwrap();
     let (a, ea) = producer_id(s).await;
     let (c, ec) = producer_id(s).await;
-    assert_eq!(produce(s, T, a, ea, 0, 2, true).await, (0, 0));
+    // broker 0's view can name the leader before the leader has applied the
+    // same image: until it has, it answers UNKNOWN_TOPIC_OR_PARTITION or
+    // NOT_LEADER, writes nothing, and the same sequence may be sent again
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let answer = produce(s, T, a, ea, 0, 2, true).await;
+        let not_yet = [
+            ResponseError::UnknownTopicOrPartition.code(),
+            ResponseError::NotLeaderOrFollower.code(),
+        ];
+        if !not_yet.contains(&answer.0) || tokio::time::Instant::now() > deadline {
+            assert_eq!(answer, (0, 0));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     assert_eq!(produce(s, T, c, ec, 0, 1, true).await, (0, 2));
     let addr = brokers[&leader].kafka;
     let mut coordinator = broker_connection(addr, leader as i64, &shared).await;
