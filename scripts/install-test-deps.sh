@@ -4,7 +4,8 @@
 #   1. Debian packages: kcat, openssl, iptables (the fault checker's network
 #      cuts, e2e/faults) (+ java/maven/python venv if missing)
 #   2. the Python venv <repo>/.venv with e2e/clients/requirements.txt (pinned)
-#   3. Maven: the Java client driver (e2e/clients/java) and the Apache Kafka
+#   3. Maven: the Java client driver (e2e/clients/java), the Kafka Streams
+#      driver (e2e/clients/streams) and the Apache Kafka
 #      reference broker's jars (e2e/clients/kafka-dist/jars)
 #   3b. Go: the franz-go client driver (e2e/clients/franz), its modules from
 #      the Go module proxy
@@ -92,6 +93,18 @@ else
   mvn -q -B -Dstyle.color=never -f "$java_dir/pom.xml" package dependency:copy-dependencies \
     -DincludeScope=runtime -DoutputDirectory="$java_dir/target/lib"
   echo "$jwant" > "$jstamp"
+fi
+# e2e/clients/streams: the Kafka Streams word count (test_streams_eos.py), same way
+streams_dir="$repo/e2e/clients/streams"
+sstamp="$streams_dir/target/.build.sha256"
+swant="$(cat "$streams_dir/pom.xml" $(find "$streams_dir/src" -type f | sort) | sha256sum | cut -d' ' -f1)"
+if [ -f "$sstamp" ] && [ "$(cat "$sstamp")" = "$swant" ] && [ -d "$streams_dir/target/lib" ]; then
+  log "Kafka Streams driver up to date"
+else
+  log "building the Kafka Streams driver (kafka-streams 4.4.0 through Maven)"
+  mvn -q -B -Dstyle.color=never -f "$streams_dir/pom.xml" package dependency:copy-dependencies \
+    -DincludeScope=runtime -DoutputDirectory="$streams_dir/target/lib"
+  echo "$swant" > "$sstamp"
 fi
 log "Apache Kafka reference broker jars"
 "$repo/e2e/clients/kafka-dist/fetch-jars.sh"
