@@ -20,10 +20,12 @@ The test:
   min.insync.replicas=2 (the application's internal topics get the same);
 - an idempotent `acks=all` confluent-kafka producer writes 1,000 lines
   (words from a 24-word vocabulary, a fixed seed), the application starts,
-  and the producer goes on with 2,000 more at a steady rate while broker
-  0, 1, 2, then 0 again are each killed with SIGKILL, held down for a
-  moment and restarted (every ISR full again before the next round); the
-  application itself is killed (-9) and started again once in between;
+  and five rounds follow: brokers 0 and 1, the application itself, broker
+  2 and broker 0 again are each killed with SIGKILL, held down for 2 s and
+  started again (a broker round ends when every ISR is full again, the
+  application's when it is RUNNING again); each round starts the producer
+  on 400 more lines (100 a second), so the application has input to
+  process, transactions open, while each kill happens;
 - every line the producer sent must be in the input topic exactly once;
   the expected counts are taken from the input topic itself;
 - a read_committed confluent-kafka consumer follows the output topic until
@@ -80,7 +82,7 @@ VOCABULARY = (
 ).split()
 LINES_BEFORE = 1000
 LINES_DURING = 2000
-LINE_RATE = 70.0  # lines/s while brokers are killed: about 29 s of input
+LINE_RATE = 100.0  # lines/s while brokers are killed: 400 a round, about 4 s
 
 # the plan of kills, one round each, in order: a broker's node id, or "app"
 ROUNDS = [0, 1, "app", 2, 0]
@@ -168,16 +170,25 @@ def lines(n: int, seed: int) -> list[str]:
 class LineProducer(threading.Thread):
     """An idempotent `acks=all` confluent-kafka producer writing `lines` as
     values (key: the line's number), line i to partition i % 3, `rate` lines
-    a second (0: as fast as it can). Records each failure and a fatal error."""
+    a second (0: as fast as it can), as many as release() allowed so far
+    (all of them when `gated` is false). Records each failure and a fatal
+    error."""
 
-    def __init__(self, bootstrap: str, topic: str, lines: list[str], first: int, rate: float):
+    def __init__(self, bootstrap: str, topic: str, lines: list[str], first: int, rate: float, gated: bool = False):
         super().__init__(name="streams-input", daemon=True)
         self.bootstrap, self.topic, self.lines, self.first, self.rate = bootstrap, topic, lines, first, rate
+        self.allowed = 0 if gated else len(lines)
+        self.gate = threading.Condition()
         self.acked = 0
         self.failed: list[tuple[int, str]] = []
         self.fatal = None
         self.undelivered = None
         self.exc: BaseException | None = None
+
+    def release(self, n: int) -> None:
+        with self.gate:
+            self.allowed = min(len(self.lines), self.allowed + n)
+            self.gate.notify_all()
 
     def run(self) -> None:
         try:
@@ -215,6 +226,10 @@ class LineProducer(threading.Thread):
 
         gap = 1.0 / self.rate if self.rate else 0.0
         for i, line in enumerate(self.lines, start=self.first):
+            with self.gate:
+                while i - self.first >= self.allowed and self.fatal is None:
+                    p.poll(0)
+                    self.gate.wait(0.1)
             if self.fatal is not None:
                 break
             while True:
@@ -233,6 +248,7 @@ class LineProducer(threading.Thread):
             self.fatal = self.fatal or e.args[0]
 
     def finish(self, timeout: float = 130.0) -> None:
+        self.release(len(self.lines))
         self.join(timeout)
         assert not self.is_alive(), f"the input producer did not finish within {timeout}s"
         if self.exc:
@@ -472,12 +488,15 @@ def test_streams_word_count_exactly_once_v2_under_broker_kills(cluster):
         t_running = time.monotonic() - t_start
         follower.start()
         wait_until("the first committed counts", lambda: follower.seen > 0, 60)
-        rest = LineProducer(c.bootstrap, input_topic, during, first=LINES_BEFORE, rate=LINE_RATE)
+        # each round's share of the lines, sent while it kills and restarts
+        rest = LineProducer(c.bootstrap, input_topic, during, first=LINES_BEFORE, rate=LINE_RATE, gated=True)
         rest.start()
         for what in ROUNDS:
             time.sleep(BETWEEN)
             t0 = time.monotonic()
             seen0 = follower.seen
+            rest.release(LINES_DURING // len(ROUNDS))
+            time.sleep(0.5)
             if what == "app":
                 app.kill()
                 time.sleep(DOWN_FOR)
