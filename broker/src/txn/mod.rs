@@ -12,6 +12,8 @@
 //! - [`marker`]: the control records that end a transaction on a partition
 //!   (commit/abort key, end-marker value) and the attributes of the batch
 //!   that carries one.
+//! - [`census`]: what the coordinator counts for `/metrics`: how a
+//!   transaction ended (result and reason) and ids by state.
 //! - [`state`]: the coordinator's state machine: one
 //!   [`state::TransactionMetadata`] per transactional id, and the decisions
 //!   InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, timeouts
@@ -50,6 +52,7 @@
 //! itself (and `kafka_protocol`'s error codes), so every floor above it —
 //! partitions, coordinators, handlers — can use it without a loop.
 
+pub mod census;
 pub mod log_record;
 pub mod marker;
 pub mod state;

@@ -63,9 +63,11 @@ use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
 use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::TopicError;
 use crate::topics::TopicManager;
+use crate::txn::census::{Census, EndCause, TxnEnd};
 use crate::txn::log_record::encode_key;
 use crate::txn::state::{
     self, AddPartitions, AfterPersist, Decision, EndTxn, InitProducerId, InitReply, MarkerPlan,
@@ -183,6 +185,10 @@ pub type TxnView = TransactionMetadata;
 pub struct TxnCoordinator {
     settings: TxnSettings,
     shards: Vec<Shard>,
+    /// Transactions ended here since the start, by [`TxnEnd::index`]:
+    /// counted once the PrepareCommit/PrepareAbort is durable and applied
+    /// (a failed write ends nothing), for `/metrics`.
+    ended: [AtomicU64; TxnEnd::ALL.len()],
 }
 
 impl std::fmt::Debug for TxnCoordinator {
@@ -202,7 +208,40 @@ impl TxnCoordinator {
         let shards = (0..settings.partitions.max(1))
             .map(|_| Shard::default())
             .collect();
-        Self { settings, shards }
+        Self {
+            settings,
+            shards,
+            ended: Default::default(),
+        }
+    }
+
+    /// Counts the end a durable plan of `cause` made, if it made one.
+    fn count_end(&self, cause: EndCause, then: AfterPersist) {
+        if let Some(end) = TxnEnd::after(cause, then) {
+            self.ended[end.index()].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Transactions ended here since the start, by how they ended.
+    pub fn ended(&self) -> [(TxnEnd, u64); TxnEnd::ALL.len()] {
+        TxnEnd::ALL.map(|e| (e, self.ended[e.index()].load(Ordering::Relaxed)))
+    }
+
+    /// The transactional ids of the loaded shards by state, and the
+    /// markers their prepared transactions owe: counted under each shard's
+    /// `ids` lock in turn (nothing cloned), so the same ids as
+    /// [`list`](Self::list) shows.
+    pub fn census(&self) -> Census {
+        let mut census = Census::default();
+        for shard in &self.shards {
+            if !matches!(*shard.load.lock(), PartitionLoad::Loaded { .. }) {
+                continue;
+            }
+            for m in shard.ids.lock().values() {
+                census.add(m);
+            }
+        }
+        census
     }
 
     pub fn settings(&self) -> &TxnSettings {
@@ -508,6 +547,8 @@ impl TxnCoordinator {
             let meta = meta.ok_or(ResponseError::NotCoordinator)?;
             state::init_producer_id(meta, &req, tv, now_ms(), ids)
         })?;
+        // an ongoing transaction fenced: its abort is durable
+        self.count_end(EndCause::Fence, then);
         Ok((reply, matches!(then, AfterPersist::SendMarkers(_))))
     }
 
@@ -566,6 +607,7 @@ impl TxnCoordinator {
         let (reply, then) = self.decide_and_persist(topics, transactional_id, |meta| {
             state::end_txn(meta, req, now_ms(), ids)
         })?;
+        self.count_end(EndCause::EndTxn, then);
         Ok((reply, matches!(then, AfterPersist::SendMarkers(_))))
     }
 
@@ -686,8 +728,9 @@ impl TxnCoordinator {
                         })
                     });
                     match aborted {
-                        Ok((_, AfterPersist::SendMarkers(_))) => {
+                        Ok((_, then @ AfterPersist::SendMarkers(_))) => {
                             tracing::info!(transactional_id = %id, "aborting a transaction past its timeout");
+                            self.count_end(EndCause::Timeout, then);
                             report.aborted += 1;
                         }
                         Ok(_) => {}

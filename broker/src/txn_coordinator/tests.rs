@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 
 use super::*;
 use crate::config::BrokerConfig;
+use crate::txn::census::Census;
 use crate::txn::marker::TxnResult;
 
 const PARTITIONS: i32 = 3;
@@ -418,4 +419,84 @@ fn unloading_a_partition_forgets_its_ids() {
         c.describe("moved").unwrap_err(),
         ResponseError::NotCoordinator
     );
+}
+
+fn ends(c: &TxnCoordinator) -> Vec<(&'static str, &'static str, u64)> {
+    c.ended()
+        .iter()
+        .map(|(e, n)| (e.result(), e.reason(), *n))
+        .collect()
+}
+
+#[test]
+fn ends_are_counted_by_reason_once_durable_and_ids_by_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let (topics, c) = open(dir.path());
+    let none = vec![
+        ("commit", "client", 0),
+        ("abort", "client", 0),
+        ("abort", "timeout", 0),
+        ("abort", "fenced", 0),
+    ];
+    assert_eq!(ends(&c), none);
+    assert_eq!(c.census(), Census::default());
+
+    let p = init(&c, &topics, "c");
+    add(&c, &topics, "c", p, &[("t", 0), ("t", 1)]).unwrap();
+    let census = c.census();
+    assert_eq!(census.count(TxnState::Ongoing), 1);
+    assert_eq!(census.markers_pending(), 0, "nothing owed while open");
+    end(&c, &topics, "c", p, TxnResult::Commit).unwrap();
+    let census = c.census();
+    assert_eq!(census.count(TxnState::Ongoing), 0);
+    assert_eq!(census.count(TxnState::PrepareCommit), 1);
+    assert_eq!(census.markers_pending(), 2);
+    let sender = FakeSender::default();
+    assert_eq!(c.complete(&topics, &sender, "c"), Ok(true));
+    assert_eq!(c.census().count(TxnState::CompleteCommit), 1);
+    assert_eq!(c.census().markers_pending(), 0);
+    // a retried commit ends nothing more
+    end(&c, &topics, "c", p, TxnResult::Commit).unwrap();
+
+    let p = init(&c, &topics, "a");
+    add(&c, &topics, "a", p, &[("t", 0)]).unwrap();
+    end(&c, &topics, "a", p, TxnResult::Abort).unwrap();
+
+    let p = init(&c, &topics, "z");
+    add(&c, &topics, "z", p, &[("t", 0)]).unwrap();
+    let (reply, _) = c
+        .init_producer_id(&topics, &mut pids(), "z", 60_000, ProducerIdAndEpoch::NONE)
+        .unwrap();
+    assert_eq!(reply, Err(ResponseError::ConcurrentTransactions));
+    // the retry while the fence's abort is prepared ends nothing more
+    c.init_producer_id(&topics, &mut pids(), "z", 60_000, ProducerIdAndEpoch::NONE)
+        .unwrap_err();
+
+    let p = init(&c, &topics, "late");
+    add(&c, &topics, "late", p, &[("t", 0)]).unwrap();
+    assert_eq!(
+        ends(&c),
+        vec![
+            ("commit", "client", 1),
+            ("abort", "client", 1),
+            ("abort", "timeout", 0),
+            ("abort", "fenced", 1),
+        ]
+    );
+    let report = c.tick(&topics, &mut pids(), &sender, now_ms() + 61_000);
+    assert_eq!(report.aborted, 1);
+    assert_eq!(
+        ends(&c),
+        vec![
+            ("commit", "client", 1),
+            ("abort", "client", 1),
+            ("abort", "timeout", 1),
+            ("abort", "fenced", 1),
+        ]
+    );
+    let census = c.census();
+    assert_eq!(census.count(TxnState::CompleteCommit), 1);
+    assert_eq!(census.count(TxnState::CompleteAbort), 3);
+    assert_eq!(census.count(TxnState::Ongoing), 0);
+    assert_eq!(census.markers_pending(), 0);
 }
