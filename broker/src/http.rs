@@ -11,7 +11,7 @@ use axum::routing::get;
 use axum::Router;
 
 use crate::broker::Broker;
-use crate::metrics::{GroupPartitionLabel, PartitionLabel, ReplicaLabel};
+use crate::metrics::{GroupPartitionLabel, PartitionLabel, ReplicaLabel, StateLabel, TxnEndLabel};
 
 async fn metrics(State(broker): State<Arc<Broker>>) -> impl IntoResponse {
     let (mut led, mut under_replicated, mut under_min_isr) = (0, 0, 0);
@@ -104,6 +104,7 @@ async fn metrics(State(broker): State<Arc<Broker>>) -> impl IntoResponse {
         .metrics
         .request_bytes_budget
         .set(i64::try_from(budget.capacity()).unwrap_or(i64::MAX));
+    transaction_metrics(&broker);
     // Groups and partitions that went away must not linger in the output.
     broker.metrics.group_committed_offset.clear();
     broker.metrics.group_lag.clear();
@@ -135,6 +136,40 @@ async fn metrics(State(broker): State<Arc<Broker>>) -> impl IntoResponse {
         )],
         broker.metrics.render(),
     )
+}
+
+/// The transaction coordinator's figures: ids by state and markers owed
+/// (counted now, under the shard locks), and its ends mirrored into the
+/// counters (`fetch_max`: the coordinator's counts only grow, and two
+/// scrapes at once cannot count twice).
+fn transaction_metrics(broker: &Broker) {
+    let census = broker.txns.census();
+    for state in crate::txn::census::REPORTED_STATES {
+        let label = StateLabel {
+            state: state.name().to_string(),
+        };
+        broker
+            .metrics
+            .transactions
+            .get_or_create(&label)
+            .set(i64::try_from(census.count(state)).unwrap_or(i64::MAX));
+    }
+    broker
+        .metrics
+        .transaction_markers_pending
+        .set(i64::try_from(census.markers_pending()).unwrap_or(i64::MAX));
+    for (end, n) in broker.txns.ended() {
+        let label = TxnEndLabel {
+            result: end.result().to_string(),
+            reason: end.reason().to_string(),
+        };
+        broker
+            .metrics
+            .transactions_ended
+            .get_or_create(&label)
+            .inner()
+            .fetch_max(n, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 async fn healthz() -> &'static str {

@@ -48,6 +48,17 @@ pub struct PartitionLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabel {
+    pub state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TxnEndLabel {
+    pub result: String,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BuildLabel {
     pub version: String,
     pub revision: String,
@@ -147,6 +158,26 @@ pub struct Metrics {
     /// Incremental fetches refused, by error
     /// (`fetch_session_id_not_found`, `invalid_fetch_session_epoch`).
     pub fetch_session_errors: Family<ErrorLabel, Counter>,
+    /// `moldau_transactions{state}`: the transactional ids this broker
+    /// coordinates, by their transaction's state (Kafka's names: Empty,
+    /// Ongoing, PrepareCommit, PrepareAbort, CompleteCommit,
+    /// CompleteAbort), counted at scrape. Named for what ListTransactions
+    /// (`kafka-transactions.sh list`) shows, one row per id with its
+    /// state: the sum is that list's length on this broker, and
+    /// `state="Ongoing"` is the open transactions.
+    pub transactions: Family<StateLabel, Gauge>,
+    /// `moldau_transactions_ended_total{result,reason}`: transactions this
+    /// broker ended as coordinator since it started, once the decision
+    /// (PrepareCommit/PrepareAbort) was durable: `commit`/`client`,
+    /// `abort`/`client` (EndTxn), `abort`/`timeout` (past
+    /// `transaction.timeout.ms`), `abort`/`fenced` (a new producer
+    /// instance's InitProducerId). Mirrored at scrape from the
+    /// coordinator's own counts (`TxnCoordinator::ended`).
+    pub transactions_ended: Family<TxnEndLabel, Counter>,
+    /// `moldau_transaction_markers_pending`: partitions of prepared
+    /// transactions whose COMMIT/ABORT marker is not written yet (retried
+    /// every 200 ms), counted at scrape.
+    pub transaction_markers_pending: Gauge,
 }
 
 impl Default for Metrics {
@@ -195,6 +226,9 @@ impl Default for Metrics {
             fetch_session_requests: Family::default(),
             fetch_session_evictions: Counter::default(),
             fetch_session_errors: Family::default(),
+            transactions: Family::default(),
+            transactions_ended: Family::default(),
+            transaction_markers_pending: Gauge::default(),
         }
     }
 }
@@ -443,6 +477,21 @@ impl Metrics {
             "fetch_session_errors",
             "Incremental fetches refused, by error (fetch_session_id_not_found, invalid_fetch_session_epoch)",
             self.fetch_session_errors.clone(),
+        );
+        registry.register(
+            "transactions",
+            "Transactional ids this broker coordinates, by the state of their transaction (Ongoing: open transactions)",
+            self.transactions.clone(),
+        );
+        registry.register(
+            "transactions_ended",
+            "Transactions this broker ended as coordinator, by result (commit, abort) and reason (client: EndTxn, timeout: past transaction.timeout.ms, fenced: a new producer instance)",
+            self.transactions_ended.clone(),
+        );
+        registry.register(
+            "transaction_markers_pending",
+            "Partitions of prepared transactions coordinated here still awaiting their COMMIT/ABORT marker",
+            self.transaction_markers_pending.clone(),
         );
         let mut out = String::new();
         if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &registry) {
