@@ -17,7 +17,7 @@
 # The last lines are one summary line per target.
 #
 # Environment:
-#   FUZZ_TARGETS     targets to run (default: all four)
+#   FUZZ_TARGETS     targets to run (default: all five)
 #   FUZZ_KEEP_GOING  1: go on after a crash (libFuzzer -fork=1 with
 #                    -ignore_crashes/-ignore_ooms/-ignore_timeouts), to
 #                    collect every crash of a long run; still exits 1 if any
@@ -31,7 +31,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 repo="$(pwd)"
 secs="${1:-60}"
-targets="${FUZZ_TARGETS:-request_frame record_batch group_codecs log_recovery}"
+targets="${FUZZ_TARGETS:-request_frame record_batch group_codecs log_recovery txn_codecs}"
 keep_going="${FUZZ_KEEP_GOING:-0}"
 jobs="${FUZZ_JOBS:-1}"
 

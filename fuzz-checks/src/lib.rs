@@ -1,9 +1,10 @@
 //! The checks the fuzzers run, one module each: an input of bytes goes
 //! through one part of the broker that reads untrusted bytes (request
 //! frames, record batches, consumer-group records, partition directories
-//! on disk) and whatever property that part promises is asserted. A check
-//! panics on a violated property; any error the broker returns for bad
-//! bytes is fine.
+//! on disk, the transaction coordinator's records, transaction markers,
+//! `.txnindex` files and producer snapshots) and whatever property that
+//! part promises is asserted. A check panics on a violated property; any
+//! error the broker returns for bad bytes is fine.
 //!
 //! Two drivers: libFuzzer (`fuzz/`, `scripts/fuzz.sh`: coverage-guided,
 //! with AddressSanitizer and allocation limits) and the bounded mutation run
@@ -14,14 +15,16 @@ pub mod group_codecs;
 pub mod log_recovery;
 pub mod record_batch;
 pub mod request_frame;
+pub mod txn_codecs;
 
 /// A check: one input, a panic if a property fails.
 pub type Check = fn(&[u8]);
 
 /// Every check by the name of its fuzz target (and its corpus directory).
-pub const CHECKS: [(&str, Check); 4] = [
+pub const CHECKS: [(&str, Check); 5] = [
     ("request_frame", request_frame::run),
     ("record_batch", record_batch::run),
     ("group_codecs", group_codecs::run),
     ("log_recovery", log_recovery::run),
+    ("txn_codecs", txn_codecs::run),
 ];

@@ -302,6 +302,11 @@ fn log_recovery() {
     bounded_run("log_recovery");
 }
 
+#[test]
+fn txn_codecs() {
+    bounded_run("txn_codecs");
+}
+
 /// The guard catches what it must: a check that allocates past the limit
 /// aborts its process. Run in a child process (the test binary itself,
 /// filtered to the ignored helper below), since the abort ends it.
