@@ -30,6 +30,9 @@ pub struct Broker {
     /// Where the transaction coordinator's markers go (set at start:
     /// `replication::markers`, over the brokers' own connections).
     markers: std::sync::OnceLock<Arc<dyn crate::txn_coordinator::MarkerSender>>,
+    /// The same channel, for a partition leader's verification calls to
+    /// transaction coordinators (set at start with `markers`).
+    txn_channel: std::sync::OnceLock<Arc<crate::replication::markers::MarkerChannel>>,
     pub metrics: Metrics,
     /// Connection slots (`max.connections`, `max.connections.per.ip`).
     pub connection_limits: Arc<ConnectionLimiter>,
@@ -115,6 +118,7 @@ impl Broker {
                 crate::txn_coordinator::TxnSettings::from_config(&config),
             ),
             markers: std::sync::OnceLock::new(),
+            txn_channel: std::sync::OnceLock::new(),
             topics,
             groups,
             metrics,
@@ -135,6 +139,18 @@ impl Broker {
     /// Sets where transaction markers go (once, at start).
     pub fn set_marker_sender(&self, sender: Arc<dyn crate::txn_coordinator::MarkerSender>) {
         let _ = self.markers.set(sender);
+    }
+
+    /// Sets the brokers' transaction channel: markers to partition
+    /// leaders, verifications to transaction coordinators.
+    pub fn set_txn_channel(&self, channel: Arc<crate::replication::markers::MarkerChannel>) {
+        let _ = self.txn_channel.set(channel.clone());
+        self.set_marker_sender(channel);
+    }
+
+    /// The brokers' transaction channel, once set.
+    pub fn txn_channel(&self) -> Option<&Arc<crate::replication::markers::MarkerChannel>> {
+        self.txn_channel.get()
     }
 
     /// Where transaction markers go, once set.

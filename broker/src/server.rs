@@ -168,7 +168,7 @@ pub async fn run_reporting(
     let weak = Arc::downgrade(&broker);
     let identity_of = Arc::downgrade(&broker);
     let local_of = Arc::downgrade(&broker);
-    broker.set_marker_sender(Arc::new(crate::replication::markers::MarkerChannel::new(
+    broker.set_txn_channel(Arc::new(crate::replication::markers::MarkerChannel::new(
         broker.node_id,
         tokio::runtime::Handle::current(),
         Arc::new(move || weak.upgrade().map(|b| b.image()).unwrap_or_default()),

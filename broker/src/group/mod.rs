@@ -2,7 +2,8 @@
 //! offsets ([`offsets`]), persisted in the compacted internal topic
 //! `__consumer_offsets` and loaded from it at start, with each settled
 //! generation's metadata ([`metadata`]) so a coordinator that takes a group
-//! over keeps its members.
+//! over keeps its members, and offsets committed inside transactions
+//! ([`txn_offsets`]), pending until the transaction's marker.
 //!
 //! This module owns the groups' in-memory state and the waiting
 //! JoinGroup/SyncGroup requests; the offsets topic's log is reached only
@@ -22,6 +23,7 @@
 pub mod metadata;
 pub mod offsets;
 pub mod state;
+pub mod txn_offsets;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::os::unix::fs::FileExt;
@@ -39,6 +41,7 @@ use crate::clock::now_ms;
 use crate::error::TopicError;
 use crate::storage::batch::{BatchHeader, BATCH_HEADER_LEN};
 use crate::topics::TopicManager;
+use crate::txn::marker::TxnResult;
 use offsets::{CommittedOffset, OffsetTable, OFFSETS_TOPIC};
 use state::{Effect, Group, GroupSettings, GroupState, JoinRequest, JoinResult, Reply, SyncResult};
 
@@ -137,10 +140,29 @@ pub struct GroupDescription {
     pub members: Vec<state::Member>,
 }
 
-/// Committed offsets per topic: `(topic, [(partition, offset if any)])`.
-pub type FetchedOffsets = Vec<(String, Vec<(i32, Option<CommittedOffset>)>)>;
+/// One partition's committed offset as OffsetFetch answers it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchedOffset {
+    pub partition: i32,
+    pub committed: Option<CommittedOffset>,
+    /// An open transaction holds an offset for it: an OffsetFetch that
+    /// requires stable offsets gets UNSTABLE_OFFSET_COMMIT.
+    pub pending_transaction: bool,
+}
+
+/// Committed offsets per topic.
+pub type FetchedOffsets = Vec<(String, Vec<FetchedOffset>)>;
 /// Error codes per topic: `(topic, [(partition, error code)])`.
 pub type PartitionCodes = Vec<(String, Vec<(i32, i16)>)>;
+
+/// A commit ready to write: one error code per item, the records, and
+/// the accepted items as (index in `codes`, key, offset).
+#[derive(Default)]
+struct PreparedCommit {
+    codes: Vec<i16>,
+    records: Vec<(Bytes, Option<Bytes>)>,
+    accepted: Vec<(usize, offsets::OffsetKey, CommittedOffset)>,
+}
 
 /// One committed offset to write, and the error for it if any.
 #[derive(Debug, Clone)]
@@ -184,8 +206,10 @@ impl std::fmt::Debug for GroupCoordinator {
 }
 
 /// Applies the whole batches at the start of `bytes` (read from an offsets
-/// partition at `offset`) to `table`, skipping control records and batches
-/// whose records do not decode (logged). Returns the records applied and
+/// partition at `offset`) to `table`, skipping batches whose records do
+/// not decode (logged). A transactional batch's offsets are pending until
+/// a COMMIT or ABORT marker of its producer follows
+/// ([`txn_offsets`]); other control records are skipped. Returns the records applied and
 /// the offset after the last whole batch (`offset` if none was whole). The
 /// coordinator's load and the `group_codecs` fuzz target share it.
 pub fn apply_offsets_batches(
@@ -207,10 +231,22 @@ pub fn apply_offsets_batches(
             Ok(records_of_batch) => {
                 for r in records_of_batch {
                     if r.control {
+                        let result = r
+                            .key
+                            .as_deref()
+                            .and_then(|k| crate::txn::marker::decode_control_key(k).ok())
+                            .and_then(|kind| kind.txn_result());
+                        if let Some(result) = result {
+                            table.complete_txn(r.producer_id, result == TxnResult::Commit);
+                        }
                         continue;
                     }
                     records += 1;
-                    table.apply_record(r.key, r.value);
+                    if r.transactional && r.producer_id >= 0 {
+                        table.apply_txn_record(r.producer_id, r.key, r.value);
+                    } else {
+                        table.apply_record(r.key, r.value);
+                    }
                 }
             }
             Err(e) => {
@@ -392,11 +428,7 @@ impl GroupCoordinator {
         for p in &topic.partitions {
             let (part, applied) = read_offsets(p)?;
             records += applied;
-            for group in part.groups() {
-                for ((topic, partition), c) in part.group(group) {
-                    table.put(group, topic, *partition, c.clone());
-                }
-            }
+            table.merge(part);
         }
         let mut per_shard: Vec<OffsetTable> = (0..self.shards.len())
             .map(|_| OffsetTable::default())
@@ -412,6 +444,14 @@ impl GroupCoordinator {
             let index = offsets::partition_for(&group, self.shards.len() as i32);
             per_shard[usize::try_from(index).unwrap_or(0)].put_snapshot(&group, snapshot);
         }
+        for (producer_id, key, c) in table.pending().entries() {
+            let index = offsets::partition_for(&key.0, self.shards.len() as i32);
+            per_shard[usize::try_from(index).unwrap_or(0)].put_pending(
+                producer_id,
+                key.clone(),
+                c.clone(),
+            );
+        }
         let now = now_ms();
         for (shard, offsets) in self.shards.iter().zip(per_shard) {
             *shard.state.lock() = Inner::restored(offsets, now);
@@ -424,6 +464,20 @@ impl GroupCoordinator {
         topics: &TopicManager,
         group: &str,
         records: Vec<(Bytes, Option<Bytes>)>,
+    ) -> Result<(), TopicError> {
+        self.persist_for(topics, group, records, None)
+    }
+
+    /// Writes `records` to `group`'s offsets partition and waits for its
+    /// in-sync replicas; with `producer` `(id, epoch)`, as that producer's
+    /// transactional batch (no sequence, as Kafka's coordinator writes
+    /// them; an epoch older than the partition has seen is refused).
+    fn persist_for(
+        &self,
+        topics: &TopicManager,
+        group: &str,
+        records: Vec<(Bytes, Option<Bytes>)>,
+        producer: Option<(i64, i16)>,
     ) -> Result<(), TopicError> {
         if records.is_empty() {
             return Ok(());
@@ -442,12 +496,12 @@ impl GroupCoordinator {
             .into_iter()
             .enumerate()
             .map(|(i, (key, value))| Record {
-                transactional: false,
+                transactional: producer.is_some(),
                 control: false,
                 delete_horizon: false,
                 partition_leader_epoch: -1,
-                producer_id: -1,
-                producer_epoch: -1,
+                producer_id: producer.map_or(-1, |p| p.0),
+                producer_epoch: producer.map_or(-1, |p| p.1),
                 timestamp_type: TimestampType::Creation,
                 offset: i as i64,
                 sequence: -1,
@@ -474,7 +528,11 @@ impl GroupCoordinator {
                 "this broker no longer leads the group's offsets partition",
             )
         })?;
-        let required = match partition.append(&buf, &headers, None)? {
+        let appended = match producer {
+            Some(_) => partition.append_as_coordinator(&buf, &headers)?,
+            None => partition.append(&buf, &headers, None)?,
+        };
+        let required = match appended {
             crate::partition::Appended::New(r) => r.last_offset + 1,
             crate::partition::Appended::Duplicate { base_offset, .. } => base_offset + 1,
         };
@@ -723,6 +781,89 @@ impl GroupCoordinator {
         removed
     }
 
+    /// Whether `member_id` (of `instance`, at `generation_id`) may commit
+    /// offsets for `group_id` now. A commit without a generation and a
+    /// member id is an admin's (or a simple consumer's): allowed only for
+    /// a group without members, except inside a transaction, where Kafka
+    /// takes it from producers that predate KIP-447's group metadata.
+    /// A transactional commit is not held back by a rebalance in progress.
+    fn check_committer(
+        inner: &Inner,
+        group_id: &str,
+        member_id: &str,
+        instance: Option<&str>,
+        generation_id: i32,
+        transactional: bool,
+    ) -> Result<(), ResponseError> {
+        let anonymous = generation_id < 0 && member_id.is_empty() && instance.is_none();
+        match inner.groups.get(group_id) {
+            Some(g) if !g.members.is_empty() => {
+                if transactional && anonymous {
+                    return Ok(());
+                }
+                g.check_member(member_id, instance, generation_id)?;
+                if !transactional && g.state == GroupState::CompletingRebalance {
+                    return Err(ResponseError::RebalanceInProgress);
+                }
+                Ok(())
+            }
+            _ if generation_id >= 0 || !member_id.is_empty() => Err(if member_id.is_empty() {
+                ResponseError::IllegalGeneration
+            } else {
+                ResponseError::UnknownMemberId
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// The records of a commit of `items` at `now`: one error code per
+    /// item, the records to write, and the accepted items (their index in
+    /// the codes, the key, the offset).
+    fn commit_records(
+        &self,
+        partition_exists: &dyn Fn(&str, i32) -> bool,
+        group_id: &str,
+        items: &[CommitItem],
+        now: i64,
+    ) -> PreparedCommit {
+        let mut prepared = PreparedCommit::default();
+        for item in items {
+            let metadata = item.metadata.clone().unwrap_or_default();
+            let code = if !partition_exists(&item.topic, item.partition) {
+                ResponseError::UnknownTopicOrPartition.code()
+            } else if metadata.len() > self.settings.offset_metadata_max_bytes {
+                ResponseError::OffsetMetadataTooLarge.code()
+            } else {
+                let c = CommittedOffset {
+                    offset: item.offset,
+                    leader_epoch: item.leader_epoch,
+                    metadata,
+                    commit_timestamp: now,
+                };
+                prepared.records.push((
+                    offsets::encode_key(group_id, &item.topic, item.partition),
+                    Some(offsets::encode_value(&c)),
+                ));
+                let key = (group_id.to_string(), item.topic.clone(), item.partition);
+                prepared.accepted.push((prepared.codes.len(), key, c));
+                0
+            };
+            prepared.codes.push(code);
+        }
+        prepared
+    }
+
+    /// The code every accepted item of a commit gets when its write
+    /// failed, as Kafka maps a failed coordinator write (both retriable).
+    fn write_failure(e: &TopicError) -> ResponseError {
+        match e.code {
+            ResponseError::NotLeaderOrFollower | ResponseError::NotCoordinator => {
+                ResponseError::NotCoordinator
+            }
+            _ => ResponseError::CoordinatorNotAvailable,
+        }
+    }
+
     /// OffsetCommit: checks membership, then persists and applies. Returns
     /// one error code per item, or a group-level error for all of them.
     /// `partition_exists` says whether the cluster has a partition (this
@@ -744,100 +885,173 @@ impl GroupCoordinator {
         }
         let shard = self.shard(group_id);
         let _writes = shard.writes.lock();
-        match shard.state.lock().groups.get(group_id) {
-            Some(g) if !g.members.is_empty() => {
-                if let Err(e) = g.check_member(member_id, instance, generation_id) {
-                    return all(e);
-                }
-                if g.state == GroupState::CompletingRebalance {
-                    return all(ResponseError::RebalanceInProgress);
-                }
-            }
-            _ => {
-                if generation_id >= 0 || !member_id.is_empty() {
-                    return all(if member_id.is_empty() {
-                        ResponseError::IllegalGeneration
-                    } else {
-                        ResponseError::UnknownMemberId
-                    });
-                }
-            }
+        let checked = Self::check_committer(
+            &shard.state.lock(),
+            group_id,
+            member_id,
+            instance,
+            generation_id,
+            false,
+        );
+        if let Err(e) = checked {
+            return all(e);
         }
-        let now = now_ms();
-        let mut codes = Vec::with_capacity(items.len());
-        let mut records = Vec::new();
-        let mut accepted = Vec::new();
-        for item in items {
-            let exists = partition_exists(&item.topic, item.partition);
-            let metadata = item.metadata.clone().unwrap_or_default();
-            let code = if !exists {
-                ResponseError::UnknownTopicOrPartition.code()
-            } else if metadata.len() > self.settings.offset_metadata_max_bytes {
-                ResponseError::OffsetMetadataTooLarge.code()
-            } else {
-                let c = CommittedOffset {
-                    offset: item.offset,
-                    leader_epoch: item.leader_epoch,
-                    metadata,
-                    commit_timestamp: now,
-                };
-                records.push((
-                    offsets::encode_key(group_id, &item.topic, item.partition),
-                    Some(offsets::encode_value(&c)),
-                ));
-                accepted.push((codes.len(), item, c));
-                0
-            };
-            codes.push(code);
-        }
+        let PreparedCommit {
+            mut codes,
+            records,
+            accepted,
+        } = self.commit_records(partition_exists, group_id, items, now_ms());
         if let Err(e) = self.persist(topics, group_id, records) {
             tracing::warn!(group = group_id, error = %e.message, "could not persist committed offsets");
-            // as Kafka maps a failed coordinator write (both retriable)
-            let code = match e.code {
-                ResponseError::NotLeaderOrFollower | ResponseError::NotCoordinator => {
-                    ResponseError::NotCoordinator
-                }
-                _ => ResponseError::CoordinatorNotAvailable,
-            };
+            let code = Self::write_failure(&e);
             for (i, _, _) in &accepted {
                 codes[*i] = code.code();
             }
             return codes;
         }
         let mut inner = shard.state.lock();
-        for (_, item, c) in accepted {
-            inner.offsets.put(group_id, &item.topic, item.partition, c);
+        for (_, (_, topic, partition), c) in accepted {
+            inner.offsets.commit(group_id, &topic, partition, c);
         }
         codes
     }
 
+    /// TxnOffsetCommit: `producer`'s (id, epoch) transaction commits
+    /// `items` for `group_id`. Checked as an OffsetCommit (see
+    /// [`check_committer`](Self::check_committer)), written to the group's
+    /// offsets partition as the producer's transactional batch, and held
+    /// pending until the transaction's marker reaches that partition
+    /// ([`complete_transaction`](Self::complete_transaction)). A producer
+    /// epoch older than the partition has seen gets PRODUCER_FENCED.
+    #[allow(clippy::too_many_arguments)]
+    pub fn commit_transactional(
+        &self,
+        topics: &TopicManager,
+        partition_exists: &dyn Fn(&str, i32) -> bool,
+        group_id: &str,
+        producer: (i64, i16),
+        member_id: &str,
+        instance: Option<&str>,
+        generation_id: i32,
+        items: &[CommitItem],
+    ) -> Vec<i16> {
+        let all = |e: ResponseError| vec![e.code(); items.len()];
+        if let Err(e) = Self::validate_group_id(group_id) {
+            return all(e);
+        }
+        let shard = self.shard(group_id);
+        let _writes = shard.writes.lock();
+        let checked = Self::check_committer(
+            &shard.state.lock(),
+            group_id,
+            member_id,
+            instance,
+            generation_id,
+            true,
+        );
+        if let Err(e) = checked {
+            return all(e);
+        }
+        let PreparedCommit {
+            mut codes,
+            records,
+            accepted,
+        } = self.commit_records(partition_exists, group_id, items, now_ms());
+        if let Err(e) = self.persist_for(topics, group_id, records, Some(producer)) {
+            let code = match e.code {
+                ResponseError::InvalidProducerEpoch => ResponseError::ProducerFenced,
+                _ => Self::write_failure(&e),
+            };
+            tracing::warn!(group = group_id, producer_id = producer.0, error = %e.message, answer = ?code, "could not persist transactional offsets");
+            for (i, _, _) in &accepted {
+                codes[*i] = code.code();
+            }
+            return codes;
+        }
+        let mut inner = shard.state.lock();
+        for (_, key, c) in accepted {
+            inner.offsets.put_pending(producer.0, key, c);
+        }
+        codes
+    }
+
+    /// A COMMIT or ABORT marker of `producer_id` was written to offsets
+    /// partition `partition` and replicated: its pending offsets there
+    /// become committed ones, or vanish. Returns how many were pending
+    /// (none on a broker that does not coordinate that partition's groups:
+    /// its next coordinator reads the marker from the log).
+    pub fn complete_transaction(
+        &self,
+        partition: i32,
+        producer_id: i64,
+        result: TxnResult,
+    ) -> usize {
+        let Some(shard) = usize::try_from(partition)
+            .ok()
+            .and_then(|i| self.shards.get(i))
+        else {
+            return 0;
+        };
+        let _writes = shard.writes.lock();
+        if shard.owner.load(Ordering::SeqCst) != OWNED {
+            return 0;
+        }
+        let n = shard
+            .state
+            .lock()
+            .offsets
+            .complete_txn(producer_id, result == TxnResult::Commit);
+        if n > 0 {
+            tracing::debug!(
+                partition,
+                producer_id,
+                offsets = n,
+                ?result,
+                "transactional offsets completed"
+            );
+        }
+        n
+    }
+
     /// OffsetFetch: the committed offset of each asked partition (or of all
-    /// partitions the group committed, for `None`).
+    /// partitions the group committed, for `None`), and whether an open
+    /// transaction holds one for it.
     pub fn fetch_offsets(
         &self,
         group_id: &str,
         wanted: Option<Vec<(String, Vec<i32>)>>,
     ) -> FetchedOffsets {
         let inner = self.shard(group_id).state.lock();
+        let fetched =
+            |topic: &str, partition: i32, committed: Option<CommittedOffset>| FetchedOffset {
+                partition,
+                committed,
+                pending_transaction: inner
+                    .offsets
+                    .pending()
+                    .is_pending(group_id, topic, partition),
+            };
         match wanted {
             Some(list) => list
                 .into_iter()
                 .map(|(topic, parts)| {
                     let found = parts
                         .into_iter()
-                        .map(|p| (p, inner.offsets.get(group_id, &topic, p).cloned()))
+                        .map(|p| {
+                            fetched(&topic, p, inner.offsets.get(group_id, &topic, p).cloned())
+                        })
                         .collect();
                     (topic, found)
                 })
                 .collect(),
             None => {
-                let mut by_topic: BTreeMap<String, Vec<(i32, Option<CommittedOffset>)>> =
-                    BTreeMap::new();
+                let mut by_topic: BTreeMap<String, Vec<FetchedOffset>> = BTreeMap::new();
                 for ((topic, p), c) in inner.offsets.group(group_id) {
-                    by_topic
-                        .entry(topic.clone())
-                        .or_default()
-                        .push((*p, Some(c.clone())));
+                    by_topic.entry(topic.clone()).or_default().push(fetched(
+                        topic,
+                        *p,
+                        Some(c.clone()),
+                    ));
                 }
                 by_topic.into_iter().collect()
             }

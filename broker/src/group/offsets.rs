@@ -9,6 +9,8 @@ use std::collections::BTreeMap;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
+use super::txn_offsets::PendingTxnOffsets;
+
 /// The name of the internal offsets topic.
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 
@@ -131,6 +133,8 @@ pub struct OffsetTable {
     /// The latest group-metadata record of each group read with them
     /// ([`super::metadata`]), for the coordinator to restore the groups.
     snapshots: BTreeMap<String, super::metadata::GroupSnapshot>,
+    /// Offsets of transactions without a marker yet.
+    pending: PendingTxnOffsets,
 }
 
 impl OffsetTable {
@@ -139,6 +143,45 @@ impl OffsetTable {
             .entry(group.to_string())
             .or_default()
             .insert((topic.to_string(), partition), c);
+    }
+    /// A plain commit: the group's offset now, and no pending
+    /// transactional offset written before it may replace it.
+    pub fn commit(&mut self, group: &str, topic: &str, partition: i32, c: CommittedOffset) {
+        self.pending
+            .supersede(&(group.to_string(), topic.to_string(), partition));
+        self.put(group, topic, partition, c);
+    }
+    /// The offsets of transactions without a marker yet.
+    pub fn pending(&self) -> &PendingTxnOffsets {
+        &self.pending
+    }
+    /// Adds `offset` of `producer_id`'s open transaction.
+    pub fn put_pending(&mut self, producer_id: i64, key: OffsetKey, offset: CommittedOffset) {
+        self.pending.add(producer_id, key, offset);
+    }
+    /// `producer_id`'s transaction ended with a marker: on a commit its
+    /// pending offsets become committed ones; on an abort they are
+    /// dropped. Returns how many were pending.
+    pub fn complete_txn(&mut self, producer_id: i64, committed: bool) -> usize {
+        let offsets = self.pending.complete(producer_id);
+        let n = offsets.len();
+        if committed {
+            for ((group, topic, partition), c) in offsets {
+                self.put(&group, &topic, partition, c);
+            }
+        }
+        n
+    }
+    /// Applies one record of a transactional batch of `producer_id`: an
+    /// offset commit pending until the transaction's marker (other
+    /// records, which Kafka never writes transactionally, are ignored).
+    pub fn apply_txn_record(&mut self, producer_id: i64, key: Option<Bytes>, value: Option<Bytes>) {
+        let Some(key) = key.and_then(decode_key) else {
+            return;
+        };
+        if let Some(c) = value.and_then(decode_value) {
+            self.pending.add(producer_id, key, c);
+        }
     }
     pub fn remove(&mut self, group: &str, topic: &str, partition: i32) -> bool {
         let Some(g) = self.groups.get_mut(group) else {
@@ -160,7 +203,7 @@ impl OffsetTable {
         self.groups.keys()
     }
     pub fn has_group(&self, group: &str) -> bool {
-        self.groups.contains_key(group)
+        self.groups.contains_key(group) || self.pending.has_group(group)
     }
     /// The latest stored metadata of each group.
     pub fn snapshots(&self) -> &BTreeMap<String, super::metadata::GroupSnapshot> {
@@ -194,10 +237,21 @@ impl OffsetTable {
             return;
         };
         match value.and_then(decode_value) {
-            Some(c) => self.put(&group, &topic, partition, c),
+            Some(c) => self.commit(&group, &topic, partition, c),
             None => {
                 self.remove(&group, &topic, partition);
             }
+        }
+    }
+    /// Adds everything `other` holds (read from another partition: no
+    /// group is in both).
+    pub fn merge(&mut self, mut other: OffsetTable) {
+        for (group, offsets) in std::mem::take(&mut other.groups) {
+            self.groups.entry(group).or_default().extend(offsets);
+        }
+        self.snapshots.append(&mut other.snapshots);
+        for (producer_id, key, c) in other.pending.entries() {
+            self.pending.add(producer_id, key.clone(), c.clone());
         }
     }
     /// Offsets of `group` committed before `cutoff_ms`.
@@ -263,6 +317,44 @@ mod tests {
         t.apply_record(Some(encode_key("g", "t", 0)), None);
         assert_eq!(t.get("g", "t", 0), None);
         assert!(!t.has_group("g"));
+    }
+
+    #[test]
+    fn transactional_offsets_apply_on_commit_and_vanish_on_abort() {
+        let c = |offset| CommittedOffset {
+            offset,
+            leader_epoch: -1,
+            metadata: String::new(),
+            commit_timestamp: 10,
+        };
+        let mut t = OffsetTable::default();
+        t.apply_record(Some(encode_key("g", "t", 0)), Some(encode_value(&c(1))));
+        t.apply_txn_record(7, Some(encode_key("g", "t", 0)), Some(encode_value(&c(5))));
+        t.apply_txn_record(8, Some(encode_key("g", "t", 1)), Some(encode_value(&c(6))));
+        t.apply_txn_record(9, Some(encode_key("g", "t", 2)), None);
+        assert_eq!(t.get("g", "t", 0), Some(&c(1)), "pending until the marker");
+        assert!(t.pending().is_pending("g", "t", 0));
+        assert!(
+            !t.pending().is_pending("g", "t", 2),
+            "no value, nothing pending"
+        );
+        assert_eq!(t.complete_txn(7, true), 1);
+        assert_eq!(t.get("g", "t", 0), Some(&c(5)));
+        assert_eq!(t.complete_txn(8, false), 1);
+        assert_eq!(t.get("g", "t", 1), None, "aborted");
+        assert!(t.pending().is_empty());
+        // a plain commit written after a pending one wins
+        t.apply_txn_record(7, Some(encode_key("g", "t", 0)), Some(encode_value(&c(8))));
+        t.apply_record(Some(encode_key("g", "t", 0)), Some(encode_value(&c(6))));
+        assert_eq!(t.complete_txn(7, true), 0);
+        assert_eq!(t.get("g", "t", 0), Some(&c(6)));
+        // a group with only pending offsets exists
+        t.apply_txn_record(
+            3,
+            Some(encode_key("only", "t", 0)),
+            Some(encode_value(&c(1))),
+        );
+        assert!(t.has_group("only"));
     }
 
     #[test]

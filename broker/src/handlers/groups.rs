@@ -19,20 +19,24 @@ use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
     OffsetFetchResponseTopic, OffsetFetchResponseTopics,
 };
+use kafka_protocol::messages::txn_offset_commit_response::{
+    TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+};
 use kafka_protocol::messages::{
     BrokerId, DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest,
     DescribeGroupsResponse, FindCoordinatorRequest, FindCoordinatorResponse, GroupId,
     HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
     LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, OffsetCommitRequest,
     OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse, OffsetFetchRequest,
-    OffsetFetchResponse, SyncGroupRequest, SyncGroupResponse, TopicName,
+    OffsetFetchResponse, SyncGroupRequest, SyncGroupResponse, TopicName, TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
 };
 use kafka_protocol::protocol::StrBytes;
 
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::group::state::JoinRequest;
-use crate::group::{CommitItem, FetchedOffsets};
+use crate::group::{CommitItem, FetchedOffset, FetchedOffsets};
 
 fn opt_str(s: &Option<StrBytes>) -> Option<String> {
     s.as_ref().map(|v| v.as_str().to_string())
@@ -305,6 +309,72 @@ pub fn offset_commit(broker: &Broker, req: OffsetCommitRequest) -> OffsetCommitR
     OffsetCommitResponse::default().with_topics(topics)
 }
 
+/// TxnOffsetCommit (versions 0-4): offsets a transaction commits for a
+/// group (a producer's `sendOffsetsToTransaction`), pending until the
+/// transaction ends (see `group::txn_offsets`). The group's members are
+/// checked as for OffsetCommit when the request names one (v3+, KIP-447).
+/// The transaction must have added the group's offsets partition
+/// (AddOffsetsToTxn): see [`super::transactions::verify_offsets_added`].
+pub fn txn_offset_commit(broker: &Broker, req: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse {
+    let items: Vec<CommitItem> = req
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions.iter().map(move |p| CommitItem {
+                topic: t.name.0.as_str().to_string(),
+                partition: p.partition_index,
+                offset: p.committed_offset,
+                leader_epoch: p.committed_leader_epoch,
+                metadata: opt_str(&p.committed_metadata),
+            })
+        })
+        .collect();
+    let group = req.group_id.0.as_str();
+    let producer = (req.producer_id.0, req.producer_epoch);
+    let instance = opt_str(&req.group_instance_id);
+    let checked = broker.groups.coordinates(group).and_then(|()| {
+        super::transactions::verify_offsets_added(
+            broker,
+            req.transactional_id.0.as_str(),
+            producer,
+            group,
+        )
+    });
+    let codes = match checked {
+        Err(code) => vec![code.code(); items.len()],
+        Ok(()) => broker.groups.commit_transactional(
+            &broker.topics,
+            &|topic, partition| broker.image().partition(topic, partition).is_some(),
+            group,
+            producer,
+            req.member_id.as_str(),
+            instance.as_deref(),
+            req.generation_id,
+            &items,
+        ),
+    };
+    let mut codes = codes.into_iter();
+    let topics = req
+        .topics
+        .into_iter()
+        .map(|t| {
+            let partitions = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    TxnOffsetCommitResponsePartition::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(codes.next().unwrap_or(0))
+                })
+                .collect();
+            TxnOffsetCommitResponseTopic::default()
+                .with_name(t.name)
+                .with_partitions(partitions)
+        })
+        .collect();
+    TxnOffsetCommitResponse::default().with_topics(topics)
+}
+
 fn fetch_group(
     broker: &Broker,
     group: &str,
@@ -313,18 +383,28 @@ fn fetch_group(
     broker.groups.fetch_offsets(group, wanted)
 }
 
-/// Offset, leader epoch and metadata of a committed offset, or Kafka's
-/// "nothing committed" values.
-fn committed_fields(
-    c: Option<crate::group::offsets::CommittedOffset>,
-) -> (i64, i32, Option<StrBytes>) {
-    match c {
-        Some(c) => (c.offset, c.leader_epoch, Some(str_bytes(&c.metadata))),
-        None => (-1, -1, Some(str_bytes(""))),
+/// Offset, leader epoch, metadata and error code of a fetched offset:
+/// Kafka's "nothing committed" values, and UNSTABLE_OFFSET_COMMIT, when
+/// `require_stable` and an open transaction holds an offset for it
+/// (KIP-447: a read_committed consumer waits for the transaction to end).
+fn committed_fields(f: FetchedOffset, require_stable: bool) -> (i64, i32, Option<StrBytes>, i16) {
+    if require_stable && f.pending_transaction {
+        return (
+            -1,
+            -1,
+            Some(str_bytes("")),
+            ResponseError::UnstableOffsetCommit.code(),
+        );
+    }
+    match f.committed {
+        Some(c) => (c.offset, c.leader_epoch, Some(str_bytes(&c.metadata)), 0),
+        None => (-1, -1, Some(str_bytes("")), 0),
     }
 }
 
 pub fn offset_fetch(broker: &Broker, req: OffsetFetchRequest, version: i16) -> OffsetFetchResponse {
+    // the field exists from v7; older requests decode it as false
+    let require_stable = req.require_stable;
     if version >= 8 {
         let groups = req
             .groups
@@ -348,13 +428,16 @@ pub fn offset_fetch(broker: &Broker, req: OffsetFetchRequest, version: i16) -> O
                             .with_partitions(
                                 parts
                                     .into_iter()
-                                    .map(|(p, c)| {
-                                        let (offset, epoch, meta) = committed_fields(c);
+                                    .map(|f| {
+                                        let p = f.partition;
+                                        let (offset, epoch, meta, code) =
+                                            committed_fields(f, require_stable);
                                         OffsetFetchResponsePartitions::default()
                                             .with_partition_index(p)
                                             .with_committed_offset(offset)
                                             .with_committed_leader_epoch(epoch)
                                             .with_metadata(meta)
+                                            .with_error_code(code)
                                     })
                                     .collect(),
                             )
@@ -383,13 +466,15 @@ pub fn offset_fetch(broker: &Broker, req: OffsetFetchRequest, version: i16) -> O
                 .with_partitions(
                     parts
                         .into_iter()
-                        .map(|(p, c)| {
-                            let (offset, epoch, meta) = committed_fields(c);
+                        .map(|f| {
+                            let p = f.partition;
+                            let (offset, epoch, meta, code) = committed_fields(f, require_stable);
                             OffsetFetchResponsePartition::default()
                                 .with_partition_index(p)
                                 .with_committed_offset(offset)
                                 .with_committed_leader_epoch(epoch)
                                 .with_metadata(meta)
+                                .with_error_code(code)
                         })
                         .collect(),
                 )

@@ -505,6 +505,10 @@ async fn dispatch(
             let resp = blocking(broker, api, move |b| groups::offset_commit(b, r)).await?;
             encode_response(api, version, cid, &resp)
         }
+        RequestKind::TxnOffsetCommit(r) => {
+            let resp = blocking(broker, api, move |b| groups::txn_offset_commit(b, r)).await?;
+            encode_response(api, version, cid, &resp)
+        }
         RequestKind::OffsetFetch(r) => {
             encode_response(api, version, cid, &groups::offset_fetch(b, r, version))
         }

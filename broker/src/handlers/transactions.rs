@@ -226,17 +226,148 @@ pub fn add_partitions_to_txn(
     AddPartitionsToTxnResponse::default().with_results_by_transaction(results)
 }
 
-pub fn add_offsets_to_txn(
-    broker: &Broker,
-    req: AddOffsetsToTxnRequest,
-    version: i16,
-) -> AddOffsetsToTxnResponse {
+/// The `__consumer_offsets` partition of `group` in the cluster's image.
+fn offsets_partition_of(broker: &Broker, group: &str) -> i32 {
     let offsets_partitions = broker
         .image()
         .topic(crate::group::offsets::OFFSETS_TOPIC)
         .map(|t| i32::try_from(t.partitions.len()).unwrap_or(i32::MAX))
         .unwrap_or(broker.groups.settings().offsets_partitions);
-    let index = crate::group::offsets::partition_for(req.group_id.0.as_str(), offsets_partitions);
+    crate::group::offsets::partition_for(group, offsets_partitions)
+}
+
+/// Before a transactional offset commit for `group`: whether
+/// `transactional_id`'s transaction (of `producer`) has added the group's
+/// offsets partition (AddOffsetsToTxn). The transaction's coordinator is
+/// asked, as Kafka's brokers ask it (KIP-890's verification): in process
+/// when this broker coordinates the id, else over the brokers'
+/// transaction channel. See [`verification_answer`] for the answers.
+/// Blocking.
+pub fn verify_offsets_added(
+    broker: &Broker,
+    transactional_id: &str,
+    producer: (i64, i16),
+    group: &str,
+) -> Result<(), ResponseError> {
+    let tp = TopicPartition::new(
+        crate::group::offsets::OFFSETS_TOPIC,
+        offsets_partition_of(broker, group),
+    );
+    let producer = ProducerIdAndEpoch::new(producer.0, producer.1);
+    let partitions = BTreeSet::from([tp.clone()]);
+    match broker
+        .txns
+        .verify_partitions(transactional_id, producer, &partitions)
+    {
+        Err(ResponseError::NotCoordinator) => {}
+        local => return verification_answer(local),
+    }
+    let image = broker.image();
+    let state_partition = broker.txns.partition_of(transactional_id);
+    let coordinator = image
+        .partition(crate::txn::vocab::TRANSACTION_STATE_TOPIC, state_partition)
+        .filter(|p| p.leader >= 0)
+        .and_then(|p| {
+            image
+                .broker(p.leader)
+                .map(|b| (p.leader, format!("{}:{}", b.host, b.port)))
+        });
+    let (Some(coordinator), Some(channel)) = (coordinator, broker.txn_channel()) else {
+        return Err(ResponseError::CoordinatorNotAvailable);
+    };
+    if coordinator.0 == broker.node_id {
+        // the image names this broker, which has not loaded the id yet
+        return Err(ResponseError::CoordinatorLoadInProgress);
+    }
+    let request = verify_request(transactional_id, producer, &tp);
+    match channel.verify(&coordinator, request) {
+        Ok(response) => verification_answer(verified(&response, transactional_id)),
+        Err(e) => {
+            tracing::warn!(transactional_id, coordinator = coordinator.0, error = %e, "could not ask a transaction coordinator to verify a transactional offset commit");
+            Err(ResponseError::CoordinatorNotAvailable)
+        }
+    }
+}
+
+/// AddPartitionsToTxn (v4+) asking whether `tp` is in the transaction.
+fn verify_request(
+    transactional_id: &str,
+    producer: ProducerIdAndEpoch,
+    tp: &TopicPartition,
+) -> AddPartitionsToTxnRequest {
+    use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTransaction;
+    AddPartitionsToTxnRequest::default().with_transactions(vec![
+        AddPartitionsToTxnTransaction::default()
+            .with_transactional_id(TransactionalId(str_bytes(transactional_id)))
+            .with_producer_id(ProducerId(producer.producer_id))
+            .with_producer_epoch(producer.epoch)
+            .with_verify_only(true)
+            .with_topics(vec![AddPartitionsToTxnTopic::default()
+                .with_name(TopicName(str_bytes(&tp.topic)))
+                .with_partitions(vec![tp.partition])]),
+    ])
+}
+
+/// A verification's answer as the coordinator would give it in process:
+/// its top-level error, or each partition's.
+fn verified(
+    response: &AddPartitionsToTxnResponse,
+    transactional_id: &str,
+) -> Result<Vec<(TopicPartition, Option<ResponseError>)>, ResponseError> {
+    if let Some(e) = ResponseError::try_from_code(response.error_code) {
+        return Err(e);
+    }
+    let Some(result) = response
+        .results_by_transaction
+        .iter()
+        .find(|r| r.transactional_id.0.as_str() == transactional_id)
+    else {
+        return Err(ResponseError::UnknownServerError);
+    };
+    Ok(result
+        .topic_results
+        .iter()
+        .flat_map(|t| {
+            t.results_by_partition.iter().map(|p| {
+                (
+                    TopicPartition::new(t.name.0.as_str(), p.partition_index),
+                    ResponseError::try_from_code(p.partition_error_code),
+                )
+            })
+        })
+        .collect())
+}
+
+/// What a transactional offset commit (TxnOffsetCommit up to v4) is told
+/// after its verification: nothing when the offsets partition is in the
+/// transaction; INVALID_TXN_STATE when it is not (the answer Kafka gave
+/// clients before TRANSACTION_ABORTABLE); a coordinator that moved or is
+/// loading, COORDINATOR_LOAD_IN_PROGRESS (retried); the coordinator's
+/// other refusals (PRODUCER_FENCED, INVALID_PRODUCER_ID_MAPPING,
+/// CONCURRENT_TRANSACTIONS) as they are.
+pub fn verification_answer(
+    verified: Result<Vec<(TopicPartition, Option<ResponseError>)>, ResponseError>,
+) -> Result<(), ResponseError> {
+    match verified {
+        Ok(per) if per.is_empty() => Err(ResponseError::UnknownServerError),
+        Ok(per) => match per.into_iter().find_map(|(_, e)| e) {
+            None => Ok(()),
+            Some(ResponseError::TransactionAbortable) => Err(ResponseError::InvalidTxnState),
+            Some(other) => Err(other),
+        },
+        Err(ResponseError::NotCoordinator) | Err(ResponseError::CoordinatorLoadInProgress) => {
+            Err(ResponseError::CoordinatorLoadInProgress)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+pub fn add_offsets_to_txn(
+    broker: &Broker,
+    req: AddOffsetsToTxnRequest,
+    version: i16,
+) -> AddOffsetsToTxnResponse {
+    let index = offsets_partition_of(broker, req.group_id.0.as_str());
     let producer = ProducerIdAndEpoch::new(req.producer_id.0, req.producer_epoch);
     let client_tv = TransactionVersion::V0;
     let code = match broker.txns.add_offsets(
@@ -358,4 +489,85 @@ pub fn list_transactions(
     ListTransactionsResponse::default()
         .with_unknown_state_filters(unknown)
         .with_transaction_states(listed)
+}
+
+#[cfg(test)]
+mod verification_tests {
+    use super::*;
+
+    fn tp() -> TopicPartition {
+        TopicPartition::new(crate::group::offsets::OFFSETS_TOPIC, 3)
+    }
+
+    #[test]
+    fn a_transactional_offset_commit_is_told_what_its_verification_found() {
+        assert_eq!(verification_answer(Ok(vec![(tp(), None)])), Ok(()));
+        assert_eq!(
+            verification_answer(Ok(vec![(tp(), Some(ResponseError::TransactionAbortable))])),
+            Err(ResponseError::InvalidTxnState),
+            "a group never added"
+        );
+        assert_eq!(
+            verification_answer(Err(ResponseError::ProducerFenced)),
+            Err(ResponseError::ProducerFenced)
+        );
+        for moved in [
+            ResponseError::NotCoordinator,
+            ResponseError::CoordinatorLoadInProgress,
+        ] {
+            assert_eq!(
+                verification_answer(Err(moved)),
+                Err(ResponseError::CoordinatorLoadInProgress),
+                "retried, not sent looking for another group coordinator"
+            );
+        }
+        assert_eq!(
+            verification_answer(Ok(vec![])),
+            Err(ResponseError::UnknownServerError),
+            "an answer without the partition asked about"
+        );
+    }
+
+    #[test]
+    fn a_remote_verification_is_read_back_per_partition() {
+        use kafka_protocol::protocol::{Decodable, Encodable};
+        let producer = ProducerIdAndEpoch::new(7, 2);
+        let request = verify_request("t-1", producer, &tp());
+        let mut buf = bytes::BytesMut::new();
+        request.encode(&mut buf, 5).unwrap();
+        let decoded = AddPartitionsToTxnRequest::decode(&mut buf.freeze(), 5).unwrap();
+        let t = &decoded.transactions[0];
+        assert!(t.verify_only);
+        assert_eq!((t.producer_id.0, t.producer_epoch), (7, 2));
+        assert_eq!(t.topics[0].partitions, vec![3]);
+
+        let answer = |code: i16| {
+            AddPartitionsToTxnResponse::default().with_results_by_transaction(vec![
+                AddPartitionsToTxnResult::default()
+                    .with_transactional_id(tid("t-1"))
+                    .with_topic_results(topic_results(&t.topics, |_| code)),
+            ])
+        };
+        assert_eq!(verified(&answer(0), "t-1"), Ok(vec![(tp(), None)]));
+        assert_eq!(
+            verified(&answer(ResponseError::TransactionAbortable.code()), "t-1"),
+            Ok(vec![(tp(), Some(ResponseError::TransactionAbortable))])
+        );
+        assert_eq!(
+            verified(&answer(0), "another"),
+            Err(ResponseError::UnknownServerError)
+        );
+        assert_eq!(
+            verified(
+                &AddPartitionsToTxnResponse::default()
+                    .with_error_code(ResponseError::ClusterAuthorizationFailed.code()),
+                "t-1"
+            ),
+            Err(ResponseError::ClusterAuthorizationFailed)
+        );
+    }
+
+    fn tid(s: &str) -> TransactionalId {
+        TransactionalId(str_bytes(s))
+    }
 }

@@ -12,6 +12,12 @@
 //! TRANSACTION_COORDINATOR_FENCED (a coordinator epoch older than the last
 //! marker's), REQUEST_TIMED_OUT.
 //!
+//! A marker on a `__consumer_offsets` partition also ends the
+//! transaction's pending offset commits there, once replicated (the group
+//! coordinator's `complete_transaction`): committed offsets appear, or
+//! aborted ones vanish. A marker that is not acknowledged in time leaves
+//! them pending; the coordinator sends it again.
+//!
 //! Only brokers may send it (Kafka requires ClusterAction): a connection
 //! that has not authenticated as a registered broker (`sasl`'s
 //! `MOLDAU-BROKER`, as replica fetches do) gets
@@ -29,6 +35,7 @@ use kafka_protocol::messages::write_txn_markers_response::{
 use kafka_protocol::messages::{WriteTxnMarkersRequest, WriteTxnMarkersResponse};
 
 use crate::broker::Broker;
+use crate::group::offsets::OFFSETS_TOPIC;
 use crate::partition::AckState;
 use crate::txn::marker::TxnResult;
 
@@ -45,7 +52,8 @@ pub fn handle(
 ) -> WriteTxnMarkersResponse {
     let image = broker.image();
     let mut results = Vec::with_capacity(req.markers.len());
-    // (marker index, topic index, partition index, partition, offset, epoch) to wait for
+    // (marker index, topic index, partition index, partition, offset,
+    // epoch, and for an offsets partition the transaction it ends) to wait for
     let mut pending = Vec::new();
     for (mi, marker) in req.markers.iter().enumerate() {
         let producer_id = marker.producer_id.0;
@@ -67,7 +75,8 @@ pub fn handle(
                             result,
                         ) {
                             Ok(offset) => {
-                                pending.push((mi, ti, pi, partition, offset, epoch));
+                                let ends = (name == OFFSETS_TOPIC).then_some((producer_id, result));
+                                pending.push((mi, ti, pi, partition, offset, epoch, ends));
                                 0
                             }
                             Err(e) => {
@@ -96,10 +105,17 @@ pub fn handle(
         );
     }
     let deadline = std::time::Instant::now() + MARKER_TIMEOUT;
-    for (mi, ti, pi, partition, offset, epoch) in pending {
+    for (mi, ti, pi, partition, offset, epoch, ends) in pending {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         let code = match partition.wait_replicated(offset + 1, epoch, left) {
-            AckState::Done => continue,
+            AckState::Done => {
+                if let Some((producer_id, result)) = ends {
+                    broker
+                        .groups
+                        .complete_transaction(partition.index, producer_id, result);
+                }
+                continue;
+            }
             AckState::Failed(code) => code,
             AckState::Waiting => ResponseError::RequestTimedOut,
         };

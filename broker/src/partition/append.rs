@@ -40,6 +40,14 @@ pub enum Appended {
     },
 }
 
+/// Who writes an append: a client's produce (sequences checked) or one
+/// of this broker's coordinators (epochs only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    Client,
+    Coordinator,
+}
+
 impl Partition {
     /// Appends validated batches (`headers` are theirs, in order) as the
     /// leader, stamping its leader epoch. Batches of idempotent producers
@@ -60,6 +68,28 @@ impl Partition {
         batches: &[u8],
         headers: &[BatchHeader],
         min_isr: Option<usize>,
+    ) -> Result<Appended, TopicError> {
+        self.append_from(batches, headers, min_isr, Origin::Client)
+    }
+
+    /// [`append`](Self::append) for batches one of this broker's
+    /// coordinators writes to its own topic: a transactional offset commit
+    /// carries its producer's id and epoch but no sequence, so only the
+    /// epoch is checked (Kafka's coordinator origin).
+    pub fn append_as_coordinator(
+        &self,
+        batches: &[u8],
+        headers: &[BatchHeader],
+    ) -> Result<Appended, TopicError> {
+        self.append_from(batches, headers, None, Origin::Coordinator)
+    }
+
+    fn append_from(
+        &self,
+        batches: &[u8],
+        headers: &[BatchHeader],
+        min_isr: Option<usize>,
+        origin: Origin,
     ) -> Result<Appended, TopicError> {
         let now = now_ms();
         let records: i64 = headers
@@ -98,10 +128,10 @@ impl Partition {
                 if let Some(hook) = BLOCKING_APPEND_HOOK.get() {
                     hook(&self.topic, self.index);
                 }
-                Self::append_locked(&mut state, batches, headers, epoch, now)
+                Self::append_locked(&mut state, batches, headers, epoch, now, origin)
             })
         } else {
-            Self::append_locked(&mut state, batches, headers, epoch, now)
+            Self::append_locked(&mut state, batches, headers, epoch, now, origin)
         };
         let hw = result
             .as_ref()
@@ -211,12 +241,18 @@ impl Partition {
         headers: &[BatchHeader],
         leader_epoch: i32,
         now: i64,
+        origin: Origin,
     ) -> Result<Appended, TopicError> {
-        if let Some(base_offset) = producers::check_sequences(&state.producers, headers)? {
-            return Ok(Appended::Duplicate {
-                base_offset,
-                log_start_offset: state.log.log_start_offset(),
-            });
+        match origin {
+            Origin::Client => {
+                if let Some(base_offset) = producers::check_sequences(&state.producers, headers)? {
+                    return Ok(Appended::Duplicate {
+                        base_offset,
+                        log_start_offset: state.log.log_start_offset(),
+                    });
+                }
+            }
+            Origin::Coordinator => producers::check_coordinator_batches(&state.producers, headers)?,
         }
         let active_before = state.log.active_base_offset();
         let result = state.log.append(batches, leader_epoch, now)?;

@@ -116,6 +116,39 @@ pub(super) fn check_sequences(
     Ok(duplicate)
 }
 
+/// Checks the batches one of this broker's coordinators writes
+/// (`headers`, in order): no sequences to check, as Kafka's coordinators
+/// write a transactional offset commit without one, but a producer epoch
+/// older than the partition has seen is refused (INVALID_PRODUCER_EPOCH:
+/// a fenced producer's late commit), and so is a control batch.
+pub(super) fn check_coordinator_batches(
+    producers: &ProducerStates,
+    headers: &[BatchHeader],
+) -> Result<(), TopicError> {
+    for h in headers {
+        if h.is_control() {
+            return Err(TopicError::new(
+                ResponseError::InvalidRecord,
+                "a coordinator writes no control batch through append",
+            ));
+        }
+        if h.producer_id >= 0 {
+            producers
+                .check_epoch(h.producer_id, h.producer_epoch)
+                .map_err(|code| {
+                    TopicError::new(
+                        code,
+                        format!(
+                            "producer {} epoch {} is older than the partition's",
+                            h.producer_id, h.producer_epoch
+                        ),
+                    )
+                })?;
+        }
+    }
+    Ok(())
+}
+
 /// Records appended batches (`headers`, in order, the first at
 /// `base_offset`) in the producers' state.
 pub(super) fn record_appended(
@@ -125,7 +158,13 @@ pub(super) fn record_appended(
 ) {
     let mut offset = base_offset;
     for h in headers {
-        if h.producer_id >= 0 {
+        if h.producer_id >= 0 && h.base_sequence < 0 {
+            producers.record_unsequenced(h.producer_id, h.producer_epoch);
+            producers.record_timestamp(h.producer_id, h.max_timestamp);
+            if h.is_transactional() {
+                producers.begin_txn(h.producer_id, offset);
+            }
+        } else if h.producer_id >= 0 {
             let last_seq = producer_last_sequence(h);
             producers.record(
                 h.producer_id,

@@ -187,6 +187,28 @@ impl ProducerStates {
         entry.txn_first_offset.get_or_insert(first_offset);
     }
 
+    /// Remembers a batch without sequences (a coordinator's transactional
+    /// offset commit) of `pid` at `epoch`: only a newer epoch is news,
+    /// and it resets the remembered batches as any new epoch does.
+    pub fn record_unsequenced(&mut self, pid: i64, epoch: i16) {
+        let entry = self.producers.entry(pid).or_default();
+        if epoch > entry.epoch {
+            entry.epoch = epoch;
+            entry.batches.clear();
+        }
+    }
+
+    /// Whether a batch a coordinator of this broker writes for producer
+    /// `pid` at `epoch` (a transactional offset commit: no sequence, as
+    /// Kafka's coordinators write them) may be appended: an epoch older
+    /// than the producer's is INVALID_PRODUCER_EPOCH.
+    pub fn check_epoch(&self, pid: i64, epoch: i16) -> Result<(), ResponseError> {
+        match self.producers.get(&pid) {
+            Some(entry) if epoch < entry.epoch => Err(ResponseError::InvalidProducerEpoch),
+            _ => Ok(()),
+        }
+    }
+
     /// Whether a marker of `pid` at `epoch` from a coordinator at
     /// `coordinator_epoch` may be written: an epoch older than the
     /// producer's is INVALID_PRODUCER_EPOCH (Kafka's answer to a fenced
@@ -284,6 +306,8 @@ impl ProducerStates {
                 last_sequence(h),
                 h.base_offset,
             );
+        } else {
+            self.record_unsequenced(h.producer_id, h.producer_epoch);
         }
         self.record_timestamp(h.producer_id, h.max_timestamp);
         if h.is_transactional() {

@@ -40,6 +40,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::InitProducerId, 0, 4),
     (ApiKey::AddPartitionsToTxn, 0, 5),
     (ApiKey::AddOffsetsToTxn, 0, 4),
+    // v5 with transaction version 2 (the offsets partition added by the
+    // commit itself)
+    (ApiKey::TxnOffsetCommit, 0, 4),
     // v5 (transaction version 2, the epoch bumped by each end) once the
     // broker advertises transaction.version 2
     (ApiKey::EndTxn, 0, 4),

@@ -14,7 +14,13 @@
 //! logged; the partition stays owed, as a deposed coordinator's shard is
 //! dropped at its next metadata image anyway.
 //!
-//! Owns its connections (one per leader, opened on demand, dropped on any
+//! The same connections carry the other inter-broker call of
+//! transactions: a partition leader's question to a transaction
+//! coordinator whether a partition is in a transaction
+//! ([`MarkerChannel::verify`]; KIP-890's verification, which the group
+//! coordinator asks before it takes a transactional offset commit).
+//!
+//! Owns its connections (one per broker, opened on demand, dropped on any
 //! error); knows nothing of the coordinator's state. Calls block: the
 //! coordinator runs them on the blocking pool.
 
@@ -28,9 +34,10 @@ use kafka_protocol::messages::write_txn_markers_request::{
     WritableTxnMarker, WritableTxnMarkerTopic,
 };
 use kafka_protocol::messages::{
-    ApiKey, ProducerId, TopicName, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
+    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey, ProducerId, TopicName,
+    WriteTxnMarkersRequest, WriteTxnMarkersResponse,
 };
-use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use parking_lot::Mutex;
 
 use super::fetcher::Connection;
@@ -42,6 +49,9 @@ use crate::txn_coordinator::MarkerSender;
 
 /// The WriteTxnMarkers version sent (the one Kafka 4 brokers speak).
 pub const WRITE_TXN_MARKERS_VERSION: i16 = 1;
+/// The AddPartitionsToTxn version of a verification (the first with
+/// verify-only transactions is 4; Kafka 4 brokers send 5).
+pub const VERIFY_PARTITIONS_VERSION: i16 = 5;
 /// How long one leader gets to answer.
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -196,13 +206,46 @@ impl MarkerChannel {
         }
     }
 
-    /// Sends one request to a leader (a pooled connection or a new one);
-    /// a failed connection is dropped.
+    /// Sends one WriteTxnMarkers request to a leader.
     fn send(
         &self,
         leader: &(i32, String),
         request: WriteTxnMarkersRequest,
     ) -> std::io::Result<WriteTxnMarkersResponse> {
+        self.call(
+            leader,
+            ApiKey::WriteTxnMarkers,
+            WRITE_TXN_MARKERS_VERSION,
+            request,
+        )
+    }
+
+    /// Asks the transaction coordinator `coordinator` (node id,
+    /// `host:port`) whether partitions are in a transaction: an
+    /// AddPartitionsToTxn request with verify-only transactions (KIP-890),
+    /// as a partition leader asks before it takes a transactional write.
+    pub fn verify(
+        &self,
+        coordinator: &(i32, String),
+        request: AddPartitionsToTxnRequest,
+    ) -> std::io::Result<AddPartitionsToTxnResponse> {
+        self.call(
+            coordinator,
+            ApiKey::AddPartitionsToTxn,
+            VERIFY_PARTITIONS_VERSION,
+            request,
+        )
+    }
+
+    /// Sends one request to a broker (a pooled connection or a new one);
+    /// a failed connection is dropped.
+    fn call<Req: Encodable + Send + 'static, Resp: Decodable + Send + 'static>(
+        &self,
+        leader: &(i32, String),
+        api: ApiKey,
+        version: i16,
+        request: Req,
+    ) -> std::io::Result<Resp> {
         let pooled = self.connections.lock().remove(leader);
         let (bind, incarnation) = (self.identity)();
         let node = self.node;
@@ -219,9 +262,7 @@ impl MarkerChannel {
                     c
                 }
             };
-            let response: WriteTxnMarkersResponse = conn
-                .call(ApiKey::WriteTxnMarkers, WRITE_TXN_MARKERS_VERSION, &request)
-                .await?;
+            let response: Resp = conn.call(api, version, &request).await?;
             Ok::<_, std::io::Error>((conn, response))
         };
         let (conn, response) = self.runtime.block_on(async {
