@@ -4,7 +4,9 @@
 //! Input: one request frame as the broker reads it after the 4-byte size
 //! (`api key i16 | api version i16 | correlation id i32 | client id |
 //! [tagged fields] | body`), which is exactly what `fuzz/seed/capture.py`
-//! records from real clients. The first four bytes choose the
+//! records from real clients; the frames of the transaction APIs, which
+//! those clients do not send, are built by `tests/seeds.rs`
+//! (`*-txn.bin`). The first four bytes choose the
 //! `(api key, version)`: if they already name a pair the broker advertises
 //! (`moldau_broker::protocol::versions::SUPPORTED`) that pair is used, else
 //! they are read as a `u32` index into the list of every advertised pair

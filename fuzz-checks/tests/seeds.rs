@@ -16,7 +16,24 @@
 
 use std::path::{Path, PathBuf};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::add_partitions_to_txn_request::{
+    AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
+};
+use kafka_protocol::messages::describe_producers_request::TopicRequest;
+use kafka_protocol::messages::txn_offset_commit_request::{
+    TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+};
+use kafka_protocol::messages::write_txn_markers_request::{
+    WritableTxnMarker, WritableTxnMarkerTopic,
+};
+use kafka_protocol::messages::{
+    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, ApiKey, DescribeProducersRequest,
+    DescribeTransactionsRequest, EndTxnRequest, GroupId, InitProducerIdRequest,
+    ListTransactionsRequest, ProducerId, RequestHeader, RequestKind, TopicName, TransactionalId,
+    TxnOffsetCommitRequest, WriteTxnMarkersRequest,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use moldau_broker::storage::batch::{set_base_offset_and_epoch, BatchBuilder};
 use moldau_broker::storage::producer_snapshot::{self, SnapshotBatch, SnapshotEntry};
 use moldau_broker::storage::txn_index::{self, AbortedTxn};
@@ -350,9 +367,205 @@ fn txn_codecs_regressions() -> Vec<Seed> {
     .collect()
 }
 
+// --- request_frame -----------------------------------------------------------
+
+/// A request frame as the broker reads it after the size: header, body.
+fn frame<M: Encodable>(api: ApiKey, version: i16, body: &M) -> Vec<u8> {
+    let header = RequestHeader::default()
+        .with_request_api_key(api as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(7)
+        .with_client_id(Some(StrBytes::from_static_str("seed-txn")));
+    let mut buf = BytesMut::new();
+    header
+        .encode(&mut buf, api.request_header_version(version))
+        .unwrap();
+    body.encode(&mut buf, version).unwrap();
+    buf.to_vec()
+}
+
+fn txn_id(s: &'static str) -> TransactionalId {
+    TransactionalId(StrBytes::from_static_str(s))
+}
+
+fn topic(s: &'static str) -> TopicName {
+    TopicName(StrBytes::from_static_str(s))
+}
+
+/// Frames of every version of the transaction APIs, each a valid encoding
+/// with the fields of its version set.
+fn request_frames() -> Vec<Seed> {
+    let mut frames: Vec<(ApiKey, i16, Vec<u8>)> = Vec::new();
+    for v in 0..=4 {
+        let body = InitProducerIdRequest::default()
+            .with_transactional_id(Some(txn_id("app-1")))
+            .with_transaction_timeout_ms(60_000)
+            .with_producer_id(ProducerId(if v >= 3 { 4000 } else { -1 }))
+            .with_producer_epoch(if v >= 3 { 2 } else { -1 });
+        frames.push((
+            ApiKey::InitProducerId,
+            v,
+            frame(ApiKey::InitProducerId, v, &body),
+        ));
+    }
+    let topics = || {
+        vec![
+            AddPartitionsToTxnTopic::default()
+                .with_name(topic("orders"))
+                .with_partitions(vec![0, 1, 5]),
+            AddPartitionsToTxnTopic::default()
+                .with_name(topic("audit"))
+                .with_partitions(vec![2]),
+        ]
+    };
+    for v in 0..=5 {
+        let body = if v <= 3 {
+            AddPartitionsToTxnRequest::default()
+                .with_v3_and_below_transactional_id(txn_id("app-1"))
+                .with_v3_and_below_producer_id(ProducerId(4000))
+                .with_v3_and_below_producer_epoch(2)
+                .with_v3_and_below_topics(topics())
+        } else {
+            AddPartitionsToTxnRequest::default().with_transactions(vec![
+                AddPartitionsToTxnTransaction::default()
+                    .with_transactional_id(txn_id("app-1"))
+                    .with_producer_id(ProducerId(4000))
+                    .with_producer_epoch(2)
+                    .with_verify_only(true)
+                    .with_topics(topics()),
+                AddPartitionsToTxnTransaction::default()
+                    .with_transactional_id(txn_id("app-2"))
+                    .with_producer_id(ProducerId(4001))
+                    .with_producer_epoch(0)
+                    .with_topics(topics()[..1].to_vec()),
+            ])
+        };
+        frames.push((
+            ApiKey::AddPartitionsToTxn,
+            v,
+            frame(ApiKey::AddPartitionsToTxn, v, &body),
+        ));
+    }
+    for v in 0..=4 {
+        let body = AddOffsetsToTxnRequest::default()
+            .with_transactional_id(txn_id("app-1"))
+            .with_producer_id(ProducerId(4000))
+            .with_producer_epoch(2)
+            .with_group_id(GroupId(StrBytes::from_static_str("group-1")));
+        frames.push((
+            ApiKey::AddOffsetsToTxn,
+            v,
+            frame(ApiKey::AddOffsetsToTxn, v, &body),
+        ));
+        let body = EndTxnRequest::default()
+            .with_transactional_id(txn_id("app-1"))
+            .with_producer_id(ProducerId(4000))
+            .with_producer_epoch(2)
+            .with_committed(v % 2 == 0);
+        frames.push((ApiKey::EndTxn, v, frame(ApiKey::EndTxn, v, &body)));
+        let body = TxnOffsetCommitRequest::default()
+            .with_transactional_id(txn_id("app-1"))
+            .with_group_id(GroupId(StrBytes::from_static_str("group-1")))
+            .with_producer_id(ProducerId(4000))
+            .with_producer_epoch(2)
+            .with_generation_id(if v >= 3 { 3 } else { -1 })
+            .with_member_id(StrBytes::from_static_str(if v >= 3 {
+                "member-1"
+            } else {
+                ""
+            }))
+            .with_topics(vec![TxnOffsetCommitRequestTopic::default()
+                .with_name(topic("orders"))
+                .with_partitions(vec![
+                    TxnOffsetCommitRequestPartition::default()
+                        .with_partition_index(0)
+                        .with_committed_offset(42)
+                        .with_committed_leader_epoch(if v >= 2 { 1 } else { -1 })
+                        .with_committed_metadata(Some(StrBytes::from_static_str("m"))),
+                    TxnOffsetCommitRequestPartition::default()
+                        .with_partition_index(1)
+                        .with_committed_offset(7),
+                ])]);
+        frames.push((
+            ApiKey::TxnOffsetCommit,
+            v,
+            frame(ApiKey::TxnOffsetCommit, v, &body),
+        ));
+    }
+    let body = WriteTxnMarkersRequest::default().with_markers(vec![
+        WritableTxnMarker::default()
+            .with_producer_id(ProducerId(4000))
+            .with_producer_epoch(2)
+            .with_transaction_result(true)
+            .with_coordinator_epoch(5)
+            .with_topics(vec![WritableTxnMarkerTopic::default()
+                .with_name(topic("orders"))
+                .with_partition_indexes(vec![0, 1, 5])]),
+        WritableTxnMarker::default()
+            .with_producer_id(ProducerId(12))
+            .with_producer_epoch(0)
+            .with_transaction_result(false)
+            .with_coordinator_epoch(5)
+            .with_topics(vec![WritableTxnMarkerTopic::default()
+                .with_name(topic("__consumer_offsets"))
+                .with_partition_indexes(vec![17])]),
+    ]);
+    frames.push((
+        ApiKey::WriteTxnMarkers,
+        1,
+        frame(ApiKey::WriteTxnMarkers, 1, &body),
+    ));
+    let body = DescribeTransactionsRequest::default()
+        .with_transactional_ids(vec![txn_id("app-1"), txn_id("app-2")]);
+    frames.push((
+        ApiKey::DescribeTransactions,
+        0,
+        frame(ApiKey::DescribeTransactions, 0, &body),
+    ));
+    for v in 0..=1 {
+        let body = ListTransactionsRequest::default()
+            .with_state_filters(vec![StrBytes::from_static_str("Ongoing")])
+            .with_producer_id_filters(vec![ProducerId(4000)])
+            .with_duration_filter(if v >= 1 { 60_000 } else { -1 });
+        frames.push((
+            ApiKey::ListTransactions,
+            v,
+            frame(ApiKey::ListTransactions, v, &body),
+        ));
+    }
+    let body = DescribeProducersRequest::default().with_topics(vec![TopicRequest::default()
+        .with_name(topic("orders"))
+        .with_partition_indexes(vec![0, 1])]);
+    frames.push((
+        ApiKey::DescribeProducers,
+        0,
+        frame(ApiKey::DescribeProducers, 0, &body),
+    ));
+
+    for (api, v, bytes) in &frames {
+        // every frame decodes whole, as the broker's dispatch reads it
+        let mut buf = Bytes::copy_from_slice(bytes);
+        let header = RequestHeader::decode(&mut buf, api.request_header_version(*v)).unwrap();
+        assert_eq!(
+            (header.request_api_key, header.request_api_version),
+            (*api as i16, *v)
+        );
+        RequestKind::decode(*api, &mut buf, *v).unwrap_or_else(|e| panic!("{api:?} v{v}: {e}"));
+        assert!(buf.is_empty(), "{api:?} v{v}: bytes left over");
+    }
+    frames
+        .into_iter()
+        .map(|(api, v, bytes)| {
+            let name = format!("{:02}-v{v:02}-txn", api as i16);
+            ("corpus", "request_frame", name, bytes)
+        })
+        .collect()
+}
+
 fn all() -> Vec<Seed> {
     let mut seeds = txn_codecs();
     seeds.extend(txn_codecs_regressions());
+    seeds.extend(request_frames());
     seeds
 }
 
