@@ -7,6 +7,10 @@
 //! - `flags & 0x04`: `len u16 | bytes` of `00000000000000000000.timeindex`;
 //! - `flags & 0x20`: `base u64 | split u32`: the log is cut at `split` and
 //!   its tail is a second segment with base offset `base` (below 2^40);
+//! - `flags & 0x80`: `len u16 | bytes` of `00000000000000000000.txnindex`
+//!   (aborted transactions), then `len u16 | bytes` of a producer-state
+//!   snapshot, named after the offset it claims (bytes 10..18, when that
+//!   is in `0..2^40`, else 0);
 //! - the rest: `00000000000000000000.log`.
 //!
 //! Other flags: `0x01` clean shutdown (the `.clean-shutdown` marker and a
@@ -15,7 +19,10 @@
 //! code behind the CRC check); `0x10` a cleaner checkpoint (segments count
 //! as compacted: offset gaps allowed); `0x40` close and reopen (a clean
 //! restart) after the reads, then read again.
-//! Seeds are segments written by the broker for real clients' produces.
+//! Seeds are segments written by the broker for real clients' produces,
+//! and segments with transactions (`txn-*`: transactional batches of two
+//! producers, COMMIT and ABORT markers, an open transaction, with and
+//! without `.txnindex` and snapshot) built by `tests/seeds.rs`.
 //!
 //! Exercises `PartitionLog::open` (inventory, checkpoints, `Segment::recover`
 //! or `Segment::load_trusted` with index sanity checks and header scans,
@@ -24,10 +31,23 @@
 //! large `max_bytes`), `offset_for_timestamp` at several timestamps (which
 //! decodes batches) and `max_timestamp`; then `close` and a reopen.
 //!
+//! With `0x80` the directory is instead the one partition of a data
+//! directory opened as the broker starts (`TopicManager::open`:
+//! `Partition::open`, which also rebuilds the producers' state from the
+//! newest usable snapshot and the batches after it, and the aborted
+//! transactions from the `.txnindex` files and the markers the replay
+//! meets), then read at read_committed, closed cleanly and opened again.
+//!
 //! Asserts: no panic, abort or out-of-memory; any error is fine. After an
 //! unclean open (everything re-validated) every read returns whole batches
 //! that pass `validate_one`, in offset order, each read makes progress, and
-//! a clean restart serves exactly the same bytes.
+//! a clean restart serves exactly the same bytes. With `0x80`: log start ≤
+//! last stable offset ≤ high watermark ≤ log end; every entry the
+//! `.txnindex` files hold after the open names a marker inside the log
+//! (log start ≤ its offset < log end); a read_committed fetch reports only
+//! aborted transactions that began below the last stable offset; and after
+//! an unclean open, a clean restart keeps the offsets and the aborted
+//! transactions.
 
 use crate::common;
 
@@ -36,19 +56,52 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use std::collections::BTreeMap;
+
+use moldau_broker::config::BrokerConfig;
 use moldau_broker::storage::batch::{validate_one, BatchHeader};
-use moldau_broker::storage::{checkpoint, segment, LogConfig, PartitionLog};
+use moldau_broker::storage::{
+    checkpoint, producer_snapshot, segment, txn_index, LogConfig, PartitionLog,
+};
+use moldau_broker::topics::TopicManager;
 
 const NOW: i64 = 1_700_000_000_000;
 
+/// The topic of the data directory of flag `0x80`: its partition 0 is the
+/// directory under test.
+const TOPIC: &str = "t";
+
 thread_local! {
-    /// The partition directory of this thread (the bounded run checks
-    /// inputs on several threads of one process).
-    static DIR: PathBuf = {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    /// The data directory of this thread (the bounded run checks inputs on
+    /// several threads of one process); the partition directory under
+    /// test is its `t-0`.
+    static DATA: PathBuf = {
+        let n = next_thread();
         common::scratch_dir("log_recovery").join(format!("t-{n}"))
     };
+    /// A data directory holding topic `t` (one partition, the segment and
+    /// index sizes of [`config`]), made once: its metadata files are
+    /// copied into [`DATA`] for flag `0x80`.
+    static TEMPLATE: PathBuf = {
+        let n = next_thread();
+        let dir = common::scratch_dir("log_recovery").join(format!("template-{n}"));
+        let _ = fs::remove_dir_all(&dir);
+        let topics = TopicManager::open(&dir, BrokerConfig::default()).expect("a data directory");
+        let configs = BTreeMap::from([
+            ("segment.bytes".to_string(), (1 << 20).to_string()),
+            ("index.interval.bytes".to_string(), "128".to_string()),
+            ("segment.index.bytes".to_string(), "4096".to_string()),
+            ("retention.ms".to_string(), "-1".to_string()),
+        ]);
+        topics.create(TOPIC, 1, 1, configs).expect("create the topic");
+        topics.close();
+        dir
+    };
+}
+
+fn next_thread() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 fn config() -> LogConfig {
@@ -150,6 +203,12 @@ pub fn run(data: &[u8]) {
         let split = input.u32() as usize;
         (base, split)
     });
+    let txns = (flags & 0x80 != 0).then(|| {
+        let n = usize::from(input.u16());
+        let index = input.bytes(n);
+        let n = usize::from(input.u16());
+        (index, input.bytes(n))
+    });
     let mut log_bytes = input.rest.to_vec();
     if flags & 0x08 != 0 {
         common::fix_crcs(&mut log_bytes);
@@ -157,9 +216,10 @@ pub fn run(data: &[u8]) {
     let clean = flags & 0x01 != 0;
     let compacted = flags & 0x10 != 0;
 
-    let dir = DIR.with(PathBuf::clone);
+    let data = DATA.with(PathBuf::clone);
+    let dir = data.join(format!("{TOPIC}-0"));
     let dir: &Path = &dir;
-    let _ = fs::remove_dir_all(dir);
+    let _ = fs::remove_dir_all(&data);
     fs::create_dir_all(dir).expect("create the partition directory");
     match second {
         Some((base, split)) if base > 0 => {
@@ -185,11 +245,31 @@ pub fn run(data: &[u8]) {
             .expect("checkpoint");
     }
 
+    // Unclean and not compacted: every byte left was validated, in order.
+    let strict = !clean && !compacted;
+    if let Some((index, snapshot)) = txns {
+        write(dir, 0, txn_index::TXN_INDEX_SUFFIX, index);
+        let claimed = snapshot
+            .get(10..18)
+            .map(|b| i64::from_be_bytes(b.try_into().expect("8 bytes")))
+            .filter(|o| (0..1 << 40).contains(o))
+            .unwrap_or(0);
+        fs::write(dir.join(producer_snapshot::file_name(claimed)), snapshot)
+            .expect("write a snapshot");
+        let template = TEMPLATE.with(PathBuf::clone);
+        for entry in fs::read_dir(&template).expect("the template") {
+            let entry = entry.expect("a template entry");
+            if entry.file_type().expect("its type").is_file() {
+                fs::copy(entry.path(), data.join(entry.file_name())).expect("copy");
+            }
+        }
+        partition(&data, dir, strict);
+        return;
+    }
+
     let Ok(log) = PartitionLog::open(dir, config(), NOW) else {
         return;
     };
-    // Unclean and not compacted: every byte left was validated, in order.
-    let strict = !clean && !compacted;
     let served = read_all(&log, strict, 1 << 20);
     let _ = read_all(&log, strict, 1);
     lookups(&log);
@@ -209,4 +289,59 @@ pub fn run(data: &[u8]) {
         }
         lookups(&log);
     }
+}
+
+/// What a partition's transactions look like from outside: its offsets,
+/// and the aborted transactions a read_committed fetch from the log start
+/// reports.
+type TxnView = (
+    moldau_broker::partition::PartitionOffsets,
+    Option<Vec<(i64, i64)>>,
+);
+
+/// The partition of data directory `data` (directory `dir`) opened as the
+/// broker starts; the checks of flag `0x80` (see the module doc).
+fn open_partition(data: &Path, dir: &Path) -> Option<(TopicManager, TxnView)> {
+    let topics = TopicManager::open(data, BrokerConfig::default()).ok()?;
+    let p = topics.partition(TOPIC, 0)?;
+    let o = p.offsets();
+    assert!(
+        o.log_start <= o.last_stable
+            && o.last_stable <= o.high_watermark
+            && o.high_watermark <= o.log_end,
+        "offsets out of order: {o:?}"
+    );
+    for base in txn_index::list(dir).expect("list the .txnindex files") {
+        for e in txn_index::read(dir, base).expect("read a .txnindex file") {
+            assert!(
+                o.log_start <= e.last_offset && e.last_offset < o.log_end,
+                "{e:?} in {} names a marker outside the log {o:?}",
+                txn_index::file_name(base)
+            );
+        }
+    }
+    let aborted = p.read_committed(o.log_start, 1 << 20).ok().map(|r| {
+        for (_, first) in &r.aborted {
+            assert!(*first < r.offsets.last_stable, "{r:?}");
+        }
+        r.aborted
+    });
+    drop(p);
+    Some((topics, (o, aborted)))
+}
+
+fn partition(data: &Path, dir: &Path, strict: bool) {
+    let Some((topics, first)) = open_partition(data, dir) else {
+        return;
+    };
+    topics.close();
+    drop(topics);
+    let Some((topics, again)) = open_partition(data, dir) else {
+        assert!(!strict, "a validated, cleanly closed partition reopens");
+        return;
+    };
+    if strict {
+        assert_eq!(again, first, "a clean restart keeps the transactions");
+    }
+    drop(topics);
 }

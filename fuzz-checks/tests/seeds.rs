@@ -562,10 +562,162 @@ fn request_frames() -> Vec<Seed> {
         .collect()
 }
 
+// --- log_recovery --------------------------------------------------------------
+
+/// `n` records of producer `pid` (epoch 0) from sequence `seq`, in its
+/// open transaction.
+fn txn_batch(pid: i64, seq: i32, n: usize) -> BatchBuilder {
+    BatchBuilder::new()
+        .producer(pid, 0, seq)
+        .transactional()
+        .records((0..n).map(|i| {
+            (
+                Some(Bytes::from(format!("k{i}"))),
+                Some(Bytes::from(format!("value {pid}/{}", seq + i as i32))),
+                NOW + i as i64,
+            )
+        }))
+}
+
+fn marker(pid: i64, result: TxnResult) -> BatchBuilder {
+    BatchBuilder::marker(
+        &MarkerBatch::new(pid, 0, EndTxnMarker::new(result, 1)),
+        NOW + 100,
+    )
+}
+
+/// A partition's log with transactions, offsets:
+/// 0-2 producer 12's transaction, 3-4 plain records, 5-6 producer 4000's,
+/// 7 COMMIT of 12, 8-9 producer 12's next transaction, 10 ABORT of 4000,
+/// 11 ABORT of 12, 12-13 producer 4000's next transaction, left open (the
+/// last stable offset stays at 12).
+fn txn_log() -> Vec<u8> {
+    log_of(&[
+        txn_batch(12, 0, 3),
+        BatchBuilder::new().records([
+            (None, Some(Bytes::from_static(b"plain 1")), NOW),
+            (None, Some(Bytes::from_static(b"plain 2")), NOW),
+        ]),
+        txn_batch(4000, 0, 2),
+        marker(12, TxnResult::Commit),
+        txn_batch(12, 3, 2),
+        marker(4000, TxnResult::Abort),
+        marker(12, TxnResult::Abort),
+        txn_batch(4000, 2, 2),
+    ])
+}
+
+/// The `.txnindex` of [`txn_log`]: its two aborted transactions.
+fn txn_log_index() -> Vec<u8> {
+    [
+        AbortedTxn {
+            producer_id: 4000,
+            first_offset: 5,
+            last_offset: 10,
+            last_stable_offset: 8,
+        },
+        AbortedTxn {
+            producer_id: 12,
+            first_offset: 8,
+            last_offset: 11,
+            last_stable_offset: 12,
+        },
+    ]
+    .iter()
+    .flat_map(|e| e.encode())
+    .collect()
+}
+
+/// The producer snapshot of [`txn_log`] below offset 7: both producers
+/// in a transaction.
+fn txn_log_snapshot() -> Vec<u8> {
+    let entry = |pid, last_seq, first_offset| SnapshotEntry {
+        producer_id: pid,
+        epoch: 0,
+        batches: vec![SnapshotBatch {
+            first_seq: 0,
+            last_seq,
+            first_offset,
+        }],
+        current_txn_first_offset: first_offset,
+        coordinator_epoch: -1,
+    };
+    producer_snapshot::encode(7, &[entry(12, 2, 0), entry(4000, 1, 5)])
+}
+
+/// Where the batch at `offset` starts in `log`.
+fn position_of(log: &[u8], offset: i64) -> usize {
+    let mut pos = 0;
+    loop {
+        let h = moldau_broker::storage::batch::BatchHeader::parse(&log[pos..]).unwrap();
+        if h.base_offset == offset {
+            return pos;
+        }
+        pos += h.total_size();
+    }
+}
+
+fn log_recovery() -> Vec<Seed> {
+    let log = txn_log();
+    let index = txn_log_index();
+    let snapshot = txn_log_snapshot();
+    let files = |index: &[u8], snapshot: &[u8]| {
+        cat(&[
+            &(index.len() as u16).to_be_bytes(),
+            index,
+            &(snapshot.len() as u16).to_be_bytes(),
+            snapshot,
+        ])
+    };
+    let last = position_of(&log, 12);
+    let split = position_of(&log, 8);
+    let seeds: Vec<(&str, Vec<u8>)> = vec![
+        // the PartitionLog path: control batches in a recovered log
+        ("txn-log-unclean", cat(&[&[0x40], &log])),
+        // the partition path (flag 0x80): unclean, files and log agree
+        (
+            "txn-unclean",
+            cat(&[&[0x80], &files(&index, &snapshot), &log]),
+        ),
+        // no index, no snapshot: everything rebuilt from the log
+        (
+            "txn-unclean-no-files",
+            cat(&[&[0x80], &files(&[], &[]), &log]),
+        ),
+        // clean shutdown
+        (
+            "txn-clean",
+            cat(&[&[0x81], &files(&index, &snapshot), &log]),
+        ),
+        // torn in the open transaction's batch: its index entries stay
+        (
+            "txn-torn",
+            cat(&[&[0x80], &files(&index, &[]), &log[..last + 30]]),
+        ),
+        // two segments, the second from offset 8; the index names markers
+        // of the second
+        (
+            "txn-two-segments",
+            cat(&[
+                &[0xa0],
+                &8u64.to_be_bytes(),
+                &(split as u32).to_be_bytes(),
+                &files(&index, &snapshot),
+                &log,
+            ]),
+        ),
+    ];
+    seeds
+        .into_iter()
+        .map(|(name, bytes)| ("corpus", "log_recovery", name.to_string(), bytes))
+        .collect()
+}
+
 fn all() -> Vec<Seed> {
     let mut seeds = txn_codecs();
     seeds.extend(txn_codecs_regressions());
     seeds.extend(request_frames());
+    seeds.extend(log_recovery());
     seeds
 }
 
