@@ -20,11 +20,13 @@ The test:
   min.insync.replicas=2 (the application's internal topics get the same);
 - an idempotent `acks=all` confluent-kafka producer writes 1,000 lines
   (words from a 24-word vocabulary, a fixed seed), the application starts,
-  and five rounds follow: brokers 0 and 1, the application itself, broker
-  2 and broker 0 again are each killed with SIGKILL, held down for 2 s and
-  started again (a broker round ends when every ISR is full again, the
+  and ten rounds follow (ROUNDS): brokers 0, 1, 2, the application
+  itself, 0, 1, 2, the application again, 0 and 1 are each killed with
+  SIGKILL, held down until it
+  leads nothing and is in no ISR (the application for 2 s), and started
+  again (a broker round ends when every ISR is full again, the
   application's when it is RUNNING again); each round starts the producer
-  on 400 more lines (100 a second), so the application has input to
+  on 300 more lines (100 a second), so the application has input to
   process, transactions open, while each kill happens;
 - every line the producer sent must be in the input topic exactly once;
   the expected counts are taken from the input topic itself;
@@ -81,11 +83,11 @@ VOCABULARY = (
     "maple nutmeg oak pine quince rowan spruce teak upas viburnum willow yew"
 ).split()
 LINES_BEFORE = 1000
-LINES_DURING = 2000
-LINE_RATE = 100.0  # lines/s while brokers are killed: 400 a round, about 4 s
+LINES_DURING = 3000
+LINE_RATE = 100.0  # lines/s while brokers are killed: 300 a round, about 3 s
 
 # the plan of kills, one round each, in order: a broker's node id, or "app"
-ROUNDS = [0, 1, "app", 2, 0]
+ROUNDS = [0, 1, 2, "app", 0, 1, 2, "app", 0, 1]
 DOWN_FOR = 2.0  # seconds a killed broker stays down
 BETWEEN = 2.0  # seconds between a round's end and the next kill
 IN_SYNC_TIMEOUT = 30.0
@@ -147,6 +149,28 @@ def wait_all_in_sync(c, timeout: float = IN_SYNC_TIMEOUT) -> None:
         wait_until("every partition led, every ISR full", full, timeout)
     except AssertionError as e:
         raise AssertionError(f"{e}; lagging (topic, partition, leader, replicas, isr): {seen.get('lagging')}") from None
+
+
+def wait_fenced(c, node: int, timeout: float = IN_SYNC_TIMEOUT) -> None:
+    """Until the killed `node` leads no partition and is in no ISR: its
+    partitions have failed over (the session timeout, then elections)."""
+    seen = {}
+
+    def gone():
+        md = admin(c.bootstrap).list_topics(timeout=5)
+        held = [
+            (t.topic, p.id, p.leader, sorted(p.isrs))
+            for t in md.topics.values()
+            for p in t.partitions.values()
+            if p.leader == node or node in p.isrs
+        ]
+        seen["held"] = held[:10]
+        return not held
+
+    try:
+        wait_until(f"broker {node} out of every ISR", gone, timeout)
+    except AssertionError as e:
+        raise AssertionError(f"{e}; still held (topic, partition, leader, isr): {seen.get('held')}") from None
 
 
 def create_topic(c, prefix: str) -> str:
@@ -454,7 +478,6 @@ class WordCountApp:
 
 @pytest.mark.restart
 @pytest.mark.timeout(300)
-@pytest.mark.skip(reason="TEMPORARY until TxnOffsetCommit lands (#37): Streams fails with UnsupportedVersionException: The node does not support TXN_OFFSET_COMMIT")
 def test_streams_word_count_exactly_once_v2_under_broker_kills(cluster):
     c = cluster
     t_start = time.monotonic()
@@ -505,6 +528,7 @@ def test_streams_word_count_exactly_once_v2_under_broker_kills(cluster):
             else:
                 c[what].kill()
                 time.sleep(DOWN_FOR)
+                wait_fenced(c, what)
                 c[what].start()
                 wait_all_in_sync(c)
             rounds.append((what, round(time.monotonic() - t0, 1), follower.seen - seen0))
