@@ -230,3 +230,29 @@ def test_franz_group_consumer_reads_100_partitions_through_sessions(broker):
         # broker answered after the client stopped listening only adds.
         assert full <= 3, f"{full} full fetches (new sessions) for {fetches} fetches"
         assert incremental >= fetches - full - 1, f"{incremental} incremental of {fetches} fetches ({full} full)"
+
+
+def test_franz_group_transact_session_moves_each_record_exactly_once(broker):
+    """franz-go's GroupTransactSession (issue 37): a read_committed group consumer and a
+    transactional producer, the offsets committed with each transaction
+    (TxnOffsetCommit with the group's generation and member id). The first transaction is
+    aborted; the session rewinds to the committed offsets. Every input is in the output
+    exactly once (read_committed), and the group's offsets end at the input's end."""
+    from test_transactions import committed_offsets, produce_plain, read_topic
+
+    src = create_topic(broker, unique("franzetl-in"), PARTS)
+    dst = create_topic(broker, unique("franzetl-out"), PARTS)
+    n = 90
+    inputs = [f"f{i}" for i in range(n)]
+    produce_plain(broker.bootstrap, src, inputs)
+    group = unique("franzetl")
+    request = {
+        "bootstrap": broker.bootstrap, "in": src, "out": dst, "group": group,
+        "transactional_id": unique("franzetl-txn"), "count": n, "timeout_ms": 90000, "abort_first": True,
+    }
+    rc, answer = run_franz("etl", request, f"etl-{group}")
+    assert rc == 0 and answer.get("error") is None, f"franz etl exited {rc}: {answer}; log {answer['_log']}"
+    assert answer["committed"] == n and answer["aborted"] > 0, answer
+    out = read_topic(broker.bootstrap, dst, PARTS, n)
+    assert sorted(out) == sorted(b"x" + v.encode() for v in inputs), "each input exactly once"
+    assert sum(committed_offsets(broker.bootstrap, group, src, PARTS).values()) == n

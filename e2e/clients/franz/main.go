@@ -27,6 +27,17 @@
 //	  "fetch_requests" counts its Fetch requests answered, "session_resets"
 //	  the times its log said a fetch session was reset or refused.
 //
+//	franz etl       {"bootstrap", "in", "out", "group", "transactional_id",
+//	                 "count", "timeout_ms", "abort_first"?}
+//	  -> {"committed", "aborted", "error"}
+//	  franz-go's GroupTransactSession (exactly-once consume-transform-produce:
+//	  a read_committed group consumer of "in", a transactional producer to
+//	  "out" writing each value with an "x" prefix and the key unchanged, and
+//	  the consumer's offsets committed with each transaction). With
+//	  "abort_first" the first transaction that read anything is aborted (the
+//	  session rewinds to the committed offsets). Stops once "count" records
+//	  were committed (exit 0) or at the deadline (exit 3).
+//
 // Every connection goes to the bootstrap's host (the dialer refuses any
 // other), and every run ends by timeout_ms plus a grace period at the latest.
 package main
@@ -144,8 +155,8 @@ type consumeRequest struct {
 const grace = 20 * time.Second
 
 func main() {
-	if len(os.Args) != 2 || (os.Args[1] != "produce" && os.Args[1] != "consume") {
-		fmt.Fprintln(os.Stderr, "usage: franz produce|consume < request.json")
+	if len(os.Args) != 2 || (os.Args[1] != "produce" && os.Args[1] != "consume" && os.Args[1] != "etl") {
+		fmt.Fprintln(os.Stderr, "usage: franz produce|consume|etl < request.json")
 		os.Exit(2)
 	}
 	in, err := io.ReadAll(os.Stdin)
@@ -165,7 +176,91 @@ func main() {
 			fail(2, "consume request: %v", err)
 		}
 		os.Exit(consume(req))
+	case "etl":
+		var req etlRequest
+		if err := json.Unmarshal(in, &req); err != nil {
+			fail(2, "etl request: %v", err)
+		}
+		os.Exit(etl(req))
 	}
+}
+
+type etlRequest struct {
+	Bootstrap       string `json:"bootstrap"`
+	In              string `json:"in"`
+	Out             string `json:"out"`
+	Group           string `json:"group"`
+	TransactionalID string `json:"transactional_id"`
+	Count           int    `json:"count"`
+	TimeoutMs       int64  `json:"timeout_ms"`
+	AbortFirst      bool   `json:"abort_first"`
+}
+
+// etl runs a GroupTransactSession until req.Count records were committed.
+func etl(req etlRequest) int {
+	timeout := timeoutOf(req.TimeoutMs)
+	watchdog(timeout)
+	log := &logger{}
+	opts := append(clientOpts(req.Bootstrap, "moldau-e2e-franz-etl", log),
+		kgo.TransactionalID(req.TransactionalID),
+		kgo.TransactionTimeout(60*time.Second),
+		kgo.ConsumerGroup(req.Group),
+		kgo.ConsumeTopics(req.In),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.RequireStableFetchOffsets(),
+		kgo.FetchMaxWait(500*time.Millisecond),
+	)
+	sess, err := kgo.NewGroupTransactSession(opts...)
+	if err != nil {
+		fail(2, "new session: %v", err)
+	}
+	defer sess.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	committed, aborted := 0, 0
+	for committed < req.Count && ctx.Err() == nil {
+		fs := sess.PollFetches(ctx)
+		for _, e := range fs.Errors() {
+			if errors.Is(e.Err, context.DeadlineExceeded) || errors.Is(e.Err, context.Canceled) {
+				continue
+			}
+			fail(1, "fetch %s[%d]: %v", e.Topic, e.Partition, e.Err)
+		}
+		n := fs.NumRecords()
+		if n == 0 {
+			continue
+		}
+		if err := sess.Begin(); err != nil {
+			fail(1, "begin: %v", err)
+		}
+		var out []*kgo.Record
+		fs.EachRecord(func(r *kgo.Record) {
+			out = append(out, &kgo.Record{Topic: req.Out, Key: r.Key, Value: append([]byte("x"), r.Value...)})
+		})
+		if err := sess.ProduceSync(ctx, out...).FirstErr(); err != nil {
+			fail(1, "produce: %v", err)
+		}
+		try := kgo.TryCommit
+		if req.AbortFirst && aborted == 0 {
+			try = kgo.TryAbort
+		}
+		ok, err := sess.End(ctx, try)
+		if err != nil {
+			fail(1, "end: %v", err)
+		}
+		switch {
+		case ok:
+			committed += n
+		case try == kgo.TryAbort:
+			aborted += n
+		}
+	}
+	emit(map[string]any{"committed": committed, "aborted": aborted})
+	if committed < req.Count {
+		return 3
+	}
+	return 0
 }
 
 func fail(code int, format string, args ...any) {
