@@ -269,3 +269,178 @@ def latency_summary(latencies: list[float], limit: float) -> dict:
 
     return {"count": len(s), "max": round(s[-1], 3), "p50": q(0.5), "p99": q(0.99),
             "over_limit": len(s) - bisect.bisect_right(s, limit)}
+
+
+# -- transactions (the checker's --transactional mode) --------------------------
+#
+# A transactional producer (one per producer thread, transactional id
+# `moldau-faults-<run>-<thread>`) numbers its transactions 1, 2, 3, … and
+# the records of each 0, 1, …; a record's payload
+# `mt1:<run>:<producer>:<txn>:<c|a>:<partition>:<seq>` says which transaction
+# it belongs to, whether that transaction was meant to commit (c) or to be
+# aborted (a), and the partition it was sent to. The producer's history is a
+# list of `Txn`: the partition of every record it handed to produce(), in
+# order, and the outcome:
+#
+# - committed: commit_transaction() returned;
+# - aborted:   abort_transaction() returned, or the producer failed (fatal,
+#              fenced) before any commit was attempted and was re-created
+#              (init_transactions() of the same transactional id aborts it);
+# - unknown:   a commit was attempted and did not return (a retriable or
+#              timeout error, a fatal error during it), then the producer was
+#              re-created: the coordinator finished it one way or the other.
+#
+# `verify_txn` compares the histories with what a read_committed consumer read
+# from every partition, start to end:
+#
+# 1. every record of a committed transaction is there exactly once (lost,
+#    duplicated);
+# 2. no record of an aborted transaction is visible (aborted_visible);
+# 3. an unknown transaction's records are all there exactly once or all
+#    absent; some but not all is a partial transaction (so is a committed
+#    one missing some records: partial counts both);
+# 4. per partition and producer, records come in transaction order and in
+#    produce order within a transaction (reordered: how many must go for the
+#    rest to be in order).
+#
+# Records of no transaction in the histories, or in another partition than
+# their payload names, are foreign (a violation too: nobody else writes the
+# topic).
+
+TXN_PREFIX = "mt1"
+TXN_OUTCOMES = ("committed", "aborted", "unknown")
+
+
+def txn_payload(run: str, producer: int, txn: int, commit: bool, partition: int, seq: int) -> bytes:
+    return f"{TXN_PREFIX}:{run}:{producer}:{txn}:{'c' if commit else 'a'}:{partition}:{seq}".encode()
+
+
+def parse_txn(value: bytes | None, run: str) -> tuple[int, int, bool, int, int] | None:
+    """(producer, txn, meant to commit, partition, seq) of one of this run's
+    transactional payloads, else None."""
+    if value is None:
+        return None
+    try:
+        prefix, r, pr, t, intent, p, s = value.decode().split(":")
+        if prefix != TXN_PREFIX or r != run or intent not in ("c", "a"):
+            return None
+        return int(pr), int(t), intent == "c", int(p), int(s)
+    except (UnicodeDecodeError, ValueError):
+        return None
+
+
+@dataclass
+class Txn:
+    """One transaction of one producer: `partitions[seq]` is where record
+    `seq` was sent (only records produce() accepted)."""
+
+    producer: int
+    txn: int
+    commit: bool  # meant to commit (False: deliberately aborted)
+    outcome: str = "unknown"  # committed | aborted | unknown
+    partitions: list[int] = field(default_factory=list)
+    how: str = ""  # why the outcome, when not the intended one (an error's name)
+
+
+@dataclass
+class TxnReport:
+    transactions: dict[str, int] = field(default_factory=dict)  # outcome -> count
+    records: dict[str, int] = field(default_factory=dict)  # outcome -> records produced
+    aborted_deliberately: int = 0
+    aborted_after_error: int = 0
+    unknown_present: int = 0  # unknown transactions found complete
+    unknown_absent: int = 0  # … and found absent
+    consumed: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    aborted_visible: int = 0  # records of aborted transactions seen
+    partial: int = 0  # transactions neither all there nor all absent (committed or unknown)
+    reordered: int = 0
+    foreign: int = 0
+    examples: dict[str, list[dict]] = field(default_factory=dict)  # violation -> a few {partition, offset, …}
+
+    @property
+    def ok(self) -> bool:
+        return not (self.lost or self.duplicated or self.aborted_visible or self.partial
+                    or self.reordered or self.foreign)
+
+    def example(self, kind: str, **what) -> None:
+        xs = self.examples.setdefault(kind, [])
+        if len(xs) < EXAMPLES:
+            xs.append(what)
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["ok"] = self.ok
+        return d
+
+
+def verify_txn(run: str, history: list[Txn], consumed: dict[int, list[tuple[int, bytes | None]]]) -> TxnReport:
+    """The verdict of a transactional run (see above). `history`: every
+    producer's transactions; `consumed`: each partition's (offset, value),
+    read_committed, in log order."""
+    r = TxnReport(transactions={o: 0 for o in TXN_OUTCOMES}, records={o: 0 for o in TXN_OUTCOMES})
+    txns: dict[tuple[int, int], Txn] = {}
+    for t in history:
+        txns[(t.producer, t.txn)] = t
+        outcome = t.outcome if t.outcome in TXN_OUTCOMES else "unknown"
+        r.transactions[outcome] += 1
+        r.records[outcome] += len(t.partitions)
+        if outcome == "aborted":
+            if t.commit:
+                r.aborted_after_error += 1
+            else:
+                r.aborted_deliberately += 1
+    seen: Counter[tuple[int, int, int]] = Counter()  # (producer, txn, seq) -> copies
+    where: dict[tuple[int, int, int], tuple[int, int]] = {}  # first copy: (partition, offset)
+    order: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (partition, producer) -> [(txn, seq)]
+    for p, records in sorted(consumed.items()):
+        for offset, value in records:
+            r.consumed += 1
+            parsed = parse_txn(value, run)
+            t = txns.get(parsed[:2]) if parsed else None
+            if (parsed is None or t is None or parsed[3] != p or not 0 <= parsed[4] < len(t.partitions)
+                    or t.partitions[parsed[4]] != p or parsed[2] != t.commit):
+                r.foreign += 1
+                r.example("foreign", partition=p, offset=offset, value=repr(value)[:80])
+                continue
+            producer, txn, _, _, seq = parsed
+            key = (producer, txn, seq)
+            seen[key] += 1
+            if seen[key] > 1:
+                continue
+            where[key] = (p, offset)
+            order.setdefault((p, producer), []).append((txn, seq))
+    for (producer, txn), t in sorted(txns.items()):
+        n = len(t.partitions)
+        copies = [seen[(producer, txn, s)] for s in range(n)]
+        present = sum(1 for c in copies if c)
+        extra = sum(c - 1 for c in copies if c > 1)
+        offsets = sorted(where[(producer, txn, s)] for s in range(n) if copies[s])
+        info = dict(producer=producer, txn=txn, outcome=t.outcome, how=t.how, records=n, present=present,
+                    at=offsets[:3])
+        if t.outcome == "aborted":
+            if present:
+                r.aborted_visible += sum(copies)
+                r.example("aborted_visible", **info)
+            continue
+        if extra:
+            r.duplicated += extra
+            r.example("duplicated", **info)
+        if t.outcome == "committed":
+            if present < n:
+                r.lost += n - present
+                r.example("lost", **info, missing=[(t.partitions[s], s) for s in range(n) if not copies[s]][:5])
+        elif present == n:
+            r.unknown_present += 1
+        elif present == 0:
+            r.unknown_absent += 1
+        if 0 < present < n:
+            r.partial += 1
+            r.example("partial", **info)
+    for (p, producer), seq in sorted(order.items()):
+        bad = out_of_order(seq)
+        if bad:
+            r.reordered += bad
+            r.example("reordered", partition=p, producer=producer, head=seq[:5])
+    return r

@@ -265,3 +265,115 @@ def test_latency_summary_counts_what_exceeds_the_limit():
     s = acc.latency_summary([0.01] * 98 + [30.0, 70.0], limit=65.0)
     assert (s["count"], s["max"], s["p50"], s["over_limit"]) == (100, 70.0, 0.01, 1)
     assert acc.latency_summary([], 1.0)["over_limit"] == 0
+
+
+# -- the transactional accounting -------------------------------------------------
+
+def txn(producer: int, n: int, outcome: str, parts: list[int], commit: bool = True, how: str = "") -> acc.Txn:
+    return acc.Txn(producer, n, commit, outcome, list(parts), how)
+
+
+def log_of(history: list[acc.Txn], skip: set[tuple[int, int, int]] = frozenset(),
+           extra: list[tuple[int, bytes]] = ()) -> dict[int, list[tuple[int, bytes]]]:
+    """What a read_committed consumer would read if every committed (and
+    unknown) transaction's records were there, in history order, less `skip`
+    ((producer, txn, seq)), plus `extra` (partition, value) at the end."""
+    out: dict[int, list[tuple[int, bytes]]] = {0: [], 1: [], 2: []}
+    for t in history:
+        if t.outcome == "aborted":
+            continue
+        for s, p in enumerate(t.partitions):
+            if (t.producer, t.txn, s) not in skip:
+                out[p].append((len(out[p]), acc.txn_payload(RUN, t.producer, t.txn, t.commit, p, s)))
+    for p, v in extra:
+        out[p].append((len(out[p]), v))
+    return out
+
+
+HISTORY = [
+    txn(0, 1, "committed", [0, 1, 2, 0]),
+    txn(1, 1, "committed", [2, 1]),
+    txn(0, 2, "aborted", [1, 2, 0], commit=False),
+    txn(0, 3, "aborted", [0, 1], how="KafkaError{...}"),  # meant to commit, aborted after an error
+    txn(0, 4, "unknown", [1, 2]),
+    txn(1, 2, "committed", [0, 0, 1]),
+]
+
+
+def test_txn_payloads_round_trip_and_only_this_runs_parse():
+    v = acc.txn_payload(RUN, 2, 17, False, 5, 3)
+    assert acc.parse_txn(v, RUN) == (2, 17, False, 5, 3)
+    for bad in (None, b"", b"\xff", acc.payload(RUN, 1, 2), acc.txn_payload("r9", 2, 17, True, 5, 3), b"mt1:r1:2:17:x:5:3"):
+        assert acc.parse_txn(bad, RUN) is None
+
+
+def test_a_clean_transactional_history_passes_and_counts_outcomes():
+    r = acc.verify_txn(RUN, HISTORY, log_of(HISTORY))
+    assert r.ok, r.as_dict()
+    assert r.transactions == {"committed": 3, "aborted": 2, "unknown": 1}
+    assert r.records == {"committed": 9, "aborted": 5, "unknown": 2}
+    assert (r.aborted_deliberately, r.aborted_after_error, r.unknown_present, r.unknown_absent) == (1, 1, 1, 0)
+    assert r.consumed == 11
+
+
+def test_an_unknown_transaction_may_be_wholly_absent():
+    log = log_of(HISTORY, skip={(0, 4, 0), (0, 4, 1)})
+    r = acc.verify_txn(RUN, HISTORY, log)
+    assert r.ok and r.unknown_absent == 1 and r.unknown_present == 0
+
+
+def test_a_partial_unknown_transaction_is_flagged():
+    r = acc.verify_txn(RUN, HISTORY, log_of(HISTORY, skip={(0, 4, 1)}))
+    assert not r.ok and r.partial == 1 and r.lost == 0
+    assert r.examples["partial"][0]["txn"] == 4
+
+
+def test_a_committed_record_missing_is_lost_and_its_transaction_partial():
+    r = acc.verify_txn(RUN, HISTORY, log_of(HISTORY, skip={(1, 2, 2)}))
+    assert not r.ok and r.lost == 1 and r.partial == 1
+    assert r.examples["lost"][0]["missing"] == [(1, 2)]
+    r = acc.verify_txn(RUN, HISTORY, log_of(HISTORY, skip={(1, 1, 0), (1, 1, 1)}))
+    assert not r.ok and r.lost == 2 and r.partial == 0, "wholly lost: lost, not partial"
+
+
+def test_a_visible_aborted_record_fails_deliberate_or_not():
+    for t, s, p in ((2, 1, 2), (3, 0, 0)):
+        v = acc.txn_payload(RUN, 0, t, HISTORY[t].commit, p, s)
+        r = acc.verify_txn(RUN, HISTORY, log_of(HISTORY, extra=[(p, v)]))
+        assert not r.ok and r.aborted_visible == 1, t
+        assert r.examples["aborted_visible"][0]["at"] == [(p, len(log_of(HISTORY)[p]))]
+
+
+def test_a_duplicated_committed_or_unknown_record_fails():
+    for t, s, p in ((1, 0, 0), (4, 1, 2)):  # HISTORY[0] (txn 1) and HISTORY[4] (txn 4)
+        v = acc.txn_payload(RUN, 0, t, True, p, s)
+        r = acc.verify_txn(RUN, HISTORY, log_of(HISTORY, extra=[(p, v)]))
+        assert not r.ok and r.duplicated == 1 and r.partial == 0, t
+
+
+def test_transactions_out_of_order_in_a_partition_fail():
+    log = log_of(HISTORY)
+    # partition 0 holds producer 0's txn 1 (seqs 0, 3) and producer 1's txn 2 (0, 1): swap producer 0's two
+    log[0][0], log[0][1] = (0, log[0][1][1]), (1, log[0][0][1])
+    r = acc.verify_txn(RUN, HISTORY, log)
+    assert not r.ok and r.reordered == 1
+    # producer 0's txn 4 before its txn 1 in partition 1
+    log = log_of(HISTORY)
+    four = [x for x in log[1] if acc.parse_txn(x[1], RUN)[:2] == (0, 4)]
+    log[1] = four + [x for x in log[1] if x not in four]
+    assert acc.verify_txn(RUN, HISTORY, log).reordered == 1
+    # another producer's records interleaved: fine
+    log = log_of(HISTORY)
+    log[1] = [x for x in log[1] if acc.parse_txn(x[1], RUN)[0] == 1] + \
+        [x for x in log[1] if acc.parse_txn(x[1], RUN)[0] == 0]
+    assert [acc.parse_txn(v, RUN)[0] for _, v in log[1]][:1] == [1]
+    assert acc.verify_txn(RUN, HISTORY, log).reordered == 0
+
+
+def test_foreign_and_misplaced_transactional_records_fail():
+    for p, v in ((0, b"junk"), (0, acc.txn_payload(RUN, 7, 1, True, 0, 0)),  # no such producer
+                 (2, acc.txn_payload(RUN, 0, 1, True, 0, 0)),  # says partition 0, read in 2
+                 (0, acc.txn_payload(RUN, 0, 1, True, 0, 9)),  # no such seq
+                 (0, acc.txn_payload(RUN, 0, 1, False, 0, 0))):  # wrong intent
+        r = acc.verify_txn(RUN, HISTORY, log_of(HISTORY, extra=[(p, v)]))
+        assert not r.ok and r.foreign == 1, v
