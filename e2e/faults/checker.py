@@ -45,12 +45,26 @@ The verdict has three parts:
   a producer got a report (a broker that leaves a request unanswered
   shows here).
 
+The transactional mode (`--transactional`, issue #37): each producer thread
+is a transactional producer (confluent-kafka, `transactional.id`) writing to
+every partition in transactions of `--txn-size` records, every
+`--abort-every`-th aborted on purpose (workload.TxnProducerThread: errors
+handled as confluent-kafka documents, a fatal or fenced producer re-created);
+at the end a read_committed consumer reads every partition from the start to
+the end and accounting.verify_txn gives the verdict: every record of a
+committed transaction there exactly once, none of an aborted one, a
+transaction whose commit never returned all there or all absent (never
+partial), and per partition each producer's transactions in order. In this
+mode that is the verdict; stalls (between commits) and delivery latencies
+are measured and reported, not bounded.
+
 Exit status: 0 when every part holds; 1 when one does not; 2 when the run
 itself failed (a broker did not come back, a client thread died); 130/143
 when interrupted (every fault is undone first).
 
     e2e/faults/run.sh --duration 600 --fault-interval 10
     e2e/faults/run.sh --duration 60 --seed 7 --faults kill,pause --json out.json
+    e2e/faults/run.sh --transactional --duration 180 --fault-interval 10 --seed 7
 """
 
 from __future__ import annotations
@@ -107,6 +121,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--workdir", type=Path, default=None, help="broker data and logs (default e2e/.state/faults/run-*)")
     ap.add_argument("--json", type=Path, default=None, help="also write the summary here")
     ap.add_argument("--keep-data", action="store_true", help="keep the brokers' data directories")
+    ap.add_argument("--transactional", action="store_true",
+                    help="transactional producers over every partition; the verdict is the transactional accounting")
+    ap.add_argument("--txn-size", default="10-50", help="records per transaction, LO-HI (transactional mode)")
+    ap.add_argument("--abort-every", type=int, default=5,
+                    help="every N-th transaction of a producer is aborted on purpose (transactional mode; 0: none)")
+    ap.add_argument("--txn-timeout", type=float, default=20,
+                    help="seconds each init/commit/abort_transaction() call may take (transactional mode)")
     return ap.parse_args(argv)
 
 
@@ -135,14 +156,26 @@ def broker_settings(pairs: list[str]) -> dict[str, str | None]:
     return out
 
 
+def ack_times(producers: list) -> dict[int, list[float]]:
+    """partition -> every producer's acknowledgement times (in the
+    transactional mode: commits of a transaction that wrote to it), ascending."""
+    out: dict[int, list[float]] = {}
+    for pr in producers:
+        for p, ts in pr.ledger.ack_times.items():
+            out.setdefault(p, []).extend(list(ts))
+    if len(producers) > 1:
+        for ts in out.values():
+            ts.sort()
+    return out
+
+
 def wait_steady(producers: list, timeout: float, stop: threading.Event) -> tuple[float, bool]:
     """Until every partition has been acknowledged steadily (accounting.steady):
     (the window mark, True), or after `timeout` (now, False)."""
     deadline = time.monotonic() + timeout
     while True:
         now = time.monotonic()
-        acks = {p: ts for pr in producers for p, ts in pr.ledger.ack_times.items()}
-        mark = accounting.steady(acks, now)
+        mark = accounting.steady(ack_times(producers), now)
         if mark is not None:
             return mark, True
         if now >= deadline or stop.is_set():
@@ -154,7 +187,7 @@ def timing(producers: list, applied: list, marks: list[float], t0: float, begin:
            bound: float, latency_limit: float, led_before: list[dict[int, int]] | None = None) -> dict:
     """The stall of each applied fault and the delivery latencies (see the
     module doc). `led_before[i]`: partition -> leader when fault i began."""
-    acks = {p: ts for pr in producers for p, ts in pr.ledger.ack_times.items()}
+    acks = ack_times(producers)
     baseline, per = accounting.longest_gaps(acks, marks, begin, end)
     # the same over the whole workload (any partition's ack ends a gap): for information
     _, merged = accounting.longest_gaps({-1: sorted(t for ts in acks.values() for t in ts)}, marks, begin, end)
@@ -243,6 +276,7 @@ def run(args: argparse.Namespace, cluster: Cluster | None = None) -> tuple[int, 
         "brokers": {n: b.bootstrap for n, b in nodes.items()}, "workdir": str(workdir),
         "broker_settings": dict(next(iter(nodes.values())).settings) if nodes else {},
         "delivery_timeout": args.delivery_timeout,
+        "mode": "transactional" if args.transactional else "idempotent",
     }
     LOG.info("run %s, seed %d, %d faults planned over %.0fs; workdir %s", run_id, seed, len(schedule), args.duration, workdir)
     for f in schedule:
@@ -270,7 +304,17 @@ def run(args: argparse.Namespace, cluster: Cluster | None = None) -> tuple[int, 
                               {"min.insync.replicas": str(args.min_insync_replicas)})
         summary["assignment"] = {p: v[1] for p, v in sorted(workload.leaders(bootstrap, topic).items())}
         n = max(1, min(args.producers, args.partitions))
-        for i in range(n):
+        if args.transactional:
+            lo, _, hi = args.txn_size.partition("-")
+            size = (int(lo), int(hi or lo))
+            summary.update({"txn_size": list(size), "abort_every": args.abort_every, "txn_timeout": args.txn_timeout})
+            n = max(1, args.producers)
+        for i in range(n if args.transactional else 0):
+            producers.append(workload.TxnProducerThread(
+                i, bootstrap, topic, run_id, list(range(args.partitions)), args.rate / n,
+                int(args.delivery_timeout * 1000), stop_producing, late_margin=args.latency_margin,
+                seed=seed, size=size, abort_every=args.abort_every, txn_timeout=args.txn_timeout))
+        for i in range(0 if args.transactional else n):
             parts = [p for p in range(args.partitions) if p % n == i]
             producers.append(workload.ProducerThread(i, bootstrap, topic, run_id, parts, args.rate / n,
                                                      int(args.delivery_timeout * 1000), stop_producing,
@@ -319,33 +363,64 @@ def run(args: argparse.Namespace, cluster: Cluster | None = None) -> tuple[int, 
         stop_producing.set()
         for p in producers:
             p.join(p.drain_timeout + 30)
-        consumed, highs, complete = workload.consume_all(bootstrap, topic, args.partitions, timeout=120)
-        sent, acked, failed, errors, fatal = {}, {}, 0, {}, 0
-        for p in producers:
-            sent.update(p.ledger.sent)
-            acked.update(p.ledger.acked)
-            failed += sum(p.ledger.failed.values())
-            fatal += p.ledger.fatal
-            for k, v in p.ledger.errors.items():
-                errors[k] = errors.get(k, 0) + v
-        report = accounting.verify(run_id, sent, acked, consumed)
-        times = timing(producers, injector.applied, marks, t0, begin, stopped, args.stall_bound, latency_limit,
-                       led_before)
-        summary.update({
-            "faults": injector.counts(),
-            "faults_skipped": skipped,
-            **report.as_dict(),
-            "delivery_failed": failed,
-            "delivery_errors": errors,
-            "producer_fatal_errors": fatal,
-            "high_watermarks": highs,
-            "consumed_completely": complete,
-            **times,
-        })
-        summary["records_ok"] = report.ok and complete
-        summary["latency_ok"] = times["latency"]["over_limit"] == 0 and times["latency"]["unreported"] == 0
-        summary["ok"] = summary["records_ok"] and times["stalls_ok"] and summary["latency_ok"]
-        rc = 0 if summary["ok"] else 1
+        if args.transactional:
+            alive = [p.name for p in producers if p.is_alive()]
+            died = {p.name: repr(p.exc) for p in producers if p.exc}
+            if alive or died:
+                raise RuntimeError(f"transactional producers did not end cleanly: alive {alive}, died {died}")
+            consumed, highs, complete = workload.consume_committed(bootstrap, topic, args.partitions, timeout=120)
+            history = [t for p in producers for t in p.ledger.txns]
+            report = accounting.verify_txn(run_id, history, consumed)
+            times = timing(producers, injector.applied, marks, t0, begin, stopped, args.stall_bound, latency_limit,
+                           led_before)
+            errors: dict[str, int] = {}
+            for p in producers:
+                for k, v in p.ledger.errors.items():
+                    errors[k] = errors.get(k, 0) + v
+            commits = sorted(x for p in producers for x in p.ledger.commit_latencies)
+            summary.update({
+                "faults": injector.counts(),
+                "faults_skipped": skipped,
+                **report.as_dict(),
+                "errors": errors,
+                "producers_recreated": sum(p.ledger.fatal for p in producers),
+                "commit_retries": sum(p.ledger.commit_retries for p in producers),
+                "commit_latency": accounting.latency_summary(commits, args.txn_timeout),
+                "high_watermarks": highs,
+                "consumed_completely": complete,
+                **times,
+            })
+            summary["records_ok"] = report.ok and complete
+            summary["ok"] = summary["records_ok"]
+            rc = 0 if summary["ok"] else 1
+        else:
+            consumed, highs, complete = workload.consume_all(bootstrap, topic, args.partitions, timeout=120)
+            sent, acked, failed, errors, fatal = {}, {}, 0, {}, 0
+            for p in producers:
+                sent.update(p.ledger.sent)
+                acked.update(p.ledger.acked)
+                failed += sum(p.ledger.failed.values())
+                fatal += p.ledger.fatal
+                for k, v in p.ledger.errors.items():
+                    errors[k] = errors.get(k, 0) + v
+            report = accounting.verify(run_id, sent, acked, consumed)
+            times = timing(producers, injector.applied, marks, t0, begin, stopped, args.stall_bound, latency_limit,
+                           led_before)
+            summary.update({
+                "faults": injector.counts(),
+                "faults_skipped": skipped,
+                **report.as_dict(),
+                "delivery_failed": failed,
+                "delivery_errors": errors,
+                "producer_fatal_errors": fatal,
+                "high_watermarks": highs,
+                "consumed_completely": complete,
+                **times,
+            })
+            summary["records_ok"] = report.ok and complete
+            summary["latency_ok"] = times["latency"]["over_limit"] == 0 and times["latency"]["unreported"] == 0
+            summary["ok"] = summary["records_ok"] and times["stalls_ok"] and summary["latency_ok"]
+            rc = 0 if summary["ok"] else 1
     except Interrupted as e:
         LOG.error("interrupted by %s: undoing faults and stopping", e)
         summary["error"] = f"interrupted by {e}"
@@ -382,6 +457,20 @@ def run(args: argparse.Namespace, cluster: Cluster | None = None) -> tuple[int, 
 def human(summary: dict) -> str:
     f = summary.get("faults", {})
     fl = ", ".join(f"{n} {k}" for k, n in f.items())
+    if summary.get("mode") == "transactional" and "transactions" in summary:
+        t, r = summary["transactions"], summary["records"]
+        extra = "" if summary.get("consumed_completely", True) else " (log NOT read back completely)"
+        return (
+            f"fault checker (transactional) {'OK' if summary['ok'] else 'FAILED'}: {summary['duration']:.0f}s, "
+            f"faults {fl} (seed {summary['seed']}, netcut: {summary['netcut_backend']}); "
+            f"transactions {t['committed']} committed ({r['committed']} records), {t['aborted']} aborted "
+            f"({summary['aborted_deliberately']} on purpose, {summary['aborted_after_error']} after an error; "
+            f"{r['aborted']} records), {t['unknown']} unknown ({summary['unknown_present']} present, "
+            f"{summary['unknown_absent']} absent); {summary['consumed']} records read_committed{extra}: "
+            f"{summary['lost']} lost, {summary['duplicated']} duplicated, {summary['aborted_visible']} aborted visible, "
+            f"{summary['partial']} partial, {summary['reordered']} reordered, {summary['foreign']} foreign; "
+            f"{summary['producers_recreated']} producers re-created, {summary['commit_retries']} commit retries"
+        )
     if "acked" not in summary:
         return f"fault checker: run failed ({summary.get('error')}); faults: {fl}"
     verdict = "OK" if summary["ok"] else "FAILED"

@@ -14,6 +14,12 @@ runs): the ledger keeps every acknowledgement's time per partition and
 every report's latency since its produce() call, for the checker's stall
 and latency checks. `controller_views` asks each broker for the controller
 its own Metadata names.
+
+The transactional mode (`TxnProducerThread`, `consume_committed`): each
+thread is one transactional producer over every partition, in transactions
+of a bounded, seeded size, most committed and every n-th deliberately
+aborted, and keeps the history accounting.verify_txn checks; the log is read
+back by a read_committed consumer.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from accounting import payload
+from accounting import Txn, payload, txn_payload
 
 LOG = logging.getLogger("moldau.faults.clients")
 
@@ -286,6 +292,355 @@ def consume_all(bootstrap: str, topic: str, partitions: int, timeout: float) -> 
                 p = m.partition()
                 out[p].append((m.offset(), m.value()))
                 pos[p] = m.offset() + 1
+        return out, highs, all(pos[p] >= highs[p] for p in highs)
+    finally:
+        c.close()
+
+
+# -- the transactional mode ---------------------------------------------------------
+
+@dataclass
+class TxnLedger:
+    """One transactional producer thread's history (accounting.Txn, in
+    order) and, for the checker's timing, the same measures as `Ledger`."""
+
+    txns: list[Txn] = field(default_factory=list)
+    sent: dict[int, int] = field(default_factory=dict)  # partition -> records handed to produce()
+    errors: dict[str, int] = field(default_factory=dict)  # error name -> count (delivery and transaction calls)
+    fatal: int = 0  # producers re-created (fatal, fenced, or a commit that never returned)
+    commit_retries: int = 0  # commit_transaction() called again after a retriable error
+    commit_latencies: list[float] = field(default_factory=list)  # successful commit_transaction() calls
+    # timing: per partition, when a transaction that wrote to it committed
+    ack_times: dict[int, list[float]] = field(default_factory=dict)
+    latencies: list[float] = field(default_factory=list)  # produce() -> delivery report
+    late: list[tuple[float, int, int, str]] = field(default_factory=list)
+    late_count: int = 0
+    abandoned: int = 0  # records a re-created producer still held, never reported
+
+    def error(self, name: str) -> None:
+        self.errors[name] = self.errors.get(name, 0) + 1
+
+
+class Replace(Exception):
+    """The producer must be re-created (init_transactions() again)."""
+
+
+class TxnProducerThread(threading.Thread):
+    """A transactional producer (`transactional.id` moldau-faults-<run>-<index>)
+    writing `rate` records/s round-robin over `partitions`, in transactions
+    of `size` (lo, hi) records (seeded), every `abort_every`-th aborted on
+    purpose, until `stop`; the transaction in progress then finishes.
+
+    Error handling as confluent-kafka documents it: an error that
+    txn_requires_abort() aborts the transaction (outcome aborted); a
+    retriable() error from commit_transaction() calls it again (at most
+    `commit_attempts` times in all); a fatal() error, a fenced producer, or a
+    commit that never returned re-create the producer: a new instance, same
+    transactional id, whose init_transactions() fences the old one and
+    completes its transaction. A transaction cut short before any commit
+    attempt is then aborted; one whose commit was attempted is unknown."""
+
+    def __init__(self, index: int, bootstrap: str, topic: str, run: str, partitions: list[int],
+                 rate: float, delivery_timeout_ms: int, stop: threading.Event, late_margin: float = 5.0,
+                 seed: int = 0, size: tuple[int, int] = (10, 50), abort_every: int = 5,
+                 txn_timeout: float = 20.0, commit_attempts: int = 3):
+        super().__init__(name=f"txn-producer-{index}", daemon=True)
+        import random
+
+        self.index, self.bootstrap, self.topic, self.run_id = index, bootstrap, topic, run
+        self.partitions, self.rate, self.delivery_timeout_ms, self.stop = partitions, rate, delivery_timeout_ms, stop
+        self.rng = random.Random(f"{seed}:{index}")
+        self.size, self.abort_every = size, abort_every
+        self.txn_timeout, self.commit_attempts = txn_timeout, commit_attempts
+        self.transactional_id = f"moldau-faults-{run}-{index}"
+        self.ledger = TxnLedger(sent={p: 0 for p in partitions}, ack_times={p: [] for p in partitions})
+        self.late_limit = delivery_timeout_ms / 1000 + late_margin
+        self.fatal_error = None
+        # the transaction in progress at stop, its commit retried, and a re-creation
+        self.drain_timeout = txn_timeout * (commit_attempts + 2) + delivery_timeout_ms / 1000
+        self.exc: BaseException | None = None
+        self._rr = 0
+        self._gen = 0
+
+    def _producer(self):
+        from confluent_kafka import Producer
+
+        self._gen += 1
+        gen = self._gen
+
+        def on_error(err):
+            if err.fatal() and gen == self._gen:  # not a discarded instance's
+                self.fatal_error = err
+
+        return Producer({
+            "bootstrap.servers": self.bootstrap,
+            "client.id": f"moldau-faults-txn-{self.index}",
+            "transactional.id": self.transactional_id,
+            "transaction.timeout.ms": max(60000, self.delivery_timeout_ms),
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+            "message.timeout.ms": self.delivery_timeout_ms,
+            "request.timeout.ms": 10000,
+            "retry.backoff.ms": 100,
+            "retry.backoff.max.ms": 1000,
+            "reconnect.backoff.max.ms": 1000,
+            "error_cb": on_error,
+            "logger": LOG,
+        })
+
+    def _init(self, deadline: float):
+        """A new producer with init_transactions() done: retried (a new
+        instance after a fatal error) until `deadline`."""
+        from confluent_kafka import KafkaException
+
+        while True:
+            p = self._producer()
+            self.fatal_error = None
+            while True:
+                try:
+                    p.init_transactions(self.txn_timeout)
+                    return p
+                except KafkaException as e:
+                    err = e.args[0]
+                    self.ledger.error(f"init:{err.name()}")
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"{self.name}: init_transactions failed until the deadline: {err}") from e
+                    if err.fatal() or not err.retriable():
+                        LOG.warning("%s: init_transactions: %s; a new instance", self.name, err)
+                        self._discard(p)
+                        time.sleep(0.5)
+                        break
+                    time.sleep(0.2)
+
+    def _discard(self, p) -> None:
+        try:
+            p.purge(in_queue=True, in_flight=True)
+            p.poll(0)
+        except Exception:  # noqa: BLE001 - a fatal producer: what it holds is abandoned
+            try:
+                self.ledger.abandoned += len(p)
+            except Exception:  # noqa: BLE001 - best effort
+                pass
+
+    def _report(self, partition: int, seq: int):
+        ledger = self.ledger
+        sent_at = time.monotonic()
+        limit = self.late_limit
+
+        def on_delivery(err, msg):
+            latency = time.monotonic() - sent_at
+            ledger.latencies.append(latency)
+            if latency > limit:
+                ledger.late_count += 1
+                if len(ledger.late) < 20:
+                    ledger.late.append((round(latency, 3), partition, seq, err.name() if err else "acked"))
+            if err is not None:
+                ledger.error(f"delivery:{err.name()}")
+
+        return on_delivery
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except BaseException as e:  # noqa: BLE001 - reported by the checker
+            self.exc = e
+            LOG.exception("%s died", self.name)
+
+    def _hard_deadline(self) -> float:
+        return time.monotonic() + 120 if not self.stop.is_set() else time.monotonic() + self.drain_timeout
+
+    def _run(self) -> None:
+        p = self._init(time.monotonic() + 120)
+        gap = 1.0 / self.rate if self.rate > 0 else 0.0
+        nxt = time.monotonic()
+        n = 0
+        while not self.stop.is_set():
+            n += 1
+            t = Txn(self.index, n, commit=(self.abort_every <= 0 or n % self.abort_every != 0))
+            self.ledger.txns.append(t)
+            why = ""
+            try:
+                nxt = self._transaction(p, t, self.rng.randint(*self.size), gap, nxt)
+            except Replace as e:
+                why = str(e)
+            if why:
+                LOG.warning("%s: transaction %d: %s; re-creating the producer", self.name, n, why)
+                self.ledger.fatal += 1
+                self._discard(p)
+                p = None
+                p = self._init(self._hard_deadline())
+                # init_transactions() of the new instance completed the old one's transaction
+                if t.outcome == "open":
+                    t.outcome = "aborted"
+                t.how = t.how or why
+        # nothing open: every transaction ended (or its producer was re-created)
+        self._discard(p)
+
+    def _transaction(self, p, t: Txn, size: int, gap: float, nxt: float) -> float:
+        """One transaction; sets t.outcome. Raises Replace (t.outcome is
+        "open" when no commit was attempted, else "unknown")."""
+        from confluent_kafka import KafkaException
+
+        t.outcome = "open"
+        if self.fatal_error is not None:
+            raise Replace(f"fatal: {self.fatal_error}")
+        try:
+            p.begin_transaction()
+        except KafkaException as e:
+            self.ledger.error(f"begin:{e.args[0].name()}")
+            raise Replace(f"begin_transaction: {e.args[0]}") from e
+        abort_why = ""
+        for seq in range(size):
+            part = self.partitions[self._rr % len(self.partitions)]
+            while True:
+                try:
+                    p.produce(self.topic, value=txn_payload(self.run_id, self.index, t.txn, t.commit, part, seq),
+                              partition=part, on_delivery=self._report(part, len(t.partitions)))
+                    break
+                except BufferError:
+                    p.poll(0.1)
+                except KafkaException as e:
+                    err = e.args[0]
+                    self.ledger.error(f"produce:{err.name()}")
+                    if err.txn_requires_abort():
+                        abort_why = f"produce: {err}"
+                        break
+                    raise Replace(f"produce: {err}") from e
+            if abort_why:
+                break
+            t.partitions.append(part)
+            self.ledger.sent[part] += 1
+            self._rr += 1
+            nxt += gap
+            try:
+                while True:
+                    p.poll(0)
+                    delay = nxt - time.monotonic()
+                    if delay <= 0:
+                        break
+                    p.poll(min(delay, 0.05))
+            except KafkaException as e:
+                raise Replace(f"poll: {e.args[0]}") from e
+            if nxt < time.monotonic() - 1.0:
+                nxt = time.monotonic()
+            if self.fatal_error is not None:
+                raise Replace(f"fatal: {self.fatal_error}")
+        if t.commit and not abort_why:
+            abort_why = self._commit(p, t)
+            if not abort_why:
+                return nxt
+        elif not t.commit:
+            # the aborted records reach the log (and the replicas) before the abort marker
+            try:
+                p.flush(self.txn_timeout)
+            except KafkaException as e:
+                self.ledger.error(f"flush:{e.args[0].name()}")
+        self._abort(p, t, abort_why)
+        return nxt
+
+    def _commit(self, p, t: Txn) -> str:
+        """commit_transaction(), retried while retriable; "" when committed,
+        else why the transaction must be aborted. Raises Replace."""
+        from confluent_kafka import KafkaException
+
+        for attempt in range(self.commit_attempts):
+            started = time.monotonic()
+            try:
+                p.commit_transaction(self.txn_timeout)
+            except KafkaException as e:
+                err = e.args[0]
+                self.ledger.error(f"commit:{err.name()}")
+                if attempt == 0 and not err.txn_requires_abort():
+                    t.outcome = "unknown"  # EndTxn may have been sent
+                if err.fatal():
+                    t.outcome = "unknown"
+                    raise Replace(f"commit: {err}") from e
+                if err.txn_requires_abort():
+                    return f"commit: {err}"
+                if err.retriable():
+                    self.ledger.commit_retries += 1
+                    continue
+                t.outcome = "unknown"
+                raise Replace(f"commit: {err}") from e
+            now = time.monotonic()
+            t.outcome = "committed"
+            t.how = "" if attempt == 0 else f"committed at attempt {attempt + 1}"
+            self.ledger.commit_latencies.append(now - started)
+            for part in set(t.partitions):
+                self.ledger.ack_times[part].append(now)
+            return ""
+        t.outcome = "unknown"
+        raise Replace(f"commit did not complete in {self.commit_attempts} attempts")
+
+    def _abort(self, p, t: Txn, why: str) -> None:
+        """abort_transaction(), retried while retriable. Raises Replace
+        (t.outcome stays "unknown" if a commit was attempted)."""
+        from confluent_kafka import KafkaException
+
+        for _ in range(self.commit_attempts):
+            try:
+                p.abort_transaction(self.txn_timeout)
+            except KafkaException as e:
+                err = e.args[0]
+                self.ledger.error(f"abort:{err.name()}")
+                if err.retriable() and not err.fatal():
+                    continue
+                raise Replace(f"abort: {err}") from e
+            t.outcome = "aborted"
+            t.how = why
+            return
+        raise Replace("abort did not complete")
+
+
+def consume_committed(bootstrap: str, topic: str, partitions: int, timeout: float) -> tuple[dict[int, list[tuple[int, bytes | None]]], dict[int, int], bool]:
+    """Every partition, read_committed, from the beginning to its end: the
+    high watermark at the start of the read, reached when the consumer's
+    position (a partition-EOF event, after the markers it skips) gets there.
+    Returns ({partition: [(offset, value)]}, {partition: high}, complete)."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+    def consumer(isolation: str):
+        return Consumer({
+            "bootstrap.servers": bootstrap,
+            "group.id": f"moldau-faults-verify-{topic}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": True,
+            "isolation.level": isolation,
+            "fetch.wait.max.ms": 100,
+            "logger": LOG,
+        })
+
+    deadline = time.monotonic() + timeout
+    highs: dict[int, int] = {}
+    w = consumer("read_uncommitted")
+    try:
+        for p in range(partitions):
+            while True:
+                try:
+                    highs[p] = w.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1]
+                    break
+                except Exception:  # noqa: BLE001 - a leader may still be settling
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.5)
+    finally:
+        w.close()
+    c = consumer("read_committed")
+    try:
+        out: dict[int, list[tuple[int, bytes | None]]] = {p: [] for p in range(partitions)}
+        pos = {p: 0 for p in range(partitions)}
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        while any(pos[p] < highs[p] for p in highs) and time.monotonic() < deadline:
+            for m in c.consume(1000, 0.5):
+                p = m.partition()
+                if m.error():
+                    if m.error().code() == KafkaError._PARTITION_EOF and m.offset() is not None:
+                        pos[p] = max(pos[p], m.offset())
+                    continue
+                out[p].append((m.offset(), m.value()))
+                pos[p] = max(pos[p], m.offset() + 1)
         return out, highs, all(pos[p] >= highs[p] for p in highs)
     finally:
         c.close()
