@@ -5,7 +5,9 @@
 #   e2e/faults/run.sh test [pytest args]  its tests: accounting, schedule and
 #                                         stall units, the network cut, a 2-minute
 #                                         run with controller pauses and kills
-#                                         (stall bound 12 s, delivery latency)
+#                                         (stall bound 12 s, delivery latency) and a
+#                                         1-minute run of the transactional mode
+#   e2e/faults/run.sh --transactional ...  transactional producers, read_committed verdict
 # Broker: $MOLDAU_BROKER_BIN or ${CARGO_TARGET_DIR:-<repo>/target}/release/moldau-broker.
 # Network cuts need root and iptables (or nft); without them the run skips that kind.
 set -euo pipefail

@@ -9,7 +9,10 @@ fault stalls a partition's acknowledgements longer than 12 s (the 9 s
 session timeout plus a heartbeat interval, issue #40 item 3; a stopped
 broker's own partitions wait for the client's timeouts and are reported,
 not bounded: see checker.py), and no
-delivery report comes later than the producers' delivery timeout.
+delivery report comes later than the producers' delivery timeout. And a
+minute of the transactional mode (controller kill and pause, a kill, a cut,
+a pause): committed transactions exactly once, aborted ones never visible,
+none partial (read_committed).
 """
 
 from __future__ import annotations
@@ -131,4 +134,38 @@ def test_two_minutes_of_faults_lose_duplicate_or_reorder_no_acknowledged_record(
         for x in s["stalls"])
     over = [x for x in s["stalls"] if not x["within_bound"]]
     assert not over, f"single-broker faults that stalled acks=all longer than {STALL_BOUND}s:\n{table}"
+    assert r.returncode == 0, verdict
+
+
+@pytest.mark.timeout(300)
+def test_a_minute_of_faults_under_transactions_commits_exactly_once_and_never_shows_an_abort(tmp_path):
+    """The transactional mode (issue #37): 60 s of a controller kill, a 13 s
+    controller pause, a kill, a loopback cut and a pause (seed 1) while three
+    transactional producers write every partition; read_committed, every
+    committed transaction is there exactly once, no aborted one is visible,
+    none is partial, and each producer's transactions are in order."""
+    if not BROKER_BIN.exists():
+        pytest.fail(f"no broker binary at {BROKER_BIN}: cargo build --release -p moldau-broker")
+    out = tmp_path / "summary.json"
+    cmd = [sys.executable, str(HERE / "checker.py"), "--transactional", "--duration", "60", "--fault-interval", "7",
+           "--faults", "kill,pause,netcut,kill-controller,pause-controller",
+           "--seed", os.environ.get("MOLDAU_FAULTS_TXN_SEED", "1"), "--json", str(out)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=270)
+    sys.stdout.write(r.stdout[-12000:])
+    sys.stderr.write(r.stderr[-6000:])
+    assert out.exists(), f"no summary; exit {r.returncode}"
+    s = json.loads(out.read_text())
+    assert "error" not in s, s["error"]
+    verdict = r.stdout.splitlines()[-1]
+    assert s["mode"] == "transactional"
+    assert (s["lost"], s["duplicated"], s["aborted_visible"], s["partial"], s["reordered"], s["foreign"]) == \
+        (0, 0, 0, 0, 0, 0), f"{verdict}\n{json.dumps(s['examples'], indent=1)}"
+    assert s["consumed_completely"], verdict
+    t = s["transactions"]
+    assert t["committed"] >= 100 and s["aborted_deliberately"] >= 20, verdict
+    assert s["records"]["committed"] <= s["consumed"] <= s["records"]["committed"] + s["records"]["unknown"], verdict
+    f = s["faults"]
+    assert f["kill"] + f["kill-controller"] >= 1 and f["pause"] + f["pause-controller"] >= 1, f
+    if os.geteuid() == 0:
+        assert f["netcut"] >= 1, s["netcut_backend"]
     assert r.returncode == 0, verdict
