@@ -27,8 +27,11 @@ import org.apache.kafka.streams.kstream.Produced;
  * e2e/clients/test_streams_eos.py.
  *
  * <pre>
- *   WordCount BOOTSTRAP INPUT OUTPUT APPLICATION_ID STATE_DIR [THREADS]
+ *   WordCount BOOTSTRAP INPUT OUTPUT APPLICATION_ID STATE_DIR [THREADS [GUARANTEE]]
  * </pre>
+ *
+ * GUARANTEE is exactly_once_v2 by default (at_least_once shows what the
+ * test's checks catch without it).
  *
  * Reads lines (string values) from INPUT, splits them on whitespace, groups
  * by word (a repartition topic), counts in a persistent store (its changelog
@@ -58,11 +61,11 @@ public final class WordCount {
         return b.build();
     }
 
-    static Properties config(String bootstrap, String appId, String stateDir, int threads) {
+    static Properties config(String bootstrap, String appId, String stateDir, int threads, String guarantee) {
         Properties p = new Properties();
         p.put(StreamsConfig.APPLICATION_ID_CONFIG, appId);
         p.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
-        p.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, StreamsConfig.EXACTLY_ONCE_V2);
+        p.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, guarantee);
         p.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, 3);
         p.put(StreamsConfig.topicPrefix("min.insync.replicas"), "2");
         p.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, 200);
@@ -94,15 +97,16 @@ public final class WordCount {
 
     public static void main(String[] args) throws Exception {
         if (args.length < 5) {
-            System.err.println("usage: WordCount BOOTSTRAP INPUT OUTPUT APPLICATION_ID STATE_DIR [THREADS]");
+            System.err.println("usage: WordCount BOOTSTRAP INPUT OUTPUT APPLICATION_ID STATE_DIR [THREADS [GUARANTEE]]");
             System.exit(2);
         }
         String bootstrap = args[0], input = args[1], output = args[2], appId = args[3];
         Path stateDir = Path.of(args[4]);
         int threads = args.length > 5 ? Integer.parseInt(args[5]) : 1;
+        String guarantee = args.length > 6 ? args[6] : StreamsConfig.EXACTLY_ONCE_V2;
         Files.createDirectories(stateDir);
 
-        KafkaStreams streams = new KafkaStreams(topology(input, output), config(bootstrap, appId, stateDir.toString(), threads));
+        KafkaStreams streams = new KafkaStreams(topology(input, output), config(bootstrap, appId, stateDir.toString(), threads, guarantee));
         AtomicInteger replaced = new AtomicInteger();
         CountDownLatch done = new CountDownLatch(1);
         streams.setStateListener((now, old) -> {
