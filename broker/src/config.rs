@@ -223,6 +223,11 @@ pub struct BrokerConfig {
     /// `transaction.remove.expired.transaction.cleanup.interval.ms`: how
     /// often it looks for expired transactional ids.
     pub transaction_remove_expired_transaction_cleanup_interval_ms: i64,
+    /// `transaction.partition.verification.enable` (KIP-890 part 1): a
+    /// partition leader asks the transaction's coordinator whether a
+    /// partition was added before it takes the first transactional batch
+    /// of a transaction there (default true, as Kafka). Read at start.
+    pub transaction_partition_verification_enable: bool,
     /// `replica.selector.class`: empty (the leader serves every consumer)
     /// or Kafka's `RackAwareReplicaSelector` (consumers giving
     /// `client.rack` read from an in-sync replica in their rack, KIP-392).
@@ -316,6 +321,7 @@ impl Default for BrokerConfig {
             transactional_id_expiration_ms: 604_800_000,
             transaction_abort_timed_out_transaction_cleanup_interval_ms: 10_000,
             transaction_remove_expired_transaction_cleanup_interval_ms: 3_600_000,
+            transaction_partition_verification_enable: true,
             replica_selector_class: String::new(),
             min_insync_replicas: 1,
             replica_lag_time_max_ms: 30_000,
@@ -689,6 +695,9 @@ impl BrokerConfig {
                 }
                 "transaction.remove.expired.transaction.cleanup.interval.ms" => {
                     c.transaction_remove_expired_transaction_cleanup_interval_ms = parse_num(k, v)?
+                }
+                "transaction.partition.verification.enable" => {
+                    c.transaction_partition_verification_enable = parse_bool(k, v)?
                 }
                 "auto.leader.rebalance.enable" => c.auto_leader_rebalance_enable = parse_num(k, v)?,
                 "leader.imbalance.check.interval.seconds" => {

@@ -312,3 +312,67 @@ async fn a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced() {
     drop(s);
     broker.stop().await;
 }
+
+/// KIP-890 part 1: a partition leader takes a transaction's first batch
+/// only once the coordinator confirms the partition is in it, so no
+/// batch can open a transaction there that nobody will end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transactional_produce_needs_its_partition_in_the_transaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start(dir.path(), ARGS).await;
+    let mut s = broker.connect().await;
+    assert_eq!(create_topic(&mut s, TOPIC, 1).await.0, 0);
+    let (code, pid, epoch) = init(&mut s).await;
+    assert_eq!(code, 0);
+
+    // never added: refused, and nothing opened on the partition
+    assert_eq!(
+        produce_txn(&mut s, pid, epoch, 0, "unadded").await,
+        ResponseError::InvalidTxnState.code()
+    );
+    // transactional records without the request's transactional id
+    let records: Bytes = BatchBuilder::new()
+        .producer(pid, epoch, 0)
+        .transactional()
+        .record(
+            None,
+            Some(Bytes::from_static(b"anonymous")),
+            1_700_000_000_000,
+        )
+        .encode()
+        .expect("batch")
+        .into();
+    assert_eq!(
+        produce(&mut s, TOPIC, records).await.0,
+        ResponseError::TransactionalIdAuthorizationFailed.code()
+    );
+
+    assert_eq!(add_partition(&mut s, pid, epoch).await, 0);
+    assert_eq!(produce_txn(&mut s, pid, epoch, 0, "first").await, 0);
+    assert_eq!(produce_txn(&mut s, pid, epoch, 1, "second").await, 0);
+    assert_eq!(end(&mut s, pid, epoch, true).await, 0);
+
+    // the next transaction has not added the partition yet: a late batch
+    // of the ended one (or a buggy client) cannot open a hanging one
+    assert_eq!(
+        produce_txn(&mut s, pid, epoch, 2, "after the end").await,
+        ResponseError::InvalidTxnState.code()
+    );
+    assert_eq!(add_partition(&mut s, pid, epoch).await, 0);
+    assert_eq!(produce_txn(&mut s, pid, epoch, 2, "aborted").await, 0);
+    assert_eq!(end(&mut s, pid, epoch, false).await, 0);
+    assert_eq!(
+        read_committed(&mut s).await,
+        vec!["first".to_string(), "second".to_string()]
+    );
+
+    // a fenced producer's first batch is told INVALID_PRODUCER_EPOCH
+    let (_, pid2, epoch2) = init(&mut s).await;
+    assert_eq!((pid2, epoch2), (pid, epoch + 1));
+    assert_eq!(
+        produce_txn(&mut s, pid, epoch, 3, "zombie").await,
+        ResponseError::InvalidProducerEpoch.code()
+    );
+    drop(s);
+    broker.stop().await;
+}

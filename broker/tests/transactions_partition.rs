@@ -7,6 +7,8 @@
 //! with the fetch; ListOffsets at read_committed answers the LSO; and all
 //! of it — the aborted-transaction index, the open transactions and the
 //! coordinator epochs in the producer snapshot — survives a restart.
+//! (Without a coordinator, so with `transaction.partition.verification.enable`
+//! off: the produce path's verification is tested in `transactions_offsets`.)
 //!
 //! With three broker processes, the followers keep the same transactions:
 //! after the leader is killed, the new leader answers read_committed
@@ -50,8 +52,15 @@ fn args(shared: &Path) -> Vec<&'static str> {
         "1",
         "--controller-listen",
         "127.0.0.1:0",
+        // the partition side alone: these batches come from producers no
+        // transaction coordinator knows (transactions_offsets and
+        // transactions_coordinator verify them)
+        "--set",
+        NO_VERIFICATION,
     ]
 }
+
+const NO_VERIFICATION: &str = "transaction.partition.verification.enable=false";
 
 /// The incarnation broker `node` registered with, from the cluster
 /// directory.
@@ -440,6 +449,7 @@ async fn a_new_leader_keeps_the_last_stable_offset_and_the_aborted_transactions(
     let root = tempfile::tempdir().unwrap();
     let shared = root.path().join("shared");
     let settings = [
+        NO_VERIFICATION,
         "broker.session.timeout.ms=3000",
         "replica.lag.time.max.ms=2000",
         "replica.fetch.wait.max.ms=100",

@@ -16,6 +16,7 @@ mod list_offsets;
 mod log_dirs;
 mod metadata;
 mod produce;
+mod produce_verify;
 mod producers;
 mod quotas;
 mod reassignments;
@@ -304,7 +305,8 @@ async fn dispatch(
             encode_response(api, version, cid, &metadata::handle(b, r, version))
         }
         RequestKind::Produce(r) => {
-            let handled = produce::handle(b, r, version, prevalidated);
+            let refused = produce_verify::verify(broker, &r).await;
+            let handled = produce::handle(b, r, version, prevalidated, &refused);
             // Kafka counts the whole request against the producer's quota
             let throttle = if ctx.is_quota_client() {
                 b.record_quota(

@@ -275,7 +275,12 @@ pub fn handle(
     req: ProduceRequest,
     _version: i16,
     mut prevalidated: Option<Prevalidated>,
+    refused: &super::produce_verify::Refused,
 ) -> Handled {
+    let verifying = broker
+        .topics
+        .static_broker_config()
+        .transaction_partition_verification_enable;
     let acks = req.acks;
     let timeout = Duration::from_millis(req.timeout_ms.clamp(0, 300_000) as u64);
     let mut pending = Vec::new();
@@ -322,6 +327,14 @@ pub fn handle(
                     continue;
                 }
             };
+            if let Some((code, why)) = (!refused.is_empty())
+                .then(|| refused.get(&(name.clone(), index)))
+                .flatten()
+            {
+                tracing::debug!(topic = %name, partition = index, error = ?code, why, "transactional produce refused");
+                partition_responses.push(partition_error(index, *code, why.clone()));
+                continue;
+            }
             let Some(records) = pd.records else {
                 partition_responses.push(partition_error(
                     index,
@@ -373,7 +386,11 @@ pub fn handle(
                 }
                 None => &records,
             };
-            let appended = partition.append(buf, &headers, min_isr);
+            let appended = if verifying {
+                partition.append_verified(buf, &headers, min_isr)
+            } else {
+                partition.append(buf, &headers, min_isr)
+            };
             if let (Ok(a), Some(min_isr)) = (&appended, min_isr) {
                 let required = match a {
                     Appended::New(r) => r.last_offset + 1,

@@ -238,11 +238,9 @@ fn offsets_partition_of(broker: &Broker, group: &str) -> i32 {
 
 /// Before a transactional offset commit for `group`: whether
 /// `transactional_id`'s transaction (of `producer`) has added the group's
-/// offsets partition (AddOffsetsToTxn). The transaction's coordinator is
-/// asked, as Kafka's brokers ask it (KIP-890's verification): in process
-/// when this broker coordinates the id, else over the brokers'
-/// transaction channel. See [`verification_answer`] for the answers.
-/// Blocking.
+/// offsets partition (AddOffsetsToTxn), asked of its coordinator
+/// ([`verify_with_coordinator`]); see [`verification_answer`] for the
+/// answers. Blocking.
 pub fn verify_offsets_added(
     broker: &Broker,
     transactional_id: &str,
@@ -254,13 +252,35 @@ pub fn verify_offsets_added(
         offsets_partition_of(broker, group),
     );
     let producer = ProducerIdAndEpoch::new(producer.0, producer.1);
-    let partitions = BTreeSet::from([tp.clone()]);
+    verification_answer(verify_with_coordinator(
+        broker,
+        transactional_id,
+        producer,
+        &BTreeSet::from([tp]),
+    ))
+}
+
+/// Asks `transactional_id`'s coordinator whether `partitions` are in the
+/// transaction of `producer`, as Kafka's partition leaders ask it
+/// (KIP-890's verification): in process when this broker coordinates the
+/// id, else over the brokers' transaction channel (AddPartitionsToTxn v5,
+/// verify-only). Per partition `None` when it is in the transaction; the
+/// coordinator's refusal (PRODUCER_FENCED, INVALID_PRODUCER_ID_MAPPING,
+/// CONCURRENT_TRANSACTIONS, NOT_COORDINATOR, …); COORDINATOR_NOT_AVAILABLE
+/// when no coordinator can be reached; COORDINATOR_LOAD_IN_PROGRESS when
+/// the image names this broker, which has not loaded the id yet. Blocking.
+pub fn verify_with_coordinator(
+    broker: &Broker,
+    transactional_id: &str,
+    producer: ProducerIdAndEpoch,
+    partitions: &BTreeSet<TopicPartition>,
+) -> Result<Vec<(TopicPartition, Option<ResponseError>)>, ResponseError> {
     match broker
         .txns
-        .verify_partitions(transactional_id, producer, &partitions)
+        .verify_partitions(transactional_id, producer, partitions)
     {
         Err(ResponseError::NotCoordinator) => {}
-        local => return verification_answer(local),
+        local => return local,
     }
     let image = broker.image();
     let state_partition = broker.txns.partition_of(transactional_id);
@@ -276,35 +296,46 @@ pub fn verify_offsets_added(
         return Err(ResponseError::CoordinatorNotAvailable);
     };
     if coordinator.0 == broker.node_id {
-        // the image names this broker, which has not loaded the id yet
         return Err(ResponseError::CoordinatorLoadInProgress);
     }
-    let request = verify_request(transactional_id, producer, &tp);
+    let request = verify_request(transactional_id, producer, partitions);
     match channel.verify(&coordinator, request) {
-        Ok(response) => verification_answer(verified(&response, transactional_id)),
+        Ok(response) => verified(&response, transactional_id),
         Err(e) => {
-            tracing::warn!(transactional_id, coordinator = coordinator.0, error = %e, "could not ask a transaction coordinator to verify a transactional offset commit");
+            tracing::warn!(transactional_id, coordinator = coordinator.0, error = %e, "could not ask a transaction coordinator to verify partitions");
             Err(ResponseError::CoordinatorNotAvailable)
         }
     }
 }
 
-/// AddPartitionsToTxn (v4+) asking whether `tp` is in the transaction.
+/// AddPartitionsToTxn (v4+) asking whether `partitions` are in the
+/// transaction.
 fn verify_request(
     transactional_id: &str,
     producer: ProducerIdAndEpoch,
-    tp: &TopicPartition,
+    partitions: &BTreeSet<TopicPartition>,
 ) -> AddPartitionsToTxnRequest {
     use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTransaction;
+    let mut by_topic: std::collections::BTreeMap<&str, Vec<i32>> = Default::default();
+    for tp in partitions {
+        by_topic.entry(&tp.topic).or_default().push(tp.partition);
+    }
     AddPartitionsToTxnRequest::default().with_transactions(vec![
         AddPartitionsToTxnTransaction::default()
             .with_transactional_id(TransactionalId(str_bytes(transactional_id)))
             .with_producer_id(ProducerId(producer.producer_id))
             .with_producer_epoch(producer.epoch)
             .with_verify_only(true)
-            .with_topics(vec![AddPartitionsToTxnTopic::default()
-                .with_name(TopicName(str_bytes(&tp.topic)))
-                .with_partitions(vec![tp.partition])]),
+            .with_topics(
+                by_topic
+                    .into_iter()
+                    .map(|(topic, partitions)| {
+                        AddPartitionsToTxnTopic::default()
+                            .with_name(TopicName(str_bytes(topic)))
+                            .with_partitions(partitions)
+                    })
+                    .collect(),
+            ),
     ])
 }
 
@@ -532,7 +563,7 @@ mod verification_tests {
     fn a_remote_verification_is_read_back_per_partition() {
         use kafka_protocol::protocol::{Decodable, Encodable};
         let producer = ProducerIdAndEpoch::new(7, 2);
-        let request = verify_request("t-1", producer, &tp());
+        let request = verify_request("t-1", producer, &BTreeSet::from([tp()]));
         let mut buf = bytes::BytesMut::new();
         request.encode(&mut buf, 5).unwrap();
         let decoded = AddPartitionsToTxnRequest::decode(&mut buf.freeze(), 5).unwrap();

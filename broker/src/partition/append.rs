@@ -44,8 +44,33 @@ pub enum Appended {
 /// of this broker's coordinators (epochs only).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Origin {
-    Client,
+    /// `verified`: a transaction's first batch needs its verification.
+    Client {
+        verified: bool,
+    },
     Coordinator,
+}
+
+/// Refuses the first transactional batch of a producer's transaction that
+/// its coordinator has not confirmed (INVALID_TXN_STATE, as Kafka answers
+/// a produce to a partition not added to the transaction).
+fn check_verified(state: &PartitionState, headers: &[BatchHeader]) -> Result<(), TopicError> {
+    for h in headers
+        .iter()
+        .filter(|h| h.is_transactional() && h.producer_id >= 0)
+    {
+        let open = state.producers.open_txn(h.producer_id).is_some();
+        if !open && state.verified.get(&h.producer_id) != Some(&h.producer_epoch) {
+            return Err(TopicError::new(
+                ResponseError::InvalidTxnState,
+                format!(
+                    "producer {} epoch {}: the partition was not added to its transaction",
+                    h.producer_id, h.producer_epoch
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 impl Partition {
@@ -69,7 +94,40 @@ impl Partition {
         headers: &[BatchHeader],
         min_isr: Option<usize>,
     ) -> Result<Appended, TopicError> {
-        self.append_from(batches, headers, min_isr, Origin::Client)
+        self.append_from(
+            batches,
+            headers,
+            min_isr,
+            Origin::Client { verified: false },
+        )
+    }
+
+    /// [`append`](Self::append) for a client's produce when transactions
+    /// are verified (`transaction.partition.verification.enable`): the
+    /// first transactional batch of a producer's transaction here is taken
+    /// only if its coordinator confirmed the partition is in the
+    /// transaction since the producer's last marker ([`Self::verified`]),
+    /// else INVALID_TXN_STATE — a transaction that ended between the check
+    /// and the append must not leave a hanging one behind.
+    pub fn append_verified(
+        &self,
+        batches: &[u8],
+        headers: &[BatchHeader],
+        min_isr: Option<usize>,
+    ) -> Result<Appended, TopicError> {
+        self.append_from(batches, headers, min_isr, Origin::Client { verified: true })
+    }
+
+    /// Whether producer `producer_id` has no transaction open here: its
+    /// next transactional batch needs the coordinator's confirmation.
+    pub fn needs_verification(&self, producer_id: i64) -> bool {
+        self.lock().producers.open_txn(producer_id).is_none()
+    }
+
+    /// The coordinator confirmed this partition is in the transaction of
+    /// `producer_id` at `epoch`: its first transactional batch may come.
+    pub fn verified(&self, producer_id: i64, epoch: i16) {
+        self.lock().verified.insert(producer_id, epoch);
     }
 
     /// [`append`](Self::append) for batches one of this broker's
@@ -224,6 +282,7 @@ impl Partition {
         let appended = state.log.append(batch, leader_epoch, now)?;
         let mut header = BatchHeader::parse(batch)?;
         header.base_offset = appended.base_offset;
+        state.verified.remove(&header.producer_id);
         if let Some(ended) = txns::apply(&mut state.producers, &header, Some(batch)) {
             state.unreplicated.push(&ended);
             if let Some(aborted) = ended.aborted {
@@ -243,8 +302,11 @@ impl Partition {
         now: i64,
         origin: Origin,
     ) -> Result<Appended, TopicError> {
+        if origin == (Origin::Client { verified: true }) {
+            check_verified(state, headers)?;
+        }
         match origin {
-            Origin::Client => {
+            Origin::Client { .. } => {
                 if let Some(base_offset) = producers::check_sequences(&state.producers, headers)? {
                     return Ok(Appended::Duplicate {
                         base_offset,
@@ -257,6 +319,11 @@ impl Partition {
         let active_before = state.log.active_base_offset();
         let result = state.log.append(batches, leader_epoch, now)?;
         producers::record_appended(&mut state.producers, headers, result.base_offset);
+        if !state.verified.is_empty() {
+            for h in headers.iter().filter(|h| h.is_transactional()) {
+                state.verified.remove(&h.producer_id);
+            }
+        }
         producers::snapshot_if_rolled(&mut state.log, &state.producers, active_before);
         state.log.maybe_flush(now)?;
         Ok(Appended::New(result))

@@ -143,6 +143,8 @@ impl Partition {
                     .filter(|r| **r != node)
                     .map(|r| (*r, FollowerProgress::new(now)))
                     .collect();
+                // verifications were a previous leadership's
+                state.verified.clear();
                 state.role = Role::Leader(LeaderState {
                     node,
                     epoch: image.leader_epoch,

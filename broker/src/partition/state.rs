@@ -31,6 +31,12 @@ pub(super) struct PartitionState {
     /// Transactions whose marker the high watermark has not passed yet.
     pub(super) unreplicated: Unreplicated,
     pub(super) role: Role,
+    /// Producers (id → epoch) whose transaction's coordinator confirmed
+    /// this partition is in it, before their first transactional batch
+    /// here (KIP-890 verification; see [`Partition::verified`]). Cleared
+    /// by that batch, or by a marker of the producer (a transaction that
+    /// ended in between must be verified again).
+    pub(super) verified: std::collections::HashMap<i64, i16>,
 }
 
 impl PartitionState {
@@ -121,6 +127,7 @@ impl Partition {
                 aborted: loaded.aborted,
                 unreplicated: loaded.unreplicated,
                 role: Role::Leader(LeaderState::alone()),
+                verified: Default::default(),
             }),
             high_watermark: watch::channel(hw).0,
             log_end: watch::channel(end).0,

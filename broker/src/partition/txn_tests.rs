@@ -266,3 +266,50 @@ fn index_files_of_removed_segments_move_to_the_live_ones_at_open() {
         );
     }
 }
+
+#[test]
+fn a_verification_lasts_until_the_transaction_opens_or_a_marker_ends_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = open_at(dir.path(), "verify");
+    let verified_write = |seq: i32| {
+        let b = txn_batch(1, seq, 1, true);
+        let headers = storage::batch::validate_batches(&b, 1 << 20).unwrap();
+        p.append_verified(&b, &headers, None).map_err(|e| e.code)
+    };
+    assert!(p.needs_verification(1));
+    assert_eq!(
+        verified_write(0).unwrap_err(),
+        ResponseError::InvalidTxnState,
+        "not confirmed"
+    );
+    p.verified(1, 0);
+    assert!(verified_write(0).is_ok());
+    assert!(
+        !p.needs_verification(1),
+        "open: later batches need no question"
+    );
+    assert!(verified_write(1).is_ok());
+    p.write_txn_marker(1, 0, 0, TxnResult::Commit).unwrap();
+    assert!(p.needs_verification(1));
+    assert_eq!(
+        verified_write(2).unwrap_err(),
+        ResponseError::InvalidTxnState,
+        "the confirmation was the ended transaction's"
+    );
+    // confirmed, then the transaction ends before the batch comes
+    p.verified(1, 0);
+    p.write_txn_marker(1, 0, 0, TxnResult::Abort).unwrap();
+    assert_eq!(
+        verified_write(2).unwrap_err(),
+        ResponseError::InvalidTxnState,
+        "a batch that lost the race to the marker opens nothing"
+    );
+    p.verified(1, 7);
+    assert_eq!(
+        verified_write(2).unwrap_err(),
+        ResponseError::InvalidTxnState,
+        "confirmed for another epoch"
+    );
+    // the unverified path (verification off) is unchanged
+    assert!(write(&p, 1, 2, 1, true).is_ok());
+}
