@@ -14,7 +14,7 @@
 //!   `txn::marker::decode_control_key` and `EndTxnMarker::decode`;
 //! - `2` txn index: the bytes of a `.txnindex` file, given to
 //!   `storage::txn_index::decode_all` and, written to a scratch partition
-//!   directory, to `txn_index::list` / `read`;
+//!   directory, to `txn_index::list` / `read` and `append`;
 //! - `3` snapshot: `flags u8 | bytes` of a producer-state snapshot (`flags &
 //!   1`: its CRC is recomputed first, so mutations reach the fields behind
 //!   it), given to `storage::producer_snapshot::decode` and, written under
@@ -37,7 +37,10 @@
 //! re-encodes to a key and value that decode to it, and decodes exactly
 //! when its key names COMMIT or ABORT and its value is readable. An index
 //! reads back every whole entry up to the first of an unknown version, and
-//! those entries encode to the bytes read; the file reader agrees. A
+//! those entries encode to the bytes read; the file reader agrees, and
+//! reads an entry appended to the file right after them (a torn or unknown
+//! tail must not hide it: the partition appends the entries it rebuilds
+//! at open). A
 //! snapshot that decodes re-encodes to bytes that decode to it (the very
 //! same bytes at version 2); `latest` finds exactly what `decode` accepts.
 //! The load keeps each id under its own name, and the same bytes in two
@@ -275,6 +278,22 @@ fn txn_index_file(data: &[u8]) {
     assert_eq!(txn_index::list(&dir).expect("list"), vec![base]);
     assert_eq!(txn_index::read(&dir, base).expect("read"), entries);
     assert_eq!(txn_index::read(&dir, 1).expect("read"), vec![]);
+    // An entry appended (an ABORT marker found at open that the file does
+    // not list) is read back after what was readable, whatever followed.
+    let entry = txn_index::AbortedTxn {
+        producer_id: 7,
+        first_offset: 3,
+        last_offset: 9,
+        last_stable_offset: 10,
+    };
+    txn_index::append(&dir, base, &entry).expect("append");
+    let mut expected = entries;
+    expected.push(entry);
+    assert_eq!(
+        txn_index::read(&dir, base).expect("read"),
+        expected,
+        "an appended entry is read back"
+    );
 }
 
 fn snapshot(data: &[u8]) {

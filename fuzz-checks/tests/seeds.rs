@@ -713,11 +713,42 @@ fn log_recovery() -> Vec<Seed> {
         .collect()
 }
 
+/// `.txnindex` files whose tail the reader cannot use (a crash in the
+/// middle of an entry's write; an entry of an unknown version) while the
+/// log holds an ABORT marker the files do not list: the open rebuilds
+/// its entry, and a clean restart must still see it.
+fn log_recovery_regressions() -> Vec<Seed> {
+    let log = txn_log();
+    let index = txn_log_index();
+    let snapshot = txn_log_snapshot();
+    let input = |index: &[u8]| {
+        cat(&[
+            &[0x80],
+            &(index.len() as u16).to_be_bytes(),
+            index,
+            &(snapshot.len() as u16).to_be_bytes(),
+            &snapshot,
+            &log,
+        ])
+    };
+    let torn = &index[..txn_index::ENTRY_LEN + 9];
+    let mut unknown = index.clone();
+    unknown[txn_index::ENTRY_LEN + 1] = 1;
+    vec![
+        ("txnindex-torn-tail", input(torn)),
+        ("txnindex-unknown-version", input(&unknown)),
+    ]
+    .into_iter()
+    .map(|(name, bytes)| ("regressions", "log_recovery", name.to_string(), bytes))
+    .collect()
+}
+
 fn all() -> Vec<Seed> {
     let mut seeds = txn_codecs();
     seeds.extend(txn_codecs_regressions());
     seeds.extend(request_frames());
     seeds.extend(log_recovery());
+    seeds.extend(log_recovery_regressions());
     seeds
 }
 

@@ -14,7 +14,9 @@
 //! transaction ended). Entries are appended in marker order. A reader
 //! takes every whole entry of a known version and stops at the first
 //! partial (a torn tail after an unclean stop) or unknown one; the
-//! partition then rebuilds what is missing from the log.
+//! partition then rebuilds what is missing from the log. An append first
+//! cuts such an unreadable tail off: written behind it, the rebuilt entry
+//! would be unreadable too (or misread), and lost at the next start.
 
 use std::fs;
 use std::io::{ErrorKind, Write};
@@ -114,10 +116,21 @@ pub fn read(dir: &Path, base: i64) -> Result<Vec<AbortedTxn>> {
 /// segment: made durable by the same flush policy, rebuilt from the log
 /// when a crash loses it).
 pub fn append(dir: &Path, base: i64, entry: &AbortedTxn) -> Result<()> {
+    let path = dir.join(file_name(base));
+    let existing = match fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(e.into()),
+    };
     let mut f = fs::OpenOptions::new()
         .create(true)
         .append(true)
-        .open(dir.join(file_name(base)))?;
+        .open(&path)?;
+    let readable = decode_all(&existing).len() * ENTRY_LEN;
+    if readable < existing.len() {
+        // a torn or unknown entry: what follows it would never be read
+        f.set_len(readable as u64)?;
+    }
     f.write_all(&entry.encode())?;
     Ok(())
 }
