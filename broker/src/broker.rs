@@ -32,7 +32,7 @@ pub struct Broker {
     markers: std::sync::OnceLock<Arc<dyn crate::txn_coordinator::MarkerSender>>,
     /// The same channel, for a partition leader's verification calls to
     /// transaction coordinators (set at start with `markers`).
-    txn_channel: std::sync::OnceLock<Arc<crate::replication::markers::MarkerChannel>>,
+    txn_channel: std::sync::OnceLock<Arc<dyn crate::txn_coordinator::VerifyChannel>>,
     pub metrics: Metrics,
     /// Connection slots (`max.connections`, `max.connections.per.ip`).
     pub connection_limits: Arc<ConnectionLimiter>,
@@ -143,13 +143,16 @@ impl Broker {
 
     /// Sets the brokers' transaction channel: markers to partition
     /// leaders, verifications to transaction coordinators.
-    pub fn set_txn_channel(&self, channel: Arc<crate::replication::markers::MarkerChannel>) {
+    pub fn set_txn_channel<C>(&self, channel: Arc<C>)
+    where
+        C: crate::txn_coordinator::MarkerSender + crate::txn_coordinator::VerifyChannel + 'static,
+    {
         let _ = self.txn_channel.set(channel.clone());
         self.set_marker_sender(channel);
     }
 
-    /// The brokers' transaction channel, once set.
-    pub fn txn_channel(&self) -> Option<&Arc<crate::replication::markers::MarkerChannel>> {
+    /// The brokers' transaction channel (verifications), once set.
+    pub fn txn_channel(&self) -> Option<&Arc<dyn crate::txn_coordinator::VerifyChannel>> {
         self.txn_channel.get()
     }
 

@@ -134,7 +134,7 @@ pub struct OffsetTable {
     /// ([`super::metadata`]), for the coordinator to restore the groups.
     snapshots: BTreeMap<String, super::metadata::GroupSnapshot>,
     /// Offsets of transactions without a marker yet.
-    pending: PendingTxnOffsets,
+    pending: PendingTxnOffsets<CommittedOffset>,
 }
 
 impl OffsetTable {
@@ -152,7 +152,7 @@ impl OffsetTable {
         self.put(group, topic, partition, c);
     }
     /// The offsets of transactions without a marker yet.
-    pub fn pending(&self) -> &PendingTxnOffsets {
+    pub fn pending(&self) -> &PendingTxnOffsets<CommittedOffset> {
         &self.pending
     }
     /// Adds `offset` of `producer_id`'s open transaction.

@@ -19,19 +19,29 @@
 
 use std::collections::BTreeMap;
 
-use super::offsets::{CommittedOffset, OffsetKey};
+/// `(group, topic, partition)`, as `offsets::Key`.
+type Key = (String, String, i32);
 
 /// The pending transactional offsets of one offsets partition (or of a
-/// whole standalone broker while it loads), by producer id.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct PendingTxnOffsets {
-    by_producer: BTreeMap<i64, BTreeMap<OffsetKey, CommittedOffset>>,
+/// whole standalone broker while it loads), by producer id; `V` is the
+/// committed offset (generic so this module needs nothing of `offsets`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingTxnOffsets<V> {
+    by_producer: BTreeMap<i64, BTreeMap<Key, V>>,
 }
 
-impl PendingTxnOffsets {
+impl<V> Default for PendingTxnOffsets<V> {
+    fn default() -> Self {
+        Self {
+            by_producer: BTreeMap::new(),
+        }
+    }
+}
+
+impl<V> PendingTxnOffsets<V> {
     /// `producer_id`'s transaction wrote `offset` for `key` (a later one
     /// of the same transaction replaces an earlier one).
-    pub fn add(&mut self, producer_id: i64, key: OffsetKey, offset: CommittedOffset) {
+    pub fn add(&mut self, producer_id: i64, key: Key, offset: V) {
         self.by_producer
             .entry(producer_id)
             .or_default()
@@ -40,7 +50,7 @@ impl PendingTxnOffsets {
 
     /// A plain commit of `key` was written after every pending one: none
     /// of them may replace it when its transaction commits.
-    pub fn supersede(&mut self, key: &OffsetKey) {
+    pub fn supersede(&mut self, key: &Key) {
         self.by_producer.retain(|_, offsets| {
             offsets.remove(key);
             !offsets.is_empty()
@@ -49,7 +59,7 @@ impl PendingTxnOffsets {
 
     /// `producer_id`'s transaction ended here: its pending offsets, in key
     /// order, for the caller to apply on a COMMIT (and forget on an ABORT).
-    pub fn complete(&mut self, producer_id: i64) -> Vec<(OffsetKey, CommittedOffset)> {
+    pub fn complete(&mut self, producer_id: i64) -> Vec<(Key, V)> {
         self.by_producer
             .remove(&producer_id)
             .map(|offsets| offsets.into_iter().collect())
@@ -74,7 +84,7 @@ impl PendingTxnOffsets {
     }
 
     /// Every pending offset as `(producer id, key, offset)`.
-    pub fn entries(&self) -> impl Iterator<Item = (i64, &OffsetKey, &CommittedOffset)> {
+    pub fn entries(&self) -> impl Iterator<Item = (i64, &Key, &V)> {
         self.by_producer
             .iter()
             .flat_map(|(pid, offsets)| offsets.iter().map(move |(k, c)| (*pid, k, c)))
@@ -92,9 +102,10 @@ impl PendingTxnOffsets {
 
 #[cfg(test)]
 mod tests {
+    use super::super::offsets::CommittedOffset;
     use super::*;
 
-    fn key(group: &str, topic: &str, partition: i32) -> OffsetKey {
+    fn key(group: &str, topic: &str, partition: i32) -> Key {
         (group.to_string(), topic.to_string(), partition)
     }
 
@@ -109,7 +120,7 @@ mod tests {
 
     #[test]
     fn a_transactions_offsets_stay_pending_until_it_completes() {
-        let mut p = PendingTxnOffsets::default();
+        let mut p = PendingTxnOffsets::<CommittedOffset>::default();
         p.add(7, key("g", "t", 0), at(5));
         p.add(7, key("g", "t", 0), at(9));
         p.add(7, key("g", "t", 1), at(3));
@@ -135,7 +146,7 @@ mod tests {
 
     #[test]
     fn a_later_plain_commit_supersedes_a_pending_offset() {
-        let mut p = PendingTxnOffsets::default();
+        let mut p = PendingTxnOffsets::<CommittedOffset>::default();
         p.add(7, key("g", "t", 0), at(5));
         p.add(7, key("g", "t", 1), at(6));
         p.add(8, key("g", "t", 0), at(4));

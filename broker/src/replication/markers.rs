@@ -17,7 +17,7 @@
 //! The same connections carry the other inter-broker call of
 //! transactions: a partition leader's question to a transaction
 //! coordinator whether a partition is in a transaction
-//! ([`MarkerChannel::verify`]; KIP-890's verification, which the group
+//! (its `VerifyChannel` side; KIP-890's verification, which the group
 //! coordinator asks before it takes a transactional offset commit).
 //!
 //! Owns its connections (one per broker, opened on demand, dropped on any
@@ -45,7 +45,7 @@ use crate::image::MetadataImage;
 use crate::txn::marker::TxnResult;
 use crate::txn::state::MarkerPlan;
 use crate::txn::vocab::TopicPartition;
-use crate::txn_coordinator::MarkerSender;
+use crate::txn_coordinator::{MarkerSender, VerifyChannel};
 
 /// The WriteTxnMarkers version sent (the one Kafka 4 brokers speak).
 pub const WRITE_TXN_MARKERS_VERSION: i16 = 1;
@@ -220,23 +220,6 @@ impl MarkerChannel {
         )
     }
 
-    /// Asks the transaction coordinator `coordinator` (node id,
-    /// `host:port`) whether partitions are in a transaction: an
-    /// AddPartitionsToTxn request with verify-only transactions (KIP-890),
-    /// as a partition leader asks before it takes a transactional write.
-    pub fn verify(
-        &self,
-        coordinator: &(i32, String),
-        request: AddPartitionsToTxnRequest,
-    ) -> std::io::Result<AddPartitionsToTxnResponse> {
-        self.call(
-            coordinator,
-            ApiKey::AddPartitionsToTxn,
-            VERIFY_PARTITIONS_VERSION,
-            request,
-        )
-    }
-
     /// Sends one request to a broker (a pooled connection or a new one);
     /// a failed connection is dropped.
     fn call<Req: Encodable + Send + 'static, Resp: Decodable + Send + 'static>(
@@ -274,6 +257,23 @@ impl MarkerChannel {
         })?;
         self.connections.lock().insert(leader.clone(), conn);
         Ok(response)
+    }
+}
+
+/// A partition leader's question to a transaction coordinator (KIP-890),
+/// as AddPartitionsToTxn v5 with verify-only transactions.
+impl VerifyChannel for MarkerChannel {
+    fn verify(
+        &self,
+        coordinator: &(i32, String),
+        request: AddPartitionsToTxnRequest,
+    ) -> std::io::Result<AddPartitionsToTxnResponse> {
+        self.call(
+            coordinator,
+            ApiKey::AddPartitionsToTxn,
+            VERIFY_PARTITIONS_VERSION,
+            request,
+        )
     }
 }
 

@@ -161,6 +161,18 @@ pub trait MarkerSender: Send + Sync + std::fmt::Debug {
     ) -> Vec<TopicPartition>;
 }
 
+/// Asks another broker's transaction coordinator whether partitions are
+/// in a transaction: an AddPartitionsToTxn request of verify-only
+/// transactions (KIP-890), sent to `coordinator` (node id, `host:port`).
+/// Blocking.
+pub trait VerifyChannel: Send + Sync + std::fmt::Debug {
+    fn verify(
+        &self,
+        coordinator: &(i32, String),
+        request: kafka_protocol::messages::AddPartitionsToTxnRequest,
+    ) -> std::io::Result<kafka_protocol::messages::AddPartitionsToTxnResponse>;
+}
+
 /// The transactional ids of one `__transaction_state` partition.
 struct Shard {
     load: Mutex<PartitionLoad>,
