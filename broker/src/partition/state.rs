@@ -224,6 +224,23 @@ impl Partition {
         out
     }
 
+    /// The first phase of a compaction pass
+    /// (`PartitionLog::plan_compaction_below`), bounded by the last stable
+    /// offset: a pass never cleans records of a transaction still open.
+    pub fn plan_compaction(
+        &self,
+        now_ms: i64,
+    ) -> crate::storage::Result<crate::storage::CompactionPlan> {
+        let (out, retired) = {
+            let mut state = self.lock();
+            let stable = last_stable_offset(&state);
+            let out = state.log.plan_compaction_below(now_ms, stable);
+            (out, state.log.take_retired())
+        };
+        drop(retired);
+        out
+    }
+
     pub fn size_bytes(&self) -> u64 {
         self.lock().log.size_bytes()
     }

@@ -21,8 +21,18 @@
 //!   timestamp is the record's own (the batch max for LogAppendTime): the
 //!   same clock time retention uses; a producer's old CreateTime timestamps
 //!   therefore shorten the time a tombstone is kept;
+//! - records of an aborted transaction (its ABORT marker among the cleaned
+//!   segments) go, and never count as a key's latest; a committed
+//!   transaction's records count from their own offsets once its COMMIT is
+//!   seen; records of a transaction whose marker is not among the cleaned
+//!   segments are kept unchanged and count for nothing (a pass never
+//!   reaches past the last stable offset, so that is rare). Without this
+//!   an aborted offset commit in `__consumer_offsets` would outlive, and
+//!   erase, the committed one before it;
 //! - control batches (transaction markers) and batches whose records cannot
-//!   be decoded are kept unchanged.
+//!   be decoded are kept unchanged (Kafka drops markers once their
+//!   transaction's records are gone and `delete.retention.ms` passed;
+//!   Moldau keeps them: a few dozen bytes each).
 //!
 //! A batch keeps its bytes untouched when nothing in it goes. Otherwise
 //! the surviving records are re-encoded with `RecordBatchEncoder`, keeping
@@ -109,14 +119,67 @@ pub struct CompactionOutcome {
 }
 
 /// Latest offset of every key in the segments being cleaned, and the base
-/// offset of each producer's last batch among them.
+/// offset of each producer's last batch among them. Records of aborted
+/// transactions never count as a key's latest, and those of a transaction
+/// whose marker is not in the cleaned segments count only once it commits
+/// (see the module docs).
 #[derive(Debug, Default)]
 pub struct OffsetMap {
     latest: HashMap<Bytes, i64>,
     last_batch_of_producer: HashMap<i64, i64>,
+    /// Per producer, the `[first, marker]` offsets of its aborted
+    /// transactions among the cleaned segments.
+    aborted: HashMap<i64, Vec<(i64, i64)>>,
+    /// Per producer, the first offset of its transaction still open at the
+    /// end of the cleaned segments (its records are kept as they are).
+    open: HashMap<i64, i64>,
+}
+
+/// Where a batch stands with its transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TxnFate {
+    /// Not transactional, or its transaction committed.
+    Settled,
+    Aborted,
+    /// Its marker is not among the cleaned segments.
+    Open,
 }
 
 impl OffsetMap {
+    /// Records `offset` as `key`'s latest unless a later one is known (a
+    /// committed transaction's records are added at its marker, after
+    /// records that follow them in the log).
+    fn saw(&mut self, key: &[u8], offset: i64) {
+        match self.latest.get_mut(key) {
+            Some(latest) => *latest = (*latest).max(offset),
+            None => {
+                self.latest.insert(Bytes::copy_from_slice(key), offset);
+            }
+        }
+    }
+
+    fn txn_fate(&self, h: &BatchHeader) -> TxnFate {
+        if !h.is_transactional() || h.producer_id < 0 {
+            return TxnFate::Settled;
+        }
+        let offset = h.base_offset;
+        if self.aborted.get(&h.producer_id).is_some_and(|ranges| {
+            ranges
+                .iter()
+                .any(|(first, last)| (*first..=*last).contains(&offset))
+        }) {
+            return TxnFate::Aborted;
+        }
+        if self
+            .open
+            .get(&h.producer_id)
+            .is_some_and(|first| offset >= *first)
+        {
+            return TxnFate::Open;
+        }
+        TxnFate::Settled
+    }
+
     pub fn len(&self) -> usize {
         self.latest.len()
     }
@@ -157,8 +220,13 @@ fn for_each_batch(
 
 /// Builds the key → latest offset map over `segments` (oldest first).
 /// Memory: one entry per distinct key, holding a copy of the key.
+/// A transaction's records wait for its marker before they count: a
+/// COMMIT adds them to the map, an ABORT records the transaction's range
+/// (its records go), and a transaction still open at the end stays open.
 pub fn build_offset_map(segments: &[SealedBytes], throttle: &Throttle) -> Result<OffsetMap> {
     let mut map = OffsetMap::default();
+    // per producer, the keys and offsets of its open transaction
+    let mut pending: HashMap<i64, Vec<(Bytes, i64)>> = HashMap::new();
     for seg in segments {
         for_each_batch(seg, throttle, |pos, h, bytes| {
             if h.producer_id >= 0 {
@@ -166,13 +234,45 @@ pub fn build_offset_map(segments: &[SealedBytes], throttle: &Throttle) -> Result
                     .insert(h.producer_id, h.base_offset);
             }
             if h.is_control() {
+                let ended = batch::decode_records(bytes).ok().and_then(|records| {
+                    let key = records.into_iter().next()?.key?;
+                    crate::txn::marker::decode_control_key(&key)
+                        .ok()?
+                        .txn_result()
+                });
+                if let Some(result) = ended {
+                    let first = map.open.remove(&h.producer_id);
+                    let keys = pending.remove(&h.producer_id).unwrap_or_default();
+                    match result {
+                        crate::txn::marker::TxnResult::Commit => {
+                            for (k, offset) in keys {
+                                map.saw(&k, offset);
+                            }
+                        }
+                        crate::txn::marker::TxnResult::Abort => map
+                            .aborted
+                            .entry(h.producer_id)
+                            .or_default()
+                            .push((first.unwrap_or(i64::MIN), h.base_offset)),
+                    }
+                }
                 return Ok(());
+            }
+            let transactional = h.is_transactional() && h.producer_id >= 0;
+            if transactional {
+                map.open.entry(h.producer_id).or_insert(h.base_offset);
             }
             match batch::decode_records(bytes) {
                 Ok(records) => {
                     for r in records {
-                        if let Some(k) = r.key {
-                            map.latest.insert(Bytes::copy_from_slice(&k), r.offset);
+                        let Some(k) = r.key else { continue };
+                        if transactional {
+                            pending
+                                .entry(h.producer_id)
+                                .or_default()
+                                .push((k, r.offset));
+                        } else {
+                            map.saw(&k, r.offset);
                         }
                     }
                 }
@@ -260,15 +360,19 @@ fn filter_batch(
     delete_retention_ms: i64,
     stats: &mut CleanStats,
 ) -> Result<Fate> {
+    let fate = map.txn_fate(h);
+    if fate == TxnFate::Open {
+        return Ok(Fate::Keep);
+    }
     let records = batch::decode_records(bytes)?;
     let mut kept = Vec::with_capacity(records.len());
     let (mut removed, mut tombstones) = (0u64, 0u64);
     let mut expiry: Option<i64> = None;
     for r in records {
-        let latest = r
-            .key
-            .as_ref()
-            .is_some_and(|k| map.latest.get(k) == Some(&r.offset));
+        let latest = fate == TxnFate::Settled
+            && r.key
+                .as_ref()
+                .is_some_and(|k| map.latest.get(k) == Some(&r.offset));
         if !latest {
             removed += 1;
             continue;

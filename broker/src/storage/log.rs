@@ -1207,11 +1207,18 @@ impl PartitionLog {
     /// (the cleanable segments' bytes as they are now, `SealedBytes`) and
     /// creates its staging directory. Cheap: one header read per segment.
     pub fn plan_compaction(&mut self, now_ms: i64) -> Result<CompactionPlan> {
+        self.plan_compaction_below(now_ms, self.high_watermark)
+    }
+
+    /// [`plan_compaction`](Self::plan_compaction) for a partition with
+    /// transactions: nothing at or past `stable` (its last stable offset)
+    /// is cleaned, so a pass sees every transaction it reads end.
+    pub fn plan_compaction_below(&mut self, now_ms: i64, stable: i64) -> Result<CompactionPlan> {
         let view = compaction::LogView {
             dir: &self.dir,
             config: &self.config,
             segments: &self.segments,
-            high_watermark: self.high_watermark,
+            high_watermark: self.high_watermark.min(stable),
             cleaned_to: self.cleaned_to,
             tombstone_due: self.tombstone_due,
             closed: self.closed,

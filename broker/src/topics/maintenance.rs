@@ -78,13 +78,11 @@ impl TopicManager {
             for p in &topic.partitions {
                 let now = now_ms();
                 let started = std::time::Instant::now();
-                let plan = p.with_log(|log| {
-                    if log.config().compact {
-                        log.plan_compaction(now)
-                    } else {
-                        Ok(CompactionPlan::Nothing(Default::default()))
-                    }
-                });
+                let plan = if p.with_log(|log| log.config().compact) {
+                    p.plan_compaction(now)
+                } else {
+                    Ok(CompactionPlan::Nothing(Default::default()))
+                };
                 let planned = started.elapsed();
                 let mut ran_for = std::time::Duration::ZERO;
                 let mut swapped = std::time::Duration::ZERO;
