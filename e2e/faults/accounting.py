@@ -340,6 +340,9 @@ class Txn:
     outcome: str = "unknown"  # committed | aborted | unknown
     partitions: list[int] = field(default_factory=list)
     how: str = ""  # why the outcome, when not the intended one (an error's name)
+    began: float = 0.0  # time.monotonic() at begin_transaction()
+    ended: float = 0.0  # … when its outcome was known (commit or abort returned, or re-created)
+    acked: dict[int, int] = field(default_factory=dict)  # seq -> the offset its delivery report gave
 
 
 @dataclass
@@ -375,10 +378,11 @@ class TxnReport:
         return d
 
 
-def verify_txn(run: str, history: list[Txn], consumed: dict[int, list[tuple[int, bytes | None]]]) -> TxnReport:
+def verify_txn(run: str, history: list[Txn], consumed: dict[int, list[tuple[int, bytes | None]]],
+               origin: float = 0.0) -> TxnReport:
     """The verdict of a transactional run (see above). `history`: every
     producer's transactions; `consumed`: each partition's (offset, value),
-    read_committed, in log order."""
+    read_committed, in log order; examples give times from `origin`."""
     r = TxnReport(transactions={o: 0 for o in TXN_OUTCOMES}, records={o: 0 for o in TXN_OUTCOMES})
     txns: dict[tuple[int, int], Txn] = {}
     for t in history:
@@ -418,7 +422,7 @@ def verify_txn(run: str, history: list[Txn], consumed: dict[int, list[tuple[int,
         extra = sum(c - 1 for c in copies if c > 1)
         offsets = sorted(where[(producer, txn, s)] for s in range(n) if copies[s])
         info = dict(producer=producer, txn=txn, outcome=t.outcome, how=t.how, records=n, present=present,
-                    at=offsets[:3])
+                    at=offsets[:3], began=round(t.began - origin, 3), ended=round(t.ended - origin, 3))
         if t.outcome == "aborted":
             if present:
                 r.aborted_visible += sum(copies)
@@ -430,7 +434,8 @@ def verify_txn(run: str, history: list[Txn], consumed: dict[int, list[tuple[int,
         if t.outcome == "committed":
             if present < n:
                 r.lost += n - present
-                r.example("lost", **info, missing=[(t.partitions[s], s) for s in range(n) if not copies[s]][:5])
+                r.example("lost", **info, missing=[(t.partitions[s], s) for s in range(n) if not copies[s]][:5],
+                          acked_at=[(t.partitions[s], t.acked.get(s)) for s in range(n) if not copies[s]][:5])
         elif present == n:
             r.unknown_present += 1
         elif present == 0:

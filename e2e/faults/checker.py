@@ -120,7 +120,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--ip-base", default="127.0.0.2", help="first broker's loopback address; the others follow")
     ap.add_argument("--workdir", type=Path, default=None, help="broker data and logs (default e2e/.state/faults/run-*)")
     ap.add_argument("--json", type=Path, default=None, help="also write the summary here")
-    ap.add_argument("--keep-data", action="store_true", help="keep the brokers' data directories")
+    ap.add_argument("--keep-data", action="store_true", help="keep the brokers' data directories (kept anyway when the verdict fails)")
     ap.add_argument("--transactional", action="store_true",
                     help="transactional producers over every partition; the verdict is the transactional accounting")
     ap.add_argument("--txn-size", default="10-50", help="records per transaction, LO-HI (transactional mode)")
@@ -370,7 +370,22 @@ def run(args: argparse.Namespace, cluster: Cluster | None = None) -> tuple[int, 
                 raise RuntimeError(f"transactional producers did not end cleanly: alive {alive}, died {died}")
             consumed, highs, complete = workload.consume_committed(bootstrap, topic, args.partitions, timeout=120)
             history = [t for p in producers for t in p.ledger.txns]
-            report = accounting.verify_txn(run_id, history, consumed)
+            report = accounting.verify_txn(run_id, history, consumed, origin=t0)
+            if report.examples.get("lost") or report.examples.get("partial"):
+                # was a missing record written (and hidden by read_committed) or not in the log at all?
+                by_key = {(t.producer, t.txn): t for t in history}
+                wanted: dict[int, set[bytes]] = {}
+                for ex in report.examples.get("lost", []):
+                    t = by_key[(ex["producer"], ex["txn"])]
+                    for part, seq in ex["missing"]:
+                        wanted.setdefault(part, set()).add(
+                            accounting.txn_payload(run_id, t.producer, t.txn, t.commit, part, seq))
+                try:
+                    found = workload.locate(bootstrap, topic, wanted)
+                    summary["missing_read_uncommitted"] = {
+                        str(p): {v.decode(): offs for v, offs in vs.items()} for p, vs in found.items()}
+                except Exception as e:  # noqa: BLE001 - a diagnostic only
+                    summary["missing_read_uncommitted"] = f"{type(e).__name__}: {e}"
             times = timing(producers, injector.applied, marks, t0, begin, stopped, args.stall_bound, latency_limit,
                            led_before)
             errors: dict[str, int] = {}
@@ -440,7 +455,9 @@ def run(args: argparse.Namespace, cluster: Cluster | None = None) -> tuple[int, 
                 p.join(5)
             if own_cluster:
                 cluster.close(keep=True)
-                if not args.keep_data:
+                if rc == 1:
+                    LOG.warning("the verdict failed: brokers' data kept in %s", workdir / "cluster")
+                if not args.keep_data and rc != 1:  # a failed verdict keeps the evidence
                     import shutil
 
                     for b in nodes.values():

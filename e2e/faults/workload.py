@@ -423,7 +423,7 @@ class TxnProducerThread(threading.Thread):
             except Exception:  # noqa: BLE001 - best effort
                 pass
 
-    def _report(self, partition: int, seq: int):
+    def _report(self, partition: int, seq: int, t: Txn):
         ledger = self.ledger
         sent_at = time.monotonic()
         limit = self.late_limit
@@ -437,6 +437,8 @@ class TxnProducerThread(threading.Thread):
                     ledger.late.append((round(latency, 3), partition, seq, err.name() if err else "acked"))
             if err is not None:
                 ledger.error(f"delivery:{err.name()}")
+            elif msg.offset() is not None and msg.offset() >= 0:
+                t.acked[seq] = msg.offset()
 
         return on_delivery
 
@@ -457,7 +459,7 @@ class TxnProducerThread(threading.Thread):
         n = 0
         while not self.stop.is_set():
             n += 1
-            t = Txn(self.index, n, commit=(self.abort_every <= 0 or n % self.abort_every != 0))
+            t = Txn(self.index, n, commit=(self.abort_every <= 0 or n % self.abort_every != 0), began=time.monotonic())
             self.ledger.txns.append(t)
             why = ""
             try:
@@ -474,6 +476,7 @@ class TxnProducerThread(threading.Thread):
                 if t.outcome == "open":
                     t.outcome = "aborted"
                 t.how = t.how or why
+            t.ended = t.ended or time.monotonic()
         # nothing open: every transaction ended (or its producer was re-created)
         self._discard(p)
 
@@ -496,7 +499,7 @@ class TxnProducerThread(threading.Thread):
             while True:
                 try:
                     p.produce(self.topic, value=txn_payload(self.run_id, self.index, t.txn, t.commit, part, seq),
-                              partition=part, on_delivery=self._report(part, len(t.partitions)))
+                              partition=part, on_delivery=self._report(part, len(t.partitions), t))
                     break
                 except BufferError:
                     p.poll(0.1)
@@ -564,6 +567,7 @@ class TxnProducerThread(threading.Thread):
                 t.outcome = "unknown"
                 raise Replace(f"commit: {err}") from e
             now = time.monotonic()
+            t.ended = now
             t.outcome = "committed"
             t.how = "" if attempt == 0 else f"committed at attempt {attempt + 1}"
             self.ledger.commit_latencies.append(now - started)
@@ -588,6 +592,7 @@ class TxnProducerThread(threading.Thread):
                     continue
                 raise Replace(f"abort: {err}") from e
             t.outcome = "aborted"
+            t.ended = time.monotonic()
             t.how = why
             return
         raise Replace("abort did not complete")
@@ -644,3 +649,34 @@ def consume_committed(bootstrap: str, topic: str, partitions: int, timeout: floa
         return out, highs, all(pos[p] >= highs[p] for p in highs)
     finally:
         c.close()
+
+
+def locate(bootstrap: str, topic: str, wanted: dict[int, set[bytes]], timeout: float = 60) -> dict[int, dict[bytes, list[int]]]:
+    """Where `wanted` values ({partition: {value}}) sit in the log read
+    read_uncommitted, from the beginning to the high watermark: {partition:
+    {value: [offsets]}} (an empty list: not in the log). For a violation's
+    report: a record read_committed did not return, written or not."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"moldau-faults-locate-{topic}",
+                  "enable.auto.commit": False, "enable.partition.eof": True,
+                  "isolation.level": "read_uncommitted", "fetch.wait.max.ms": 100, "logger": LOG})
+    out = {p: {v: [] for v in vs} for p, vs in wanted.items()}
+    try:
+        highs = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in wanted}
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in wanted])
+        pos = {p: 0 for p in wanted}
+        deadline = time.monotonic() + timeout
+        while any(pos[p] < highs[p] for p in wanted) and time.monotonic() < deadline:
+            for m in c.consume(1000, 0.5):
+                p = m.partition()
+                if m.error():
+                    if m.error().code() == KafkaError._PARTITION_EOF and m.offset() is not None:
+                        pos[p] = max(pos[p], m.offset())
+                    continue
+                pos[p] = max(pos[p], m.offset() + 1)
+                if m.value() in out[p]:
+                    out[p][m.value()].append(m.offset())
+    finally:
+        c.close()
+    return out
