@@ -22,6 +22,8 @@ topic of 1,000 partitions with 10 producer and 10 consumer connections.
 With --restart, bench/restart.py: time from start to ready after a clean stop
 and after kill -9, with 1,000 partitions holding a small and a large amount of
 data.
+With --transactions, bench/transactions.py: transactional produce (transactions
+of 100 and of 1,000 records, acks=all) on 3-broker clusters, RF=3.
 """
 from __future__ import annotations
 
@@ -38,6 +40,7 @@ import compaction
 import matrix
 import partitions
 import restart
+import transactions
 from common import REPO, RUN_TCP_CONGESTION, hold_freed_memory, tcp_congestion_for_run
 
 
@@ -60,6 +63,9 @@ def main() -> int:
                     help="throughput on 1,000 partitions, 10 producers and 10 consumers (bench/partitions.py)")
     ap.add_argument("--restart", action="store_true",
                     help="time to ready after SIGTERM and after kill -9, 1,000 partitions (bench/restart.py)")
+    ap.add_argument("--transactions", action="store_true",
+                    help="transactional produce on 3-broker clusters, RF=3, acks=all: transactions of 100 "
+                         "and 1,000 records, throughput and commit latency (bench/transactions.py)")
     ap.add_argument("--all", action="store_true",
                     help="every row of the performance issue's table in one run: the matrix, 1,000 "
                          "partitions, restart (10 GiB) and compaction (1 GiB), then issue-table.md (bench/all.py)")
@@ -83,7 +89,8 @@ def main() -> int:
 def run_mode(args) -> int:
     if args.out is None:
         suffix = ("-all" if args.all else "-cluster" if args.cluster else "-compaction" if args.compaction
-                  else "-partitions" if args.partitions else "-restart" if args.restart else "")
+                  else "-partitions" if args.partitions else "-restart" if args.restart
+                  else "-transactions" if args.transactions else "")
         args.out = str(REPO / "bench-results" / (dt.date.today().isoformat() + suffix))
     if args.cluster:
         return cluster.main(args)
@@ -93,6 +100,8 @@ def run_mode(args) -> int:
         return partitions.main(args)
     if args.restart:
         return restart.main(args)
+    if args.transactions:
+        return transactions.main(args)
     if args.all:
         return all_cases.main(args)
     return matrix.main(args)

@@ -6,6 +6,7 @@
 #   bench/run.sh --compaction [--quick] [--reps N] [--out DIR] [--only moldau|kafka]
 #   bench/run.sh --partitions [--quick] [--reps N] [--out DIR] [--only moldau|kafka]
 #   bench/run.sh --restart [--quick] [--reps N] [--out DIR] [--only moldau|kafka]
+#   bench/run.sh --transactions [--quick] [--reps N] [--out DIR] [--only moldau|kafka]
 #   bench/run.sh --all [--quick] [--reps N] [--out DIR]
 #   bench/run.sh [--cluster|--all] --report-only --out DIR   # re-render the tables
 #
@@ -37,6 +38,15 @@
 # then 10 GiB; at each size the time from start to ready after kill -9 and
 # after SIGTERM (and the SIGTERM's stop time); bench/restart.py. Results:
 # bench-results/<date>-restart/. --quick: about 12 minutes.
+#
+# --transactions: transactional produce on three brokers of each kind (the
+# clusters of --cluster), RF=3, min.insync.replicas=2, acks=all: one producer
+# with a transactional.id running transactions of 100 and of 1,000 records of
+# 1 KiB over 3 partitions; committed records/s and MB/s, commit_transaction()
+# p50/p99/max; each run verified (end offsets at read_committed and
+# read_uncommitted = records + one marker per transaction, and a read_committed
+# read of every record); bench/transactions.py. Results:
+# bench-results/<date>-transactions/. --quick: about 10 minutes.
 #
 # --all: every row of the performance issue's table in one run: the matrix and
 # the 1,000-partition case (--quick applies to both), the restart case at 10 GiB

@@ -31,6 +31,9 @@
 //!   a client sees it);
 //! - `e2e`: a paced producer and a consumer in one process; latency is the
 //!   time from `send` to the consumer seeing the record (same clock);
+//! - `txn-produce`: a transactional producer (transactions of N records,
+//!   acks=all), throughput and `commit_transaction()` latency, the end
+//!   offsets verified against what was committed (see `txn`);
 //! - `tcp`: single-connection loopback TCP bandwidth (a machine limit);
 //! - `wire-produce`, `wire-consume`: the same loads without librdkafka,
 //!   from pre-encoded batches over the Kafka protocol (see `wire`), so that
@@ -58,6 +61,7 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use serde_json::json;
 
 mod threads;
+mod txn;
 mod wire;
 
 /// The process's allocator, for Rust and (through mimalloc's `override`)
@@ -254,6 +258,10 @@ enum Cmd {
         #[arg(long, default_value_t = 3.0)]
         seconds: f64,
     },
+    /// Transactional produce (`transactional.id`, acks=all): throughput of
+    /// committed records and `commit_transaction()` latency, the end
+    /// offsets checked against the commits (see `txn`).
+    TxnProduce(txn::TxnProduceArgs),
     /// Produce from pre-encoded batches, without librdkafka (see `wire`);
     /// `--count` is rounded up to whole batches.
     WireProduce(wire::WireProduceArgs),
@@ -315,6 +323,7 @@ fn main() -> Result<()> {
             rate,
             seconds,
         } => e2e(&bootstrap, &topic, size, acks, compression, rate, seconds),
+        Cmd::TxnProduce(a) => txn::txn_produce(&a),
         Cmd::WireProduce(a) => wire::wire_produce(&a),
         Cmd::WireConsume(a) => wire::wire_consume(&a),
         Cmd::Tcp { seconds, chunk } => tcp(seconds, chunk),
@@ -565,7 +574,7 @@ fn pct_ms(sorted: &[u32], p: f64) -> Option<f64> {
 /// 18% of both cores' samples in `clock_gettime` from that loop, on a
 /// 2-core machine shared with the broker under test. `poll` here waits
 /// 100 ms at a time, so only its last millisecond can spin.
-fn serve_delivery_reports(producer: &BaseProducer<Ctx>, done: &AtomicBool) {
+fn serve_delivery_reports<C: ProducerContext>(producer: &BaseProducer<C>, done: &AtomicBool) {
     while !done.load(Ordering::Relaxed) {
         producer.poll(Duration::from_millis(100));
     }
@@ -584,7 +593,7 @@ fn serve_delivery_reports(producer: &BaseProducer<Ctx>, done: &AtomicBool) {
 struct TopicHandle(*mut rdkafka_sys::rd_kafka_topic_t);
 
 impl TopicHandle {
-    fn new(producer: &BaseProducer<Ctx>, topic: &str) -> Result<Self> {
+    fn new<C: ProducerContext>(producer: &BaseProducer<C>, topic: &str) -> Result<Self> {
         let name = std::ffi::CString::new(topic).context("topic name")?;
         // SAFETY: the client pointer is live for as long as `producer`,
         // which outlives the handle (both belong to one `send_loop`); the
