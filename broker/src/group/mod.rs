@@ -879,41 +879,8 @@ impl GroupCoordinator {
         generation_id: i32,
         items: &[CommitItem],
     ) -> Vec<i16> {
-        let all = |e: ResponseError| vec![e.code(); items.len()];
-        if let Err(e) = Self::validate_group_id(group_id) {
-            return all(e);
-        }
-        let shard = self.shard(group_id);
-        let _writes = shard.writes.lock();
-        let checked = Self::check_committer(
-            &shard.state.lock(),
-            group_id,
-            member_id,
-            instance,
-            generation_id,
-            false,
-        );
-        if let Err(e) = checked {
-            return all(e);
-        }
-        let PreparedCommit {
-            mut codes,
-            records,
-            accepted,
-        } = self.commit_records(partition_exists, group_id, items, now_ms());
-        if let Err(e) = self.persist(topics, group_id, records) {
-            tracing::warn!(group = group_id, error = %e.message, "could not persist committed offsets");
-            let code = Self::write_failure(&e);
-            for (i, _, _) in &accepted {
-                codes[*i] = code.code();
-            }
-            return codes;
-        }
-        let mut inner = shard.state.lock();
-        for (_, (_, topic, partition), c) in accepted {
-            inner.offsets.commit(group_id, &topic, partition, c);
-        }
-        codes
+        let committer = (member_id, instance, generation_id);
+        self.commit_for(topics, partition_exists, group_id, committer, None, items)
     }
 
     /// TxnOffsetCommit: `producer`'s (id, epoch) transaction commits
@@ -935,6 +902,28 @@ impl GroupCoordinator {
         generation_id: i32,
         items: &[CommitItem],
     ) -> Vec<i16> {
+        let committer = (member_id, instance, generation_id);
+        self.commit_for(
+            topics,
+            partition_exists,
+            group_id,
+            committer,
+            Some(producer),
+            items,
+        )
+    }
+
+    /// A commit by `committer` (member id, instance id, generation), plain
+    /// or, with `producer`, inside that producer's transaction.
+    fn commit_for(
+        &self,
+        topics: &TopicManager,
+        partition_exists: &dyn Fn(&str, i32) -> bool,
+        group_id: &str,
+        (member_id, instance, generation_id): (&str, Option<&str>, i32),
+        producer: Option<(i64, i16)>,
+        items: &[CommitItem],
+    ) -> Vec<i16> {
         let all = |e: ResponseError| vec![e.code(); items.len()];
         if let Err(e) = Self::validate_group_id(group_id) {
             return all(e);
@@ -947,7 +936,7 @@ impl GroupCoordinator {
             member_id,
             instance,
             generation_id,
-            true,
+            producer.is_some(),
         );
         if let Err(e) = checked {
             return all(e);
@@ -957,12 +946,12 @@ impl GroupCoordinator {
             records,
             accepted,
         } = self.commit_records(partition_exists, group_id, items, now_ms());
-        if let Err(e) = self.persist_for(topics, group_id, records, Some(producer)) {
+        if let Err(e) = self.persist_for(topics, group_id, records, producer) {
             let code = match e.code {
                 ResponseError::InvalidProducerEpoch => ResponseError::ProducerFenced,
                 _ => Self::write_failure(&e),
             };
-            tracing::warn!(group = group_id, producer_id = producer.0, error = %e.message, answer = ?code, "could not persist transactional offsets");
+            tracing::warn!(group = group_id, producer_id = producer.map_or(-1, |p| p.0), error = %e.message, answer = ?code, "could not persist committed offsets");
             for (i, _, _) in &accepted {
                 codes[*i] = code.code();
             }
@@ -970,7 +959,10 @@ impl GroupCoordinator {
         }
         let mut inner = shard.state.lock();
         for (_, key, c) in accepted {
-            inner.offsets.put_pending(producer.0, key, c);
+            match producer {
+                Some((producer_id, _)) => inner.offsets.put_pending(producer_id, key, c),
+                None => inner.offsets.commit(group_id, &key.1, key.2, c),
+            }
         }
         codes
     }
