@@ -11,8 +11,9 @@
 //!
 //! Measured, per transaction: the time of `commit_transaction()` as an
 //! application sees it (from the call to its return: the records not yet
-//! acknowledged are waited for, then EndTxn), split into the wait for the
-//! transaction's last acknowledgements and the EndTxn part that follows;
+//! acknowledged are flushed and waited for, then EndTxn), split into the
+//! wait for the transaction's last acknowledgements and the EndTxn part
+//! that follows;
 //! and throughput of committed records from the first `begin_transaction`
 //! to the last commit's return.
 //!
@@ -26,8 +27,9 @@
 //! Verification at the end, so that a broken broker cannot look fast: with
 //! no transaction open, each partition's end offset at read_committed (the
 //! last stable offset, ListOffsets with isolation level 1) and at
-//! read_uncommitted (the high watermark) must both equal the records
-//! committed to it plus one marker per transaction that wrote to it
+//! read_uncommitted (the high watermark) must both have grown from the
+//! start's by the records committed to it plus one marker per transaction
+//! that wrote to it
 //! (waited for up to `--verify-seconds`: a coordinator may write markers
 //! after the commit returns). Any difference fails the run.
 
@@ -145,6 +147,21 @@ fn commit(producer: &BaseProducer<TxnCtx>, timeout: Duration) -> Result<()> {
     }
 }
 
+/// `rd_kafka_flush`: with the delivery reports served by another thread,
+/// it waits until every record sent is acknowledged, and makes the client
+/// send what lingers meanwhile (see the module's note on why not the
+/// crate's `flush`).
+fn flush(producer: &BaseProducer<TxnCtx>, timeout: Duration) -> Result<()> {
+    // SAFETY: the client pointer is live for as long as `producer`.
+    let err = unsafe {
+        rdkafka_sys::rd_kafka_flush(producer.client().native_ptr(), timeout.as_millis() as i32)
+    };
+    if err != rdkafka_sys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+        bail!("flush: {}", rdkafka::error::RDKafkaErrorCode::from(err));
+    }
+    Ok(())
+}
+
 /// Percentiles of per-transaction durations (µs samples) in ms.
 fn lat_json(mut us: Vec<u32>) -> serde_json::Value {
     us.sort_unstable();
@@ -185,6 +202,9 @@ pub(crate) fn txn_produce(a: &TxnProduceArgs) -> Result<()> {
         .context("init_transactions")?;
     let init_seconds = t_init.elapsed().as_secs_f64();
 
+    // The partitions' end offsets before the run (a topic used before,
+    // e.g. the warm-up's): what the run adds is checked against them.
+    let before = end_offsets(a, "read_uncommitted")?;
     let pool = crate::payload_pool(a.size, 1024);
     let topic = TopicHandle::new(&producer, &a.topic)?;
     let parts = a.partitions as usize;
@@ -224,8 +244,11 @@ pub(crate) fn txn_produce(a: &TxnProduceArgs) -> Result<()> {
                 }
                 let t0 = Instant::now();
                 let expected = sent + a.txn_records;
-                // The part of the commit that waits for the records; then
-                // EndTxn (librdkafka's flush inside the commit finds none).
+                // The part of the commit that waits for the records (a
+                // flush, as `commit_transaction` starts with: it sends what
+                // lingers at once); then EndTxn (the flush inside the
+                // commit finds nothing left).
+                flush(&producer, timeout)?;
                 let failed = acks.wait_for(expected, timeout)?;
                 let t1 = Instant::now();
                 if failed > 0 {
@@ -257,7 +280,7 @@ pub(crate) fn txn_produce(a: &TxnProduceArgs) -> Result<()> {
     result?;
     let secs = (end - start).as_secs_f64().max(1e-9);
     let bytes = sent * a.size as u64;
-    let verify = verify(a, &records_in, &txns_in)?;
+    let verify = verify(a, &before, &records_in, &txns_in)?;
     println!(
         "{}",
         json!({
@@ -285,42 +308,59 @@ pub(crate) fn txn_produce(a: &TxnProduceArgs) -> Result<()> {
     Ok(())
 }
 
+/// A client that asks ListOffsets at `isolation.level` `level`.
+fn offsets_client(a: &TxnProduceArgs, level: &str) -> Result<BaseConsumer> {
+    let mut c = base_config(&a.bootstrap)?;
+    c.set("isolation.level", level);
+    Ok(c.create()?)
+}
+
+/// Each partition's end offset at `level` (`read_committed`: the LSO).
+fn end_offsets(a: &TxnProduceArgs, level: &str) -> Result<Vec<i64>> {
+    let c = offsets_client(a, level)?;
+    read_ends(a, &c)
+}
+
+fn read_ends(a: &TxnProduceArgs, c: &BaseConsumer) -> Result<Vec<i64>> {
+    (0..a.partitions as i32)
+        .map(|p| Ok(c.fetch_watermarks(&a.topic, p, Duration::from_secs(5))?.1))
+        .collect()
+}
+
 /// The end offsets at read_committed and read_uncommitted against what was
-/// committed (see the module's note); fails on a difference.
-fn verify(a: &TxnProduceArgs, records_in: &[u64], txns_in: &[u64]) -> Result<serde_json::Value> {
-    let client = |level: &str| -> Result<BaseConsumer> {
-        let mut c = base_config(&a.bootstrap)?;
-        c.set("isolation.level", level);
-        Ok(c.create()?)
-    };
-    let committed = client("read_committed")?;
-    let uncommitted = client("read_uncommitted")?;
-    let expected: Vec<i64> = records_in
+/// committed on top of `before` (see the module's note); fails on a
+/// difference.
+fn verify(
+    a: &TxnProduceArgs,
+    before: &[i64],
+    records_in: &[u64],
+    txns_in: &[u64],
+) -> Result<serde_json::Value> {
+    let committed = offsets_client(a, "read_committed")?;
+    let uncommitted = offsets_client(a, "read_uncommitted")?;
+    let expected: Vec<i64> = before
         .iter()
-        .zip(txns_in)
-        .map(|(r, t)| (r + t) as i64)
+        .zip(records_in.iter().zip(txns_in))
+        .map(|(b, (r, t))| b + (r + t) as i64)
         .collect();
     let t0 = Instant::now();
     let deadline = t0 + Duration::from_secs_f64(a.verify_seconds);
     loop {
-        let mut lso = vec![];
-        let mut hw = vec![];
-        for p in 0..records_in.len() {
-            let q = Duration::from_secs(5);
-            lso.push(committed.fetch_watermarks(&a.topic, p as i32, q)?.1);
-            hw.push(uncommitted.fetch_watermarks(&a.topic, p as i32, q)?.1);
-        }
+        let lso = read_ends(a, &committed)?;
+        let hw = read_ends(a, &uncommitted)?;
         if lso == expected && hw == expected {
             return Ok(json!({
                 "ok": true,
+                "start_offsets": before,
                 "end_offsets": lso,
                 "waited_seconds": t0.elapsed().as_secs_f64(),
             }));
         }
         if Instant::now() > deadline {
             bail!(
-                "verification failed: expected end offsets {expected:?} (records + one marker per \
-                 transaction), read_committed {lso:?}, read_uncommitted {hw:?}"
+                "verification failed: from start offsets {before:?}, expected end offsets \
+                 {expected:?} (+ records + one marker per transaction), read_committed {lso:?}, \
+                 read_uncommitted {hw:?}"
             );
         }
         thread::sleep(Duration::from_millis(100));
