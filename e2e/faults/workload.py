@@ -19,12 +19,14 @@ The transactional mode (`TxnProducerThread`, `consume_committed`): each
 thread is one transactional producer over every partition, in transactions
 of a bounded, seeded size, most committed and every n-th deliberately
 aborted, and keeps the history accounting.verify_txn checks; the log is read
-back by a read_committed consumer.
+back by a read_committed consumer. MOLDAU_FAULTS_TXN_DEBUG=eos (librdkafka
+debug contexts) puts the transactional producers' debug log in clients.log.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -372,7 +374,12 @@ class TxnProducerThread(threading.Thread):
             if err.fatal() and gen == self._gen:  # not a discarded instance's
                 self.fatal_error = err
 
+        extra = {}
+        if os.environ.get("MOLDAU_FAULTS_TXN_DEBUG"):  # librdkafka's debug contexts, e.g. eos,msg (clients.log)
+            extra["debug"] = os.environ["MOLDAU_FAULTS_TXN_DEBUG"]
+            LOG.setLevel(logging.DEBUG)
         return Producer({
+            **extra,
             "bootstrap.servers": self.bootstrap,
             "client.id": f"moldau-faults-txn-{self.index}",
             "transactional.id": self.transactional_id,
