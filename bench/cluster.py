@@ -166,8 +166,13 @@ class KafkaCluster:
         self.ports = [free_port() for _ in range(NODES)]
         ctrl = [free_port() for _ in range(NODES)]
         voters = ",".join(f"{n}@127.0.0.1:{ctrl[n]}" for n in range(NODES))
-        # A cluster id: 16 random bytes, URL-safe base64 without padding.
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        # A cluster id: 16 random bytes, URL-safe base64 without padding, not
+        # starting with "-" (1 in 64 do: the storage tool then reads it as an
+        # option, "argument --cluster-id/-t: expected one argument", and the
+        # cluster never starts; Kafka's own random ids skip those too).
+        cluster_id = "-"
+        while cluster_id.startswith("-"):
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         props_files = []
         for n in range(NODES):
             d = self.workdir / f"node-{n}"

@@ -93,6 +93,19 @@ METRICS = [
 TARGETS = [("committed records/s", 1.5, True), ("commit p99", 0.5, False)]
 
 
+def log_tails(workdir: Path, chars: int = 1500) -> dict:
+    """The last `chars` characters of each log of a cluster that failed
+    (its directory is deleted right after), for raw.json."""
+    out = {}
+    for f in sorted(workdir.glob("**/*")):
+        if f.is_file() and f.suffix in (".out", ".log"):
+            try:
+                out[str(f.relative_to(workdir))] = f.read_text(errors="replace")[-chars:]
+            except OSError:
+                pass
+    return out
+
+
 class TxnRunner:
     def __init__(self, args):
         self.args = args
@@ -203,6 +216,7 @@ class TxnRunner:
         self.sample_load(f"rep {rep} {cluster.name} start")
         info = {"broker": cluster.name, "rep": rep, "flush_policy": cluster.flush_policy}
         t0 = time.monotonic()
+        failed = True
         try:
             cluster.start()
             bootstrap = cluster.bootstrap
@@ -215,12 +229,15 @@ class TxnRunner:
             self.warm_up(bootstrap)
             for n in self.mode["txn_sizes"]:
                 self.run_config(cluster, bootstrap, pids, rep, n)
+            failed = False
         finally:
             pids = cluster.pids
             hwm = [proc_status_kib(p, "VmHWM") for p in pids]
             info["peak_rss_kib_per_node"] = hwm
             info["peak_rss_kib"] = sum(hwm) if hwm and None not in hwm else None
             cluster.stop()
+            if failed:
+                info["log_tails"] = log_tails(cluster.workdir)
             shutil.rmtree(cluster.workdir, ignore_errors=True)
             self.raw["clusters"].append(info)
             self.sample_load(f"rep {rep} {cluster.name} end")
