@@ -224,9 +224,7 @@ pub(crate) fn txn_produce(a: &TxnProduceArgs) -> Result<()> {
             while sent + a.txn_records <= a.count.max(a.txn_records)
                 && (txns == 0 || Instant::now() < deadline)
             {
-                producer
-                    .begin_transaction()
-                    .context("begin_transaction")?;
+                producer.begin_transaction().context("begin_transaction")?;
                 let mut touched = vec![false; parts];
                 for i in 0..a.txn_records {
                     let p = ((sent + i) % a.partitions) as usize;
