@@ -93,6 +93,19 @@ pub(super) fn check_sequences(
                     -1,
                 );
             }
+            SeqCheck::Duplicate { first_offset }
+                if h.is_transactional()
+                    && view.open_txn(h.producer_id).is_none()
+                    && view.duplicate_precedes_marker(h.producer_id, first_offset) =>
+            {
+                return Err(TopicError::new(
+                    ResponseError::OutOfOrderSequenceNumber,
+                    format!(
+                        "producer {} epoch {} opens a transaction with sequences {}..={} of a batch before its last marker (offset {first_offset})",
+                        h.producer_id, h.producer_epoch, h.base_sequence, last_seq
+                    ),
+                ));
+            }
             SeqCheck::Duplicate { first_offset } => {
                 duplicate.get_or_insert(first_offset);
             }

@@ -441,3 +441,27 @@ fn compaction_drops_aborted_records_and_counts_committed_ones_at_their_offsets()
     assert_eq!(p.offsets().last_stable, stable);
     p.write_txn_marker(3, 0, 0, TxnResult::Commit).unwrap();
 }
+
+#[test]
+fn a_new_transaction_cannot_reuse_the_sequences_of_a_batch_before_the_last_marker() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = open_at(dir.path(), "reuse");
+    // the aborted transaction's batch was written, though its client
+    // dropped it as unsent when it aborted
+    assert_eq!(write(&p, 1, 0, 1, true), Ok(0));
+    p.write_txn_marker(1, 0, 0, TxnResult::Abort).unwrap();
+    // the next transaction's first batch comes with the same sequence: not
+    // acknowledged as a duplicate (its records would be lost)
+    assert_eq!(
+        write(&p, 1, 0, 1, true),
+        Err(ResponseError::OutOfOrderSequenceNumber)
+    );
+    // the right sequence opens the transaction, and a retry inside it is
+    // still a duplicate
+    assert_eq!(write(&p, 1, 1, 1, true), Ok(2));
+    assert_eq!(write(&p, 1, 1, 1, true), Ok(2));
+    p.write_txn_marker(1, 0, 0, TxnResult::Commit).unwrap();
+    // an idempotent producer without transactions keeps Kafka's rule
+    assert_eq!(write(&p, 7, 0, 1, false), Ok(4));
+    assert_eq!(write(&p, 7, 0, 1, false), Ok(4));
+}

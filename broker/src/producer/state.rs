@@ -35,6 +35,9 @@ struct ProducerEntry {
     /// Max timestamp of its last batch (-1: none since the state was
     /// loaded from a snapshot, which does not keep it).
     last_timestamp: i64,
+    /// Offset of its last COMMIT or ABORT marker (-1: none seen since the
+    /// state was loaded; snapshots do not keep it).
+    last_marker_offset: i64,
 }
 
 impl Default for ProducerEntry {
@@ -45,6 +48,7 @@ impl Default for ProducerEntry {
             txn_first_offset: None,
             coordinator_epoch: -1,
             last_timestamp: -1,
+            last_marker_offset: -1,
         }
     }
 }
@@ -140,6 +144,23 @@ impl ProducerStates {
             None if first_seq == 0 => SeqCheck::Append,
             _ => SeqCheck::Reject(ResponseError::OutOfOrderSequenceNumber),
         }
+    }
+
+    /// Whether the batch of `pid` at `first_offset` (a duplicate
+    /// [`check`](Self::check) found) was written before the producer's
+    /// last COMMIT or ABORT marker. A transaction's first batch can never
+    /// be a retry of such a batch: a client ends a transaction only once
+    /// its batches are acknowledged or dropped. A sequence that matches one
+    /// is a client reusing the sequences of batches it dropped as unsent
+    /// on abort (librdkafka does, for batches waiting to be retried after
+    /// a broken connection, which may have been written): acknowledging it
+    /// as a duplicate would lose the new records, so the caller refuses it
+    /// (OUT_OF_ORDER_SEQUENCE_NUMBER: the client aborts and bumps its
+    /// epoch). Kafka acknowledges it; Moldau chooses not to lose the data.
+    pub fn duplicate_precedes_marker(&self, pid: i64, first_offset: i64) -> bool {
+        self.producers
+            .get(&pid)
+            .is_some_and(|e| e.last_marker_offset >= 0 && first_offset < e.last_marker_offset)
     }
 
     /// Remembers an appended (or replayed) batch.
@@ -252,6 +273,7 @@ impl ProducerStates {
         if let Some(c) = coordinator_epoch {
             entry.coordinator_epoch = c;
         }
+        entry.last_marker_offset = entry.last_marker_offset.max(offset);
         entry.txn_first_offset.take().unwrap_or(offset)
     }
 
@@ -391,6 +413,7 @@ impl ProducerStates {
                             .then_some(e.current_txn_first_offset),
                         coordinator_epoch: e.coordinator_epoch,
                         last_timestamp: -1,
+                        last_marker_offset: -1,
                     },
                 )
             })
