@@ -282,19 +282,20 @@ pub fn verify_with_coordinator(
         Err(ResponseError::NotCoordinator) => {}
         local => return local,
     }
-    let image = broker.image();
-    let state_partition = broker.txns.partition_of(transactional_id);
-    let coordinator = image
-        .partition(crate::txn::vocab::TRANSACTION_STATE_TOPIC, state_partition)
-        .filter(|p| p.leader >= 0)
-        .and_then(|p| {
-            image
-                .broker(p.leader)
-                .map(|b| (p.leader, format!("{}:{}", b.host, b.port)))
-        });
-    let (Some(coordinator), Some(channel)) = (coordinator, broker.txn_channel()) else {
+    use crate::replication::markers::{route_in, Route};
+    let state_partition = TopicPartition::new(
+        crate::txn::vocab::TRANSACTION_STATE_TOPIC,
+        broker.txns.partition_of(transactional_id),
+    );
+    // the coordinator is the leader of the id's partition, found as the
+    // markers find a partition's leader
+    let (Route::Leader(node, address), Some(channel)) = (
+        route_in(&broker.image(), &state_partition),
+        broker.txn_channel(),
+    ) else {
         return Err(ResponseError::CoordinatorNotAvailable);
     };
+    let coordinator = (node, address);
     if coordinator.0 == broker.node_id {
         return Err(ResponseError::CoordinatorLoadInProgress);
     }

@@ -22,10 +22,10 @@
 
 use super::producers::ProducerStateLoad;
 use crate::producer::state::ProducerStates;
-use crate::storage::batch::{decode_records, BatchHeader};
+use crate::storage::batch::BatchHeader;
 use crate::storage::txn_index::{self, AbortedTxn};
 use crate::storage::{self, PartitionLog};
-use crate::txn::marker::{EndTxnMarker, TxnResult};
+use crate::txn::marker::TxnResult;
 
 /// A transaction a marker ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,14 +126,6 @@ fn segment_of(bases: &[i64], offset: i64) -> i64 {
     bases.get(i.saturating_sub(1)).copied().unwrap_or(offset)
 }
 
-/// The end marker a control batch's bytes hold (`None`: another control
-/// type, or unreadable).
-pub(super) fn marker_of(batch: &[u8]) -> Option<EndTxnMarker> {
-    let records = decode_records(batch).ok()?;
-    let r = records.first()?;
-    EndTxnMarker::decode(r.key.as_deref()?, r.value.as_deref()).ok()
-}
-
 /// Applies one batch of the log (header `h`, at its final offset; for a
 /// control batch, its whole bytes) to the producers' state; a COMMIT or
 /// ABORT marker gives the transaction it ended (for an ABORT, with the
@@ -150,7 +142,7 @@ pub(super) fn apply(
         producers.replay(h);
         return None;
     }
-    let marker = control.and_then(marker_of)?;
+    let marker = control.and_then(storage::batch::end_txn_marker)?;
     let stable = producers.stable_after_completion(h.producer_id, h.base_offset);
     let first = producers.end_txn(
         h.producer_id,

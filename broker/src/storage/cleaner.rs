@@ -234,13 +234,7 @@ pub fn build_offset_map(segments: &[SealedBytes], throttle: &Throttle) -> Result
                     .insert(h.producer_id, h.base_offset);
             }
             if h.is_control() {
-                let ended = batch::decode_records(bytes).ok().and_then(|records| {
-                    let key = records.into_iter().next()?.key?;
-                    crate::txn::marker::decode_control_key(&key)
-                        .ok()?
-                        .txn_result()
-                });
-                if let Some(result) = ended {
+                if let Some(result) = batch::end_txn_marker(bytes).map(|m| m.result) {
                     let first = map.open.remove(&h.producer_id);
                     let keys = pending.remove(&h.producer_id).unwrap_or_default();
                     match result {

@@ -27,9 +27,9 @@ pub use self::build::{
     set_log_append_time, stamped_header, with_payload, BatchBuilder,
 };
 pub use self::parse::{
-    compute_crc, decode_records, find_record_at_or_after, first_batch_is_compressed,
-    first_record_at_or_after, read_offset_and_length, record_timestamp, BatchHeader,
-    BATCH_HEADER_LEN, CRC_START, LOG_OVERHEAD, MAGIC_POS, MAGIC_V2, MIN_BATCH_LENGTH,
+    compute_crc, decode_records, end_txn_marker, find_record_at_or_after,
+    first_batch_is_compressed, first_record_at_or_after, read_offset_and_length, record_timestamp,
+    BatchHeader, BATCH_HEADER_LEN, CRC_START, LOG_OVERHEAD, MAGIC_POS, MAGIC_V2, MIN_BATCH_LENGTH,
 };
 pub use self::validate::{
     validate_batches, validate_one, validate_records, validate_records_bounded, TimestampBounds,

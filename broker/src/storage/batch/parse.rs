@@ -254,6 +254,15 @@ pub fn decode_records(batch: &[u8]) -> Result<Vec<Record>> {
     Ok(set.records)
 }
 
+/// The COMMIT or ABORT marker a control batch's bytes hold (`None`:
+/// another control type, or unreadable): what the partition's replay and
+/// the cleaner read from a transaction's end.
+pub fn end_txn_marker(batch: &[u8]) -> Option<crate::txn::marker::EndTxnMarker> {
+    let records = decode_records(batch).ok()?;
+    let r = records.first()?;
+    crate::txn::marker::EndTxnMarker::decode(r.key.as_deref()?, r.value.as_deref()).ok()
+}
+
 /// The timestamp a record really carries: the batch max timestamp for
 /// LogAppendTime batches, else its own (CreateTime) timestamp.
 pub fn record_timestamp(header: &BatchHeader, record: &Record) -> i64 {
