@@ -399,6 +399,14 @@ def binary_revision(binary) -> str | None:
     return m.group(1) if m and m.group(1) != "unknown" else None
 
 
+def kafka_version() -> str:
+    """The reference Apache Kafka's version: the one e2e/clients/kafka-dist
+    resolved (its kafka-server jar's name), so a result names what it was
+    compared with."""
+    jars = sorted((KAFKA_DIST / "jars").glob("kafka-server-[0-9]*.jar"))
+    return jars[-1].name.removeprefix("kafka-server-").removesuffix(".jar") if jars else "unknown"
+
+
 def machine_info(out: Path, moldau_bin=None) -> dict:
     """The machine, and which Moldau is measured: the revision the broker
     binary was built from when it says (a `MOLDAU_BENCH_BINS_DIR` copy may
@@ -431,6 +439,7 @@ def machine_info(out: Path, moldau_bin=None) -> dict:
         "kernel": platform.release(),
         "disk": df[-1] if df else "",
         "java": java[0] if java else "",
+        "kafka": kafka_version(),
         "loadavg_start": os.getloadavg(),
         "freed_memory_hold": hold_record(),
         "tcp_congestion": congestion_record(),

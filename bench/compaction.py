@@ -89,7 +89,7 @@ class Runner(BenchRunner):
 
     def alter_lag(self, bootstrap: str) -> None:
         cmd = ["java", "-Xmx256m", f"-Dlog4j2.configurationFile={KAFKA_DIST / 'tools-log4j2.properties'}",
-               "-cp", str(KAFKA_DIST / "jars" / "*"), "kafka.admin.ConfigCommand",
+               "-cp", str(KAFKA_DIST / "jars" / "*"), "org.apache.kafka.tools.ConfigCommand",
                "--bootstrap-server", bootstrap, "--alter", "--entity-type", "topics",
                "--entity-name", TOPIC, "--add-config", "min.compaction.lag.ms=0"]
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)

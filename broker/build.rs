@@ -10,6 +10,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let files = protox::compile(["proto/controller.proto"], ["proto"])?;
     tonic_prost_build::configure().compile_fds(files)?;
     println!("cargo:rerun-if-changed=proto/controller.proto");
+    // Worktrees of this repository sharing one target dir share this
+    // script's output (cargo's hashes are relative to the workspace), and
+    // a tree whose .proto is older than the last run elsewhere would take
+    // that run's code: a build from another directory regenerates it.
+    println!("cargo:rerun-if-env-changed=PWD");
     println!("cargo:rustc-env=MOLDAU_BUILD_REVISION={}", revision());
     Ok(())
 }

@@ -31,7 +31,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 repo="$(pwd)"
 secs="${1:-60}"
-targets="${FUZZ_TARGETS:-request_frame record_batch group_codecs log_recovery txn_codecs}"
+targets="${FUZZ_TARGETS:-request_frame record_batch group_codecs log_recovery txn_codecs auth_exchanges telemetry_payload}"
 keep_going="${FUZZ_KEEP_GOING:-0}"
 jobs="${FUZZ_JOBS:-1}"
 

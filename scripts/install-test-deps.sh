@@ -90,6 +90,8 @@ if [ -f "$jstamp" ] && [ "$(cat "$jstamp")" = "$jwant" ] && [ -d "$java_dir/targ
   log "Java client driver up to date"
 else
   log "building the Java client driver (kafka-clients from Maven Central)"
+  # a fresh lib/: jars of an older kafka.clients.version would stay on the class path
+  rm -rf "$java_dir/target/lib"
   mvn -q -B -Dstyle.color=never -f "$java_dir/pom.xml" package dependency:copy-dependencies \
     -DincludeScope=runtime -DoutputDirectory="$java_dir/target/lib"
   echo "$jwant" > "$jstamp"
@@ -102,6 +104,7 @@ if [ -f "$sstamp" ] && [ "$(cat "$sstamp")" = "$swant" ] && [ -d "$streams_dir/t
   log "Kafka Streams driver up to date"
 else
   log "building the Kafka Streams driver (kafka-streams 4.4.0 through Maven)"
+  rm -rf "$streams_dir/target/lib"
   mvn -q -B -Dstyle.color=never -f "$streams_dir/pom.xml" package dependency:copy-dependencies \
     -DincludeScope=runtime -DoutputDirectory="$streams_dir/target/lib"
   echo "$swant" > "$sstamp"

@@ -18,8 +18,14 @@ use crate::topics::TopicManager;
 #[derive(Debug)]
 pub struct Broker {
     pub node_id: i32,
+    /// The inter-broker listener's advertised host and port (where other
+    /// brokers dial this one).
     pub advertised_host: String,
     pub advertised_port: i32,
+    /// Every advertised listener, inter-broker one included, in
+    /// `listeners` order: registered with the controller and shown in
+    /// this broker's own image.
+    pub advertised_endpoints: Vec<crate::image::ListenerEndpoint>,
     /// `broker.rack`.
     pub rack: Option<String>,
     pub topics: TopicManager,
@@ -43,8 +49,12 @@ pub struct Broker {
     /// Whether the image comes from a remote controller (cluster mode)
     /// rather than from this broker's own metadata (standalone).
     remote_image: AtomicBool,
-    /// Cluster mode: an image from the controller was installed.
+    /// Cluster mode: an image from the controller showing this broker in
+    /// service was installed.
     has_controller_image: AtomicBool,
+    /// Standalone mode: images published since start (the first is 1),
+    /// the metadata offset DescribeQuorum reports.
+    images_published: std::sync::atomic::AtomicI64,
     ready: AtomicBool,
     /// Cluster mode: the link to the active controller.
     link: std::sync::OnceLock<Arc<crate::controller::link::ControllerLink>>,
@@ -56,6 +66,17 @@ pub struct Broker {
     /// Standalone mode: the client quotas (the controller keeps a
     /// cluster's).
     pub client_quotas: crate::local_store::JsonFile<Vec<crate::quota::ClientQuotaRecord>>,
+    /// Standalone mode: the users' SCRAM credentials (the controller keeps
+    /// a cluster's).
+    pub scram_credentials:
+        crate::local_store::JsonFile<Vec<moldau_coordination::records::ScramCredentialRecord>>,
+    /// Standalone mode: the ACL bindings (the controller keeps a
+    /// cluster's).
+    pub acls: crate::local_store::JsonFile<Vec<moldau_coordination::records::AclRecord>>,
+    /// The authorizer's configuration (`authorizer.class.name`,
+    /// `super.users`, `allow.everyone.if.no.acl.found`); `None` without an
+    /// authorizer. Read at start.
+    authorizer_config: Option<Arc<crate::security::acl::AuthorizerConfig>>,
     /// Enforcement of the client quotas on this broker's traffic.
     pub quotas: crate::quota::QuotaManager,
     /// Fetch sessions (KIP-227) of all connections; held only to look up,
@@ -64,6 +85,8 @@ pub struct Broker {
     /// Requests being handled, with their deadlines (overdue ones are a
     /// bug, reported on `/metrics`).
     pub in_flight: crate::protocol::in_flight::InFlight,
+    /// Client telemetry (KIP-714): instances and what they pushed.
+    pub telemetry: crate::telemetry::ClientTelemetry,
 }
 
 impl Broker {
@@ -71,6 +94,7 @@ impl Broker {
         node_id: i32,
         advertised_host: String,
         advertised_port: i32,
+        advertised_endpoints: Vec<crate::image::ListenerEndpoint>,
         topics: TopicManager,
         groups: GroupCoordinator,
         connection_limits: ConnectionLimitSettings,
@@ -89,13 +113,22 @@ impl Broker {
             crate::local_store::JsonFile::open(topics.data_dir(), "dynamic-broker-configs.json");
         let client_quotas: crate::local_store::JsonFile<Vec<crate::quota::ClientQuotaRecord>> =
             crate::local_store::JsonFile::open(topics.data_dir(), "client-quotas.json");
+        let scram_credentials: crate::local_store::JsonFile<
+            Vec<moldau_coordination::records::ScramCredentialRecord>,
+        > = crate::local_store::JsonFile::open(topics.data_dir(), "scram-credentials.json");
+        let acls: crate::local_store::JsonFile<Vec<moldau_coordination::records::AclRecord>> =
+            crate::local_store::JsonFile::open(topics.data_dir(), "acls.json");
+        let authorizer_config = config.authorizer.clone().map(Arc::new);
         let image = standalone_image(
             node_id,
             &advertised_host,
             advertised_port,
+            &advertised_endpoints,
             &topics,
             dynamic_configs.get(),
             &client_quotas.get(),
+            &scram_credentials.get(),
+            &acls.get(),
         );
         replicas.apply_dynamic_configs(&image);
         let image = RwLock::new(Arc::new(image));
@@ -108,11 +141,13 @@ impl Broker {
             image,
             remote_image: AtomicBool::new(false),
             has_controller_image: AtomicBool::new(false),
+            images_published: std::sync::atomic::AtomicI64::new(1),
             connection_limits: ConnectionLimiter::new(connection_limits),
             request_budget,
             node_id,
             advertised_host,
             advertised_port,
+            advertised_endpoints,
             rack: config.broker_rack.clone(),
             txns: crate::txn_coordinator::TxnCoordinator::new(
                 crate::txn_coordinator::TxnSettings::from_config(&config),
@@ -128,7 +163,11 @@ impl Broker {
             replicas,
             dynamic_configs,
             client_quotas,
+            scram_credentials,
+            acls,
+            authorizer_config,
             in_flight: Default::default(),
+            telemetry: Default::default(),
             fetch_sessions: parking_lot::Mutex::new(crate::fetch_session::SessionCache::new(
                 config.max_incremental_fetch_session_cache_slots,
                 config.min_incremental_fetch_session_eviction_ms,
@@ -166,18 +205,36 @@ impl Broker {
         self.image.read().clone()
     }
 
-    /// Counts `amount` of `kind` for client `client_id` against its quota
-    /// (if it has one); the time to throttle it, in ms.
+    /// The authorizer's configuration; `None` when no authorizer is
+    /// configured (`authorizer.class.name` unset or empty).
+    pub fn authorizer_config(&self) -> Option<&crate::security::acl::AuthorizerConfig> {
+        self.authorizer_config.as_deref()
+    }
+
+    /// The authorizer to ask about a request: this broker's configuration
+    /// over the current image's ACLs (cheap: two shared pointers); `None`
+    /// without an authorizer, when Kafka allows everything. The handlers
+    /// ask it through `handlers::access`.
+    pub fn authorizer(&self) -> Option<crate::security::acl::Authorizer> {
+        let config = self.authorizer_config.clone()?;
+        Some(crate::security::acl::Authorizer::shared(
+            config,
+            self.image().acls.clone(),
+        ))
+    }
+
+    /// Counts `amount` of `kind` for `client` (its user and client id)
+    /// against its quota (if it has one); the time to throttle it, in ms.
     pub fn record_quota(
         &self,
-        client_id: &str,
+        client: crate::quota::entity::QuotaClient<'_>,
         kind: crate::quota::QuotaKind,
         amount: usize,
     ) -> i32 {
         let image = self.image();
         self.quotas.record(
             &image.client_quotas,
-            client_id,
+            client,
             kind,
             amount as f64,
             crate::clock::now_ms(),
@@ -195,22 +252,41 @@ impl Broker {
             self.node_id,
             &self.advertised_host,
             self.advertised_port,
+            &self.advertised_endpoints,
             &self.topics,
             self.dynamic_configs.get(),
             &self.client_quotas.get(),
+            &self.scram_credentials.get(),
+            &self.acls.get(),
         );
         self.replicas.apply_dynamic_configs(&image);
         self.topics
             .apply_dynamic_broker_configs(&image.broker_configs, self.node_id);
         self.apply_connection_limits();
         *self.image.write() = Arc::new(image);
+        self.images_published.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Standalone mode: how many metadata images this broker has published
+    /// since it started (its first, built at start, is 1).
+    pub fn images_published(&self) -> i64 {
+        self.images_published.load(Ordering::SeqCst)
     }
 
     /// Installs an image received from the controller (cluster mode); from
     /// then on this broker's own metadata no longer makes images.
     pub fn install_image(&self, image: MetadataImage) {
         self.remote_image.store(true, Ordering::SeqCst);
-        self.has_controller_image.store(true, Ordering::SeqCst);
+        // Serving starts once the controller shows this very process in
+        // service (as a Kafka broker enables its request processing only
+        // once unfenced): an image from before that lacks this broker, and
+        // clients would be told a cluster without it.
+        let in_service = image.broker(self.node_id).is_some_and(|b| {
+            b.incarnation.is_none() || b.incarnation == self.replicas.incarnation()
+        });
+        if in_service {
+            self.has_controller_image.store(true, Ordering::SeqCst);
+        }
         self.topics
             .apply_dynamic_broker_configs(&image.broker_configs, self.node_id);
         self.apply_connection_limits();
@@ -264,9 +340,10 @@ impl Broker {
         self.ready.store(ready, Ordering::SeqCst);
     }
     /// Ready to serve: logs recovered and listener bound, and in cluster
-    /// mode also a first image from the controller installed (after that
-    /// the broker stays ready while the controller is unreachable: the
-    /// data plane does not wait for it).
+    /// mode also an image from the controller installed that shows this
+    /// broker (this incarnation) in service (after that the broker stays
+    /// ready while the controller is unreachable: the data plane does not
+    /// wait for it).
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::SeqCst)
             && (self.link.get().is_none() || self.has_controller_image.load(Ordering::SeqCst))
@@ -274,19 +351,24 @@ impl Broker {
 }
 
 /// The image of a standalone broker over the topics it keeps.
+#[allow(clippy::too_many_arguments)]
 fn standalone_image(
     node_id: i32,
     host: &str,
     port: i32,
+    endpoints: &[crate::image::ListenerEndpoint],
     topics: &TopicManager,
     broker_configs: crate::config_values::BrokerConfigs,
     client_quotas: &[crate::quota::ClientQuotaRecord],
+    scram_credentials: &[moldau_coordination::records::ScramCredentialRecord],
+    acls: &[moldau_coordination::records::AclRecord],
 ) -> MetadataImage {
     let this = BrokerImage {
         id: node_id,
         host: host.to_string(),
         port,
         rack: None,
+        endpoints: endpoints.to_vec(),
         incarnation: None,
     };
     let facts = topics.all().into_iter().map(|t| TopicFacts {
@@ -297,5 +379,16 @@ fn standalone_image(
     let mut image = MetadataImage::standalone(topics.cluster_id(), this, facts);
     image.broker_configs = broker_configs;
     image.client_quotas = crate::quota::from_records(client_quotas);
+    let (credentials, skipped) =
+        crate::security::credentials::ScramCredentials::from_records(scram_credentials);
+    for why in skipped {
+        tracing::warn!("scram-credentials.json: {why}; left out");
+    }
+    image.scram_credentials = credentials;
+    let (acls, skipped) = crate::security::acl_admin::from_records(acls);
+    for why in skipped {
+        tracing::warn!("acls.json: {why}; left out");
+    }
+    image.acls = Arc::new(acls);
     image
 }

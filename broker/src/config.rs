@@ -21,9 +21,12 @@ use clap::Parser;
 pub struct Cli {
     /// Address the Kafka listener binds: `ip:port`, `[ipv6]:port` or
     /// `ipv6:port` (what `$(POD_IP):9092` expands to on an IPv6 pod).
+    /// The broker config `listeners` replaces it.
     #[arg(long, env = "MOLDAU_LISTEN", default_value = "127.0.0.1:9092", value_parser = parse_listen_addr)]
     pub listen: SocketAddr,
-    /// host:port clients are told to connect to (defaults to the listen address).
+    /// host:port clients are told to connect to (defaults to the listen
+    /// address); with several `listeners`, `advertised.listeners` says it
+    /// per listener instead.
     #[arg(long, env = "MOLDAU_ADVERTISED_LISTENER")]
     pub advertised_listener: Option<String>,
     /// Address of the HTTP endpoint serving /metrics, /healthz and /readyz
@@ -134,6 +137,15 @@ pub struct BrokerConfig {
     pub group_min_session_timeout_ms: i32,
     pub group_max_session_timeout_ms: i32,
     pub group_max_size: i32,
+    /// `group.consumer.session.timeout.ms` (KIP-848 consumer groups)
+    pub group_consumer_session_timeout_ms: i32,
+    /// `group.consumer.heartbeat.interval.ms`
+    pub group_consumer_heartbeat_interval_ms: i32,
+    /// `group.consumer.max.size`
+    pub group_consumer_max_size: i32,
+    /// `group.consumer.assignors`: `uniform`, `range` (the first is the
+    /// default); Kafka also takes class names, which Moldau refuses.
+    pub group_consumer_assignors: String,
     pub offsets_topic_num_partitions: i32,
     pub offsets_retention_minutes: i64,
     pub offset_metadata_max_bytes: i32,
@@ -228,6 +240,26 @@ pub struct BrokerConfig {
     /// partition was added before it takes the first transactional batch
     /// of a transaction there (default true, as Kafka). Read at start.
     pub transaction_partition_verification_enable: bool,
+    /// `transaction.version` (Moldau's own name for the finalized level
+    /// of Kafka's `transaction.version` feature, which Kafka sets with
+    /// `kafka-storage format --feature` or `kafka-features upgrade`): 2
+    /// (the default, as a new Kafka 4 cluster) turns on KIP-890 part 2 for
+    /// clients that follow it; 0 keeps every client on the older rules.
+    /// Give every broker of a cluster the same level. Read at start.
+    pub transaction_version: i16,
+    /// The listeners and their security (issue 38): `listeners`,
+    /// `advertised.listeners`, `listener.security.protocol.map`,
+    /// `inter.broker.listener.name`, `sasl.enabled.mechanisms`, PLAIN's
+    /// JAAS users, the `ssl.*` configs and
+    /// `connection.failed.authentication.delay.ms`, each with Kafka's
+    /// `listener.name.<name>.` prefix where Kafka has one (see
+    /// `security::listener`). Without `listeners`: Kafka's PLAINTEXT,
+    /// bound and advertised as the command line says. Read at start.
+    pub listeners: crate::security::listener::Listeners,
+    /// `authorizer.class.name` (Kafka's StandardAuthorizer, or empty for
+    /// none), `super.users`, `allow.everyone.if.no.acl.found`: `None`
+    /// without an authorizer (see `security::acl_admin`). Read at start.
+    pub authorizer: Option<crate::security::acl::AuthorizerConfig>,
     /// `replica.selector.class`: empty (the leader serves every consumer)
     /// or Kafka's `RackAwareReplicaSelector` (consumers giving
     /// `client.rack` read from an in-sync replica in their rack, KIP-392).
@@ -292,6 +324,10 @@ impl Default for BrokerConfig {
             group_min_session_timeout_ms: 6_000,
             group_max_session_timeout_ms: 1_800_000,
             group_max_size: i32::MAX,
+            group_consumer_session_timeout_ms: 45_000,
+            group_consumer_heartbeat_interval_ms: 5_000,
+            group_consumer_max_size: i32::MAX,
+            group_consumer_assignors: "uniform,range".into(),
             offsets_topic_num_partitions: 50,
             offsets_retention_minutes: 7 * 24 * 60,
             offset_metadata_max_bytes: 4096,
@@ -322,6 +358,9 @@ impl Default for BrokerConfig {
             transaction_abort_timed_out_transaction_cleanup_interval_ms: 10_000,
             transaction_remove_expired_transaction_cleanup_interval_ms: 3_600_000,
             transaction_partition_verification_enable: true,
+            transaction_version: 2,
+            listeners: Default::default(),
+            authorizer: None,
             replica_selector_class: String::new(),
             min_insync_replicas: 1,
             replica_lag_time_max_ms: 30_000,
@@ -627,6 +666,25 @@ impl BrokerConfig {
                 "group.min.session.timeout.ms" => c.group_min_session_timeout_ms = parse_num(k, v)?,
                 "group.max.session.timeout.ms" => c.group_max_session_timeout_ms = parse_num(k, v)?,
                 "group.max.size" => c.group_max_size = parse_num(k, v)?,
+                "group.consumer.session.timeout.ms" => {
+                    c.group_consumer_session_timeout_ms = parse_num(k, v)?
+                }
+                "group.consumer.heartbeat.interval.ms" => {
+                    c.group_consumer_heartbeat_interval_ms = parse_num(k, v)?
+                }
+                "group.consumer.max.size" => c.group_consumer_max_size = parse_num(k, v)?,
+                "group.consumer.assignors" => {
+                    let names: Vec<&str> = v.split(',').map(str::trim).collect();
+                    if names.is_empty() || names.iter().any(|n| !matches!(*n, "uniform" | "range"))
+                    {
+                        return Err(ConfigError::Invalid {
+                            key: k.clone(),
+                            value: v.clone(),
+                            reason: "Moldau's assignors are uniform and range".into(),
+                        });
+                    }
+                    c.group_consumer_assignors = names.join(",");
+                }
                 "offsets.topic.num.partitions" => c.offsets_topic_num_partitions = parse_num(k, v)?,
                 "offsets.retention.minutes" => c.offsets_retention_minutes = parse_num(k, v)?,
                 "offset.metadata.max.bytes" => c.offset_metadata_max_bytes = parse_num(k, v)?,
@@ -695,6 +753,17 @@ impl BrokerConfig {
                 }
                 "transaction.remove.expired.transaction.cleanup.interval.ms" => {
                     c.transaction_remove_expired_transaction_cleanup_interval_ms = parse_num(k, v)?
+                }
+                "transaction.version" => {
+                    let level: i16 = parse_num(k, v)?;
+                    if !(0..=2).contains(&level) {
+                        return Err(ConfigError::Invalid {
+                            key: k.to_string(),
+                            value: v.to_string(),
+                            reason: "the levels are 0, 1 and 2".into(),
+                        });
+                    }
+                    c.transaction_version = level;
                 }
                 "transaction.partition.verification.enable" => {
                     c.transaction_partition_verification_enable = parse_bool(k, v)?
@@ -801,6 +870,25 @@ impl BrokerConfig {
                 });
             }
         }
+        c.listeners = crate::security::listener::listeners(&props).map_err(|reason| {
+            ConfigError::Invalid {
+                key: "listeners".into(),
+                value: props.get("listeners").cloned().unwrap_or_default(),
+                reason,
+            }
+        })?;
+        c.authorizer = crate::security::acl_admin::authorizer_from_configs(
+            props.get("authorizer.class.name").map(String::as_str),
+            props.get("super.users").map(String::as_str),
+            props
+                .get("allow.everyone.if.no.acl.found")
+                .map(String::as_str),
+        )
+        .map_err(|(key, reason)| ConfigError::Invalid {
+            key: key.into(),
+            value: props.get(key).cloned().unwrap_or_default(),
+            reason,
+        })?;
         c.raw = props;
         Ok(c)
     }

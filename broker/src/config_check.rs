@@ -9,7 +9,7 @@
 //!   [`crate::topic_config::validate_broker_keys`]): the same code, so the
 //!   check and the broker never disagree;
 //! - every key is a broker config name: one Moldau reads, or one Apache
-//!   Kafka 4.1 defines (`kafka_broker_config_names.txt`). Kafka names that
+//!   Kafka 4.4 defines (`kafka_broker_config_names.txt`). Kafka names that
 //!   Moldau has no use for (`num.io.threads`, …) are accepted, as Kafka
 //!   accepts them; a name neither knows (`log.retention.msx`) is a typo,
 //!   and is reported with the closest known name. The broker itself only
@@ -28,9 +28,12 @@ pub const MOLDAU_BROKER_CONFIGS: &[&str] = &[
     "controller.lease.retry.ms",
     "min.incremental.fetch.session.eviction.ms",
     "socket.request.read.timeout.ms",
+    // how often a TLS listener's PEM files are checked for rotation
+    "ssl.reload.interval.ms",
+    "transaction.version",
 ];
 
-/// Every broker config name Kafka 4.1 defines.
+/// Every broker config name Kafka 4.4 defines (and 4.1, see the file).
 fn kafka_names() -> &'static BTreeSet<&'static str> {
     static NAMES: OnceLock<BTreeSet<&'static str>> = OnceLock::new();
     NAMES.get_or_init(|| {
@@ -42,9 +45,27 @@ fn kafka_names() -> &'static BTreeSet<&'static str> {
     })
 }
 
-/// Whether `key` is a broker config name Moldau or Kafka knows.
+/// Whether `key` is a broker config name Moldau or Kafka knows: a listed
+/// name, or one with Kafka's per-listener prefix `listener.name.<name>.`
+/// (`listener.name.client.sasl.enabled.mechanisms`, and the per-mechanism
+/// `listener.name.<name>.<mechanism>.sasl.*`).
 pub fn is_known(key: &str) -> bool {
-    kafka_names().contains(key) || MOLDAU_BROKER_CONFIGS.contains(&key)
+    if kafka_names().contains(key) || MOLDAU_BROKER_CONFIGS.contains(&key) {
+        return true;
+    }
+    let Some((_, config)) = key
+        .strip_prefix("listener.name.")
+        .and_then(|rest| rest.split_once('.'))
+    else {
+        return false;
+    };
+    // `listener.name.<l>.<mechanism>.<config>`: Kafka's per-mechanism
+    // prefix (`sasl.jaas.config`, `sasl.server.callback.handler.class`,
+    // `sasl.oauthbearer.*`, …)
+    let per_mechanism = config
+        .split_once('.')
+        .is_some_and(|(_, c)| c.starts_with("sasl.") && kafka_names().contains(c));
+    per_mechanism || kafka_names().contains(config) || MOLDAU_BROKER_CONFIGS.contains(&config)
 }
 
 /// One problem of a set of broker properties.
@@ -154,6 +175,41 @@ mod tests {
     }
 
     #[test]
+    fn a_tls_listener_s_configs_are_accepted_with_and_without_the_listener_prefix() {
+        let ok = props(&[
+            ("listeners", "SECURE://127.0.0.1:9093"),
+            ("listener.security.protocol.map", "SECURE:SSL"),
+            ("listener.name.secure.ssl.keystore.type", "PEM"),
+            (
+                "listener.name.secure.ssl.keystore.location",
+                "/tls/broker.pem",
+            ),
+            ("ssl.truststore.type", "PEM"),
+            ("ssl.truststore.location", "/tls/ca.pem"),
+            ("listener.name.secure.ssl.client.auth", "required"),
+            ("ssl.enabled.protocols", "TLSv1.2,TLSv1.3"),
+            (
+                "ssl.principal.mapping.rules",
+                "RULE:^CN=([^,]*),.*$/$1/L,DEFAULT",
+            ),
+            ("ssl.reload.interval.ms", "2000"),
+            ("listener.name.secure.ssl.reload.interval.ms", "1000"),
+        ]);
+        assert_eq!(check(&ok), vec![]);
+        let mut bad = ok.clone();
+        bad.insert(
+            "listener.name.secure.ssl.client.auth".into(),
+            "sometimes".into(),
+        );
+        let problems = check(&bad);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0].message.contains("ssl.client.auth"),
+            "{problems:?}"
+        );
+    }
+
+    #[test]
     fn a_bad_value_is_refused_as_the_broker_would_refuse_it() {
         let problems = check(&props(&[("num.partitions", "abc")]));
         assert_eq!(problems.len(), 1, "{problems:?}");
@@ -215,6 +271,24 @@ mod tests {
         assert!(keys.len() > 40, "{keys:?}");
         for key in keys {
             assert!(is_known(key), "{key}");
+        }
+    }
+
+    #[test]
+    fn per_listener_keys_are_known_by_their_config() {
+        for key in [
+            "listener.name.client.sasl.enabled.mechanisms",
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config",
+            "listener.name.external.scram-sha-256.sasl.jaas.config",
+        ] {
+            assert!(is_known(key), "{key}");
+        }
+        for key in [
+            "listener.name.client",
+            "listener.name.client.no.such.config",
+            "listener.names.client.sasl.enabled.mechanisms",
+        ] {
+            assert!(!is_known(key), "{key}");
         }
     }
 

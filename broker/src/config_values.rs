@@ -16,8 +16,11 @@ pub enum ConfigSource {
     DynamicDefaultBroker = 3,
     StaticBroker = 4,
     Default = 5,
+    /// A client-metrics resource's (KIP-714) own value.
+    ClientMetrics = 7,
 }
 
 /// Dynamic configs by entity: `""` for the cluster-wide default, else a
-/// broker's node id.
+/// broker's node id, or `client-metrics:<name>` for a client-metrics
+/// resource (see `crate::telemetry`).
 pub type BrokerConfigs = BTreeMap<String, BTreeMap<String, String>>;

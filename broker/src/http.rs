@@ -105,6 +105,7 @@ async fn metrics(State(broker): State<Arc<Broker>>) -> impl IntoResponse {
         .request_bytes_budget
         .set(i64::try_from(budget.capacity()).unwrap_or(i64::MAX));
     transaction_metrics(&broker);
+    client_telemetry_metrics(&broker);
     // Groups and partitions that went away must not linger in the output.
     broker.metrics.group_committed_offset.clear();
     broker.metrics.group_lag.clear();
@@ -170,6 +171,35 @@ fn transaction_metrics(broker: &Broker) {
             .inner()
             .fetch_max(n, std::sync::atomic::Ordering::Relaxed);
     }
+}
+
+/// What clients pushed (KIP-714), mirrored into `moldau_client_metric`
+/// from `crate::telemetry` (expired values swept first, so a client gone
+/// quiet disappears from the output).
+fn client_telemetry_metrics(broker: &Broker) {
+    let (values, dropped) = broker.telemetry.shown(crate::clock::now_ms());
+    let m = &broker.metrics;
+    m.client_metric.clear();
+    for (client_instance_id, client_id, name, attributes, value) in values {
+        m.client_metric
+            .get_or_create(&crate::metrics::ClientMetricLabel {
+                client_instance_id,
+                client_id,
+                name,
+                attributes,
+            })
+            .set(value);
+    }
+    for (reason, n) in dropped {
+        m.client_telemetry_dropped
+            .get_or_create(&crate::metrics::ReasonLabel {
+                reason: reason.to_string(),
+            })
+            .inner()
+            .fetch_max(n, std::sync::atomic::Ordering::Relaxed);
+    }
+    m.client_telemetry_instances
+        .set(i64::try_from(broker.telemetry.instances()).unwrap_or(i64::MAX));
 }
 
 async fn healthz() -> &'static str {

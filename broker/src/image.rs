@@ -1,6 +1,7 @@
 //! The metadata image: an immutable snapshot of the cluster as handlers see
 //! it — brokers, the controller, topics with their ids, and per partition
-//! its replicas, leader, leader epoch and in-sync replicas.
+//! its replicas, leader, leader epoch and in-sync replicas; dynamic broker
+//! configs, client quotas, users' SCRAM credentials and the ACLs.
 //!
 //! Handlers read the current image ([`crate::broker::Broker::image`]) and
 //! never metadata state directly; the controller publishes a new image after
@@ -16,17 +17,51 @@ use std::sync::Arc;
 
 use uuid::Uuid;
 
+/// One advertised listener of a broker (`advertised.listeners`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenerEndpoint {
+    /// The listener's name, upper-case (`EXTERNAL`).
+    pub name: String,
+    pub host: String,
+    pub port: i32,
+    /// Kafka's security protocol name (`SASL_SSL`).
+    pub security_protocol: String,
+}
+
 /// A broker of the cluster as clients reach it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BrokerImage {
     pub id: i32,
+    /// The inter-broker listener's advertised host and port: where other
+    /// brokers dial this one (and all a broker registered before it
+    /// advertised named endpoints).
     pub host: String,
     pub port: i32,
     pub rack: Option<String>,
+    /// Every advertised listener, inter-broker one included; empty when
+    /// the broker registered only `host`/`port` (an older Moldau).
+    pub endpoints: Vec<ListenerEndpoint>,
     /// The process registered under this id now (cluster mode): a follower
     /// proves it is this broker by naming it (see `handlers::sasl`). Never
     /// shown to clients.
     pub incarnation: Option<Uuid>,
+}
+
+impl BrokerImage {
+    /// Where clients that came on `listener` reach this broker: its
+    /// endpoint of that name; `None` when it has no such listener (Kafka
+    /// leaves it out of the answer). A broker that registered no named
+    /// endpoints (an older Moldau) is reached on its one address whatever
+    /// the listener, so mixed versions keep answering.
+    pub fn endpoint(&self, listener: &str) -> Option<(&str, i32)> {
+        if self.endpoints.is_empty() {
+            return Some((self.host.as_str(), self.port));
+        }
+        self.endpoints
+            .iter()
+            .find(|e| e.name == listener)
+            .map(|e| (e.host.as_str(), e.port))
+    }
 }
 
 /// One partition's replica set and leadership.
@@ -124,6 +159,13 @@ pub struct MetadataImage {
     pub broker_configs: crate::config_values::BrokerConfigs,
     /// Client quotas by entity (see `crate::quota`).
     pub client_quotas: crate::quota::entity::ClientQuotas,
+    /// Users' SCRAM credentials (see `crate::security::credentials`); read
+    /// one with [`MetadataImage::scram_credential`].
+    pub scram_credentials: crate::security::credentials::ScramCredentials,
+    /// The cluster's ACL bindings (see `crate::security::acl_admin`),
+    /// shared so that an authorizer per request costs a reference count
+    /// (`Broker::authorizer`).
+    pub acls: Arc<crate::security::acl::AclSet>,
     topics: BTreeMap<String, Arc<TopicImage>>,
     by_id: HashMap<Uuid, String>,
 }
@@ -195,9 +237,23 @@ impl MetadataImage {
             deleted_topic_ids: Vec::new(),
             broker_configs: Default::default(),
             client_quotas: Default::default(),
+            scram_credentials: Default::default(),
+            acls: Default::default(),
             topics: by_name,
             by_id,
         }
+    }
+
+    /// The SCRAM credential of `user` for `mechanism`, as the cluster
+    /// metadata holds it (salt, StoredKey, ServerKey, iterations): what SASL
+    /// SCRAM authentication verifies a client against. `None` when the user
+    /// has no credential for that mechanism.
+    pub fn scram_credential(
+        &self,
+        user: &str,
+        mechanism: crate::security::scram::ScramMechanism,
+    ) -> Option<crate::security::scram::ScramCredential> {
+        self.scram_credentials.get(user, mechanism).cloned()
     }
 
     pub fn topic(&self, name: &str) -> Option<&Arc<TopicImage>> {
@@ -275,8 +331,31 @@ mod tests {
             host: "127.0.0.1".into(),
             port: 9092,
             rack: None,
+            endpoints: vec![],
             incarnation: None,
         }
+    }
+
+    #[test]
+    fn a_broker_answers_on_the_endpoint_of_the_request_s_listener() {
+        let endpoint = |name: &str, port| ListenerEndpoint {
+            name: name.into(),
+            host: "127.0.0.1".into(),
+            port,
+            security_protocol: "PLAINTEXT".into(),
+        };
+        let b = BrokerImage {
+            endpoints: vec![endpoint("INTERNAL", 9092), endpoint("EXTERNAL", 9094)],
+            ..this()
+        };
+        assert_eq!(b.endpoint("EXTERNAL"), Some(("127.0.0.1", 9094)));
+        assert_eq!(b.endpoint("INTERNAL"), Some(("127.0.0.1", 9092)));
+        assert_eq!(b.endpoint("OTHER"), None, "left out, as Kafka does");
+        assert_eq!(
+            this().endpoint("ANY"),
+            Some(("127.0.0.1", 9092)),
+            "an older broker without named endpoints answers on its one address"
+        );
     }
 
     #[test]

@@ -44,7 +44,8 @@
 //!    [`handlers`], then `protocol::connection`;
 //! 7. **Server**: what drives the floors below from outside —
 //!    `replication::{fetcher, manager}`, `controller::{session, facade,
-//!    mode}`, [`http`], and [`server`] itself.
+//!    mode}`, [`http`], [`acceptor`] (the listeners' sockets and accept
+//!    loops), and [`server`] itself.
 //!
 //! `tests/module_layering.rs` guards the rule: the import graph of
 //! `crate::`/`super::`/`self::` paths (tests aside) may have no loop, and
@@ -52,6 +53,7 @@
 //! so; one that points up is where a loop starts — move the shared item
 //! down to the vocabulary instead.
 
+pub mod acceptor;
 pub mod broker;
 pub mod build_info;
 pub mod clock;
@@ -77,8 +79,10 @@ pub mod protocol;
 pub mod quota;
 pub mod replication;
 pub mod resources;
+pub mod security;
 pub mod server;
 pub mod storage;
+pub mod telemetry;
 pub mod topic_config;
 pub mod topics;
 pub mod txn;

@@ -136,10 +136,21 @@ pub fn new_cluster_id() -> String {
 
 /// Replaces `path` with `bytes` so that a crash leaves either the old or the
 /// new content: write a temp file, fsync it, rename, fsync the directory.
+/// The file is readable by the broker's user only (0600): among these
+/// files are a standalone broker's SCRAM credentials and ACLs.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
     let dir = path.parent().unwrap_or(Path::new("."));
     let tmp = path.with_extension("tmp");
-    let written = File::create(&tmp).and_then(|mut f| {
+    // a leftover temp file would keep its own mode
+    let _ = fs::remove_file(&tmp);
+    let created = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp);
+    let written = created.and_then(|mut f| {
         f.write_all(bytes)?;
         f.sync_all()
     });
@@ -180,6 +191,18 @@ pub fn validate_topic_name(name: &str) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn atomically_written_files_are_the_brokers_alone() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("acls.json");
+        std::fs::write(path.with_extension("tmp"), b"left over").unwrap();
+        write_atomically(&path, b"{}").unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        assert_eq!(std::fs::read(&path).unwrap(), b"{}");
+    }
+
     use super::*;
 
     #[test]

@@ -52,6 +52,16 @@ pub struct StateLabel {
     pub state: String,
 }
 
+/// One value a client pushed (KIP-714): the client instance, its client
+/// id, the OTLP metric name and the data point's attributes (`k=v,…`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClientMetricLabel {
+    pub client_instance_id: String,
+    pub client_id: String,
+    pub name: String,
+    pub attributes: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TxnEndLabel {
     pub result: String,
@@ -178,6 +188,15 @@ pub struct Metrics {
     /// transactions whose COMMIT/ABORT marker is not written yet (retried
     /// every 200 ms), counted at scrape.
     pub transaction_markers_pending: Gauge,
+    /// `moldau_client_metric{client_instance_id,client_id,name,attributes}`:
+    /// the last value each client pushed of each metric (KIP-714 client
+    /// telemetry), within `crate::telemetry`'s caps; mirrored at scrape.
+    pub client_metric: Family<ClientMetricLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    /// `moldau_client_telemetry_dropped_total{reason}`: pushed values not
+    /// shown for a cap (`clients`, `series`); mirrored at scrape.
+    pub client_telemetry_dropped: Family<ReasonLabel, Counter>,
+    /// `moldau_client_telemetry_instances`: client instances tracked.
+    pub client_telemetry_instances: Gauge,
 }
 
 impl Default for Metrics {
@@ -229,6 +248,9 @@ impl Default for Metrics {
             transactions: Family::default(),
             transactions_ended: Family::default(),
             transaction_markers_pending: Gauge::default(),
+            client_metric: Family::default(),
+            client_telemetry_dropped: Family::default(),
+            client_telemetry_instances: Gauge::default(),
         }
     }
 }
@@ -492,6 +514,21 @@ impl Metrics {
             "transaction_markers_pending",
             "Partitions of prepared transactions coordinated here still awaiting their COMMIT/ABORT marker",
             self.transaction_markers_pending.clone(),
+        );
+        registry.register(
+            "client_metric",
+            "The last value a client pushed of a metric (KIP-714 client telemetry), by client instance, client id, OTLP metric name and data point attributes",
+            self.client_metric.clone(),
+        );
+        registry.register(
+            "client_telemetry_dropped",
+            "Client telemetry values not shown for a cap (clients: over the clients shown, series: over the series per client or in all)",
+            self.client_telemetry_dropped.clone(),
+        );
+        registry.register(
+            "client_telemetry_instances",
+            "Client instances (KIP-714) the broker tracks",
+            self.client_telemetry_instances.clone(),
         );
         let mut out = String::new();
         if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &registry) {

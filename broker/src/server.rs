@@ -1,6 +1,8 @@
 //! Starting and stopping a broker: open the data directory, bind the
-//! listeners, run housekeeping, and on SIGTERM/SIGINT stop accepting, let
-//! in-flight requests finish briefly, and close every log cleanly.
+//! listeners (a TLS listener's key and certificates read first, and read
+//! again when their files change), run housekeeping, and on SIGTERM/SIGINT
+//! stop accepting, let in-flight requests finish briefly, and close every
+//! log cleanly.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +15,6 @@ use crate::broker::Broker;
 use crate::config::{BrokerConfig, Cli};
 use crate::group::state::GroupSettings;
 use crate::group::{CoordinatorSettings, GroupCoordinator};
-use crate::metrics::ReasonLabel;
 use crate::protocol::limits::ConnectionLimitSettings;
 use crate::topics::TopicManager;
 
@@ -30,23 +31,38 @@ fn coordinator_settings(c: &BrokerConfig) -> CoordinatorSettings {
         offsets_retention_ms: c.offsets_retention_minutes.saturating_mul(60_000),
         offset_metadata_max_bytes: usize::try_from(c.offset_metadata_max_bytes).unwrap_or(4096),
         commit_timeout_ms: c.offsets_commit_timeout_ms,
+        consumer: crate::group::consumer::ConsumerSettings {
+            session_timeout_ms: c.group_consumer_session_timeout_ms,
+            heartbeat_interval_ms: c.group_consumer_heartbeat_interval_ms,
+            max_size: usize::try_from(c.group_consumer_max_size).unwrap_or(usize::MAX),
+            assignors: c
+                .group_consumer_assignors
+                .split(',')
+                .map(|a| a.trim().to_string())
+                .filter(|a| !a.is_empty())
+                .collect(),
+        },
     }
 }
 
-/// Splits `host:port`; the port must be a number.
-fn split_host_port(s: &str) -> anyhow::Result<(String, i32)> {
-    let (host, port) = s
-        .rsplit_once(':')
-        .with_context(|| format!("advertised listener {s:?} is not host:port"))?;
-    let port: i32 = port.parse().with_context(|| format!("bad port in {s:?}"))?;
-    Ok((host.trim_matches(['[', ']']).to_string(), port))
-}
-
 /// The addresses a started broker listens on (useful with port 0).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BoundAddresses {
+    /// The first listener's (the only one's, without `listeners`).
     pub kafka: std::net::SocketAddr,
     pub http: std::net::SocketAddr,
+    /// Every listener's, by name, in `listeners` order.
+    pub listeners: Vec<(String, std::net::SocketAddr)>,
+}
+
+impl BoundAddresses {
+    /// Where listener `name` (upper-case) is bound.
+    pub fn listener(&self, name: &str) -> Option<std::net::SocketAddr> {
+        self.listeners
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, a)| *a)
+    }
 }
 
 /// Runs a broker until `shutdown` turns true (or a signal arrives when
@@ -77,19 +93,30 @@ pub async fn run_reporting(
         }
     }
     crate::resources::raise_nofile_limit();
-    let listener = TcpListener::bind(cli.listen)
-        .await
-        .with_context(|| format!("binding the Kafka listener on {}", cli.listen))?;
-    let bound = listener.local_addr()?;
+    // `listeners` (a Kafka config) names the listeners and their
+    // addresses; without it the command line's `--listen` is the one
+    // PLAINTEXT listener. A TLS listener's key, certificates and CAs are
+    // read before anything binds.
+    let listeners = broker_config.listeners.clone();
+    let bound_listeners = crate::acceptor::bind_all(
+        &listeners,
+        cli.listen,
+        cli.advertised_listener.as_deref(),
+        crate::controller::mode::is_cluster(&cli),
+    )
+    .await?;
+    let inter_broker = bound_listeners
+        .iter()
+        .find(|l| l.config.name == listeners.inter_broker)
+        .unwrap_or(&bound_listeners[0]);
+    let (host, port) = inter_broker.advertised.clone();
+    let inter_broker_ip = inter_broker.bound.ip();
+    let inter_broker_tls = inter_broker.tls.clone();
+    let endpoints: Vec<_> = bound_listeners.iter().map(|l| l.endpoint()).collect();
     let http_listener = TcpListener::bind(cli.http_listen)
         .await
         .with_context(|| format!("binding the HTTP listener on {}", cli.http_listen))?;
     let http_addr = http_listener.local_addr()?;
-    let advertised = cli
-        .advertised_listener
-        .clone()
-        .unwrap_or_else(|| bound.to_string());
-    let (host, port) = split_host_port(&advertised)?;
 
     // Before anything reads the logs: no second process on this directory.
     let owned_data_dir = crate::data_dir::own(&cli.data_dir)?;
@@ -128,8 +155,20 @@ pub async fn run_reporting(
         max_connections_per_ip = limits.max_connections_per_ip,
         "connection limits"
     );
-    let broker = Arc::new(Broker::new(cli.node_id, host, port, topics, groups, limits));
-    broker.replicas.bind_to(bound.ip());
+    let broker = Arc::new(Broker::new(
+        cli.node_id,
+        host,
+        port,
+        endpoints,
+        topics,
+        groups,
+        limits,
+    ));
+    // Brokers dial each other from and to the inter-broker listener
+    broker.replicas.bind_to(inter_broker_ip);
+    if let Some(tls) = &inter_broker_tls {
+        broker.replicas.use_tls(tls.clone());
+    }
     broker
         .metrics
         .recovery_unclean_partitions
@@ -168,6 +207,7 @@ pub async fn run_reporting(
     let weak = Arc::downgrade(&broker);
     let identity_of = Arc::downgrade(&broker);
     let local_of = Arc::downgrade(&broker);
+    let tls_of = Arc::downgrade(&broker);
     broker.set_txn_channel(Arc::new(crate::replication::markers::MarkerChannel::new(
         broker.node_id,
         tokio::runtime::Handle::current(),
@@ -177,6 +217,7 @@ pub async fn run_reporting(
                 (b.replicas.bind_address(), b.replicas.incarnation())
             })
         }),
+        Arc::new(move || tls_of.upgrade().and_then(|b| b.replicas.tls())),
         Arc::new(move |req| match local_of.upgrade() {
             Some(b) => crate::handlers::write_markers_locally(&b, req),
             // shutting down: nothing is acknowledged, the next leader retries
@@ -241,6 +282,13 @@ pub async fn run_reporting(
             tokio::select! {
                 _ = tick.tick() => {
                     group_broker.groups.tick();
+                    if group_broker.groups.has_due_consumer_member() {
+                        let b = group_broker.clone();
+                        let _ = tokio::task::spawn_blocking(move || {
+                            let view = crate::handlers::consumer_groups::topics_view(&b);
+                            b.groups.expire_consumer_members(&b.topics, &view)
+                        }).await;
+                    }
                     if last_expiry.elapsed() >= offsets_check {
                         last_expiry = tokio::time::Instant::now();
                         let b = group_broker.clone();
@@ -248,6 +296,10 @@ pub async fn run_reporting(
                             let n = b.groups.expire_offsets(&b.topics);
                             if n > 0 {
                                 tracing::info!(offsets = n, "expired committed offsets of empty groups");
+                            }
+                            let n = b.groups.delete_empty_consumer_groups(&b.topics);
+                            if n > 0 {
+                                tracing::info!(groups = n, "deleted empty consumer groups without offsets");
                             }
                         }).await;
                     }
@@ -315,18 +367,66 @@ pub async fn run_reporting(
         )
     });
 
+    // Rotation without a restart: each TLS listener's PEM files are
+    // checked every `ssl.reload.interval.ms`; new connections get what
+    // they hold now.
+    let tls_reloads: Vec<_> = bound_listeners
+        .iter()
+        .filter_map(|l| Some((l.config.name.clone(), l.tls.clone()?)))
+        .map(|(name, tls)| {
+        let mut reload_shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            let every = Duration::from_millis(tls.settings().reload_interval_ms);
+            let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {
+                        let state = tls.clone();
+                        let outcome = tokio::task::spawn_blocking(move || state.reload_if_changed()).await;
+                        match outcome {
+                            Ok(crate::security::tls::Reload::Reloaded) => {
+                                tracing::info!(listener = %name, "TLS key, certificates and CAs reloaded; new connections use them");
+                            }
+                            Ok(crate::security::tls::Reload::Failed(e)) => {
+                                tracing::error!(listener = %name, error = %e, "TLS files changed but cannot be used; keeping the previous ones");
+                            }
+                            Ok(crate::security::tls::Reload::Unchanged) | Err(_) => {}
+                        }
+                    }
+                    r = reload_shutdown.changed() => if r.is_err() || *reload_shutdown.borrow() { break },
+                }
+            }
+        })
+    })
+    .collect();
+
+    // OAUTHBEARER's JWKS, per listener: a file is read now, then kept fresh
+    let mut jwks_refresh = Vec::new();
+    for l in &bound_listeners {
+        let task =
+            crate::security::jwks::start(&l.config.name, l.config.oauth.as_ref(), shutdown.clone())
+                .map_err(|e| anyhow::anyhow!("listener {}: {e}", l.config.name))?;
+        jwks_refresh.extend(task);
+    }
+
     broker.set_ready(true);
+    let bound_names: Vec<(String, std::net::SocketAddr)> = bound_listeners
+        .iter()
+        .map(|l| (l.config.name.clone(), l.bound))
+        .collect();
     if let Some(tx) = report_to {
         let _ = tx.send(BoundAddresses {
-            kafka: listener.local_addr()?,
+            kafka: bound_names[0].1,
             http: http_addr,
+            listeners: bound_names.clone(),
         });
     }
-    tracing::info!(listen = %bound, advertised = %advertised, http = %cli.http_listen, node_id = cli.node_id, "broker ready");
+    for l in &bound_listeners {
+        tracing::info!(listener = %l.config.name, listen = %l.bound, advertised = %format!("{}:{}", l.advertised.0, l.advertised.1), security_protocol = l.config.protocol.name(), inter_broker = l.config.name == listeners.inter_broker, "listener bound");
+    }
+    tracing::info!(listeners = bound_listeners.len(), http = %cli.http_listen, node_id = cli.node_id, "broker ready");
 
-    let mut connections = tokio::task::JoinSet::new();
-    // a flood of refused connections must not flood the log too
-    let refusal_log = crate::protocol::connection::LogRate::new(10_000);
     let signals = async {
         if handle_signals {
             wait_for_signal().await
@@ -335,13 +435,12 @@ pub async fn run_reporting(
         }
     };
     tokio::pin!(signals);
-    let mut accept_backoff = crate::resources::AcceptBackoff::default();
     let mut stopping = false;
     if cluster_mode.is_some() && !broker.is_ready() {
         // A broker serves clients only with the cluster's metadata: until
         // it is registered and has the controller's image, connections
-        // wait in the listener's backlog (as a Kafka broker's acceptor
-        // starts only once the broker has caught up), rather than being
+        // wait in the listeners' backlogs (as a Kafka broker's acceptors
+        // start only once the broker has caught up), rather than being
         // answered as a one-broker cluster with this directory's own id.
         tracing::info!("waiting for the controller's metadata before serving clients");
         loop {
@@ -355,54 +454,45 @@ pub async fn run_reporting(
             tracing::info!("serving clients");
         }
     }
-    loop {
-        if stopping {
-            break;
-        }
+    // One accept loop per listener, all stopped together.
+    let (stop_accepting, accepting) = watch::channel(false);
+    // a flood of refused connections must not flood the log too
+    let refusal_log = Arc::new(crate::protocol::connection::LogRate::new(10_000));
+    let accept_loops: Vec<_> = if stopping {
+        Vec::new()
+    } else {
+        bound_listeners
+            .into_iter()
+            .map(|l| {
+                tokio::spawn(crate::acceptor::accept_loop(
+                    broker.clone(),
+                    l,
+                    accepting.clone(),
+                    refusal_log.clone(),
+                ))
+            })
+            .collect()
+    };
+    if !stopping {
         tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    accept_backoff.on_success();
-                    match broker.connection_limits.admit(peer.ip()) {
-                        Ok(slot) => {
-                            let b = broker.clone();
-                            connections.spawn(async move {
-                                crate::protocol::connection::serve(b, stream, peer).await;
-                                drop(slot);
-                            });
-                        }
-                        Err(refusal) => {
-                            // Accepted and closed at once, as Kafka does.
-                            drop(stream);
-                            broker
-                                .metrics
-                                .connections_refused
-                                .get_or_create(&ReasonLabel { reason: refusal.label().into() })
-                                .inc();
-                            if let Some(suppressed) = refusal_log.admit() {
-                                tracing::warn!(%peer, limit = refusal.label(), suppressed, "connection refused by a limit");
-                            }
-                        }
-                    }
-                }
-                Err(e) => tokio::time::sleep(accept_backoff.on_error(&e)).await,
-            },
-            r = shutdown.changed() => if r.is_err() || *shutdown.borrow() { break },
-            _ = &mut signals => break,
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            _ = shutdown.wait_for(|s| *s) => {}
+            _ = &mut signals => {}
         }
     }
     tracing::info!("shutting down");
     broker.set_ready(false);
-    drop(listener);
-    // Let in-flight requests finish briefly, then drop the rest.
-    let _ = tokio::time::timeout(Duration::from_secs(2), async {
-        connections.abort_all();
-        while connections.join_next().await.is_some() {}
-    })
-    .await;
+    let _ = stop_accepting.send(true);
+    for accepting in accept_loops {
+        let _ = accepting.await;
+    }
     housekeeping.abort();
     hw_checkpoints.abort();
+    for task in tls_reloads {
+        task.abort();
+    }
+    for task in jwks_refresh {
+        task.abort();
+    }
     if let Some(cleaner) = cleaner {
         cleaner.abort();
     }

@@ -77,6 +77,12 @@ pub const TOPIC_CONFIGS: &[TopicConfigDef] = &[
         doc: "how long tombstones are kept after compaction",
     },
     TopicConfigDef {
+        name: "errors.deadletterqueue.group.enable",
+        broker_key: None,
+        kind: ConfigType::Boolean,
+        doc: "Kafka 4.4: whether share groups may use this topic as their dead-letter queue; accepted and stored, no effect until Moldau serves share groups (issue 39)",
+    },
+    TopicConfigDef {
         name: "file.delete.delay.ms",
         broker_key: Some("log.segment.delete.delay.ms"),
         kind: ConfigType::Long,
@@ -131,6 +137,12 @@ pub const TOPIC_CONFIGS: &[TopicConfigDef] = &[
         doc: "longest time a record stays uncompacted",
     },
     TopicConfigDef {
+        name: "max.decompressed.message.bytes",
+        broker_key: Some("max.decompressed.message.bytes"),
+        kind: ConfigType::Int,
+        doc: "Kafka 4.4: the largest decompressed record; accepted and stored, not yet applied per record (Moldau bounds what one batch may decompress to at 64 MiB, storage::compression)",
+    },
+    TopicConfigDef {
         name: "max.message.bytes",
         broker_key: Some("message.max.bytes"),
         kind: ConfigType::Int,
@@ -177,6 +189,18 @@ pub const TOPIC_CONFIGS: &[TopicConfigDef] = &[
         broker_key: Some("log.preallocate"),
         kind: ConfigType::Boolean,
         doc: "accepted, no effect: Moldau's segment files grow with appends (their indexes are preallocated and memory-mapped)",
+    },
+    TopicConfigDef {
+        name: "remote.copy.lag.bytes",
+        broker_key: Some("log.remote.copy.lag.bytes"),
+        kind: ConfigType::Long,
+        doc: "tiered storage (Kafka 4.4): accepted, no effect (Moldau has no tiered storage)",
+    },
+    TopicConfigDef {
+        name: "remote.copy.lag.ms",
+        broker_key: Some("log.remote.copy.lag.ms"),
+        kind: ConfigType::Long,
+        doc: "tiered storage (Kafka 4.4): accepted, no effect (Moldau has no tiered storage)",
     },
     TopicConfigDef {
         name: "remote.log.copy.disable",
@@ -309,6 +333,10 @@ pub fn broker_default(def: &TopicConfigDef, broker: &BrokerConfig) -> (String, C
         "compression.lz4.level" => raw_or("9"),
         "compression.zstd.level" => raw_or("3"),
         "local.retention.bytes" | "local.retention.ms" => raw_or("-2"),
+        "errors.deadletterqueue.group.enable" => "false".into(),
+        "max.decompressed.message.bytes" => raw_or("2147483639"),
+        "remote.copy.lag.bytes" => raw_or("-1"),
+        "remote.copy.lag.ms" => raw_or("0"),
         "message.timestamp.after.max.ms" => raw_or("3600000"),
         "message.timestamp.before.max.ms" => raw_or(&i64::MAX.to_string()),
         "preallocate" => raw_or("false"),
@@ -441,8 +469,17 @@ pub fn validate(name: &str, value: &str) -> Result<(), String> {
         | "segment.jitter.ms" => {
             kafka_number(name, value, false, 0, i64::MAX)?;
         }
-        "preallocate" | "remote.log.copy.disable" | "remote.log.delete.on.disable" => {
+        "preallocate"
+        | "remote.log.copy.disable"
+        | "remote.log.delete.on.disable"
+        | "errors.deadletterqueue.group.enable" => {
             kafka_bool(name, value)?;
+        }
+        "max.decompressed.message.bytes" => {
+            kafka_number(name, value, true, 1, 2_147_483_639)?;
+        }
+        "remote.copy.lag.bytes" | "remote.copy.lag.ms" => {
+            kafka_number(name, value, false, -1, i64::MAX)?;
         }
         "remote.storage.enable" if kafka_bool(name, value)? => {
             // Kafka's answer when `remote.log.storage.system.enable` is off.
@@ -669,7 +706,10 @@ pub fn validate_broker_keys(broker: &BrokerConfig) -> Result<(), String> {
                 | "local.retention.ms"
                 | "message.timestamp.after.max.ms"
                 | "message.timestamp.before.max.ms"
+                | "max.decompressed.message.bytes"
                 | "preallocate"
+                | "remote.copy.lag.bytes"
+                | "remote.copy.lag.ms"
                 | "segment.jitter.ms"
         );
         if let (true, Some(v)) = (raw_only, broker.raw.get(key)) {
@@ -892,15 +932,16 @@ mod tests {
         assert!(validate("message.timestamp.type", "LogAppendTime").is_ok());
     }
 
-    /// The names Apache Kafka 4.1.1's `LogConfig` defines (its internal
+    /// The names Apache Kafka 4.4.0's `LogConfig` defines (its internal
     /// `internal.segment.bytes` aside), printed from its `configDefCopy()`.
-    const KAFKA_4_1_TOPIC_CONFIGS: &[&str] = &[
+    const KAFKA_4_4_TOPIC_CONFIGS: &[&str] = &[
         "cleanup.policy",
         "compression.gzip.level",
         "compression.lz4.level",
         "compression.type",
         "compression.zstd.level",
         "delete.retention.ms",
+        "errors.deadletterqueue.group.enable",
         "file.delete.delay.ms",
         "flush.messages",
         "flush.ms",
@@ -910,6 +951,7 @@ mod tests {
         "local.retention.bytes",
         "local.retention.ms",
         "max.compaction.lag.ms",
+        "max.decompressed.message.bytes",
         "max.message.bytes",
         "message.timestamp.after.max.ms",
         "message.timestamp.before.max.ms",
@@ -918,6 +960,8 @@ mod tests {
         "min.compaction.lag.ms",
         "min.insync.replicas",
         "preallocate",
+        "remote.copy.lag.bytes",
+        "remote.copy.lag.ms",
         "remote.log.copy.disable",
         "remote.log.delete.on.disable",
         "remote.storage.enable",
@@ -938,8 +982,8 @@ mod tests {
             .filter(|n| *n != INTERNAL_SEGMENT_BYTES)
             .collect();
         ours.sort_unstable();
-        assert_eq!(ours, KAFKA_4_1_TOPIC_CONFIGS);
-        assert!(KAFKA_4_1_TOPIC_CONFIGS
+        assert_eq!(ours, KAFKA_4_4_TOPIC_CONFIGS);
+        assert!(KAFKA_4_4_TOPIC_CONFIGS
             .iter()
             .all(|n| is_kafka_topic_config(n)));
         assert!(!is_kafka_topic_config(INTERNAL_SEGMENT_BYTES));
@@ -979,6 +1023,10 @@ mod tests {
             ("remote.storage.enable", &["false"]),
             ("remote.log.copy.disable", &["true", "false"]),
             ("remote.log.delete.on.disable", &["true"]),
+            ("errors.deadletterqueue.group.enable", &["true", "false"]),
+            ("max.decompressed.message.bytes", &["1", "2147483639"]),
+            ("remote.copy.lag.bytes", &["-1", "0", "1048576"]),
+            ("remote.copy.lag.ms", &["-1", "0", "60000"]),
         ] {
             for v in ok {
                 assert_eq!(validate(k, v), Ok(()), "{k}={v}");
@@ -1001,6 +1049,8 @@ mod tests {
             ("message.timestamp.after.max.ms", "-1", "Invalid value -1 for configuration message.timestamp.after.max.ms: Value must be at least 0"),
             ("local.retention.ms", "-3", "Invalid value -3 for configuration local.retention.ms: Value must be at least -2"),
             ("remote.storage.enable", "yes", "Invalid value yes for configuration remote.storage.enable: Expected value to be either true or false"),
+            ("max.decompressed.message.bytes", "0", "Invalid value 0 for configuration max.decompressed.message.bytes: Value must be at least 1"),
+            ("remote.copy.lag.ms", "-2", "Invalid value -2 for configuration remote.copy.lag.ms: Value must be at least -1"),
             ("remote.storage.enable", "true", "Tiered Storage functionality is disabled in the broker. Topic cannot be configured with remote log storage."),
             ("compression.type", "brotli", "Invalid value brotli for configuration compression.type: String must be one of: uncompressed, zstd, lz4, snappy, gzip, producer"),
         ] {

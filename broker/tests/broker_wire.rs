@@ -227,7 +227,7 @@ async fn produce_fetch_restart_and_version_negotiation() {
         .unwrap();
     assert_eq!(
         (produce_range.min_version, produce_range.max_version),
-        (0, 11)
+        (0, 12)
     );
     let end_txn = versions
         .api_keys
@@ -236,8 +236,8 @@ async fn produce_fetch_restart_and_version_negotiation() {
         .expect("transactions are advertised");
     assert_eq!(
         (end_txn.min_version, end_txn.max_version),
-        (0, 4),
-        "EndTxn v5 (transaction version 2) is not served yet"
+        (0, 5),
+        "EndTxn v5: transaction version 2"
     );
 
     let meta: MetadataResponse = call(

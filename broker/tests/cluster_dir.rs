@@ -140,9 +140,18 @@ async fn three_brokers_are_one_cluster_and_survive_losing_the_controller() {
             }
         }
         let elsewhere = conns.get_mut(&((leader + 1) % 3)).unwrap();
+        // that broker may not have applied the topic's image yet
+        // (UNKNOWN_TOPIC_OR_PARTITION): ask again, boundedly
+        let mut code = produce_to(elsewhere, "orders", *p, b"x").await;
+        for _ in 0..50 {
+            if code != 3 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            code = produce_to(elsewhere, "orders", *p, b"x").await;
+        }
         assert_eq!(
-            produce_to(elsewhere, "orders", *p, b"x").await,
-            6,
+            code, 6,
             "NOT_LEADER_OR_FOLLOWER from a broker that does not lead {p}"
         );
     }

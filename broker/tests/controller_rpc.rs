@@ -103,6 +103,8 @@ impl Broker {
                 port: 9092,
                 rack: String::new(),
                 succession_token: String::new(),
+                // as an older broker registers: its one address only
+                endpoints: vec![],
             })
             .await?
             .into_inner()

@@ -396,8 +396,8 @@ async fn a_throttled_move_goes_at_the_throttled_rate() {
     );
     assert_eq!(
         alter_broker_config(&mut s, "1", "follower.replication.throttled.rate", "-5").await,
-        40,
-        "INVALID_CONFIG"
+        42,
+        "INVALID_REQUEST: Kafka's code for every broker config value it refuses"
     );
     // 1 MB in each: 100 records of 10 KB
     let value = vec![b'x'; 10_000];

@@ -32,36 +32,6 @@ const SETTINGS: &[&str] = &[
     "replica.fetch.backoff.ms=100",
 ];
 
-/// Produces `value` to the partition's leader, retrying the retriable
-/// errors of a moment (unknown partition, not leader yet).
-async fn produce_acked(
-    conns: &mut BTreeMap<i32, TcpStream>,
-    probe: i32,
-    topic: &str,
-    partition: i32,
-    value: &str,
-) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let leader = {
-            let s = conns.get_mut(&probe).unwrap();
-            partitions(s, topic).await[&partition].leader
-        };
-        let code = match conns.get_mut(&leader) {
-            Some(c) => produce_to(c, topic, partition, value.as_bytes()).await,
-            None => -1,
-        };
-        if code == 0 {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{topic}-{partition}: {value} never acknowledged (last code {code}, leader {leader})"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// Waits (20 s at most) until a consumer of `partition` on `s`'s broker
 /// reads exactly `expected` (consumers read below the high watermark,
 /// which a new leader moves once its followers have fetched).

@@ -18,11 +18,11 @@ use kafka_protocol::messages::add_partitions_to_txn_request::{
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey, DescribeTransactionsRequest,
-    DescribeTransactionsResponse, EndTxnRequest, EndTxnResponse, FetchRequest, FetchResponse,
-    FindCoordinatorRequest, FindCoordinatorResponse, InitProducerIdRequest, InitProducerIdResponse,
-    ListTransactionsRequest, ListTransactionsResponse, ProduceRequest, ProduceResponse, ProducerId,
-    TransactionalId,
+    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey, ApiVersionsRequest,
+    ApiVersionsResponse, DescribeTransactionsRequest, DescribeTransactionsResponse, EndTxnRequest,
+    EndTxnResponse, FetchRequest, FetchResponse, FindCoordinatorRequest, FindCoordinatorResponse,
+    InitProducerIdRequest, InitProducerIdResponse, ListTransactionsRequest,
+    ListTransactionsResponse, ProduceRequest, ProduceResponse, ProducerId, TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::RecordBatchDecoder;
@@ -80,6 +80,19 @@ async fn verify(s: &mut TcpStream, pid: i64, epoch: i16) -> i16 {
 }
 
 async fn produce_txn(s: &mut TcpStream, pid: i64, epoch: i16, seq: i32, value: &str) -> i16 {
+    produce_txn_at(s, 9, pid, epoch, seq, value).await
+}
+
+/// A transactional produce of one record at Produce `version` (v12+: a
+/// transaction version 2 client's, which adds the partition itself).
+async fn produce_txn_at(
+    s: &mut TcpStream,
+    version: i16,
+    pid: i64,
+    epoch: i16,
+    seq: i32,
+    value: &str,
+) -> i16 {
     let records: Bytes = BatchBuilder::new()
         .producer(pid, epoch, seq)
         .transactional()
@@ -100,18 +113,43 @@ async fn produce_txn(s: &mut TcpStream, pid: i64, epoch: i16, seq: i32, value: &
             .with_partition_data(vec![PartitionProduceData::default()
                 .with_index(0)
                 .with_records(Some(records))])]);
-    let r: ProduceResponse = call(s, ApiKey::Produce, 9, &req).await;
+    let r: ProduceResponse = call(s, ApiKey::Produce, version, &req).await;
     r.responses[0].partition_responses[0].error_code
 }
 
 async fn end(s: &mut TcpStream, pid: i64, epoch: i16, commit: bool) -> i16 {
+    end_at(s, 3, pid, epoch, commit).await.0
+}
+
+/// EndTxn at `version`: (error, producer id, epoch) — v5+ (transaction
+/// version 2) answers the bumped epoch.
+async fn end_at(
+    s: &mut TcpStream,
+    version: i16,
+    pid: i64,
+    epoch: i16,
+    commit: bool,
+) -> (i16, i64, i16) {
     let req = EndTxnRequest::default()
         .with_transactional_id(tid(TXN))
         .with_producer_id(ProducerId(pid))
         .with_producer_epoch(epoch)
         .with_committed(commit);
-    let r: EndTxnResponse = call(s, ApiKey::EndTxn, 3, &req).await;
-    r.error_code
+    let r: EndTxnResponse = call(s, ApiKey::EndTxn, version, &req).await;
+    (r.error_code, r.producer_id.0, r.producer_epoch)
+}
+
+/// Retries a transaction version 2 produce while the previous end is
+/// still completing (CONCURRENT_TRANSACTIONS, told as NOT_ENOUGH_REPLICAS).
+async fn produce_txn_v2(s: &mut TcpStream, pid: i64, epoch: i16, seq: i32, value: &str) -> i16 {
+    for _ in 0..100 {
+        let code = produce_txn_at(s, 12, pid, epoch, seq, value).await;
+        if code != ResponseError::NotEnoughReplicas.code() {
+            return code;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("the previous transaction never completed");
 }
 
 /// (error, state, producer id, epoch, partitions of TOPIC)
@@ -221,6 +259,31 @@ async fn commit_abort_fencing_and_reload_over_the_wire() {
     .await;
     assert_eq!(r.transaction_states.len(), 1);
     assert_eq!(r.transaction_states[0].transactional_id.0.as_str(), TXN);
+    // v2: a pattern the whole id must match (KIP-1152)
+    for (pattern, found) in [("app-[0-9]", 1), ("app", 0), ("", 1)] {
+        let r: ListTransactionsResponse = call(
+            &mut s,
+            ApiKey::ListTransactions,
+            2,
+            &ListTransactionsRequest::default()
+                .with_transactional_id_pattern(Some(StrBytes::from_static_str(pattern))),
+        )
+        .await;
+        assert_eq!(
+            (r.error_code, r.transaction_states.len()),
+            (0, found),
+            "{pattern:?}"
+        );
+    }
+    let r: ListTransactionsResponse = call(
+        &mut s,
+        ApiKey::ListTransactions,
+        2,
+        &ListTransactionsRequest::default()
+            .with_transactional_id_pattern(Some(StrBytes::from_static_str("app-("))),
+    )
+    .await;
+    assert_eq!(r.error_code, ResponseError::InvalidRegularExpression.code());
     assert!(
         read_committed(&mut s).await.is_empty(),
         "open: nothing stable yet"
@@ -373,6 +436,115 @@ async fn a_transactional_produce_needs_its_partition_in_the_transaction() {
         produce_txn(&mut s, pid, epoch, 3, "zombie").await,
         ResponseError::InvalidProducerEpoch.code()
     );
+    drop(s);
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transaction_version_2_adds_partitions_with_the_produce_and_bumps_the_epoch_at_each_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start(dir.path(), ARGS).await;
+    let mut s = broker.connect().await;
+    assert_eq!(create_topic(&mut s, TOPIC, 1).await.0, 0);
+
+    // the feature is finalized at level 2, with an epoch clients act on
+    let r: ApiVersionsResponse = call(
+        &mut s,
+        ApiKey::ApiVersions,
+        3,
+        &ApiVersionsRequest::default()
+            .with_client_software_name(StrBytes::from_static_str("test"))
+            .with_client_software_version(StrBytes::from_static_str("1")),
+    )
+    .await;
+    let tv = r
+        .finalized_features
+        .iter()
+        .find(|f| f.name.as_str() == "transaction.version")
+        .expect("transaction.version finalized");
+    assert_eq!((tv.min_version_level, tv.max_version_level), (2, 2));
+    assert!(r.finalized_features_epoch >= 0);
+
+    let (code, pid, e0) = init(&mut s).await;
+    assert_eq!(code, 0);
+    // Produce v12 adds the partition: no AddPartitionsToTxn
+    assert_eq!(produce_txn_at(&mut s, 12, pid, e0, 0, "one").await, 0);
+    let (_, state, _, _, parts) = describe(&mut s).await;
+    assert_eq!((state.as_str(), parts), ("Ongoing", vec![0]));
+    assert_eq!(produce_txn_at(&mut s, 12, pid, e0, 1, "two").await, 0);
+    let (code, rpid, e1) = end_at(&mut s, 5, pid, e0, true).await;
+    assert_eq!(
+        (code, rpid, e1),
+        (0, pid, e0 + 1),
+        "the end bumps the epoch"
+    );
+    // a retry of that commit (the old epoch) is recognised
+    assert_eq!(end_at(&mut s, 5, pid, e0, true).await, (0, pid, e1));
+
+    // a late batch of the ended transaction cannot open a new one
+    let late = produce_txn_at(&mut s, 12, pid, e0, 2, "late").await;
+    assert!(
+        late == ResponseError::InvalidProducerEpoch.code()
+            || late == ResponseError::NotEnoughReplicas.code(),
+        "late batch at the old epoch: {late}"
+    );
+    // the next transaction, at the bumped epoch from sequence 0, aborted
+    assert_eq!(produce_txn_v2(&mut s, pid, e1, 0, "aborted").await, 0);
+    let (code, _, e2) = end_at(&mut s, 5, pid, e1, false).await;
+    assert_eq!((code, e2), (0, e1 + 1));
+    let (_, state, _, depoch, _) = describe(&mut s).await;
+    assert_eq!(state, "CompleteAbort");
+    assert_eq!(depoch, e2);
+    // an abort with nothing in the transaction bumps too (the client may
+    // not know whether its transaction started)
+    let (code, _, e3) = end_at(&mut s, 5, pid, e2, false).await;
+    assert_eq!((code, e3), (0, e2 + 1));
+    assert_eq!(
+        read_committed(&mut s).await,
+        vec!["one".to_string(), "two".to_string()]
+    );
+    // a client on the older rules (Produce v11) still has to add first
+    assert_eq!(
+        produce_txn_at(&mut s, 11, pid, e3, 0, "unadded").await,
+        ResponseError::InvalidTxnState.code()
+    );
+    drop(s);
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transaction_version_0_keeps_every_client_on_the_older_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [ARGS, &["--set", "transaction.version=0"]].concat();
+    let broker = start(dir.path(), &args).await;
+    let mut s = broker.connect().await;
+    assert_eq!(create_topic(&mut s, TOPIC, 1).await.0, 0);
+    let r: ApiVersionsResponse = call(
+        &mut s,
+        ApiKey::ApiVersions,
+        3,
+        &ApiVersionsRequest::default(),
+    )
+    .await;
+    // transaction.version at 0 is not listed (the other features are)
+    let finalized: Vec<&str> = r
+        .finalized_features
+        .iter()
+        .map(|f| f.name.as_str())
+        .collect();
+    assert_eq!(
+        finalized,
+        vec!["group.version", "metadata.version"],
+        "transaction.version at 0 is not finalized above 0"
+    );
+    let (_, pid, epoch) = init(&mut s).await;
+    assert_eq!(add_partition(&mut s, pid, epoch).await, 0);
+    assert_eq!(produce_txn(&mut s, pid, epoch, 0, "kept").await, 0);
+    // EndTxn v3 keeps the epoch; the markers are written at it
+    assert_eq!(end(&mut s, pid, epoch, true).await, 0);
+    let (_, state, _, depoch, _) = describe(&mut s).await;
+    assert_eq!((state.as_str(), depoch), ("CompleteCommit", epoch));
+    assert_eq!(read_committed(&mut s).await, vec!["kept".to_string()]);
     drop(s);
     broker.stop().await;
 }

@@ -32,6 +32,23 @@ pub struct RegisteredBroker {
     /// incarnation at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub succession_hash: Option<String>,
+    /// Every advertised listener (issue 38); `host`/`port` above stay the
+    /// inter-broker one, and a record written before listeners were named
+    /// has none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub endpoints: Vec<ListenerEndpointRecord>,
+}
+
+/// One advertised listener of a registered broker.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ListenerEndpointRecord {
+    /// The listener's name, upper-case.
+    pub name: String,
+    pub host: String,
+    pub port: i32,
+    /// Kafka's security protocol name (`SASL_SSL`).
+    pub security_protocol: String,
 }
 
 /// The cluster-wide record: one per cluster.
@@ -67,6 +84,60 @@ pub struct ClusterRecord {
     /// Client quotas (Kafka's AlterClientQuotas), one entry per entity.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub client_quotas: Vec<ClientQuotaRecord>,
+    /// SCRAM credentials (Kafka's AlterUserScramCredentials), one entry per
+    /// user and mechanism: salted and hashed as Kafka stores them, never a
+    /// password.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scram_credentials: Vec<ScramCredentialRecord>,
+    /// ACL bindings (Kafka's CreateAcls/DeleteAcls), one entry per binding.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub acls: Vec<AclRecord>,
+}
+
+/// One ACL binding (Kafka's `AccessControlEntryRecord`): a resource pattern
+/// and an access control entry, the enums by Kafka's names as `kafka-acls`
+/// prints them. A reader skips (and reports) an entry it cannot use — an
+/// unknown name, a binding Kafka would refuse — rather than refusing the
+/// record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AclRecord {
+    /// `TOPIC`, `GROUP`, `CLUSTER`, `TRANSACTIONAL_ID`, `DELEGATION_TOKEN`
+    /// or `USER`.
+    pub resource_type: String,
+    /// A name, a prefix, or `*` (every resource of the type).
+    pub resource_name: String,
+    /// `LITERAL` or `PREFIXED`.
+    pub pattern_type: String,
+    /// `Type:name`, e.g. `User:alice`, or `User:*`.
+    pub principal: String,
+    /// A client address, or `*`.
+    pub host: String,
+    /// Kafka's operation name (`READ`, `WRITE`, `ALL`, …).
+    pub operation: String,
+    /// `ALLOW` or `DENY`.
+    pub permission: String,
+}
+
+/// One user's credential for one SCRAM mechanism (Kafka's
+/// `UserScramCredentialRecord`): what verifies a client's proof and signs
+/// the server's answer, not enough to authenticate as the user. Bytes are
+/// standard base64. A reader skips (and reports) an entry it cannot use —
+/// an unknown mechanism, bad base64 — rather than refusing the record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ScramCredentialRecord {
+    /// The user name (the SASL username, any non-empty string).
+    #[schemars(length(min = 1))]
+    pub user: String,
+    /// `SCRAM-SHA-256` or `SCRAM-SHA-512`.
+    pub mechanism: String,
+    pub salt: String,
+    /// H(HMAC(SaltedPassword, "Client Key")).
+    pub stored_key: String,
+    /// HMAC(SaltedPassword, "Server Key").
+    pub server_key: String,
+    pub iterations: i32,
 }
 
 /// One part of a client-quota entity: a name, or the default of its kind
@@ -341,6 +412,59 @@ mod tests {
         let old: ClientQuotaRecord = serde_json::from_value(old).unwrap();
         assert_eq!(old.entity.client_id, Some(QuotaName::Name("app".into())));
         assert_eq!(old.entity.user, Some(QuotaName::Default));
+    }
+
+    #[test]
+    fn scram_credentials_are_optional_and_round_trip() {
+        // a cluster record written before SCRAM credentials existed
+        let old = serde_json::json!({"clusterId": "abcdefghijklmnopqrstuv", "controllerId": 1});
+        let old: ClusterRecord = serde_json::from_value(old).unwrap();
+        assert!(old.scram_credentials.is_empty());
+        assert!(serde_json::to_value(&old)
+            .unwrap()
+            .get("scramCredentials")
+            .is_none());
+        let mut record = old;
+        record.scram_credentials.push(ScramCredentialRecord {
+            user: "alice".into(),
+            mechanism: "SCRAM-SHA-512".into(),
+            salt: "c2FsdA==".into(),
+            stored_key: "AAAA".into(),
+            server_key: "BBBB".into(),
+            iterations: 4096,
+        });
+        let json = serde_json::to_value(&record).unwrap();
+        assert_eq!(json["scramCredentials"][0]["storedKey"], "AAAA");
+        assert_eq!(
+            serde_json::from_value::<ClusterRecord>(json).unwrap(),
+            record
+        );
+    }
+
+    #[test]
+    fn acls_are_optional_and_round_trip() {
+        // a cluster record written before ACLs existed
+        let old = serde_json::json!({"clusterId": "abcdefghijklmnopqrstuv", "controllerId": 1});
+        let old: ClusterRecord = serde_json::from_value(old).unwrap();
+        assert!(old.acls.is_empty());
+        assert!(serde_json::to_value(&old).unwrap().get("acls").is_none());
+        let mut record = old;
+        record.acls.push(AclRecord {
+            resource_type: "TOPIC".into(),
+            resource_name: "orders".into(),
+            pattern_type: "LITERAL".into(),
+            principal: "User:alice".into(),
+            host: "*".into(),
+            operation: "READ".into(),
+            permission: "ALLOW".into(),
+        });
+        let json = serde_json::to_value(&record).unwrap();
+        assert_eq!(json["acls"][0]["resourceType"], "TOPIC");
+        assert_eq!(json["acls"][0]["patternType"], "LITERAL");
+        assert_eq!(
+            serde_json::from_value::<ClusterRecord>(json).unwrap(),
+            record
+        );
     }
 
     fn topic() -> TopicRecord {

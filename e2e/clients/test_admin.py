@@ -1,6 +1,9 @@
 """Admin APIs through the confluent-kafka AdminClient (and kafka-python where noted):
 CreateTopics with configs, DescribeConfigs, CreatePartitions, DeleteTopics,
-ListOffsets (earliest / latest / by timestamp), DeleteRecords, auto topic creation.
+ListOffsets (earliest / latest / by timestamp), DeleteRecords, auto topic creation;
+authorized operations without an authorizer (DescribeCluster, Metadata's topic and
+v8-10 cluster operations) and Kafka's whole set of dynamic broker configs
+(IncrementalAlterConfigs on a broker and the cluster default).
 """
 
 from __future__ import annotations
@@ -269,3 +272,164 @@ def test_a_keyless_record_fails_its_batch_in_a_compacted_topic(broker):
     p.produce(topic, b"v", key=b"k", partition=0, on_delivery=done(3))
     assert p.flush(30) == 0
     assert results[3] == (None, 0), results[3]
+
+
+# -- authorized operations (KIP-430) -----------------------------------------
+# Without an authorizer Kafka answers every operation a resource type
+# supports when the client asks, and the schema's "omitted" value (which
+# clients show as None) when it does not.
+
+CLUSTER_OPERATIONS = {"CREATE", "CLUSTER_ACTION", "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "IDEMPOTENT_WRITE", "ALTER", "DESCRIBE"}
+TOPIC_OPERATIONS = {"READ", "WRITE", "CREATE", "DESCRIBE", "DELETE", "ALTER", "DESCRIBE_CONFIGS", "ALTER_CONFIGS"}
+
+
+def op_names(ops) -> set[str] | None:
+    return None if ops is None else {o.name for o in ops}
+
+
+def test_describe_cluster_and_topics_report_every_operation_without_an_authorizer(broker, new_topic):
+    from confluent_kafka import TopicCollection
+
+    topic = new_topic()
+    a = admin_for(broker)
+    asked = a.describe_cluster(include_authorized_operations=True, request_timeout=15).result(20)
+    assert op_names(asked.authorized_operations) == CLUSTER_OPERATIONS
+    plain = a.describe_cluster(request_timeout=15).result(20)
+    assert plain.authorized_operations is None
+
+    # describe_topics reads Metadata with include_topic_authorized_operations
+    (d,) = a.describe_topics(TopicCollection([topic]), include_authorized_operations=True, request_timeout=15).values()
+    assert op_names(d.result(20).authorized_operations) == TOPIC_OPERATIONS
+    (d,) = a.describe_topics(TopicCollection([topic]), request_timeout=15).values()
+    assert d.result(20).authorized_operations is None
+
+
+def metadata_v10_cluster_operations(b, asked: bool) -> int:
+    """Metadata v10 (the last with the cluster's authorized operations),
+    no topics: the response's cluster_authorized_operations."""
+    from harness import kwire
+
+    with kwire.Conn(b.host, b.port, timeout=15) as c:
+        body = kwire.uvarint(1) + b"\x01" + (b"\x01" if asked else b"\x00") + b"\x00" + kwire.uvarint(0)
+        _, resp = c.request(kwire.METADATA, 10, body, flexible=True)
+    r = kwire.Reader(resp)
+    r.skip_tags()  # response header v1
+    r.i32()  # throttle
+    for _ in range(r.uvarint() - 1):  # brokers
+        r.i32(), r.compact_string(), r.i32(), r.compact_string()
+        r.skip_tags()
+    r.compact_string()  # cluster id
+    r.i32()  # controller
+    assert r.uvarint() == 1, "no topics asked, none answered"
+    return r.i32()
+
+
+def test_metadata_v10_cluster_authorized_operations(broker):
+    bits = metadata_v10_cluster_operations(broker, True)
+    names = {op for op, code in [("CREATE", 5), ("CLUSTER_ACTION", 9), ("DESCRIBE_CONFIGS", 10), ("ALTER_CONFIGS", 11), ("IDEMPOTENT_WRITE", 12), ("ALTER", 7), ("DESCRIBE", 8)] if bits & (1 << code)}
+    assert names == CLUSTER_OPERATIONS and bits == sum(1 << c for c in (5, 7, 8, 9, 10, 11, 12)), bits
+    assert metadata_v10_cluster_operations(broker, False) == -(2**31)
+
+
+# -- Kafka's dynamic broker configs --------------------------------------------
+
+
+def broker_node(b) -> str:
+    (node,) = admin_for(b).list_topics(timeout=10).brokers
+    return str(node)
+
+
+def alter_broker(b, entity: str, ops: list[tuple[str, str | None, str]]):
+    """IncrementalAlterConfigs on one broker entity; None or the error (code, message)."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry
+
+    kinds = {"set": AlterConfigOpType.SET, "delete": AlterConfigOpType.DELETE, "append": AlterConfigOpType.APPEND}
+    r = ConfigResource(
+        ConfigResource.Type.BROKER, entity, incremental_configs=[ConfigEntry(k, v, incremental_operation=kinds[op]) for k, v, op in ops]
+    )
+    a = admin_for(b)
+    try:
+        a.incremental_alter_configs([r], request_timeout=15)[r].result(20)
+        return None
+    except KafkaException as e:
+        return e.args[0].code(), e.args[0].str()
+
+
+def describe_broker(b, node: str) -> dict:
+    a = admin_for(b)
+    r = ConfigResource(ConfigResource.Type.BROKER, node)
+    return a.describe_configs([r], request_timeout=15)[r].result(20)
+
+
+def test_kafkas_dynamic_broker_configs_are_accepted_and_reported(broker):
+    """Every config Kafka changes at run time is accepted (Moldau stores and
+    reports those it does not use), with Kafka's refusals: read-only configs,
+    keystores without a listener prefix, bad values, thread counts beyond
+    double the current one, all INVALID_REQUEST."""
+    node = broker_node(broker)
+    stored = {
+        "sasl.kerberos.min.time.before.relogin": "70000",
+        "log.cleaner.threads": "2",
+        "unclean.leader.election.enable": "true",
+        "num.io.threads": "5",
+        "listener.name.plaintext.ssl.keystore.type": "PKCS12",
+    }
+    try:
+        assert alter_broker(broker, node, [(k, v, "set") for k, v in stored.items()]) is None
+
+        def shown() -> dict:
+            entries = describe_broker(broker, node)
+            return {k: (entries[k].value, entries[k].source) if k in entries else None for k in stored}
+
+        # a broker applies a change when its metadata arrives (Kafka: shortly after)
+        deadline = time.monotonic() + 20
+        while (got := shown()) != {k: (v, 2) for k, v in stored.items()} and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert got == {k: (v, 2) for k, v in stored.items()}, got
+        entries = describe_broker(broker, node)
+        assert not entries["sasl.kerberos.min.time.before.relogin"].is_read_only
+        # a secret is stored but never shown
+        assert alter_broker(broker, node, [("sasl.jaas.config", "org.example.Login required;", "set")]) is None
+        deadline = time.monotonic() + 20
+        while (e := describe_broker(broker, node).get("sasl.jaas.config")) is None or e.source != 2:
+            assert time.monotonic() < deadline, e
+            time.sleep(0.5)
+        assert e.is_sensitive and e.value is None
+
+        refused = [
+            ("num.partitions", "3", "Cannot update these configs dynamically"),
+            ("log.retention.check.interval.ms", "1000", "Cannot update these configs dynamically"),
+            ("ssl.keystore.location", "/tmp/none.jks", "only per-listener"),
+            ("sasl.kerberos.min.time.before.relogin", "soon", "Not a number of type LONG"),
+            ("max.connections", "-5", ""),
+            ("num.io.threads", "100", "double the current value"),
+        ]
+        for k, v, why in refused:
+            got = alter_broker(broker, node, [(k, v, "set")])
+            assert got is not None and got[0] == KafkaError.INVALID_REQUEST, (k, v, got)
+            assert why in got[1], (k, v, got)
+        # deleting a config that cannot be set is accepted (nothing to delete)
+        assert alter_broker(broker, node, [("num.partitions", None, "delete")]) is None
+    finally:
+        cleanup = [(k, None, "delete") for k in [*stored, "sasl.jaas.config"]]
+        assert alter_broker(broker, node, cleanup) is None
+    entries = describe_broker(broker, node)
+    assert "sasl.kerberos.min.time.before.relogin" not in entries or entries["sasl.kerberos.min.time.before.relogin"].source != 2
+
+
+def test_per_broker_dynamic_configs_are_refused_at_the_cluster_default(broker):
+    from harness import kafka_tools
+
+    default = ["--alter", "--entity-type", "brokers", "--entity-default"]
+    p = kafka_tools.configs(broker.bootstrap, *default, "--add-config", "sasl.kerberos.min.time.before.relogin=70000")
+    assert p.returncode != 0
+    assert "Cannot update these configs at default cluster level, broker id must be specified" in p.stdout + p.stderr, p.stdout + p.stderr
+    # a cluster-wide one is taken there, and reported
+    p = kafka_tools.configs(broker.bootstrap, *default, "--add-config", "log.cleaner.threads=2")
+    assert p.returncode == 0, p.stdout + p.stderr
+    try:
+        p = kafka_tools.configs(broker.bootstrap, "--describe", "--entity-type", "brokers", "--entity-default")
+        assert "log.cleaner.threads=2 sensitive=false synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:log.cleaner.threads=2}" in p.stdout, p.stdout
+    finally:
+        p = kafka_tools.configs(broker.bootstrap, *default, "--delete-config", "log.cleaner.threads")
+        assert p.returncode == 0, p.stdout + p.stderr

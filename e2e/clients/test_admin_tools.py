@@ -15,6 +15,16 @@ Kafka distribution (harness/kafka_tools.py).
   log.message.timestamp.*.max.ms, log.roll.jitter.ms, log.preallocate) and
   the connection limits (max.connections.per.ip and its overrides, from a
   loopback address of the test's own) without a restart.
+  `kafka-configs --entity-type users` adds, describes and deletes SCRAM
+  credentials (one mechanism per command: Kafka refuses a user named twice
+  in one AlterUserScramCredentials, and so does Moldau).
+  `kafka-acls` against a broker of its own started with Kafka's
+  StandardAuthorizer (`super.users=User:ANONYMOUS` and
+  `allow.everyone.if.no.acl.found=true`, so the PLAINTEXT test clients keep
+  working): ACLs added (literal and prefixed), listed by resource, with
+  `--resource-pattern-type any` and `match`, and removed with `--force`;
+  the plaintext broker without an authorizer refuses every ACL command with
+  SecurityDisabledException, as Kafka does.
 - Three Moldau brokers (`auto.leader.rebalance.enable=false`, so leadership
   moves only when asked; cluster backend as in test_cluster.py): the
   preferred leader of partition 0 restarts and comes back in every ISR
@@ -29,6 +39,7 @@ Kafka distribution (harness/kafka_tools.py).
 
 from __future__ import annotations
 
+import shutil
 import time
 import uuid
 from pathlib import Path
@@ -128,12 +139,181 @@ def test_kafka_features_describes_what_the_broker_supports(broker):
     if brokers.target() == "kafka":
         assert int(got["group.version"]["SupportedMaxVersion"]) >= 1, got
         return
-    # classic groups only, transactions under transaction version 0 (no KIP-890 part 2):
-    # both at level 0, nothing finalized above it
+    # KIP-848 consumer groups (group.version 1); metadata.version 33 (Kafka
+    # 4.4's 4.4-IV2, as kafka-dist's 4.4 tool names it), the only level;
+    # transaction version 2 (KIP-890 part 2) supported and
+    # finalized, as on a new Kafka 4 cluster; the finalized features' epoch
+    # is 1 (never -1, which the Java client ignores)
+    mv = "4.4-IV2"
     assert got == {
-        name: {"SupportedMinVersion": "0", "SupportedMaxVersion": "0", "FinalizedVersionLevel": "0", "Epoch": "-"}
-        for name in ("group.version", "transaction.version")
+        "group.version": {"SupportedMinVersion": "0", "SupportedMaxVersion": "1", "FinalizedVersionLevel": "1", "Epoch": "1"},
+        "metadata.version": {"SupportedMinVersion": mv, "SupportedMaxVersion": mv, "FinalizedVersionLevel": mv, "Epoch": "1"},
+        "transaction.version": {"SupportedMinVersion": "0", "SupportedMaxVersion": "2", "FinalizedVersionLevel": "2", "Epoch": "1"},
     }, got
+
+
+def test_scram_credentials_with_kafka_configs(broker):
+    """`kafka-configs --entity-type users` manages SCRAM credentials
+    (AlterUserScramCredentials / DescribeUserScramCredentials, KIP-554), the
+    same on Moldau and Kafka: one mechanism per command is added, described
+    with its iterations and deleted; two mechanisms of one user in one
+    command are refused with DuplicateResource, as Kafka's controller
+    refuses a user altered twice in one request; deleting a credential that
+    does not exist fails with ResourceNotFound."""
+    user = f"alice-{uuid.uuid4().hex[:8]}"
+    users = ["--entity-type", "users", "--entity-name", user]
+
+    def describe() -> str:
+        p = kafka_tools.configs(broker.bootstrap, "--describe", *users)
+        assert p.returncode == 0, p
+        return p.stdout
+
+    assert "SCRAM" not in describe(), "no credentials yet"
+    p = kafka_tools.configs(
+        broker.bootstrap,
+        "--alter",
+        "--add-config",
+        "SCRAM-SHA-256=[iterations=8192,password=alice-secret],SCRAM-SHA-512=[password=alice-secret]",
+        *users,
+    )
+    assert p.returncode != 0, p
+    assert "DuplicateResourceException: A user credential cannot be altered twice in the same request" in p.stdout + p.stderr, p
+    assert "SCRAM" not in describe(), "a refused request changes nothing"
+
+    try:
+        for config in ("SCRAM-SHA-256=[iterations=8192,password=alice-secret]", "SCRAM-SHA-512=[password=alice-secret]"):
+            p = kafka_tools.configs(broker.bootstrap, "--alter", "--add-config", config, *users)
+            assert p.returncode == 0, p
+            assert f"Completed updating config for user {user}." in p.stdout, p.stdout
+        shown = describe()
+        assert f"SCRAM credential configs for user-principal '{user}' are " in shown, shown
+        # the order of the mechanisms is Kafka's hash order there, id order here
+        assert "SCRAM-SHA-256=iterations=8192" in shown and "SCRAM-SHA-512=iterations=4096" in shown, shown
+        assert "password" not in shown and "salt" not in shown, shown
+        # every user: the same line
+        p = kafka_tools.configs(broker.bootstrap, "--describe", "--entity-type", "users")
+        assert p.returncode == 0, p
+        assert f"user-principal '{user}' are " in p.stdout, p.stdout
+
+        p = kafka_tools.configs(broker.bootstrap, "--alter", "--delete-config", "SCRAM-SHA-256", *users)
+        assert p.returncode == 0, p
+        shown = describe()
+        assert f"SCRAM credential configs for user-principal '{user}' are SCRAM-SHA-512=iterations=4096\n" == shown, shown
+
+        p = kafka_tools.configs(broker.bootstrap, "--alter", "--delete-config", "SCRAM-SHA-256", *users)
+        assert p.returncode != 0, p
+        assert "ResourceNotFoundException: Attempt to delete a user credential that does not exist" in p.stdout + p.stderr, p
+    finally:
+        kafka_tools.configs(broker.bootstrap, "--alter", "--delete-config", "SCRAM-SHA-512", *users)
+    assert "SCRAM" not in describe(), "the last credential deleted"
+
+
+ACL_PROPS = {
+    "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "super.users": "User:ANONYMOUS",
+    "allow.everyone.if.no.acl.found": "true",
+}
+
+
+@pytest.fixture(scope="module")
+def acl_broker():
+    """A broker of this module's own with Kafka's StandardAuthorizer."""
+    b = brokers.new_broker(STATE / f"own-test_admin_tools-acls-{brokers.target()}")
+    try:
+        brokers.start_with_properties(b, ACL_PROPS, "acls")
+    except Exception:
+        b.close(keep=True)
+        raise
+    yield b
+    b.close(keep=True)
+    shutil.rmtree(b.data_dir, ignore_errors=True)
+
+
+def pattern(name: str, pattern_type: str) -> str:
+    return f"ResourcePattern(resourceType=TOPIC, name={name}, patternType={pattern_type})"
+
+
+ALICE_READS = "(principal=User:alice, host=*, operation=READ, permissionType=ALLOW)"
+BOB_MAY_NOT_WRITE = "(principal=User:bob, host=*, operation=WRITE, permissionType=DENY)"
+
+
+def test_acls_with_kafka_acls(acl_broker):
+    """`kafka-acls --add / --list / --remove` (CreateAcls, DescribeAcls,
+    DeleteAcls) the same on Moldau and Kafka."""
+    bootstrap = acl_broker.bootstrap
+    topic = f"orders-{uuid.uuid4().hex[:8]}"
+
+    def listed(*args: str) -> dict[str, set[str]]:
+        p = kafka_tools.acls(bootstrap, "--list", *args)
+        assert p.returncode == 0, p
+        return kafka_tools.listed_acls(p.stdout)
+
+    assert listed("--topic", topic) == {}, "no ACLs yet"
+    p = kafka_tools.acls(bootstrap, "--add", "--allow-principal", "User:alice", "--operation", "Read", "--topic", topic)
+    assert p.returncode == 0, p
+    assert f"Adding ACLs for resource `{pattern(topic, 'LITERAL')}`" in p.stdout, p.stdout
+    p = kafka_tools.acls(
+        bootstrap,
+        "--add",
+        "--deny-principal",
+        "User:bob",
+        "--operation",
+        "Write",
+        "--topic",
+        topic,
+        "--resource-pattern-type",
+        "prefixed",
+    )
+    assert p.returncode == 0, p
+    assert f"Adding ACLs for resource `{pattern(topic, 'PREFIXED')}`" in p.stdout, p.stdout
+
+    # a resource's own literal ACLs (the tool's default pattern type)
+    assert listed("--topic", topic) == {pattern(topic, "LITERAL"): {ALICE_READS}}
+    # both patterns named exactly so
+    assert listed("--topic", topic, "--resource-pattern-type", "any") == {
+        pattern(topic, "LITERAL"): {ALICE_READS},
+        pattern(topic, "PREFIXED"): {BOB_MAY_NOT_WRITE},
+    }
+    # every pattern that applies to another topic: the prefixed one
+    got = listed("--topic", f"{topic}-x", "--resource-pattern-type", "match")
+    assert got.get(pattern(topic, "PREFIXED")) == {BOB_MAY_NOT_WRITE}, got
+    assert pattern(topic, "LITERAL") not in got, got
+    # every ACL of the broker, by principal
+    got = listed("--principal", "User:alice")
+    assert got.get(pattern(topic, "LITERAL")) == {ALICE_READS}, got
+    assert pattern(topic, "PREFIXED") not in got, got
+
+    # a principal without its type is refused (by the tool or the broker)
+    p = kafka_tools.acls(bootstrap, "--add", "--allow-principal", "alice", "--operation", "Read", "--topic", topic)
+    assert p.returncode != 0, p
+
+    p = kafka_tools.acls(bootstrap, "--remove", "--force", "--topic", topic, "--resource-pattern-type", "prefixed")
+    assert p.returncode == 0, p
+    assert listed("--topic", topic, "--resource-pattern-type", "any") == {pattern(topic, "LITERAL"): {ALICE_READS}}
+    p = kafka_tools.acls(
+        bootstrap, "--remove", "--force", "--allow-principal", "User:alice", "--operation", "Read", "--topic", topic
+    )
+    assert p.returncode == 0, p
+    assert listed("--topic", topic, "--resource-pattern-type", "any") == {}
+
+
+def test_acls_without_an_authorizer_are_security_disabled(broker):
+    """The plaintext broker has no authorizer: every ACL command fails with
+    SecurityDisabledException, as on Kafka."""
+    for args, message in (
+        # Kafka 4.4's `--add` lists the resource's ACLs first (DescribeAcls)
+        (
+            ["--add", "--allow-principal", "User:alice", "--operation", "Read", "--topic", "orders"],
+            "No Authorizer is configured on the broker",
+        ),
+        # DescribeAcls has words of its own in Kafka
+        (["--list"], "No Authorizer is configured on the broker"),
+        (["--remove", "--force", "--topic", "orders"], "No Authorizer is configured."),
+    ):
+        p = kafka_tools.acls(broker.bootstrap, *args)
+        out = p.stdout + p.stderr
+        assert p.returncode != 0, (args, p)
+        assert f"SecurityDisabledException: {message}" in out, (args, p)
 
 
 def produce_one(bootstrap: str, topic: str, size: int):

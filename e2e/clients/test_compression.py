@@ -1,4 +1,4 @@
-"""Broker-side compression and the topic configs of Kafka 4.1, through real
+"""Broker-side compression and the topic configs of Kafka 4.1 and 4.4, through real
 clients and Kafka's own tools; every assertion holds against Apache Kafka
 too (MOLDAU_TEST_TARGET=kafka), except the /metrics ones (Moldau only).
 
@@ -127,7 +127,7 @@ def test_compression_level_applies(broker):
     assert sizes["9"] < sizes["1"], sizes
 
 
-# -- Kafka 4.1's topic configs through kafka-topics / kafka-configs ------------
+# -- Kafka 4.1's and 4.4's topic configs through kafka-topics / kafka-configs ---
 
 NEW_CONFIGS = {
     "message.timestamp.after.max.ms": "7200000",
@@ -143,6 +143,11 @@ NEW_CONFIGS = {
     "remote.storage.enable": "false",
     "remote.log.copy.disable": "false",
     "remote.log.delete.on.disable": "true",
+    # new in Kafka 4.4
+    "errors.deadletterqueue.group.enable": "true",
+    "max.decompressed.message.bytes": "10485760",
+    "remote.copy.lag.bytes": "1048576",
+    "remote.copy.lag.ms": "60000",
 }
 
 
@@ -161,7 +166,7 @@ def test_kafka_topics_accepts_every_kafka_topic_config(broker):
     for k, v in NEW_CONFIGS.items():
         assert re.search(rf"^\s+{re.escape(k)}={re.escape(v)} ", p.stdout, re.M), f"{k}={v} not in:\n{p.stdout}"
 
-    # --all: the defaults Kafka 4.1 gives the keys not set here
+    # --all: the defaults Kafka 4.4 gives the keys not set here
     other = create(broker, {}, "cfg-defaults")
     p = kafka_tools.configs(broker.bootstrap, "--describe", "--all", "--entity-type", "topics", "--entity-name", other)
     assert p.returncode == 0, f"{p.stdout}\n{p.stderr}"
@@ -179,6 +184,10 @@ def test_kafka_topics_accepts_every_kafka_topic_config(broker):
         "remote.storage.enable": "false",
         "remote.log.copy.disable": "false",
         "remote.log.delete.on.disable": "false",
+        "errors.deadletterqueue.group.enable": "false",
+        "max.decompressed.message.bytes": "2147483639",
+        "remote.copy.lag.bytes": "-1",
+        "remote.copy.lag.ms": "0",
     }.items():
         assert re.search(rf"^\s+{re.escape(k)}={re.escape(v)} ", p.stdout, re.M), f"{k}={v} not in:\n{p.stdout}"
 
@@ -194,6 +203,8 @@ INVALID = [
     ("message.timestamp.before.max.ms", "soon", "Not a number of type LONG"),
     ("local.retention.bytes", "-3", "Value must be at least -2"),
     ("remote.storage.enable", "true", "Tiered Storage functionality is disabled in the broker"),
+    ("max.decompressed.message.bytes", "0", "Invalid value 0 for configuration max.decompressed.message.bytes: Value must be at least 1"),
+    ("remote.copy.lag.ms", "-2", "Value must be at least -1"),
 ]
 
 

@@ -744,6 +744,11 @@ def test_admin_list_describe_offsets_alter_delete_groups(gb):
         closed = True
         d = describe(gb, group)
         assert d.state == ConsumerGroupState.EMPTY and d.members == []
+        # an emptied group keeps its protocol type "consumer", as Kafka's does:
+        # clients do not take it for a simple group
+        assert not d.is_simple_consumer_group
+        listing = a.list_consumer_groups(request_timeout=15).result(20)
+        assert [g.is_simple_consumer_group for g in listing.valid if g.group_id == group] == [False]
 
         # empty: offsets may be altered
         f = a.alter_consumer_group_offsets(
@@ -774,6 +779,39 @@ def test_admin_list_describe_offsets_alter_delete_groups(gb):
         if not closed:
             c1.close()
             c2.close()
+
+
+@pytest.mark.timeout(120)
+def test_admin_simple_group_and_authorized_operations(gb):
+    """A group created by offset commits only has no protocol type (a simple
+    group); DescribeGroups reports the authorized operations when asked —
+    without an authorizer every operation a group supports, as Kafka does —
+    and none when not asked."""
+    topic = create_topic(gb, unique("simple"), 1)
+    group = unique("simplegrp")
+    a = admin_for(gb)
+    wait_coordinator(gb, group)
+
+    def commit_once():
+        f = a.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0, 0)])], request_timeout=15)
+        return [tp.error for tp in f[group].result(20).topic_partitions] == [None]
+
+    wait_until(lambda: retry_coordinator(commit_once), 60, "a simple commit creates the group", interval=0.5)
+    listing = a.list_consumer_groups(request_timeout=15).result(20)
+    assert [(g.is_simple_consumer_group, g.state) for g in listing.valid if g.group_id == group] == [(True, ConsumerGroupState.EMPTY)]
+    d = describe(gb, group)
+    assert d.is_simple_consumer_group and d.state == ConsumerGroupState.EMPTY
+    assert d.authorized_operations is None, d.authorized_operations
+
+    d = a.describe_consumer_groups([group], include_authorized_operations=True, request_timeout=15)[group].result(20)
+    group_operations = {"READ", "DESCRIBE", "DELETE", "DESCRIBE_CONFIGS", "ALTER_CONFIGS"}
+    assert {o.name for o in d.authorized_operations} == group_operations
+    assert a.delete_consumer_groups([group], request_timeout=15)[group].result(20) is None
+    # a group that does not exist is described (DescribeGroups v5) as Dead,
+    # without error, so with its operations too
+    d = a.describe_consumer_groups([group], include_authorized_operations=True, request_timeout=15)[group].result(20)
+    assert d.state == ConsumerGroupState.DEAD
+    assert {o.name for o in d.authorized_operations} == group_operations
 
 
 # ---------------------------------------------------------------------------

@@ -8,7 +8,8 @@
 //!   given to `group::subscribed_topics` (used by OffsetDelete);
 //! - `1` record: one offset-commit record, `key length u16 | key | value`,
 //!   given to `group::offsets::decode_key` / `decode_value` and applied to
-//!   an `OffsetTable` as a loaded record;
+//!   an `OffsetTable` as a loaded record (a consumer group record, key
+//!   version 3 to 8, is replayed and its group rebuilt);
 //! - `2` log: bytes of a `__consumer_offsets` segment given to
 //!   `group::apply_offsets_batches`, the batch walk of
 //!   `GroupCoordinator::load` (headers, bounded record decoding, non-control
@@ -72,8 +73,13 @@ fn record(data: &[u8]) {
         assert_eq!(decode_value(encode_value(c)).as_ref(), Some(c));
     }
     let mut table = OffsetTable::default();
+    table.apply_record(Some(key.clone()), Some(value.clone()));
+    // a KIP-848 consumer group record (key versions 3-8) is replayed into
+    // a group; rebuilding it must not panic either
+    let _ = table.take_consumer().into_groups();
     table.apply_record(Some(key.clone()), Some(value));
     table.apply_record(Some(key), None);
+    let _ = table.take_consumer().into_groups();
     if let (Some((g, t, p)), Some(c)) = (&decoded_key, &decoded_value) {
         let mut table = OffsetTable::default();
         table.apply_record(Some(encode_key(g, t, *p)), Some(encode_value(c)));

@@ -307,6 +307,16 @@ fn txn_codecs() {
     bounded_run("txn_codecs");
 }
 
+#[test]
+fn auth_exchanges() {
+    bounded_run("auth_exchanges");
+}
+
+#[test]
+fn telemetry_payload() {
+    bounded_run("telemetry_payload");
+}
+
 /// The guard catches what it must: a check that allocates past the limit
 /// aborts its process. Run in a child process (the test binary itself,
 /// filtered to the ignored helper below), since the abort ends it.

@@ -8,11 +8,15 @@
 //! (Kubernetes Events), `rebalance` (the partition-reassignment planner and
 //! the KafkaRebalance reconciler: pure lifecycle, admin edge, async edge),
 //! `brokers` (the Ready broker pods' addresses and an admin connection to
-//! the controller, for every reconciler), `context` (what reconcilers
+//! the controller, for every reconciler), `user` (the KafkaUser reconciler:
+//! pure planner of SCRAM credentials and ACLs, async edge), `context` (what reconcilers
 //! share), `error`.
 //! Decisions are pure functions; the async code only reads, applies and
-//! reports. The operator uses only the broker's wire protocol and its
-//! flag/env contract, never the broker crate.
+//! reports. The operator talks to brokers only through the wire protocol
+//! and their flag/env contract; of the broker crate it uses pure tables
+//! and checks (`config_check`, `dynamic_config`, `topic_config`), so a
+//! spec is judged by the code the broker starts with, never the broker's
+//! runtime.
 
 pub mod brokers;
 pub mod cluster;
@@ -27,5 +31,6 @@ pub mod rebalance;
 pub mod retention;
 pub mod telemetry;
 pub mod topic;
+pub mod user;
 
 pub use error::{Error, Result};

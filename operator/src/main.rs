@@ -12,7 +12,7 @@ use moldau_operator::context::{Context, Tunables};
 use moldau_operator::events::Events;
 use moldau_operator::leader::{ElectionConfig, LeaderElector};
 use moldau_operator::telemetry::{self, Metrics};
-use moldau_operator::{cluster, quota, rebalance, retention, topic};
+use moldau_operator::{cluster, quota, rebalance, retention, topic, user};
 
 /// The Moldau Kubernetes operator.
 #[derive(Parser, Debug)]
@@ -90,6 +90,7 @@ async fn run_controllers(ctx: Arc<Context>, namespace: Option<String>) {
         topic::controller::run(ctx.clone(), namespace.clone()),
         quota::controller::run(ctx.clone(), namespace.clone()),
         retention::controller::run(ctx.clone(), namespace.clone()),
+        user::controller::run(ctx.clone(), namespace.clone()),
         rebalance::controller::run(ctx, namespace),
     );
 }

@@ -5,7 +5,8 @@
 use std::path::Path;
 
 use moldau_operator::crd::{
-    KafkaCluster, KafkaQuota, KafkaRebalance, KafkaRetentionPolicy, KafkaTopic, RebalanceMode,
+    KafkaCluster, KafkaQuota, KafkaRebalance, KafkaRetentionPolicy, KafkaTopic, KafkaUser,
+    RebalanceMode,
 };
 use serde::Deserialize;
 
@@ -57,6 +58,40 @@ fn quota_example_parses_and_plans() {
     let plan = moldau_operator::quota::plan::plan(&quotas, &Default::default());
     assert_eq!(plan.alterations.len(), 3);
     assert!(plan.objects.values().all(|o| o.refused.is_empty()));
+}
+
+#[test]
+fn user_example_parses_and_plans() {
+    use moldau_operator::crd::UserAuthenticationType;
+    use moldau_operator::user::plan::{acl_diff, desired_acls};
+    let users: Vec<KafkaUser> = docs("kafkauser.yaml")
+        .into_iter()
+        .map(|d| serde_yaml::from_value(d).unwrap())
+        .collect();
+    assert_eq!(users.len(), 2);
+    assert_eq!(
+        users[0].spec.authentication.type_,
+        UserAuthenticationType::ScramSha512
+    );
+    assert!(users[0].spec.authentication.password.is_none());
+    let acls = desired_acls(&users[0], "orders-app").unwrap();
+    assert_eq!(acls.len(), 5);
+    let (create, delete) = acl_diff("orders-app", &acls, &[]);
+    assert_eq!((create.len(), delete.len()), (5, 0));
+    let auditor = desired_acls(&users[1], "auditor").unwrap();
+    assert_eq!(auditor.len(), 3);
+    assert_eq!(
+        users[1]
+            .spec
+            .authentication
+            .password
+            .as_ref()
+            .unwrap()
+            .value_from
+            .secret_key_ref
+            .name,
+        "auditor-password"
+    );
 }
 
 #[test]

@@ -131,7 +131,15 @@ const POLICY_GRANTS: &[(&str, &[&str])] = &[
     ),
     ("kafkaretentionpolicies/status", &["get", "patch", "update"]),
     ("kafkaretentionpolicies/finalizers", &["update"]),
+    ("kafkausers", &["get", "list", "watch", "patch", "update"]),
+    ("kafkausers/status", &["get", "patch", "update"]),
+    ("kafkausers/finalizers", &["update"]),
 ];
+
+/// Core resources the KafkaUser controller needs: the user Secrets it
+/// writes (server-side apply) and watches, the password Secrets it reads.
+const CORE_GRANTS: &[(&str, &[&str])] =
+    &[("secrets", &["get", "list", "watch", "create", "patch"])];
 
 fn check_policy(held: &ClusterRole, source: &str) {
     let held = held.rules.clone().unwrap_or_default();
@@ -140,6 +148,14 @@ fn check_policy(held: &ClusterRole, source: &str) {
             assert!(
                 allows(&held, "moldau.io", res, v, None),
                 "{source}: the operator cannot {v} moldau.io/{res}"
+            );
+        }
+    }
+    for (res, verbs) in CORE_GRANTS {
+        for v in *verbs {
+            assert!(
+                allows(&held, "", res, v, None),
+                "{source}: the operator cannot {v} {res}"
             );
         }
     }

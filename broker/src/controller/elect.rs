@@ -364,6 +364,7 @@ mod tests {
                 host: "127.0.0.1".into(),
                 port: 9092,
                 rack: None,
+                endpoints: vec![],
                 incarnation: None,
             },
             [crate::image::TopicFacts {

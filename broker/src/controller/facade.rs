@@ -332,9 +332,7 @@ impl<'a> Controller<'a> {
                 .admin(|mut c| async move { c.alter_broker_configs(request).await })
                 .map(drop);
         }
-        configs
-            .iter()
-            .try_for_each(|(k, v)| crate::dynamic_config::validate(k, v))?;
+        crate::dynamic_config::validate_entity_configs(entity, &configs)?;
         if validate_only {
             return Ok(());
         }
@@ -384,6 +382,177 @@ impl<'a> Controller<'a> {
         })?;
         self.publish();
         Ok(())
+    }
+
+    /// AlterUserScramCredentials: the request judged against the
+    /// credentials of the cluster (see [`crate::security::credentials`])
+    /// and its accepted changes stored; one result per user. Standalone:
+    /// this broker's `scram-credentials.json`; cluster mode: the
+    /// controller's cluster record, the answer given once this broker's
+    /// image shows it. Err: the request as a whole failed (the controller
+    /// unreachable, the store down).
+    pub fn alter_scram_credentials(
+        &self,
+        deletions: &[crate::security::credentials::Deletion],
+        upsertions: &[crate::security::credentials::Upsertion],
+    ) -> Result<Vec<crate::security::credentials::UserResult>, TopicError> {
+        use crate::security::credentials::{plan_alter, ScramCredentials, UserResult};
+        if let Some(link) = self.remote() {
+            let r =
+                link.alter_scram_credentials(rpc::scram_alterations_to_pb(deletions, upsertions))?;
+            if r.error_code != 0 {
+                return Err(TopicError::new(kafka_error(r.error_code), r.message));
+            }
+            return Ok(r
+                .results
+                .into_iter()
+                .map(|u| UserResult {
+                    user: u.user,
+                    error: (u.error_code != 0).then(|| (kafka_error(u.error_code), u.message)),
+                })
+                .collect());
+        }
+        let mut results = Vec::new();
+        let mut changed = false;
+        self.broker.scram_credentials.update(|records| {
+            let (mut credentials, _) = ScramCredentials::from_records(records);
+            let plan = plan_alter(&credentials, deletions, upsertions);
+            results = plan.results;
+            changed = !plan.changes.is_empty();
+            credentials.apply(&plan.changes);
+            *records = credentials.to_records();
+            Ok(())
+        })?;
+        if changed {
+            self.publish();
+        }
+        Ok(results)
+    }
+
+    /// CreateAcls: each creation judged against the cluster's ACLs (see
+    /// [`crate::security::acl_admin::create`]) and the accepted ones
+    /// stored; one result per creation. Standalone: this broker's
+    /// `acls.json`; cluster mode: the controller's cluster record, the
+    /// answer given once this broker's image shows it. Err: the request as
+    /// a whole failed.
+    pub fn create_acls(
+        &self,
+        creations: &[Result<
+            crate::security::acl::AclBinding,
+            crate::security::acl_admin::AclFailure,
+        >],
+    ) -> Result<Vec<Result<(), crate::security::acl_admin::AclFailure>>, TopicError> {
+        use crate::security::acl_admin::{self, AclFailure};
+        if let Some(link) = self.remote() {
+            let request = rpc::pb::CreateAclsRequest {
+                // a creation refused here already is sent as an invalid
+                // code, which the controller refuses alike; its answer is
+                // replaced by this broker's own below
+                creations: creations
+                    .iter()
+                    .map(|c| match c {
+                        Ok(b) => rpc::acl_to_pb(b),
+                        Err(_) => rpc::pb::Acl {
+                            resource_type: -1,
+                            ..Default::default()
+                        },
+                    })
+                    .collect(),
+            };
+            let r = link.create_acls(request)?;
+            if r.error_code != 0 {
+                return Err(TopicError::new(kafka_error(r.error_code), r.message));
+            }
+            let mut answers = r.results.into_iter();
+            return Ok(creations
+                .iter()
+                .map(|c| {
+                    let answer = answers
+                        .next()
+                        .map(|o| rpc::acl_outcome_from_pb(o).map(|_| ()));
+                    match (c, answer) {
+                        (Err(e), _) => Err(e.clone()),
+                        (Ok(_), Some(answer)) => answer,
+                        (Ok(_), None) => Err(AclFailure {
+                            code: kafka_protocol::error::ResponseError::UnknownServerError.code(),
+                            message: "the controller gave no answer for this creation".into(),
+                        }),
+                    }
+                })
+                .collect());
+        }
+        let mut results = Vec::new();
+        let mut changed = false;
+        self.broker.acls.update(|records| {
+            let (mut acls, _) = acl_admin::from_records(records);
+            (results, changed) = acl_admin::create(&mut acls, creations);
+            *records = acl_admin::to_records(&acls);
+            Ok(())
+        })?;
+        if changed {
+            self.publish();
+        }
+        Ok(results)
+    }
+
+    /// DeleteAcls: per filter, the bindings it matched, all of them
+    /// removed (see [`crate::security::acl_admin::delete`]); stored as
+    /// [`Controller::create_acls`] stores.
+    #[allow(clippy::type_complexity)]
+    pub fn delete_acls(
+        &self,
+        filters: &[Result<
+            crate::security::acl::AclBindingFilter,
+            crate::security::acl_admin::AclFailure,
+        >],
+    ) -> Result<
+        Vec<Result<Vec<crate::security::acl::AclBinding>, crate::security::acl_admin::AclFailure>>,
+        TopicError,
+    > {
+        use crate::security::acl_admin::{self, AclFailure};
+        if let Some(link) = self.remote() {
+            let request = rpc::pb::DeleteAclsRequest {
+                filters: filters
+                    .iter()
+                    .map(|f| match f {
+                        Ok(f) => rpc::acl_filter_to_pb(f),
+                        // refused by the controller alike (UNKNOWN type)
+                        Err(_) => rpc::pb::AclFilter::default(),
+                    })
+                    .collect(),
+            };
+            let r = link.delete_acls(request)?;
+            if r.error_code != 0 {
+                return Err(TopicError::new(kafka_error(r.error_code), r.message));
+            }
+            let mut answers = r.results.into_iter();
+            return Ok(filters
+                .iter()
+                .map(|f| {
+                    let answer = answers.next().map(rpc::acl_outcome_from_pb);
+                    match (f, answer) {
+                        (Err(e), _) => Err(e.clone()),
+                        (Ok(_), Some(answer)) => answer,
+                        (Ok(_), None) => Err(AclFailure {
+                            code: kafka_protocol::error::ResponseError::UnknownServerError.code(),
+                            message: "the controller gave no answer for this filter".into(),
+                        }),
+                    }
+                })
+                .collect());
+        }
+        let mut results = Vec::new();
+        let mut changed = false;
+        self.broker.acls.update(|records| {
+            let (mut acls, _) = acl_admin::from_records(records);
+            (results, changed) = acl_admin::delete(&mut acls, filters);
+            *records = acl_admin::to_records(&acls);
+            Ok(())
+        })?;
+        if changed {
+            self.publish();
+        }
+        Ok(results)
     }
 
     /// Cluster mode: creates `__consumer_offsets` if the image has none
@@ -619,6 +788,7 @@ mod tests {
             7,
             "127.0.0.1".into(),
             9092,
+            vec![],
             topics,
             GroupCoordinator::new(CoordinatorSettings::default()),
             ConnectionLimitSettings {
@@ -710,6 +880,7 @@ mod tests {
                 host: "127.0.0.2".into(),
                 port: 9092,
                 rack: None,
+                endpoints: vec![],
                 incarnation: None,
             }],
             [(

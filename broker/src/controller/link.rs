@@ -17,7 +17,8 @@ use tonic::transport::{Channel, Endpoint};
 
 use super::rpc::pb::controller_client::ControllerClient;
 use super::rpc::pb::{
-    AdminResponse, AllocateProducerIdsRequest, AlterReassignmentsRequest, ReassignmentResult,
+    AdminResponse, AllocateProducerIdsRequest, AlterReassignmentsRequest, DescribeQuorumRequest,
+    DescribeQuorumResponse, ReassignmentResult,
 };
 use crate::error::TopicError;
 
@@ -70,6 +71,24 @@ impl ControllerLink {
     /// The session reports the metadata this broker has applied.
     pub fn set_applied(&self, controller_epoch: i64, offset: i64) {
         self.applied.send_replace((controller_epoch, offset));
+    }
+
+    /// `(controller epoch, metadata offset)` this broker has applied.
+    pub fn applied(&self) -> (i64, i64) {
+        *self.applied.borrow()
+    }
+
+    /// The controller's view of its quorum (blocking: called from the
+    /// blocking pool), for DescribeQuorum.
+    pub fn describe_quorum(&self) -> Result<DescribeQuorumResponse, TopicError> {
+        self.runtime.block_on(async {
+            let (mut client, _) = self.client().await?;
+            client
+                .describe_quorum(DescribeQuorumRequest {})
+                .await
+                .map(tonic::Response::into_inner)
+                .map_err(|s| not_controller(format!("the controller refused: {}", s.message())))
+        })
     }
 
     async fn client(&self) -> Result<(ControllerClient<Channel>, Session), TopicError> {
@@ -149,6 +168,62 @@ impl ControllerLink {
                 .into_inner();
             self.wait_shown(r.controller_epoch, r.metadata_offset).await;
             Ok(r.results)
+        })
+    }
+
+    /// Forwards an AlterUserScramCredentials (blocking, as
+    /// [`admin`](Self::admin)) and returns the controller's answer per user
+    /// once this broker shows the changes.
+    pub fn alter_scram_credentials(
+        &self,
+        request: super::rpc::pb::AlterScramCredentialsRequest,
+    ) -> Result<super::rpc::pb::AlterScramCredentialsResponse, TopicError> {
+        self.runtime.block_on(async {
+            let (mut client, _) = self.client().await?;
+            let r = client
+                .alter_scram_credentials(request)
+                .await
+                .map_err(|s| not_controller(format!("the controller refused: {}", s.message())))?
+                .into_inner();
+            self.wait_shown(r.controller_epoch, r.metadata_offset).await;
+            Ok(r)
+        })
+    }
+
+    /// Forwards a CreateAcls (blocking, as [`admin`](Self::admin)) and
+    /// returns the controller's answer per creation once this broker shows
+    /// the changes.
+    pub fn create_acls(
+        &self,
+        request: super::rpc::pb::CreateAclsRequest,
+    ) -> Result<super::rpc::pb::CreateAclsResponse, TopicError> {
+        self.runtime.block_on(async {
+            let (mut client, _) = self.client().await?;
+            let r = client
+                .create_acls(request)
+                .await
+                .map_err(|s| not_controller(format!("the controller refused: {}", s.message())))?
+                .into_inner();
+            self.wait_shown(r.controller_epoch, r.metadata_offset).await;
+            Ok(r)
+        })
+    }
+
+    /// Forwards a DeleteAcls (blocking) and returns the controller's answer
+    /// per filter once this broker shows the changes.
+    pub fn delete_acls(
+        &self,
+        request: super::rpc::pb::DeleteAclsRequest,
+    ) -> Result<super::rpc::pb::DeleteAclsResponse, TopicError> {
+        self.runtime.block_on(async {
+            let (mut client, _) = self.client().await?;
+            let r = client
+                .delete_acls(request)
+                .await
+                .map_err(|s| not_controller(format!("the controller refused: {}", s.message())))?
+                .into_inner();
+            self.wait_shown(r.controller_epoch, r.metadata_offset).await;
+            Ok(r)
         })
     }
 

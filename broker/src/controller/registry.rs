@@ -34,6 +34,9 @@ pub struct Registration {
     pub rack: Option<String>,
     /// SHA-256 of its data directory's succession token, when it sent one.
     pub succession_hash: Option<String>,
+    /// Every advertised listener (`host`/`port` are the inter-broker
+    /// one's); empty from an older broker.
+    pub endpoints: Vec<crate::image::ListenerEndpoint>,
 }
 
 /// A registered broker.
@@ -43,6 +46,9 @@ pub struct Registered {
     pub broker_epoch: i64,
     pub last_heartbeat_ms: i64,
     pub fenced: bool,
+    /// It shut down cleanly (Unregister): fenced for good, whatever its
+    /// heartbeats say, until it registers again (a new incarnation).
+    pub shut_down: bool,
 }
 
 /// Why a registration or heartbeat is refused.
@@ -102,10 +108,21 @@ impl Registry {
                         port: b.port,
                         rack: b.rack.clone(),
                         succession_hash: b.succession_hash.clone(),
+                        endpoints: b
+                            .endpoints
+                            .iter()
+                            .map(|e| crate::image::ListenerEndpoint {
+                                name: e.name.clone(),
+                                host: e.host.clone(),
+                                port: e.port,
+                                security_protocol: e.security_protocol.clone(),
+                            })
+                            .collect(),
                     },
                     broker_epoch: b.broker_epoch,
                     last_heartbeat_ms: now_ms,
                     fenced: b.fenced,
+                    shut_down: false,
                 },
             );
         }
@@ -128,6 +145,17 @@ impl Registry {
                 broker_epoch: b.broker_epoch,
                 fenced: b.fenced,
                 succession_hash: b.registration.succession_hash.clone(),
+                endpoints: b
+                    .registration
+                    .endpoints
+                    .iter()
+                    .map(|e| moldau_coordination::records::ListenerEndpointRecord {
+                        name: e.name.clone(),
+                        host: e.host.clone(),
+                        port: e.port,
+                        security_protocol: e.security_protocol.clone(),
+                    })
+                    .collect(),
             })
             .collect()
     }
@@ -170,6 +198,7 @@ impl Registry {
                 // registered, but not in service until its first heartbeat
                 // after the controller has sent it the metadata
                 fenced: true,
+                shut_down: false,
             },
         );
         Ok(epoch)
@@ -204,7 +233,8 @@ impl Registry {
             .filter(|c| c.registration.incarnation == incarnation && c.broker_epoch == broker_epoch)
             .ok_or(RegistryError::StaleBroker { node_id })?;
         current.last_heartbeat_ms = now_ms;
-        let unfenced = current.fenced && ready;
+        // a heartbeat sent while it was shutting down never brings it back
+        let unfenced = current.fenced && ready && !current.shut_down;
         if unfenced {
             current.fenced = false;
         }
@@ -263,6 +293,16 @@ impl Registry {
     pub fn unexpire(&mut self, node_id: i32) {
         if let Some(b) = self.brokers.get_mut(&node_id) {
             b.fenced = false;
+            b.shut_down = false;
+        }
+    }
+
+    /// A clean shutdown (Unregister): fenced, and kept fenced by later
+    /// heartbeats of the same incarnation (one may already be on its way).
+    pub fn shut_down(&mut self, node_id: i32) {
+        if let Some(b) = self.brokers.get_mut(&node_id) {
+            b.fenced = true;
+            b.shut_down = true;
         }
     }
 
@@ -277,6 +317,11 @@ impl Registry {
     /// Brokers in service (registered and not fenced), by node id.
     pub fn live(&self) -> impl Iterator<Item = &Registered> {
         self.brokers.values().filter(|b| !b.fenced)
+    }
+
+    /// Every registered broker, fenced ones too, by node id.
+    pub fn all(&self) -> impl Iterator<Item = &Registered> {
+        self.brokers.values()
     }
 
     pub fn is_live(&self, node_id: i32) -> bool {
@@ -320,6 +365,7 @@ mod tests {
             port: 9092,
             rack: None,
             succession_hash: None,
+            endpoints: vec![],
         }
     }
 
@@ -367,6 +413,24 @@ mod tests {
     }
 
     #[test]
+    fn a_broker_that_shut_down_stays_fenced_until_it_registers_again() {
+        let mut r = Registry::default();
+        let inc = Uuid::new_v4();
+        let e = r.register(reg(2, inc), 0, SESSION).unwrap();
+        assert_eq!(r.heartbeat(2, inc, e, true, 1), Ok(true));
+        r.shut_down(2);
+        assert!(!r.is_live(2));
+        // a heartbeat it sent while stopping arrives after the Unregister
+        assert_eq!(r.heartbeat(2, inc, e, true, 2), Ok(false));
+        assert!(!r.is_live(2), "a late heartbeat does not bring it back");
+        // its restart is a new incarnation: in service once ready
+        let again = Uuid::new_v4();
+        let e2 = r.register(reg(2, again), 3, SESSION).unwrap();
+        assert_eq!(r.heartbeat(2, again, e2, true, 4), Ok(true));
+        assert!(r.is_live(2));
+    }
+
+    #[test]
     fn a_new_term_restores_registrations_so_heartbeats_carry_on() {
         let mut old = Registry::resuming(5);
         let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
@@ -383,6 +447,36 @@ mod tests {
         // a broker gone since is fenced one session later
         assert_eq!(new.expire(50_000 + SESSION + 1, SESSION), Vec::<i32>::new());
         assert_eq!(new.expire(50_001 + SESSION + 1, SESSION), vec![0]);
+    }
+
+    #[test]
+    fn advertised_endpoints_survive_a_new_term_and_older_records_have_none() {
+        let mut old = Registry::resuming(5);
+        let inc = Uuid::new_v4();
+        let endpoints = vec![crate::image::ListenerEndpoint {
+            name: "EXTERNAL".into(),
+            host: "127.0.0.1".into(),
+            port: 9094,
+            security_protocol: "SASL_PLAINTEXT".into(),
+        }];
+        let with = Registration {
+            endpoints: endpoints.clone(),
+            ..reg(0, inc)
+        };
+        old.register(with, 0, SESSION).unwrap();
+        let records = old.to_records();
+        assert_eq!(records[0].endpoints[0].port, 9094);
+        let new = Registry::restore(&records, 1);
+        assert_eq!(new.get(0).unwrap().registration.endpoints, endpoints);
+        // a record persisted before endpoints existed
+        let json = serde_json::json!({
+            "nodeId": 1, "host": "127.0.0.2", "port": 9092,
+            "incarnation": Uuid::new_v4().to_string(), "brokerEpoch": 3,
+        });
+        let older: RegisteredBroker = serde_json::from_value(json).unwrap();
+        assert!(older.endpoints.is_empty());
+        let restored = Registry::restore(&[older], 1);
+        assert!(restored.get(1).unwrap().registration.endpoints.is_empty());
     }
 
     #[test]

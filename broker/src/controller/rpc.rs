@@ -90,6 +90,19 @@ struct State {
     last_tick: std::time::Instant,
     /// Registrations changed since the cluster record was last written.
     registry_dirty: bool,
+    /// What each broker's heartbeats reported in this term, for
+    /// DescribeQuorum: not persisted (a new term has heard no one yet).
+    heard: HashMap<i32, Heard>,
+}
+
+/// A broker's last heartbeat in this term.
+#[derive(Debug, Clone, Copy)]
+struct Heard {
+    metadata_offset: i64,
+    at_ms: i64,
+    /// The last heartbeat at which it had applied all the metadata (-1:
+    /// none yet).
+    caught_up_ms: i64,
 }
 
 /// The controller's service: one per controller term.
@@ -117,6 +130,233 @@ fn admin_error(e: TopicError) -> pb::AdminResponse {
         message: e.message,
         ..Default::default()
     }
+}
+
+/// An AlterUserScramCredentials request as a broker forwards it.
+pub fn scram_alterations_to_pb(
+    deletions: &[crate::security::credentials::Deletion],
+    upsertions: &[crate::security::credentials::Upsertion],
+) -> pb::AlterScramCredentialsRequest {
+    pb::AlterScramCredentialsRequest {
+        deletions: deletions
+            .iter()
+            .map(|d| pb::ScramDeletion {
+                user: d.user.clone(),
+                mechanism: i32::from(d.mechanism),
+            })
+            .collect(),
+        upsertions: upsertions
+            .iter()
+            .map(|u| pb::ScramUpsertion {
+                user: u.user.clone(),
+                mechanism: i32::from(u.mechanism),
+                iterations: u.iterations,
+                salt: u.salt.clone(),
+                salted_password: u.salted_password.clone(),
+            })
+            .collect(),
+    }
+}
+
+/// A wire mechanism id back to Kafka's `int8` (anything else: 0, UNKNOWN).
+fn mechanism_id(id: i32) -> i8 {
+    i8::try_from(id).unwrap_or(0)
+}
+
+/// The alterations a broker forwarded.
+pub fn scram_alterations_from_pb(
+    r: pb::AlterScramCredentialsRequest,
+) -> (
+    Vec<crate::security::credentials::Deletion>,
+    Vec<crate::security::credentials::Upsertion>,
+) {
+    use crate::security::credentials::{Deletion, Upsertion};
+    let deletions = r
+        .deletions
+        .into_iter()
+        .map(|d| Deletion {
+            user: d.user,
+            mechanism: mechanism_id(d.mechanism),
+        })
+        .collect();
+    let upsertions = r
+        .upsertions
+        .into_iter()
+        .map(|u| Upsertion {
+            user: u.user,
+            mechanism: mechanism_id(u.mechanism),
+            iterations: u.iterations,
+            salt: u.salt,
+            salted_password: u.salted_password,
+        })
+        .collect();
+    (deletions, upsertions)
+}
+
+/// The SCRAM credentials as the controller sends them to brokers.
+pub fn scram_credentials_to_pb(
+    credentials: &crate::security::credentials::ScramCredentials,
+) -> Vec<pb::ScramCredential> {
+    credentials
+        .iter()
+        .map(|(user, mechanism, c)| pb::ScramCredential {
+            user: user.to_string(),
+            mechanism: i32::from(mechanism.id()),
+            salt: c.salt.clone(),
+            stored_key: c.stored_key.clone(),
+            server_key: c.server_key.clone(),
+            iterations: i32::try_from(c.iterations).unwrap_or(i32::MAX),
+        })
+        .collect()
+}
+
+/// The SCRAM credentials a broker received (unusable entries left out).
+pub fn scram_credentials_from_pb(
+    credentials: &[pb::ScramCredential],
+) -> crate::security::credentials::ScramCredentials {
+    use crate::security::scram::{ScramCredential, ScramMechanism};
+    let mut out = crate::security::credentials::ScramCredentials::default();
+    for c in credentials {
+        let mechanism = ScramMechanism::from_id(mechanism_id(c.mechanism));
+        let iterations = u32::try_from(c.iterations).ok();
+        if let (Some(mechanism), Some(iterations), false) =
+            (mechanism, iterations, c.user.is_empty())
+        {
+            let credential = ScramCredential {
+                salt: c.salt.clone(),
+                stored_key: c.stored_key.clone(),
+                server_key: c.server_key.clone(),
+                iterations,
+            };
+            out.insert(&c.user, mechanism, credential);
+        }
+    }
+    out
+}
+
+/// An ACL binding on the wire between brokers and controller.
+pub fn acl_to_pb(b: &crate::security::acl::AclBinding) -> pb::Acl {
+    pb::Acl {
+        resource_type: i32::from(b.resource_type.code()),
+        resource_name: b.resource_name.clone(),
+        pattern_type: i32::from(b.pattern_type.code()),
+        principal: b.principal.clone(),
+        host: b.host.clone(),
+        operation: i32::from(b.operation.code()),
+        permission: i32::from(b.permission.code()),
+    }
+}
+
+/// An advertised listener on the wire between brokers and controller.
+pub fn endpoint_to_pb(e: &crate::image::ListenerEndpoint) -> pb::ListenerEndpoint {
+    pb::ListenerEndpoint {
+        name: e.name.clone(),
+        host: e.host.clone(),
+        port: e.port,
+        security_protocol: e.security_protocol.clone(),
+    }
+}
+
+/// An advertised listener received.
+pub fn endpoint_from_pb(e: &pb::ListenerEndpoint) -> crate::image::ListenerEndpoint {
+    crate::image::ListenerEndpoint {
+        name: e.name.clone(),
+        host: e.host.clone(),
+        port: e.port,
+        security_protocol: e.security_protocol.clone(),
+    }
+}
+
+/// A wire enum code back to Kafka's `int8` (out of range: -1, which no
+/// ACL enum defines, so it is refused as an unknown code).
+fn acl_code(code: i32) -> i8 {
+    i8::try_from(code).unwrap_or(-1)
+}
+
+/// An ACL binding received (not validated; an undefined code refused).
+pub fn acl_from_pb(
+    a: &pb::Acl,
+) -> Result<crate::security::acl::AclBinding, crate::security::acl_admin::AclFailure> {
+    crate::security::acl_admin::binding_from_wire(
+        acl_code(a.resource_type),
+        &a.resource_name,
+        acl_code(a.pattern_type),
+        &a.principal,
+        &a.host,
+        acl_code(a.operation),
+        acl_code(a.permission),
+    )
+}
+
+/// An ACL filter on the wire between brokers and controller.
+pub fn acl_filter_to_pb(f: &crate::security::acl::AclBindingFilter) -> pb::AclFilter {
+    pb::AclFilter {
+        resource_type: i32::from(f.resource_type.code()),
+        resource_name: f.resource_name.clone(),
+        pattern_type: i32::from(f.pattern_type.code()),
+        principal: f.principal.clone(),
+        host: f.host.clone(),
+        operation: i32::from(f.operation.code()),
+        permission: i32::from(f.permission.code()),
+    }
+}
+
+/// An ACL filter received, validated.
+pub fn acl_filter_from_pb(
+    f: &pb::AclFilter,
+) -> Result<crate::security::acl::AclBindingFilter, crate::security::acl_admin::AclFailure> {
+    crate::security::acl_admin::filter_from_wire(
+        acl_code(f.resource_type),
+        f.resource_name.as_deref(),
+        acl_code(f.pattern_type),
+        f.principal.as_deref(),
+        f.host.as_deref(),
+        acl_code(f.operation),
+        acl_code(f.permission),
+    )
+}
+
+/// The ACL set a broker received (unusable entries left out).
+pub fn acls_from_pb(acls: &[pb::Acl]) -> crate::security::acl::AclSet {
+    let mut set = crate::security::acl::AclSet::new();
+    for binding in acls.iter().filter_map(|a| acl_from_pb(a).ok()) {
+        // an invalid binding is left out, as in a record
+        let _ = set.insert(binding);
+    }
+    set
+}
+
+/// One creation's or filter's outcome on the wire.
+pub fn acl_outcome_to_pb(
+    r: &Result<Vec<crate::security::acl::AclBinding>, crate::security::acl_admin::AclFailure>,
+) -> pb::AclOutcome {
+    match r {
+        Ok(matching) => pb::AclOutcome {
+            matching: matching.iter().map(acl_to_pb).collect(),
+            ..Default::default()
+        },
+        Err(f) => pb::AclOutcome {
+            error_code: i32::from(f.code),
+            message: f.message.clone(),
+            matching: Vec::new(),
+        },
+    }
+}
+
+/// One creation's or filter's outcome received.
+pub fn acl_outcome_from_pb(
+    o: pb::AclOutcome,
+) -> Result<Vec<crate::security::acl::AclBinding>, crate::security::acl_admin::AclFailure> {
+    if o.error_code != 0 {
+        return Err(crate::security::acl_admin::AclFailure {
+            code: i16::try_from(o.error_code).unwrap_or(-1),
+            message: o.message,
+        });
+    }
+    Ok(o.matching
+        .iter()
+        .filter_map(|a| acl_from_pb(a).ok())
+        .collect())
 }
 
 /// A client-quota entity part on the wire between brokers and controller.
@@ -214,6 +454,7 @@ impl ControllerService {
                 last_rebalance_ms: now,
                 last_tick: std::time::Instant::now(),
                 registry_dirty: false,
+                heard: HashMap::new(),
             })),
             deposed: Arc::new(deposed),
             published: Arc::new(watch::channel(1).0),
@@ -504,6 +745,41 @@ impl ControllerService {
             ..Default::default()
         }
     }
+
+    /// Stores the cluster's ACLs after a CreateAcls/DeleteAcls (nothing
+    /// when `changed` is false): the offset and epoch that show them
+    /// (`(0, 0)` when nothing changed), or the store's failure.
+    async fn store_acls(
+        &self,
+        state: &mut State,
+        acls: &crate::security::acl::AclSet,
+        changed: bool,
+    ) -> Result<(i64, i64), pb::AdminResponse> {
+        if !changed {
+            return Ok((0, 0));
+        }
+        let previous = std::mem::replace(
+            &mut state.metadata.cluster.acls,
+            crate::security::acl_admin::to_records(acls),
+        );
+        if let Err(e) = self.put_registrations(state).await {
+            state.metadata.cluster.acls = previous;
+            return Err(self.admin_store_failed(e));
+        }
+        tracing::info!(acls = acls.len(), "stored the cluster's ACLs");
+        let done = self.done(state, String::new());
+        Ok((done.metadata_offset, done.controller_epoch))
+    }
+}
+
+/// The cluster record's ACLs as a set; bindings that cannot be read are
+/// logged and left out.
+fn cluster_acls(state: &State) -> crate::security::acl::AclSet {
+    let (acls, skipped) = crate::security::acl_admin::from_records(&state.metadata.cluster.acls);
+    for why in skipped {
+        tracing::warn!("the cluster record's {why}; left out");
+    }
+    acls
 }
 
 fn parse_incarnation(s: &str) -> Result<Uuid, Status> {
@@ -526,6 +802,7 @@ impl pb::controller_server::Controller for ControllerService {
             rack: (!r.rack.is_empty()).then_some(r.rack),
             succession_hash: (!r.succession_token.is_empty())
                 .then(|| crate::data_dir::token_hash(&r.succession_token)),
+            endpoints: r.endpoints.iter().map(endpoint_from_pb).collect(),
         };
         let now = self.now();
         let mut state = self.state.lock().await;
@@ -580,6 +857,19 @@ impl pb::controller_server::Controller for ControllerService {
             .registry
             .heartbeat(r.node_id, incarnation, r.broker_epoch, ready, now)
             .map_err(registry_status)?;
+        let caught_up_ms = match state.heard.get(&r.node_id) {
+            _ if ready => now,
+            Some(h) => h.caught_up_ms,
+            None => -1,
+        };
+        state.heard.insert(
+            r.node_id,
+            Heard {
+                metadata_offset: r.metadata_offset,
+                at_ms: now,
+                caught_up_ms,
+            },
+        );
         if unfenced {
             let live = Self::live(&state);
             let unclean = state.metadata.unclean_topics();
@@ -604,6 +894,36 @@ impl pb::controller_server::Controller for ControllerService {
             controller_epoch: state.epoch,
             metadata_offset: state.metadata_offset,
             fenced: !state.registry.is_live(r.node_id),
+        }))
+    }
+
+    async fn describe_quorum(
+        &self,
+        _request: Request<pb::DescribeQuorumRequest>,
+    ) -> Result<Response<pb::DescribeQuorumResponse>, Status> {
+        self.check_active()?;
+        let state = self.state.lock().await;
+        let members = state
+            .registry
+            .all()
+            .map(|b| {
+                let id = b.registration.node_id;
+                let heard = state.heard.get(&id);
+                pb::QuorumMember {
+                    node_id: id,
+                    metadata_offset: heard.map_or(-1, |h| h.metadata_offset),
+                    last_heartbeat_ms: heard.map_or(-1, |h| h.at_ms),
+                    last_caught_up_ms: heard.map_or(-1, |h| h.caught_up_ms),
+                    fenced: b.fenced,
+                }
+            })
+            .collect();
+        Ok(Response::new(pb::DescribeQuorumResponse {
+            controller_id: self.settings.controller_id,
+            controller_epoch: state.epoch,
+            metadata_offset: state.metadata_offset,
+            members,
+            now_ms: self.now(),
         }))
     }
 
@@ -639,6 +959,12 @@ impl pb::controller_server::Controller for ControllerService {
                 values: values.iter().map(|(k, v)| (k.clone(), *v)).collect(),
             })
             .collect();
+        let (scram, _) = crate::security::credentials::ScramCredentials::from_records(
+            &state.metadata.cluster.scram_credentials,
+        );
+        out.scram_credentials = scram_credentials_to_pb(&scram);
+        let (acls, _) = crate::security::acl_admin::from_records(&state.metadata.cluster.acls);
+        out.acls = acls.iter().map(|b| acl_to_pb(&b)).collect();
         out.broker_configs = state
             .metadata
             .cluster
@@ -658,6 +984,12 @@ impl pb::controller_server::Controller for ControllerService {
                 port: b.registration.port,
                 rack: b.registration.rack.clone().unwrap_or_default(),
                 incarnation: b.registration.incarnation.to_string(),
+                endpoints: b
+                    .registration
+                    .endpoints
+                    .iter()
+                    .map(endpoint_to_pb)
+                    .collect(),
             })
             .collect();
         for t in state.metadata.topics.values() {
@@ -872,17 +1204,140 @@ impl pb::controller_server::Controller for ControllerService {
         Ok(Response::new(self.done(&mut state, String::new())))
     }
 
+    async fn alter_scram_credentials(
+        &self,
+        request: Request<pb::AlterScramCredentialsRequest>,
+    ) -> Result<Response<pb::AlterScramCredentialsResponse>, Status> {
+        use crate::security::credentials::{plan_alter, ScramCredentials};
+        self.check_active()?;
+        let (deletions, upsertions) = scram_alterations_from_pb(request.into_inner());
+        let mut state = self.state.lock().await;
+        let (mut credentials, skipped) =
+            ScramCredentials::from_records(&state.metadata.cluster.scram_credentials);
+        for why in skipped {
+            tracing::warn!("the cluster record's {why}; left out");
+        }
+        let plan = plan_alter(&credentials, &deletions, &upsertions);
+        let results = plan
+            .results
+            .iter()
+            .map(|r| pb::ScramUserResult {
+                user: r.user.clone(),
+                error_code: r.error.as_ref().map_or(0, |(c, _)| i32::from(c.code())),
+                message: r.error.as_ref().map(|(_, m)| m.clone()).unwrap_or_default(),
+            })
+            .collect();
+        if plan.changes.is_empty() {
+            return Ok(Response::new(pb::AlterScramCredentialsResponse {
+                results,
+                ..Default::default()
+            }));
+        }
+        credentials.apply(&plan.changes);
+        let previous = std::mem::replace(
+            &mut state.metadata.cluster.scram_credentials,
+            credentials.to_records(),
+        );
+        if let Err(e) = self.put_registrations(&mut state).await {
+            state.metadata.cluster.scram_credentials = previous;
+            let failed = self.admin_store_failed(e);
+            return Ok(Response::new(pb::AlterScramCredentialsResponse {
+                error_code: failed.error_code,
+                message: failed.message,
+                ..Default::default()
+            }));
+        }
+        tracing::info!(changes = plan.changes.len(), "altered SCRAM credentials");
+        let done = self.done(&mut state, String::new());
+        Ok(Response::new(pb::AlterScramCredentialsResponse {
+            metadata_offset: done.metadata_offset,
+            controller_epoch: done.controller_epoch,
+            results,
+            ..Default::default()
+        }))
+    }
+
+    async fn create_acls(
+        &self,
+        request: Request<pb::CreateAclsRequest>,
+    ) -> Result<Response<pb::CreateAclsResponse>, Status> {
+        self.check_active()?;
+        let creations: Vec<_> = request
+            .into_inner()
+            .creations
+            .iter()
+            .map(acl_from_pb)
+            .collect();
+        let mut state = self.state.lock().await;
+        let mut acls = cluster_acls(&state);
+        let (outcomes, changed) = crate::security::acl_admin::create(&mut acls, &creations);
+        let results = outcomes
+            .into_iter()
+            .map(|r| acl_outcome_to_pb(&r.map(|()| Vec::new())))
+            .collect();
+        let (metadata_offset, controller_epoch) =
+            match self.store_acls(&mut state, &acls, changed).await {
+                Ok(shown) => shown,
+                Err(failed) => {
+                    return Ok(Response::new(pb::CreateAclsResponse {
+                        error_code: failed.error_code,
+                        message: failed.message,
+                        ..Default::default()
+                    }))
+                }
+            };
+        Ok(Response::new(pb::CreateAclsResponse {
+            metadata_offset,
+            controller_epoch,
+            results,
+            ..Default::default()
+        }))
+    }
+
+    async fn delete_acls(
+        &self,
+        request: Request<pb::DeleteAclsRequest>,
+    ) -> Result<Response<pb::DeleteAclsResponse>, Status> {
+        self.check_active()?;
+        let filters: Vec<_> = request
+            .into_inner()
+            .filters
+            .iter()
+            .map(acl_filter_from_pb)
+            .collect();
+        let mut state = self.state.lock().await;
+        let mut acls = cluster_acls(&state);
+        let (outcomes, changed) = crate::security::acl_admin::delete(&mut acls, &filters);
+        let results = outcomes.iter().map(acl_outcome_to_pb).collect();
+        let (metadata_offset, controller_epoch) =
+            match self.store_acls(&mut state, &acls, changed).await {
+                Ok(shown) => shown,
+                Err(failed) => {
+                    return Ok(Response::new(pb::DeleteAclsResponse {
+                        error_code: failed.error_code,
+                        message: failed.message,
+                        ..Default::default()
+                    }))
+                }
+            };
+        Ok(Response::new(pb::DeleteAclsResponse {
+            metadata_offset,
+            controller_epoch,
+            results,
+            ..Default::default()
+        }))
+    }
+
     async fn alter_broker_configs(
         &self,
         request: Request<pb::AlterBrokerConfigsRequest>,
     ) -> Result<Response<pb::AdminResponse>, Status> {
         self.check_active()?;
         let r = request.into_inner();
-        let valid = crate::dynamic_config::validate_entity(&r.entity).and_then(|()| {
-            r.configs
-                .iter()
-                .try_for_each(|(k, v)| crate::dynamic_config::validate(k, v))
-        });
+        let valid = crate::dynamic_config::validate_entity_configs(
+            &r.entity,
+            &r.configs.clone().into_iter().collect(),
+        );
         if let Err(e) = valid {
             return Ok(Response::new(admin_error(e)));
         }
@@ -919,7 +1374,7 @@ impl pb::controller_server::Controller for ControllerService {
         if !current || !state.registry.is_live(r.node_id) {
             return Ok(Response::new(pb::UnregisterResponse {}));
         }
-        state.registry.fence(r.node_id);
+        state.registry.shut_down(r.node_id);
         let live = Self::live(&state);
         let unclean = state.metadata.unclean_topics();
         let changes = leadership::on_brokers_fenced(

@@ -54,6 +54,11 @@ pub fn image_from(m: &pb::FetchMetadataResponse) -> MetadataImage {
             host: b.host.clone(),
             port: b.port,
             rack: (!b.rack.is_empty()).then(|| b.rack.clone()),
+            endpoints: b
+                .endpoints
+                .iter()
+                .map(super::rpc::endpoint_from_pb)
+                .collect(),
             incarnation: Uuid::parse_str(&b.incarnation).ok(),
         })
         .collect();
@@ -95,6 +100,8 @@ pub fn image_from(m: &pb::FetchMetadataResponse) -> MetadataImage {
             (entity, q.values.clone().into_iter().collect())
         })
         .collect();
+    image.scram_credentials = super::rpc::scram_credentials_from_pb(&m.scram_credentials);
+    image.acls = std::sync::Arc::new(super::rpc::acls_from_pb(&m.acls));
     image.broker_configs = m
         .broker_configs
         .iter()
@@ -311,6 +318,11 @@ async fn session(
                 port: broker.advertised_port,
                 rack: broker.rack.clone().unwrap_or_default(),
                 succession_token: config.succession_token.clone(),
+                endpoints: broker
+                    .advertised_endpoints
+                    .iter()
+                    .map(super::rpc::endpoint_to_pb)
+                    .collect(),
             })
             .await?
             .into_inner();

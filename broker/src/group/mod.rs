@@ -20,6 +20,8 @@
 //! partition with their application to `state`. No append ever runs while
 //! `state` is held, so heartbeats and joins never wait on the log.
 
+pub mod consumer;
+mod consumer_shard;
 pub mod metadata;
 pub mod offsets;
 pub mod state;
@@ -57,6 +59,8 @@ pub struct CoordinatorSettings {
     pub offset_metadata_max_bytes: usize,
     /// `offsets.commit.timeout.ms`: how long a write waits for the ISR.
     pub commit_timeout_ms: i64,
+    /// KIP-848 consumer groups (`group.consumer.*`).
+    pub consumer: consumer::ConsumerSettings,
 }
 
 impl Default for CoordinatorSettings {
@@ -67,6 +71,7 @@ impl Default for CoordinatorSettings {
             offsets_retention_ms: 7 * 24 * 3600 * 1000,
             offset_metadata_max_bytes: 4096,
             commit_timeout_ms: 5_000,
+            consumer: consumer::ConsumerSettings::default(),
         }
     }
 }
@@ -80,16 +85,30 @@ struct Inner {
     stored: HashMap<String, (i32, usize)>,
     join_waiters: HashMap<(String, String), oneshot::Sender<JoinResult>>,
     sync_waiters: HashMap<(String, String), oneshot::Sender<SyncResult>>,
+    /// KIP-848 consumer groups (no id is both one of these and a classic
+    /// group with members).
+    consumer: HashMap<String, consumer::ConsumerGroup>,
 }
 
 impl Inner {
     /// The shard's state read from its offsets partition: the offsets, and
     /// every group whose metadata was stored, restored at `now` (members
     /// keep their generation and get a fresh session).
-    fn restored(mut offsets: OffsetTable, now: i64) -> Inner {
+    fn restored(
+        mut offsets: OffsetTable,
+        now: i64,
+        consumer_settings: &consumer::ConsumerSettings,
+    ) -> Inner {
         let snapshots = offsets.take_snapshots();
+        let consumer = offsets
+            .take_consumer()
+            .into_groups()
+            .into_iter()
+            .map(|(id, g)| (id, g.restored(now, consumer_settings)))
+            .collect();
         let mut inner = Inner {
             offsets,
+            consumer,
             ..Default::default()
         };
         for (id, snapshot) in snapshots {
@@ -380,7 +399,8 @@ impl GroupCoordinator {
                     .and_then(|p| read_offsets(&p));
                 match loaded {
                     Ok((table, records)) => {
-                        *shard.state.lock() = Inner::restored(table, now_ms());
+                        *shard.state.lock() =
+                            Inner::restored(table, now_ms(), &self.settings.consumer);
                         shard.owner.store(OWNED, Ordering::SeqCst);
                         tracing::info!(
                             partition = index,
@@ -452,9 +472,18 @@ impl GroupCoordinator {
                 c.clone(),
             );
         }
+        let mut replay = table.take_consumer();
+        let ids: Vec<String> = replay.group_ids().cloned().collect();
+        for group in ids {
+            let index = offsets::partition_for(&group, self.shards.len() as i32);
+            replay.move_group(
+                &group,
+                per_shard[usize::try_from(index).unwrap_or(0)].consumer_mut(),
+            );
+        }
         let now = now_ms();
         for (shard, offsets) in self.shards.iter().zip(per_shard) {
-            *shard.state.lock() = Inner::restored(offsets, now);
+            *shard.state.lock() = Inner::restored(offsets, now, &self.settings.consumer);
         }
         Ok(records)
     }
@@ -566,6 +595,10 @@ impl GroupCoordinator {
         }
         let rx = {
             let mut inner = self.shard(group_id).state.lock();
+            if inner.consumer.contains_key(group_id) {
+                // no online conversion yet (see `consumer`)
+                return JoinResult::error(ResponseError::InconsistentGroupProtocol, &req.member_id);
+            }
             let group = inner
                 .groups
                 .entry(group_id.to_string())
@@ -757,6 +790,10 @@ impl GroupCoordinator {
                             .groups
                             .get(*g)
                             .is_none_or(|grp| grp.members.is_empty())
+                            && inner
+                                .consumer
+                                .get(*g)
+                                .is_none_or(|grp| grp.members.is_empty())
                     })
                     .map(|g| (g.clone(), inner.offsets.expired(g, cutoff)))
                     .filter(|(_, expired)| !expired.is_empty())
@@ -796,6 +833,15 @@ impl GroupCoordinator {
         transactional: bool,
     ) -> Result<(), ResponseError> {
         let anonymous = generation_id < 0 && member_id.is_empty() && instance.is_none();
+        if let Some(g) = inner.consumer.get(group_id) {
+            // Kafka's rule for consumer groups: an anonymous commit only
+            // to an empty group (or inside a transaction), else the
+            // member's current epoch
+            if anonymous && (g.members.is_empty() || transactional) {
+                return Ok(());
+            }
+            return g.check_commit(member_id, generation_id);
+        }
         match inner.groups.get(group_id) {
             Some(g) if !g.members.is_empty() => {
                 if transactional && anonymous {
@@ -1062,10 +1108,11 @@ impl GroupCoordinator {
         let _writes = shard.writes.lock();
         let inner = shard.state.lock();
         let group = inner.groups.get(group_id);
-        if group.is_none() && !inner.offsets.has_group(group_id) {
+        let consumer_group = inner.consumer.get(group_id);
+        if group.is_none() && consumer_group.is_none() && !inner.offsets.has_group(group_id) {
             return Err(ResponseError::GroupIdNotFound);
         }
-        let subscribed: Vec<String> = group
+        let mut subscribed: Vec<String> = group
             .filter(|g| g.protocol_type.as_deref() == Some("consumer"))
             .map(|g| {
                 let protocol = g.protocol_name.clone().unwrap_or_default();
@@ -1081,6 +1128,15 @@ impl GroupCoordinator {
                     .collect()
             })
             .unwrap_or_default();
+        if let Some(g) = consumer_group {
+            // the topics its members subscribe to, by name or regex
+            subscribed.extend(g.subscribed.keys().cloned());
+            subscribed.extend(
+                g.members
+                    .values()
+                    .flat_map(|m| m.subscribed_names.iter().cloned()),
+            );
+        }
         let mut result = Vec::new();
         let mut tombstones = Vec::new();
         let mut to_remove = Vec::new();
@@ -1121,10 +1177,18 @@ impl GroupCoordinator {
         let shard = self.shard(group_id);
         let _writes = shard.writes.lock();
         let mut inner = shard.state.lock();
-        let exists = inner
-            .groups
-            .get(group_id)
-            .is_some_and(|g| g.state != GroupState::Dead);
+        let consumer_group = inner.consumer.get(group_id).cloned();
+        if consumer_group
+            .as_ref()
+            .is_some_and(|g| !g.members.is_empty())
+        {
+            return Err(ResponseError::NonEmptyGroup);
+        }
+        let exists = consumer_group.is_some()
+            || inner
+                .groups
+                .get(group_id)
+                .is_some_and(|g| g.state != GroupState::Dead);
         if !exists && !inner.offsets.has_group(group_id) {
             return Err(ResponseError::GroupIdNotFound);
         }
@@ -1145,6 +1209,11 @@ impl GroupCoordinator {
                     .contains_key(group_id)
                     .then(|| (metadata::encode_key(group_id), None)),
             )
+            .chain(consumer::records::diff(
+                group_id,
+                consumer_group.as_ref(),
+                None,
+            ))
             .collect();
         drop(inner);
         self.persist(topics, group_id, tombstones)
@@ -1155,6 +1224,7 @@ impl GroupCoordinator {
         }
         inner.groups.remove(group_id);
         inner.stored.remove(group_id);
+        inner.consumer.remove(group_id);
         Ok(())
     }
 
@@ -1183,9 +1253,10 @@ impl GroupCoordinator {
         }
     }
 
-    /// Every known group: `(id, protocol type, state)`.
-    pub fn list(&self) -> Vec<(String, String, &'static str)> {
-        let mut out: BTreeMap<String, (String, &'static str)> = BTreeMap::new();
+    /// Every known group: `(id, protocol type, state, group type)`, the
+    /// type `classic` or `consumer`.
+    pub fn list(&self) -> Vec<(String, String, &'static str, &'static str)> {
+        let mut out: BTreeMap<String, (String, &'static str, &'static str)> = BTreeMap::new();
         for shard in self
             .shards
             .iter()
@@ -1193,18 +1264,34 @@ impl GroupCoordinator {
         {
             let inner = shard.state.lock();
             for id in inner.offsets.groups() {
-                out.insert(id.clone(), (String::new(), "Empty"));
+                out.insert(id.clone(), (String::new(), "Empty", "classic"));
             }
             for (id, g) in &inner.groups {
                 if g.state != GroupState::Dead {
                     out.insert(
                         id.clone(),
-                        (g.protocol_type.clone().unwrap_or_default(), g.state.name()),
+                        (
+                            g.protocol_type.clone().unwrap_or_default(),
+                            g.state.name(),
+                            "classic",
+                        ),
                     );
                 }
             }
+            for (id, g) in &inner.consumer {
+                out.insert(
+                    id.clone(),
+                    (
+                        "consumer".to_string(),
+                        consumer::machine::state_name(g),
+                        "consumer",
+                    ),
+                );
+            }
         }
-        out.into_iter().map(|(id, (t, s))| (id, t, s)).collect()
+        out.into_iter()
+            .map(|(id, (t, s, k))| (id, t, s, k))
+            .collect()
     }
 
     /// `(group, topic, partition, committed offset)` for the lag metrics.

@@ -135,6 +135,8 @@ pub struct OffsetTable {
     snapshots: BTreeMap<String, super::metadata::GroupSnapshot>,
     /// Offsets of transactions without a marker yet.
     pending: PendingTxnOffsets<CommittedOffset>,
+    /// The records of KIP-848 consumer groups read with them.
+    consumer: super::consumer::records::Replay,
 }
 
 impl OffsetTable {
@@ -214,6 +216,15 @@ impl OffsetTable {
     pub fn take_snapshots(&mut self) -> BTreeMap<String, super::metadata::GroupSnapshot> {
         std::mem::take(&mut self.snapshots)
     }
+    /// Takes the consumer groups' records out (for the coordinator to
+    /// rebuild the groups).
+    pub fn take_consumer(&mut self) -> super::consumer::records::Replay {
+        std::mem::take(&mut self.consumer)
+    }
+    /// The consumer groups' records read so far.
+    pub fn consumer_mut(&mut self) -> &mut super::consumer::records::Replay {
+        &mut self.consumer
+    }
     /// Keeps `snapshot` as the stored metadata of `group`.
     pub fn put_snapshot(&mut self, group: &str, snapshot: super::metadata::GroupSnapshot) {
         self.snapshots.insert(group.to_string(), snapshot);
@@ -222,6 +233,10 @@ impl OffsetTable {
     /// offset commit or a group's metadata.
     pub fn apply_record(&mut self, key: Option<Bytes>, value: Option<Bytes>) {
         let Some(key) = key else { return };
+        if super::consumer::records::is_consumer_key(&key) {
+            self.consumer.apply(key, value);
+            return;
+        }
         if let Some(group) = super::metadata::decode_key(key.clone()) {
             match value.and_then(super::metadata::decode_value) {
                 Some(snapshot) => {
@@ -250,6 +265,7 @@ impl OffsetTable {
             self.groups.entry(group).or_default().extend(offsets);
         }
         self.snapshots.append(&mut other.snapshots);
+        self.consumer.merge(std::mem::take(&mut other.consumer));
         for (producer_id, key, c) in other.pending.entries() {
             self.pending.add(producer_id, key.clone(), c.clone());
         }

@@ -1,6 +1,7 @@
 //! Topic administration: CreateTopics, DeleteTopics, CreatePartitions,
-//! DeleteRecords, DescribeCluster. The decisions live in `topics`; this
-//! module translates requests and results.
+//! DeleteRecords, DescribeCluster. The decisions live in `topics` (and,
+//! for DescribeCluster's authorized operations, in `super::metadata`);
+//! this module translates requests and results.
 //!
 //! CreateTopics, DeleteTopics and CreatePartitions create and remove files,
 //! map indexes, fsync and rewrite the metadata document: they run on
@@ -27,9 +28,11 @@ use kafka_protocol::messages::{
     DeleteTopicsResponse, DescribeClusterRequest, DescribeClusterResponse, TopicName,
 };
 
+use super::access::Access;
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::error::{storage_error_code, TopicError};
+use crate::security::acl::AclOperation;
 use crate::topic_config;
 
 /// Runs `f` on tokio's blocking pool; `Err` if it panicked.
@@ -48,9 +51,10 @@ pub async fn create_topics_off_runtime(
     broker: &Arc<Broker>,
     req: CreateTopicsRequest,
     version: i16,
+    access: Access,
 ) -> CreateTopicsResponse {
     let names: Vec<TopicName> = req.topics.iter().map(|t| t.name.clone()).collect();
-    match off_runtime(broker, move |b| create_topics(b, req, version)).await {
+    match off_runtime(broker, move |b| create_topics(b, req, version, &access)).await {
         Ok(resp) => resp,
         Err(msg) => CreateTopicsResponse::default().with_topics(
             names
@@ -73,6 +77,7 @@ pub async fn delete_topics_off_runtime(
     broker: &Arc<Broker>,
     req: DeleteTopicsRequest,
     version: i16,
+    access: Access,
 ) -> DeleteTopicsResponse {
     let targets: Vec<(Option<TopicName>, uuid::Uuid)> = if version >= 6 {
         req.topics
@@ -85,7 +90,7 @@ pub async fn delete_topics_off_runtime(
             .map(|n| (Some(n.clone()), uuid::Uuid::nil()))
             .collect()
     };
-    match off_runtime(broker, move |b| delete_topics(b, req, version)).await {
+    match off_runtime(broker, move |b| delete_topics(b, req, version, &access)).await {
         Ok(resp) => resp,
         Err(msg) => DeleteTopicsResponse::default().with_responses(
             targets
@@ -106,9 +111,10 @@ pub async fn delete_topics_off_runtime(
 pub async fn create_partitions_off_runtime(
     broker: &Arc<Broker>,
     req: CreatePartitionsRequest,
+    access: Access,
 ) -> CreatePartitionsResponse {
     let names: Vec<TopicName> = req.topics.iter().map(|t| t.name.clone()).collect();
-    match off_runtime(broker, move |b| create_partitions(b, req)).await {
+    match off_runtime(broker, move |b| create_partitions(b, req, &access)).await {
         Ok(resp) => resp,
         Err(msg) => CreatePartitionsResponse::default().with_results(
             names
@@ -128,13 +134,19 @@ fn ids(replicas: &[BrokerId]) -> Vec<i32> {
     replicas.iter().map(|b| b.0).collect()
 }
 
+/// CreateTopics. Each topic needs CREATE on the cluster or on itself
+/// (else TOPIC_AUTHORIZATION_FAILED), and its configs are returned only
+/// with DESCRIBE_CONFIGS on it (else the config error says why), as in
+/// Kafka.
 pub fn create_topics(
     broker: &Broker,
     req: CreateTopicsRequest,
     version: i16,
+    access: &Access,
 ) -> CreateTopicsResponse {
     let mut results = Vec::with_capacity(req.topics.len());
     let mut seen = std::collections::HashSet::new();
+    let cluster_create = access.allows_cluster(AclOperation::Create);
     for t in req.topics {
         let name = t.name.0.as_str().to_string();
         let result = CreatableTopicResult::default().with_name(t.name.clone());
@@ -145,6 +157,18 @@ pub fn create_topics(
                     .with_error_message(Some(str_bytes(&format!(
                         "topic {name} appears twice in the request"
                     )))),
+            );
+            continue;
+        }
+        if !cluster_create && !access.allows_topic(AclOperation::Create, &name) {
+            results.push(
+                result
+                    .with_error_code(ResponseError::TopicAuthorizationFailed.code())
+                    .with_error_message(Some(str_bytes(&format!(
+                        "no CREATE on the cluster or on topic {name}"
+                    ))))
+                    .with_num_partitions(-1)
+                    .with_replication_factor(-1),
             );
             continue;
         }
@@ -231,7 +255,11 @@ pub fn create_topics(
                 if version >= 7 {
                     r = r.with_topic_id(id);
                 }
-                if version >= 5 {
+                if version >= 5 && !access.allows_topic(AclOperation::DescribeConfigs, &name) {
+                    r = r.with_topic_config_error_code(
+                        ResponseError::TopicAuthorizationFailed.code(),
+                    );
+                } else if version >= 5 {
                     let effective =
                         topic_config::effective(&configs, &broker.topics.broker_config());
                     r = r.with_configs(Some(
@@ -258,10 +286,14 @@ pub fn create_topics(
     CreateTopicsResponse::default().with_topics(results)
 }
 
+/// DeleteTopics. Each topic needs DELETE on it (else
+/// TOPIC_AUTHORIZATION_FAILED); a topic named by id that may not be
+/// described is an unknown id, as in Kafka.
 pub fn delete_topics(
     broker: &Broker,
     req: DeleteTopicsRequest,
     version: i16,
+    access: &Access,
 ) -> DeleteTopicsResponse {
     // v6 names topics by name or id; earlier versions by name only.
     let targets: Vec<(Option<String>, uuid::Uuid)> = if version >= 6 {
@@ -296,9 +328,25 @@ pub fn delete_topics(
                         )
                     }),
             };
-            let result = name
-                .clone()
-                .and_then(|n| crate::controller::Controller::new(broker).delete_topic(&n));
+            let by_id = !id.is_nil();
+            let name = name.and_then(|n| {
+                if by_id && !access.allows_topic(AclOperation::Describe, &n) {
+                    return Err(TopicError::new(
+                        ResponseError::UnknownTopicId,
+                        format!("no topic has id {id}"),
+                    ));
+                }
+                Ok(n)
+            });
+            let result = name.clone().and_then(|n| {
+                if !access.allows_topic(AclOperation::Delete, &n) {
+                    return Err(TopicError::new(
+                        ResponseError::TopicAuthorizationFailed,
+                        format!("no DELETE on topic {n}"),
+                    ));
+                }
+                crate::controller::Controller::new(broker).delete_topic(&n)
+            });
             let entry = DeletableTopicResult::default()
                 .with_name(name.ok().map(|n| TopicName(str_bytes(&n))));
             match result {
@@ -338,9 +386,12 @@ fn empty_assignment_list<T>(
     ))
 }
 
+/// CreatePartitions; each topic needs ALTER on it (else
+/// TOPIC_AUTHORIZATION_FAILED).
 pub fn create_partitions(
     broker: &Broker,
     req: CreatePartitionsRequest,
+    access: &Access,
 ) -> CreatePartitionsResponse {
     let results = req
         .topics
@@ -353,7 +404,15 @@ pub fn create_partitions(
                 .flatten()
                 .map(|a| ids(&a.broker_ids))
                 .collect();
-            let outcome = match empty_assignment_list(broker, &name, t.count, &t.assignments) {
+            let denied = (!access.allows_topic(AclOperation::Alter, &name)).then(|| {
+                TopicError::new(
+                    ResponseError::TopicAuthorizationFailed,
+                    format!("no ALTER on topic {name}"),
+                )
+            });
+            let refused =
+                denied.or_else(|| empty_assignment_list(broker, &name, t.count, &t.assignments));
+            let outcome = match refused {
                 Some(refused) => Err(refused),
                 None => crate::controller::Controller::new(broker).create_partitions(
                     &name,
@@ -374,18 +433,30 @@ pub fn create_partitions(
     CreatePartitionsResponse::default().with_results(results)
 }
 
-pub fn delete_records(broker: &Broker, req: DeleteRecordsRequest) -> DeleteRecordsResponse {
+/// DeleteRecords; each topic needs DELETE on it (else
+/// TOPIC_AUTHORIZATION_FAILED).
+pub fn delete_records(
+    broker: &Broker,
+    req: DeleteRecordsRequest,
+    access: &Access,
+) -> DeleteRecordsResponse {
     let topics = req
         .topics
         .into_iter()
         .map(|t| {
             let topic = broker.topics.get(t.name.0.as_str());
+            let denied = !access.allows_topic(AclOperation::Delete, t.name.0.as_str());
             let partitions = t
                 .partitions
                 .into_iter()
                 .map(|p| {
                     let entry = DeleteRecordsPartitionResult::default()
                         .with_partition_index(p.partition_index);
+                    if denied {
+                        return entry
+                            .with_low_watermark(-1)
+                            .with_error_code(ResponseError::TopicAuthorizationFailed.code());
+                    }
                     let Some(partition) =
                         topic.as_ref().and_then(|t| t.partition(p.partition_index))
                     else {
@@ -425,24 +496,32 @@ pub fn delete_records(broker: &Broker, req: DeleteRecordsRequest) -> DeleteRecor
     DeleteRecordsResponse::default().with_topics(topics)
 }
 
-pub fn describe_cluster(broker: &Broker, _req: DescribeClusterRequest) -> DescribeClusterResponse {
+/// DescribeCluster: the brokers, the controller, and the cluster's
+/// authorized operations when asked ([`Access::cluster_authorized_operations`]);
+/// Kafka needs no permission for the rest.
+pub fn describe_cluster(
+    broker: &Broker,
+    req: DescribeClusterRequest,
+    access: &Access,
+    listener: &str,
+) -> DescribeClusterResponse {
     let image = broker.image();
+    let operations =
+        access.cluster_authorized_operations(req.include_cluster_authorized_operations);
     DescribeClusterResponse::default()
         .with_cluster_id(str_bytes(&image.cluster_id))
         .with_controller_id(BrokerId(image.controller_id))
         .with_endpoint_type(1)
         .with_brokers(
-            image
-                .brokers
-                .iter()
-                .map(|b| {
+            super::metadata::brokers_on_listener(&image, listener)
+                .map(|(b, host, port)| {
                     DescribeClusterBroker::default()
                         .with_broker_id(BrokerId(b.id))
-                        .with_host(str_bytes(&b.host))
-                        .with_port(b.port)
+                        .with_host(str_bytes(host))
+                        .with_port(port)
                         .with_rack(b.rack.as_deref().map(str_bytes))
                 })
                 .collect(),
         )
-        .with_cluster_authorized_operations(i32::MIN)
+        .with_cluster_authorized_operations(operations)
 }

@@ -14,12 +14,17 @@ use kafka_protocol::messages::describe_producers_response::{
 };
 use kafka_protocol::messages::{DescribeProducersRequest, DescribeProducersResponse, ProducerId};
 
+use super::access::Access;
 use crate::broker::Broker;
 use crate::producer::state::ActiveProducer;
+use crate::security::acl::AclOperation;
 
+/// DescribeProducers; each topic needs READ on it (else
+/// TOPIC_AUTHORIZATION_FAILED), as in Kafka.
 pub fn describe_producers(
     broker: &Broker,
     req: DescribeProducersRequest,
+    access: &Access,
 ) -> DescribeProducersResponse {
     let image = broker.image();
     let topics = req
@@ -27,12 +32,18 @@ pub fn describe_producers(
         .into_iter()
         .map(|t| {
             let name = t.name.0.as_str().to_string();
+            let allowed = access.allows_topic(AclOperation::Read, &name);
             let partitions = t
                 .partition_indexes
                 .into_iter()
                 .map(|index| {
                     let resp = PartitionResponse::default().with_partition_index(index);
-                    match super::led_partition(broker, &image, &name, index) {
+                    let led = if allowed {
+                        super::led_partition(broker, &image, &name, index)
+                    } else {
+                        Err(kafka_protocol::error::ResponseError::TopicAuthorizationFailed)
+                    };
+                    match led {
                         Ok((partition, _)) => resp
                             .with_active_producers(active_producers(partition.active_producers())),
                         Err(code) => resp.with_error_code(code.code()),

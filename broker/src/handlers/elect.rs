@@ -16,10 +16,12 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::elect_leaders_response::{PartitionResult, ReplicaElectionResult};
 use kafka_protocol::messages::{ElectLeadersRequest, ElectLeadersResponse, TopicName};
 
+use super::access::Access;
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::controller::elect::{ElectionType, PartitionOutcome};
 use crate::error::TopicError;
+use crate::security::acl::AclOperation;
 
 /// Topic → partitions a request names (`None`: every partition).
 type Targets = BTreeMap<String, BTreeSet<i32>>;
@@ -36,9 +38,19 @@ fn targets_of(req: &ElectLeadersRequest) -> Option<Targets> {
     Some(targets)
 }
 
-pub fn elect_leaders(broker: &Broker, req: ElectLeadersRequest) -> ElectLeadersResponse {
+/// ElectLeaders; it needs ALTER on the cluster (else the request and each
+/// partition named are answered CLUSTER_AUTHORIZATION_FAILED).
+pub fn elect_leaders(
+    broker: &Broker,
+    req: ElectLeadersRequest,
+    access: &Access,
+) -> ElectLeadersResponse {
     let targets = targets_of(&req);
     let outcome = match ElectionType::from_code(i32::from(req.election_type)) {
+        _ if !access.allows_cluster(AclOperation::Alter) => Err(TopicError::new(
+            ResponseError::ClusterAuthorizationFailed,
+            "no ALTER on the cluster",
+        )),
         Some(kind) => {
             crate::controller::Controller::new(broker).elect_leaders(kind, targets.clone())
         }

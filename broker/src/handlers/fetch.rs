@@ -25,6 +25,7 @@
 //! (top-level errors; the client then starts over with a full fetch).
 //! Topics are named (Fetch v13+, with topic ids, is not offered).
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -48,6 +49,7 @@ use crate::protocol::fetch_encode::{
     encode_fetch_response, FetchOut, PartitionOut, Piece, TopicOut,
 };
 use crate::quota::{QuotaKind, QuotaManager};
+use crate::security::acl::AclOperation;
 use crate::storage::StorageError;
 
 /// The longest a fetch may wait, whatever the client asks.
@@ -175,7 +177,15 @@ fn replica_admitted(
     })
 }
 
-fn gather(broker: &Broker, req: &FetchRequest, version: i16) -> Gathered {
+/// Reads what `req`, which came on `listener`, asks for; the topics in
+/// `denied` (no READ) are answered TOPIC_AUTHORIZATION_FAILED.
+fn gather(
+    broker: &Broker,
+    req: &FetchRequest,
+    version: i16,
+    denied: &HashSet<String>,
+    listener: &str,
+) -> Gathered {
     let mut remaining = req.max_bytes.max(0) as u64;
     let mut bytes = 0u64;
     let mut any_error = false;
@@ -195,7 +205,16 @@ fn gather(broker: &Broker, req: &FetchRequest, version: i16) -> Gathered {
     for ft in &req.topics {
         let name = ft.topic.0.as_str();
         let mut partitions = Vec::with_capacity(ft.partitions.len());
+        let topic_denied = !denied.is_empty() && denied.contains(name);
         for fp in &ft.partitions {
+            if topic_denied {
+                any_error = true;
+                partitions.push(refused(
+                    fp.partition,
+                    ResponseError::TopicAuthorizationFailed,
+                ));
+                continue;
+            }
             let readable = if replica >= 0 {
                 super::led_partition(broker, &image, name, fp.partition)
                     .map(|(p, epoch)| (p, epoch, true))
@@ -266,9 +285,18 @@ fn gather(broker: &Broker, req: &FetchRequest, version: i16) -> Gathered {
             // KIP-392: a consumer in another replica's rack reads there.
             let preferred = if rack_aware && leading {
                 image.partition(name, fp.partition).and_then(|pi| {
+                    // only a replica the consumer can reach on its
+                    // listener, as Kafka picks among the replicas'
+                    // endpoints of the request's listener
+                    let reachable: Vec<_> = image
+                        .brokers
+                        .iter()
+                        .filter(|b| b.endpoint(listener).is_some())
+                        .cloned()
+                        .collect();
                     crate::replication::selector::preferred_read_replica(
                         pi,
-                        &image.brokers,
+                        &reachable,
                         req.rack_id.as_str(),
                     )
                 })
@@ -365,22 +393,24 @@ async fn wait_and_gather(
     broker: &Broker,
     req: &FetchRequest,
     version: i16,
+    denied: &HashSet<String>,
+    listener: &str,
     deadline: Instant,
     enough: impl Fn(&Gathered) -> bool,
 ) -> Gathered {
     let mut receivers = watches(broker, req);
     loop {
-        let g = gather(broker, req, version);
+        let g = gather(broker, req, version, denied, listener);
         if enough(&g) {
             return g;
         }
         if receivers.is_empty() {
             tokio::time::sleep_until(deadline).await;
-            return gather(broker, req, version);
+            return gather(broker, req, version, denied, listener);
         }
         let changed = select_all(receivers.iter_mut().map(|r| r.changed().boxed()));
         if tokio::time::timeout_at(deadline, changed).await.is_err() {
-            return gather(broker, req, version);
+            return gather(broker, req, version, denied, listener);
         }
     }
 }
@@ -627,28 +657,48 @@ pub struct Fetched {
     pub throttle_ms: i32,
 }
 
-/// Serves a Fetch. `quota_client` is the client id a consumer's fetch is
-/// counted against (its `consumer_byte_rate`); `request_throttle_ms` is
-/// the throttle its request quota already gives, reported with the
-/// byte-rate one.
+/// Who sends a Fetch, as the fetch path needs to know it.
+pub struct Fetcher<'a> {
+    /// The broker the connection proved to be (only it may fetch as a
+    /// replica).
+    pub authenticated: Option<(i32, uuid::Uuid)>,
+    /// The user and client id a consumer's fetch is counted against (its
+    /// `consumer_byte_rate`).
+    pub quota_client: Option<crate::quota::entity::QuotaClient<'a>>,
+    /// The throttle its request quota already gives, reported with the
+    /// byte-rate one.
+    pub request_throttle_ms: i32,
+    /// What it may read (READ on each topic).
+    pub access: &'a super::access::Access,
+    /// The listener the request came on: a preferred read replica must
+    /// have it.
+    pub listener: &'a str,
+}
+
+/// Serves a Fetch from `fetcher`.
 pub async fn handle(
     broker: &Arc<Broker>,
     mut req: FetchRequest,
     version: i16,
     correlation_id: i32,
-    authenticated: Option<(i32, uuid::Uuid)>,
-    quota_client: Option<&str>,
-    request_throttle_ms: i32,
+    fetcher: Fetcher<'_>,
 ) -> Fetched {
+    let Fetcher {
+        authenticated,
+        quota_client,
+        request_throttle_ms,
+        access,
+        listener,
+    } = fetcher;
     let replica = replica_of(&req);
     let quota_client = quota_client.filter(|_| replica < 0);
-    if let Some(client_id) = quota_client {
+    if let Some(client) = quota_client {
         // Kafka's rule: a consumer under a byte-rate quota gets at most one
         // quota window's worth per response, so no single response is a
         // burst the throttle then has to pay back for many seconds.
         let image = broker.image();
         if let Some(limit) =
-            QuotaManager::window_limit(&image.client_quotas, client_id, QuotaKind::Fetch)
+            QuotaManager::window_limit(&image.client_quotas, client, QuotaKind::Fetch)
         {
             req.max_bytes = req.max_bytes.min(limit.clamp(1.0, i32::MAX as f64) as i32);
         }
@@ -701,11 +751,24 @@ pub async fn handle(
     // A busy consumer's fetch finds enough at once and subscribes to
     // nothing. One that waits subscribes, then reads again before it
     // waits, so no append between the reads and the wait goes unnoticed.
-    let first = gather(broker, &req, version);
+    // a consumer needs READ on each topic (a follower was admitted above);
+    // an unknown topic id has no name to ask about and stays unknown
+    let denied = if replica < 0 {
+        access.denied_topics(
+            AclOperation::Read,
+            req.topics
+                .iter()
+                .map(|t| t.topic.0.as_str())
+                .filter(|n| !n.is_empty()),
+        )
+    } else {
+        HashSet::new()
+    };
+    let first = gather(broker, &req, version, &denied, listener);
     let mut gathered = if enough(&first) {
         first
     } else {
-        wait_and_gather(broker, &req, version, deadline, enough).await
+        wait_and_gather(broker, &req, version, &denied, listener, deadline, enough).await
     };
     settle_session(broker, plan, &req, replica, &mut gathered.out);
     let mut sent_total = 0;
@@ -725,8 +788,8 @@ pub async fn handle(
         sent_total += sent;
     }
     let throttle_ms = quota_client
-        .map_or(0, |client_id| {
-            broker.record_quota(client_id, QuotaKind::Fetch, sent_total as usize)
+        .map_or(0, |client| {
+            broker.record_quota(client, QuotaKind::Fetch, sent_total as usize)
         })
         .max(request_throttle_ms);
     gathered.out.throttle_time_ms = throttle_ms;

@@ -33,19 +33,28 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
+use super::access::Access;
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::group::state::JoinRequest;
 use crate::group::{CommitItem, FetchedOffset, FetchedOffsets};
+use crate::security::acl::{AclOperation, ResourceType, AUTHORIZED_OPERATIONS_OMITTED};
 
 fn opt_str(s: &Option<StrBytes>) -> Option<String> {
     s.as_ref().map(|v| v.as_str().to_string())
 }
 
+/// FindCoordinator; each key needs DESCRIBE on its group or transactional
+/// id (else GROUP_ / TRANSACTIONAL_ID_AUTHORIZATION_FAILED). The
+/// coordinator is given with its endpoint of `listener` (the request's);
+/// one without that listener is not available to this client, as in
+/// Kafka.
 pub fn find_coordinator(
     broker: &Broker,
     req: FindCoordinatorRequest,
     version: i16,
+    access: &Access,
+    listener: &str,
 ) -> FindCoordinatorResponse {
     if req.key_type == 0 && broker.controller_link().is_some() {
         // Cluster mode: the offsets topic is created, through the
@@ -69,6 +78,13 @@ pub fn find_coordinator(
     let coordinator = |key: StrBytes| {
         let c = Coordinator::default().with_key(key.clone());
         let node = match req.key_type {
+            // DESCRIBE on the group or transactional id, as Kafka asks
+            0 if !access.allows_group(AclOperation::Describe, &key) => {
+                Err(ResponseError::GroupAuthorizationFailed)
+            }
+            1 if !access.allows_transactional_id(AclOperation::Describe, &key) => {
+                Err(ResponseError::TransactionalIdAuthorizationFailed)
+            }
             // a group: the leader of its __consumer_offsets partition
             0 => {
                 let index = crate::group::offsets::partition_for(key.as_str(), offsets_partitions);
@@ -76,6 +92,7 @@ pub fn find_coordinator(
                     .partition(crate::group::offsets::OFFSETS_TOPIC, index)
                     .map(|p| p.leader)
                     .and_then(|leader| image.broker(leader))
+                    .and_then(|b| Some((b.id, b.endpoint(listener)?)))
                     .ok_or(ResponseError::CoordinatorNotAvailable)
             }
             // a transactional id: the leader of its __transaction_state
@@ -86,23 +103,27 @@ pub fn find_coordinator(
                     .partition(crate::txn::vocab::TRANSACTION_STATE_TOPIC, index)
                     .map(|p| p.leader)
                     .and_then(|leader| image.broker(leader))
+                    .and_then(|b| Some((b.id, b.endpoint(listener)?)))
                     .ok_or(ResponseError::CoordinatorNotAvailable)
             }
             _ => Err(ResponseError::InvalidRequest),
         };
         match node {
-            Ok(b) => c
-                .with_node_id(BrokerId(b.id))
-                .with_host(str_bytes(&b.host))
-                .with_port(b.port),
+            Ok((id, (host, port))) => c
+                .with_node_id(BrokerId(id))
+                .with_host(str_bytes(host))
+                .with_port(port),
             Err(code) => c
                 .with_node_id(BrokerId(-1))
                 .with_port(-1)
                 .with_error_code(code.code())
-                .with_error_message(Some(str_bytes(if code == ResponseError::InvalidRequest {
-                    "unknown coordinator key type"
-                } else {
-                    "the coordinator is not available"
+                .with_error_message(Some(str_bytes(match code {
+                    ResponseError::InvalidRequest => "unknown coordinator key type",
+                    ResponseError::GroupAuthorizationFailed => "no DESCRIBE on the group",
+                    ResponseError::TransactionalIdAuthorizationFailed => {
+                        "no DESCRIBE on the transactional id"
+                    }
+                    _ => "the coordinator is not available",
                 }))),
         }
     };
@@ -125,7 +146,14 @@ pub async fn join_group(
     version: i16,
     client_id: &str,
     client_host: &str,
+    access: &Access,
 ) -> JoinGroupResponse {
+    if !access.allows_group(AclOperation::Read, &req.group_id) {
+        return JoinGroupResponse::default()
+            .with_error_code(ResponseError::GroupAuthorizationFailed.code())
+            .with_member_id(req.member_id)
+            .with_generation_id(-1);
+    }
     let join = JoinRequest {
         member_id: req.member_id.as_str().to_string(),
         group_instance_id: opt_str(&req.group_instance_id),
@@ -180,8 +208,14 @@ pub async fn join_group(
         )
 }
 
-pub async fn sync_group(broker: &Broker, req: SyncGroupRequest) -> SyncGroupResponse {
-    if let Err(code) = broker.groups.coordinates(req.group_id.0.as_str()) {
+pub async fn sync_group(
+    broker: &Broker,
+    req: SyncGroupRequest,
+    access: &Access,
+) -> SyncGroupResponse {
+    if let Err(code) = group_read(access, &req.group_id)
+        .and_then(|()| broker.groups.coordinates(req.group_id.0.as_str()))
+    {
         return SyncGroupResponse::default().with_error_code(code.code());
     }
     let assignments = req
@@ -209,8 +243,10 @@ pub async fn sync_group(broker: &Broker, req: SyncGroupRequest) -> SyncGroupResp
         .with_assignment(r.assignment)
 }
 
-pub fn heartbeat(broker: &Broker, req: HeartbeatRequest) -> HeartbeatResponse {
-    if let Err(code) = broker.groups.coordinates(req.group_id.0.as_str()) {
+pub fn heartbeat(broker: &Broker, req: HeartbeatRequest, access: &Access) -> HeartbeatResponse {
+    if let Err(code) = group_read(access, &req.group_id)
+        .and_then(|()| broker.groups.coordinates(req.group_id.0.as_str()))
+    {
         return HeartbeatResponse::default().with_error_code(code.code());
     }
     let instance = opt_str(&req.group_instance_id);
@@ -223,8 +259,15 @@ pub fn heartbeat(broker: &Broker, req: HeartbeatRequest) -> HeartbeatResponse {
     HeartbeatResponse::default().with_error_code(code)
 }
 
-pub fn leave_group(broker: &Broker, req: LeaveGroupRequest, version: i16) -> LeaveGroupResponse {
-    if let Err(code) = broker.groups.coordinates(req.group_id.0.as_str()) {
+pub fn leave_group(
+    broker: &Broker,
+    req: LeaveGroupRequest,
+    version: i16,
+    access: &Access,
+) -> LeaveGroupResponse {
+    if let Err(code) = group_read(access, &req.group_id)
+        .and_then(|()| broker.groups.coordinates(req.group_id.0.as_str()))
+    {
         return LeaveGroupResponse::default().with_error_code(code.code());
     }
     let members: Vec<(String, Option<String>)> = if version >= 3 {
@@ -260,7 +303,15 @@ pub fn leave_group(broker: &Broker, req: LeaveGroupRequest, version: i16) -> Lea
     }
 }
 
-pub fn offset_commit(broker: &Broker, req: OffsetCommitRequest) -> OffsetCommitResponse {
+/// OffsetCommit; it needs READ on the group (else every partition
+/// GROUP_AUTHORIZATION_FAILED) and on each topic (else its partitions
+/// TOPIC_AUTHORIZATION_FAILED), as in Kafka.
+pub fn offset_commit(
+    broker: &Broker,
+    req: OffsetCommitRequest,
+    version: i16,
+    access: &Access,
+) -> OffsetCommitResponse {
     let items: Vec<CommitItem> = req
         .topics
         .iter()
@@ -275,17 +326,32 @@ pub fn offset_commit(broker: &Broker, req: OffsetCommitRequest) -> OffsetCommitR
         })
         .collect();
     let instance = opt_str(&req.group_instance_id);
-    let codes = match broker.groups.coordinates(req.group_id.0.as_str()) {
+    let anonymous = req.generation_id_or_member_epoch < 0 && req.member_id.is_empty();
+    let checked = group_read(access, &req.group_id)
+        .and_then(|()| broker.groups.coordinates(req.group_id.0.as_str()))
+        .and_then(|()| {
+            // as Kafka: a member of a consumer group commits with v9+
+            // (the version that carries its member epoch)
+            if version < 9 && !anonymous && broker.groups.is_consumer_group(req.group_id.0.as_str())
+            {
+                Err(ResponseError::UnsupportedVersion)
+            } else {
+                Ok(())
+            }
+        });
+    let codes = match checked {
         Err(code) => vec![code.code(); items.len()],
-        Ok(()) => broker.groups.commit(
-            &broker.topics,
-            &|topic, partition| broker.image().partition(topic, partition).is_some(),
-            req.group_id.0.as_str(),
-            req.member_id.as_str(),
-            instance.as_deref(),
-            req.generation_id_or_member_epoch,
-            &items,
-        ),
+        Ok(()) => commit_readable(access, &items, |items| {
+            broker.groups.commit(
+                &broker.topics,
+                &|topic, partition| broker.image().partition(topic, partition).is_some(),
+                req.group_id.0.as_str(),
+                req.member_id.as_str(),
+                instance.as_deref(),
+                req.generation_id_or_member_epoch,
+                items,
+            )
+        }),
     };
     let mut codes = codes.into_iter();
     let topics = req
@@ -309,13 +375,21 @@ pub fn offset_commit(broker: &Broker, req: OffsetCommitRequest) -> OffsetCommitR
     OffsetCommitResponse::default().with_topics(topics)
 }
 
-/// TxnOffsetCommit (versions 0-4): offsets a transaction commits for a
+/// TxnOffsetCommit (versions 0-5): offsets a transaction commits for a
 /// group (a producer's `sendOffsetsToTransaction`), pending until the
 /// transaction ends (see `group::txn_offsets`). The group's members are
 /// checked as for OffsetCommit when the request names one (v3+, KIP-447).
 /// The transaction must have added the group's offsets partition
-/// (AddOffsetsToTxn): see [`super::transactions::verify_offsets_added`].
-pub fn txn_offset_commit(broker: &Broker, req: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse {
+/// (AddOffsetsToTxn), or from v5 (transaction version 2) the commit adds
+/// it: see [`super::transactions::verify_offsets_added`]. It needs WRITE
+/// on the transactional id, READ on the group and on each topic (Kafka's
+/// rules and errors).
+pub fn txn_offset_commit(
+    broker: &Broker,
+    req: TxnOffsetCommitRequest,
+    version: i16,
+    access: &Access,
+) -> TxnOffsetCommitResponse {
     let items: Vec<CommitItem> = req
         .topics
         .iter()
@@ -332,26 +406,37 @@ pub fn txn_offset_commit(broker: &Broker, req: TxnOffsetCommitRequest) -> TxnOff
     let group = req.group_id.0.as_str();
     let producer = (req.producer_id.0, req.producer_epoch);
     let instance = opt_str(&req.group_instance_id);
-    let checked = broker.groups.coordinates(group).and_then(|()| {
-        super::transactions::verify_offsets_added(
-            broker,
-            req.transactional_id.0.as_str(),
-            producer,
-            group,
-        )
-    });
+    let checked = if access.allows_transactional_id(AclOperation::Write, &req.transactional_id) {
+        Ok(())
+    } else {
+        Err(ResponseError::TransactionalIdAuthorizationFailed)
+    };
+    let checked = checked.and_then(|()| group_read(access, &req.group_id));
+    let checked = checked
+        .and_then(|()| broker.groups.coordinates(group))
+        .and_then(|()| {
+            super::transactions::verify_offsets_added(
+                broker,
+                req.transactional_id.0.as_str(),
+                producer,
+                group,
+                version,
+            )
+        });
     let codes = match checked {
         Err(code) => vec![code.code(); items.len()],
-        Ok(()) => broker.groups.commit_transactional(
-            &broker.topics,
-            &|topic, partition| broker.image().partition(topic, partition).is_some(),
-            group,
-            producer,
-            req.member_id.as_str(),
-            instance.as_deref(),
-            req.generation_id,
-            &items,
-        ),
+        Ok(()) => commit_readable(access, &items, |items| {
+            broker.groups.commit_transactional(
+                &broker.topics,
+                &|topic, partition| broker.image().partition(topic, partition).is_some(),
+                group,
+                producer,
+                req.member_id.as_str(),
+                instance.as_deref(),
+                req.generation_id,
+                items,
+            )
+        }),
     };
     let mut codes = codes.into_iter();
     let topics = req
@@ -375,12 +460,68 @@ pub fn txn_offset_commit(broker: &Broker, req: TxnOffsetCommitRequest) -> TxnOff
     TxnOffsetCommitResponse::default().with_topics(topics)
 }
 
+/// READ on `group`, as the group APIs need it.
+fn group_read(access: &Access, group: &str) -> Result<(), ResponseError> {
+    if access.allows_group(AclOperation::Read, group) {
+        Ok(())
+    } else {
+        Err(ResponseError::GroupAuthorizationFailed)
+    }
+}
+
+/// The codes of commit `items`, in their order: `commit` runs on those of
+/// topics the client may READ, the others are TOPIC_AUTHORIZATION_FAILED.
+fn commit_readable(
+    access: &Access,
+    items: &[CommitItem],
+    commit: impl FnOnce(&[CommitItem]) -> Vec<i16>,
+) -> Vec<i16> {
+    let denied = access.denied_topics(AclOperation::Read, items.iter().map(|i| i.topic.as_str()));
+    if denied.is_empty() {
+        return commit(items);
+    }
+    let allowed: Vec<CommitItem> = items
+        .iter()
+        .filter(|i| !denied.contains(&i.topic))
+        .cloned()
+        .collect();
+    let mut codes = commit(&allowed).into_iter();
+    items
+        .iter()
+        .map(|i| {
+            if denied.contains(&i.topic) {
+                ResponseError::TopicAuthorizationFailed.code()
+            } else {
+                codes.next().unwrap_or(0)
+            }
+        })
+        .collect()
+}
+
+/// The committed offsets of `group` the client may see, and the topics
+/// asked for by name it may not DESCRIBE (answered
+/// TOPIC_AUTHORIZATION_FAILED per partition); such topics are left out
+/// of an "all topics" answer, as Kafka does.
 fn fetch_group(
     broker: &Broker,
+    access: &Access,
     group: &str,
     wanted: Option<Vec<(String, Vec<i32>)>>,
-) -> FetchedOffsets {
-    broker.groups.fetch_offsets(group, wanted)
+) -> (FetchedOffsets, Vec<(String, Vec<i32>)>) {
+    let may_describe = |topic: &str| access.allows_topic(AclOperation::Describe, topic);
+    match wanted {
+        None => {
+            let mut fetched = broker.groups.fetch_offsets(group, None);
+            fetched.retain(|(topic, _)| may_describe(topic));
+            (fetched, Vec::new())
+        }
+        Some(wanted) => {
+            let (visible, denied): (Vec<_>, Vec<_>) = wanted
+                .into_iter()
+                .partition(|(topic, _)| may_describe(topic));
+            (broker.groups.fetch_offsets(group, Some(visible)), denied)
+        }
+    }
 }
 
 /// Offset, leader epoch, metadata and error code of a fetched offset:
@@ -402,15 +543,70 @@ fn committed_fields(f: FetchedOffset, require_stable: bool) -> (i64, i32, Option
     }
 }
 
-pub fn offset_fetch(broker: &Broker, req: OffsetFetchRequest, version: i16) -> OffsetFetchResponse {
+/// One partition of an OffsetFetch answer: (partition, offset, leader
+/// epoch, metadata, error code).
+type OffsetRow = (i32, i64, i32, Option<StrBytes>, i16);
+
+/// The rows of an OffsetFetch answer by topic: what [`fetch_group`] found
+/// and the partitions of `denied` topics, TOPIC_AUTHORIZATION_FAILED.
+fn offset_rows(
+    fetched: FetchedOffsets,
+    denied: Vec<(String, Vec<i32>)>,
+    require_stable: bool,
+) -> Vec<(String, Vec<OffsetRow>)> {
+    let found = fetched.into_iter().map(|(topic, parts)| {
+        let rows = parts
+            .into_iter()
+            .map(|f| {
+                let p = f.partition;
+                let (offset, epoch, meta, code) = committed_fields(f, require_stable);
+                (p, offset, epoch, meta, code)
+            })
+            .collect();
+        (topic, rows)
+    });
+    let refused = denied.into_iter().map(|(topic, partitions)| {
+        let code = ResponseError::TopicAuthorizationFailed.code();
+        let rows = partitions
+            .into_iter()
+            .map(|p| (p, -1, -1, Some(str_bytes("")), code))
+            .collect();
+        (topic, rows)
+    });
+    found.chain(refused).collect()
+}
+
+/// OffsetFetch; each group needs DESCRIBE on it (else
+/// GROUP_AUTHORIZATION_FAILED) and each topic DESCRIBE ([`fetch_group`]).
+pub fn offset_fetch(
+    broker: &Broker,
+    req: OffsetFetchRequest,
+    version: i16,
+    access: &Access,
+) -> OffsetFetchResponse {
     // the field exists from v7; older requests decode it as false
     let require_stable = req.require_stable;
+    let group_described = |group: &str| {
+        if access.allows_group(AclOperation::Describe, group) {
+            broker.groups.coordinates(group)
+        } else {
+            Err(ResponseError::GroupAuthorizationFailed)
+        }
+    };
     if version >= 8 {
         let groups = req
             .groups
             .into_iter()
             .map(|g| {
-                if let Err(code) = broker.groups.coordinates(g.group_id.0.as_str()) {
+                // v9: a consumer group member's epoch is checked
+                let checked = group_described(g.group_id.0.as_str()).and_then(|()| {
+                    broker.groups.check_consumer_fetch(
+                        g.group_id.0.as_str(),
+                        g.member_id.as_ref().map(|m| m.as_str()),
+                        g.member_epoch,
+                    )
+                });
+                if let Err(code) = checked {
                     return OffsetFetchResponseGroup::default()
                         .with_group_id(g.group_id)
                         .with_error_code(code.code());
@@ -420,18 +616,15 @@ pub fn offset_fetch(broker: &Broker, req: OffsetFetchRequest, version: i16) -> O
                         .map(|t| (t.name.0.as_str().to_string(), t.partition_indexes))
                         .collect()
                 });
-                let topics = fetch_group(broker, g.group_id.0.as_str(), wanted)
+                let (fetched, denied) = fetch_group(broker, access, g.group_id.0.as_str(), wanted);
+                let topics = offset_rows(fetched, denied, require_stable)
                     .into_iter()
-                    .map(|(topic, parts)| {
+                    .map(|(topic, rows)| {
                         OffsetFetchResponseTopics::default()
                             .with_name(TopicName(str_bytes(&topic)))
                             .with_partitions(
-                                parts
-                                    .into_iter()
-                                    .map(|f| {
-                                        let p = f.partition;
-                                        let (offset, epoch, meta, code) =
-                                            committed_fields(f, require_stable);
+                                rows.into_iter()
+                                    .map(|(p, offset, epoch, meta, code)| {
                                         OffsetFetchResponsePartitions::default()
                                             .with_partition_index(p)
                                             .with_committed_offset(offset)
@@ -450,7 +643,7 @@ pub fn offset_fetch(broker: &Broker, req: OffsetFetchRequest, version: i16) -> O
             .collect();
         return OffsetFetchResponse::default().with_groups(groups);
     }
-    if let Err(code) = broker.groups.coordinates(req.group_id.0.as_str()) {
+    if let Err(code) = group_described(req.group_id.0.as_str()) {
         return OffsetFetchResponse::default().with_error_code(code.code());
     }
     let wanted = req.topics.map(|ts| {
@@ -458,17 +651,15 @@ pub fn offset_fetch(broker: &Broker, req: OffsetFetchRequest, version: i16) -> O
             .map(|t| (t.name.0.as_str().to_string(), t.partition_indexes))
             .collect()
     });
-    let topics = fetch_group(broker, req.group_id.0.as_str(), wanted)
+    let (fetched, denied) = fetch_group(broker, access, req.group_id.0.as_str(), wanted);
+    let topics = offset_rows(fetched, denied, require_stable)
         .into_iter()
-        .map(|(topic, parts)| {
+        .map(|(topic, rows)| {
             OffsetFetchResponseTopic::default()
                 .with_name(TopicName(str_bytes(&topic)))
                 .with_partitions(
-                    parts
-                        .into_iter()
-                        .map(|f| {
-                            let p = f.partition;
-                            let (offset, epoch, meta, code) = committed_fields(f, require_stable);
+                    rows.into_iter()
+                        .map(|(p, offset, epoch, meta, code)| {
                             OffsetFetchResponsePartition::default()
                                 .with_partition_index(p)
                                 .with_committed_offset(offset)
@@ -483,8 +674,15 @@ pub fn offset_fetch(broker: &Broker, req: OffsetFetchRequest, version: i16) -> O
     OffsetFetchResponse::default().with_topics(topics)
 }
 
-pub fn offset_delete(broker: &Broker, req: OffsetDeleteRequest) -> OffsetDeleteResponse {
-    let wanted: Vec<(String, Vec<i32>)> = req
+/// OffsetDelete; it needs DELETE on the group (else
+/// GROUP_AUTHORIZATION_FAILED) and READ on each topic (else its
+/// partitions TOPIC_AUTHORIZATION_FAILED), as in Kafka.
+pub fn offset_delete(
+    broker: &Broker,
+    req: OffsetDeleteRequest,
+    access: &Access,
+) -> OffsetDeleteResponse {
+    let (wanted, denied): (Vec<(String, Vec<i32>)>, Vec<_>) = req
         .topics
         .iter()
         .map(|t| {
@@ -493,10 +691,24 @@ pub fn offset_delete(broker: &Broker, req: OffsetDeleteRequest) -> OffsetDeleteR
                 t.partitions.iter().map(|p| p.partition_index).collect(),
             )
         })
-        .collect();
+        .partition(|(topic, _)| access.allows_topic(AclOperation::Read, topic));
+    if !access.allows_group(AclOperation::Delete, &req.group_id) {
+        return OffsetDeleteResponse::default()
+            .with_error_code(ResponseError::GroupAuthorizationFailed.code());
+    }
     if let Err(code) = broker.groups.coordinates(req.group_id.0.as_str()) {
         return OffsetDeleteResponse::default().with_error_code(code.code());
     }
+    let refused = denied.into_iter().map(|(topic, partitions)| {
+        let code = ResponseError::TopicAuthorizationFailed.code();
+        (
+            topic,
+            partitions
+                .into_iter()
+                .map(|p| (p, code))
+                .collect::<Vec<_>>(),
+        )
+    });
     match broker
         .groups
         .delete_offsets(&broker.topics, req.group_id.0.as_str(), &wanted)
@@ -505,6 +717,7 @@ pub fn offset_delete(broker: &Broker, req: OffsetDeleteRequest) -> OffsetDeleteR
         Ok(result) => OffsetDeleteResponse::default().with_topics(
             result
                 .into_iter()
+                .chain(refused)
                 .map(|(topic, parts)| {
                     OffsetDeleteResponseTopic::default()
                         .with_name(TopicName(str_bytes(&topic)))
@@ -524,16 +737,38 @@ pub fn offset_delete(broker: &Broker, req: OffsetDeleteRequest) -> OffsetDeleteR
     }
 }
 
-pub fn describe_groups(broker: &Broker, req: DescribeGroupsRequest) -> DescribeGroupsResponse {
+/// DescribeGroups. Each group needs DESCRIBE on it (else
+/// GROUP_AUTHORIZATION_FAILED). A group described without error carries
+/// its authorized operations when asked (v3+, [`Access`]), as Kafka's
+/// does, the `Dead` answer for an unknown group included.
+pub fn describe_groups(
+    broker: &Broker,
+    req: DescribeGroupsRequest,
+    access: &Access,
+) -> DescribeGroupsResponse {
+    let asked = req.include_authorized_operations;
     let groups = req
         .groups
         .into_iter()
         .map(|id: GroupId| {
             let base = DescribedGroup::default()
                 .with_group_id(id.clone())
-                .with_authorized_operations(i32::MIN);
+                .with_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED);
+            if !access.allows_group(AclOperation::Describe, &id) {
+                return base.with_error_code(ResponseError::GroupAuthorizationFailed.code());
+            }
             if let Err(code) = broker.groups.coordinates(id.0.as_str()) {
                 return base.with_error_code(code.code());
+            }
+            let base = base.with_authorized_operations(access.authorized_operations(
+                asked,
+                ResourceType::Group,
+                id.0.as_str(),
+            ));
+            if broker.groups.is_consumer_group(id.0.as_str()) {
+                // as Kafka before DescribeGroups v6: a consumer group is
+                // not a classic one, so this API sees none
+                return base.with_group_state(str_bytes("Dead"));
             }
             match broker.groups.describe(id.0.as_str()) {
                 None => base.with_group_state(str_bytes("Dead")),
@@ -569,44 +804,57 @@ pub fn describe_groups(broker: &Broker, req: DescribeGroupsRequest) -> DescribeG
     DescribeGroupsResponse::default().with_groups(groups)
 }
 
-pub fn list_groups(broker: &Broker, req: ListGroupsRequest) -> ListGroupsResponse {
+/// ListGroups: every group with DESCRIBE on the cluster, else those the
+/// client may DESCRIBE (Kafka's rule).
+pub fn list_groups(broker: &Broker, req: ListGroupsRequest, access: &Access) -> ListGroupsResponse {
+    let all_visible = access.allows_cluster(AclOperation::Describe);
     let filter: Vec<String> = req
         .states_filter
         .iter()
         .map(|s| s.as_str().to_lowercase())
         .collect();
-    // v5 (KIP-848): a filter on the group type; every group here is a
-    // classic one
-    let classic_wanted = req.types_filter.is_empty()
-        || req
-            .types_filter
-            .iter()
-            .any(|t| t.as_str().eq_ignore_ascii_case("classic"));
+    // v5 (KIP-848): a filter on the group type, `classic` or `consumer`
+    let types: Vec<String> = req
+        .types_filter
+        .iter()
+        .map(|t| t.as_str().to_lowercase())
+        .collect();
     let groups = broker
         .groups
         .list()
         .into_iter()
-        .filter(|_| classic_wanted)
-        .filter(|(_, _, state)| filter.is_empty() || filter.contains(&state.to_lowercase()))
-        .map(|(id, protocol_type, state)| {
+        .filter(|(_, _, _, kind)| types.is_empty() || types.iter().any(|t| t == kind))
+        .filter(|(id, _, _, _)| all_visible || access.allows_group(AclOperation::Describe, id))
+        .filter(|(_, _, state, _)| filter.is_empty() || filter.contains(&state.to_lowercase()))
+        .map(|(id, protocol_type, state, kind)| {
             ListedGroup::default()
                 .with_group_id(GroupId(str_bytes(&id)))
                 .with_protocol_type(str_bytes(&protocol_type))
                 .with_group_state(str_bytes(state))
-                .with_group_type(str_bytes("classic"))
+                .with_group_type(str_bytes(kind))
         })
         .collect();
     ListGroupsResponse::default().with_groups(groups)
 }
 
-pub fn delete_groups(broker: &Broker, req: DeleteGroupsRequest) -> DeleteGroupsResponse {
+/// DeleteGroups; each group needs DELETE on it (else
+/// GROUP_AUTHORIZATION_FAILED).
+pub fn delete_groups(
+    broker: &Broker,
+    req: DeleteGroupsRequest,
+    access: &Access,
+) -> DeleteGroupsResponse {
     let results = req
         .groups_names
         .into_iter()
         .map(|id| {
-            let code = match broker
-                .groups
-                .coordinates(id.0.as_str())
+            let allowed = if access.allows_group(AclOperation::Delete, &id) {
+                Ok(())
+            } else {
+                Err(ResponseError::GroupAuthorizationFailed)
+            };
+            let code = match allowed
+                .and_then(|()| broker.groups.coordinates(id.0.as_str()))
                 .and_then(|()| broker.groups.delete_group(&broker.topics, id.0.as_str()))
             {
                 Ok(()) => 0,

@@ -19,22 +19,36 @@ use kafka_protocol::messages::{
     OffsetForLeaderEpochResponse,
 };
 
+use super::access::Access;
 use crate::broker::Broker;
 use crate::error::storage_error_code;
+use crate::security::acl::AclOperation;
 
 const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;
 const MAX_TIMESTAMP: i64 = -3;
 const EARLIEST_LOCAL: i64 = -4;
 
-pub fn handle(broker: &Broker, req: ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
+/// Answers ListOffsets; a topic without DESCRIBE is answered
+/// TOPIC_AUTHORIZATION_FAILED (Kafka's rule).
+pub fn handle(
+    broker: &Broker,
+    req: ListOffsetsRequest,
+    version: i16,
+    access: &Access,
+) -> ListOffsetsResponse {
     let isolation_level = req.isolation_level;
+    let denied = access.denied_topics(
+        AclOperation::Describe,
+        req.topics.iter().map(|t| t.name.0.as_str()),
+    );
     let topics = req
         .topics
         .into_iter()
         .map(|t| {
             let image = broker.image();
             let name = t.name.0.as_str().to_string();
+            let topic_denied = denied.contains(&name);
             let partitions = t
                 .partitions
                 .into_iter()
@@ -44,6 +58,10 @@ pub fn handle(broker: &Broker, req: ListOffsetsRequest, version: i16) -> ListOff
                         .with_timestamp(-1)
                         .with_offset(-1)
                         .with_leader_epoch(-1);
+                    if topic_denied {
+                        return base
+                            .with_error_code(ResponseError::TopicAuthorizationFailed.code());
+                    }
                     let led = super::led_partition(broker, &image, &name, p.partition_index)
                         .and_then(|(partition, epoch)| {
                             let requested = if version >= 4 {
@@ -100,17 +118,33 @@ pub fn handle(broker: &Broker, req: ListOffsetsRequest, version: i16) -> ListOff
 /// OffsetsForLeaderEpoch: for each partition led here, the largest epoch
 /// of its history not above the requested one and where that epoch ends
 /// (the next epoch's start, or the log end for the current epoch);
-/// `(-1, -1)` when the history holds no such epoch.
+/// `(-1, -1)` when the history holds no such epoch. A consumer needs
+/// DESCRIBE on each topic, a request naming a replica CLUSTER_ACTION
+/// (Kafka's rules).
 pub fn offsets_for_leader_epoch(
     broker: &Broker,
     req: OffsetForLeaderEpochRequest,
+    access: &Access,
 ) -> OffsetForLeaderEpochResponse {
     let image = broker.image();
+    let replica_denied =
+        req.replica_id.0 >= 0 && !access.allows_cluster(AclOperation::ClusterAction);
+    let denied = access.denied_topics(
+        AclOperation::Describe,
+        req.topics.iter().map(|t| t.topic.0.as_str()),
+    );
     let topics = req
         .topics
         .into_iter()
         .map(|t| {
             let name = t.topic.0.as_str().to_string();
+            let refusal = if replica_denied {
+                Some(ResponseError::ClusterAuthorizationFailed)
+            } else if denied.contains(&name) {
+                Some(ResponseError::TopicAuthorizationFailed)
+            } else {
+                None
+            };
             let partitions =
                 t.partitions
                     .into_iter()
@@ -119,6 +153,9 @@ pub fn offsets_for_leader_epoch(
                             .with_partition(p.partition)
                             .with_leader_epoch(-1)
                             .with_end_offset(-1);
+                        if let Some(code) = refusal {
+                            return base.with_error_code(code.code());
+                        }
                         let led = super::led_partition(broker, &image, &name, p.partition)
                             .and_then(|(partition, epoch)| {
                                 super::fetch::check_leader_epoch(p.current_leader_epoch, epoch)

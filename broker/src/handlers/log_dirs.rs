@@ -29,9 +29,11 @@ use kafka_protocol::messages::describe_log_dirs_response::{
 };
 use kafka_protocol::messages::{DescribeLogDirsRequest, DescribeLogDirsResponse, TopicName};
 
+use super::access::Access;
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::image::PartitionRole;
+use crate::security::acl::AclOperation;
 
 /// Topic → partitions a request asks about (`None`: all).
 type Filter = BTreeMap<String, BTreeSet<i32>>;
@@ -48,7 +50,17 @@ fn filter_of(req: &DescribeLogDirsRequest) -> Option<Filter> {
     Some(filter)
 }
 
-pub fn describe_log_dirs(broker: &Broker, req: DescribeLogDirsRequest) -> DescribeLogDirsResponse {
+/// DescribeLogDirs; it needs DESCRIBE on the cluster (else no results and
+/// CLUSTER_AUTHORIZATION_FAILED, as Kafka answers).
+pub fn describe_log_dirs(
+    broker: &Broker,
+    req: DescribeLogDirsRequest,
+    access: &Access,
+) -> DescribeLogDirsResponse {
+    if !access.allows_cluster(AclOperation::Describe) {
+        return DescribeLogDirsResponse::default()
+            .with_error_code(ResponseError::ClusterAuthorizationFailed.code());
+    }
     let filter = filter_of(&req);
     let dir = broker.topics.data_dir();
     let path = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());

@@ -5,11 +5,15 @@
 //! Handlers never panic on request content: every bad field becomes an error
 //! code in the response, and undecodable requests close the connection.
 
+mod access;
+mod acls;
 mod admin;
 mod api_versions;
 mod configs;
+pub(crate) mod consumer_groups;
 mod describe_producers;
 mod elect;
+mod features;
 mod fetch;
 mod groups;
 mod list_offsets;
@@ -18,9 +22,12 @@ mod metadata;
 mod produce;
 mod produce_verify;
 mod producers;
+mod quorum;
 mod quotas;
 mod reassignments;
 pub mod sasl;
+mod scram_credentials;
+mod telemetry;
 mod transactions;
 
 pub use transactions::write_markers_locally;
@@ -203,6 +210,20 @@ pub async fn handle(
 ) -> Result<Reply, RequestError> {
     let received = std::time::Instant::now();
     let api = decoded.api;
+    if !ctx.is_authenticated(received)
+        && !matches!(
+            api,
+            ApiKey::ApiVersions | ApiKey::SaslHandshake | ApiKey::SaslAuthenticate
+        )
+    {
+        // Kafka's SASL server closes a connection that sends anything else
+        // before it has authenticated, or after its session expired
+        // without a re-authentication (KIP-368)
+        return Err(RequestError::Failed {
+            api,
+            reason: "a request before SASL authentication".into(),
+        });
+    }
     let tracked = broker
         .in_flight
         .track(api, own_timeout(&decoded.request), received);
@@ -254,26 +275,40 @@ async fn handle_tracked(
     let Some(quotas) = image
         .as_ref()
         .map(|i| &i.client_quotas)
-        .filter(|q| crate::quota::QuotaManager::applies(q, &ctx.client_id, kind))
+        .filter(|q| crate::quota::QuotaManager::applies(q, quota_client(ctx), kind))
     else {
         return dispatch(broker, decoded, ctx).await;
     };
     ctx.request_throttle_ms =
         broker
             .quotas
-            .throttle_now(quotas, &ctx.client_id, kind, crate::clock::now_ms());
+            .throttle_now(quotas, quota_client(ctx), kind, crate::clock::now_ms());
     let client_id = ctx.client_id.clone();
+    let user = ctx.quota_user().to_string();
     let prepared_for = decoded.prepared_for;
     let (reply, busy) = crate::quota::Busy::new(dispatch(broker, decoded, ctx)).await;
     let throttle = broker.quotas.record(
         quotas,
-        &client_id,
+        crate::quota::entity::QuotaClient {
+            user: &user,
+            client_id: &client_id,
+        },
         kind,
         (busy + prepared_for).as_secs_f64() * 1000.0,
         crate::clock::now_ms(),
     );
     ctx.throttle_ms = ctx.throttle_ms.max(throttle);
     reply
+}
+
+/// Who `ctx`'s requests are metered as for client quotas.
+fn quota_client(
+    ctx: &crate::protocol::principal::ConnectionContext,
+) -> crate::quota::entity::QuotaClient<'_> {
+    crate::quota::entity::QuotaClient {
+        user: ctx.quota_user(),
+        client_id: &ctx.client_id,
+    }
 }
 
 /// Hands a decoded request to its handler.
@@ -294,23 +329,37 @@ async fn dispatch(
     } = decoded;
     let cid = header.correlation_id;
     let b = broker.as_ref();
+    // what the authorizer lets this connection do (each handler asks it
+    // with Kafka's rules for its API)
+    let access = access::Access::of(b, ctx);
     match request {
-        RequestKind::ApiVersions(_) => encode_response(api, version, cid, &api_versions::handle(b)),
+        RequestKind::ApiVersions(r) => {
+            telemetry::note_software(ctx, &r);
+            encode_response(api, version, cid, &api_versions::handle(b))
+        }
         // Auto-creating a topic creates files and rewrites the metadata.
         RequestKind::Metadata(r) if metadata::may_create_topics(b, &r, version) => {
-            let resp = blocking(broker, api, move |b| metadata::handle(b, r, version)).await?;
+            let listener = ctx.listener.clone();
+            let resp = blocking(broker, api, move |b| {
+                metadata::handle(b, r, version, &access, &listener.name)
+            })
+            .await?;
             encode_response(api, version, cid, &resp)
         }
-        RequestKind::Metadata(r) => {
-            encode_response(api, version, cid, &metadata::handle(b, r, version))
-        }
+        RequestKind::Metadata(r) => encode_response(
+            api,
+            version,
+            cid,
+            &metadata::handle(b, r, version, &access, &ctx.listener.name),
+        ),
         RequestKind::Produce(r) => {
-            let refused = produce_verify::verify(broker, &r).await;
+            let denied = produce::refused_by_acls(&r, &access);
+            let refused = produce_verify::verify(broker, &r, version, denied).await;
             let handled = produce::handle(b, r, version, prevalidated, &refused);
             // Kafka counts the whole request against the producer's quota
             let throttle = if ctx.is_quota_client() {
                 b.record_quota(
-                    &ctx.client_id,
+                    quota_client(ctx),
                     crate::quota::QuotaKind::Produce,
                     request_bytes,
                 )
@@ -331,95 +380,140 @@ async fn dispatch(
             }
         }
         RequestKind::Fetch(r) => {
-            let quota_client = ctx.is_quota_client().then_some(ctx.client_id.as_str());
-            let fetched = fetch::handle(
-                broker,
-                r,
-                version,
-                cid,
-                ctx.broker(),
+            let quota_client = ctx.is_quota_client().then(|| quota_client(ctx));
+            let listener = ctx.listener.clone();
+            let fetcher = fetch::Fetcher {
+                listener: &listener.name,
+                authenticated: ctx.broker(),
                 quota_client,
-                ctx.request_throttle_ms,
-            )
-            .await;
+                request_throttle_ms: ctx.request_throttle_ms,
+                access: &access,
+            };
+            let fetched = fetch::handle(broker, r, version, cid, fetcher).await;
             ctx.throttle_ms = ctx.throttle_ms.max(fetched.throttle_ms);
             Ok(Reply::Pieces(fetched.pieces))
         }
         RequestKind::SaslHandshake(r) => {
-            encode_response(api, version, cid, &sasl::handshake(ctx, r))
+            let listener = ctx.listener.clone();
+            encode_response(api, version, cid, &sasl::handshake(&listener, ctx, r))
         }
         RequestKind::SaslAuthenticate(r) => {
-            encode_response(api, version, cid, &sasl::authenticate(b, ctx, r))
+            let listener = ctx.listener.clone();
+            encode_response(api, version, cid, &sasl::authenticate(b, &listener, ctx, r))
         }
         // Waits for the in-sync replicas to hold the markers.
         RequestKind::WriteTxnMarkers(r) => {
-            let from_broker = ctx.broker().is_some();
+            let from_broker = txn_markers::may_write_markers(b, ctx);
             let resp =
                 blocking(broker, api, move |b| txn_markers::handle(b, r, from_broker)).await?;
             encode_response(api, version, cid, &resp)
         }
-        RequestKind::ListOffsets(r) => {
-            encode_response(api, version, cid, &list_offsets::handle(b, r, version))
-        }
+        RequestKind::ListOffsets(r) => encode_response(
+            api,
+            version,
+            cid,
+            &list_offsets::handle(b, r, version, &access),
+        ),
         RequestKind::OffsetForLeaderEpoch(r) => encode_response(
             api,
             version,
             cid,
-            &list_offsets::offsets_for_leader_epoch(b, r),
+            &list_offsets::offsets_for_leader_epoch(b, r, &access),
         ),
         // Blocking file work: off the runtime's worker threads.
         RequestKind::CreateTopics(r) => {
-            let resp = admin::create_topics_off_runtime(broker, r, version).await;
+            let resp = admin::create_topics_off_runtime(broker, r, version, access).await;
             encode_response(api, version, cid, &resp)
         }
         RequestKind::DeleteTopics(r) => {
-            let resp = admin::delete_topics_off_runtime(broker, r, version).await;
+            let resp = admin::delete_topics_off_runtime(broker, r, version, access).await;
             encode_response(api, version, cid, &resp)
         }
         RequestKind::CreatePartitions(r) => {
-            let resp = admin::create_partitions_off_runtime(broker, r).await;
+            let resp = admin::create_partitions_off_runtime(broker, r, access).await;
             encode_response(api, version, cid, &resp)
         }
         // Rolls segments, checkpoints (fsync), deletes files.
         RequestKind::DeleteRecords(r) => {
-            let resp = blocking(broker, api, move |b| admin::delete_records(b, r)).await?;
+            let resp = blocking(broker, api, move |b| admin::delete_records(b, r, &access)).await?;
             encode_response(api, version, cid, &resp)
         }
         // asks the controller and waits for the change (blocking)
         RequestKind::AlterPartitionReassignments(r) => {
-            let resp = blocking(broker, api, move |b| reassignments::alter(b, r, version)).await?;
+            let resp = blocking(broker, api, move |b| {
+                reassignments::alter(b, r, version, &access)
+            })
+            .await?;
             encode_response(api, version, cid, &resp)
         }
         // asks the controller and waits for the change (blocking)
         RequestKind::AlterClientQuotas(r) => {
-            let resp = blocking(broker, api, move |b| quotas::alter(b, r)).await?;
+            let resp = blocking(broker, api, move |b| quotas::alter(b, r, &access)).await?;
             encode_response(api, version, cid, &resp)
         }
         RequestKind::DescribeClientQuotas(r) => {
-            encode_response(api, version, cid, &quotas::describe(b, r))
+            encode_response(api, version, cid, &quotas::describe(b, r, &access))
+        }
+        // asks the controller (or writes the local file) and waits
+        RequestKind::AlterUserScramCredentials(r) => {
+            let resp = blocking(broker, api, move |b| {
+                scram_credentials::alter(b, r, &access)
+            })
+            .await?;
+            encode_response(api, version, cid, &resp)
+        }
+        RequestKind::DescribeUserScramCredentials(r) => encode_response(
+            api,
+            version,
+            cid,
+            &scram_credentials::describe(b, r, &access),
+        ),
+        // ask the controller (or write the local file) and wait
+        RequestKind::CreateAcls(r) => {
+            let resp = blocking(broker, api, move |b| acls::create(b, r, &access)).await?;
+            encode_response(api, version, cid, &resp)
+        }
+        RequestKind::DeleteAcls(r) => {
+            let resp = blocking(broker, api, move |b| acls::delete(b, r, &access)).await?;
+            encode_response(api, version, cid, &resp)
+        }
+        RequestKind::DescribeAcls(r) => {
+            encode_response(api, version, cid, &acls::describe(b, r, &access))
         }
         RequestKind::ListPartitionReassignments(r) => {
-            encode_response(api, version, cid, &reassignments::list(b, r))
+            encode_response(api, version, cid, &reassignments::list(b, r, &access))
         }
-        RequestKind::DescribeCluster(r) => {
-            encode_response(api, version, cid, &admin::describe_cluster(b, r))
-        }
+        RequestKind::DescribeCluster(r) => encode_response(
+            api,
+            version,
+            cid,
+            &admin::describe_cluster(b, r, &access, &ctx.listener.name),
+        ),
         RequestKind::DescribeConfigs(r) => {
-            encode_response(api, version, cid, &configs::describe(b, r))
+            encode_response(api, version, cid, &configs::describe(b, r, &access))
         }
+        RequestKind::ListConfigResources(r) => encode_response(
+            api,
+            version,
+            cid,
+            &configs::list_config_resources(b, r, &access),
+        ),
         // These take the admin lock (which a big CreateTopics holds for
         // long) and rewrite the metadata document.
         RequestKind::AlterConfigs(r) => {
-            let resp = blocking(broker, api, move |b| configs::alter(b, r)).await?;
+            let resp = blocking(broker, api, move |b| configs::alter(b, r, &access)).await?;
             encode_response(api, version, cid, &resp)
         }
         RequestKind::IncrementalAlterConfigs(r) => {
-            let resp = blocking(broker, api, move |b| configs::incremental_alter(b, r)).await?;
+            let resp = blocking(broker, api, move |b| {
+                configs::incremental_alter(b, r, &access)
+            })
+            .await?;
             encode_response(api, version, cid, &resp)
         }
         RequestKind::InitProducerId(r) => {
             let resp = blocking(broker, api, move |b| {
-                producers::init_producer_id(b, r, version)
+                producers::init_producer_id(b, r, version, &access)
             })
             .await?;
             encode_response(api, version, cid, &resp)
@@ -428,44 +522,48 @@ async fn dispatch(
         // and wait for its replicas (and EndTxn for the markers): blocking.
         RequestKind::AddPartitionsToTxn(r) => {
             let resp = blocking(broker, api, move |b| {
-                transactions::add_partitions_to_txn(b, r, version)
+                transactions::add_partitions_to_txn(b, r, version, &access)
             })
             .await?;
             encode_response(api, version, cid, &resp)
         }
         RequestKind::AddOffsetsToTxn(r) => {
             let resp = blocking(broker, api, move |b| {
-                transactions::add_offsets_to_txn(b, r, version)
+                transactions::add_offsets_to_txn(b, r, version, &access)
             })
             .await?;
             encode_response(api, version, cid, &resp)
         }
         RequestKind::EndTxn(r) => {
-            let resp = blocking(broker, api, move |b| transactions::end_txn(b, r, version)).await?;
+            let resp = blocking(broker, api, move |b| {
+                transactions::end_txn(b, r, version, &access)
+            })
+            .await?;
             encode_response(api, version, cid, &resp)
         }
         RequestKind::DescribeTransactions(r) => encode_response(
             api,
             version,
             cid,
-            &transactions::describe_transactions(b, r),
+            &transactions::describe_transactions(b, r, &access),
         ),
         RequestKind::DescribeProducers(r) => encode_response(
             api,
             version,
             cid,
-            &describe_producers::describe_producers(b, r),
+            &describe_producers::describe_producers(b, r, &access),
         ),
         RequestKind::ListTransactions(r) => encode_response(
             api,
             version,
             cid,
-            &transactions::list_transactions(b, r, version),
+            &transactions::list_transactions(b, r, version, &access),
         ),
         RequestKind::FindCoordinator(r) => {
             // may ask the controller to create the offsets topic (blocking)
+            let listener = ctx.listener.clone();
             let resp = blocking(broker, api, move |b| {
-                groups::find_coordinator(b, r, version)
+                groups::find_coordinator(b, r, version, &access, &listener.name)
             })
             .await?;
             encode_response(api, version, cid, &resp)
@@ -473,12 +571,12 @@ async fn dispatch(
         RequestKind::JoinGroup(r) => {
             let client_id = header.client_id.as_ref().map(|c| c.as_str()).unwrap_or("");
             let host = format!("/{}", ctx.peer.ip());
-            let resp = groups::join_group(b, r, version, client_id, &host).await;
+            let resp = groups::join_group(b, r, version, client_id, &host, &access).await;
             encode_response(api, version, cid, &resp)
         }
         RequestKind::SyncGroup(r) => {
             let group = r.group_id.0.to_string();
-            let resp = groups::sync_group(b, r).await;
+            let resp = groups::sync_group(b, r, &access).await;
             if resp.error_code == 0 {
                 // the settled generation is stored (once) before the
                 // member hears of it, as Kafka's coordinator does
@@ -489,10 +587,12 @@ async fn dispatch(
             }
             encode_response(api, version, cid, &resp)
         }
-        RequestKind::Heartbeat(r) => encode_response(api, version, cid, &groups::heartbeat(b, r)),
+        RequestKind::Heartbeat(r) => {
+            encode_response(api, version, cid, &groups::heartbeat(b, r, &access))
+        }
         RequestKind::LeaveGroup(r) => {
             let group = r.group_id.0.to_string();
-            let resp = groups::leave_group(b, r, version);
+            let resp = groups::leave_group(b, r, version, &access);
             // an emptied group is stored as such
             blocking(broker, api, move |b| {
                 b.groups.store_group(&b.topics, &group)
@@ -504,38 +604,90 @@ async fn dispatch(
         // for the shard's write lock): on the blocking pool, so runtime
         // workers stay free to serve the followers' fetches they wait for.
         RequestKind::OffsetCommit(r) => {
-            let resp = blocking(broker, api, move |b| groups::offset_commit(b, r)).await?;
+            let resp = blocking(broker, api, move |b| {
+                groups::offset_commit(b, r, version, &access)
+            })
+            .await?;
             encode_response(api, version, cid, &resp)
         }
         RequestKind::TxnOffsetCommit(r) => {
-            let resp = blocking(broker, api, move |b| groups::txn_offset_commit(b, r)).await?;
+            let resp = blocking(broker, api, move |b| {
+                groups::txn_offset_commit(b, r, version, &access)
+            })
+            .await?;
             encode_response(api, version, cid, &resp)
         }
-        RequestKind::OffsetFetch(r) => {
-            encode_response(api, version, cid, &groups::offset_fetch(b, r, version))
-        }
+        RequestKind::OffsetFetch(r) => encode_response(
+            api,
+            version,
+            cid,
+            &groups::offset_fetch(b, r, version, &access),
+        ),
         RequestKind::OffsetDelete(r) => {
-            let resp = blocking(broker, api, move |b| groups::offset_delete(b, r)).await?;
+            let resp = blocking(broker, api, move |b| groups::offset_delete(b, r, &access)).await?;
             encode_response(api, version, cid, &resp)
+        }
+        // a change of the group waits for its offsets partition's ISR
+        RequestKind::ConsumerGroupHeartbeat(r) => {
+            let client_id = header
+                .client_id
+                .as_ref()
+                .map(|c| c.as_str().to_string())
+                .unwrap_or_default();
+            let host = format!("/{}", ctx.peer.ip());
+            let resp = blocking(broker, api, move |b| {
+                consumer_groups::heartbeat(b, r, version, &client_id, &host, &access)
+            })
+            .await?;
+            encode_response(api, version, cid, &resp)
+        }
+        RequestKind::ConsumerGroupDescribe(r) => {
+            encode_response(api, version, cid, &consumer_groups::describe(b, r, &access))
         }
         RequestKind::DescribeGroups(r) => {
-            encode_response(api, version, cid, &groups::describe_groups(b, r))
+            encode_response(api, version, cid, &groups::describe_groups(b, r, &access))
         }
         RequestKind::ListGroups(r) => {
-            encode_response(api, version, cid, &groups::list_groups(b, r))
+            encode_response(api, version, cid, &groups::list_groups(b, r, &access))
         }
         RequestKind::DeleteGroups(r) => {
-            let resp = blocking(broker, api, move |b| groups::delete_groups(b, r)).await?;
+            let resp = blocking(broker, api, move |b| groups::delete_groups(b, r, &access)).await?;
             encode_response(api, version, cid, &resp)
         }
         // Sizes of every hosted partition (their locks) and statvfs.
         RequestKind::DescribeLogDirs(r) => {
-            let resp = blocking(broker, api, move |b| log_dirs::describe_log_dirs(b, r)).await?;
+            let resp = blocking(broker, api, move |b| {
+                log_dirs::describe_log_dirs(b, r, &access)
+            })
+            .await?;
             encode_response(api, version, cid, &resp)
         }
         // Forwarded to the controller, waiting for its answer.
         RequestKind::ElectLeaders(r) => {
-            let resp = blocking(broker, api, move |b| elect::elect_leaders(b, r)).await?;
+            let resp = blocking(broker, api, move |b| elect::elect_leaders(b, r, &access)).await?;
+            encode_response(api, version, cid, &resp)
+        }
+        // asks the controller (cluster mode): blocking
+        RequestKind::DescribeQuorum(r) => {
+            let resp = blocking(broker, api, move |b| {
+                quorum::describe_quorum(b, r, version, &access)
+            })
+            .await?;
+            encode_response(api, version, cid, &resp)
+        }
+        RequestKind::UpdateFeatures(r) => encode_response(
+            api,
+            version,
+            cid,
+            &features::update_features(b, r, version, &access),
+        ),
+        RequestKind::GetTelemetrySubscriptions(r) => {
+            encode_response(api, version, cid, &telemetry::get_subscriptions(b, r, ctx))
+        }
+        // decompresses and decodes the payload: off the runtime's workers
+        RequestKind::PushTelemetry(r) => {
+            let client = telemetry::client_metadata(ctx);
+            let resp = blocking(broker, api, move |b| telemetry::push(b, r, &client)).await?;
             encode_response(api, version, cid, &resp)
         }
         _ => Err(RequestError::Decode {

@@ -26,11 +26,13 @@ use kafka_protocol::messages::produce_response::{
 };
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 
+use super::access::Access;
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::error::storage_error_code;
 use crate::metrics::Metrics;
 use crate::partition::{AckState, Partition};
+use crate::security::acl::AclOperation;
 use crate::storage::{batch, recompress, StorageError};
 use crate::topics::Appended;
 
@@ -267,6 +269,52 @@ pub fn worth_prevalidating(req: &ProduceRequest) -> bool {
     bytes >= MIN_RECORD_BYTES && record_sets().any(|r| batch::first_batch_is_compressed(r))
 }
 
+/// The partitions of `req` its sender may not write, with Kafka's errors:
+/// every one TRANSACTIONAL_ID_AUTHORIZATION_FAILED without WRITE on the
+/// request's transactional id, else those of topics without WRITE
+/// TOPIC_AUTHORIZATION_FAILED (whether the topic exists or not).
+pub fn refused_by_acls(req: &ProduceRequest, access: &Access) -> super::produce_verify::Refused {
+    let mut refused = super::produce_verify::Refused::new();
+    if !access.is_restricted() {
+        return refused;
+    }
+    let partitions = || {
+        req.topic_data.iter().flat_map(|t| {
+            t.partition_data
+                .iter()
+                .map(move |p| (t.name.0.as_str(), p.index))
+        })
+    };
+    if let Some(id) = &req.transactional_id {
+        if !access.allows_transactional_id(AclOperation::Write, id) {
+            for (topic, index) in partitions() {
+                refused.insert(
+                    (topic.to_string(), index),
+                    (
+                        ResponseError::TransactionalIdAuthorizationFailed,
+                        format!("no WRITE on transactional id {}", id.0.as_str()),
+                    ),
+                );
+            }
+            return refused;
+        }
+    }
+    let denied = access.denied_topics(
+        AclOperation::Write,
+        req.topic_data.iter().map(|t| t.name.0.as_str()),
+    );
+    for (topic, index) in partitions().filter(|(topic, _)| denied.contains(*topic)) {
+        refused.insert(
+            (topic.to_string(), index),
+            (
+                ResponseError::TopicAuthorizationFailed,
+                format!("no WRITE on topic {topic}"),
+            ),
+        );
+    }
+    refused
+}
+
 /// Handles a produce request; `prevalidated` holds the outcome of checking
 /// its batches ahead of their turn ([`prevalidate`]), used for each
 /// partition whose rules have not changed since.
@@ -308,6 +356,14 @@ pub fn handle(
                 ));
                 continue;
             }
+            if let Some((code, why)) = (!refused.is_empty())
+                .then(|| refused.get(&(name.clone(), index)))
+                .flatten()
+            {
+                tracing::debug!(topic = %name, partition = index, error = ?code, why, "produce refused");
+                partition_responses.push(partition_error(index, *code, why.clone()));
+                continue;
+            }
             if is_internal(&name) {
                 partition_responses.push(partition_error(
                     index,
@@ -327,14 +383,6 @@ pub fn handle(
                     continue;
                 }
             };
-            if let Some((code, why)) = (!refused.is_empty())
-                .then(|| refused.get(&(name.clone(), index)))
-                .flatten()
-            {
-                tracing::debug!(topic = %name, partition = index, error = ?code, why, "transactional produce refused");
-                partition_responses.push(partition_error(index, *code, why.clone()));
-                continue;
-            }
             let Some(records) = pd.records else {
                 partition_responses.push(partition_error(
                     index,

@@ -1,19 +1,24 @@
-//! KIP-890 part 1 on the produce path: before a partition leader takes the
-//! first transactional batch of a producer's transaction, it asks the
+//! KIP-890 on the produce path: before a partition leader takes the first
+//! transactional batch of a producer's transaction, it asks the
 //! transaction's coordinator whether the partition was added to the
-//! transaction (AddPartitionsToTxn verify-only;
-//! `transactions::verify_with_coordinator`). A batch for a partition never
-//! added, or one sent after its transaction ended, would otherwise open a
-//! transaction there that no coordinator will ever end — a hanging
-//! transaction holding the last stable offset back for good.
+//! transaction (part 1: AddPartitionsToTxn verify-only), or, for a
+//! transaction version 2 client (Produce v12+, which leaves the adding to
+//! the broker), to add it (part 2: AddPartitionsToTxn v5 without
+//! verify-only; `transactions::ask_coordinator`). A batch for a partition
+//! never added, or one sent after its transaction ended, would otherwise
+//! open a transaction there that no coordinator will ever end — a hanging
+//! transaction holding the last stable offset back for good; under part 2
+//! a late batch of an ended transaction carries the epoch that end bumped
+//! past, and the coordinator refuses to add it.
 //!
 //! A confirmed partition remembers the producer ([`Partition::verified`])
 //! until its batch opens the transaction or a marker ends one, and the
 //! append checks that under the partition's lock
 //! ([`Partition::append_verified`]), so a transaction that ended between
 //! the question and the append is refused too. Later batches of an open
-//! transaction need no question. Off with
-//! `transaction.partition.verification.enable=false`.
+//! transaction need no question. The part 1 question is off with
+//! `transaction.partition.verification.enable=false`; the part 2 add is
+//! not (nothing else would add the partition), as in Kafka.
 //!
 //! Errors as Kafka gives them to producers ([`produce_error`]): a partition
 //! not in the transaction INVALID_TXN_STATE, a fenced producer
@@ -29,6 +34,7 @@ use std::sync::Arc;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::ProduceRequest;
 
+use super::transactions::Ask;
 use crate::broker::Broker;
 use crate::partition::Partition;
 use crate::storage::batch::BatchHeader;
@@ -66,11 +72,18 @@ pub fn transactional_writes(req: &ProduceRequest) -> Vec<TransactionalWrite> {
         .collect()
 }
 
-/// What a producer is told when its coordinator's verification of a
-/// partition failed with `error` (Kafka's translation for produce).
-pub fn produce_error(error: ResponseError) -> ResponseError {
+/// The first Produce version whose transactional batches ask the
+/// coordinator to add their partition (a transaction version 2 client).
+pub const ADD_FROM_PRODUCE_VERSION: i16 = 12;
+
+/// What a producer (of Produce `version`) is told when its coordinator's
+/// verification of a partition failed with `error` (Kafka's translation
+/// for produce). A version 2 client (v12+) knows TRANSACTION_ABORTABLE and
+/// aborts on it; older ones get INVALID_TXN_STATE.
+pub fn produce_error(error: ResponseError, version: i16) -> ResponseError {
     use ResponseError::*;
     match error {
+        TransactionAbortable if version >= ADD_FROM_PRODUCE_VERSION => TransactionAbortable,
         TransactionAbortable => InvalidTxnState,
         ProducerFenced => InvalidProducerEpoch,
         ConcurrentTransactions
@@ -86,16 +99,25 @@ pub fn produce_error(error: ResponseError) -> ResponseError {
 /// the refused ones. Cheap when the request has no transactional batch (a
 /// header parse per partition); a question to the coordinator runs on the
 /// blocking pool.
-pub async fn verify(broker: &Arc<Broker>, req: &ProduceRequest) -> Refused {
-    let mut refused = Refused::new();
-    if !broker
-        .topics
-        .static_broker_config()
-        .transaction_partition_verification_enable
+/// `refused` holds the partitions refused already (by the ACLs), which
+/// are never asked about.
+pub async fn verify(
+    broker: &Arc<Broker>,
+    req: &ProduceRequest,
+    version: i16,
+    mut refused: Refused,
+) -> Refused {
+    let ask = Ask::for_version(version, ADD_FROM_PRODUCE_VERSION);
+    if ask == Ask::Verify
+        && !broker
+            .topics
+            .static_broker_config()
+            .transaction_partition_verification_enable
     {
         return refused;
     }
-    let writes = transactional_writes(req);
+    let mut writes = transactional_writes(req);
+    writes.retain(|w| !refused.contains_key(&(w.topic.clone(), w.partition)));
     if writes.is_empty() {
         return refused;
     }
@@ -128,7 +150,7 @@ pub async fn verify(broker: &Arc<Broker>, req: &ProduceRequest) -> Refused {
             let (partition, _) =
                 super::led_partition(broker, &image, &w.topic, w.partition).ok()?;
             partition
-                .needs_verification(producer_id)
+                .needs_verification(producer_id, epoch)
                 .then(|| (TopicPartition::new(&w.topic, w.partition), partition))
         })
         .collect();
@@ -140,7 +162,7 @@ pub async fn verify(broker: &Arc<Broker>, req: &ProduceRequest) -> Refused {
     let b = broker.clone();
     let id = transactional_id.clone();
     let answer = tokio::task::spawn_blocking(move || {
-        super::transactions::verify_with_coordinator(&b, &id, producer, &asked)
+        super::transactions::ask_coordinator(&b, &id, producer, &asked, ask)
     })
     .await
     .unwrap_or(Err(ResponseError::UnknownServerError));
@@ -154,7 +176,7 @@ pub async fn verify(broker: &Arc<Broker>, req: &ProduceRequest) -> Refused {
                         refused.insert(
                             (tp.topic.clone(), tp.partition),
                             (
-                                produce_error(error),
+                                produce_error(error, version),
                                 format!("{tp} is not in transaction {transactional_id}: {error:?}"),
                             ),
                         );
@@ -167,7 +189,7 @@ pub async fn verify(broker: &Arc<Broker>, req: &ProduceRequest) -> Refused {
                 refused.insert(
                     (tp.topic.clone(), tp.partition),
                     (
-                        produce_error(error),
+                        produce_error(error, version),
                         format!(
                             "verifying {tp} with the coordinator of {transactional_id}: {error:?}"
                         ),
@@ -226,8 +248,13 @@ mod tests {
     #[test]
     fn coordinator_answers_become_the_errors_producers_expect() {
         use ResponseError::*;
-        assert_eq!(produce_error(TransactionAbortable), InvalidTxnState);
-        assert_eq!(produce_error(ProducerFenced), InvalidProducerEpoch);
+        assert_eq!(produce_error(TransactionAbortable, 11), InvalidTxnState);
+        assert_eq!(
+            produce_error(TransactionAbortable, 12),
+            TransactionAbortable,
+            "a transaction version 2 client aborts"
+        );
+        assert_eq!(produce_error(ProducerFenced, 12), InvalidProducerEpoch);
         for retried in [
             ConcurrentTransactions,
             CoordinatorLoadInProgress,
@@ -235,10 +262,10 @@ mod tests {
             NotCoordinator,
             NetworkException,
         ] {
-            assert_eq!(produce_error(retried), NotEnoughReplicas, "{retried:?}");
+            assert_eq!(produce_error(retried, 12), NotEnoughReplicas, "{retried:?}");
         }
         assert_eq!(
-            produce_error(InvalidProducerIdMapping),
+            produce_error(InvalidProducerIdMapping, 11),
             InvalidProducerIdMapping
         );
     }

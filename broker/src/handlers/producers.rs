@@ -11,20 +11,36 @@
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 
+use super::access::Access;
 use crate::broker::Broker;
+use crate::security::acl::{AclOperation, ResourceType};
 
+/// InitProducerId. A transactional producer needs WRITE on its
+/// transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED), an
+/// idempotent one IDEMPOTENT_WRITE on the cluster or WRITE on some topic
+/// (else CLUSTER_AUTHORIZATION_FAILED), as in Kafka.
 pub fn init_producer_id(
     broker: &Broker,
     req: InitProducerIdRequest,
     version: i16,
+    access: &Access,
 ) -> InitProducerIdResponse {
     let resp = InitProducerIdResponse::default()
         .with_producer_id(ProducerId(-1))
         .with_producer_epoch(-1);
     match &req.transactional_id {
+        None if access.is_restricted()
+            && !access.allows_cluster(AclOperation::IdempotentWrite)
+            && !access.allows_some(AclOperation::Write, ResourceType::Topic) =>
+        {
+            return resp.with_error_code(ResponseError::ClusterAuthorizationFailed.code())
+        }
         None => {}
         Some(id) if id.0.is_empty() => {
             return resp.with_error_code(ResponseError::InvalidRequest.code())
+        }
+        Some(id) if !access.allows_transactional_id(AclOperation::Write, id) => {
+            return resp.with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code())
         }
         Some(id) => {
             let producer =

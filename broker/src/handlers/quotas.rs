@@ -14,10 +14,12 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
+use super::access::Access;
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::error::TopicError;
 use crate::quota::{QuotaEntity, QuotaName};
+use crate::security::acl::AclOperation;
 
 const USER: &str = "user";
 const CLIENT_ID: &str = "client-id";
@@ -81,8 +83,15 @@ fn parts_of(e: &QuotaEntity) -> Vec<(&'static str, Option<StrBytes>)> {
         .collect()
 }
 
-pub fn alter(broker: &Broker, req: AlterClientQuotasRequest) -> AlterClientQuotasResponse {
+/// AlterClientQuotas; it needs ALTER_CONFIGS on the cluster (else each
+/// entry is answered CLUSTER_AUTHORIZATION_FAILED, as Kafka does).
+pub fn alter(
+    broker: &Broker,
+    req: AlterClientQuotasRequest,
+    access: &Access,
+) -> AlterClientQuotasResponse {
     let controller = crate::controller::Controller::new(broker);
+    let allowed = access.allows_cluster(AclOperation::AlterConfigs);
     let entries = req
         .entries
         .into_iter()
@@ -94,6 +103,12 @@ pub fn alter(broker: &Broker, req: AlterClientQuotasRequest) -> AlterClientQuota
                 )
             }))
             .and_then(|e| {
+                if !allowed {
+                    return Err(TopicError::new(
+                        ResponseError::ClusterAuthorizationFailed,
+                        "no ALTER_CONFIGS on the cluster",
+                    ));
+                }
                 let ops = entry
                     .ops
                     .iter()
@@ -181,7 +196,19 @@ fn described(e: &QuotaEntity, req: &DescribeClientQuotasRequest) -> Result<bool,
     Ok(!req.strict || parts == filtered)
 }
 
-pub fn describe(broker: &Broker, req: DescribeClientQuotasRequest) -> DescribeClientQuotasResponse {
+/// DescribeClientQuotas; it needs DESCRIBE_CONFIGS on the cluster (else
+/// CLUSTER_AUTHORIZATION_FAILED).
+pub fn describe(
+    broker: &Broker,
+    req: DescribeClientQuotasRequest,
+    access: &Access,
+) -> DescribeClientQuotasResponse {
+    if !access.allows_cluster(AclOperation::DescribeConfigs) {
+        return DescribeClientQuotasResponse::default()
+            .with_error_code(ResponseError::ClusterAuthorizationFailed.code())
+            .with_error_message(Some(str_bytes("no DESCRIBE_CONFIGS on the cluster")))
+            .with_entries(None);
+    }
     let image = broker.image();
     let mut entries = Vec::new();
     for (e, values) in &image.client_quotas {

@@ -17,9 +17,11 @@ use kafka_protocol::messages::{
     ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse,
 };
 
+use super::access::Access;
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::controller::{Controller, ReassignRequest};
+use crate::security::acl::AclOperation;
 
 fn ids(v: &[i32]) -> Vec<BrokerId> {
     v.iter().copied().map(BrokerId).collect()
@@ -28,10 +30,14 @@ fn ids(v: &[i32]) -> Vec<BrokerId> {
 /// AlterPartitionReassignments (blocking: the controller is asked and the
 /// change awaited). v0 may change a partition's replication factor; v1
 /// only when `allow_replication_factor_change` (KIP-860, default true).
+///
+/// It needs ALTER on the cluster: without it the request and each of its
+/// partitions are answered CLUSTER_AUTHORIZATION_FAILED, as Kafka does.
 pub fn alter(
     broker: &Broker,
     req: AlterPartitionReassignmentsRequest,
     version: i16,
+    access: &Access,
 ) -> AlterPartitionReassignmentsResponse {
     let allow_rf_change = version < 1 || req.allow_replication_factor_change;
     let requests: Vec<ReassignRequest> = req
@@ -48,7 +54,15 @@ pub fn alter(
     let mut resp = AlterPartitionReassignmentsResponse::default()
         .with_allow_replication_factor_change(allow_rf_change)
         .with_error_message(None);
-    let results = match Controller::new(broker).alter_reassignments(&requests, allow_rf_change) {
+    let asked = if access.allows_cluster(AclOperation::Alter) {
+        Controller::new(broker).alter_reassignments(&requests, allow_rf_change)
+    } else {
+        Err(crate::error::TopicError::new(
+            ResponseError::ClusterAuthorizationFailed,
+            "no ALTER on the cluster",
+        ))
+    };
+    let results = match asked {
         Ok(results) => results,
         Err(e) => {
             // the controller could not be asked: the whole request fails
@@ -90,11 +104,18 @@ pub fn alter(
 }
 
 /// ListPartitionReassignments: the running reassignments of the named
-/// partitions (all, when no topics are given), from the image.
+/// partitions (all, when no topics are given), from the image. It needs
+/// DESCRIBE on the cluster (else CLUSTER_AUTHORIZATION_FAILED).
 pub fn list(
     broker: &Broker,
     req: ListPartitionReassignmentsRequest,
+    access: &Access,
 ) -> ListPartitionReassignmentsResponse {
+    if !access.allows_cluster(AclOperation::Describe) {
+        return ListPartitionReassignmentsResponse::default()
+            .with_error_code(ResponseError::ClusterAuthorizationFailed.code())
+            .with_error_message(Some(str_bytes("no DESCRIBE on the cluster")));
+    }
     let image = broker.image();
     let wanted = |topic: &str, index: i32| match &req.topics {
         None => true,

@@ -28,8 +28,10 @@ use kafka_protocol::messages::{
     TopicName, TransactionalId,
 };
 
+use super::access::Access;
 use super::str_bytes;
 use crate::broker::Broker;
+use crate::security::acl::AclOperation;
 use crate::txn::marker::TxnResult;
 use crate::txn::state::{self, AddPartitions, EndTxn, TxnApi, TxnState};
 use crate::txn::vocab::{ProducerIdAndEpoch, TopicPartition, TransactionVersion};
@@ -174,9 +176,15 @@ fn add_one(
     let req = AddPartitions {
         producer,
         partitions,
-        // a client adding partitions explicitly follows the older rules
-        // (version 2 clients add them implicitly, with their produce)
-        client_tv: TransactionVersion::V0,
+        // v0–v3 come from clients adding partitions explicitly (the older
+        // rules); v4+ from a partition leader or group coordinator adding
+        // them for a version 2 client's produce or offset commit, as Kafka
+        // infers it (`transactionVersionForAddPartitionsToTxn`)
+        client_tv: if version > 3 {
+            TransactionVersion::V2
+        } else {
+            TransactionVersion::V0
+        },
     };
     let result = broker.txns.add_partitions(&broker.topics, id, &req);
     topic_results(topics, |_| match result {
@@ -185,12 +193,52 @@ fn add_one(
     })
 }
 
+/// A client's AddPartitionsToTxn (v0–v3) refused by the ACLs, as Kafka
+/// refuses it: without WRITE on the transactional id every partition
+/// TRANSACTIONAL_ID_AUTHORIZATION_FAILED; with topics it may not WRITE,
+/// those TOPIC_AUTHORIZATION_FAILED and the rest OPERATION_NOT_ATTEMPTED.
+fn refused_adds(
+    access: &Access,
+    id: &str,
+    topics: &[AddPartitionsToTxnTopic],
+) -> Option<Vec<AddPartitionsToTxnTopicResult>> {
+    if !access.allows_transactional_id(AclOperation::Write, id) {
+        let code = ResponseError::TransactionalIdAuthorizationFailed.code();
+        return Some(topic_results(topics, |_| code));
+    }
+    let denied = access.denied_topics(
+        AclOperation::Write,
+        topics.iter().map(|t| t.name.0.as_str()),
+    );
+    (!denied.is_empty()).then(|| {
+        topic_results(topics, |tp| {
+            if denied.contains(&tp.topic) {
+                ResponseError::TopicAuthorizationFailed.code()
+            } else {
+                ResponseError::OperationNotAttempted.code()
+            }
+        })
+    })
+}
+
+/// AddPartitionsToTxn: v0–v3 from a client ([`refused_adds`] for its
+/// ACLs), v4+ batched from partition leaders, which needs CLUSTER_ACTION
+/// on the cluster (else CLUSTER_AUTHORIZATION_FAILED), as in Kafka.
 pub fn add_partitions_to_txn(
     broker: &Broker,
     req: AddPartitionsToTxnRequest,
     version: i16,
+    access: &Access,
 ) -> AddPartitionsToTxnResponse {
     if version <= 3 {
+        if let Some(refused) = refused_adds(
+            access,
+            req.v3_and_below_transactional_id.0.as_str(),
+            &req.v3_and_below_topics,
+        ) {
+            return AddPartitionsToTxnResponse::default()
+                .with_results_by_topic_v3_and_below(refused);
+        }
         let producer = ProducerIdAndEpoch::new(
             req.v3_and_below_producer_id.0,
             req.v3_and_below_producer_epoch,
@@ -204,6 +252,10 @@ pub fn add_partitions_to_txn(
             version,
         );
         return AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(results);
+    }
+    if !access.allows_cluster(AclOperation::ClusterAction) {
+        return AddPartitionsToTxnResponse::default()
+            .with_error_code(ResponseError::ClusterAuthorizationFailed.code());
     }
     let results = req
         .transactions
@@ -236,49 +288,104 @@ fn offsets_partition_of(broker: &Broker, group: &str) -> i32 {
     crate::group::offsets::partition_for(group, offsets_partitions)
 }
 
-/// Before a transactional offset commit for `group`: whether
-/// `transactional_id`'s transaction (of `producer`) has added the group's
-/// offsets partition (AddOffsetsToTxn), asked of its coordinator
-/// ([`verify_with_coordinator`]); see [`verification_answer`] for the
-/// answers. Blocking.
+/// What a partition leader or group coordinator asks of a transaction's
+/// coordinator before it takes a transactional write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ask {
+    /// Whether the partitions are in the transaction (KIP-890 part 1: the
+    /// client added them itself).
+    Verify,
+    /// Add them (KIP-890 part 2: a transaction version 2 client's Produce
+    /// v12+ or TxnOffsetCommit v5+ adds its partition implicitly).
+    Add,
+}
+
+impl Ask {
+    /// The ask a write of `api_version` makes: `Add` from the version
+    /// where the client leaves the adding to the broker
+    /// (`add_from_version`: Produce 12, TxnOffsetCommit 5).
+    pub fn for_version(api_version: i16, add_from_version: i16) -> Self {
+        if api_version >= add_from_version {
+            Ask::Add
+        } else {
+            Ask::Verify
+        }
+    }
+}
+
+/// Before a transactional offset commit (TxnOffsetCommit of
+/// `api_version`) for `group`: whether `transactional_id`'s transaction
+/// (of `producer`) has added the group's offsets partition
+/// (AddOffsetsToTxn), or from v5 on, adding it; asked of its coordinator
+/// ([`ask_coordinator`]); see [`verification_answer`] for the answers.
+/// Blocking.
 pub fn verify_offsets_added(
     broker: &Broker,
     transactional_id: &str,
     producer: (i64, i16),
     group: &str,
+    api_version: i16,
 ) -> Result<(), ResponseError> {
     let tp = TopicPartition::new(
         crate::group::offsets::OFFSETS_TOPIC,
         offsets_partition_of(broker, group),
     );
     let producer = ProducerIdAndEpoch::new(producer.0, producer.1);
-    verification_answer(verify_with_coordinator(
+    verification_answer(ask_coordinator(
         broker,
         transactional_id,
         producer,
         &BTreeSet::from([tp]),
+        Ask::for_version(api_version, 5),
     ))
 }
 
-/// Asks `transactional_id`'s coordinator whether `partitions` are in the
-/// transaction of `producer`, as Kafka's partition leaders ask it
-/// (KIP-890's verification): in process when this broker coordinates the
-/// id, else over the brokers' transaction channel (AddPartitionsToTxn v5,
-/// verify-only). Per partition `None` when it is in the transaction; the
-/// coordinator's refusal (PRODUCER_FENCED, INVALID_PRODUCER_ID_MAPPING,
-/// CONCURRENT_TRANSACTIONS, NOT_COORDINATOR, …); COORDINATOR_NOT_AVAILABLE
-/// when no coordinator can be reached; COORDINATOR_LOAD_IN_PROGRESS when
-/// the image names this broker, which has not loaded the id yet. Blocking.
-pub fn verify_with_coordinator(
+/// The local coordinator's answer to `ask`, in the shape of a
+/// verification's.
+fn ask_locally(
     broker: &Broker,
     transactional_id: &str,
     producer: ProducerIdAndEpoch,
     partitions: &BTreeSet<TopicPartition>,
+    ask: Ask,
 ) -> Result<Vec<(TopicPartition, Option<ResponseError>)>, ResponseError> {
-    match broker
-        .txns
-        .verify_partitions(transactional_id, producer, partitions)
-    {
+    match ask {
+        Ask::Verify => broker
+            .txns
+            .verify_partitions(transactional_id, producer, partitions),
+        Ask::Add => {
+            let req = AddPartitions {
+                producer,
+                partitions: partitions.clone(),
+                client_tv: TransactionVersion::V2,
+            };
+            broker
+                .txns
+                .add_partitions(&broker.topics, transactional_id, &req)?;
+            Ok(partitions.iter().map(|tp| (tp.clone(), None)).collect())
+        }
+    }
+}
+
+/// Asks `transactional_id`'s coordinator whether `partitions` are in the
+/// transaction of `producer` ([`Ask::Verify`]), as Kafka's partition
+/// leaders ask it (KIP-890's verification), or to add them
+/// ([`Ask::Add`]): in process when this broker coordinates the id, else
+/// over the brokers' transaction channel (AddPartitionsToTxn v5,
+/// verify-only or not). Per partition `None` when it is (now) in the
+/// transaction; the coordinator's refusal (PRODUCER_FENCED,
+/// INVALID_PRODUCER_ID_MAPPING, CONCURRENT_TRANSACTIONS, NOT_COORDINATOR,
+/// …); COORDINATOR_NOT_AVAILABLE when no coordinator can be reached;
+/// COORDINATOR_LOAD_IN_PROGRESS when the image names this broker, which
+/// has not loaded the id yet. Blocking.
+pub fn ask_coordinator(
+    broker: &Broker,
+    transactional_id: &str,
+    producer: ProducerIdAndEpoch,
+    partitions: &BTreeSet<TopicPartition>,
+    ask: Ask,
+) -> Result<Vec<(TopicPartition, Option<ResponseError>)>, ResponseError> {
+    match ask_locally(broker, transactional_id, producer, partitions, ask) {
         Err(ResponseError::NotCoordinator) => {}
         local => return local,
     }
@@ -299,7 +406,7 @@ pub fn verify_with_coordinator(
     if coordinator.0 == broker.node_id {
         return Err(ResponseError::CoordinatorLoadInProgress);
     }
-    let request = verify_request(transactional_id, producer, partitions);
+    let request = ask_request(transactional_id, producer, partitions, ask);
     match channel.verify(&coordinator, request) {
         Ok(response) => verified(&response, transactional_id),
         Err(e) => {
@@ -310,11 +417,12 @@ pub fn verify_with_coordinator(
 }
 
 /// AddPartitionsToTxn (v4+) asking whether `partitions` are in the
-/// transaction.
-fn verify_request(
+/// transaction, or adding them.
+fn ask_request(
     transactional_id: &str,
     producer: ProducerIdAndEpoch,
     partitions: &BTreeSet<TopicPartition>,
+    ask: Ask,
 ) -> AddPartitionsToTxnRequest {
     use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTransaction;
     let mut by_topic: std::collections::BTreeMap<&str, Vec<i32>> = Default::default();
@@ -326,7 +434,7 @@ fn verify_request(
             .with_transactional_id(TransactionalId(str_bytes(transactional_id)))
             .with_producer_id(ProducerId(producer.producer_id))
             .with_producer_epoch(producer.epoch)
-            .with_verify_only(true)
+            .with_verify_only(ask == Ask::Verify)
             .with_topics(
                 by_topic
                     .into_iter()
@@ -394,11 +502,23 @@ pub fn verification_answer(
     }
 }
 
+/// AddOffsetsToTxn; it needs WRITE on the transactional id (else
+/// TRANSACTIONAL_ID_AUTHORIZATION_FAILED) and READ on the group (else
+/// GROUP_AUTHORIZATION_FAILED).
 pub fn add_offsets_to_txn(
     broker: &Broker,
     req: AddOffsetsToTxnRequest,
     version: i16,
+    access: &Access,
 ) -> AddOffsetsToTxnResponse {
+    if !access.allows_transactional_id(AclOperation::Write, &req.transactional_id) {
+        return AddOffsetsToTxnResponse::default()
+            .with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code());
+    }
+    if !access.allows_group(AclOperation::Read, &req.group_id) {
+        return AddOffsetsToTxnResponse::default()
+            .with_error_code(ResponseError::GroupAuthorizationFailed.code());
+    }
     let index = offsets_partition_of(broker, req.group_id.0.as_str());
     let producer = ProducerIdAndEpoch::new(req.producer_id.0, req.producer_epoch);
     let client_tv = TransactionVersion::V0;
@@ -415,8 +535,21 @@ pub fn add_offsets_to_txn(
     AddOffsetsToTxnResponse::default().with_error_code(code)
 }
 
-pub fn end_txn(broker: &Broker, req: EndTxnRequest, version: i16) -> EndTxnResponse {
+/// EndTxn; it needs WRITE on the transactional id (else
+/// TRANSACTIONAL_ID_AUTHORIZATION_FAILED).
+pub fn end_txn(
+    broker: &Broker,
+    req: EndTxnRequest,
+    version: i16,
+    access: &Access,
+) -> EndTxnResponse {
     let id = req.transactional_id.0.as_str();
+    if !access.allows_transactional_id(AclOperation::Write, id) {
+        return EndTxnResponse::default()
+            .with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code())
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1);
+    }
     let end = EndTxn {
         producer: ProducerIdAndEpoch::new(req.producer_id.0, req.producer_epoch),
         result: TxnResult::from_committed(req.committed),
@@ -441,9 +574,13 @@ pub fn end_txn(broker: &Broker, req: EndTxnRequest, version: i16) -> EndTxnRespo
     }
 }
 
+/// DescribeTransactions; each id needs DESCRIBE on it (else
+/// TRANSACTIONAL_ID_AUTHORIZATION_FAILED), and only the partitions of
+/// topics the client may DESCRIBE are listed, as in Kafka.
 pub fn describe_transactions(
     broker: &Broker,
     req: DescribeTransactionsRequest,
+    access: &Access,
 ) -> DescribeTransactionsResponse {
     let states = req
         .transactional_ids
@@ -454,11 +591,20 @@ pub fn describe_transactions(
                 .with_producer_id(ProducerId(-1))
                 .with_producer_epoch(-1)
                 .with_transaction_start_time_ms(-1);
-            match broker.txns.describe(id.0.as_str()) {
+            let described = if access.allows_transactional_id(AclOperation::Describe, &id) {
+                broker.txns.describe(id.0.as_str())
+            } else {
+                Err(ResponseError::TransactionalIdAuthorizationFailed)
+            };
+            match described {
                 Err(e) => s.with_error_code(e.code()),
                 Ok(m) => {
                     let mut topics: Vec<TopicData> = Vec::new();
-                    for tp in m.partitions() {
+                    let visible = m
+                        .partitions()
+                        .iter()
+                        .filter(|tp| access.allows_topic(AclOperation::Describe, &tp.topic));
+                    for tp in visible {
                         match topics.last_mut() {
                             Some(t) if t.topic.0.as_str() == tp.topic => {
                                 t.partitions.push(tp.partition)
@@ -483,11 +629,40 @@ pub fn describe_transactions(
     DescribeTransactionsResponse::default().with_transaction_states(states)
 }
 
+/// ListTransactions v2's transactional id pattern (KIP-1152), as Kafka
+/// reads it: absent or empty, no filter; else an RE2 expression the whole
+/// id must match (Kafka's re2j `matches()`; the `regex` crate is RE2's
+/// syntax too), INVALID_REGULAR_EXPRESSION if it does not compile. The
+/// compiled program is bounded, so a hostile pattern cannot take memory.
+pub fn transactional_id_pattern(
+    pattern: Option<&str>,
+) -> Result<Option<regex::Regex>, ResponseError> {
+    match pattern {
+        None | Some("") => Ok(None),
+        Some(p) => regex::RegexBuilder::new(&format!("^(?:{p})$"))
+            .size_limit(1 << 20)
+            .dfa_size_limit(1 << 20)
+            .build()
+            .map(Some)
+            .map_err(|_| ResponseError::InvalidRegularExpression),
+    }
+}
+
+/// ListTransactions; only the ids the client may DESCRIBE are listed.
 pub fn list_transactions(
     broker: &Broker,
     req: ListTransactionsRequest,
     version: i16,
+    access: &Access,
 ) -> ListTransactionsResponse {
+    let pattern = if version >= 2 {
+        match transactional_id_pattern(req.transactional_id_pattern.as_deref()) {
+            Ok(p) => p,
+            Err(e) => return ListTransactionsResponse::default().with_error_code(e.code()),
+        }
+    } else {
+        None
+    };
     let mut unknown = Vec::new();
     let mut states = Vec::new();
     for s in &req.state_filters {
@@ -511,6 +686,8 @@ pub fn list_transactions(
         .filter(|(_, _, _, start)| {
             version < 1 || req.duration_filter < 0 || now - start >= req.duration_filter
         })
+        .filter(|(id, ..)| pattern.as_ref().is_none_or(|p| p.is_match(id)))
+        .filter(|(id, ..)| access.allows_transactional_id(AclOperation::Describe, id))
         .map(|(id, pid, state, _)| {
             list_transactions_response::TransactionState::default()
                 .with_transactional_id(TransactionalId(str_bytes(&id)))
@@ -526,6 +703,30 @@ pub fn list_transactions(
 #[cfg(test)]
 mod verification_tests {
     use super::*;
+
+    #[test]
+    fn a_transactional_id_pattern_matches_whole_ids_with_re2_syntax() {
+        assert!(transactional_id_pattern(None).unwrap().is_none());
+        assert!(transactional_id_pattern(Some("")).unwrap().is_none());
+        let p = transactional_id_pattern(Some("etl-[0-9]+"))
+            .unwrap()
+            .unwrap();
+        assert!(p.is_match("etl-12"));
+        assert!(
+            !p.is_match("my-etl-12"),
+            "the whole id, as re2j's matches()"
+        );
+        assert!(!p.is_match("etl-12x"));
+        let alt = transactional_id_pattern(Some("a|b")).unwrap().unwrap();
+        assert!(alt.is_match("a") && alt.is_match("b") && !alt.is_match("ab"));
+        for bad in ["etl-(", "(?<=x)y", "a{99999999}"] {
+            assert_eq!(
+                transactional_id_pattern(Some(bad)).unwrap_err(),
+                ResponseError::InvalidRegularExpression,
+                "{bad}"
+            );
+        }
+    }
 
     fn tp() -> TopicPartition {
         TopicPartition::new(crate::group::offsets::OFFSETS_TOPIC, 3)
@@ -564,7 +765,7 @@ mod verification_tests {
     fn a_remote_verification_is_read_back_per_partition() {
         use kafka_protocol::protocol::{Decodable, Encodable};
         let producer = ProducerIdAndEpoch::new(7, 2);
-        let request = verify_request("t-1", producer, &BTreeSet::from([tp()]));
+        let request = ask_request("t-1", producer, &BTreeSet::from([tp()]), Ask::Verify);
         let mut buf = bytes::BytesMut::new();
         request.encode(&mut buf, 5).unwrap();
         let decoded = AddPartitionsToTxnRequest::decode(&mut buf.freeze(), 5).unwrap();

@@ -1,4 +1,6 @@
-//! WriteTxnMarkers (API key 27, version 1, as Kafka 4 brokers send it): a
+//! WriteTxnMarkers (API key 27, versions 1 and 2, as Kafka 4 brokers send
+//! it; v2 says when the transaction is of version 2, whose markers must
+//! carry an epoch above the data's, see `ProducerStates::check_marker`): a
 //! transaction coordinator asks the leaders of the partitions a
 //! transaction wrote to to end it there with a COMMIT or ABORT marker
 //! (issue 37, the partition side; the coordinator that sends it is
@@ -18,13 +20,17 @@
 //! aborted ones vanish. A marker that is not acknowledged in time leaves
 //! them pending; the coordinator sends it again.
 //!
-//! Only brokers may send it (Kafka requires ClusterAction): a connection
-//! that has not authenticated as a registered broker (`sasl`'s
-//! `MOLDAU-BROKER`, as replica fetches do) gets
+//! It needs Kafka's ClusterAction on the cluster ([`may_write_markers`]):
+//! a connection authenticated as a registered broker (`sasl`'s
+//! `MOLDAU-BROKER`, as replica fetches do) has it; a client has it only
+//! through the authorizer (`authorizer.class.name`: a super user, or an
+//! ALLOW of CLUSTER_ACTION on the cluster), which is how Kafka's
+//! `kafka-transactions.sh abort` ends a hanging transaction. Without an
+//! authorizer Kafka lets any client write markers; Moldau does not (a
+//! stray marker ends a live transaction), so there clients get
 //! CLUSTER_AUTHORIZATION_FAILED for every partition. A standalone broker
 //! has no broker identity to authenticate with, so there its own
-//! coordinator writes markers by calling the partition directly. The
-//! listeners/security issue replaces this check with the authorizer's.
+//! coordinator writes markers by calling the partition directly.
 
 use std::time::Duration;
 
@@ -43,8 +49,29 @@ use crate::txn::marker::TxnResult;
 /// `request.timeout.ms` for the coordinator's marker requests).
 pub const MARKER_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Whether `ctx` may write transaction markers: a broker of the cluster,
+/// or a client the authorizer grants CLUSTER_ACTION on the cluster (see
+/// the module doc).
+pub fn may_write_markers(
+    broker: &Broker,
+    ctx: &crate::protocol::principal::ConnectionContext,
+) -> bool {
+    use crate::security::acl::{AclOperation, ResourceType, CLUSTER_NAME};
+    ctx.broker().is_some()
+        || broker.authorizer().is_some_and(|a| {
+            a.authorize(
+                &ctx.principal.kafka_name(),
+                &ctx.peer.ip().to_string(),
+                AclOperation::ClusterAction,
+                ResourceType::Cluster,
+                CLUSTER_NAME,
+            )
+        })
+}
+
 /// Answers a WriteTxnMarkers request; `from_broker` says whether the
-/// connection authenticated as a broker. Blocking: waits for replication.
+/// connection may write markers ([`may_write_markers`]). Blocking: waits
+/// for replication.
 pub fn handle(
     broker: &Broker,
     req: WriteTxnMarkersRequest,
@@ -73,6 +100,7 @@ pub fn handle(
                             marker.producer_epoch,
                             marker.coordinator_epoch,
                             result,
+                            marker.transaction_version >= 2,
                         ) {
                             Ok(offset) => {
                                 let ends = (name == OFFSETS_TOPIC).then_some((producer_id, result));

@@ -59,7 +59,7 @@ fn check_verified(state: &PartitionState, headers: &[BatchHeader]) -> Result<(),
         .iter()
         .filter(|h| h.is_transactional() && h.producer_id >= 0)
     {
-        let open = state.producers.open_txn(h.producer_id).is_some();
+        let open = state.producers.open_txn_at(h.producer_id, h.producer_epoch);
         if !open && state.verified.get(&h.producer_id) != Some(&h.producer_epoch) {
             return Err(TopicError::new(
                 ResponseError::InvalidTxnState,
@@ -118,10 +118,11 @@ impl Partition {
         self.append_from(batches, headers, min_isr, Origin::Client { verified: true })
     }
 
-    /// Whether producer `producer_id` has no transaction open here: its
-    /// next transactional batch needs the coordinator's confirmation.
-    pub fn needs_verification(&self, producer_id: i64) -> bool {
-        self.lock().producers.open_txn(producer_id).is_none()
+    /// Whether producer `producer_id` has no transaction open here at
+    /// `epoch`: its next transactional batch (of that epoch) needs the
+    /// coordinator's confirmation (`ProducerStates::open_txn_at`).
+    pub fn needs_verification(&self, producer_id: i64, epoch: i16) -> bool {
+        !self.lock().producers.open_txn_at(producer_id, epoch)
     }
 
     /// The coordinator confirmed this partition is in the transaction of
@@ -216,6 +217,9 @@ impl Partition {
     /// a coordinator epoch older than the producer's last marker's. A
     /// marker for a producer without an open transaction is written all
     /// the same, as Kafka does (a coordinator retrying after a failover).
+    /// `bumped`: the transaction is of version 2 (its end bumped the
+    /// epoch), so the marker's epoch must be above the producer's
+    /// (`ProducerStates::check_marker`'s strict rule).
     /// The marker is not held to `min.insync.replicas`: the coordinator
     /// waits for it like an acks=all produce ([`Partition::ack_state`]).
     pub fn write_txn_marker(
@@ -224,6 +228,7 @@ impl Partition {
         producer_epoch: i16,
         coordinator_epoch: i32,
         result: TxnResult,
+        bumped: bool,
     ) -> Result<i64, TopicError> {
         let now = now_ms();
         let marker = MarkerBatch::new(
@@ -244,7 +249,7 @@ impl Partition {
         };
         state
             .producers
-            .check_marker(producer_id, producer_epoch, coordinator_epoch)
+            .check_marker(producer_id, producer_epoch, coordinator_epoch, bumped)
             .map_err(|code| {
                 TopicError::new(
                     code,

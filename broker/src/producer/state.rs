@@ -235,16 +235,33 @@ impl ProducerStates {
     /// producer's is INVALID_PRODUCER_EPOCH (Kafka's answer to a fenced
     /// marker), a coordinator epoch older than the last marker's is
     /// TRANSACTION_COORDINATOR_FENCED.
+    ///
+    /// `bumped` is set for a transaction of version 2 (WriteTxnMarkers v2
+    /// says so), whose end bumped the epoch: its marker must then be
+    /// strictly above the epoch of the data it ends (Kafka 4.2's strict
+    /// rule), so a marker of an earlier transaction can never end a later
+    /// one. The same epoch is let through only as a retry of a marker
+    /// already written: no transaction of the producer is open, or the
+    /// epoch is `i16::MAX` (an exhausted producer aborts there without
+    /// bumping).
     pub fn check_marker(
         &self,
         pid: i64,
         epoch: i16,
         coordinator_epoch: i32,
+        bumped: bool,
     ) -> Result<(), ResponseError> {
         let Some(entry) = self.producers.get(&pid) else {
             return Ok(());
         };
-        if epoch < entry.epoch {
+        let stale = if bumped {
+            let retry =
+                epoch == entry.epoch && (entry.txn_first_offset.is_none() || epoch == i16::MAX);
+            epoch <= entry.epoch && !retry
+        } else {
+            epoch < entry.epoch
+        };
+        if stale {
             return Err(ResponseError::InvalidProducerEpoch);
         }
         if coordinator_epoch < entry.coordinator_epoch {
@@ -280,6 +297,19 @@ impl ProducerStates {
     /// The first offset of `pid`'s open transaction.
     pub fn open_txn(&self, pid: i64) -> Option<i64> {
         self.producers.get(&pid).and_then(|e| e.txn_first_offset)
+    }
+
+    /// Whether `pid` has a transaction open here at `epoch` (Kafka's
+    /// `hasOngoingTransaction(producerId, epoch)`): a batch of that epoch
+    /// continues it. A batch of a newer epoch does not: under transaction
+    /// version 2 it is the next transaction, sent while the previous one's
+    /// marker (at that newer epoch) is still on its way, and must be added
+    /// to its transaction like any first batch, or the marker would find
+    /// it and end it too.
+    pub fn open_txn_at(&self, pid: i64, epoch: i16) -> bool {
+        self.producers
+            .get(&pid)
+            .is_some_and(|e| e.txn_first_offset.is_some() && e.epoch == epoch)
     }
 
     /// The first offset of the earliest open transaction: the last
@@ -563,12 +593,12 @@ mod tests {
         assert_eq!(s.check_txn(1, true), Ok(()));
         assert_eq!(s.check_txn(3, false), Ok(()));
         // fencing of markers
-        assert_eq!(s.check_marker(1, 0, 5), Ok(()));
+        assert_eq!(s.check_marker(1, 0, 5, false), Ok(()));
         assert_eq!(s.stable_after_completion(1, 13), 11);
         assert_eq!(s.end_txn(1, 0, Some(5), 13), 10);
         assert_eq!(s.first_unstable_offset(), Some(11));
         assert_eq!(
-            s.check_marker(1, 0, 4),
+            s.check_marker(1, 0, 4, false),
             Err(ResponseError::TransactionCoordinatorFenced)
         );
         // a marker with a bumped epoch (transaction version 2) resets sequences
@@ -576,7 +606,7 @@ mod tests {
         assert_eq!(s.end_txn(2, 1, Some(5), 14), 11);
         assert_eq!(s.first_unstable_offset(), None);
         assert_eq!(
-            s.check_marker(2, 0, 5),
+            s.check_marker(2, 0, 5, false),
             Err(ResponseError::InvalidProducerEpoch)
         );
         assert_eq!(s.check(2, 1, 0, 0), SeqCheck::Append);
@@ -588,10 +618,47 @@ mod tests {
         assert_eq!(back.open_txn(1), Some(21));
         assert_eq!(back.open_txn(2), None);
         assert_eq!(
-            back.check_marker(1, 0, 4),
+            back.check_marker(1, 0, 4, false),
             Err(ResponseError::TransactionCoordinatorFenced)
         );
         assert_eq!(back.to_snapshot(), s.to_snapshot());
+    }
+
+    #[test]
+    fn a_version_2_marker_must_be_above_the_data_s_epoch_but_may_be_retried() {
+        let mut s = ProducerStates::default();
+        // transaction at epoch 4 open at offset 10
+        s.record(1, 4, 0, 2, 10);
+        s.begin_txn(1, 10);
+        assert_eq!(
+            s.check_marker(1, 4, 0, true),
+            Err(ResponseError::InvalidProducerEpoch),
+            "the same epoch as the open transaction's data: not the end of it"
+        );
+        assert_eq!(s.check_marker(1, 4, 0, false), Ok(()), "the older rule");
+        assert_eq!(
+            s.check_marker(1, 3, 0, true),
+            Err(ResponseError::InvalidProducerEpoch)
+        );
+        assert_eq!(s.check_marker(1, 5, 0, true), Ok(()));
+        assert_eq!(s.end_txn(1, 5, Some(0), 13), 10);
+        // a coordinator that failed over sends the same marker again
+        assert_eq!(s.check_marker(1, 5, 0, true), Ok(()), "a retry");
+        // the next transaction (epoch 5, from sequence 0) opens; a marker at
+        // 5 would now end it without its coordinator's say: refused
+        assert_eq!(s.check(1, 5, 0, 0), SeqCheck::Append);
+        s.record(1, 5, 0, 0, 14);
+        s.begin_txn(1, 14);
+        assert_eq!(
+            s.check_marker(1, 5, 0, true),
+            Err(ResponseError::InvalidProducerEpoch)
+        );
+        // an exhausted producer aborts at i16::MAX without a bump
+        s.record(2, i16::MAX, 0, 0, 20);
+        s.begin_txn(2, 20);
+        assert_eq!(s.check_marker(2, i16::MAX, 0, true), Ok(()));
+        // a producer this partition never saw
+        assert_eq!(s.check_marker(9, 0, 0, true), Ok(()));
     }
 
     #[test]

@@ -29,6 +29,17 @@
 //! `socket.request.read.timeout.ms`; its bytes are reserved from the
 //! broker's `queued.max.request.bytes` budget as they arrive (before the
 //! buffer grows), and released when the response is written.
+//!
+//! On a TLS listener (SSL, SASL_SSL) the connection starts with the TLS
+//! handshake (`security::tls` owns the configuration); on SSL a client
+//! certificate's subject, mapped by `ssl.principal.mapping.rules`, is the
+//! principal. Responses then go through the TLS session: log bytes are
+//! read from the segment into memory and encrypted ([`Copying`]) instead
+//! of going zero-copy with `sendfile` ([`Sendfile`]).
+//!
+//! A connection knows the listener it arrived on (its
+//! [`ConnectionContext::listener`]): that listener's security applies, and
+//! answers that name brokers give their endpoints of that listener.
 
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -36,7 +47,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::ApiKey;
-use tokio::io::{AsyncWriteExt, Interest};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 use tokio_util::task::AbortOnDropHandle;
 
@@ -46,6 +57,9 @@ use super::versions::supported_range;
 use crate::broker::Broker;
 use crate::handlers::{self, Reply};
 use crate::metrics::ApiLabel;
+use crate::protocol::principal::{ConnectionContext, Principal};
+use crate::security::listener::ClientListener;
+use crate::security::tls::TlsState;
 
 static BAD_CONNECTION_LOG: LogRate = LogRate::new(1_000);
 
@@ -84,11 +98,26 @@ impl LogRate {
 }
 
 /// Serves one connection until the peer closes it or sends something we
-/// must refuse.
-pub async fn serve(broker: Arc<Broker>, stream: TcpStream, peer: std::net::SocketAddr) {
+/// must refuse; `tls`: the listener's TLS (SSL, SASL_SSL), whose
+/// handshake comes first.
+pub async fn serve(
+    broker: Arc<Broker>,
+    stream: TcpStream,
+    peer: std::net::SocketAddr,
+    listener: Arc<ClientListener>,
+    tls: Option<Arc<TlsState>>,
+) {
     let _ = stream.set_nodelay(true);
     broker.metrics.connections.inc();
-    if let Err(reason) = serve_inner(&broker, stream, peer).await {
+    let ctx = ConnectionContext::on_listener(peer, listener);
+    let outcome = match tls {
+        None => {
+            let (reading, writing) = stream.into_split();
+            serve_inner(&broker, reading, Sendfile(writing), ctx).await
+        }
+        Some(tls) => serve_tls(&broker, stream, ctx, &tls).await,
+    };
+    if let Err(reason) = outcome {
         if !reason.is_empty() {
             broker.metrics.closed_bad_connections.inc();
             // At most one line a second: a flood of bad connections must
@@ -101,12 +130,75 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream, peer: std::net::Socke
     broker.metrics.connections.dec();
 }
 
-async fn serve_inner(
+/// The TLS handshake (bounded by `socket.request.read.timeout.ms`, so a
+/// client stalling in it holds its connection slot no longer than one
+/// stalling in a request), the principal of a client certificate, then
+/// the connection as any other.
+async fn serve_tls(
     broker: &Arc<Broker>,
     stream: TcpStream,
-    peer: std::net::SocketAddr,
+    mut ctx: ConnectionContext,
+    tls: &TlsState,
 ) -> Result<(), String> {
-    let (reading, mut writing) = stream.into_split();
+    let peer = ctx.peer;
+    // the configuration of this moment: a rotation after it applies to
+    // the next connections
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls.server_config());
+    let deadline = Duration::from_millis(
+        broker
+            .topics
+            .broker_config()
+            .socket_request_read_timeout_ms
+            .max(1) as u64,
+    );
+    let stream = match tokio::time::timeout(deadline, acceptor.accept(stream)).await {
+        Err(_) => return Err("TLS handshake not completed in time".into()),
+        // closed before or during the handshake without a word (a TCP
+        // health check, a client giving up): as quiet as a plaintext
+        // connection closed before its first request
+        Ok(Err(e))
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset
+            ) =>
+        {
+            return Ok(())
+        }
+        Ok(Err(e)) => return Err(format!("TLS handshake failed: {e}")),
+        Ok(Ok(stream)) => stream,
+    };
+    // On SSL the client certificate is the principal (Kafka's default
+    // principal builder); on SASL_SSL the SASL user is, as in Kafka.
+    if !ctx.requires_sasl {
+        let certificate = stream
+            .get_ref()
+            .1
+            .peer_certificates()
+            .and_then(|chain| chain.first());
+        if let Some(certificate) = certificate {
+            let dn = crate::security::tls::subject_dn(certificate)?;
+            let name =
+                tls.settings().principal_mapper.map(&dn).ok_or_else(|| {
+                    format!("no ssl.principal.mapping.rules rule applies to {dn}")
+                })?;
+            ctx.principal = Principal::User(name.into());
+            tracing::debug!(%peer, subject = %dn, principal = %ctx.principal.kafka_name(), "TLS client authenticated");
+        }
+    }
+    let (reading, writing) = tokio::io::split(stream);
+    serve_inner(broker, reading, Copying(writing), ctx).await
+}
+
+async fn serve_inner<R, W>(
+    broker: &Arc<Broker>,
+    reading: R,
+    mut writing: W,
+    mut ctx: ConnectionContext,
+) -> Result<(), String>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: PieceWriter,
+{
     let activity = Arc::new(Activity::new());
     // The reader reserves a slot before it reads: at most this many
     // requests wait, read and being prepared, while another is handled.
@@ -130,7 +222,6 @@ async fn serve_inner(
             read_ahead(&broker, &mut reading, &ahead, &activity).await;
         }
     }));
-    let mut ctx = crate::protocol::principal::ConnectionContext::new(peer);
     // `None`: the reader task is gone without its last message (it cannot
     // panic on request content; only a shutdown aborts it).
     while let Some(item) = next.recv().await {
@@ -141,7 +232,8 @@ async fn serve_inner(
             Ahead::End(outcome) => return outcome,
             Ahead::UnsupportedApiVersions { correlation_id } => {
                 let reply = handlers::unsupported_version_response(correlation_id);
-                write_pieces(&mut writing, &[Piece::Bytes(reply)])
+                writing
+                    .write_pieces(&[Piece::Bytes(reply)])
                     .await
                     .map_err(|e| e.to_string())?;
                 continue;
@@ -161,14 +253,22 @@ async fn serve_inner(
             .get_or_create(&label)
             .observe(started.elapsed().as_secs_f64());
         broker.metrics.requests.get_or_create(&label).inc();
+        let closing = ctx.close_after_reply.take();
+        if let Some(delay) = closing {
+            // a failed authentication: answered late, then closed
+            tokio::time::sleep(delay).await;
+        }
         if let Reply::Pieces(pieces) = reply {
-            if let Err(e) = write_pieces(&mut writing, &pieces).await {
+            if let Err(e) = writing.write_pieces(&pieces).await {
                 // The peer went away: nothing to log beyond debug.
                 tracing::debug!(error = %e, "writing response failed");
                 return Ok(());
             }
         }
         drop(reserved);
+        if closing.is_some() {
+            return Ok(());
+        }
         if ctx.throttle_ms > 0 {
             // KIP-219: the client was told its throttle time in the
             // response; the broker handles nothing more from it until
@@ -296,9 +396,9 @@ impl Drop for Handling<'_> {
 /// goes idle, or sends something to refuse; each is checked (API,
 /// version, header), decoded and its preparation started before it is
 /// handed on.
-async fn read_ahead(
+async fn read_ahead<R: AsyncRead + Unpin>(
     broker: &Arc<Broker>,
-    stream: &mut FrameReader<tokio::net::tcp::OwnedReadHalf>,
+    stream: &mut FrameReader<R>,
     ahead: &tokio::sync::mpsc::Sender<Ahead>,
     activity: &Activity,
 ) {
@@ -340,9 +440,9 @@ async fn read_ahead(
 /// Reads, checks and decodes the next request and starts its
 /// preparation; `Err` ends the
 /// connection (`Ok(())` quietly: closed by the peer or idle).
-async fn read_one(
+async fn read_one<R: AsyncRead + Unpin>(
     broker: &Arc<Broker>,
-    stream: &mut FrameReader<tokio::net::tcp::OwnedReadHalf>,
+    stream: &mut FrameReader<R>,
     activity: &Activity,
     max: usize,
     idle: Duration,
@@ -364,6 +464,9 @@ async fn read_one(
             Ok(Ok(false)) => return Err(Ok(())),
             Ok(Ok(true)) => break,
             Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionReset => return Err(Ok(())),
+            // a TLS peer that closed TCP without close_notify between two
+            // requests (librdkafka does): gone, as a plaintext one at EOF
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(Ok(())),
             Ok(Err(e)) => return Err(Err(e.to_string())),
         }
     }
@@ -444,6 +547,99 @@ fn set_cork(stream: &TcpStream, on: bool) {
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
     };
+}
+
+/// How a connection writes a response's pieces.
+trait PieceWriter: Send {
+    fn write_pieces(
+        &mut self,
+        pieces: &[Piece],
+    ) -> impl std::future::Future<Output = std::io::Result<()>> + Send;
+}
+
+/// A plaintext connection: file regions go zero-copy (`sendfile`).
+struct Sendfile(tokio::net::tcp::OwnedWriteHalf);
+
+impl PieceWriter for Sendfile {
+    fn write_pieces(
+        &mut self,
+        pieces: &[Piece],
+    ) -> impl std::future::Future<Output = std::io::Result<()>> + Send {
+        write_pieces(&mut self.0, pieces)
+    }
+}
+
+/// A TLS connection: the bytes must pass through the TLS session to be
+/// encrypted, so file regions are read into memory first (no zero-copy;
+/// kTLS, which would allow `sendfile` again, is not used).
+struct Copying<W>(W);
+
+impl<W: AsyncWrite + Unpin + Send> PieceWriter for Copying<W> {
+    fn write_pieces(
+        &mut self,
+        pieces: &[Piece],
+    ) -> impl std::future::Future<Output = std::io::Result<()>> + Send {
+        write_copying(&mut self.0, pieces)
+    }
+}
+
+/// How much of a response is gathered before it goes into the TLS
+/// session: small pieces (headers, partition entries) share records
+/// instead of one TLS record each, and a large file region is read and
+/// sent in chunks rather than held whole.
+const COPY_CHUNK: usize = 64 * 1024;
+
+/// Writes `pieces` through `stream`, reading file regions with `pread`.
+/// The read runs on this thread as `sendfile` does on the plaintext path:
+/// fetches are served from the page cache in the common case, and a miss
+/// blocks the same way either way.
+async fn write_copying<W: AsyncWrite + Unpin>(
+    stream: &mut W,
+    pieces: &[Piece],
+) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let mut buf: Vec<u8> = Vec::with_capacity(COPY_CHUNK);
+    for piece in pieces {
+        match piece {
+            Piece::Bytes(b) => {
+                if buf.len() + b.len() > COPY_CHUNK && !buf.is_empty() {
+                    stream.write_all(&buf).await?;
+                    buf.clear();
+                }
+                if b.len() >= COPY_CHUNK {
+                    stream.write_all(b).await?;
+                } else {
+                    buf.extend_from_slice(b);
+                }
+            }
+            Piece::File(slice) => {
+                let mut position = slice.position;
+                let end = slice.position + slice.len;
+                while position < end {
+                    if buf.len() >= COPY_CHUNK {
+                        stream.write_all(&buf).await?;
+                        buf.clear();
+                    }
+                    let start = buf.len();
+                    let want = (COPY_CHUNK - start).min((end - position) as usize);
+                    buf.resize(start + want, 0);
+                    let n = slice.file.read_at(&mut buf[start..], position)?;
+                    buf.truncate(start + n);
+                    if n == 0 {
+                        return Err(std::io::Error::new(
+                            std::io::ErrorKind::UnexpectedEof,
+                            "segment file shorter than the slice",
+                        ));
+                    }
+                    position += n as u64;
+                }
+            }
+        }
+    }
+    if !buf.is_empty() {
+        stream.write_all(&buf).await?;
+    }
+    stream.flush().await
 }
 
 /// Writes buffers normally and file regions with `sendfile(2)`.

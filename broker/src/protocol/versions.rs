@@ -8,7 +8,9 @@ use kafka_protocol::messages::ApiKey;
 
 /// `(api, min version, max version)` of every implemented API.
 pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
-    (ApiKey::Produce, 3, 11),
+    // v12: a transaction version 2 client's transactional batch adds its
+    // partition to the transaction (KIP-890 part 2)
+    (ApiKey::Produce, 3, 12),
     (ApiKey::Fetch, 4, 12),
     (ApiKey::ListOffsets, 1, 8),
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
@@ -26,35 +28,55 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ListPartitionReassignments, 0, 0),
     (ApiKey::DescribeClientQuotas, 0, 1),
     (ApiKey::AlterClientQuotas, 0, 1),
+    (ApiKey::DescribeUserScramCredentials, 0, 0),
+    (ApiKey::AlterUserScramCredentials, 0, 0),
+    // Kafka 4's versions: v0 (no pattern type) was removed in Kafka 4
+    (ApiKey::CreateAcls, 1, 3),
+    (ApiKey::DescribeAcls, 1, 3),
+    (ApiKey::DeleteAcls, 1, 3),
     (ApiKey::FindCoordinator, 0, 4),
     (ApiKey::JoinGroup, 0, 9),
     (ApiKey::SyncGroup, 0, 5),
     (ApiKey::Heartbeat, 0, 4),
     (ApiKey::LeaveGroup, 0, 5),
-    (ApiKey::OffsetCommit, 2, 8),
-    (ApiKey::OffsetFetch, 1, 8),
+    // v9: the first versions for KIP-848 consumer group members (member
+    // id and epoch)
+    (ApiKey::OffsetCommit, 2, 9),
+    (ApiKey::OffsetFetch, 1, 9),
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::DescribeGroups, 0, 5),
     (ApiKey::ListGroups, 0, 5),
     (ApiKey::DeleteGroups, 0, 2),
+    // KIP-848 consumer groups (`group.version` 1), see `crate::group::consumer`
+    (ApiKey::ConsumerGroupHeartbeat, 0, 1),
+    (ApiKey::ConsumerGroupDescribe, 0, 1),
     (ApiKey::InitProducerId, 0, 4),
     (ApiKey::AddPartitionsToTxn, 0, 5),
     (ApiKey::AddOffsetsToTxn, 0, 4),
-    // v5 with transaction version 2 (the offsets partition added by the
-    // commit itself)
-    (ApiKey::TxnOffsetCommit, 0, 4),
-    // v5 (transaction version 2, the epoch bumped by each end) once the
-    // broker advertises transaction.version 2
-    (ApiKey::EndTxn, 0, 4),
+    // v5: transaction version 2 (the offsets partition added by the commit
+    // itself); v6's topic ids (KIP-1319) are not served
+    (ApiKey::TxnOffsetCommit, 0, 5),
+    // v5: transaction version 2 (the epoch bumped by each end)
+    (ApiKey::EndTxn, 0, 5),
     (ApiKey::DescribeTransactions, 0, 0),
-    // v2's transactional id pattern (a regular expression) is not served
-    (ApiKey::ListTransactions, 0, 1),
+    // v2: the transactional id pattern (KIP-1152)
+    (ApiKey::ListTransactions, 0, 2),
     (ApiKey::DescribeProducers, 0, 0),
     (ApiKey::SaslHandshake, 1, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
     (ApiKey::DescribeLogDirs, 1, 4),
     (ApiKey::ElectLeaders, 0, 2),
-    (ApiKey::WriteTxnMarkers, 1, 1),
+    // v2 (KIP-1228) carries the transaction's version
+    (ApiKey::WriteTxnMarkers, 1, 2),
+    // validation only: Moldau's feature levels do not change at run time
+    (ApiKey::UpdateFeatures, 0, 2),
+    // the controller's view in place of a Raft quorum's
+    (ApiKey::DescribeQuorum, 0, 2),
+    // client telemetry (KIP-714), see `crate::telemetry`
+    (ApiKey::GetTelemetrySubscriptions, 0, 0),
+    (ApiKey::PushTelemetry, 0, 0),
+    // v0: client-metrics resources only (KIP-714's ListClientMetricsResources)
+    (ApiKey::ListConfigResources, 0, 0),
 ];
 
 /// The supported range of `api`, if it is implemented at all: the
@@ -77,9 +99,17 @@ pub fn supported_range(api: ApiKey) -> Option<(i16, i16)> {
 /// Produce request below v3 still closes the connection, as on Kafka 4.1;
 /// the clients that rely on this range send v3 or later (message format
 /// v2 needs it).
+///
+/// SaslHandshake is advertised from version 0 too, as Kafka advertises it:
+/// librdkafka before 2.x enables SASL at all only if the range holds v0
+/// (its "SASL handshake" feature), and then, seeing v1 and
+/// SaslAuthenticate, sends v1 — the only version served (v0's unframed
+/// tokens are not: such a request closes the connection). Without it,
+/// kcat and Debian's librdkafka fail with "SASL Handshake not supported
+/// by broker".
 pub fn advertised_range(api: ApiKey, served: (i16, i16)) -> (i16, i16) {
     match api {
-        ApiKey::Produce => (0, served.1),
+        ApiKey::Produce | ApiKey::SaslHandshake => (0, served.1),
         _ => served,
     }
 }
@@ -93,6 +123,8 @@ mod tests {
         let served = supported_range(ApiKey::Produce).unwrap();
         assert_eq!(served.0, 3);
         assert_eq!(advertised_range(ApiKey::Produce, served), (0, served.1));
+        let sasl = supported_range(ApiKey::SaslHandshake).unwrap();
+        assert_eq!(advertised_range(ApiKey::SaslHandshake, sasl), (0, 1));
         let fetch = supported_range(ApiKey::Fetch).unwrap();
         assert_eq!(advertised_range(ApiKey::Fetch, fetch), fetch);
     }

@@ -22,9 +22,10 @@
 //! longest wins. Users have no prefix form. A quota is looked up key by
 //! key: the first level that sets the key gives it.
 //!
-//! Until client authentication exists every client is the user
-//! `ANONYMOUS` (Kafka's name for an unauthenticated principal), so user
-//! quotas apply to all clients alike.
+//! A client's user is its authenticated principal's name (a SASL user,
+//! issue 38), or `ANONYMOUS` (Kafka's name for an unauthenticated
+//! principal) on a PLAINTEXT listener, where user quotas therefore apply
+//! to all clients alike.
 
 use std::collections::BTreeMap;
 
@@ -33,8 +34,25 @@ pub use moldau_coordination::records::{ClientQuotaRecord, QuotaEntity, QuotaName
 
 use crate::error::TopicError;
 
-/// The user of every client connection until authentication exists.
+/// The user of an unauthenticated client connection.
 pub const ANONYMOUS: &str = "ANONYMOUS";
+
+/// Who a quota is metered for: the connection's user and the request's
+/// client id. A bare client id is an anonymous client's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuotaClient<'a> {
+    pub user: &'a str,
+    pub client_id: &'a str,
+}
+
+impl<'a> From<&'a str> for QuotaClient<'a> {
+    fn from(client_id: &'a str) -> Self {
+        QuotaClient {
+            user: ANONYMOUS,
+            client_id,
+        }
+    }
+}
 
 pub const PRODUCER_BYTE_RATE: &str = "producer_byte_rate";
 pub const CONSUMER_BYTE_RATE: &str = "consumer_byte_rate";

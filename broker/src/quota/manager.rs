@@ -20,7 +20,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
 use super::entity::{
-    resolve, ClientQuotas, QuotaEntity, QuotaName, ANONYMOUS, CONSUMER_BYTE_RATE,
+    resolve, ClientQuotas, QuotaClient, QuotaEntity, QuotaName, CONSUMER_BYTE_RATE,
     PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE,
 };
 use super::meter::{throttle_ms, RateMeter, WINDOWS};
@@ -118,54 +118,66 @@ impl QuotaManager {
     fn meter(
         &self,
         quotas: &ClientQuotas,
-        client_id: &str,
+        client: QuotaClient<'_>,
         kind: QuotaKind,
         now_ms: i64,
     ) -> Option<(Arc<RateMeter>, f64)> {
         if quotas.is_empty() {
             return None;
         }
-        let (entity, quota) = resolve(quotas, ANONYMOUS, client_id, kind.key())?;
+        let (entity, quota) = resolve(quotas, client.user, client.client_id, kind.key())?;
         let mut meters = self.meters.lock();
         if meters.len() > SWEEP_ABOVE {
             let now_s = now_ms.div_euclid(1000);
             meters.retain(|_, m| m.last_second().is_some_and(|s| now_s - s < IDLE_SECONDS));
         }
         let meter = meters
-            .entry((kind, metered(&entity, ANONYMOUS, client_id)))
+            .entry((kind, metered(&entity, client.user, client.client_id)))
             .or_default()
             .clone();
         Some((meter, quota))
     }
 
     /// Whether `client_id` has a `kind` quota.
-    pub fn applies(quotas: &ClientQuotas, client_id: &str, kind: QuotaKind) -> bool {
-        !quotas.is_empty() && resolve(quotas, ANONYMOUS, client_id, kind.key()).is_some()
+    pub fn applies<'a>(
+        quotas: &ClientQuotas,
+        client: impl Into<QuotaClient<'a>>,
+        kind: QuotaKind,
+    ) -> bool {
+        let c = client.into();
+        !quotas.is_empty() && resolve(quotas, c.user, c.client_id, kind.key()).is_some()
     }
 
     /// What `client_id` may use of `kind` in one quota window (one
     /// second): Kafka caps a throttled consumer's fetch size at this, so
     /// one response is never a burst of many seconds' worth.
-    pub fn window_limit(quotas: &ClientQuotas, client_id: &str, kind: QuotaKind) -> Option<f64> {
+    pub fn window_limit<'a>(
+        quotas: &ClientQuotas,
+        client: impl Into<QuotaClient<'a>>,
+        kind: QuotaKind,
+    ) -> Option<f64> {
         if quotas.is_empty() {
             return None;
         }
-        resolve(quotas, ANONYMOUS, client_id, kind.key())
+        let c = client.into();
+        resolve(quotas, c.user, c.client_id, kind.key())
             .map(|(_, quota)| kind.limit_per_second(quota))
     }
 
     /// Counts `amount` for client `client_id` (user `ANONYMOUS`) against
     /// its `kind` quota, if one applies; returns the throttle time in ms
     /// (0 within the quota or without one).
-    pub fn record(
+    pub fn record<'a>(
         &self,
         quotas: &ClientQuotas,
-        client_id: &str,
+        client: impl Into<QuotaClient<'a>>,
         kind: QuotaKind,
         amount: f64,
         now_ms: i64,
     ) -> i32 {
-        let Some((meter, quota)) = self.meter(quotas, client_id, kind, now_ms) else {
+        let client = client.into();
+        let client_id = client.client_id;
+        let Some((meter, quota)) = self.meter(quotas, client, kind, now_ms) else {
             return 0;
         };
         meter.record(amount, now_ms);
@@ -187,14 +199,14 @@ impl QuotaManager {
 
     /// The throttle `client_id` is under for `kind` now, recording nothing
     /// (a request's own cost is known only once it has been handled).
-    pub fn throttle_now(
+    pub fn throttle_now<'a>(
         &self,
         quotas: &ClientQuotas,
-        client_id: &str,
+        client: impl Into<QuotaClient<'a>>,
         kind: QuotaKind,
         now_ms: i64,
     ) -> i32 {
-        match self.meter(quotas, client_id, kind, now_ms) {
+        match self.meter(quotas, client.into(), kind, now_ms) {
             Some((meter, quota)) => Self::throttle_of(&meter, kind, quota, now_ms),
             None => 0,
         }

@@ -1,5 +1,6 @@
 //! One follower fetcher per leader broker: a task with one Kafka
-//! connection to that broker's listener, sending Fetch requests with this
+//! connection to that broker's inter-broker listener (over TLS when it is
+//! SSL or SASL_SSL, see [`Connection::open_as`]), sending Fetch requests with this
 //! broker's replica id for every partition it follows there (the leader
 //! serves them on the consumers' read path, zero-copy included), and
 //! applying the answers: batches appended byte-for-byte, the leader's high
@@ -26,14 +27,16 @@ use kafka_protocol::messages::{
     TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpSocket, TcpStream};
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpSocket;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::session::{Asked, FollowerSession, Plan};
 use super::settings::FetchSettings;
 use crate::partition::{FetchPosition, Partition};
+use crate::security::tls::TlsState;
 
 /// The Fetch version followers speak: the newest this broker serves, which
 /// carries `last_fetched_epoch` and `diverging_epoch`.
@@ -114,11 +117,12 @@ impl Fetcher {
         leader: i32,
         settings: FetchSettings,
         bind: Option<IpAddr>,
+        tls: Option<Arc<TlsState>>,
         incarnation: Option<uuid::Uuid>,
         set: FetchSet,
     ) -> Self {
         let (tx, rx) = watch::channel(set);
-        let task = tokio::spawn(run(node, leader, settings, bind, incarnation, rx));
+        let task = tokio::spawn(run(node, leader, settings, bind, tls, incarnation, rx));
         Self {
             set: tx,
             task: Some(task),
@@ -145,6 +149,7 @@ async fn run(
     leader: i32,
     settings: FetchSettings,
     bind: Option<IpAddr>,
+    tls: Option<Arc<TlsState>>,
     incarnation: Option<uuid::Uuid>,
     mut set_rx: watch::Receiver<FetchSet>,
 ) {
@@ -159,7 +164,7 @@ async fn run(
             continue;
         }
         let opened = async {
-            let mut conn = Connection::open(&set.address, bind).await?;
+            let mut conn = Connection::open(&set.address, bind, tls.as_deref()).await?;
             if let Some(incarnation) = incarnation {
                 conn.authenticate(node, incarnation).await?;
             }
@@ -435,25 +440,37 @@ fn apply_partition(
     }
 }
 
+/// A byte stream to another broker: plain TCP, or TLS over it.
+trait BrokerStream: AsyncRead + AsyncWrite + Unpin + Send {}
+
+impl<S: AsyncRead + AsyncWrite + Unpin + Send> BrokerStream for S {}
+
 /// One Kafka connection to another broker, as this broker: the
 /// followers' fetches and the transaction coordinator's markers
 /// ([`super::markers`]) go over it.
 pub struct Connection {
-    stream: TcpStream,
+    stream: Box<dyn BrokerStream>,
     correlation_id: i32,
     client_id: StrBytes,
 }
 
 impl Connection {
-    async fn open(address: &str, bind: Option<IpAddr>) -> std::io::Result<Self> {
-        Self::open_as(address, bind, "moldau-replica-fetcher").await
+    async fn open(
+        address: &str,
+        bind: Option<IpAddr>,
+        tls: Option<&TlsState>,
+    ) -> std::io::Result<Self> {
+        Self::open_as(address, bind, tls, "moldau-replica-fetcher").await
     }
 
     /// A connection to `address` leaving from `bind` (if given), whose
-    /// requests carry `client_id`.
+    /// requests carry `client_id`; over TLS when the listener is a TLS
+    /// one (`tls`), verifying the other broker with the listener's
+    /// truststore and showing this broker's certificate.
     pub async fn open_as(
         address: &str,
         bind: Option<IpAddr>,
+        tls: Option<&TlsState>,
         client_id: &'static str,
     ) -> std::io::Result<Self> {
         let addrs: Vec<SocketAddr> = tokio::net::lookup_host(address).await?.collect();
@@ -476,6 +493,34 @@ impl Connection {
                 std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")
             })??;
         stream.set_nodelay(true)?;
+        let stream: Box<dyn BrokerStream> = match tls {
+            None => Box::new(stream),
+            Some(tls) => {
+                let config = tls.client_config().ok_or_else(|| {
+                    std::io::Error::other(format!(
+                        "cannot verify the TLS listener of {address}: no ssl.truststore is configured"
+                    ))
+                })?;
+                let host = address
+                    .rsplit_once(':')
+                    .map_or(address, |(host, _)| host)
+                    .trim_matches(['[', ']']);
+                let name = ServerName::try_from(host.to_string()).map_err(|e| {
+                    std::io::Error::other(format!("{host} is not a TLS server name: {e}"))
+                })?;
+                let connector = tokio_rustls::TlsConnector::from(config);
+                let stream =
+                    tokio::time::timeout(Duration::from_secs(5), connector.connect(name, stream))
+                        .await
+                        .map_err(|_| {
+                            std::io::Error::new(
+                                std::io::ErrorKind::TimedOut,
+                                "TLS handshake timed out",
+                            )
+                        })??;
+                Box::new(stream)
+            }
+        };
         Ok(Self {
             stream,
             correlation_id: 0,
@@ -551,6 +596,8 @@ impl Connection {
         let size = i32::try_from(buf.len() - 4).map_err(std::io::Error::other)?;
         buf[..4].copy_from_slice(&size.to_be_bytes());
         self.stream.write_all(&buf).await?;
+        // a TLS session holds written bytes until flushed
+        self.stream.flush().await?;
         let size = self.stream.read_i32().await?;
         let size = usize::try_from(size)
             .ok()

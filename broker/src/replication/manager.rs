@@ -20,6 +20,7 @@ use crate::broker::Broker;
 use crate::controller::link::ControllerLink;
 use crate::image::MetadataImage;
 use crate::partition::{IsrProposal, Partition};
+use crate::security::tls::TlsState;
 use crate::topics::TopicManager;
 
 #[derive(Debug)]
@@ -29,6 +30,9 @@ pub struct ReplicaManager {
     /// The address followers' connections leave from (the listener's), so
     /// a cut between two brokers' addresses separates them.
     bind: OnceLock<IpAddr>,
+    /// The inter-broker listener's TLS, when it is a TLS listener: fetchers
+    /// dial the leaders' listener with it.
+    tls: OnceLock<Arc<TlsState>>,
     /// This process's registration: fetchers authenticate with it.
     incarnation: OnceLock<uuid::Uuid>,
     fetchers: Mutex<HashMap<i32, Fetcher>>,
@@ -44,6 +48,7 @@ impl ReplicaManager {
             settings,
             bind: OnceLock::new(),
             incarnation: OnceLock::new(),
+            tls: OnceLock::new(),
             fetchers: Mutex::new(HashMap::new()),
             proposals,
             pending: Mutex::new(Some(rx)),
@@ -56,6 +61,17 @@ impl ReplicaManager {
         if !ip.is_unspecified() {
             let _ = self.bind.set(ip);
         }
+    }
+
+    /// Connections to other brokers use TLS (set once, at start, on a
+    /// TLS listener: the other brokers' listeners are TLS too).
+    pub fn use_tls(&self, tls: Arc<TlsState>) {
+        let _ = self.tls.set(tls);
+    }
+
+    /// The TLS connections to other brokers use, if any.
+    pub fn tls(&self) -> Option<Arc<TlsState>> {
+        self.tls.get().cloned()
     }
 
     /// The incarnation this process registers with (set once, at start).
@@ -151,6 +167,7 @@ impl ReplicaManager {
                         leader,
                         self.settings.clone(),
                         self.bind.get().copied(),
+                        self.tls.get().cloned(),
                         self.incarnation.get().copied(),
                         set,
                     );

@@ -42,13 +42,29 @@ use parking_lot::Mutex;
 
 use super::fetcher::Connection;
 use crate::image::MetadataImage;
+use crate::security::tls::TlsState;
 use crate::txn::marker::TxnResult;
 use crate::txn::state::MarkerPlan;
 use crate::txn::vocab::TopicPartition;
 use crate::txn_coordinator::{MarkerSender, VerifyChannel};
 
-/// The WriteTxnMarkers version sent (the one Kafka 4 brokers speak).
-pub const WRITE_TXN_MARKERS_VERSION: i16 = 1;
+/// The WriteTxnMarkers version sent for a transaction of version 2
+/// (KIP-1228: the marker carries its transaction version, so the leader
+/// holds it to the strict epoch rule).
+pub const WRITE_TXN_MARKERS_VERSION: i16 = 2;
+/// The version sent for older transactions: v1, which every Kafka 4 broker
+/// and every earlier Moldau speaks, so a cluster that has not turned
+/// transaction version 2 on can be upgraded one broker at a time.
+pub const WRITE_TXN_MARKERS_LEGACY_VERSION: i16 = 1;
+
+/// The WriteTxnMarkers version that carries `plan`'s markers.
+pub fn write_txn_markers_version(plan: &MarkerPlan) -> i16 {
+    if plan.transaction_version.supports_epoch_bump() {
+        WRITE_TXN_MARKERS_VERSION
+    } else {
+        WRITE_TXN_MARKERS_LEGACY_VERSION
+    }
+}
 /// The AddPartitionsToTxn version of a verification (the first with
 /// verify-only transactions is 4; Kafka 4 brokers send 5).
 pub const VERIFY_PARTITIONS_VERSION: i16 = 5;
@@ -118,6 +134,9 @@ pub fn request(
         .with_producer_epoch(plan.producer_epoch)
         .with_transaction_result(plan.result == TxnResult::Commit)
         .with_coordinator_epoch(coordinator_epoch)
+        .with_transaction_version(
+            i8::try_from(plan.transaction_version.feature_level()).unwrap_or(i8::MAX),
+        )
         .with_topics(
             topics
                 .into_iter()
@@ -160,6 +179,9 @@ pub fn acknowledged(
 /// This broker's identity on its connections: the address they leave
 /// from, and (cluster mode) the incarnation it authenticates with.
 pub type Identity = Arc<dyn Fn() -> (Option<IpAddr>, Option<uuid::Uuid>) + Send + Sync>;
+/// The TLS connections to other brokers use (a TLS inter-broker
+/// listener), if any.
+pub type TlsSource = Arc<dyn Fn() -> Option<Arc<TlsState>> + Send + Sync>;
 /// The current metadata image.
 pub type ImageSource = Arc<dyn Fn() -> Arc<MetadataImage> + Send + Sync>;
 
@@ -176,6 +198,7 @@ pub struct MarkerChannel {
     runtime: tokio::runtime::Handle,
     image: ImageSource,
     identity: Identity,
+    tls: TlsSource,
     local: LocalWriter,
     connections: Mutex<HashMap<(i32, String), Connection>>,
 }
@@ -194,6 +217,7 @@ impl MarkerChannel {
         runtime: tokio::runtime::Handle,
         image: ImageSource,
         identity: Identity,
+        tls: TlsSource,
         local: LocalWriter,
     ) -> Self {
         Self {
@@ -201,23 +225,20 @@ impl MarkerChannel {
             runtime,
             image,
             identity,
+            tls,
             local,
             connections: Mutex::new(HashMap::new()),
         }
     }
 
-    /// Sends one WriteTxnMarkers request to a leader.
+    /// Sends one WriteTxnMarkers request to a leader, at `version`.
     fn send(
         &self,
         leader: &(i32, String),
         request: WriteTxnMarkersRequest,
+        version: i16,
     ) -> std::io::Result<WriteTxnMarkersResponse> {
-        self.call(
-            leader,
-            ApiKey::WriteTxnMarkers,
-            WRITE_TXN_MARKERS_VERSION,
-            request,
-        )
+        self.call(leader, ApiKey::WriteTxnMarkers, version, request)
     }
 
     /// Sends one request to a broker (a pooled connection or a new one);
@@ -231,14 +252,20 @@ impl MarkerChannel {
     ) -> std::io::Result<Resp> {
         let pooled = self.connections.lock().remove(leader);
         let (bind, incarnation) = (self.identity)();
+        let tls = (self.tls)();
         let node = self.node;
         let address = leader.1.clone();
         let exchange = async move {
             let mut conn = match pooled {
                 Some(c) => c,
                 None => {
-                    let mut c =
-                        Connection::open_as(&address, bind, "moldau-txn-coordinator").await?;
+                    let mut c = Connection::open_as(
+                        &address,
+                        bind,
+                        tls.as_deref(),
+                        "moldau-txn-coordinator",
+                    )
+                    .await?;
                     if let Some(incarnation) = incarnation {
                         c.authenticate(node, incarnation).await?;
                     }
@@ -299,7 +326,7 @@ impl MarkerSender for MarkerChannel {
             let answer = if leader.0 == self.node {
                 Ok((self.local)(req))
             } else {
-                self.send(&leader, req)
+                self.send(&leader, req, write_txn_markers_version(plan))
             };
             match answer {
                 Ok(response) => {
@@ -391,6 +418,29 @@ mod tests {
             ..p
         };
         assert!(!request(&abort, 7, &abort.partitions).markers[0].transaction_result);
+    }
+
+    #[test]
+    fn a_version_2_transaction_s_markers_say_so_and_older_ones_stay_v1() {
+        let old = plan(vec![tp("a", 0)]);
+        let v2 = MarkerPlan {
+            transaction_version: TransactionVersion::V2,
+            ..old.clone()
+        };
+        assert_eq!(
+            write_txn_markers_version(&old),
+            WRITE_TXN_MARKERS_LEGACY_VERSION
+        );
+        assert_eq!(write_txn_markers_version(&v2), 2);
+        let mut buf = bytes::BytesMut::new();
+        request(&v2, 7, &v2.partitions).encode(&mut buf, 2).unwrap();
+        let back = WriteTxnMarkersRequest::decode(&mut buf.freeze(), 2).unwrap();
+        assert_eq!(back.markers[0].transaction_version, 2);
+        // below v2 the field is not on the wire and reads as 0
+        let mut buf = bytes::BytesMut::new();
+        request(&v2, 7, &v2.partitions).encode(&mut buf, 1).unwrap();
+        let back = WriteTxnMarkersRequest::decode(&mut buf.freeze(), 1).unwrap();
+        assert_eq!(back.markers[0].transaction_version, 0);
     }
 
     #[test]

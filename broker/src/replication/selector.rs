@@ -48,6 +48,7 @@ mod tests {
             host: "127.0.0.1".into(),
             port: 9092,
             rack: rack.map(str::to_string),
+            endpoints: vec![],
             incarnation: None,
         }
     }

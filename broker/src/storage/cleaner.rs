@@ -29,10 +29,16 @@
 //!   reaches past the last stable offset, so that is rare). Without this
 //!   an aborted offset commit in `__consumer_offsets` would outlive, and
 //!   erase, the committed one before it;
-//! - control batches (transaction markers) and batches whose records cannot
-//!   be decoded are kept unchanged (Kafka drops markers once their
-//!   transaction's records are gone and `delete.retention.ms` passed;
-//!   Moldau keeps them: a few dozen bytes each).
+//! - a transaction marker is kept while any batch of its transaction
+//!   survives the pass (or while it is its producer's last batch). Once none
+//!   does, it is marked with KIP-534's delete horizon (`now +
+//!   delete.retention.ms`, in the batch's base timestamp with attributes
+//!   bit 6, as Kafka's cleaner marks it), and the first pass after the
+//!   horizon drops it: a read_committed consumer that read the
+//!   transaction's records before they went has `delete.retention.ms` to
+//!   read the marker that ends it. The next pass is scheduled for the
+//!   horizon as for an expiring tombstone. Other control batches and
+//!   batches whose records cannot be decoded are kept unchanged.
 //!
 //! A batch keeps its bytes untouched when nothing in it goes. Otherwise
 //! the surviving records are re-encoded with `RecordBatchEncoder`, keeping
@@ -105,6 +111,8 @@ pub struct CompactionOutcome {
     pub records_removed: u64,
     /// Of those, tombstones dropped after `delete.retention.ms`.
     pub tombstones_removed: u64,
+    /// Transaction markers dropped after their delete horizon.
+    pub markers_removed: u64,
     /// Bytes of the cleanable segments before and after the pass.
     pub bytes_before: u64,
     pub bytes_after: u64,
@@ -188,12 +196,75 @@ impl OffsetMap {
     }
 }
 
-/// Counters of one pass and the earliest time a retained tombstone expires.
+/// Counters of one pass and the earliest time a retained tombstone (or a
+/// marked transaction marker) expires.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct CleanStats {
     pub records_removed: u64,
     pub tombstones_removed: u64,
+    pub markers_removed: u64,
     pub next_tombstone_expiry: Option<i64>,
+}
+
+impl CleanStats {
+    fn expires_at(&mut self, at: i64) {
+        self.next_tombstone_expiry = Some(self.next_tombstone_expiry.map_or(at, |n| n.min(at)));
+    }
+}
+
+/// What one pass saw of each producer's transaction since its last marker:
+/// whether any of its batches survives (carried across the pass's
+/// segments, oldest first).
+#[derive(Debug, Default)]
+pub struct MarkerTracker {
+    data_kept: HashMap<i64, bool>,
+}
+
+impl MarkerTracker {
+    fn saw_data(&mut self, producer_id: i64, kept: bool) {
+        *self.data_kept.entry(producer_id).or_default() |= kept;
+    }
+
+    /// At a producer's marker: whether its transaction kept a batch (and
+    /// a fresh start for the next transaction).
+    fn transaction_kept_data(&mut self, producer_id: i64) -> bool {
+        self.data_kept.remove(&producer_id).unwrap_or(false)
+    }
+}
+
+/// The fate of a control batch: see the module doc.
+fn marker_fate(
+    h: &BatchHeader,
+    bytes: &[u8],
+    map: &OffsetMap,
+    tracker: &mut MarkerTracker,
+    now_ms: i64,
+    delete_retention_ms: i64,
+    stats: &mut CleanStats,
+) -> Result<Fate> {
+    if h.producer_id < 0 || batch::end_txn_marker(bytes).is_none() {
+        return Ok(Fate::Keep);
+    }
+    let kept_data = tracker.transaction_kept_data(h.producer_id);
+    let last_of_producer = map.last_batch_of_producer.get(&h.producer_id) == Some(&h.base_offset);
+    if kept_data || last_of_producer {
+        return Ok(Fate::Keep);
+    }
+    Ok(match h.delete_horizon_ms() {
+        Some(horizon) if now_ms >= horizon => {
+            stats.markers_removed += 1;
+            Fate::Drop
+        }
+        Some(horizon) => {
+            stats.expires_at(horizon);
+            Fate::Keep
+        }
+        None => {
+            let horizon = now_ms.saturating_add(delete_retention_ms);
+            stats.expires_at(horizon);
+            Fate::Replace(batch::with_delete_horizon(bytes, horizon)?)
+        }
+    })
 }
 
 fn corrupt(msg: impl Into<String>) -> StorageError {
@@ -401,7 +472,7 @@ fn filter_batch(
         stats.tombstones_removed += tombstones;
     }
     if let Some(e) = expiry {
-        stats.next_tombstone_expiry = Some(stats.next_tombstone_expiry.map_or(e, |n| n.min(e)));
+        stats.expires_at(e);
     }
     Ok(fate)
 }
@@ -475,10 +546,12 @@ fn copy_range(
 /// it. Returns `false` (and leaves no file) when nothing in the segment
 /// goes. The file is created only at the first change; the unchanged
 /// prefix is then copied as is.
+#[allow(clippy::too_many_arguments)]
 pub fn write_cleaned(
     seg: &SealedBytes,
     staging: &Path,
     map: &OffsetMap,
+    markers: &mut MarkerTracker,
     now_ms: i64,
     delete_retention_ms: i64,
     stats: &mut CleanStats,
@@ -487,18 +560,24 @@ pub fn write_cleaned(
     let path = staging.join(segment::file_name(seg.base_offset(), segment::LOG_SUFFIX));
     let mut out: Option<BufWriter<PacedWriteback>> = None;
     let result = for_each_batch(seg, throttle, |pos, h, bytes| {
-        let fate = if h.is_control() {
-            Fate::Keep
+        let decided = if h.is_control() {
+            marker_fate(h, bytes, map, markers, now_ms, delete_retention_ms, stats)
         } else {
-            match filter_batch(h, bytes, map, now_ms, delete_retention_ms, stats) {
-                Ok(f) => f,
-                Err(StorageError::Io(e)) => return Err(e.into()),
-                Err(e) => {
-                    tracing::warn!(path = %seg.log_path().display(), position = pos, error = %e, "cleaner keeps a batch unchanged");
-                    Fate::Keep
-                }
+            filter_batch(h, bytes, map, now_ms, delete_retention_ms, stats)
+        };
+        let fate = match decided {
+            Ok(f) => f,
+            Err(StorageError::Io(e)) => return Err(e.into()),
+            Err(e) => {
+                tracing::warn!(path = %seg.log_path().display(), position = pos, error = %e, "cleaner keeps a batch unchanged");
+                Fate::Keep
             }
         };
+        if !h.is_control() && h.is_transactional() && h.producer_id >= 0 {
+            // a header-only copy counts as kept: replayed, it opens the
+            // transaction that its marker must still close
+            markers.saw_data(h.producer_id, !matches!(fate, Fate::Drop));
+        }
         if out.is_none() && !matches!(fate, Fate::Keep) {
             let f = OpenOptions::new()
                 .write(true)

@@ -1299,13 +1299,15 @@ impl PartitionLog {
         self.tombstone_due = stats.next_tombstone_expiry;
         outcome.records_removed = stats.records_removed;
         outcome.tombstones_removed = stats.tombstones_removed;
+        outcome.markers_removed = stats.markers_removed;
         outcome.bytes_after = self.segments[..end].iter().map(Segment::size).sum();
         outcome.cleaned_up_to = clean_to;
-        if outcome.records_removed > 0 {
+        if outcome.records_removed > 0 || outcome.markers_removed > 0 {
             tracing::info!(
                 dir = %self.dir.display(),
                 records = outcome.records_removed,
                 tombstones = outcome.tombstones_removed,
+                markers = outcome.markers_removed,
                 bytes_before = outcome.bytes_before,
                 bytes_after = outcome.bytes_after,
                 "compacted log"

@@ -95,9 +95,9 @@ pub struct TxnSettings {
     /// How long a write waits for the in-sync replicas (Kafka's
     /// `request.timeout.ms` for the coordinator's appends).
     pub write_timeout_ms: i64,
-    /// The cluster's finalized `transaction.version`: the record version
-    /// written and how the coordinator's own aborts bump. `V0` until the
-    /// broker advertises the feature.
+    /// The cluster's finalized `transaction.version` (the broker config of
+    /// that name): the record version written and how the coordinator's
+    /// own aborts bump.
     pub cluster_tv: TransactionVersion,
 }
 
@@ -126,6 +126,8 @@ impl TxnSettings {
             segment_bytes: c.transaction_state_log_segment_bytes,
             max_timeout_ms: c.transaction_max_timeout_ms,
             expiration_ms: c.transactional_id_expiration_ms,
+            cluster_tv: TransactionVersion::from_feature_level(c.transaction_version)
+                .unwrap_or_default(),
             ..Self::default()
         }
     }
@@ -162,9 +164,9 @@ pub trait MarkerSender: Send + Sync + std::fmt::Debug {
 }
 
 /// Asks another broker's transaction coordinator whether partitions are
-/// in a transaction: an AddPartitionsToTxn request of verify-only
-/// transactions (KIP-890), sent to `coordinator` (node id, `host:port`).
-/// Blocking.
+/// in a transaction, or to add them: an AddPartitionsToTxn v5 request
+/// (KIP-890; verify-only for part 1's question, not for part 2's add),
+/// sent to `coordinator` (node id, `host:port`). Blocking.
 pub trait VerifyChannel: Send + Sync + std::fmt::Debug {
     fn verify(
         &self,

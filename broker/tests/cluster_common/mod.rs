@@ -153,6 +153,36 @@ pub async fn produce_to(s: &mut TcpStream, topic: &str, partition: i32, value: &
     resp.responses[0].partition_responses[0].error_code
 }
 
+/// Produces `value` to the partition's leader, retrying the retriable
+/// errors of a moment (unknown partition, not leader yet).
+pub async fn produce_acked(
+    conns: &mut BTreeMap<i32, TcpStream>,
+    probe: i32,
+    topic: &str,
+    partition: i32,
+    value: &str,
+) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let leader = {
+            let s = conns.get_mut(&probe).unwrap();
+            partitions(s, topic).await[&partition].leader
+        };
+        let code = match conns.get_mut(&leader) {
+            Some(c) => produce_to(c, topic, partition, value.as_bytes()).await,
+            None => -1,
+        };
+        if code == 0 {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{topic}-{partition}: {value} never acknowledged (last code {code}, leader {leader})"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Every record value of `partition`, read from its leader.
 pub async fn values(s: &mut TcpStream, topic: &str, partition: i32) -> Vec<Vec<u8>> {
     match try_values(s, topic, partition).await {

@@ -32,21 +32,27 @@ pub struct Running {
     task: tokio::task::JoinHandle<anyhow::Result<()>>,
 }
 
+/// The command line of an in-process broker on 127.0.0.1 (ephemeral
+/// ports) with data in `dir`, then `extra`.
+fn cli(dir: &Path, extra: &[&str]) -> Cli {
+    let dir = dir.display().to_string();
+    let args = [
+        "moldau-broker",
+        "--listen",
+        "127.0.0.1:0",
+        "--http-listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        &dir,
+    ];
+    <Cli as clap::Parser>::parse_from(args.iter().chain(extra))
+}
+
 /// Starts an in-process broker on 127.0.0.1 (ephemeral ports).
 pub async fn start(dir: &Path, extra: &[&str]) -> Running {
-    let mut args = vec![
-        "moldau-broker".to_string(),
-        "--listen".into(),
-        "127.0.0.1:0".into(),
-        "--http-listen".into(),
-        "127.0.0.1:0".into(),
-        "--data-dir".into(),
-        dir.display().to_string(),
-        "--set".into(),
-        "offsets.topic.num.partitions=1".into(),
-    ];
-    args.extend(extra.iter().map(|s| s.to_string()));
-    let cli = <Cli as clap::Parser>::parse_from(args);
+    let mut args = vec!["--set", "offsets.topic.num.partitions=1"];
+    args.extend(extra);
+    let cli = cli(dir, &args);
     let (stop, rx) = watch::channel(false);
     let (tx, bound) = oneshot::channel();
     let task = tokio::spawn(run_reporting(cli, rx, false, Some(tx)));
@@ -57,6 +63,20 @@ pub async fn start(dir: &Path, extra: &[&str]) -> Running {
     Running { addrs, stop, task }
 }
 
+/// Why an in-process broker with `extra` arguments refuses to start
+/// (panics if it starts).
+pub async fn start_error(dir: &Path, extra: &[&str]) -> String {
+    let cli = cli(dir, extra);
+    let (_stop, rx) = watch::channel(false);
+    let started = tokio::time::timeout(
+        Duration::from_secs(60),
+        moldau_broker::server::run(cli, rx, false),
+    )
+    .await
+    .expect("a broker that should refuse to start kept running");
+    format!("{:#}", started.expect_err("the broker must not start"))
+}
+
 impl Running {
     pub async fn stop(self) {
         self.stop.send(true).expect("stop");
@@ -65,6 +85,48 @@ impl Running {
     pub async fn connect(&self) -> TcpStream {
         TcpStream::connect(self.addrs.kafka).await.expect("connect")
     }
+
+    /// A connection to listener `name` (upper-case).
+    pub async fn connect_to(&self, name: &str) -> TcpStream {
+        let addr = self
+            .addrs
+            .listener(name)
+            .unwrap_or_else(|| panic!("no listener {name}: {:?}", self.addrs));
+        TcpStream::connect(addr).await.expect("connect")
+    }
+
+    /// A connection authenticated with SASL PLAIN as `user` (handshake v1,
+    /// SaslAuthenticate v2), both steps asserted to succeed.
+    pub async fn login_plain(&self, user: &str, password: &str) -> TcpStream {
+        login_plain(self.connect().await, user, password).await
+    }
+}
+
+/// Authenticates `s` with SASL PLAIN as `user` (handshake v1,
+/// SaslAuthenticate v2), both steps asserted to succeed.
+pub async fn login_plain(mut s: TcpStream, user: &str, password: &str) -> TcpStream {
+    use kafka_protocol::messages::{
+        SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
+        SaslHandshakeResponse,
+    };
+    let h: SaslHandshakeResponse = call(
+        &mut s,
+        ApiKey::SaslHandshake,
+        1,
+        &SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN")),
+    )
+    .await;
+    assert_eq!(h.error_code, 0, "PLAIN handshake");
+    let token = format!("\0{user}\0{password}");
+    let a: SaslAuthenticateResponse = call(
+        &mut s,
+        ApiKey::SaslAuthenticate,
+        2,
+        &SaslAuthenticateRequest::default().with_auth_bytes(token.into_bytes().into()),
+    )
+    .await;
+    assert_eq!(a.error_code, 0, "{user} authenticates");
+    s
 }
 
 pub fn name(s: &str) -> TopicName {
@@ -423,12 +485,34 @@ impl Child {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Waits (at most `within`) for the process to exit on its own.
+    pub async fn exited(&mut self, within: Duration) -> std::process::ExitStatus {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return status;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "broker still running after {within:?}; log:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Connects, retrying while the broker starts (or until it accepts
     /// again): accepted and served, not just queued in the backlog.
     pub async fn connect(&self, within: Duration) -> TcpStream {
+        self.connect_at(self.kafka, within).await
+    }
+
+    /// [`Child::connect`] to `addr`, a PLAINTEXT listener of this broker
+    /// other than `--listen`'s (one `listeners` names).
+    pub async fn connect_at(&self, addr: std::net::SocketAddr, within: Duration) -> TcpStream {
         let deadline = tokio::time::Instant::now() + within;
         loop {
-            if let Ok(mut s) = TcpStream::connect(self.kafka).await {
+            if let Ok(mut s) = TcpStream::connect(addr).await {
                 let served = tokio::time::timeout(Duration::from_secs(5), async {
                     topic_error(&mut s, "__probe").await
                 })

@@ -89,6 +89,18 @@ from what the operator really does (operator/src):
 - apiGroups: [moldau.io]
   resources: [kafkaquotas/status, kafkaquotas/finalizers, kafkaretentionpolicies/status, kafkaretentionpolicies/finalizers]
   verbs: [get, patch, update]
+# KafkaUser (and its status and finalizer), and the user Secrets it writes
+# (server-side apply; removed by garbage collection through their owner
+# reference) and the password Secrets it reads
+- apiGroups: [moldau.io]
+  resources: [kafkausers]
+  verbs: [get, list, watch, patch, update]
+- apiGroups: [moldau.io]
+  resources: [kafkausers/status, kafkausers/finalizers]
+  verbs: [get, patch, update]
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get, list, watch, create, patch]
 - apiGroups: [apps]
   resources: [statefulsets]
   verbs: [get, list, watch, create, patch]

@@ -22,6 +22,7 @@
 #   KAFKA_CONTROLLER_PORT  controller listener port (default: a free port,
 #                          chosen once and kept in DATADIR/server.properties)
 #   KAFKA_HEAP_OPTS        JVM heap flags (default: -Xms256m -Xmx768m)
+#   KAFKA_OPTS             more JVM flags (e.g. -Dorg.apache.kafka.sasl.oauthbearer.allowed.urls=…)
 #   KAFKA_EXTRA_PROPS      file with extra server properties appended to the
 #                          generated ones (e.g. flush policy for benchmarks);
 #                          later lines win, so it can also make this node one
@@ -118,6 +119,7 @@ jvm=(
   ${KAFKA_HEAP_OPTS:--Xms256m -Xmx768m}
   -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:+ExplicitGCInvokesConcurrent
   -Djava.awt.headless=true
+  ${KAFKA_OPTS:-}
   -Dlog4j2.configurationFile="$here/log4j2.properties"
   -Dkafka.logs.dir="$datadir"
   -cp "$cp"

@@ -130,6 +130,7 @@ mod tests {
             broker_epoch: 3,
             fenced,
             succession_hash: None,
+            endpoints: vec![],
         }
     }
 
@@ -147,6 +148,8 @@ mod tests {
                 deleted_topics: Vec::new(),
                 broker_configs: Default::default(),
                 client_quotas: Vec::new(),
+                scram_credentials: Vec::new(),
+                acls: Vec::new(),
             }),
             topic: None,
             stamped_epoch: None,

@@ -1,6 +1,7 @@
 //! Custom resource definitions of the `moldau.io/v1alpha1` API group.
 //!
-//! Owns the Rust types of `KafkaCluster`, `KafkaTopic` and `KafkaRebalance` (spec, status and the
+//! Owns the Rust types of `KafkaCluster`, `KafkaTopic`, `KafkaRebalance`,
+//! `KafkaQuota`, `KafkaRetentionPolicy` and `KafkaUser` (spec, status and the
 //! schema validation that the API server enforces: OpenAPI bounds and CEL
 //! rules), the shared `Condition` type, and the rendering of the CRD YAML that
 //! `crdgen` writes to `crds/`. It must not contain reconcile logic.
@@ -15,6 +16,7 @@ mod quota;
 mod rebalance;
 mod retention;
 mod topic;
+mod user;
 
 pub use cluster::*;
 pub use condition::*;
@@ -22,6 +24,7 @@ pub use quota::*;
 pub use rebalance::*;
 pub use retention::*;
 pub use topic::*;
+pub use user::*;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
@@ -39,6 +42,7 @@ pub fn all_crds() -> Vec<CustomResourceDefinition> {
         KafkaQuota::crd(),
         KafkaRetentionPolicy::crd(),
         KafkaRebalance::crd(),
+        KafkaUser::crd(),
         moldau_coordination::shard::MetadataShard::crd(),
     ]
 }

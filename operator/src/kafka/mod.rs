@@ -3,7 +3,9 @@
 //! DescribeConfigs, IncrementalAlterConfigs, DeleteTopics, and for
 //! rebalancing AlterPartitionReassignments, ListPartitionReassignments,
 //! DescribeLogDirs and ElectLeaders; DescribeClientQuotas and
-//! AlterClientQuotas (`quota`).
+//! AlterClientQuotas (`quota`); CreateAcls, DescribeAcls and DeleteAcls
+//! (`acl`); DescribeUserScramCredentials and AlterUserScramCredentials with
+//! the client-side salted password (`scram`).
 //!
 //! `wire` owns framing and version negotiation (pure, unit tested); `admin`
 //! owns the connection and the typed admin calls; `metadata` is the typed
@@ -11,10 +13,12 @@
 //! reassignment messages (pure, unit tested). Callers pass socket
 //! addresses (broker pod IPs); this module never resolves names.
 
+pub mod acl;
 pub mod admin;
 pub mod metadata;
 pub mod quota;
 pub mod reassign;
+pub mod scram;
 pub mod wire;
 
 pub use admin::{AdminClient, ConfigEntry, ConfigOp};

@@ -304,7 +304,11 @@ impl Group {
             });
         }
         self.members.insert(member_id.clone(), member);
-        if self.protocol_type.is_none() {
+        if self.members.len() == 1 {
+            // The group's first member (or its only one, rejoining) sets
+            // its protocol type, which then outlives the members: an
+            // empty group keeps the type of the members it had, as
+            // Kafka's does (ListGroups and DescribeGroups report it).
             self.protocol_type = Some(req.protocol_type);
         }
         if self.state != GroupState::PreparingRebalance {
@@ -337,10 +341,10 @@ impl Group {
         }
         self.pending.clear();
         if self.members.is_empty() {
+            // empty: no protocol, but the protocol type stays (Kafka's)
             self.state = GroupState::Empty;
             self.generation_id += 1;
             self.protocol_name = None;
-            self.protocol_type = None;
             self.leader = None;
             return Vec::new();
         }
@@ -554,10 +558,10 @@ impl Group {
         let mut effects = Vec::new();
         if self.members.is_empty() {
             if self.state != GroupState::Dead {
+                // the protocol type stays, as in Kafka
                 self.state = GroupState::Empty;
                 self.generation_id += 1;
                 self.protocol_name = None;
-                self.protocol_type = None;
                 self.leader = None;
             }
         } else if self.state != GroupState::PreparingRebalance {

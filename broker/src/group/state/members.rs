@@ -71,6 +71,10 @@ pub struct Group {
     pub id: String,
     pub state: GroupState,
     pub generation_id: i32,
+    /// Set by the member that joins an empty group and kept when the last
+    /// member leaves (Kafka keeps it too: clients tell a consumer group
+    /// that had members from a "simple" group, one only committed offsets
+    /// to, by it); `None` only for a group that never had a member.
     pub protocol_type: Option<String>,
     pub protocol_name: Option<String>,
     pub leader: Option<String>,

@@ -415,3 +415,44 @@ fn protocol_selection_follows_member_preferences() {
         Some("cooperative-sticky")
     );
 }
+
+#[test]
+fn an_emptied_group_keeps_its_protocol_type_and_a_new_first_member_sets_it() {
+    let mut g = Group::new("g");
+    assert_eq!(g.protocol_type, None, "never had a member");
+    let (a, _) = join_new(&mut g, 0);
+    assert_eq!(g.protocol_type.as_deref(), Some("consumer"));
+    g.leave(&[(a, None)], 1, &settings());
+    assert_eq!(g.state, GroupState::Empty);
+    assert_eq!(
+        g.protocol_type.as_deref(),
+        Some("consumer"),
+        "kept after the last member left, as in Kafka"
+    );
+    let stored = g.snapshot(2).expect("an empty group is stored");
+    assert_eq!(stored.protocol_type, "consumer");
+    let restored = Group::restore("g", &stored, 3);
+    assert_eq!(restored.protocol_type.as_deref(), Some("consumer"));
+
+    // an empty group takes the type of its next first member
+    let mut other = join_req("", None, &["range"]);
+    other.protocol_type = "connect".into();
+    let (r, _) = g.join(other.clone(), 4, &settings());
+    let Reply::Now(first) = r else {
+        panic!("expected MEMBER_ID_REQUIRED")
+    };
+    other.member_id = first.member_id;
+    let (r, _) = g.join(other, 4, &settings());
+    assert!(matches!(r, Reply::Later(_)));
+    assert_eq!(g.protocol_type.as_deref(), Some("connect"));
+
+    // a member whose session ran out empties the group just the same
+    let mut h = Group::new("h");
+    join_new(&mut h, 0);
+    let gen = h.generation_id;
+    let leader = h.leader.clone().unwrap();
+    h.sync(&leader, None, gen, None, None, vec![], 1);
+    h.tick(60_000, &settings());
+    assert_eq!(h.state, GroupState::Empty);
+    assert_eq!(h.protocol_type.as_deref(), Some("consumer"));
+}

@@ -20,8 +20,9 @@ use kafka_protocol::records::{
 
 use crate::storage::batch::parse::{
     compute_crc, corrupt, read_array, read_i16, BatchHeader, ATTRIBUTES_POS, BASE_OFFSET_POS,
-    BATCH_HEADER_LEN, CRC_POS, CRC_START, LAST_OFFSET_DELTA_POS, LEADER_EPOCH_POS, LENGTH_POS,
-    LOG_OVERHEAD, MAX_TIMESTAMP_POS, MIN_BATCH_LENGTH, RECORDS_COUNT_POS, TIMESTAMP_TYPE_BIT,
+    BASE_TIMESTAMP_POS, BATCH_HEADER_LEN, CRC_POS, CRC_START, LAST_OFFSET_DELTA_POS,
+    LEADER_EPOCH_POS, LENGTH_POS, LOG_OVERHEAD, MAX_TIMESTAMP_POS, MIN_BATCH_LENGTH,
+    RECORDS_COUNT_POS, TIMESTAMP_TYPE_BIT,
 };
 use crate::storage::Result;
 
@@ -100,6 +101,27 @@ pub fn set_last_offset_delta(batch: &mut [u8], delta: i32) {
     write_bytes(batch, LAST_OFFSET_DELTA_POS, &delta.to_be_bytes());
     let crc = compute_crc(batch);
     write_bytes(batch, CRC_POS, &crc.to_be_bytes());
+}
+
+/// A copy of the batch at the start of `batch` marked with KIP-534's
+/// delete horizon `horizon_ms` (attributes bit 6 set, the base timestamp
+/// replaced by the horizon, the CRC rewritten), as Kafka's cleaner marks a
+/// transaction marker whose transaction's records are all gone.
+pub fn with_delete_horizon(batch: &[u8], horizon_ms: i64) -> Result<Vec<u8>> {
+    let header = BatchHeader::parse(batch)?;
+    let mut out = batch
+        .get(..header.total_size())
+        .ok_or_else(|| corrupt("short batch"))?
+        .to_vec();
+    write_bytes(
+        &mut out,
+        ATTRIBUTES_POS,
+        &(header.attributes | super::parse::DELETE_HORIZON_BIT).to_be_bytes(),
+    );
+    write_bytes(&mut out, BASE_TIMESTAMP_POS, &horizon_ms.to_be_bytes());
+    let crc = compute_crc(&out);
+    write_bytes(&mut out, CRC_POS, &crc.to_be_bytes());
+    Ok(out)
 }
 
 /// A header-only copy (no records, no compression) of the batch at the

@@ -24,7 +24,7 @@ pub mod validate;
 
 pub use self::build::{
     empty_copy, encode_records, set_base_offset_and_epoch, set_last_offset_delta,
-    set_log_append_time, stamped_header, with_payload, BatchBuilder,
+    set_log_append_time, stamped_header, with_delete_horizon, with_payload, BatchBuilder,
 };
 pub use self::parse::{
     compute_crc, decode_records, end_txn_marker, find_record_at_or_after,

@@ -50,6 +50,9 @@ pub(super) const RECORDS_COUNT_POS: usize = 57;
 
 /// Attribute bit marking LogAppendTime timestamps.
 pub(super) const TIMESTAMP_TYPE_BIT: i16 = 0x08;
+/// KIP-534's attributes bit 6: the batch's base timestamp holds its delete
+/// horizon (set by the cleaner on transaction markers it may later drop).
+pub(super) const DELETE_HORIZON_BIT: i16 = 0x40;
 
 pub(super) fn corrupt(msg: impl Into<String>) -> StorageError {
     StorageError::CorruptBatch(msg.into())
@@ -159,6 +162,11 @@ impl BatchHeader {
     }
     pub fn is_control(&self) -> bool {
         self.attributes & 0x20 != 0
+    }
+    /// The delete horizon the cleaner set (KIP-534), if any: after it the
+    /// batch may be removed.
+    pub fn delete_horizon_ms(&self) -> Option<i64> {
+        (self.attributes & DELETE_HORIZON_BIT != 0).then_some(self.base_timestamp)
     }
 }
 

@@ -63,11 +63,13 @@ impl CompactionPass {
     /// rolls of the log go on meanwhile; they never touch these segments.
     pub fn run(&mut self, throttle: &Throttle) -> Result<()> {
         let map = cleaner::build_offset_map(&self.segments, throttle)?;
+        let mut markers = cleaner::MarkerTracker::default();
         for (i, seg) in self.segments.iter().enumerate() {
             let changed = cleaner::write_cleaned(
                 seg,
                 &self.staging,
                 &map,
+                &mut markers,
                 self.now_ms,
                 self.delete_retention_ms,
                 &mut self.stats,

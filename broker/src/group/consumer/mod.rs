@@ -1,0 +1,35 @@
+//! KIP-848 consumer groups (`group.protocol=consumer`): the group type
+//! whose members heartbeat with ConsumerGroupHeartbeat and are assigned
+//! partitions by the coordinator, next to the classic groups of
+//! [`super::state`] under the same per-`__consumer_offsets`-partition
+//! shard, as Kafka's group coordinator hosts them.
+//!
+//! - [`assignor`]: the server-side assignors `uniform` and `range`.
+//! - [`reconcile`]: a member's way from its current to its target
+//!   assignment (revocation before reassignment).
+//! - [`machine`]: one group's state machine (epochs, members, fencing,
+//!   timeouts). Pure.
+//! - [`records`]: the group's records in Kafka's schemas, and their replay.
+//!
+//! This module owns no I/O: the coordinator (`super`) runs the machine
+//! under its shard lock, writes [`records::diff`] through the shard's
+//! write path, and installs the new state only once that write succeeded.
+//!
+//! Not in this slice (next steps): online conversion between classic and
+//! consumer groups (a classic JoinGroup for a consumer group gets
+//! INCONSISTENT_GROUP_PROTOCOL, a heartbeat for a classic group with
+//! members GROUP_ID_NOT_FOUND, as Kafka with
+//! `group.consumer.migration.policy=disabled`); rack-aware assignment;
+//! client-side assignors (`ConsumerGroupPrepareAssignment`); periodic
+//! regex refresh (a regex is resolved at each heartbeat instead of every
+//! `group.consumer.regex.refresh.interval.ms`); share and streams groups.
+
+pub mod assignor;
+pub mod machine;
+pub mod reconcile;
+pub mod records;
+
+#[cfg(test)]
+mod tests;
+
+pub use machine::{ConsumerGroup, ConsumerSettings, Heartbeat, HeartbeatAnswer, TopicMeta, Topics};

@@ -1,0 +1,490 @@
+//! KIP-848 consumer groups on the wire against a real broker on
+//! 127.0.0.1: members heartbeating with ConsumerGroupHeartbeat converge on
+//! an assignment in which no partition is ever owned twice; a leave and a
+//! session timeout move partitions; fencing errors as Kafka's;
+//! ConsumerGroupDescribe, ListGroups, DescribeGroups, JoinGroup, OffsetCommit
+//! / OffsetFetch v9 and DeleteGroups on a consumer group; and after a
+//! restart the group is replayed from `__consumer_offsets`.
+
+mod wire_common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::consumer_group_heartbeat_request::TopicPartitions as Owned;
+use kafka_protocol::messages::offset_commit_request::{
+    OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+};
+use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestGroup;
+use kafka_protocol::messages::{
+    ApiKey, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, DeleteGroupsRequest,
+    DeleteGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse, GroupId, JoinGroupRequest,
+    JoinGroupResponse, ListGroupsRequest, ListGroupsResponse, MetadataRequest, MetadataResponse,
+    OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+use tokio::net::TcpStream;
+use uuid::Uuid;
+use wire_common::{call, create_topic, name, start};
+
+type Owns = BTreeMap<Uuid, BTreeSet<i32>>;
+
+fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_string())
+}
+
+/// A consumer as the Java client drives the protocol: it names itself,
+/// reports what it owns, adopts each assignment at once (revoking is
+/// immediate here).
+struct Member {
+    id: String,
+    epoch: i32,
+    owns: Owns,
+    conn: TcpStream,
+}
+
+impl Member {
+    async fn join(conn: TcpStream, group: &str, id: &str, topics: &[&str]) -> (Member, i16) {
+        let mut m = Member {
+            id: id.into(),
+            epoch: 0,
+            owns: Owns::new(),
+            conn,
+        };
+        let req = ConsumerGroupHeartbeatRequest::default()
+            .with_group_id(GroupId(s(group)))
+            .with_member_id(s(id))
+            .with_member_epoch(0)
+            .with_rebalance_timeout_ms(30_000)
+            .with_subscribed_topic_names(Some(topics.iter().map(|t| name(t)).collect()))
+            .with_topic_partitions(Some(vec![]));
+        let code = m.send(req).await.error_code;
+        (m, code)
+    }
+
+    async fn send(&mut self, req: ConsumerGroupHeartbeatRequest) -> ConsumerGroupHeartbeatResponse {
+        let r: ConsumerGroupHeartbeatResponse =
+            call(&mut self.conn, ApiKey::ConsumerGroupHeartbeat, 1, &req).await;
+        if r.error_code == 0 {
+            self.epoch = r.member_epoch;
+            if let Some(a) = &r.assignment {
+                self.owns = a
+                    .topic_partitions
+                    .iter()
+                    .map(|tp| (tp.topic_id, tp.partitions.iter().copied().collect()))
+                    .collect();
+            }
+        }
+        r
+    }
+
+    fn beat_request(&self, group: &str, epoch: i32) -> ConsumerGroupHeartbeatRequest {
+        ConsumerGroupHeartbeatRequest::default()
+            .with_group_id(GroupId(s(group)))
+            .with_member_id(s(&self.id))
+            .with_member_epoch(epoch)
+            .with_topic_partitions(Some(
+                self.owns
+                    .iter()
+                    .map(|(t, ps)| {
+                        Owned::default()
+                            .with_topic_id(*t)
+                            .with_partitions(ps.iter().copied().collect())
+                    })
+                    .collect(),
+            ))
+    }
+
+    async fn beat(&mut self, group: &str) -> i16 {
+        let req = self.beat_request(group, self.epoch);
+        self.send(req).await.error_code
+    }
+
+    fn count(&self) -> usize {
+        self.owns.values().map(BTreeSet::len).sum()
+    }
+}
+
+fn assert_disjoint(members: &[&Member]) {
+    let mut seen = BTreeSet::new();
+    for m in members {
+        for (t, ps) in &m.owns {
+            for p in ps {
+                assert!(seen.insert((*t, *p)), "{t}/{p} owned twice");
+            }
+        }
+    }
+}
+
+async fn describe(conn: &mut TcpStream, group: &str) -> ConsumerGroupDescribeResponse {
+    call(
+        conn,
+        ApiKey::ConsumerGroupDescribe,
+        1,
+        &ConsumerGroupDescribeRequest::default().with_group_ids(vec![GroupId(s(group))]),
+    )
+    .await
+}
+
+async fn topic_id(conn: &mut TcpStream, topic: &str) -> Uuid {
+    let r: MetadataResponse = call(
+        conn,
+        ApiKey::Metadata,
+        12,
+        &MetadataRequest::default().with_topics(None),
+    )
+    .await;
+    r.topics
+        .iter()
+        .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic))
+        .map(|t| t.topic_id)
+        .expect("topic listed")
+}
+
+async fn commit(
+    conn: &mut TcpStream,
+    group: &str,
+    member: &str,
+    epoch: i32,
+    topic: &str,
+    offset: i64,
+) -> i16 {
+    let req = OffsetCommitRequest::default()
+        .with_group_id(GroupId(s(group)))
+        .with_member_id(s(member))
+        .with_generation_id_or_member_epoch(epoch)
+        .with_topics(vec![OffsetCommitRequestTopic::default()
+            .with_name(name(topic))
+            .with_partitions(vec![OffsetCommitRequestPartition::default()
+                .with_partition_index(0)
+                .with_committed_offset(offset)])]);
+    let r: OffsetCommitResponse = call(conn, ApiKey::OffsetCommit, 9, &req).await;
+    r.topics[0].partitions[0].error_code
+}
+
+/// OffsetFetch v9 of partition 0 of `topic`: (group error, offset).
+async fn fetch(
+    conn: &mut TcpStream,
+    group: &str,
+    member: Option<&str>,
+    epoch: i32,
+    topic: &str,
+) -> (i16, i64) {
+    use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopics;
+    let req = OffsetFetchRequest::default().with_groups(vec![OffsetFetchRequestGroup::default()
+        .with_group_id(GroupId(s(group)))
+        .with_member_id(member.map(s))
+        .with_member_epoch(epoch)
+        .with_topics(Some(vec![OffsetFetchRequestTopics::default()
+            .with_name(name(topic))
+            .with_partition_indexes(vec![0])]))]);
+    let r: OffsetFetchResponse = call(conn, ApiKey::OffsetFetch, 9, &req).await;
+    let g = &r.groups[0];
+    let offset = g
+        .topics
+        .first()
+        .map(|t| t.partitions[0].committed_offset)
+        .unwrap_or(-1);
+    (g.error_code, offset)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_converge_leave_fence_and_the_group_apis_see_a_consumer_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start(dir.path(), &[]).await;
+    let mut admin = broker.connect().await;
+    assert_eq!(create_topic(&mut admin, "orders", 6).await.0, 0);
+    let orders = topic_id(&mut admin, "orders").await;
+    let g = "kip848";
+
+    let (mut a, code) = Member::join(broker.connect().await, g, "member-a", &["orders"]).await;
+    assert_eq!(code, 0);
+    assert_eq!((a.epoch, a.count()), (1, 6));
+    let (mut b, code) = Member::join(broker.connect().await, g, "member-b", &["orders"]).await;
+    assert_eq!(code, 0);
+    assert_eq!(b.epoch, 2);
+    assert_eq!(b.count(), 0, "a still owns everything");
+    assert_disjoint(&[&a, &b]);
+    for _ in 0..6 {
+        assert_eq!(a.beat(g).await, 0);
+        assert_disjoint(&[&a, &b]);
+        assert_eq!(b.beat(g).await, 0);
+        assert_disjoint(&[&a, &b]);
+    }
+    assert_eq!((a.count(), b.count()), (3, 3));
+    assert_eq!((a.epoch, b.epoch), (2, 2));
+
+    let d = describe(&mut admin, g).await;
+    let dg = &d.groups[0];
+    assert_eq!(dg.error_code, 0);
+    assert_eq!(dg.group_state.as_str(), "Stable");
+    assert_eq!((dg.group_epoch, dg.assignment_epoch), (2, 2));
+    assert_eq!(dg.assignor_name.as_str(), "uniform");
+    assert_eq!(dg.members.len(), 2);
+    for m in &dg.members {
+        assert_eq!(m.member_epoch, 2);
+        assert_eq!(m.member_type, 1);
+        assert_eq!(m.subscribed_topic_names[0].0.as_str(), "orders");
+        assert_eq!(
+            m.assignment.topic_partitions[0].topic_name.0.as_str(),
+            "orders"
+        );
+        assert_eq!(m.assignment.topic_partitions[0].topic_id, orders);
+        assert_eq!(m.assignment.topic_partitions[0].partitions.len(), 3);
+        assert_eq!(m.client_host.as_str(), "/127.0.0.1");
+    }
+    let unknown = describe(&mut admin, "nope").await;
+    assert_eq!(
+        unknown.groups[0].error_code,
+        ResponseError::GroupIdNotFound.code()
+    );
+
+    // fencing, as Kafka: an epoch ahead, an unknown member, an unknown group
+    let ahead = a.beat_request(g, 9);
+    assert_eq!(
+        a.send(ahead).await.error_code,
+        ResponseError::FencedMemberEpoch.code()
+    );
+    let mut stranger = a.beat_request(g, 1);
+    stranger.member_id = s("stranger");
+    assert_eq!(
+        a.send(stranger).await.error_code,
+        ResponseError::UnknownMemberId.code()
+    );
+    let mut lost = a.beat_request("no-such-group", 1);
+    lost.member_id = s("x");
+    assert_eq!(
+        a.send(lost).await.error_code,
+        ResponseError::GroupIdNotFound.code()
+    );
+    let bad = a.beat_request(g, 0).with_rebalance_timeout_ms(-1);
+    assert_eq!(
+        a.send(bad).await.error_code,
+        ResponseError::InvalidRequest.code()
+    );
+
+    // offsets with member epochs
+    assert_eq!(
+        commit(&mut admin, g, "member-a", 1, "orders", 5).await,
+        ResponseError::StaleMemberEpoch.code()
+    );
+    assert_eq!(commit(&mut admin, g, "member-a", 2, "orders", 5).await, 0);
+    assert_eq!(
+        commit(&mut admin, g, "", -1, "orders", 5).await,
+        ResponseError::UnknownMemberId.code(),
+        "an anonymous commit to a group with members"
+    );
+    assert_eq!(
+        fetch(&mut admin, g, Some("member-a"), 2, "orders").await,
+        (0, 5)
+    );
+    assert_eq!(
+        fetch(&mut admin, g, Some("member-a"), 1, "orders").await.0,
+        ResponseError::StaleMemberEpoch.code()
+    );
+    assert_eq!(fetch(&mut admin, g, None, -1, "orders").await, (0, 5));
+
+    // the classic APIs see a consumer group for what it is
+    let listed: ListGroupsResponse = call(
+        &mut admin,
+        ApiKey::ListGroups,
+        5,
+        &ListGroupsRequest::default().with_types_filter(vec![s("consumer")]),
+    )
+    .await;
+    let ours: Vec<_> = listed
+        .groups
+        .iter()
+        .filter(|l| l.group_id.0.as_str() == g)
+        .collect();
+    assert_eq!(ours.len(), 1);
+    assert_eq!(ours[0].group_type.as_str(), "consumer");
+    assert_eq!(ours[0].group_state.as_str(), "Stable");
+    let classic_only: ListGroupsResponse = call(
+        &mut admin,
+        ApiKey::ListGroups,
+        5,
+        &ListGroupsRequest::default().with_types_filter(vec![s("classic")]),
+    )
+    .await;
+    assert!(classic_only
+        .groups
+        .iter()
+        .all(|l| l.group_id.0.as_str() != g));
+    let described: DescribeGroupsResponse = call(
+        &mut admin,
+        ApiKey::DescribeGroups,
+        5,
+        &DescribeGroupsRequest::default().with_groups(vec![GroupId(s(g))]),
+    )
+    .await;
+    assert_eq!(described.groups[0].group_state.as_str(), "Dead");
+    let joined: JoinGroupResponse = call(
+        &mut admin,
+        ApiKey::JoinGroup,
+        9,
+        &JoinGroupRequest::default()
+            .with_group_id(GroupId(s(g)))
+            .with_session_timeout_ms(10_000)
+            .with_rebalance_timeout_ms(10_000)
+            .with_protocol_type(s("consumer")),
+    )
+    .await;
+    assert_eq!(
+        joined.error_code,
+        ResponseError::InconsistentGroupProtocol.code()
+    );
+    let deleted: DeleteGroupsResponse = call(
+        &mut admin,
+        ApiKey::DeleteGroups,
+        2,
+        &DeleteGroupsRequest::default().with_groups_names(vec![GroupId(s(g))]),
+    )
+    .await;
+    assert_eq!(
+        deleted.results[0].error_code,
+        ResponseError::NonEmptyGroup.code()
+    );
+
+    // b leaves: a takes everything
+    let leave = b.beat_request(g, -1);
+    let r = b.send(leave).await;
+    assert_eq!((r.error_code, r.member_epoch), (0, -1));
+    assert_eq!(a.beat(g).await, 0);
+    assert_eq!(a.count(), 6);
+    assert_eq!(a.epoch, 3);
+    // a leaves: the empty group can be deleted, offsets and all
+    let leave = a.beat_request(g, -1);
+    assert_eq!(a.send(leave).await.error_code, 0);
+    assert_eq!(
+        describe(&mut admin, g).await.groups[0].group_state.as_str(),
+        "Empty"
+    );
+    let deleted: DeleteGroupsResponse = call(
+        &mut admin,
+        ApiKey::DeleteGroups,
+        2,
+        &DeleteGroupsRequest::default().with_groups_names(vec![GroupId(s(g))]),
+    )
+    .await;
+    assert_eq!(deleted.results[0].error_code, 0);
+    assert_eq!(
+        describe(&mut admin, g).await.groups[0].error_code,
+        ResponseError::GroupIdNotFound.code()
+    );
+    assert_eq!(fetch(&mut admin, g, None, -1, "orders").await, (0, -1));
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_member_is_removed_after_its_session_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start(
+        dir.path(),
+        &[
+            "--set",
+            "group.consumer.session.timeout.ms=1500",
+            "--set",
+            "group.consumer.heartbeat.interval.ms=300",
+        ],
+    )
+    .await;
+    let mut admin = broker.connect().await;
+    assert_eq!(create_topic(&mut admin, "t", 4).await.0, 0);
+    let g = "sessions";
+    let (mut a, _) = Member::join(broker.connect().await, g, "a", &["t"]).await;
+    let (mut b, _) = Member::join(broker.connect().await, g, "b", &["t"]).await;
+    for _ in 0..4 {
+        a.beat(g).await;
+        b.beat(g).await;
+    }
+    assert_eq!((a.count(), b.count()), (2, 2));
+    // b falls silent; a heartbeats at the interval
+    let started = std::time::Instant::now();
+    while a.count() < 4 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "b never expired"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(a.beat(g).await, 0);
+    }
+    assert!(
+        started.elapsed() >= Duration::from_millis(1000),
+        "not before its session ends"
+    );
+    let d = describe(&mut admin, g).await;
+    assert_eq!(d.groups[0].members.len(), 1);
+    // b's next heartbeat: it is no longer known
+    assert_eq!(b.beat(g).await, ResponseError::UnknownMemberId.code());
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_group_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = "durable";
+    let (epoch, owns, described_before) = {
+        let broker = start(dir.path(), &[]).await;
+        let mut admin = broker.connect().await;
+        assert_eq!(create_topic(&mut admin, "t", 3).await.0, 0);
+        let (mut a, _) = Member::join(broker.connect().await, g, "a", &["t"]).await;
+        let (mut b, _) = Member::join(broker.connect().await, g, "b", &["t"]).await;
+        for _ in 0..4 {
+            a.beat(g).await;
+            b.beat(g).await;
+        }
+        assert_eq!(commit(&mut admin, g, "a", a.epoch, "t", 42).await, 0);
+        let d = describe(&mut admin, g).await.groups.remove(0);
+        broker.stop().await;
+        (a.epoch, a.owns.clone(), d)
+    };
+    let broker = start(dir.path(), &[]).await;
+    let mut admin = broker.connect().await;
+    let after = describe(&mut admin, g).await.groups.remove(0);
+    assert_eq!(after.error_code, 0);
+    assert_eq!(after.group_epoch, described_before.group_epoch);
+    assert_eq!(after.assignment_epoch, described_before.assignment_epoch);
+    assert_eq!(
+        after.members, described_before.members,
+        "members, epochs and assignments replayed"
+    );
+    // a goes on heartbeating with its epoch, keeping its partitions
+    let mut a = Member {
+        id: "a".into(),
+        epoch,
+        owns: owns.clone(),
+        conn: broker.connect().await,
+    };
+    assert_eq!(a.beat(g).await, 0);
+    assert_eq!((a.epoch, &a.owns), (epoch, &owns));
+    assert_eq!(fetch(&mut admin, g, Some("a"), epoch, "t").await, (0, 42));
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_commits_with_offset_commit_v9_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = start(dir.path(), &[]).await;
+    let mut admin = broker.connect().await;
+    assert_eq!(create_topic(&mut admin, "t", 1).await.0, 0);
+    let (a, _) = Member::join(broker.connect().await, "v9", "a", &["t"]).await;
+    let req = OffsetCommitRequest::default()
+        .with_group_id(GroupId(s("v9")))
+        .with_member_id(s("a"))
+        .with_generation_id_or_member_epoch(a.epoch)
+        .with_topics(vec![OffsetCommitRequestTopic::default()
+            .with_name(name("t"))
+            .with_partitions(vec![OffsetCommitRequestPartition::default()
+                .with_partition_index(0)
+                .with_committed_offset(1)])]);
+    let r: OffsetCommitResponse = call(&mut admin, ApiKey::OffsetCommit, 8, &req).await;
+    assert_eq!(
+        r.topics[0].partitions[0].error_code,
+        ResponseError::UnsupportedVersion.code()
+    );
+    assert_eq!(commit(&mut admin, "v9", "a", a.epoch, "t", 1).await, 0);
+    broker.stop().await;
+}
