@@ -23,6 +23,11 @@
 #                2-minute run of faults on a 3-broker cluster (0 acknowledged lost)
 #   k8s-tools, k8s-up, k8s-e2e, k8s-down
 #                the Kubernetes e2e stage, once e2e/scripts/build-tools.sh exists;
+#                the tools' cold Go build (10-40 minutes on 2 cores) starts
+#                right after the install stage, in the background at the
+#                lowest CPU and I/O priority, so it uses what the Rust and
+#                client stages leave idle; the k8s-tools stage then waits
+#                for it (its output is that stage's log)
 #                k8s-down runs whenever k8s-up was started, whatever the budget
 #                (it has its own time beyond it) and on SIGINT/SIGTERM too
 #
@@ -81,6 +86,17 @@ if [ "${1:-}" = __build ]; then
       "\`cargo tree -e features -p moldau-broker\` with \`... -p moldau-broker -p moldau-operator\`)"
   fi
   exit 0
+fi
+
+# The k8s-tools stage's command when the tools build in the background
+# (`test-all.sh __wait_tools RC_FILE LOG PID`): waits for the build's exit
+# code, then prints its output and exits with it. Run under the stage's timeout.
+if [ "${1:-}" = __wait_tools ]; then
+  while [ ! -s "$2" ] && kill -0 "$4" 2>/dev/null; do sleep 2; done
+  sleep 1
+  cat "$3"
+  [ -s "$2" ] || { echo "k8s-tools: the background build ended without an exit code"; exit 1; }
+  exit "$(cat "$2")"
 fi
 
 # The test binaries that need the Kubernetes control plane (they return at once
@@ -257,6 +273,16 @@ stage_report() {
   done
 }
 
+# The background build of the control plane's tools (started after the
+# install stage): stopped when its stage fails or the run ends without it.
+tools_rc="$logs/k8s-tools.rc"
+tools_pid=""
+stop_tools_build() {
+  [ -n "$tools_pid" ] || return 0
+  [ -s "$tools_rc" ] || kill -TERM -- "-$tools_pid" 2>/dev/null
+  tools_pid=""
+}
+
 # Teardown of the control plane: whenever k8s-up was started (also when
 # TEST_ALL_STAGES does not name k8s-down; TEST_ALL_SKIP=k8s-down keeps the
 # plane up), once, with its own time beyond the budget.
@@ -304,6 +330,7 @@ on_signal() {
     summary+=("$(printf '%-10s FAILED  (interrupted by %s)' "$running_name" "$1")")
     stage_report "$running_name" "$logs/$running_name.log" 124
   fi
+  stop_tools_build
   k8s_teardown
   finish
   exit 130
@@ -312,6 +339,18 @@ trap 'on_signal SIGINT' INT
 trap 'on_signal SIGTERM' TERM
 
 stage install 1200 -- ./scripts/install-test-deps.sh
+
+# The control plane's tools, built from here on in the background (see the
+# header): `nice`/`ionice` give the stages in front of it the CPU and disk.
+rm -f "$tools_rc"
+if [ -x e2e/scripts/build-tools.sh ] && want k8s-e2e && want k8s-tools; then
+  : >"$logs/k8s-tools-build.log"
+  # its own process group (setsid), so that stopping it stops `go build` too
+  setsid bash -c 'rc=0; nice -n 19 ionice -c 3 e2e/scripts/build-tools.sh >>"$1" 2>&1 || rc=$?; echo "$rc" >"$2"' \
+    build-tools "$logs/k8s-tools-build.log" "$tools_rc" </dev/null &
+  tools_pid=$!
+  echo "=== k8s-tools: building in the background (pid $tools_pid, log $logs/k8s-tools-build.log)"
+fi
 stage fmt 300 -- cargo fmt --all -- --check
 stage clippy 1800 -- cargo clippy --workspace --all-targets -- -D warnings
 # the operator too: the image tests package both release binaries
@@ -340,7 +379,12 @@ stage clients 1800 needs=install,build -- e2e/clients/run.sh -v ${PYTEST_ARGS:-}
 stage faults 900 needs=install,build -- e2e/faults/run.sh test -v
 
 if [ -x e2e/scripts/build-tools.sh ]; then
-  stage k8s-tools 1800 -- e2e/scripts/build-tools.sh
+  if [ -n "$tools_pid" ]; then
+    stage k8s-tools 1800 -- "$self" __wait_tools "$tools_rc" "$logs/k8s-tools-build.log" "$tools_pid"
+    [ "${status[k8s-tools]:-}" = pass ] || stop_tools_build
+  else
+    stage k8s-tools 1800 -- e2e/scripts/build-tools.sh
+  fi
   stage k8s-up 600 needs=k8s-tools,build -- e2e/scripts/controlplane-up.sh
   # --workspace (not -p): the same feature set as the unit stage, so these
   # test binaries are the ones it already built, not a second copy of the tree.
@@ -352,5 +396,7 @@ if [ -x e2e/scripts/build-tools.sh ]; then
   # tear down whenever bring-up was started, whatever the tests or the budget did
   k8s_teardown
 fi
+# a budget cut before the k8s-tools stage leaves no build behind
+stop_tools_build
 
 finish

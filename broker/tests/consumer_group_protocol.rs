@@ -3,9 +3,13 @@
 //! an assignment in which no partition is ever owned twice; a leave and a
 //! session timeout move partitions; fencing errors as Kafka's;
 //! ConsumerGroupDescribe, ListGroups, DescribeGroups, JoinGroup, OffsetCommit
-//! / OffsetFetch v9 and DeleteGroups on a consumer group; and after a
-//! restart the group is replayed from `__consumer_offsets`.
+//! / OffsetFetch v9 and DeleteGroups on a consumer group; after a restart
+//! the group is replayed from `__consumer_offsets`; and in a two-broker
+//! cluster (`--cluster dir`) the broker that takes the group's offsets
+//! partition over when the coordinator stops loads the group from the
+//! replicated records, so members go on with their epochs and partitions.
 
+mod cluster_common;
 mod wire_common;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -20,9 +24,10 @@ use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestGroup;
 use kafka_protocol::messages::{
     ApiKey, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse,
     ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, DeleteGroupsRequest,
-    DeleteGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse, GroupId, JoinGroupRequest,
-    JoinGroupResponse, ListGroupsRequest, ListGroupsResponse, MetadataRequest, MetadataResponse,
-    OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse,
+    DeleteGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse, FindCoordinatorRequest,
+    FindCoordinatorResponse, GroupId, JoinGroupRequest, JoinGroupResponse, ListGroupsRequest,
+    ListGroupsResponse, MetadataRequest, MetadataResponse, OffsetCommitRequest,
+    OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse,
 };
 use kafka_protocol::protocol::StrBytes;
 use tokio::net::TcpStream;
@@ -487,4 +492,185 @@ async fn a_member_commits_with_offset_commit_v9_only() {
     );
     assert_eq!(commit(&mut admin, "v9", "a", a.epoch, "t", 1).await, 0);
     broker.stop().await;
+}
+
+/// The coordinator of `group` as `s`'s broker answers FindCoordinator:
+/// `(node id, port)`, once there is one (the offsets topic is created by
+/// the first request).
+async fn group_coordinator(s: &mut TcpStream, group: &str) -> (i32, u16) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let req = FindCoordinatorRequest::default()
+            .with_key_type(0)
+            .with_coordinator_keys(vec![StrBytes::from_string(group.to_string())]);
+        let r: FindCoordinatorResponse = call(s, ApiKey::FindCoordinator, 4, &req).await;
+        let c = &r.coordinators[0];
+        if c.error_code == 0 {
+            return (c.node_id.0, c.port as u16);
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no coordinator for {group}: {}",
+            c.error_code
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// ConsumerGroupDescribe of `group`, retried while the broker is not (yet)
+/// its coordinator or still loads it.
+async fn describe_loaded(
+    conn: &mut TcpStream,
+    group: &str,
+) -> kafka_protocol::messages::consumer_group_describe_response::DescribedGroup {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let d = describe(conn, group).await.groups.remove(0);
+        if d.error_code == 0 {
+            return d;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "describe {group}: {}",
+            d.error_code
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// KIP-848 groups move with their offsets partition as classic groups do:
+/// the coordinator's broker stops, the other replica of `__consumer_offsets`
+/// becomes its leader and loads the group from the records the first one
+/// wrote (members, epochs, target and current assignments, offsets). The
+/// members find it, heartbeat with the epochs they had and keep their
+/// partitions; a member joining after the move starts the next epoch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_coordinator_takes_the_group_over() {
+    const SETTINGS: &[&str] = &[
+        "broker.session.timeout.ms=3000",
+        "offsets.topic.num.partitions=1",
+        "offsets.topic.replication.factor=2",
+        "replica.fetch.wait.max.ms=100",
+        "replica.fetch.backoff.ms=100",
+    ];
+    let g = "moving";
+    let root = tempfile::tempdir().unwrap();
+    let shared = root.path().join("shared");
+    let mut brokers: BTreeMap<i32, wire_common::Child> = (0..2)
+        .map(|n| {
+            let data = root.path().join(format!("data-{n}"));
+            let child =
+                cluster_common::spawn(&n.to_string(), &data, &shared, root.path(), SETTINGS);
+            (n, child)
+        })
+        .collect();
+    let mut probe = brokers[&0].connect(Duration::from_secs(30)).await;
+    cluster_common::wait_until(&mut probe, "t", "both brokers registered", |v| {
+        v.0.len() == 2
+    })
+    .await;
+    let (code, message) = cluster_common::create_replicated(&mut probe, "t", 4, 2, &[]).await;
+    assert_eq!(code, 0, "{message:?}");
+    cluster_common::wait_for_partitions(&mut probe, "t", "led", |p| {
+        p.len() == 4 && p.values().all(|v| v.leader >= 0 && v.isr.len() == 2)
+    })
+    .await;
+    let (coord, port) = group_coordinator(&mut probe, g).await;
+    assert_eq!(brokers[&coord].kafka.port(), port);
+    // the offsets partition is replicated to both before the group starts
+    cluster_common::wait_for_partitions(&mut probe, "__consumer_offsets", "in sync", |p| {
+        p.len() == 1 && p.values().all(|v| v.leader == coord && v.isr.len() == 2)
+    })
+    .await;
+
+    let addrs: BTreeMap<i32, std::net::SocketAddr> =
+        brokers.iter().map(|(n, b)| (*n, b.kafka)).collect();
+    let at = |n: i32| addrs[&n];
+    let on = |addr| async move {
+        tokio::time::timeout(Duration::from_secs(10), TcpStream::connect(addr))
+            .await
+            .expect("connect in time")
+            .expect("connect")
+    };
+    // the leader of the offsets partition serves the group once it has
+    // loaded it: until then NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS,
+    // which clients retry
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut a = loop {
+        let (m, code) = Member::join(on(at(coord)).await, g, "a", &["t"]).await;
+        if code == 0 {
+            break m;
+        }
+        assert!(
+            [14, 16].contains(&code) && tokio::time::Instant::now() < deadline,
+            "join: {code}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let (mut b, code) = Member::join(on(at(coord)).await, g, "b", &["t"]).await;
+    assert_eq!(code, 0);
+    for _ in 0..6 {
+        assert_eq!(a.beat(g).await, 0);
+        assert_eq!(b.beat(g).await, 0);
+    }
+    assert_eq!((a.count(), b.count()), (2, 2), "settled: 2 partitions each");
+    assert_disjoint(&[&a, &b]);
+    let mut admin = on(at(coord)).await;
+    assert_eq!(commit(&mut admin, g, "a", a.epoch, "t", 42).await, 0);
+    let before = describe_loaded(&mut admin, g).await;
+
+    // the coordinator's broker goes; the other takes the offsets partition over
+    drop(admin);
+    brokers
+        .get_mut(&coord)
+        .unwrap()
+        .stop(libc::SIGTERM, Duration::from_secs(30))
+        .await;
+    let other = 1 - coord;
+    let mut s = on(at(other)).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while group_coordinator(&mut s, g).await.0 != other {
+        assert!(tokio::time::Instant::now() < deadline, "no takeover");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let after = describe_loaded(&mut s, g).await;
+    assert_eq!(after.group_state.as_str(), "Stable", "{after:?}");
+    assert_eq!(after.group_epoch, before.group_epoch);
+    assert_eq!(after.assignment_epoch, before.assignment_epoch);
+    assert_eq!(
+        after.members, before.members,
+        "members, epochs and assignments loaded by the new coordinator"
+    );
+
+    // the members find the new coordinator and go on with their epochs
+    for m in [&mut a, &mut b] {
+        let (epoch, owns) = (m.epoch, m.owns.clone());
+        m.conn = on(at(other)).await;
+        assert_eq!(m.beat(g).await, 0, "{} heartbeats on", m.id);
+        assert_eq!(
+            (m.epoch, &m.owns),
+            (epoch, &owns),
+            "{} keeps its partitions",
+            m.id
+        );
+    }
+    assert_eq!(fetch(&mut s, g, Some("a"), a.epoch, "t").await, (0, 42));
+
+    // the group goes on from the loaded state: a third member, the next epoch
+    let (mut c, code) = Member::join(on(at(other)).await, g, "c", &["t"]).await;
+    assert_eq!(code, 0);
+    for _ in 0..8 {
+        assert_eq!(a.beat(g).await, 0);
+        assert_eq!(b.beat(g).await, 0);
+        assert_eq!(c.beat(g).await, 0);
+    }
+    assert_disjoint(&[&a, &b, &c]);
+    assert_eq!(
+        a.count() + b.count() + c.count(),
+        4,
+        "every partition owned once"
+    );
+    assert!(c.count() >= 1, "the new member has partitions");
+    let last = describe_loaded(&mut s, g).await;
+    assert_eq!(last.group_epoch, before.group_epoch + 1);
 }

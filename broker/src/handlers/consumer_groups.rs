@@ -25,19 +25,32 @@ use crate::group::consumer::machine::{JOIN_EPOCH, LEAVE_EPOCH, STATIC_LEAVE_EPOC
 use crate::group::consumer::{ConsumerGroup, Heartbeat, TopicMeta, Topics};
 use crate::security::acl::{AclOperation, ResourceType, AUTHORIZED_OPERATIONS_OMITTED};
 
-/// The cluster's non-internal topics, as consumer groups see them.
+/// The cluster's non-internal topics, as consumer groups see them (with
+/// their replicas' racks in the KIP-1101 hash, so that a replica moving to
+/// another rack rebalances the groups subscribed to it, as on Kafka).
 pub(crate) fn topics_view(broker: &Broker) -> Topics {
-    broker
-        .image()
+    let image = broker.image();
+    image
         .topics()
         .filter(|t| !t.internal)
         .map(|t| {
+            let partitions = i32::try_from(t.partitions.len()).unwrap_or(i32::MAX);
+            let racks = |p: i32| -> Vec<String> {
+                usize::try_from(p)
+                    .ok()
+                    .and_then(|i| t.partitions.get(i))
+                    .filter(|part| part.index == p)
+                    .map(|part| {
+                        part.replicas
+                            .iter()
+                            .filter_map(|b| image.broker(*b).and_then(|b| b.rack.clone()))
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            };
             (
                 t.name.clone(),
-                TopicMeta {
-                    id: t.id,
-                    partitions: i32::try_from(t.partitions.len()).unwrap_or(i32::MAX),
-                },
+                TopicMeta::new(&t.name, t.id, partitions, racks),
             )
         })
         .collect()

@@ -14,6 +14,7 @@ use kafka_protocol::error::ResponseError;
 use uuid::Uuid;
 
 use super::assignor::{self, Assignment, AssignorMember};
+use super::metadata_hash;
 use super::reconcile::{self, CurrentAssignment, MemberState};
 
 /// The epoch a member joins (or rejoins) with.
@@ -53,6 +54,19 @@ impl Default for ConsumerSettings {
 pub struct TopicMeta {
     pub id: Uuid,
     pub partitions: i32,
+    /// Its KIP-1101 hash (id, name, partitions and the replicas' racks).
+    pub hash: i64,
+}
+
+impl TopicMeta {
+    /// `racks(p)`: the racks of partition `p`'s replicas.
+    pub fn new(name: &str, id: Uuid, partitions: i32, racks: impl Fn(i32) -> Vec<String>) -> Self {
+        Self {
+            id,
+            partitions,
+            hash: metadata_hash::topic_hash(id, name, partitions, racks),
+        }
+    }
 }
 
 /// The cluster's (non-internal) topics by name.
@@ -143,8 +157,15 @@ pub struct ConsumerGroup {
     pub members: BTreeMap<String, Member>,
     /// Each member's target assignment.
     pub target: BTreeMap<String, Assignment>,
-    /// The subscribed topics' metadata the target was computed for.
+    /// The subscribed topics' metadata the target was computed for (not
+    /// stored: rebuilt from the cluster at the first refresh after a load).
     pub subscribed: Topics,
+    /// The KIP-1101 hash of `subscribed`, stored in the group's record: a
+    /// refresh that computes another bumps the epoch.
+    pub metadata_hash: i64,
+    /// The log holds a ConsumerGroupPartitionMetadata record (type 4, from
+    /// before KIP-1101) for this group: the next write deletes it.
+    pub legacy_partition_metadata: bool,
 }
 
 /// Kafka's `ConsumerGroup.ConsumerGroupState` names.
@@ -226,10 +247,13 @@ impl ConsumerGroup {
     /// for both).
     fn refresh(&mut self, topics: &Topics, settings: &ConsumerSettings, bump: bool) {
         let subscribed = self.subscribed_metadata(topics);
-        if subscribed != self.subscribed || bump {
-            self.subscribed = subscribed;
+        let hash = metadata_hash::group_hash(subscribed.values().map(|t| t.hash));
+        if hash != self.metadata_hash || bump {
             self.epoch += 1;
         }
+        self.subscribed = subscribed;
+        self.metadata_hash = hash;
+        self.legacy_partition_metadata = false;
         if self.assignment_epoch >= self.epoch {
             return;
         }

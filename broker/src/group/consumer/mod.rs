@@ -10,6 +10,8 @@
 //! - [`machine`]: one group's state machine (epochs, members, fencing,
 //!   timeouts). Pure.
 //! - [`records`]: the group's records in Kafka's schemas, and their replay.
+//! - [`metadata_hash`]: KIP-1101's hash of the subscribed topics, which
+//!   the group's record stores and whose change triggers a rebalance.
 //!
 //! This module owns no I/O: the coordinator (`super`) runs the machine
 //! under its shard lock, writes [`records::diff`] through the shard's
@@ -26,6 +28,7 @@
 
 pub mod assignor;
 pub mod machine;
+pub mod metadata_hash;
 pub mod reconcile;
 pub mod records;
 

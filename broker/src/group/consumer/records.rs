@@ -1,7 +1,8 @@
 //! A consumer group's records in `__consumer_offsets`, in Kafka's own
 //! schemas (the key's version is the record type; values are flexible
 //! version 0): ConsumerGroupMetadata (3, the group epoch),
-//! ConsumerGroupPartitionMetadata (4, the subscribed topics' metadata),
+//! ConsumerGroupPartitionMetadata (4, the subscribed topics' metadata;
+//! read, no longer written),
 //! ConsumerGroupMemberMetadata (5), ConsumerGroupTargetAssignmentMetadata
 //! (6, the assignment epoch), ConsumerGroupTargetAssignmentMember (7) and
 //! ConsumerGroupCurrentMemberAssignment (8). Tombstones delete.
@@ -9,10 +10,12 @@
 //! [`diff`] turns a state change into the records that describe it, in
 //! Kafka's order (a removed member's records first, the group's epoch
 //! before the target, the target before the current assignments);
-//! [`Replay`] rebuilds the groups from them when a shard loads. Kafka 4.1+
-//! keeps a hash of the topics' metadata in the group record instead of
-//! record 4 (KIP-1101); Moldau still writes record 4, whose schema Kafka
-//! 4.4 keeps for reading, so the group's state is exact after a load.
+//! [`Replay`] rebuilds the groups from them when a shard loads. As Kafka
+//! 4.1+ (KIP-1101), the group record carries the hash of the subscribed
+//! topics' metadata (tagged field 0, `MetadataHash`, left out when 0) and
+//! record 4 is no longer written: one found in the log (written by an
+//! earlier Moldau) is read, gives the group its hash if the group record
+//! had none, and is deleted by the group's next write.
 //!
 //! Pure encoding and decoding; every length read is bounded by the bytes
 //! present.
@@ -24,6 +27,7 @@ use uuid::Uuid;
 
 use super::assignor::Assignment;
 use super::machine::{ConsumerGroup, Member, TopicMeta};
+use super::metadata_hash;
 use super::reconcile::{CurrentAssignment, MemberState};
 
 pub const GROUP_METADATA: i16 = 3;
@@ -165,6 +169,20 @@ impl Reader {
         }
         Some(a)
     }
+    /// The tagged fields: tag `wanted`'s value as an int64 (`None` inside
+    /// when absent), the others skipped.
+    fn tagged_i64(&mut self, wanted: u32) -> Option<Option<i64>> {
+        let mut found = None;
+        for _ in 0..self.uvarint()? {
+            let tag = self.uvarint()?;
+            let len = self.uvarint()? as usize;
+            let mut field = self.take(len)?;
+            if tag == wanted && len == 8 {
+                found = Some(field.get_i64());
+            }
+        }
+        Some(found)
+    }
     fn version0(&mut self) -> Option<()> {
         (self.i16()? == 0).then_some(())
     }
@@ -172,23 +190,21 @@ impl Reader {
 
 // ---- the records ----------------------------------------------------------
 
-fn group_epoch(id: &str, epoch: i32) -> RecordKv {
-    let v = value(|b| b.put_i32(epoch));
-    (key(GROUP_METADATA, id, None), Some(v))
-}
-
-fn partition_metadata(id: &str, topics: &BTreeMap<String, TopicMeta>) -> RecordKv {
-    let v = value(|b| {
-        uvarint(b, topics.len() as u32 + 1);
-        for (name, t) in topics {
-            b.put_slice(t.id.as_bytes());
-            compact_str(b, Some(name));
-            b.put_i32(t.partitions);
-            uvarint(b, 1); // PartitionMetadata (racks): none
-            no_tags(b);
-        }
-    });
-    (key(PARTITION_METADATA, id, None), Some(v))
+/// ConsumerGroupMetadataValue: the epoch, and the metadata hash as tagged
+/// field 0 (left out when 0, its default).
+fn group_record(id: &str, epoch: i32, metadata_hash: i64) -> RecordKv {
+    let mut b = BytesMut::new();
+    b.put_i16(0);
+    b.put_i32(epoch);
+    if metadata_hash == 0 {
+        no_tags(&mut b);
+    } else {
+        uvarint(&mut b, 1);
+        uvarint(&mut b, 0);
+        uvarint(&mut b, 8);
+        b.put_i64(metadata_hash);
+    }
+    (key(GROUP_METADATA, id, None), Some(b.freeze()))
 }
 
 fn member_metadata(id: &str, m: &Member) -> RecordKv {
@@ -247,11 +263,12 @@ pub fn diff(id: &str, old: Option<&ConsumerGroup>, new: Option<&ConsumerGroup>) 
             out.push(member_metadata(id, m));
         }
     }
-    if new.is_some() && (old.is_none() || o.subscribed != n.subscribed) {
-        out.push(partition_metadata(id, &n.subscribed));
+    if o.legacy_partition_metadata && new.is_some() && !n.legacy_partition_metadata {
+        out.push((key(PARTITION_METADATA, id, None), None));
     }
-    if new.is_some() && (old.is_none() || o.epoch != n.epoch) {
-        out.push(group_epoch(id, n.epoch));
+    if new.is_some() && (old.is_none() || (o.epoch, o.metadata_hash) != (n.epoch, n.metadata_hash))
+    {
+        out.push(group_record(id, n.epoch, n.metadata_hash));
     }
     for (mid, a) in &n.target {
         if o.target.get(mid) != Some(a) {
@@ -276,7 +293,9 @@ pub fn diff(id: &str, old: Option<&ConsumerGroup>, new: Option<&ConsumerGroup>) 
     }
     if new.is_none() && old.is_some() {
         out.push((key(TARGET_METADATA, id, None), None));
-        out.push((key(PARTITION_METADATA, id, None), None));
+        if o.legacy_partition_metadata {
+            out.push((key(PARTITION_METADATA, id, None), None));
+        }
         out.push((key(GROUP_METADATA, id, None), None));
     }
     out
@@ -324,15 +343,25 @@ impl Replay {
                 self.groups.remove(&group_id);
                 return;
             }
-            (GROUP_METADATA, _, Some(v)) => v.version0().and_then(|()| v.i32()).map(|e| {
-                g.group.epoch = e;
-                g.exists = true;
-            }),
+            (GROUP_METADATA, _, Some(v)) => {
+                let decoded = v
+                    .version0()
+                    .and_then(|()| Some((v.i32()?, v.tagged_i64(0)?)));
+                decoded.map(|(epoch, hash)| {
+                    g.group.epoch = epoch;
+                    g.group.metadata_hash = hash.unwrap_or(0);
+                    g.exists = true;
+                })
+            }
             (PARTITION_METADATA, _, None) => {
                 g.group.subscribed.clear();
+                g.group.legacy_partition_metadata = false;
                 Some(())
             }
-            (PARTITION_METADATA, _, Some(v)) => decode_topics(v).map(|t| g.group.subscribed = t),
+            (PARTITION_METADATA, _, Some(v)) => decode_topics(v).map(|t| {
+                g.group.subscribed = t;
+                g.group.legacy_partition_metadata = true;
+            }),
             (TARGET_METADATA, _, None) => Some(()),
             (TARGET_METADATA, _, Some(v)) => v
                 .version0()
@@ -392,6 +421,12 @@ impl Replay {
             .into_iter()
             .filter(|(_, g)| g.exists)
             .map(|(id, mut g)| {
+                if g.group.metadata_hash == 0 && g.group.legacy_partition_metadata {
+                    // written before KIP-1101: the hash of what record 4
+                    // held, so that unchanged topics do not rebalance
+                    g.group.metadata_hash =
+                        metadata_hash::group_hash(g.group.subscribed.values().map(|t| t.hash));
+                }
                 for (mid, mut m) in std::mem::take(&mut g.metadata) {
                     m.current = g.current.remove(&mid).unwrap_or_default();
                     g.group.members.insert(mid, m);
@@ -409,15 +444,21 @@ fn decode_topics(v: &mut Reader) -> Option<BTreeMap<String, TopicMeta>> {
         let id = v.uuid()?;
         let name = v.compact_str()??;
         let partitions = v.i32()?;
+        let mut racks: BTreeMap<i32, Vec<String>> = BTreeMap::new();
         for _ in 0..v.array_len(6)? {
-            v.i32()?;
+            let p = v.i32()?;
             for _ in 0..v.array_len(1)? {
-                v.compact_str()?;
+                if let Some(r) = v.compact_str()? {
+                    racks.entry(p).or_default().push(r);
+                }
             }
             v.tags()?;
         }
         v.tags()?;
-        out.insert(name, TopicMeta { id, partitions });
+        let meta = TopicMeta::new(&name, id, partitions, |p| {
+            racks.get(&p).cloned().unwrap_or_default()
+        });
+        out.insert(name, meta);
     }
     Some(out)
 }

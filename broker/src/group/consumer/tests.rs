@@ -7,7 +7,7 @@ use uuid::Uuid;
 
 use super::assignor::Assignment;
 use super::machine::*;
-use super::records::{diff, Replay};
+use super::records::{diff, Replay, GROUP_METADATA, PARTITION_METADATA};
 
 fn topics(specs: &[(&str, u128, i32)]) -> Topics {
     specs
@@ -15,10 +15,7 @@ fn topics(specs: &[(&str, u128, i32)]) -> Topics {
         .map(|(n, id, p)| {
             (
                 n.to_string(),
-                TopicMeta {
-                    id: Uuid::from_u128(*id),
-                    partitions: *p,
-                },
+                TopicMeta::new(n, Uuid::from_u128(*id), *p, |_| vec![]),
             )
         })
         .collect()
@@ -269,10 +266,7 @@ fn max_size_regex_and_metadata_changes() {
     let epoch = g.epoch;
     t.insert(
         "orders-2".into(),
-        TopicMeta {
-            id: Uuid::from_u128(3),
-            partitions: 1,
-        },
+        TopicMeta::new("orders-2", Uuid::from_u128(3), 1, |_| vec![]),
     );
     let r = g
         .heartbeat(
@@ -325,7 +319,19 @@ fn records_replay_to_the_same_group() {
     got.members
         .values_mut()
         .for_each(|m| m.revoke_deadline_ms = None);
+    // the subscribed metadata is not stored (only its hash, KIP-1101)
+    assert!(got.subscribed.is_empty());
+    expected.subscribed.clear();
     assert_eq!(got, expected);
+    // a heartbeat on the same topics after the load finds the same hash:
+    // no new epoch
+    let mut after = restored.clone();
+    let b = &g.members["b"];
+    after
+        .heartbeat(beat("b", b.current.epoch, &b.current.assigned), &t, &s, 6)
+        .unwrap();
+    assert_eq!(after.epoch, g.epoch, "no rebalance after a load");
+    assert_eq!(after.subscribed, g.subscribed);
     // deleting writes tombstones that remove it
     for (k, v) in diff("g", Some(&g), None) {
         assert!(v.is_none());
@@ -350,7 +356,10 @@ fn partitions_added_or_a_topic_deleted_bump_the_epoch() {
         owned: r.assignment.unwrap(),
     };
     assert_eq!(count(&c.owned), 4);
-    t.get_mut("a").unwrap().partitions = 3;
+    t.insert(
+        "a".into(),
+        TopicMeta::new("a", Uuid::from_u128(1), 3, |_| vec![]),
+    );
     c.beat(&mut g, &t, &s, 1);
     assert_eq!((g.epoch, c.epoch, count(&c.owned)), (2, 2, 5));
     t.remove("b");
@@ -379,4 +388,102 @@ fn a_member_that_does_not_revoke_in_time_is_removed() {
     assert!(g.expire(1_019, &t, &s).is_empty());
     assert_eq!(g.expire(1_020, &t, &s), vec!["slow".to_string()]);
     assert!(g.members.contains_key("b"));
+}
+
+/// KIP-1101 on the wire: the group record as Kafka 4.4 encodes
+/// ConsumerGroupMetadataValue (bytes from Kafka's generated class), the
+/// hash in tagged field 0 and left out when 0.
+#[test]
+fn the_group_record_carries_the_metadata_hash_as_kafka_encodes_it() {
+    let hex = |v: &[u8]| v.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    let mut g = ConsumerGroup::new("g");
+    g.epoch = 5;
+    g.metadata_hash = -1080693136493417065;
+    let records = diff("g", None, Some(&g));
+    let (_, value) = records
+        .iter()
+        .find(|(k, _)| k[..2] == GROUP_METADATA.to_be_bytes())
+        .expect("a group record");
+    assert_eq!(
+        hex(value.as_ref().unwrap()),
+        "000000000005010008f1009b51701b6d97"
+    );
+    g.metadata_hash = 0;
+    let records = diff("g", None, Some(&g));
+    let (_, value) = records
+        .iter()
+        .find(|(k, _)| k[..2] == GROUP_METADATA.to_be_bytes())
+        .unwrap();
+    assert_eq!(hex(value.as_ref().unwrap()), "00000000000500");
+    assert!(
+        records
+            .iter()
+            .all(|(k, _)| k[..2] != PARTITION_METADATA.to_be_bytes()),
+        "record 4 is no longer written"
+    );
+}
+
+/// A log written before KIP-1101 (a type-4 record, no hash in the group
+/// record): the group loads with the hash of what record 4 held, so the
+/// next heartbeat on unchanged topics does not rebalance, and that
+/// heartbeat's write deletes record 4.
+#[test]
+fn a_group_stored_before_kip_1101_loads_without_a_rebalance() {
+    use bytes::{BufMut, BytesMut};
+    let t = topics(&[("orders", 1, 3)]);
+    let s = ConsumerSettings::default();
+    let mut g = ConsumerGroup::new("old");
+    g.heartbeat(join("a", &["orders"]), &t, &s, 0).unwrap();
+    let mut log = diff("old", None, Some(&g));
+    // as the earlier encoding wrote them: no hash, and record 4
+    for (k, v) in log.iter_mut() {
+        if k[..2] == GROUP_METADATA.to_be_bytes() {
+            let mut b = BytesMut::new();
+            b.put_i16(0);
+            b.put_i32(g.epoch);
+            b.put_u8(0);
+            *v = Some(b.freeze());
+        }
+    }
+    let key4 = {
+        let mut k = BytesMut::new();
+        k.put_i16(PARTITION_METADATA);
+        k.put_i16(3);
+        k.put_slice(b"old");
+        k.freeze()
+    };
+    let value4 = {
+        let mut b = BytesMut::new();
+        b.put_i16(0);
+        b.put_u8(2); // one topic
+        b.put_slice(Uuid::from_u128(1).as_bytes());
+        b.put_u8(7);
+        b.put_slice(b"orders");
+        b.put_i32(3);
+        b.put_u8(1); // no partition racks
+        b.put_u8(0);
+        b.put_u8(0);
+        b.freeze()
+    };
+    log.push((key4.clone(), Some(value4)));
+    let mut replay = Replay::default();
+    for (k, v) in log {
+        replay.apply(k, v);
+    }
+    let loaded = replay.into_groups().remove("old").unwrap().restored(1, &s);
+    assert!(loaded.legacy_partition_metadata);
+    assert_eq!(
+        loaded.metadata_hash, g.metadata_hash,
+        "the hash of record 4's topics"
+    );
+    let mut next = loaded.clone();
+    let a = &g.members["a"];
+    next.heartbeat(beat("a", a.current.epoch, &a.current.assigned), &t, &s, 2)
+        .unwrap();
+    assert_eq!(next.epoch, g.epoch, "no rebalance");
+    let writes = diff("old", Some(&loaded), Some(&next));
+    assert!(
+        writes.contains(&(key4, None)),
+        "the next write deletes record 4: {writes:?}"
+    );
 }
