@@ -373,9 +373,10 @@ fi
 if [[ " $only " == *" fuzz "* ]]; then
   stage fuzz 1800 needs=install -- ./scripts/fuzz.sh 30
 fi
-# -v: pytest names each test as it starts, so a budget cut can name it
+# -v: pytest names each test as it starts, so a budget cut can name it;
+# --durations: the slowest tests, where the stage's time goes
 # shellcheck disable=SC2086
-stage clients 1800 needs=install,build -- e2e/clients/run.sh -v ${PYTEST_ARGS:-}
+stage clients 1800 needs=install,build -- e2e/clients/run.sh -v --durations=25 ${PYTEST_ARGS:-}
 stage faults 900 needs=install,build -- e2e/faults/run.sh test -v
 
 if [ -x e2e/scripts/build-tools.sh ]; then
