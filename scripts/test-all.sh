@@ -64,6 +64,17 @@ start=$SECONDS
 # copy of the dependency tree costs gigabytes.
 export CARGO_INCREMENTAL=0
 
+# What a fresh machine's run writes, measured (2026-12-07): target/ 8.6 GB
+# (debug 7.1, release 1.4), Go's build cache and modules 4.9 GB, Maven, the
+# venv and Debian packages about 1 GB: about 15 GB. Less free space fails a
+# build stage with "No space left on device"; say so before it starts.
+need_gb=16
+free_kb="$(df --output=avail -k . | tail -1 | tr -d ' ')"
+echo "=== test-all: $((free_kb / 1048576)) GB free here; a run from a fresh machine writes about 15 GB"
+if [ "$free_kb" -lt $((need_gb * 1048576)) ]; then
+  echo "=== test-all: WARNING: less than ${need_gb} GB free: the build stages may run out of disk"
+fi
+
 # The build stage's command (`test-all.sh __build`, so that `timeout` can run
 # it): the broker alone as `cargo run --release -p moldau-broker` builds it,
 # then broker and operator together as the image tests build them. The second
