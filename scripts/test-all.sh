@@ -398,13 +398,11 @@ if [ -x e2e/scripts/build-tools.sh ]; then
     stage k8s-tools 1800 -- e2e/scripts/build-tools.sh
   fi
   stage k8s-up 600 needs=k8s-tools,build -- e2e/scripts/controlplane-up.sh
-  # --workspace (not -p): the same feature set as the unit stage, so these
-  # test binaries are the ones it already built, not a second copy of the tree.
-  k8s_tests=""
-  for t in "${K8S_TEST_TARGETS[@]}"; do k8s_tests+=" --test $t"; done
+  # The unit stage's own test binaries, run by name: `cargo test --test …`
+  # would resolve other features and compile the tree a second time (see
+  # scripts/run-test-binaries.py).
   stage_targets[k8s-e2e]="${K8S_TEST_TARGETS[*]}"
-  # shellcheck disable=SC2086
-  stage k8s-e2e 2400 needs=k8s-up -- cargo test --workspace --no-fail-fast $k8s_tests
+  stage k8s-e2e 2400 needs=k8s-up -- ./scripts/run-test-binaries.py "${K8S_TEST_TARGETS[@]}"
   # tear down whenever bring-up was started, whatever the tests or the budget did
   k8s_teardown
 fi

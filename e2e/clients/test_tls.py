@@ -23,7 +23,9 @@ broker's certificate for 127.0.0.1, a client certificate
   (`ssl_cafile`) and kcat round trip records; the Java clients over
   SASL_SSL with PLAIN too.
 
-Moldau only: Apache Kafka would need its own PEM listener settings here.
+Also runs against Apache Kafka 4.4 (`MOLDAU_TEST_TARGET=kafka`) with the
+same PEM files and settings; Kafka gets two more listeners for its own
+traffic (a PLAINTEXT inter-broker one and its controller's).
 """
 
 from __future__ import annotations
@@ -43,10 +45,6 @@ from conftest import STATE, unique
 from harness import broker as brokers
 from harness import kafka_tools, kcat, kwire
 from harness.clients import RDKAFKA_LOGGER
-
-pytestmark = pytest.mark.skipif(
-    brokers.target() != "moldau", reason="the TLS fixture configures Moldau's PEM listener"
-)
 
 
 def openssl(*args: str, cwd: Path) -> None:
@@ -108,6 +106,23 @@ def wait_tls(b: brokers.Broker, ca: Path, deadline: float) -> None:
     raise AssertionError(f"no ApiVersions over TLS on {b.bootstrap}: {last}")
 
 
+def own_listeners(b: brokers.Broker, props: dict[str, str], protocol: str) -> dict[str, str]:
+    """`props` name one client listener of `protocol` on b's port. Moldau
+    serves everything there; a Kafka node also needs a PLAINTEXT listener
+    for its inter-broker traffic and one for its controller."""
+    if b.kind == "moldau":
+        return props
+    inter, controller = brokers.free_port(b.host), brokers.free_port(b.host)
+    b.env = {**(b.env or {}), "KAFKA_CONTROLLER_PORT": str(controller)}
+    return {
+        **props,
+        "listeners": f"{props['listeners']},BROKER://{b.host}:{inter},CONTROLLER://{b.host}:{controller}",
+        "advertised.listeners": f"{props['advertised.listeners']},BROKER://{b.host}:{inter}",
+        "listener.security.protocol.map": f"{protocol}:{protocol},BROKER:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "inter.broker.listener.name": "BROKER",
+    }
+
+
 @pytest.fixture(scope="module")
 def tls_broker(pki):
     b = brokers.new_broker(STATE / f"own-test_tls-{brokers.target()}")
@@ -123,7 +138,7 @@ def tls_broker(pki):
         "ssl.principal.mapping.rules": "RULE:^CN=([^,]*),OU=eng,O=acme$/$1/,DEFAULT",
     }
     try:
-        brokers.start_with_properties(b, props, "tls")
+        brokers.start_with_properties(b, own_listeners(b, props, "SSL"), "tls")
     except Exception:
         b.close(keep=True)
         raise
@@ -148,7 +163,7 @@ def sasl_ssl_broker(pki):
         "ssl.keystore.location": str(pki / "broker.pem"),
     }
     try:
-        brokers.start_with_properties(b, props, "sasl-ssl")
+        brokers.start_with_properties(b, own_listeners(b, props, "SASL_SSL"), "sasl-ssl")
     except Exception:
         b.close(keep=True)
         raise
