@@ -2,12 +2,12 @@
 """Runs named integration-test binaries of the workspace as the unit stage
 built them, without building anything else.
 
-`cargo test --workspace --test a --test b` resolves features for the
-selected targets only: the dev-dependencies of packages without a selected
-test (the broker's rcgen, say) drop out, so ring, rustls, kube and the
-workspace crates are compiled a second time (minutes, and gigabytes of
-disk). Here `cargo test --workspace --no-run` — the unit stage's very
-command, so nothing is compiled — names the binaries, and each named one
+`cargo test --workspace --test a --test b` compiled ring, rustls, kube
+and the workspace crates a second time after the unit stage (minutes, and
+gigabytes of disk); a narrower dev-dependency feature set was the suspect,
+but `cargo test --workspace --no-run`, the unit stage's own command, did
+the same in a later run, so the cause is still open. Here that command
+names the binaries, and each named one
 runs as `cargo test` would run it: from its package's directory, with
 CARGO_MANIFEST_DIR set, its output headed by cargo's
 "Running tests/<name>.rs (<binary>)" line (which scripts/test-all.sh reads
