@@ -24,10 +24,9 @@ use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestGroup;
 use kafka_protocol::messages::{
     ApiKey, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse,
     ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, DeleteGroupsRequest,
-    DeleteGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse, FindCoordinatorRequest,
-    FindCoordinatorResponse, GroupId, JoinGroupRequest, JoinGroupResponse, ListGroupsRequest,
-    ListGroupsResponse, MetadataRequest, MetadataResponse, OffsetCommitRequest,
-    OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse,
+    DeleteGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse, GroupId, JoinGroupRequest,
+    JoinGroupResponse, ListGroupsRequest, ListGroupsResponse, MetadataRequest, MetadataResponse,
+    OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse,
 };
 use kafka_protocol::protocol::StrBytes;
 use tokio::net::TcpStream;
@@ -494,27 +493,10 @@ async fn a_member_commits_with_offset_commit_v9_only() {
     broker.stop().await;
 }
 
-/// The coordinator of `group` as `s`'s broker answers FindCoordinator:
-/// `(node id, port)`, once there is one (the offsets topic is created by
-/// the first request).
+/// The coordinator of `group`: `(node id, port)`, once there is one (the
+/// offsets topic is created by the first request).
 async fn group_coordinator(s: &mut TcpStream, group: &str) -> (i32, u16) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let req = FindCoordinatorRequest::default()
-            .with_key_type(0)
-            .with_coordinator_keys(vec![StrBytes::from_string(group.to_string())]);
-        let r: FindCoordinatorResponse = call(s, ApiKey::FindCoordinator, 4, &req).await;
-        let c = &r.coordinators[0];
-        if c.error_code == 0 {
-            return (c.node_id.0, c.port as u16);
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no coordinator for {group}: {}",
-            c.error_code
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    cluster_common::find_coordinator(s, 0, group).await
 }
 
 /// ConsumerGroupDescribe of `group`, retried while the broker is not (yet)

@@ -23,8 +23,8 @@ use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProdu
 use kafka_protocol::messages::{
     AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey, DescribeTransactionsRequest,
     DescribeTransactionsResponse, EndTxnRequest, EndTxnResponse, FetchRequest, FetchResponse,
-    FindCoordinatorRequest, FindCoordinatorResponse, InitProducerIdRequest, InitProducerIdResponse,
-    ProduceRequest, ProduceResponse, ProducerId, TransactionalId,
+    InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse, ProducerId,
+    TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::RecordBatchDecoder;
@@ -52,23 +52,7 @@ fn tid() -> TransactionalId {
 
 /// The coordinator of TXN: (node id, port), once there is one.
 async fn coordinator(s: &mut TcpStream) -> (i32, u16) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let req = FindCoordinatorRequest::default()
-            .with_key_type(1)
-            .with_coordinator_keys(vec![StrBytes::from_static_str(TXN)]);
-        let r: FindCoordinatorResponse = call(s, ApiKey::FindCoordinator, 4, &req).await;
-        let c = &r.coordinators[0];
-        if c.error_code == 0 {
-            return (c.node_id.0, c.port as u16);
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no coordinator: {}",
-            c.error_code
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    find_coordinator(s, 1, TXN).await
 }
 
 /// InitProducerId, retried while the coordinator loads or aborts.

@@ -273,3 +273,30 @@ pub async fn create_replicated(
         t.error_message.as_ref().map(|m| m.to_string()),
     )
 }
+
+/// The coordinator of `key` (FindCoordinator v4; `key_type` 0: a group,
+/// 1: a transactional id) as `s`'s broker answers it: `(node id, port)`,
+/// retried for 30 s while there is none (its topic being created or its
+/// partition without a leader).
+pub async fn find_coordinator(s: &mut TcpStream, key_type: i8, key: &str) -> (i32, u16) {
+    use kafka_protocol::messages::{FindCoordinatorRequest, FindCoordinatorResponse};
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let req = FindCoordinatorRequest::default()
+            .with_key_type(key_type)
+            .with_coordinator_keys(vec![kafka_protocol::protocol::StrBytes::from_string(
+                key.to_string(),
+            )]);
+        let r: FindCoordinatorResponse = call(s, ApiKey::FindCoordinator, 4, &req).await;
+        let c = &r.coordinators[0];
+        if c.error_code == 0 {
+            return (c.node_id.0, c.port as u16);
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no coordinator for {key}: {}",
+            c.error_code
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
