@@ -146,6 +146,10 @@ pub struct BrokerConfig {
     /// `group.consumer.assignors`: `uniform`, `range` (the first is the
     /// default); Kafka also takes class names, which Moldau refuses.
     pub group_consumer_assignors: String,
+    /// `group.consumer.migration.policy`: `bidirectional` (Kafka 4.x's
+    /// default), `upgrade`, `downgrade` or `disabled` — the online
+    /// conversions between classic and consumer groups allowed.
+    pub group_consumer_migration_policy: crate::group::consumer::conversion::MigrationPolicy,
     pub offsets_topic_num_partitions: i32,
     pub offsets_retention_minutes: i64,
     pub offset_metadata_max_bytes: i32,
@@ -328,6 +332,7 @@ impl Default for BrokerConfig {
             group_consumer_heartbeat_interval_ms: 5_000,
             group_consumer_max_size: i32::MAX,
             group_consumer_assignors: "uniform,range".into(),
+            group_consumer_migration_policy: Default::default(),
             offsets_topic_num_partitions: 50,
             offsets_retention_minutes: 7 * 24 * 60,
             offset_metadata_max_bytes: 4096,
@@ -684,6 +689,15 @@ impl BrokerConfig {
                         });
                     }
                     c.group_consumer_assignors = names.join(",");
+                }
+                "group.consumer.migration.policy" => {
+                    c.group_consumer_migration_policy =
+                        crate::group::consumer::conversion::MigrationPolicy::parse(v.trim())
+                            .ok_or_else(|| ConfigError::Invalid {
+                                key: k.clone(),
+                                value: v.clone(),
+                                reason: "one of bidirectional, upgrade, downgrade, disabled".into(),
+                            })?
                 }
                 "offsets.topic.num.partitions" => c.offsets_topic_num_partitions = parse_num(k, v)?,
                 "offsets.retention.minutes" => c.offsets_retention_minutes = parse_num(k, v)?,

@@ -41,6 +41,7 @@ fn coordinator_settings(c: &BrokerConfig) -> CoordinatorSettings {
                 .map(|a| a.trim().to_string())
                 .filter(|a| !a.is_empty())
                 .collect(),
+            migration_policy: c.group_consumer_migration_policy,
         },
     }
 }

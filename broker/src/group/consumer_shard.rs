@@ -6,6 +6,12 @@
 //! shard over replays. Unlike classic heartbeats, a consumer group
 //! heartbeat holds the shard's `writes` lock (its state changes are
 //! written), so it waits for a write of the same shard in progress.
+//!
+//! A heartbeat that joins a classic group with members upgrades it
+//! ([`ConsumerGroup::from_classic`]: the classic GroupMetadata tombstone,
+//! then the consumer group's records); one that leaves, or an expiry that
+//! removes, the last member of the consumer protocol while classic
+//! members remain downgrades the group (`super::conversion_shard`).
 
 use kafka_protocol::error::ResponseError;
 
@@ -30,29 +36,61 @@ impl GroupCoordinator {
         Self::validate_group_id(group_id)?;
         let shard = self.shard(group_id);
         let _writes = shard.writes.lock();
-        let (old, replaces_classic) = {
+        let now = now_ms();
+        // `base`: the group the heartbeat works on; `old`: what the log
+        // holds of it as a consumer group (`None` for a new or an upgraded
+        // group, whose records are all written)
+        let (old, base, replaces_classic, upgraded, abandoned) = {
             let inner = shard.state.lock();
             let classic = inner
                 .groups
                 .get(group_id)
                 .filter(|g| g.state != GroupState::Dead);
-            if classic.is_some_and(|g| !g.is_empty()) {
-                // a classic group with members: no online conversion
-                return Err(ResponseError::GroupIdNotFound);
+            if let Some(c) = classic.filter(|g| !g.is_empty()) {
+                // online upgrade: a member of the consumer protocol joins
+                // a classic group with members
+                if req.member_epoch != JOIN_EPOCH {
+                    return Err(ResponseError::GroupIdNotFound);
+                }
+                let converted =
+                    ConsumerGroup::from_classic(c, view, &self.settings.consumer, now)
+                        .inspect_err(|_| {
+                            tracing::info!(
+                                group = group_id,
+                                "a classic group cannot be upgraded to a consumer group"
+                            )
+                        })?;
+                // a rebalance in progress will not complete: its waiting
+                // members rejoin the consumer group
+                let abandoned = c.abandon_rebalance(ResponseError::RebalanceInProgress);
+                (None, Some(converted), true, true, abandoned)
+            } else {
+                let old = inner.consumer.get(group_id).cloned();
+                if old.is_none() && req.member_epoch != JOIN_EPOCH {
+                    return Err(ResponseError::GroupIdNotFound);
+                }
+                // an empty classic group gives way to the consumer group
+                // (its offsets stay), as in Kafka
+                let replaces_classic = old.is_none() && inner.stored.contains_key(group_id);
+                (old.clone(), old, replaces_classic, false, Vec::new())
             }
-            let old = inner.consumer.get(group_id).cloned();
-            if old.is_none() && req.member_epoch != JOIN_EPOCH {
-                return Err(ResponseError::GroupIdNotFound);
-            }
-            // an empty classic group gives way to the consumer group (its
-            // offsets stay), as in Kafka
-            let replaces_classic = old.is_none() && inner.stored.contains_key(group_id);
-            (old, replaces_classic)
         };
-        let mut new = old.clone().unwrap_or_else(|| ConsumerGroup::new(group_id));
-        let answer = new.heartbeat(req, view, &self.settings.consumer, now_ms())?;
+        let mut new = base.unwrap_or_else(|| ConsumerGroup::new(group_id));
+        if let Some(leaving) = new.leaving_member(&req) {
+            // the last member of the consumer protocol leaves classic ones
+            if let Some(done) = self.maybe_downgrade(topics, shard, view, &new, &leaving) {
+                done?;
+                return Ok(HeartbeatAnswer {
+                    member_id: leaving,
+                    member_epoch: req.member_epoch,
+                    heartbeat_interval_ms: self.settings.consumer.heartbeat_interval_ms,
+                    assignment: None,
+                });
+            }
+        }
+        let answer = new.heartbeat(req, view, &self.settings.consumer, now)?;
         let mut writes = Vec::new();
-        if replaces_classic {
+        if replaces_classic || upgraded {
             writes.push((metadata::encode_key(group_id), None));
         }
         writes.extend(records::diff(group_id, old.as_ref(), Some(&new)));
@@ -61,11 +99,19 @@ impl GroupCoordinator {
             return Err(Self::write_failure(&e));
         }
         let mut inner = shard.state.lock();
+        inner.deliver(group_id, abandoned);
         if old.is_none() {
             inner.groups.remove(group_id);
             inner.stored.remove(group_id);
         }
-        if old.as_ref().map(|g| g.epoch) != Some(new.epoch) {
+        if upgraded {
+            tracing::info!(
+                group = group_id,
+                epoch = new.epoch,
+                members = new.members.len(),
+                "classic group converted to a consumer group: a member of the consumer protocol joined"
+            );
+        } else if old.as_ref().map(|g| g.epoch) != Some(new.epoch) {
             tracing::info!(
                 group = group_id,
                 epoch = new.epoch,
@@ -104,6 +150,26 @@ impl GroupCoordinator {
                 let Some(old) = shard.state.lock().consumer.get(&id).cloned() else {
                     continue;
                 };
+                // the last member of the consumer protocol expires: the
+                // classic members left make it a classic group again
+                let downgrading = old
+                    .members
+                    .values()
+                    .filter(|m| {
+                        m.session_deadline_ms <= now
+                            || m.revoke_deadline_ms.is_some_and(|d| d <= now)
+                    })
+                    .find_map(|m| {
+                        self.maybe_downgrade(topics, shard, view, &old, &m.id)
+                            .map(|r| (m.id.clone(), r))
+                    });
+                if let Some((member, result)) = downgrading {
+                    if result.is_ok() {
+                        tracing::info!(group = %id, member = %member, "consumer group member removed: session or rebalance timeout");
+                        removed += 1;
+                    }
+                    continue;
+                }
                 let mut new = old.clone();
                 let expired = new.expire(now, view, &self.settings.consumer);
                 if expired.is_empty() {

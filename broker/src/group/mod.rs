@@ -22,6 +22,7 @@
 
 pub mod consumer;
 mod consumer_shard;
+mod conversion_shard;
 pub mod metadata;
 pub mod offsets;
 pub mod state;
@@ -596,8 +597,9 @@ impl GroupCoordinator {
         let rx = {
             let mut inner = self.shard(group_id).state.lock();
             if inner.consumer.contains_key(group_id) {
-                // no online conversion yet (see `consumer`)
-                return JoinResult::error(ResponseError::InconsistentGroupProtocol, &req.member_id);
+                // taken by `classic_join_consumer`; a consumer group that
+                // appeared since: the member retries
+                return JoinResult::error(ResponseError::RebalanceInProgress, &req.member_id);
             }
             let group = inner
                 .groups
@@ -728,6 +730,13 @@ impl GroupCoordinator {
         generation_id: i32,
     ) -> i16 {
         let mut inner = self.shard(group_id).state.lock();
+        if let Some(g) = inner.consumer.get_mut(group_id) {
+            // a classic member of a consumer group
+            return match g.classic_heartbeat(member_id, instance, generation_id, now_ms()) {
+                Ok(()) => 0,
+                Err(e) => e.code(),
+            };
+        }
         match inner.groups.get_mut(group_id) {
             Some(g) => g.heartbeat(member_id, instance, generation_id, now_ms()),
             None => ResponseError::UnknownMemberId.code(),

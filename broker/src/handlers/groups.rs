@@ -36,7 +36,7 @@ use kafka_protocol::protocol::StrBytes;
 use super::access::Access;
 use super::str_bytes;
 use crate::broker::Broker;
-use crate::group::state::JoinRequest;
+use crate::group::state::{JoinRequest, JoinResult};
 use crate::group::{CommitItem, FetchedOffset, FetchedOffsets};
 use crate::security::acl::{AclOperation, ResourceType, AUTHORIZED_OPERATIONS_OMITTED};
 
@@ -140,21 +140,9 @@ pub fn find_coordinator(
         .with_port(c.port)
 }
 
-pub async fn join_group(
-    broker: &Broker,
-    req: JoinGroupRequest,
-    version: i16,
-    client_id: &str,
-    client_host: &str,
-    access: &Access,
-) -> JoinGroupResponse {
-    if !access.allows_group(AclOperation::Read, &req.group_id) {
-        return JoinGroupResponse::default()
-            .with_error_code(ResponseError::GroupAuthorizationFailed.code())
-            .with_member_id(req.member_id)
-            .with_generation_id(-1);
-    }
-    let join = JoinRequest {
+/// The JoinGroup request as the coordinator takes it.
+fn join_request(req: &JoinGroupRequest, version: i16, client_id: &str, client_host: &str) -> JoinRequest {
+    JoinRequest {
         member_id: req.member_id.as_str().to_string(),
         group_instance_id: opt_str(&req.group_instance_id),
         client_id: client_id.to_string(),
@@ -173,14 +161,65 @@ pub async fn join_group(
             .map(|p| (p.name.as_str().to_string(), p.metadata.clone()))
             .collect(),
         require_known_member_id: version >= 4,
-    };
+    }
+}
+
+/// JoinGroup of a classic member for a consumer group (blocking: the
+/// join is written); `Err` gives the request back when the group is no
+/// consumer group (any more), for [`join_group`].
+pub fn join_consumer_group(
+    broker: &Broker,
+    req: JoinGroupRequest,
+    version: i16,
+    client_id: &str,
+    client_host: &str,
+    access: &Access,
+) -> Result<JoinGroupResponse, JoinGroupRequest> {
+    let refused = access
+        .allows_group(AclOperation::Read, &req.group_id)
+        .then_some(())
+        .ok_or(ResponseError::GroupAuthorizationFailed)
+        .and_then(|()| broker.groups.coordinates(req.group_id.0.as_str()));
+    if refused.is_err() {
+        return Err(req);
+    }
+    let join = join_request(&req, version, client_id, client_host);
+    let view = super::consumer_groups::topics_view(broker);
+    match broker
+        .groups
+        .classic_join_consumer(&broker.topics, &view, req.group_id.0.as_str(), join)
+    {
+        Some(r) => Ok(join_response(r, version)),
+        None => Err(req),
+    }
+}
+
+pub async fn join_group(
+    broker: &Broker,
+    req: JoinGroupRequest,
+    version: i16,
+    client_id: &str,
+    client_host: &str,
+    access: &Access,
+) -> JoinGroupResponse {
+    if !access.allows_group(AclOperation::Read, &req.group_id) {
+        return JoinGroupResponse::default()
+            .with_error_code(ResponseError::GroupAuthorizationFailed.code())
+            .with_member_id(req.member_id)
+            .with_generation_id(-1);
+    }
+    let join = join_request(&req, version, client_id, client_host);
     if let Err(code) = broker.groups.coordinates(req.group_id.0.as_str()) {
         return JoinGroupResponse::default()
             .with_error_code(code.code())
             .with_member_id(req.member_id)
             .with_generation_id(-1);
     }
-    let mut r = broker.groups.join(req.group_id.0.as_str(), join).await;
+    let r = broker.groups.join(req.group_id.0.as_str(), join).await;
+    join_response(r, version)
+}
+
+fn join_response(mut r: JoinResult, version: i16) -> JoinGroupResponse {
     // Before v9 a leader cannot be told to skip the assignment: it gets no
     // members, and the group's stored assignment is what SyncGroup returns.
     if r.skip_assignment && version < 9 {
@@ -224,6 +263,25 @@ pub async fn sync_group(
         .map(|a| (a.member_id.as_str().to_string(), a.assignment.clone()))
         .collect();
     let instance = opt_str(&req.group_instance_id);
+    if broker.groups.is_consumer_group(req.group_id.0.as_str()) {
+        // a classic member of a consumer group
+        let answer = broker.groups.classic_sync_consumer(
+            &super::consumer_groups::topics_view(broker),
+            req.group_id.0.as_str(),
+            req.member_id.as_str(),
+            instance.as_deref(),
+            req.generation_id,
+            req.protocol_type.as_ref().map(|s| s.as_str()),
+            req.protocol_name.as_ref().map(|s| s.as_str()),
+        );
+        if let Some(r) = answer {
+            return SyncGroupResponse::default()
+                .with_error_code(r.error)
+                .with_protocol_type(r.protocol_type.as_deref().map(str_bytes))
+                .with_protocol_name(r.protocol_name.as_deref().map(str_bytes))
+                .with_assignment(r.assignment);
+        }
+    }
     let r = broker
         .groups
         .sync(
@@ -283,7 +341,24 @@ pub fn leave_group(
     } else {
         vec![(req.member_id.as_str().to_string(), None)]
     };
-    match broker.groups.leave(req.group_id.0.as_str(), &members) {
+    let consumer = broker
+        .groups
+        .is_consumer_group(req.group_id.0.as_str())
+        .then(|| {
+            let view = super::consumer_groups::topics_view(broker);
+            broker.groups.classic_leave_consumer(
+                &broker.topics,
+                &view,
+                req.group_id.0.as_str(),
+                &members,
+            )
+        })
+        .flatten();
+    let left = match consumer {
+        Some(r) => r,
+        None => broker.groups.leave(req.group_id.0.as_str(), &members),
+    };
+    match left {
         Err(e) => LeaveGroupResponse::default().with_error_code(e.code()),
         Ok(codes) if version < 3 => {
             LeaveGroupResponse::default().with_error_code(codes.first().copied().unwrap_or(0))

@@ -571,6 +571,21 @@ async fn dispatch(
         RequestKind::JoinGroup(r) => {
             let client_id = header.client_id.as_ref().map(|c| c.as_str()).unwrap_or("");
             let host = format!("/{}", ctx.peer.ip());
+            // a classic member of a consumer group: its join is written
+            // (waits for the offsets partition's ISR)
+            let r = if b.groups.is_consumer_group(r.group_id.0.as_str()) {
+                let (client, host, access) = (client_id.to_string(), host.clone(), access.clone());
+                match blocking(broker, api, move |b| {
+                    groups::join_consumer_group(b, r, version, &client, &host, &access)
+                })
+                .await?
+                {
+                    Ok(resp) => return encode_response(api, version, cid, &resp),
+                    Err(r) => r,
+                }
+            } else {
+                r
+            };
             let resp = groups::join_group(b, r, version, client_id, &host, &access).await;
             encode_response(api, version, cid, &resp)
         }
@@ -592,10 +607,12 @@ async fn dispatch(
         }
         RequestKind::LeaveGroup(r) => {
             let group = r.group_id.0.to_string();
-            let resp = groups::leave_group(b, r, version, &access);
-            // an emptied group is stored as such
-            blocking(broker, api, move |b| {
-                b.groups.store_group(&b.topics, &group)
+            // a consumer group's change is written; an emptied classic
+            // group is stored as such
+            let resp = blocking(broker, api, move |b| {
+                let resp = groups::leave_group(b, r, version, &access);
+                b.groups.store_group(&b.topics, &group);
+                resp
             })
             .await?;
             encode_response(api, version, cid, &resp)

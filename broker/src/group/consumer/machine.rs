@@ -14,6 +14,7 @@ use kafka_protocol::error::ResponseError;
 use uuid::Uuid;
 
 use super::assignor::{self, Assignment, AssignorMember};
+use super::conversion::{ClassicMetadata, MigrationPolicy};
 use super::metadata_hash;
 use super::reconcile::{self, CurrentAssignment, MemberState};
 
@@ -36,6 +37,9 @@ pub struct ConsumerSettings {
     pub max_size: usize,
     /// `group.consumer.assignors`; the first is the default.
     pub assignors: Vec<String>,
+    /// `group.consumer.migration.policy`: which online conversions
+    /// between classic and consumer groups are allowed.
+    pub migration_policy: MigrationPolicy,
 }
 
 impl Default for ConsumerSettings {
@@ -45,6 +49,7 @@ impl Default for ConsumerSettings {
             heartbeat_interval_ms: 5_000,
             max_size: i32::MAX as usize,
             assignors: vec![assignor::UNIFORM.into(), assignor::RANGE.into()],
+            migration_policy: MigrationPolicy::Bidirectional,
         }
     }
 }
@@ -119,6 +124,10 @@ pub struct Member {
     pub session_deadline_ms: i64,
     /// The member is fenced at this time unless it has revoked.
     pub revoke_deadline_ms: Option<i64>,
+    /// Set for a member that speaks the classic protocol (JoinGroup,
+    /// SyncGroup, Heartbeat) inside this group: its session timeout and
+    /// the protocols it joined with (Kafka's `ClassicMemberMetadata`).
+    pub classic: Option<ClassicMetadata>,
 }
 
 impl Member {
@@ -133,6 +142,7 @@ impl Member {
             &self.regex,
             self.rebalance_timeout_ms,
             &self.server_assignor,
+            &self.classic,
         ) == (
             &other.instance_id,
             &other.rack_id,
@@ -142,7 +152,16 @@ impl Member {
             &other.regex,
             other.rebalance_timeout_ms,
             &other.server_assignor,
+            &other.classic,
         )
+    }
+
+    /// The session timeout that applies to this member: its own if it
+    /// speaks the classic protocol, else the group's.
+    pub fn session_timeout_ms(&self, settings: &ConsumerSettings) -> i32 {
+        self.classic
+            .as_ref()
+            .map_or(settings.session_timeout_ms, |c| c.session_timeout_ms)
     }
 }
 
@@ -201,7 +220,7 @@ impl ConsumerGroup {
     }
 
     /// The topics `m` subscribes to that exist, by name.
-    fn member_topics(m: &Member, topics: &Topics) -> BTreeSet<String> {
+    pub(super) fn member_topics(m: &Member, topics: &Topics) -> BTreeSet<String> {
         let mut out: BTreeSet<String> = m
             .subscribed_names
             .iter()
@@ -245,7 +264,7 @@ impl ConsumerGroup {
     /// lags the group epoch, the target assignment.
     /// `bump`: the membership or a subscription changed too (one bump
     /// for both).
-    fn refresh(&mut self, topics: &Topics, settings: &ConsumerSettings, bump: bool) {
+    pub(super) fn refresh(&mut self, topics: &Topics, settings: &ConsumerSettings, bump: bool) {
         let subscribed = self.subscribed_metadata(topics);
         let hash = metadata_hash::group_hash(subscribed.values().map(|t| t.hash));
         if hash != self.metadata_hash || bump {
@@ -285,7 +304,7 @@ impl ConsumerGroup {
     }
 
     /// Whether no member but `except` holds (or still revokes) `(t, p)`.
-    fn is_free(&self, except: &str, t: Uuid, p: i32) -> bool {
+    pub(super) fn is_free(&self, except: &str, t: Uuid, p: i32) -> bool {
         !self.members.values().any(|m| {
             m.id != except
                 && [&m.current.assigned, &m.current.revoking]
@@ -295,7 +314,7 @@ impl ConsumerGroup {
     }
 
     /// Moves `member_id` towards its target, with what it reported owning.
-    fn reconcile_member(&mut self, member_id: &str, owned: Option<&Assignment>, now: i64) {
+    pub(super) fn reconcile_member(&mut self, member_id: &str, owned: Option<&Assignment>, now: i64) {
         let Some(m) = self.members.get(member_id) else {
             return;
         };
@@ -423,6 +442,9 @@ impl ConsumerGroup {
         }
         member.client_id = req.client_id.clone();
         member.client_host = req.client_host.clone();
+        // a member heartbeating with ConsumerGroupHeartbeat speaks the
+        // consumer protocol, whatever it joined with before
+        member.classic = None;
         Ok(member)
     }
 
@@ -542,7 +564,7 @@ impl ConsumerGroup {
     /// A group restored at `now`: every member gets a fresh session.
     pub fn restored(mut self, now: i64, settings: &ConsumerSettings) -> Self {
         for m in self.members.values_mut() {
-            m.session_deadline_ms = now + i64::from(settings.session_timeout_ms);
+            m.session_deadline_ms = now + i64::from(m.session_timeout_ms(settings));
             m.revoke_deadline_ms = (m.current.state == MemberState::UnrevokedPartitions)
                 .then(|| now + i64::from(m.rebalance_timeout_ms.max(0)));
         }
@@ -550,14 +572,20 @@ impl ConsumerGroup {
     }
 
     /// The member epoch an OffsetCommit must carry: `Err` with Kafka's
-    /// answer otherwise (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH).
+    /// answer otherwise (UNKNOWN_MEMBER_ID; STALE_MEMBER_EPOCH, or
+    /// ILLEGAL_GENERATION for a member of the classic protocol, whose
+    /// generation is its epoch).
     pub fn check_commit(&self, member_id: &str, epoch: i32) -> Result<(), ResponseError> {
         let m = self
             .members
             .get(member_id)
             .ok_or(ResponseError::UnknownMemberId)?;
         if epoch != m.current.epoch {
-            return Err(ResponseError::StaleMemberEpoch);
+            return Err(if m.classic.is_some() {
+                ResponseError::IllegalGeneration
+            } else {
+                ResponseError::StaleMemberEpoch
+            });
         }
         Ok(())
     }

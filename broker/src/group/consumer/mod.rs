@@ -27,6 +27,8 @@
 //! `group.consumer.regex.refresh.interval.ms`); share and streams groups.
 
 pub mod assignor;
+pub mod consumer_protocol;
+pub mod conversion;
 pub mod machine;
 pub mod metadata_hash;
 pub mod reconcile;

@@ -3,7 +3,8 @@
 //! version 0): ConsumerGroupMetadata (3, the group epoch),
 //! ConsumerGroupPartitionMetadata (4, the subscribed topics' metadata;
 //! read, no longer written),
-//! ConsumerGroupMemberMetadata (5), ConsumerGroupTargetAssignmentMetadata
+//! ConsumerGroupMemberMetadata (5, with a classic member's
+//! `ClassicMemberMetadata` as its tagged field 0), ConsumerGroupTargetAssignmentMetadata
 //! (6, the assignment epoch), ConsumerGroupTargetAssignmentMember (7) and
 //! ConsumerGroupCurrentMemberAssignment (8). Tombstones delete.
 //!
@@ -26,6 +27,7 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use uuid::Uuid;
 
 use super::assignor::Assignment;
+use super::conversion::ClassicMetadata;
 use super::machine::{ConsumerGroup, Member, TopicMeta};
 use super::metadata_hash;
 use super::reconcile::{CurrentAssignment, MemberState};
@@ -207,21 +209,44 @@ fn group_record(id: &str, epoch: i32, metadata_hash: i64) -> RecordKv {
     (key(GROUP_METADATA, id, None), Some(b.freeze()))
 }
 
+/// ConsumerGroupMemberMetadataValue; a member of the classic protocol
+/// carries its `ClassicMemberMetadata` as tagged field 0 (a nullable
+/// struct: a presence byte, then the struct).
 fn member_metadata(id: &str, m: &Member) -> RecordKv {
-    let v = value(|b| {
-        compact_str(b, m.instance_id.as_deref());
-        compact_str(b, m.rack_id.as_deref());
-        compact_str(b, Some(&m.client_id));
-        compact_str(b, Some(&m.client_host));
-        uvarint(b, m.subscribed_names.len() as u32 + 1);
-        for n in &m.subscribed_names {
-            compact_str(b, Some(n));
+    let mut b = BytesMut::new();
+    b.put_i16(0);
+    compact_str(&mut b, m.instance_id.as_deref());
+    compact_str(&mut b, m.rack_id.as_deref());
+    compact_str(&mut b, Some(&m.client_id));
+    compact_str(&mut b, Some(&m.client_host));
+    uvarint(&mut b, m.subscribed_names.len() as u32 + 1);
+    for n in &m.subscribed_names {
+        compact_str(&mut b, Some(n));
+    }
+    compact_str(&mut b, m.regex.as_deref());
+    b.put_i32(m.rebalance_timeout_ms);
+    compact_str(&mut b, m.server_assignor.as_deref());
+    match &m.classic {
+        None => no_tags(&mut b),
+        Some(c) => {
+            let mut field = BytesMut::new();
+            uvarint(&mut field, 1);
+            field.put_i32(c.session_timeout_ms);
+            uvarint(&mut field, c.protocols.len() as u32 + 1);
+            for (name, metadata) in &c.protocols {
+                compact_str(&mut field, Some(name));
+                uvarint(&mut field, metadata.len() as u32 + 1);
+                field.put_slice(metadata);
+                no_tags(&mut field);
+            }
+            no_tags(&mut field);
+            uvarint(&mut b, 1);
+            uvarint(&mut b, 0);
+            uvarint(&mut b, field.len() as u32);
+            b.put_slice(&field);
         }
-        compact_str(b, m.regex.as_deref());
-        b.put_i32(m.rebalance_timeout_ms);
-        compact_str(b, m.server_assignor.as_deref());
-    });
-    (key(MEMBER_METADATA, id, Some(&m.id)), Some(v))
+    }
+    (key(MEMBER_METADATA, id, Some(&m.id)), Some(b.freeze()))
 }
 
 fn target_epoch(id: &str, epoch: i32) -> RecordKv {
@@ -476,6 +501,15 @@ fn decode_member(v: &mut Reader, id: &str) -> Option<Member> {
     let regex = v.compact_str()?;
     let rebalance_timeout_ms = v.i32()?;
     let server_assignor = v.compact_str()?;
+    let mut classic = None;
+    for _ in 0..v.uvarint()? {
+        let tag = v.uvarint()?;
+        let len = v.uvarint()? as usize;
+        let mut field = Reader(v.take(len)?);
+        if tag == 0 {
+            classic = decode_classic(&mut field)?;
+        }
+    }
     Some(Member {
         id: id.to_string(),
         instance_id,
@@ -486,8 +520,31 @@ fn decode_member(v: &mut Reader, id: &str) -> Option<Member> {
         regex,
         rebalance_timeout_ms,
         server_assignor,
+        classic,
         ..Default::default()
     })
+}
+
+/// `ClassicMemberMetadata` (a tagged nullable struct: 0 for null, else
+/// the struct).
+fn decode_classic(v: &mut Reader) -> Option<Option<ClassicMetadata>> {
+    if v.uvarint()? == 0 {
+        return Some(None);
+    }
+    let session_timeout_ms = v.i32()?;
+    let mut protocols = Vec::new();
+    for _ in 0..v.array_len(3)? {
+        let name = v.compact_str()??;
+        let len = (v.uvarint()? as usize).checked_sub(1)?;
+        let metadata = v.take(len)?;
+        v.tags()?;
+        protocols.push((name, metadata));
+    }
+    v.tags()?;
+    Some(Some(ClassicMetadata {
+        session_timeout_ms,
+        protocols,
+    }))
 }
 
 fn decode_current(v: &mut Reader) -> Option<CurrentAssignment> {

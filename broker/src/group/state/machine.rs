@@ -56,6 +56,36 @@ impl Group {
         effects
     }
 
+    /// Starts a rebalance of a settled group (one converted from a
+    /// consumer group: its members must rejoin); the answers to deliver.
+    pub fn rebalance(&mut self, now: i64, settings: &GroupSettings) -> Vec<Effect> {
+        let mut effects = self.prepare_rebalance(now, settings);
+        effects.extend(self.try_complete_join(now));
+        effects
+    }
+
+    /// The answers owed to the members waiting in a rebalance that will
+    /// not complete (the group is converted to a consumer group): `code`
+    /// to each.
+    pub fn abandon_rebalance(&self, code: ResponseError) -> Vec<Effect> {
+        let mut effects = Vec::new();
+        for m in self.members.values() {
+            if m.awaiting_join {
+                effects.push(Effect::Join {
+                    member_id: m.id.clone(),
+                    result: JoinResult::error(code, &m.id),
+                });
+            }
+            if m.awaiting_sync {
+                effects.push(Effect::Sync {
+                    member_id: m.id.clone(),
+                    result: SyncResult::error(code),
+                });
+            }
+        }
+        effects
+    }
+
     fn validate_session_timeout(req: &JoinRequest, settings: &GroupSettings) -> bool {
         (settings.min_session_timeout_ms..=settings.max_session_timeout_ms)
             .contains(&req.session_timeout_ms)

@@ -1,6 +1,7 @@
 //! A settled group as the coordinator stores it in `__consumer_offsets`
 //! ([`Group::snapshot`]) and as a coordinator that takes the group over
-//! restores it ([`Group::restore`]): the mapping between the group's
+//! restores it ([`Group::restore`]), or as a consumer group converts
+//! into it ([`Group::converted`]): the mapping between the group's
 //! record and `group::metadata`'s `GroupSnapshot`. The record codec is
 //! `group::metadata`'s; this module imports nothing else of the
 //! coordinator.
@@ -42,6 +43,30 @@ impl Group {
             timestamp_ms: now_ms,
             members,
         })
+    }
+
+    /// A group converted from a consumer group (an online downgrade):
+    /// `Stable` in `generation` with `members`, on the protocol they all
+    /// support (`None` if there is none), without a leader until the
+    /// rebalance the coordinator starts next.
+    pub fn converted(
+        id: &str,
+        generation: i32,
+        protocol_type: &str,
+        members: Vec<Member>,
+    ) -> Option<Self> {
+        let mut g = Group::new(id);
+        g.generation_id = generation;
+        g.protocol_type = Some(protocol_type.to_string());
+        g.state = GroupState::Stable;
+        for m in members {
+            if let Some(instance) = &m.group_instance_id {
+                g.static_members.insert(instance.clone(), m.id.clone());
+            }
+            g.members.insert(m.id.clone(), m);
+        }
+        g.protocol_name = Some(g.select_protocol()?);
+        Some(g)
     }
 
     /// A group as a stored snapshot describes it, taken over at `now_ms`:
