@@ -656,3 +656,242 @@ async fn a_new_coordinator_takes_the_group_over() {
     let last = describe_loaded(&mut s, g).await;
     assert_eq!(last.group_epoch, before.group_epoch + 1);
 }
+
+/// A classic consumer on the wire (JoinGroup v9, SyncGroup v5, Heartbeat
+/// v4) as the Java client's classic protocol drives it: subscribed to
+/// `t`, it rejoins with the partitions it owns; as the leader it gives
+/// every partition to the members it is told of (the only one here).
+struct Classic {
+    id: String,
+    generation: i32,
+    owned: Vec<i32>,
+    conn: TcpStream,
+}
+
+fn protocol_bytes<M: kafka_protocol::protocol::Encodable>(version: i16, msg: &M) -> bytes::Bytes {
+    let mut b = bytes::BytesMut::new();
+    b.extend_from_slice(&version.to_be_bytes());
+    msg.encode(&mut b, version).unwrap();
+    b.freeze()
+}
+
+impl Classic {
+    fn new(conn: TcpStream) -> Classic {
+        Classic {
+            id: String::new(),
+            generation: -1,
+            owned: vec![],
+            conn,
+        }
+    }
+
+    async fn join(&mut self, group: &str) -> JoinGroupResponse {
+        use kafka_protocol::messages::consumer_protocol_subscription::TopicPartition;
+        use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+        use kafka_protocol::messages::ConsumerProtocolSubscription;
+        let sub = ConsumerProtocolSubscription::default()
+            .with_topics(vec![s("t")])
+            .with_owned_partitions(vec![TopicPartition::default()
+                .with_topic(name("t"))
+                .with_partitions(self.owned.clone())]);
+        let req = JoinGroupRequest::default()
+            .with_group_id(GroupId(s(group)))
+            .with_member_id(s(&self.id))
+            .with_session_timeout_ms(10_000)
+            .with_rebalance_timeout_ms(10_000)
+            .with_protocol_type(s("consumer"))
+            .with_protocols(vec![JoinGroupRequestProtocol::default()
+                .with_name(s("range"))
+                .with_metadata(protocol_bytes(1, &sub))]);
+        call(&mut self.conn, ApiKey::JoinGroup, 9, &req).await
+    }
+
+    async fn heartbeat(&mut self, group: &str) -> i16 {
+        let req = kafka_protocol::messages::HeartbeatRequest::default()
+            .with_group_id(GroupId(s(group)))
+            .with_member_id(s(&self.id))
+            .with_generation_id(self.generation);
+        let r: kafka_protocol::messages::HeartbeatResponse =
+            call(&mut self.conn, ApiKey::Heartbeat, 4, &req).await;
+        r.error_code
+    }
+
+    /// Joins (getting a member id first if it has none) and syncs: the
+    /// sync's error code.
+    async fn rejoin(&mut self, group: &str) -> i16 {
+        use kafka_protocol::messages::consumer_protocol_assignment::TopicPartition;
+        use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
+        use kafka_protocol::messages::{
+            ConsumerProtocolAssignment, SyncGroupRequest, SyncGroupResponse,
+        };
+        use kafka_protocol::protocol::Decodable;
+        let mut j = self.join(group).await;
+        if j.error_code == ResponseError::MemberIdRequired.code() {
+            self.id = j.member_id.to_string();
+            j = self.join(group).await;
+        }
+        assert_eq!(j.error_code, 0, "join");
+        assert_eq!(j.protocol_name.as_ref().map(|p| p.as_str()), Some("range"));
+        self.generation = j.generation_id;
+        let assignments = if j.leader == j.member_id {
+            let all = ConsumerProtocolAssignment::default().with_assigned_partitions(vec![
+                TopicPartition::default()
+                    .with_topic(name("t"))
+                    .with_partitions(vec![0, 1, 2, 3]),
+            ]);
+            vec![SyncGroupRequestAssignment::default()
+                .with_member_id(s(&self.id))
+                .with_assignment(protocol_bytes(1, &all))]
+        } else {
+            vec![]
+        };
+        let req = SyncGroupRequest::default()
+            .with_group_id(GroupId(s(group)))
+            .with_member_id(s(&self.id))
+            .with_generation_id(self.generation)
+            .with_protocol_type(Some(s("consumer")))
+            .with_protocol_name(Some(s("range")))
+            .with_assignments(assignments);
+        let r: SyncGroupResponse = call(&mut self.conn, ApiKey::SyncGroup, 5, &req).await;
+        if r.error_code == 0 {
+            let mut b = r.assignment.clone();
+            use bytes::Buf;
+            let version = b.get_i16();
+            assert_eq!(version, 1, "encoded in the member's version");
+            let a = ConsumerProtocolAssignment::decode(&mut b, version).unwrap();
+            self.owned = a
+                .assigned_partitions
+                .iter()
+                .flat_map(|tp| tp.partitions.clone())
+                .collect();
+            self.owned.sort();
+        }
+        r.error_code
+    }
+}
+
+/// `(type, state)` of `group` as ListGroups v5 lists it.
+async fn listed(conn: &mut TcpStream, group: &str) -> Option<(String, String)> {
+    let r: ListGroupsResponse =
+        call(conn, ApiKey::ListGroups, 5, &ListGroupsRequest::default()).await;
+    r.groups
+        .iter()
+        .find(|l| l.group_id.0.as_str() == group)
+        .map(|l| (l.group_type.to_string(), l.group_state.to_string()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_classic_group_converts_to_a_consumer_group_and_back_across_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = "migrating";
+    let no_delay = ["--set", "group.initial.rebalance.delay.ms=0"];
+    let broker = start(dir.path(), &no_delay).await;
+    let mut admin = broker.connect().await;
+    assert_eq!(create_topic(&mut admin, "t", 4).await.0, 0);
+    let mut c = Classic::new(broker.connect().await);
+    assert_eq!(c.rejoin(g).await, 0);
+    assert_eq!(c.owned, vec![0, 1, 2, 3]);
+    let classic_generation = c.generation;
+    assert_eq!(
+        listed(&mut admin, g).await,
+        Some(("classic".into(), "Stable".into()))
+    );
+
+    // a member of the consumer protocol joins: the group upgrades, the
+    // classic member keeps its partitions until it rejoins
+    let (mut n, code) = Member::join(broker.connect().await, g, "n", &["t"]).await;
+    assert_eq!(code, 0);
+    assert_eq!(
+        n.count(),
+        0,
+        "every partition is still the classic member's"
+    );
+    assert_eq!(listed(&mut admin, g).await.unwrap().0, "consumer");
+    assert_eq!(
+        c.heartbeat(g).await,
+        ResponseError::RebalanceInProgress.code()
+    );
+    for _ in 0..8 {
+        if c.heartbeat(g).await == ResponseError::RebalanceInProgress.code() {
+            assert_eq!(c.rejoin(g).await, 0);
+        }
+        assert_eq!(n.beat(g).await, 0);
+        let cs: BTreeSet<i32> = c.owned.iter().copied().collect();
+        let ns: BTreeSet<i32> = n.owns.values().flatten().copied().collect();
+        assert!(cs.is_disjoint(&ns), "{cs:?} {ns:?}");
+    }
+    assert_eq!(c.heartbeat(g).await, 0);
+    assert_eq!((c.owned.len(), n.count()), (2, 2), "uniform: 2 each");
+    assert!(c.generation > classic_generation);
+    assert_eq!(
+        listed(&mut admin, g).await,
+        Some(("consumer".into(), "Stable".into()))
+    );
+    // the classic member commits with its generation
+    assert_eq!(commit(&mut admin, g, &c.id, c.generation, "t", 7).await, 0);
+    assert_eq!(
+        commit(&mut admin, g, &c.id, c.generation - 1, "t", 7).await,
+        ResponseError::IllegalGeneration.code()
+    );
+    let d = describe(&mut admin, g).await.groups.remove(0);
+    assert_eq!(d.members.len(), 2);
+    broker.stop().await;
+
+    // a restart replays the converted group, the classic member included
+    let broker = start(dir.path(), &no_delay).await;
+    let mut admin = broker.connect().await;
+    c.conn = broker.connect().await;
+    n.conn = broker.connect().await;
+    assert_eq!(
+        describe(&mut admin, g).await.groups.remove(0).members,
+        d.members
+    );
+    assert_eq!(c.heartbeat(g).await, 0, "its classic metadata was replayed");
+    assert_eq!(n.beat(g).await, 0);
+
+    // the consumer member leaves: the group is classic again, rebalancing
+    let leave = n.beat_request(g, -1);
+    let r = n.send(leave).await;
+    assert_eq!((r.error_code, r.member_epoch), (0, -1));
+    assert_eq!(
+        listed(&mut admin, g).await,
+        Some(("classic".into(), "PreparingRebalance".into()))
+    );
+    assert_eq!(
+        c.heartbeat(g).await,
+        ResponseError::RebalanceInProgress.code()
+    );
+    let epoch = c.generation;
+    assert_eq!(c.rejoin(g).await, 0);
+    assert_eq!(
+        c.generation,
+        epoch + 1,
+        "the classic generation follows the group epoch"
+    );
+    assert_eq!(c.owned, vec![0, 1, 2, 3]);
+    assert_eq!(
+        listed(&mut admin, g).await,
+        Some(("classic".into(), "Stable".into()))
+    );
+    broker.stop().await;
+
+    // and a restart replays the classic group
+    let broker = start(dir.path(), &no_delay).await;
+    let mut admin = broker.connect().await;
+    c.conn = broker.connect().await;
+    assert_eq!(c.heartbeat(g).await, 0);
+    let described: DescribeGroupsResponse = call(
+        &mut admin,
+        ApiKey::DescribeGroups,
+        5,
+        &DescribeGroupsRequest::default().with_groups(vec![GroupId(s(g))]),
+    )
+    .await;
+    let dg = &described.groups[0];
+    assert_eq!(dg.group_state.as_str(), "Stable");
+    assert_eq!(dg.protocol_type.as_str(), "consumer");
+    assert_eq!(dg.members.len(), 1);
+    assert_eq!(dg.members[0].member_id.as_str(), c.id);
+    assert_eq!(fetch(&mut admin, g, None, -1, "t").await, (0, 7));
+    broker.stop().await;
+}

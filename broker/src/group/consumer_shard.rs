@@ -52,14 +52,13 @@ impl GroupCoordinator {
                 if req.member_epoch != JOIN_EPOCH {
                     return Err(ResponseError::GroupIdNotFound);
                 }
-                let converted =
-                    ConsumerGroup::from_classic(c, view, &self.settings.consumer, now)
-                        .inspect_err(|_| {
-                            tracing::info!(
-                                group = group_id,
-                                "a classic group cannot be upgraded to a consumer group"
-                            )
-                        })?;
+                let converted = ConsumerGroup::from_classic(c, view, &self.settings.consumer, now)
+                    .inspect_err(|_| {
+                        tracing::info!(
+                            group = group_id,
+                            "a classic group cannot be upgraded to a consumer group"
+                        )
+                    })?;
                 // a rebalance in progress will not complete: its waiting
                 // members rejoin the consumer group
                 let abandoned = c.abandon_rebalance(ResponseError::RebalanceInProgress);

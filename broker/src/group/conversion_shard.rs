@@ -39,10 +39,7 @@ impl GroupCoordinator {
         if old.members.is_empty() {
             let tombstones = records::diff(group_id, Some(&old), None);
             if let Err(e) = self.persist(topics, group_id, tombstones) {
-                return Some(JoinResult::error(
-                    Self::write_failure(&e),
-                    &req.member_id,
-                ));
+                return Some(JoinResult::error(Self::write_failure(&e), &req.member_id));
             }
             shard.state.lock().consumer.remove(group_id);
             tracing::info!(
@@ -67,10 +64,7 @@ impl GroupCoordinator {
         let writes = records::diff(group_id, Some(&old), Some(&new));
         if let Err(e) = self.persist(topics, group_id, writes) {
             tracing::warn!(group = group_id, error = %e.message, "could not write a classic member's join of a consumer group");
-            return Some(JoinResult::error(
-                Self::write_failure(&e),
-                &req.member_id,
-            ));
+            return Some(JoinResult::error(Self::write_failure(&e), &req.member_id));
         }
         if new.epoch != old.epoch {
             tracing::info!(
@@ -163,8 +157,11 @@ impl GroupCoordinator {
         old: &ConsumerGroup,
         leaving: &str,
     ) -> Option<Result<(), ResponseError>> {
-        if !old.downgrades_without(leaving, &self.settings.consumer, self.settings.group.max_size)
-        {
+        if !old.downgrades_without(
+            leaving,
+            &self.settings.consumer,
+            self.settings.group.max_size,
+        ) {
             return None;
         }
         let now = now_ms();

@@ -141,7 +141,12 @@ pub fn find_coordinator(
 }
 
 /// The JoinGroup request as the coordinator takes it.
-fn join_request(req: &JoinGroupRequest, version: i16, client_id: &str, client_host: &str) -> JoinRequest {
+fn join_request(
+    req: &JoinGroupRequest,
+    version: i16,
+    client_id: &str,
+    client_host: &str,
+) -> JoinRequest {
     JoinRequest {
         member_id: req.member_id.as_str().to_string(),
         group_instance_id: opt_str(&req.group_instance_id),

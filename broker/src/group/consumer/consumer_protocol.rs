@@ -126,7 +126,7 @@ pub fn to_names(a: &Assignment, topics: &Topics) -> Vec<(String, Vec<i32>)> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use kafka_protocol::messages::consumer_protocol_subscription::TopicPartition as OwnedTopic;
     use uuid::Uuid;
@@ -134,7 +134,12 @@ mod tests {
     /// A subscription as the Java client writes it (version `v`).
     pub(crate) fn subscription(v: i16, topics: &[&str], owned: &[(&str, &[i32])]) -> Bytes {
         let msg = ConsumerProtocolSubscription::default()
-            .with_topics(topics.iter().map(|t| StrBytes::from_string(t.to_string())).collect())
+            .with_topics(
+                topics
+                    .iter()
+                    .map(|t| StrBytes::from_string(t.to_string()))
+                    .collect(),
+            )
             .with_owned_partitions(
                 owned
                     .iter()
@@ -162,15 +167,31 @@ mod tests {
         let s0 = decode_subscription(&subscription(0, &["a"], &[])).unwrap();
         assert_eq!((s0.owned.len(), s0.rack_id), (0, None));
         assert!(decode_subscription(&Bytes::from_static(&[0, 1, 0])).is_none());
-        assert!(decode_assignment(&Bytes::new()).is_none(), "an empty assignment is malformed, as in Kafka");
+        assert!(
+            decode_assignment(&Bytes::new()).is_none(),
+            "an empty assignment is malformed, as in Kafka"
+        );
 
         let mut topics = Topics::new();
-        topics.insert("a".into(), super::super::TopicMeta::new("a", Uuid::from_u128(1), 3, |_| vec![]));
-        let a = to_ids(&[("a".into(), vec![1, 0]), ("gone".into(), vec![0])], &topics);
+        topics.insert(
+            "a".into(),
+            super::super::TopicMeta::new("a", Uuid::from_u128(1), 3, |_| vec![]),
+        );
+        let a = to_ids(
+            &[("a".into(), vec![1, 0]), ("gone".into(), vec![0])],
+            &topics,
+        );
         assert_eq!(a.len(), 1, "unknown topics are left out");
         let bytes = encode_assignment(&a, &topics, 1);
         assert_eq!(version(&bytes), Some(1));
-        assert_eq!(decode_assignment(&bytes).unwrap(), vec![("a".to_string(), vec![0, 1])]);
-        assert_eq!(version(&encode_assignment(&a, &topics, 7)), Some(3), "clamped to the highest known");
+        assert_eq!(
+            decode_assignment(&bytes).unwrap(),
+            vec![("a".to_string(), vec![0, 1])]
+        );
+        assert_eq!(
+            version(&encode_assignment(&a, &topics, 7)),
+            Some(3),
+            "clamped to the highest known"
+        );
     }
 }

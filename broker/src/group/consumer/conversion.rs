@@ -38,7 +38,9 @@ use uuid::Uuid;
 use super::consumer_protocol as cp;
 use super::machine::{ConsumerGroup, ConsumerSettings, Heartbeat, Member, Topics, LEAVE_EPOCH};
 use super::reconcile::{CurrentAssignment, MemberState};
-use crate::group::state::{Group as ClassicGroup, JoinRequest, JoinResult, Member as ClassicMember};
+use crate::group::state::{
+    Group as ClassicGroup, JoinRequest, JoinResult, Member as ClassicMember,
+};
 
 /// The protocol type of the groups that convert.
 pub const PROTOCOL_TYPE: &str = "consumer";
@@ -192,7 +194,11 @@ impl ConsumerGroup {
     /// by its instance id if it has one (FENCED_INSTANCE_ID when another
     /// member holds it), else by member id; UNKNOWN_MEMBER_ID when it is
     /// not a member or not one of the classic protocol.
-    fn classic_member(&self, member_id: &str, instance: Option<&str>) -> Result<&Member, ResponseError> {
+    fn classic_member(
+        &self,
+        member_id: &str,
+        instance: Option<&str>,
+    ) -> Result<&Member, ResponseError> {
         let m = match instance {
             Some(i) => {
                 let m = self
@@ -294,7 +300,11 @@ impl ConsumerGroup {
         member.session_deadline_ms = now + i64::from(req.session_timeout_ms);
         let changed = before.as_ref().is_none_or(|b| {
             (&b.subscribed_names, &b.regex, &b.server_assignor)
-                != (&member.subscribed_names, &member.regex, &member.server_assignor)
+                != (
+                    &member.subscribed_names,
+                    &member.regex,
+                    &member.server_assignor,
+                )
         });
         self.members.insert(member_id.clone(), member);
         self.refresh(topics, settings, changed);
@@ -373,7 +383,10 @@ impl ConsumerGroup {
             || (m.current.state == MemberState::UnreleasedPartitions
                 && !self.waits_on_unreleased(m));
         let id = m.id.clone();
-        let timeout = m.classic.as_ref().map_or(0, |c| i64::from(c.session_timeout_ms));
+        let timeout = m
+            .classic
+            .as_ref()
+            .map_or(0, |c| i64::from(c.session_timeout_ms));
         if let Some(m) = self.members.get_mut(&id) {
             m.session_deadline_ms = now + timeout;
         }
@@ -466,7 +479,9 @@ impl ConsumerGroup {
         settings: &ConsumerSettings,
         classic_max_size: usize,
     ) -> bool {
-        self.members.get(leaving).is_some_and(|l| l.classic.is_none())
+        self.members
+            .get(leaving)
+            .is_some_and(|l| l.classic.is_none())
             && self.members.len() > 1
             && self
                 .members

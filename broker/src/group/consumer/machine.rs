@@ -314,7 +314,12 @@ impl ConsumerGroup {
     }
 
     /// Moves `member_id` towards its target, with what it reported owning.
-    pub(super) fn reconcile_member(&mut self, member_id: &str, owned: Option<&Assignment>, now: i64) {
+    pub(super) fn reconcile_member(
+        &mut self,
+        member_id: &str,
+        owned: Option<&Assignment>,
+        now: i64,
+    ) {
         let Some(m) = self.members.get(member_id) else {
             return;
         };

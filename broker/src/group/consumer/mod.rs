@@ -35,6 +35,8 @@ pub mod reconcile;
 pub mod records;
 
 #[cfg(test)]
+mod conversion_tests;
+#[cfg(test)]
 mod tests;
 
 pub use machine::{ConsumerGroup, ConsumerSettings, Heartbeat, HeartbeatAnswer, TopicMeta, Topics};
