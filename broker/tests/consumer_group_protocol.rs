@@ -834,7 +834,16 @@ async fn a_classic_group_converts_to_a_consumer_group_and_back_across_restarts()
         ResponseError::IllegalGeneration.code()
     );
     let d = describe(&mut admin, g).await.groups.remove(0);
-    assert_eq!(d.members.len(), 2);
+    let types: BTreeMap<String, i8> = d
+        .members
+        .iter()
+        .map(|m| (m.member_id.to_string(), m.member_type))
+        .collect();
+    assert_eq!(
+        types,
+        BTreeMap::from([(c.id.clone(), 0), ("n".into(), 1)]),
+        "classic 0, consumer 1"
+    );
     broker.stop().await;
 
     // a restart replays the converted group, the classic member included

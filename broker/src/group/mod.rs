@@ -5,6 +5,10 @@
 //! over keeps its members, and offsets committed inside transactions
 //! ([`txn_offsets`]), pending until the transaction's marker.
 //!
+//! KIP-848 consumer groups ([`consumer`]) live next to the classic ones
+//! in the same shards (`consumer_shard`), and a group converts online
+//! from one type to the other (`conversion_shard`).
+//!
 //! This module owns the groups' in-memory state and the waiting
 //! JoinGroup/SyncGroup requests; the offsets topic's log is reached only
 //! through [`TopicManager`]. The wire format of the group APIs belongs to

@@ -269,8 +269,9 @@ fn described(g: &ConsumerGroup, broker: &Broker) -> DescribedGroup {
                             &g.target.get(&m.id).cloned().unwrap_or_default(),
                             &names,
                         ))
-                        // 1: a member of the consumer protocol (v1)
-                        .with_member_type(1)
+                        // (v1) 0: a member of the classic protocol,
+                        // 1: of the consumer protocol
+                        .with_member_type(if m.classic.is_some() { 0 } else { 1 })
                 })
                 .collect(),
         )

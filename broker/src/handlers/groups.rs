@@ -179,14 +179,14 @@ pub fn join_consumer_group(
     client_id: &str,
     client_host: &str,
     access: &Access,
-) -> Result<JoinGroupResponse, JoinGroupRequest> {
+) -> Result<JoinGroupResponse, Box<JoinGroupRequest>> {
     let refused = access
         .allows_group(AclOperation::Read, &req.group_id)
         .then_some(())
         .ok_or(ResponseError::GroupAuthorizationFailed)
         .and_then(|()| broker.groups.coordinates(req.group_id.0.as_str()));
     if refused.is_err() {
-        return Err(req);
+        return Err(Box::new(req));
     }
     let join = join_request(&req, version, client_id, client_host);
     let view = super::consumer_groups::topics_view(broker);
@@ -195,7 +195,7 @@ pub fn join_consumer_group(
         .classic_join_consumer(&broker.topics, &view, req.group_id.0.as_str(), join)
     {
         Some(r) => Ok(join_response(r, version)),
-        None => Err(req),
+        None => Err(Box::new(req)),
     }
 }
 

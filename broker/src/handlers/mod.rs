@@ -581,7 +581,7 @@ async fn dispatch(
                 .await?
                 {
                     Ok(resp) => return encode_response(api, version, cid, &resp),
-                    Err(r) => r,
+                    Err(r) => *r,
                 }
             } else {
                 r

@@ -12,16 +12,22 @@
 //! - [`records`]: the group's records in Kafka's schemas, and their replay.
 //! - [`metadata_hash`]: KIP-1101's hash of the subscribed topics, which
 //!   the group's record stores and whose change triggers a rebalance.
+//! - [`conversion`]: online conversion between classic and consumer
+//!   groups under `group.consumer.migration.policy` (upgrade on a
+//!   ConsumerGroupHeartbeat, downgrade when the last member of the
+//!   consumer protocol leaves) and the classic members a consumer group
+//!   serves through JoinGroup, SyncGroup, Heartbeat and LeaveGroup.
+//! - [`consumer_protocol`]: the classic consumer's embedded
+//!   subscription and assignment, by topic id.
 //!
 //! This module owns no I/O: the coordinator (`super`) runs the machine
 //! under its shard lock, writes [`records::diff`] through the shard's
 //! write path, and installs the new state only once that write succeeded.
 //!
-//! Not in this slice (next steps): online conversion between classic and
-//! consumer groups (a classic JoinGroup for a consumer group gets
-//! INCONSISTENT_GROUP_PROTOCOL, a heartbeat for a classic group with
-//! members GROUP_ID_NOT_FOUND, as Kafka with
-//! `group.consumer.migration.policy=disabled`); rack-aware assignment;
+//! Not in this slice (next steps): the join and sync timeouts Kafka sets
+//! for a classic member of a consumer group (its session timeout and the
+//! revocation timeout apply); a downgrade when a classic static member
+//! replaces the last consumer-protocol one; rack-aware assignment;
 //! client-side assignors (`ConsumerGroupPrepareAssignment`); periodic
 //! regex refresh (a regex is resolved at each heartbeat instead of every
 //! `group.consumer.regex.refresh.interval.ms`); share and streams groups.
