@@ -8,22 +8,24 @@ SyncGroup / Heartbeat against the consumer group's assignment) — and then
 back, one by one, to `group.protocol=classic`: the last consumer-protocol
 member leaving downgrades the group to a classic one. Every record produced
 is consumed; ListGroups (the admin client's group type) and Kafka 4.4's
-`kafka-consumer-groups --describe` see the group's type at each stage. Runs
-against Apache Kafka too (MOLDAU_TEST_TARGET=kafka), whose 4.x brokers
-convert groups by default.
+`kafka-consumer-groups --describe` see the group's type at each stage. And
+the same conversion step by step on the wire (harness/kgroup), each answer
+checked. Runs against Apache Kafka too (MOLDAU_TEST_TARGET=kafka), whose 4.x
+brokers convert groups by default: the answers are the same.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+import uuid
 
 import pytest
 from confluent_kafka import ConsumerGroupType
 
 from conftest import admin_for, create_topic, unique
-from harness import kafka_tools
-from test_groups import JavaMember, java_balanced, produce, retry_coordinator, wait_until
+from harness import kafka_tools, kgroup
+from test_groups import JavaMember, gconn, java_balanced, produce, retry_coordinator, wait_coordinator, wait_until
 
 CLASSIC = {"group.protocol": "classic", "session.timeout.ms": "10000", "heartbeat.interval.ms": "500"}
 CONSUMER = {"group.protocol": "consumer"}
@@ -148,3 +150,88 @@ def test_java_group_converts_to_consumer_and_back_while_records_flow(broker):
             producer.stopped.set()
         for m in started:
             m.kill()
+
+
+def owning(topic: str, owned: list[int]) -> list[tuple[str, bytes]]:
+    """The `range` protocol with a ConsumerProtocolSubscription v1 that
+    lists the partitions the member owns."""
+    from harness.kwire import i16, i32, string
+
+    sub = i16(1) + i32(1) + string(topic) + i32(-1)  # topics, no user data
+    sub += i32(1) + string(topic) + i32(len(owned)) + b"".join(i32(p) for p in owned)
+    return [("range", sub)]
+
+
+@pytest.mark.timeout(300)
+def test_conversion_answers_on_the_wire(broker):
+    topic = create_topic(broker, unique("convwire"), 4)
+    group = unique("convwire")
+    wait_coordinator(broker, group)
+    sub = [("range", kgroup.consumer_subscription([topic]))]
+    nid = str(uuid.uuid4())
+    with gconn(broker) as a, gconn(broker) as n:
+        # a classic group: A alone, the leader, owns the 4 partitions
+        j = a.join_two_step(group, protocols=sub)
+        assert j.error == 0 and j.leader == j.member_id, j
+        gen, aid = j.generation, j.member_id
+        all4 = kgroup.consumer_assignment({topic: [0, 1, 2, 3]})
+        assert a.sync_group(group, gen, aid, [(aid, all4)])[0] == 0
+        assert a.heartbeat(group, gen, aid) == 0
+
+        # a ConsumerGroupHeartbeat that is no join does not convert it
+        hb = n.consumer_group_heartbeat(group, nid, 1, owned={})
+        assert hb.error == kgroup.GROUP_ID_NOT_FOUND, kgroup.name(hb.error)
+        # a join does: the group epoch follows the generation, and every
+        # partition is still A's
+        hb = n.consumer_group_heartbeat(group, nid, 0, topics=[topic], owned={}, rebalance_timeout_ms=10000)
+        assert (hb.error, hb.epoch) == (0, gen + 1), hb
+        assert sum(len(ps) for ps in (hb.assignment or {}).values()) == 0, hb
+
+        # A hears of the rebalance through its heartbeat
+        assert a.heartbeat(group, gen, aid) == kgroup.REBALANCE_IN_PROGRESS
+        assert a.heartbeat(group, gen - 1, aid) == kgroup.ILLEGAL_GENERATION
+        assert a.sync_group(group, gen, aid)[0] == kgroup.REBALANCE_IN_PROGRESS
+        # classic joins the consumer group refuses
+        rr = n.join_group(group, protocols=[("roundrobin", kgroup.consumer_subscription([topic]))])
+        assert rr.error == kgroup.INCONSISTENT_GROUP_PROTOCOL, kgroup.name(rr.error)
+        nb = n.join_group(group, protocols=sub)
+        assert nb.error == kgroup.MEMBER_ID_REQUIRED and nb.member_id, nb
+
+        # A rejoins still owning the 4 partitions: answered at once, no
+        # leader; it keeps its generation and gets what it keeps until it
+        # reports the rest revoked
+        j = a.join_group(group, member_id=aid, protocols=owning(topic, [0, 1, 2, 3]))
+        assert (j.error, j.generation, j.leader, j.members, j.protocol) == (0, gen, "", [], "range"), j
+        err, asg = a.sync_group(group, gen, aid)
+        assert err == 0, kgroup.name(err)
+        kept = sorted(kgroup.decode_assignment(asg)[topic])
+        assert len(kept) == 2, kept
+        assert a.heartbeat(group, gen, aid) == kgroup.REBALANCE_IN_PROGRESS
+        j = a.join_group(group, member_id=aid, protocols=owning(topic, kept))
+        assert (j.error, j.generation) == (0, gen + 1), j
+        err, asg = a.sync_group(group, gen + 1, aid)
+        assert err == 0 and sorted(kgroup.decode_assignment(asg)[topic]) == kept
+        assert a.heartbeat(group, gen + 1, aid) == 0
+        # and N gets the other two
+        hb = n.consumer_group_heartbeat(group, nid, gen + 1, owned={})
+        assert hb.error == 0, kgroup.name(hb.error)
+        assert sorted(p for ps in hb.assignment.values() for p in ps) == sorted({0, 1, 2, 3} - set(kept)), hb
+
+        # A's commits carry its generation (one ahead of it, or older than
+        # the partition's assignment, is ILLEGAL_GENERATION)
+        p0 = kept[0]
+        assert a.offset_commit(group, {topic: {p0: 5}}, generation=gen + 2, member_id=aid) == {(topic, p0): kgroup.ILLEGAL_GENERATION}
+        assert a.offset_commit(group, {topic: {p0: 5}}, generation=gen - 1, member_id=aid) == {(topic, p0): kgroup.ILLEGAL_GENERATION}
+        assert a.offset_commit(group, {topic: {p0: 5}}, generation=gen + 1, member_id=aid) == {(topic, p0): 0}
+
+        # N leaves: a classic group again, rebalancing at the group epoch
+        hb = n.consumer_group_heartbeat(group, nid, -1)
+        assert (hb.error, hb.epoch) == (0, -1), hb
+        d = a.describe_group(group)
+        assert (d["error"], d["state"], d["protocol_type"]) == (0, "PreparingRebalance", "consumer"), d
+        assert a.heartbeat(group, gen + 1, aid) == kgroup.REBALANCE_IN_PROGRESS
+        j = a.join_group(group, member_id=aid, protocols=sub)
+        assert (j.error, j.generation, j.leader) == (0, gen + 2, aid), j
+        assert a.sync_group(group, gen + 2, aid, [(aid, all4)])[0] == 0
+        d = a.describe_group(group)
+        assert (d["state"], [m["member_id"] for m in d["members"]]) == ("Stable", [aid]), d

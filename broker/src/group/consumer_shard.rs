@@ -253,6 +253,20 @@ impl GroupCoordinator {
             .contains_key(group_id)
     }
 
+    /// Whether `member_id` is a member of the consumer protocol in the
+    /// consumer group `group_id`, whose OffsetCommit must be v9+ (as in
+    /// Kafka, a classic member of a consumer group commits with any
+    /// version; an unknown member gets UNKNOWN_MEMBER_ID instead).
+    pub fn commit_requires_v9(&self, group_id: &str, member_id: &str) -> bool {
+        self.shard(group_id)
+            .state
+            .lock()
+            .consumer
+            .get(group_id)
+            .and_then(|g| g.members.get(member_id))
+            .is_some_and(|m| m.classic.is_none())
+    }
+
     /// OffsetFetch v9+ by a member of a consumer group: its epoch must be
     /// the member's (Kafka's STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID); an
     /// anonymous fetch (no member id, epoch -1) is an admin's.

@@ -411,8 +411,13 @@ pub fn offset_commit(
         .and_then(|()| broker.groups.coordinates(req.group_id.0.as_str()))
         .and_then(|()| {
             // as Kafka: a member of a consumer group commits with v9+
-            // (the version that carries its member epoch)
-            if version < 9 && !anonymous && broker.groups.is_consumer_group(req.group_id.0.as_str())
+            // (the version that carries its member epoch), unless it
+            // speaks the classic protocol
+            if version < 9
+                && !anonymous
+                && broker
+                    .groups
+                    .commit_requires_v9(req.group_id.0.as_str(), req.member_id.as_str())
             {
                 Err(ResponseError::UnsupportedVersion)
             } else {

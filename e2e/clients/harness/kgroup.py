@@ -2,7 +2,8 @@
 
 Owns the encoding of FindCoordinator v2, JoinGroup v5, SyncGroup v3,
 Heartbeat v3, LeaveGroup v3, OffsetCommit v7, OffsetDelete v0 and DescribeGroups v4
-(non-flexible versions that both Moldau and Apache Kafka 4.x accept), written
+(non-flexible versions that both Moldau and Apache Kafka 4.x accept), and of
+ConsumerGroupHeartbeat v1 (KIP-848, flexible), written
 from the protocol specification (kafka.apache.org/protocol), and just enough
 response decoding to read error codes, generations and member ids. It must not
 depend on any client library; it never retries or interprets errors.
@@ -22,6 +23,7 @@ SYNC_GROUP = 14
 DESCRIBE_GROUPS = 15
 OFFSET_COMMIT = 8
 OFFSET_DELETE = 47
+CONSUMER_GROUP_HEARTBEAT = 68
 
 # error codes
 NONE = 0
@@ -31,6 +33,7 @@ INCONSISTENT_GROUP_PROTOCOL = 23
 UNKNOWN_MEMBER_ID = 25
 INVALID_SESSION_TIMEOUT = 26
 REBALANCE_IN_PROGRESS = 27
+GROUP_ID_NOT_FOUND = 69
 MEMBER_ID_REQUIRED = 79
 
 ERROR_NAMES = {
@@ -80,6 +83,17 @@ def consumer_assignment(assign: dict[str, list[int]]) -> bytes:
 def _bytes(r: Reader) -> bytes | None:
     n = r.i32()
     return None if n < 0 else r._take(n)
+
+
+@dataclass
+class HeartbeatResult:
+    """A ConsumerGroupHeartbeat answer; `assignment` is None when the
+    coordinator sent none, else {topic id (16 bytes): [partition]}."""
+
+    error: int
+    member_id: str
+    epoch: int
+    assignment: dict[bytes, list[int]] | None
 
 
 @dataclass
@@ -237,6 +251,51 @@ class GroupConn(Conn):
             out.append((m, r.i16()))
         return err, out
 
+    def consumer_group_heartbeat(
+        self,
+        group: str,
+        member_id: str,
+        epoch: int,
+        topics: list[str] | None = None,
+        owned: dict[bytes, list[int]] | None = None,
+        rebalance_timeout_ms: int = -1,
+    ) -> HeartbeatResult:
+        """ConsumerGroupHeartbeat v1: `topics` None and `owned` None mean
+        "unchanged" (a join sends both)."""
+        body = compact_string(group) + compact_string(member_id) + i32(epoch)
+        body += compact_string(None) + compact_string(None) + i32(rebalance_timeout_ms)
+        if topics is None:
+            body += uvarint(0)
+        else:
+            body += uvarint(len(topics) + 1) + b"".join(compact_string(t) for t in topics)
+        body += compact_string(None) + compact_string(None)  # regex, server assignor
+        if owned is None:
+            body += uvarint(0)
+        else:
+            body += uvarint(len(owned) + 1)
+            for tid, ps in owned.items():
+                body += tid + uvarint(len(ps) + 1) + b"".join(i32(p) for p in ps) + TAGS_NONE
+        body += TAGS_NONE
+        _, resp = self.request(CONSUMER_GROUP_HEARTBEAT, 1, body, flexible=True)
+        r = Reader(resp)
+        r.skip_tags()  # response header v1
+        r.i32()  # throttle
+        err = r.i16()
+        r.compact_string()  # message
+        mid = r.compact_string() or ""
+        ep = r.i32()
+        r.i32()  # heartbeat interval
+        assignment = None
+        if r.i8() >= 0:
+            assignment = {}
+            for _ in range(r.uvarint() - 1):
+                tid = r.uuid()
+                assignment[tid] = [r.i32() for _ in range(r.uvarint() - 1)]
+                r.skip_tags()
+            r.skip_tags()
+        r.skip_tags()
+        return HeartbeatResult(err, mid, ep, assignment)
+
     def offset_commit(
         self,
         group: str,
@@ -312,4 +371,4 @@ def decode_assignment(b: bytes | None) -> dict[str, list[int]]:
     return out
 
 
-__all__ = ["GroupConn", "JoinResult", "consumer_assignment", "consumer_subscription", "decode_assignment", "name"]
+__all__ = ["GroupConn", "HeartbeatResult", "JoinResult", "consumer_assignment", "consumer_subscription", "decode_assignment", "name"]

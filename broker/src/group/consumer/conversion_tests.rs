@@ -614,3 +614,26 @@ fn classic_members_are_stored_with_their_classic_metadata() {
     ];
     assert!(value.ends_with(tail), "{value:02x?}");
 }
+
+#[test]
+fn an_eager_classic_member_that_revoked_everything_moves_on_at_once() {
+    let s = ConsumerSettings::default();
+    let mut g = ConsumerGroup::from_classic(&classic_group(), &topics(), &s, 0).unwrap();
+    g.heartbeat(consumer_join("n"), &topics(), &s, 1).unwrap();
+    let id = ["c1", "c2"]
+        .into_iter()
+        .find(|id| owned(&g.target[*id]).len() < 2)
+        .expect("one of them gives a partition to n");
+    // the eager protocol gave up every partition before rejoining: as in
+    // Kafka, nothing is left to wait for
+    let r = g
+        .classic_join(&join_req(id, &[]), &topics(), &s, 2)
+        .unwrap();
+    assert_eq!(r.generation_id, 6, "no revocation step");
+    assert_eq!(
+        g.members[id].current.state,
+        super::reconcile::MemberState::Stable
+    );
+    assert_eq!(owned(&g.members[id].current.assigned), owned(&g.target[id]));
+    assert_eq!(g.classic_heartbeat(id, None, 6, 3), Ok(()));
+}

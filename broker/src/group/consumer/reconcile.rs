@@ -1,7 +1,8 @@
 //! A member's way from its current assignment to its target (Kafka's
 //! `CurrentAssignmentBuilder`): partitions the target takes away are
 //! revoked first — the member keeps its epoch until it reports, in a
-//! heartbeat, that it no longer owns them — and a partition the target
+//! heartbeat, that it no longer owns them (at once if the heartbeat
+//! that brings the new target already says so) — and a partition the target
 //! gives it is handed over only once no other member holds it (assigned
 //! or still being revoked). Pure: the caller says which partitions are
 //! free.
@@ -101,11 +102,11 @@ pub fn reconcile(
         MemberState::UnrevokedPartitions => match owned {
             // the revocation is acknowledged only by a report without them
             Some(owned) if !still_owns(owned, &current.revoking) => {
-                next(current, target_epoch, target, is_free)
+                next(current, target_epoch, target, Some(owned), is_free)
             }
             _ => current.clone(),
         },
-        _ => next(current, target_epoch, target, is_free),
+        _ => next(current, target_epoch, target, owned, is_free),
     }
 }
 
@@ -113,11 +114,15 @@ fn next(
     current: &CurrentAssignment,
     target_epoch: i32,
     target: &Assignment,
+    owned: Option<&Assignment>,
     is_free: &dyn Fn(Uuid, i32) -> bool,
 ) -> CurrentAssignment {
     let keep = intersect(&current.assigned, target);
     let revoke = minus(&current.assigned, target);
-    if !revoke.is_empty() {
+    // a member that reports it no longer owns what it must give up (a
+    // classic member rejoining after an eager revocation) skips the
+    // revocation step, as in Kafka
+    if !revoke.is_empty() && owned.is_none_or(|o| still_owns(o, &revoke)) {
         return CurrentAssignment {
             epoch: current.epoch,
             previous_epoch: current.previous_epoch,
@@ -205,6 +210,24 @@ mod tests {
         assert_eq!((r2.epoch, r2.previous_epoch), (4, 3));
         assert_eq!(r2.assigned, target);
         assert!(r2.revoking.is_empty());
+    }
+
+    #[test]
+    fn a_member_that_reports_the_partitions_gone_skips_the_revocation() {
+        let c = stable(3, a(&[(1, &[0, 1, 2])]));
+        let target = a(&[(1, &[0, 3])]);
+        // still owning one of those the target takes: revocation first
+        let owned = a(&[(1, &[0, 2])]);
+        let r = reconcile(&c, 4, &target, Some(&owned), &|_, _| true);
+        assert_eq!((r.state, r.epoch), (MemberState::UnrevokedPartitions, 3));
+        // none of them (Kafka's rule): straight to the new epoch
+        let owned = a(&[(1, &[0])]);
+        let r = reconcile(&c, 4, &target, Some(&owned), &|_, _| true);
+        assert_eq!(
+            (r.state, r.epoch, r.previous_epoch),
+            (MemberState::Stable, 4, 3)
+        );
+        assert_eq!(r.assigned, target);
     }
 
     #[test]
