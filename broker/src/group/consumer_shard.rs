@@ -154,10 +154,7 @@ impl GroupCoordinator {
                 let downgrading = old
                     .members
                     .values()
-                    .filter(|m| {
-                        m.session_deadline_ms <= now
-                            || m.revoke_deadline_ms.is_some_and(|d| d <= now)
-                    })
+                    .filter(|m| m.is_due(now))
                     .find_map(|m| {
                         self.maybe_downgrade(topics, shard, view, &old, &m.id)
                             .map(|r| (m.id.clone(), r))

@@ -21,6 +21,9 @@
 //!   current assignment; Heartbeat ([`ConsumerGroup::classic_heartbeat`])
 //!   answers REBALANCE_IN_PROGRESS while the member must rejoin to move on
 //!   towards its target; LeaveGroup ([`ConsumerGroup::classic_leave`]).
+//!   As in Kafka, a member told to rejoin that does not within its
+//!   rebalance timeout, or that joins and does not sync within it, is
+//!   removed (as a member whose session ends).
 //! - Downgrade ([`ConsumerGroup::downgrades_without`],
 //!   [`ConsumerGroup::to_classic`]): when the last member of the consumer
 //!   protocol leaves or is fenced and classic members remain, the group
@@ -165,6 +168,8 @@ impl ConsumerGroup {
                     },
                     session_deadline_ms: now + i64::from(m.session_timeout_ms),
                     revoke_deadline_ms: None,
+                    join_deadline_ms: None,
+                    sync_deadline_ms: None,
                     classic: Some(ClassicMetadata {
                         session_timeout_ms: m.session_timeout_ms,
                         protocols: m.protocols.clone(),
@@ -310,6 +315,10 @@ impl ConsumerGroup {
         self.refresh(topics, settings, changed);
         let owned = cp::to_ids(&sub.owned, topics);
         self.reconcile_member(&member_id, Some(&owned), now);
+        let m = self.members.get_mut(&member_id).expect("inserted above");
+        // it rejoined; now it must sync within its rebalance timeout
+        m.join_deadline_ms = None;
+        m.sync_deadline_ms = Some(now + i64::from(req.rebalance_timeout_ms.max(0)));
         let m = &self.members[&member_id];
         Ok(JoinResult {
             error: 0,
@@ -349,6 +358,8 @@ impl ConsumerGroup {
             return Err(ResponseError::InconsistentGroupProtocol);
         }
         if self.epoch > m.current.epoch && m.current.state != MemberState::UnrevokedPartitions {
+            let id = m.id.clone();
+            self.expect_rejoin(&id, now);
             return Err(ResponseError::RebalanceInProgress);
         }
         let answer = (
@@ -359,6 +370,7 @@ impl ConsumerGroup {
         let id = m.id.clone();
         if let Some(m) = self.members.get_mut(&id) {
             m.session_deadline_ms = now + timeout;
+            m.sync_deadline_ms = None;
         }
         Ok(answer)
     }
@@ -391,9 +403,19 @@ impl ConsumerGroup {
             m.session_deadline_ms = now + timeout;
         }
         if rejoin {
+            self.expect_rejoin(&id, now);
             Err(ResponseError::RebalanceInProgress)
         } else {
             Ok(())
+        }
+    }
+
+    /// A classic member told to rejoin must do so within its rebalance
+    /// timeout (the first such answer starts the clock).
+    fn expect_rejoin(&mut self, member_id: &str, now: i64) {
+        if let Some(m) = self.members.get_mut(member_id) {
+            let timeout = i64::from(m.rebalance_timeout_ms.max(0));
+            m.join_deadline_ms.get_or_insert(now + timeout);
         }
     }
 

@@ -637,3 +637,42 @@ fn an_eager_classic_member_that_revoked_everything_moves_on_at_once() {
     assert_eq!(owned(&g.members[id].current.assigned), owned(&g.target[id]));
     assert_eq!(g.classic_heartbeat(id, None, 6, 3), Ok(()));
 }
+
+#[test]
+fn a_classic_member_that_does_not_rejoin_or_sync_in_time_is_removed() {
+    let s = ConsumerSettings::default();
+    let mut g = ConsumerGroup::from_classic(&classic_group(), &topics(), &s, 0).unwrap();
+    g.heartbeat(consumer_join("n"), &topics(), &s, 1).unwrap();
+    // told to rejoin at 10: the clock (its rebalance timeout) starts once
+    assert_eq!(
+        g.classic_heartbeat("c1", None, 5, 10),
+        Err(ResponseError::RebalanceInProgress)
+    );
+    assert_eq!(
+        g.classic_heartbeat("c1", None, 5, 29_000),
+        Err(ResponseError::RebalanceInProgress)
+    );
+    assert_eq!(g.members["c1"].join_deadline_ms, Some(30_010));
+    assert_eq!(
+        g.classic_heartbeat("c2", None, 5, 29_000),
+        Err(ResponseError::RebalanceInProgress)
+    );
+    assert!(!g.has_due_member(30_009));
+    assert!(g.has_due_member(30_010));
+    let mut expired = g.clone();
+    assert_eq!(
+        expired.expire(30_010, &topics(), &s),
+        vec!["c1".to_string()]
+    );
+    assert!(expired.members.contains_key("c2") && expired.members.contains_key("n"));
+    // a rejoin stops that clock and starts the sync's; the sync stops it
+    let owned_c2 = owned(&g.members["c2"].current.assigned);
+    let r = g
+        .classic_join(&join_req("c2", &owned_c2), &topics(), &s, 29_500)
+        .unwrap();
+    assert_eq!(g.members["c2"].join_deadline_ms, None);
+    assert_eq!(g.members["c2"].sync_deadline_ms, Some(29_500 + 30_000));
+    g.classic_sync("c2", None, r.generation_id, None, None, &topics(), 29_600)
+        .unwrap();
+    assert_eq!(g.members["c2"].sync_deadline_ms, None);
+}

@@ -124,6 +124,13 @@ pub struct Member {
     pub session_deadline_ms: i64,
     /// The member is fenced at this time unless it has revoked.
     pub revoke_deadline_ms: Option<i64>,
+    /// A classic member told to rejoin (REBALANCE_IN_PROGRESS) is removed
+    /// at this time unless it has (Kafka's join timeout: its rebalance
+    /// timeout).
+    pub join_deadline_ms: Option<i64>,
+    /// A classic member that joined is removed at this time unless it has
+    /// synced (Kafka's sync timeout).
+    pub sync_deadline_ms: Option<i64>,
     /// Set for a member that speaks the classic protocol (JoinGroup,
     /// SyncGroup, Heartbeat) inside this group: its session timeout and
     /// the protocols it joined with (Kafka's `ClassicMemberMetadata`).
@@ -154,6 +161,19 @@ impl Member {
             &other.server_assignor,
             &other.classic,
         )
+    }
+
+    /// Whether one of the member's times has run out at `now`: its
+    /// session, its revocation, or (classic) its rejoin or sync.
+    pub fn is_due(&self, now: i64) -> bool {
+        self.session_deadline_ms <= now
+            || [
+                self.revoke_deadline_ms,
+                self.join_deadline_ms,
+                self.sync_deadline_ms,
+            ]
+            .iter()
+            .any(|d| d.is_some_and(|d| d <= now))
     }
 
     /// The session timeout that applies to this member: its own if it
@@ -536,8 +556,9 @@ impl ConsumerGroup {
         })
     }
 
-    /// Members whose session ended, or who did not revoke within their
-    /// rebalance timeout, at `now`: removed (the group epoch bumps, the
+    /// Members whose session ended, who did not revoke within their
+    /// rebalance timeout, or (classic members) did not rejoin or sync in
+    /// time, at `now`: removed (the group epoch bumps, the
     /// next heartbeat recomputes the target). Returns their ids.
     pub fn expire(
         &mut self,
@@ -548,9 +569,7 @@ impl ConsumerGroup {
         let expired: Vec<String> = self
             .members
             .values()
-            .filter(|m| {
-                m.session_deadline_ms <= now || m.revoke_deadline_ms.is_some_and(|d| d <= now)
-            })
+            .filter(|m| m.is_due(now))
             .map(|m| m.id.clone())
             .collect();
         for id in &expired {
@@ -561,9 +580,7 @@ impl ConsumerGroup {
 
     /// Whether a member's session or revocation time has run out at `now`.
     pub fn has_due_member(&self, now: i64) -> bool {
-        self.members
-            .values()
-            .any(|m| m.session_deadline_ms <= now || m.revoke_deadline_ms.is_some_and(|d| d <= now))
+        self.members.values().any(|m| m.is_due(now))
     }
 
     /// A group restored at `now`: every member gets a fresh session.

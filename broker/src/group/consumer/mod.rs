@@ -24,10 +24,9 @@
 //! under its shard lock, writes [`records::diff`] through the shard's
 //! write path, and installs the new state only once that write succeeded.
 //!
-//! Not in this slice (next steps): the join and sync timeouts Kafka sets
-//! for a classic member of a consumer group (its session timeout and the
-//! revocation timeout apply); a downgrade when a classic static member
-//! replaces the last consumer-protocol one; rack-aware assignment;
+//! Not in this slice (next steps): a downgrade when a classic static
+//! member replaces the last consumer-protocol one; KIP-1251's
+//! per-partition assignment epochs for commits; rack-aware assignment;
 //! client-side assignors (`ConsumerGroupPrepareAssignment`); periodic
 //! regex refresh (a regex is resolved at each heartbeat instead of every
 //! `group.consumer.regex.refresh.interval.ms`); share and streams groups.
