@@ -663,6 +663,7 @@ async fn a_new_coordinator_takes_the_group_over() {
 /// every partition to the members it is told of (the only one here).
 struct Classic {
     id: String,
+    instance: Option<String>,
     generation: i32,
     owned: Vec<i32>,
     conn: TcpStream,
@@ -679,6 +680,7 @@ impl Classic {
     fn new(conn: TcpStream) -> Classic {
         Classic {
             id: String::new(),
+            instance: None,
             generation: -1,
             owned: vec![],
             conn,
@@ -697,6 +699,7 @@ impl Classic {
         let req = JoinGroupRequest::default()
             .with_group_id(GroupId(s(group)))
             .with_member_id(s(&self.id))
+            .with_group_instance_id(self.instance.as_deref().map(s))
             .with_session_timeout_ms(10_000)
             .with_rebalance_timeout_ms(10_000)
             .with_protocol_type(s("consumer"))
@@ -710,6 +713,7 @@ impl Classic {
         let req = kafka_protocol::messages::HeartbeatRequest::default()
             .with_group_id(GroupId(s(group)))
             .with_member_id(s(&self.id))
+            .with_group_instance_id(self.instance.as_deref().map(s))
             .with_generation_id(self.generation);
         let r: kafka_protocol::messages::HeartbeatResponse =
             call(&mut self.conn, ApiKey::Heartbeat, 4, &req).await;
@@ -726,6 +730,7 @@ impl Classic {
         };
         use kafka_protocol::protocol::Decodable;
         let mut j = self.join(group).await;
+        self.id = j.member_id.to_string();
         if j.error_code == ResponseError::MemberIdRequired.code() {
             self.id = j.member_id.to_string();
             j = self.join(group).await;
@@ -748,6 +753,7 @@ impl Classic {
         let req = SyncGroupRequest::default()
             .with_group_id(GroupId(s(group)))
             .with_member_id(s(&self.id))
+            .with_group_instance_id(self.instance.as_deref().map(s))
             .with_generation_id(self.generation)
             .with_protocol_type(Some(s("consumer")))
             .with_protocol_name(Some(s("range")))
@@ -902,5 +908,56 @@ async fn a_classic_group_converts_to_a_consumer_group_and_back_across_restarts()
     assert_eq!(dg.members.len(), 1);
     assert_eq!(dg.members[0].member_id.as_str(), c.id);
     assert_eq!(fetch(&mut admin, g, None, -1, "t").await, (0, 7));
+    broker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_classic_static_member_replacing_the_last_consumer_member_downgrades_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = "replaced";
+    let broker = start(dir.path(), &["--set", "group.initial.rebalance.delay.ms=0"]).await;
+    let mut admin = broker.connect().await;
+    assert_eq!(create_topic(&mut admin, "t", 4).await.0, 0);
+    let mut c = Classic::new(broker.connect().await);
+    assert_eq!(c.rejoin(g).await, 0);
+    // a static member of the consumer protocol upgrades the group
+    let mut sm = Member {
+        id: "s".into(),
+        epoch: 0,
+        owns: Owns::new(),
+        conn: broker.connect().await,
+    };
+    let join = ConsumerGroupHeartbeatRequest::default()
+        .with_group_id(GroupId(s(g)))
+        .with_member_id(s("s"))
+        .with_member_epoch(0)
+        .with_instance_id(Some(s("si")))
+        .with_rebalance_timeout_ms(10_000)
+        .with_subscribed_topic_names(Some(vec![name("t")]))
+        .with_topic_partitions(Some(vec![]));
+    assert_eq!(sm.send(join).await.error_code, 0);
+    for _ in 0..6 {
+        if c.heartbeat(g).await == ResponseError::RebalanceInProgress.code() {
+            assert_eq!(c.rejoin(g).await, 0);
+        }
+        assert_eq!(sm.beat(g).await, 0);
+    }
+    assert_eq!((c.owned.len(), sm.count()), (2, 2));
+    assert_eq!(listed(&mut admin, g).await.unwrap().0, "consumer");
+    // its classic incarnation (same instance id, no member id) takes over:
+    // a classic group again, stable, with its partitions
+    let mut r = Classic::new(broker.connect().await);
+    r.instance = Some("si".into());
+    assert_eq!(r.rejoin(g).await, 0);
+    assert_ne!(r.id, "s");
+    let mut theirs: Vec<i32> = sm.owns.values().flatten().copied().collect();
+    theirs.sort();
+    assert_eq!(r.owned, theirs, "the replaced member's partitions");
+    assert_eq!(
+        listed(&mut admin, g).await,
+        Some(("classic".into(), "Stable".into()))
+    );
+    assert_eq!(c.heartbeat(g).await, 0, "no rebalance");
+    assert_eq!(r.heartbeat(g).await, 0);
     broker.stop().await;
 }

@@ -2,7 +2,8 @@
 //! consumer groups ([`super::consumer::conversion`]): the classic
 //! protocol's JoinGroup, SyncGroup, Heartbeat and LeaveGroup for the
 //! members of a consumer group, and the downgrade of a consumer group
-//! whose last member of the consumer protocol left (the upgrade runs in
+//! whose last member of the consumer protocol left or was replaced by a
+//! classic static member (the upgrade runs in
 //! [`super::consumer_shard`]'s heartbeat). As there, decisions run on a
 //! copy under the shard's locks, their records are written first, and
 //! the new state is installed only once the write succeeded.
@@ -57,10 +58,34 @@ impl GroupCoordinator {
             ));
         }
         let mut new = old.clone();
-        let answer = match new.classic_join(&req, view, &self.settings.consumer, now_ms()) {
+        let now = now_ms();
+        let answer = match new.classic_join(&req, view, &self.settings.consumer, now) {
             Ok(a) => a,
             Err((e, member_id)) => return Some(JoinResult::error(e, &member_id)),
         };
+        // a classic static member replacing the last member of the
+        // consumer protocol: the group is classic again at once
+        let replaced = req
+            .group_instance_id
+            .as_deref()
+            .and_then(|i| old.static_member(i))
+            .map(|m| m.id.clone())
+            .filter(|id| *id != answer.member_id);
+        if let Some(replaced) = replaced.filter(|r| {
+            old.downgrades_replacing(r, &self.settings.consumer, self.settings.group.max_size)
+        }) {
+            if let Some(classic) = new.to_classic("", view, now) {
+                return Some(
+                    match self.install_downgrade(topics, shard, &old, classic, None) {
+                        Ok(()) => {
+                            tracing::info!(group = group_id, replaced = %replaced, member = %answer.member_id, "consumer group converted to a classic group: a classic static member replaced its last member of the consumer protocol");
+                            answer
+                        }
+                        Err(e) => JoinResult::error(e, &req.member_id),
+                    },
+                );
+            }
+        }
         let writes = records::diff(group_id, Some(&old), Some(&new));
         if let Err(e) = self.persist(topics, group_id, writes) {
             tracing::warn!(group = group_id, error = %e.message, "could not write a classic member's join of a consumer group");
@@ -166,7 +191,32 @@ impl GroupCoordinator {
         }
         let now = now_ms();
         let classic: Group = old.to_classic(leaving, view, now)?;
-        let snapshot = classic.snapshot(now)?;
+        let done = self.install_downgrade(topics, shard, old, classic, Some(now));
+        if done.is_ok() {
+            tracing::info!(
+                group = %old.id,
+                left = leaving,
+                "consumer group converted to a classic group: its last member of the consumer protocol left"
+            );
+        }
+        Some(done)
+    }
+
+    /// Writes the downgrade of `old` to `classic` (the consumer group's
+    /// tombstones, then the classic group's record) and installs it,
+    /// rebalancing it at `rebalance_at` if given. The caller holds the
+    /// shard's `writes` lock.
+    fn install_downgrade(
+        &self,
+        topics: &TopicManager,
+        shard: &Shard,
+        old: &ConsumerGroup,
+        mut classic: Group,
+        rebalance_at: Option<i64>,
+    ) -> Result<(), ResponseError> {
+        let snapshot = classic
+            .snapshot(now_ms())
+            .expect("a converted group is stable");
         let mut writes = records::diff(&old.id, Some(old), None);
         writes.push((
             metadata::encode_key(&old.id),
@@ -174,7 +224,7 @@ impl GroupCoordinator {
         ));
         if let Err(e) = self.persist(topics, &old.id, writes) {
             tracing::warn!(group = %old.id, error = %e.message, "could not write a consumer group's downgrade");
-            return Some(Err(Self::write_failure(&e)));
+            return Err(Self::write_failure(&e));
         }
         let mut inner = shard.state.lock();
         inner.consumer.remove(&old.id);
@@ -182,17 +232,12 @@ impl GroupCoordinator {
             old.id.clone(),
             (snapshot.generation, snapshot.members.len()),
         );
-        let mut classic = classic;
-        let effects = classic.rebalance(now, &self.settings.group);
-        tracing::info!(
-            group = %old.id,
-            generation = classic.generation_id,
-            members = classic.members.len(),
-            left = leaving,
-            "consumer group converted to a classic group: its last member of the consumer protocol left"
-        );
+        let effects = match rebalance_at {
+            Some(now) => classic.rebalance(now, &self.settings.group),
+            None => Vec::new(),
+        };
         inner.groups.insert(old.id.clone(), classic);
         inner.deliver(&old.id, effects);
-        Some(Ok(()))
+        Ok(())
     }
 }

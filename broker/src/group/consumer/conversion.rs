@@ -28,7 +28,10 @@
 //!   [`ConsumerGroup::to_classic`]): when the last member of the consumer
 //!   protocol leaves or is fenced and classic members remain, the group
 //!   becomes a classic one, `Stable` at the group epoch with each member's
-//!   target assignment, which the coordinator then rebalances.
+//!   target assignment, which the coordinator then rebalances; when a
+//!   classic static member replaces it
+//!   ([`ConsumerGroup::downgrades_replacing`]), the same without a
+//!   rebalance, the newcomer taking over its assignment.
 //!
 //! Pure: the coordinator (`group::conversion_shard`) writes the records
 //! (the old type's tombstones, the new type's records) before it
@@ -511,6 +514,36 @@ impl ConsumerGroup {
                 .all(|m| m.id == leaving || m.classic.is_some())
             && settings.migration_policy.downgrade_enabled()
             && self.members.len() - 1 <= classic_max_size
+    }
+
+    /// Whether a classic static member replacing `replaced` (the member
+    /// that held its instance id) downgrades the group: `replaced` is the
+    /// last member of the consumer protocol, the policy allows downgrades,
+    /// and the members fit in `classic_max_size`. The group then becomes
+    /// classic at once, the newcomer with `replaced`'s assignment, without
+    /// a rebalance (as in Kafka).
+    pub fn downgrades_replacing(
+        &self,
+        replaced: &str,
+        settings: &ConsumerSettings,
+        classic_max_size: usize,
+    ) -> bool {
+        self.members
+            .get(replaced)
+            .is_some_and(|r| r.classic.is_none())
+            && self
+                .members
+                .values()
+                .all(|m| m.id == replaced || m.classic.is_some())
+            && settings.migration_policy.downgrade_enabled()
+            && self.members.len() <= classic_max_size
+    }
+
+    /// The member holding `instance`, if any.
+    pub fn static_member(&self, instance: &str) -> Option<&Member> {
+        self.members
+            .values()
+            .find(|m| m.instance_id.as_deref() == Some(instance))
     }
 
     /// The classic group this one becomes without `leaving` (see

@@ -676,3 +676,48 @@ fn a_classic_member_that_does_not_rejoin_or_sync_in_time_is_removed() {
         .unwrap();
     assert_eq!(g.members["c2"].sync_deadline_ms, None);
 }
+
+#[test]
+fn a_classic_static_member_replacing_the_last_consumer_member_downgrades_at_once() {
+    let s = ConsumerSettings::default();
+    let mut g = ConsumerGroup::from_classic(&classic_group(), &topics(), &s, 0).unwrap();
+    let mut hb = consumer_join("s");
+    hb.instance_id = Some("si".into());
+    g.heartbeat(hb, &topics(), &s, 1).unwrap();
+    let old = g.clone();
+    assert!(old.downgrades_replacing("s", &s, usize::MAX));
+    assert!(
+        !old.downgrades_replacing("c1", &s, usize::MAX),
+        "c1 is classic"
+    );
+    assert!(
+        !old.downgrades_replacing("s", &s, 2),
+        "three members exceed group.max.size 2"
+    );
+    let upgrade_only = ConsumerSettings {
+        migration_policy: MigrationPolicy::Upgrade,
+        ..Default::default()
+    };
+    assert!(!old.downgrades_replacing("s", &upgrade_only, usize::MAX));
+
+    // the classic incarnation of "si" joins without a member id
+    let mut req = join_req("", &[]);
+    req.group_instance_id = Some("si".into());
+    let r = g.classic_join(&req, &topics(), &s, 2).unwrap();
+    assert_ne!(r.member_id, "s");
+    assert!(!g.members.contains_key("s"), "replaced");
+    assert_eq!(
+        g.target[&r.member_id], old.target["s"],
+        "it takes over the assignment"
+    );
+    let classic = g.to_classic("", &topics(), 3).unwrap();
+    assert_eq!(classic.state, GroupState::Stable);
+    assert_eq!(classic.static_members.get("si"), Some(&r.member_id));
+    let a = decode_assignment(&classic.members[&r.member_id].assignment).unwrap();
+    let expected: Vec<(String, Vec<i32>)> = if old.target["s"].is_empty() {
+        vec![]
+    } else {
+        vec![("orders".to_string(), owned(&old.target["s"]))]
+    };
+    assert_eq!(a, expected);
+}

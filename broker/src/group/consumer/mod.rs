@@ -24,9 +24,8 @@
 //! under its shard lock, writes [`records::diff`] through the shard's
 //! write path, and installs the new state only once that write succeeded.
 //!
-//! Not in this slice (next steps): a downgrade when a classic static
-//! member replaces the last consumer-protocol one; KIP-1251's
-//! per-partition assignment epochs for commits; rack-aware assignment;
+//! Not in this slice (next steps): KIP-1251's per-partition assignment
+//! epochs for commits; rack-aware assignment;
 //! client-side assignors (`ConsumerGroupPrepareAssignment`); periodic
 //! regex refresh (a regex is resolved at each heartbeat instead of every
 //! `group.consumer.regex.refresh.interval.ms`); share and streams groups.
