@@ -681,7 +681,11 @@ async fn the_controller_endpoint_serves_only_brokers_over_tls() {
     let log = || std::fs::read_to_string(dir.path().join("broker-1.log")).unwrap_or_default();
     let deadline = Instant::now() + Duration::from_secs(60);
     while !log().contains("controller term begins") {
-        assert!(Instant::now() < deadline, "never controller; log:\n{}", log());
+        assert!(
+            Instant::now() < deadline,
+            "never controller; log:\n{}",
+            log()
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // A client of the same CA with a certificate is served: the

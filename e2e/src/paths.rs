@@ -130,10 +130,15 @@ mod tests {
             .map(|(k, _)| k.to_string_lossy().into_owned())
             .collect();
         for name in ["CARGO_MANIFEST_DIR", "CARGO_PKG_NAME"] {
-            assert!(removed.iter().any(|r| r == name), "{name} is removed: {removed:?}");
+            assert!(
+                removed.iter().any(|r| r == name),
+                "{name} is removed: {removed:?}"
+            );
         }
         assert!(
-            !removed.iter().any(|r| r == "CARGO_HOME" || r == "CARGO_INCREMENTAL"),
+            !removed
+                .iter()
+                .any(|r| r == "CARGO_HOME" || r == "CARGO_INCREMENTAL"),
             "cargo's own settings stay: {removed:?}"
         );
     }

@@ -211,7 +211,8 @@ async fn serve_term(
             _ = shutdown.wait_for(|s| *s) => {}
         }
     };
-    let router = tonic::transport::Server::builder().add_service(ControllerServer::new(service.clone()));
+    let router =
+        tonic::transport::Server::builder().add_service(ControllerServer::new(service.clone()));
     let server = async move {
         match &cfg.tls {
             None => {

@@ -376,16 +376,19 @@ impl TlsSettings {
         let controller_server = match &roots {
             None => None,
             Some(roots) => {
-                let verifier = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider())
-                    .build()
-                    .map_err(|e| format!("ssl.truststore: {e}"))?;
+                let verifier =
+                    WebPkiClientVerifier::builder_with_provider(roots.clone(), provider())
+                        .build()
+                        .map_err(|e| format!("ssl.truststore: {e}"))?;
                 let mut config = ServerConfig::builder_with_provider(provider())
                     .with_protocol_versions(&versions)
                     .map_err(|e| format!("TLS versions: {e}"))?
                     .with_client_cert_verifier(verifier)
                     .with_single_cert(chain.clone(), key.clone_key())
                     .map_err(|e| {
-                        format!("ssl.keystore: the key and the certificate do not go together ({e})")
+                        format!(
+                            "ssl.keystore: the key and the certificate do not go together ({e})"
+                        )
                     })?;
                 config.alpn_protocols = vec![HTTP2_ALPN.to_vec()];
                 Some(Arc::new(config))
