@@ -40,6 +40,7 @@ import compaction
 import matrix
 import partitions
 import restart
+import tls
 import transactions
 from common import REPO, RUN_TCP_CONGESTION, hold_freed_memory, tcp_congestion_for_run
 
@@ -66,6 +67,9 @@ def main() -> int:
     ap.add_argument("--transactions", action="store_true",
                     help="transactional produce on 3-broker clusters, RF=3, acks=all: transactions of 100 "
                          "and 1,000 records, throughput and commit latency (bench/transactions.py)")
+    ap.add_argument("--tls", action="store_true",
+                    help="produce and consume over an SSL listener, with each broker's PLAINTEXT listener "
+                         "beside it (bench/tls.py)")
     ap.add_argument("--all", action="store_true",
                     help="every row of the performance issue's table in one run: the matrix, 1,000 "
                          "partitions, restart (10 GiB) and compaction (1 GiB), then issue-table.md (bench/all.py)")
@@ -90,7 +94,7 @@ def run_mode(args) -> int:
     if args.out is None:
         suffix = ("-all" if args.all else "-cluster" if args.cluster else "-compaction" if args.compaction
                   else "-partitions" if args.partitions else "-restart" if args.restart
-                  else "-transactions" if args.transactions else "")
+                  else "-transactions" if args.transactions else "-tls" if args.tls else "")
         args.out = str(REPO / "bench-results" / (dt.date.today().isoformat() + suffix))
     if args.cluster:
         return cluster.main(args)
@@ -102,6 +106,8 @@ def run_mode(args) -> int:
         return restart.main(args)
     if args.transactions:
         return transactions.main(args)
+    if args.tls:
+        return tls.main(args)
     if args.all:
         return all_cases.main(args)
     return matrix.main(args)

@@ -7,6 +7,7 @@
 #   bench/run.sh --partitions [--quick] [--reps N] [--out DIR] [--only moldau|kafka]
 #   bench/run.sh --restart [--quick] [--reps N] [--out DIR] [--only moldau|kafka]
 #   bench/run.sh --transactions [--quick] [--reps N] [--out DIR] [--only moldau|kafka]
+#   bench/run.sh --tls [--quick] [--reps N] [--out DIR] [--only moldau|kafka]
 #   bench/run.sh --all [--quick] [--reps N] [--out DIR]
 #   bench/run.sh [--cluster|--all] --report-only --out DIR   # re-render the tables
 #
@@ -47,6 +48,13 @@
 # read_uncommitted = records + one marker per transaction, and a read_committed
 # read of every record); bench/transactions.py. Results:
 # bench-results/<date>-transactions/. --quick: about 10 minutes.
+#
+# --tls: produce and consume over an SSL listener, one broker of each kind,
+# each also serving a PLAINTEXT listener measured in the same process (the
+# cost of TLS on each side): 100 B and 1 KiB, acks=1 and all, uncompressed,
+# librdkafka's load generator with security.protocol=SSL; certificates made
+# with openssl; bench/tls.py. Results: bench-results/<date>-tls/. --quick: one
+# repetition, about 8 minutes.
 #
 # --all: every row of the performance issue's table in one run: the matrix and
 # the 1,000-partition case (--quick applies to both), the restart case at 10 GiB

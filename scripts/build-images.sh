@@ -66,6 +66,12 @@ context="$repo"
 if [ "$mode" = prebuilt ]; then
   target_dir="${CARGO_TARGET_DIR:-$repo/target}"
   log "cargo build --release into $target_dir"
+  # Run from a test (packaging_images), this script inherits the variables
+  # cargo set for that test; ring's build script watches CARGO_MANIFEST_DIR,
+  # and a value it did not see in the build stage recompiles ring, rustls,
+  # kube and the workspace (minutes). The build gets cargo's own settings only.
+  while read -r var; do unset "$var"; done < <(compgen -e | grep -E \
+    '^(CARGO_MANIFEST_(DIR|PATH|LINKS)|CARGO_CRATE_NAME|CARGO_BIN_NAME|CARGO_PRIMARY_PACKAGE|CARGO_TARGET_TMPDIR|CARGO_RUSTC_CURRENT_DIR|OUT_DIR|CARGO_PKG_.*|CARGO_BIN_EXE_.*|CARGO_CFG_.*)$')
   CARGO_TARGET_DIR="$target_dir" cargo build --release --locked -p moldau-broker -p moldau-operator >&2
   context="$work/context"
   mkdir -p "$context/dist"

@@ -53,6 +53,10 @@ have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok
 have_pkg kcat || missing+=(kcat)
 have_pkg openssl || missing+=(openssl)
 have_pkg ca-certificates || missing+=(ca-certificates)
+# the benchmark's load generator (bench/, built by the workspace's tests)
+# links librdkafka with OpenSSL for the TLS benchmark
+have_pkg libssl-dev || missing+=(libssl-dev)
+have_pkg pkg-config || missing+=(pkg-config)
 # e2e/faults cuts the traffic between two brokers' loopback addresses with it
 have_pkg iptables || missing+=(iptables)
 command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jdk-headless)

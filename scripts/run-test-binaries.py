@@ -2,11 +2,15 @@
 """Runs named integration-test binaries of the workspace as the unit stage
 built them, without building anything else.
 
-`cargo test --workspace --test a --test b` compiled ring, rustls, kube
-and the workspace crates a second time after the unit stage (minutes, and
-gigabytes of disk); a narrower dev-dependency feature set was the suspect,
-but `cargo test --workspace --no-run`, the unit stage's own command, did
-the same in a later run, so the cause is still open. Here that command
+A second compile of ring, rustls, kube and the workspace in the k8s-e2e
+stage came from test binaries that start cargo themselves (the workspace
+binaries they need, the images): they passed on the CARGO_MANIFEST_DIR
+cargo had set for the test, which ring's build script watches, so ring
+was rebuilt with everything above it, and once more by the next cargo
+without it. Those builds now drop the variable (moldau_e2e::paths::
+cargo_command, scripts/build-images.sh). Running the unit stage's own
+binaries by name stays: `cargo test --test …` per package is one more
+feature resolution to keep equal, for nothing. Here that command
 names the binaries, and each named one
 runs as `cargo test` would run it: from its package's directory, with
 CARGO_MANIFEST_DIR set, its output headed by cargo's

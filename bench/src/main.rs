@@ -345,6 +345,11 @@ fn check_loopback(bootstrap: &str) -> Result<()> {
     Ok(())
 }
 
+/// Extra librdkafka settings for every client of a run, `key=value` lines
+/// (e.g. `security.protocol=SSL` and `ssl.ca.location=…` for a TLS
+/// listener: bench/tls.py sets it).
+const CLIENT_CONFIG_ENV: &str = "MOLDAU_BENCH_CLIENT_CONFIG";
+
 fn base_config(bootstrap: &str) -> Result<ClientConfig> {
     check_loopback(bootstrap)?;
     let mut c = ClientConfig::new();
@@ -352,6 +357,14 @@ fn base_config(bootstrap: &str) -> Result<ClientConfig> {
         .set("client.id", "moldau-bench")
         .set("broker.address.family", "v4")
         .set("log_level", "3");
+    if let Ok(extra) = std::env::var(CLIENT_CONFIG_ENV) {
+        for line in extra.lines().map(str::trim).filter(|l| !l.is_empty()) {
+            let (k, v) = line
+                .split_once('=')
+                .with_context(|| format!("{CLIENT_CONFIG_ENV}: {line:?} is not key=value"))?;
+            c.set(k.trim(), v.trim());
+        }
+    }
     Ok(c)
 }
 

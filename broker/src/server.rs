@@ -326,6 +326,7 @@ pub async fn run_reporting(
                 &broker,
                 &cli,
                 owned_data_dir.succession_token().to_string(),
+                inter_broker_tls.clone(),
                 shutdown.clone(),
             )
             .await?,

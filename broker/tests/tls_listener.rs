@@ -8,8 +8,10 @@
 //! and ACLs name (`super.users`, TOPIC_AUTHORIZATION_FAILED otherwise);
 //! SASL over TLS; and certificate rotation: new
 //! connections get the new certificate and trust a CA added to the
-//! truststore, a broken file keeps the old ones; and two brokers of a
-//! cluster replicating over their SSL listeners.
+//! truststore, a broken file keeps the old ones; two brokers of a
+//! cluster replicating over their SSL listeners, and registering with the
+//! controller over its TLS endpoint, which takes only certificates of the
+//! cluster's CA.
 
 mod tls_common;
 mod wire_common;
@@ -480,7 +482,12 @@ async fn a_tls_listener_without_usable_files_does_not_start() {
 /// A broker process of a `--cluster dir` cluster whose client listener
 /// (the one brokers dial each other on) is SSL with required client
 /// certificates; killed on drop.
-struct TlsBroker(std::process::Child, std::net::SocketAddr);
+struct TlsBroker(
+    std::process::Child,
+    std::net::SocketAddr,
+    /// The controller endpoint's address, served while it leads.
+    std::net::SocketAddr,
+);
 
 impl Drop for TlsBroker {
     fn drop(&mut self) {
@@ -491,6 +498,7 @@ impl Drop for TlsBroker {
 
 fn spawn_tls_broker(node: i32, root: &Path, ca: &Ca) -> TlsBroker {
     let addr = unused_loopback_addr();
+    let controller = unused_loopback_addr();
     let keystore = root.join(format!("broker-{node}.pem"));
     ca.write_keystore(&keystore);
     let truststore = root.join("ca.pem");
@@ -504,7 +512,7 @@ fn spawn_tls_broker(node: i32, root: &Path, ca: &Ca) -> TlsBroker {
         .args(["--cluster", "dir", "--cluster-dir"])
         .arg(root.join("cluster"))
         .args(["--node-id", &node.to_string()])
-        .args(["--controller-listen", "127.0.0.1:0"])
+        .args(["--controller-listen", &controller.to_string()])
         .env("NO_COLOR", "1")
         .stdout(log.try_clone().unwrap())
         .stderr(log);
@@ -522,7 +530,7 @@ fn spawn_tls_broker(node: i32, root: &Path, ca: &Ca) -> TlsBroker {
     ] {
         cmd.args(["--set", &set]);
     }
-    TlsBroker(cmd.spawn().expect("spawn moldau-broker"), addr)
+    TlsBroker(cmd.spawn().expect("spawn moldau-broker"), addr, controller)
 }
 
 async fn tls_connect_to(
@@ -633,6 +641,94 @@ async fn brokers_replicate_over_their_tls_listeners() {
         logs().contains("fetching from the leader"),
         "the follower fetched; logs:\n{}",
         logs()
+    );
+    // the brokers registered with the controller (the topic has a
+    // replica on each) over its TLS endpoint, the only one it serves
+    assert!(
+        logs().contains("controller_address=https://127.0.0.1:"),
+        "the controller serves TLS; logs:\n{}",
+        logs()
+    );
+    assert!(
+        !logs().contains("controller_address=http://"),
+        "no controller serves in the clear; logs:\n{}",
+        logs()
+    );
+}
+
+/// Whether the TLS server at `addr` ends a session opened with `config`
+/// by itself (an alert or a close) within a few seconds of its
+/// handshake, rather than waiting for the client's first request.
+async fn session_refused(addr: std::net::SocketAddr, config: Arc<rustls::ClientConfig>) -> bool {
+    use tokio::io::AsyncReadExt;
+    let Ok(mut s) = tls_connect_to(addr, config).await else {
+        return true;
+    };
+    let mut buf = [0u8; 64];
+    matches!(
+        tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await,
+        Ok(Ok(0) | Err(_))
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_controller_endpoint_serves_only_brokers_over_tls() {
+    use moldau_broker::controller::rpc::pb::controller_client::ControllerClient;
+    use moldau_broker::controller::rpc::pb::DescribeQuorumRequest;
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new("moldau-cluster-ca");
+    let broker = spawn_tls_broker(1, dir.path(), &ca);
+    let log = || std::fs::read_to_string(dir.path().join("broker-1.log")).unwrap_or_default();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !log().contains("controller term begins") {
+        assert!(
+            Instant::now() < deadline,
+            "never controller; log:\n{}",
+            log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // A client of the same CA with a certificate is served: the
+    // handshake completes and the server waits for its HTTP/2 preface.
+    let brokerlike = ca.issue(&[], &[(DnType::CommonName, "broker-2")]);
+    assert!(
+        !session_refused(broker.2, client_config(&ca.pem(), Some(&brokerlike))).await,
+        "a certificate of the cluster's CA is accepted"
+    );
+    // Without a client certificate, or with one of another CA: refused.
+    assert!(
+        session_refused(broker.2, client_config(&ca.pem(), None)).await,
+        "no client certificate"
+    );
+    let other = Ca::new("another-ca");
+    let foreign = other.issue(&[], &[(DnType::CommonName, "broker-2")]);
+    assert!(
+        session_refused(broker.2, client_config(&ca.pem(), Some(&foreign))).await,
+        "a certificate of another CA"
+    );
+    // gRPC in the clear gets no answer.
+    let plain = async {
+        let mut c = ControllerClient::connect(format!("http://{}", broker.2)).await?;
+        c.describe_quorum(DescribeQuorumRequest::default())
+            .await
+            .map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)
+    };
+    let answered = tokio::time::timeout(Duration::from_secs(10), plain).await;
+    assert!(
+        !matches!(answered, Ok(Ok(_))),
+        "a plaintext gRPC call was answered"
+    );
+    // The endpoint still serves after those: the broker's own session
+    // heartbeats on (it would be fenced otherwise), and a new
+    // certificate-holding session is taken.
+    assert!(
+        !session_refused(broker.2, client_config(&ca.pem(), Some(&brokerlike))).await,
+        "still serving"
+    );
+    assert!(
+        log().contains("TLS handshake refused"),
+        "refusals are logged; log:\n{}",
+        log()
     );
 }
 

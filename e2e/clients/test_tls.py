@@ -223,9 +223,25 @@ def round_trip(b: brokers.Broker, auth: dict, tag: str, n: int = 50) -> None:
 
 
 def refused(b: brokers.Broker, auth: dict, timeout: float = 8) -> None:
-    p = Producer({"bootstrap.servers": b.bootstrap, "client.id": "moldau-e2e-tls-refused", "logger": RDKAFKA_LOGGER, **auth})
+    """A client with `auth` never gets metadata. librdkafka reports a
+    refused handshake or login through error_cb and then keeps trying
+    until a metadata call's timeout: once it has reported one, the call
+    gets a second, else the whole `timeout`."""
+    reported = []
+    p = Producer(
+        {
+            "bootstrap.servers": b.bootstrap,
+            "client.id": "moldau-e2e-tls-refused",
+            "logger": RDKAFKA_LOGGER,
+            "error_cb": reported.append,
+            **auth,
+        }
+    )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not reported:
+        p.poll(0.1)
     with pytest.raises(KafkaException):
-        md = p.list_topics(timeout=timeout)
+        md = p.list_topics(timeout=1.0 if reported else max(1.0, deadline - time.monotonic()))
         pytest.fail(f"metadata answered: brokers {md.brokers}")
 
 

@@ -64,7 +64,7 @@ pub fn workspace_bin(package: &str, bin: &str) -> PathBuf {
         .to_path_buf();
     let _guard = BUILD.lock().unwrap_or_else(|e| e.into_inner());
     let target = dir.parent().expect("target dir").to_path_buf();
-    let mut cmd = std::process::Command::new(env!("CARGO"));
+    let mut cmd = cargo_command();
     // --workspace: the features of a workspace build, so this reuses what
     // `cargo test --workspace` compiled instead of building a second copy
     // of the dependency tree (`-p` would resolve the package's own features).
@@ -80,4 +80,66 @@ pub fn workspace_bin(package: &str, bin: &str) -> PathBuf {
         "cargo build --workspace --bin {bin} (package {package}) failed"
     );
     dir.join(bin)
+}
+
+/// Variables cargo sets for the crate it runs (a test binary here), which a
+/// cargo started from that crate must not inherit.
+const CRATE_RUN_VARS: &[&str] = &[
+    "CARGO_MANIFEST_DIR",
+    "CARGO_MANIFEST_PATH",
+    "CARGO_MANIFEST_LINKS",
+    "CARGO_CRATE_NAME",
+    "CARGO_BIN_NAME",
+    "CARGO_PRIMARY_PACKAGE",
+    "CARGO_TARGET_TMPDIR",
+    "CARGO_RUSTC_CURRENT_DIR",
+    "OUT_DIR",
+];
+
+/// `cargo` (the one running the tests) for a build started from a test,
+/// without the variables cargo set for the test itself. Build scripts watch
+/// some of them (ring's `rerun-if-env-changed=CARGO_MANIFEST_DIR`): an
+/// inherited value reruns ring's build script, which recompiles ring, rustls,
+/// kube and the workspace, and the next top-level cargo, seeing the variable
+/// unset again, recompiles them once more.
+pub fn cargo_command() -> std::process::Command {
+    let mut cmd = std::process::Command::new(env!("CARGO"));
+    for (name, _) in std::env::vars_os() {
+        let Some(name) = name.to_str() else { continue };
+        if CRATE_RUN_VARS.contains(&name)
+            || name.starts_with("CARGO_PKG_")
+            || name.starts_with("CARGO_BIN_EXE_")
+            || name.starts_with("CARGO_CFG_")
+        {
+            cmd.env_remove(name);
+        }
+    }
+    cmd
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_cargo_started_from_a_test_does_not_inherit_the_test_s_crate_variables() {
+        // cargo test sets CARGO_MANIFEST_DIR and CARGO_PKG_NAME for this test
+        assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some());
+        let cmd = super::cargo_command();
+        let removed: Vec<_> = cmd
+            .get_envs()
+            .filter(|(_, v)| v.is_none())
+            .map(|(k, _)| k.to_string_lossy().into_owned())
+            .collect();
+        for name in ["CARGO_MANIFEST_DIR", "CARGO_PKG_NAME"] {
+            assert!(
+                removed.iter().any(|r| r == name),
+                "{name} is removed: {removed:?}"
+            );
+        }
+        assert!(
+            !removed
+                .iter()
+                .any(|r| r == "CARGO_HOME" || r == "CARGO_INCREMENTAL"),
+            "cargo's own settings stay: {removed:?}"
+        );
+    }
 }

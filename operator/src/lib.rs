@@ -10,7 +10,8 @@
 //! `brokers` (the Ready broker pods' addresses and an admin connection to
 //! the controller, for every reconciler), `user` (the KafkaUser reconciler:
 //! pure planner of SCRAM credentials and ACLs, async edge), `context` (what reconcilers
-//! share), `error`.
+//! share), `reconcile` (the finalizer, metrics and requeue edge the finalized
+//! reconcilers share), `error`.
 //! Decisions are pure functions; the async code only reads, applies and
 //! reports. The operator talks to brokers only through the wire protocol
 //! and their flag/env contract; of the broker crate it uses pure tables
@@ -28,6 +29,7 @@ pub mod kafka;
 pub mod leader;
 pub mod quota;
 pub mod rebalance;
+pub mod reconcile;
 pub mod retention;
 pub mod telemetry;
 pub mod topic;

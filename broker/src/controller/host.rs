@@ -21,6 +21,7 @@ use super::kube_store::KubeTerm;
 use super::rpc::pb::controller_server::ControllerServer;
 use super::rpc::{ControllerService, ControllerSettings};
 use super::store::{ClusterStore, DirStore, Resumed, StoreError};
+use crate::security::tls::TlsState;
 
 /// Where the cluster keeps its metadata.
 #[derive(Clone)]
@@ -126,8 +127,12 @@ pub struct HostConfig {
     pub backend: Backend,
     /// Bound at start; served during terms.
     pub listener: std::net::TcpListener,
-    /// `http://host:port` brokers dial.
+    /// `http://host:port` or `https://host:port` brokers dial.
     pub address: String,
+    /// The inter-broker listener's TLS, when it has one: the endpoint then
+    /// serves TLS and requires brokers' certificates
+    /// ([`super::transport`]).
+    pub tls: Option<Arc<TlsState>>,
     pub settings: ControllerSettings,
     /// How often to check broker sessions.
     pub tick: Duration,
@@ -199,7 +204,6 @@ async fn serve_term(
             return;
         }
     };
-    let incoming = tonic::transport::server::TcpIncoming::from(listener);
     let ended = async move {
         tokio::select! {
             _ = leading.wait_for(|l| !*l) => {}
@@ -207,9 +211,28 @@ async fn serve_term(
             _ = shutdown.wait_for(|s| *s) => {}
         }
     };
-    let server = tonic::transport::Server::builder()
-        .add_service(ControllerServer::new(service.clone()))
-        .serve_with_incoming_shutdown(incoming, ended);
+    let router =
+        tonic::transport::Server::builder().add_service(ControllerServer::new(service.clone()));
+    let server = async move {
+        match &cfg.tls {
+            None => {
+                router
+                    .serve_with_incoming_shutdown(
+                        tonic::transport::server::TcpIncoming::from(listener),
+                        ended,
+                    )
+                    .await
+            }
+            Some(tls) => {
+                router
+                    .serve_with_incoming_shutdown(
+                        super::transport::tls_incoming(listener, tls.clone()),
+                        ended,
+                    )
+                    .await
+            }
+        }
+    };
     let ticker = async {
         let mut every = tokio::time::interval(cfg.tick);
         loop {

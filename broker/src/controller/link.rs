@@ -8,6 +8,7 @@
 //! asks this broker for metadata finds it.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use kafka_protocol::error::ResponseError;
@@ -21,6 +22,7 @@ use super::rpc::pb::{
     DescribeQuorumResponse, ReassignmentResult,
 };
 use crate::error::TopicError;
+use crate::security::tls::TlsState;
 
 /// The registered session with the active controller.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,6 +48,9 @@ pub struct ControllerLink {
     /// The current producer-id block: `(next, end)`.
     producer_ids: Mutex<(i64, i64)>,
     runtime: tokio::runtime::Handle,
+    /// The inter-broker listener's TLS: what this broker dials a
+    /// controller serving `https://` with.
+    tls: Option<Arc<TlsState>>,
 }
 
 fn not_controller(message: impl Into<String>) -> TopicError {
@@ -54,13 +59,19 @@ fn not_controller(message: impl Into<String>) -> TopicError {
 }
 
 impl ControllerLink {
-    pub fn new(runtime: tokio::runtime::Handle) -> Self {
+    pub fn new(runtime: tokio::runtime::Handle, tls: Option<Arc<TlsState>>) -> Self {
         Self {
             session: watch::channel(None).0,
             applied: watch::channel((0, 0)).0,
             producer_ids: Mutex::new((0, 0)),
             runtime,
+            tls,
         }
+    }
+
+    /// The TLS this broker dials the controller with, if any.
+    pub fn tls(&self) -> Option<&Arc<TlsState>> {
+        self.tls.as_ref()
     }
 
     /// The session sets (or clears) where the controller is.
@@ -103,8 +114,7 @@ impl ControllerLink {
             .map_err(|e| not_controller(e.to_string()))?
             .connect_timeout(Duration::from_secs(2))
             .timeout(CALL_TIMEOUT);
-        let channel = endpoint
-            .connect()
+        let channel = super::transport::connect(endpoint, &session.address, self.tls.as_ref())
             .await
             .map_err(|e| not_controller(format!("cannot reach the controller: {e}")))?;
         Ok((ControllerClient::new(channel), session))

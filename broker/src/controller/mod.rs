@@ -16,7 +16,8 @@
 //! edges: [`rpc`] (the active controller's gRPC service, persisting through
 //! a [`store`] per term: [`store::DirStore`] or [`kube_store`]), [`host`]
 //! (runs controller terms while this broker wins the [`election`]),
-//! [`session`] (the broker's registration, heartbeats and metadata), and
+//! [`session`] (the broker's registration, heartbeats and metadata),
+//! [`transport`] (the endpoint's gRPC in the clear or over mutual TLS), and
 //! [`mode`] (starts them for `--cluster dir|kubernetes`).
 
 pub mod assignment;
@@ -37,5 +38,6 @@ pub mod session;
 pub mod store;
 #[cfg(test)]
 mod test_support;
+pub mod transport;
 
 pub use facade::{Controller, CreatedTopic, ReassignRequest};

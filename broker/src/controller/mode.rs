@@ -19,14 +19,21 @@ use super::rpc::{system_clock, ControllerSettings};
 use super::session::SessionConfig;
 use crate::broker::Broker;
 use crate::config::Cli;
+use crate::security::tls::TlsState;
 
 /// Whether `cli` asks for cluster mode.
 pub fn is_cluster(cli: &Cli) -> bool {
     cli.cluster != "standalone"
 }
 
-/// The controller's gRPC address others dial: `http://host:port`.
-fn controller_address(cli: &Cli, broker: &Broker, bound: std::net::SocketAddr) -> String {
+/// The controller's gRPC address others dial: `http://host:port`, or
+/// `https://host:port` when it serves TLS.
+fn controller_address(
+    cli: &Cli,
+    broker: &Broker,
+    bound: std::net::SocketAddr,
+    tls: bool,
+) -> String {
     let hostport = cli.controller_advertised.clone().unwrap_or_else(|| {
         let host = &broker.advertised_host;
         if host.contains(':') && !host.starts_with('[') {
@@ -35,7 +42,7 @@ fn controller_address(cli: &Cli, broker: &Broker, bound: std::net::SocketAddr) -
             format!("{host}:{}", bound.port())
         }
     });
-    format!("http://{hostport}")
+    super::transport::address(&hostport, tls)
 }
 
 /// The Kubernetes backend: the cluster's Lease and metadata objects in
@@ -130,11 +137,14 @@ impl ClusterMode {
     }
 }
 
-/// Puts `broker` in cluster mode and starts its tasks.
+/// Puts `broker` in cluster mode and starts its tasks. `inter_broker_tls`:
+/// the inter-broker listener's TLS, which the controller endpoint then
+/// serves and brokers dial it with ([`super::transport`]).
 pub async fn start(
     broker: &Arc<Broker>,
     cli: &Cli,
     succession_token: String,
+    inter_broker_tls: Option<Arc<TlsState>>,
     shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<ClusterMode> {
     let backend = match cli.cluster.as_str() {
@@ -153,8 +163,21 @@ pub async fn start(
             cli.controller_listen
         )
     })?;
-    let address = controller_address(cli, broker, listener.local_addr()?);
-    let link = Arc::new(ControllerLink::new(tokio::runtime::Handle::current()));
+    // TLS needs a truststore to verify brokers with; without one the
+    // inter-broker listener's TLS cannot authenticate brokers, and the
+    // endpoint stays in the clear (said at start).
+    let tls = inter_broker_tls.filter(|t| {
+        let usable = t.controller_server_config().is_some();
+        if !usable {
+            tracing::warn!("the inter-broker listener has TLS but no ssl.truststore: the controller endpoint serves in the clear");
+        }
+        usable
+    });
+    let address = controller_address(cli, broker, listener.local_addr()?, tls.is_some());
+    let link = Arc::new(ControllerLink::new(
+        tokio::runtime::Handle::current(),
+        tls.clone(),
+    ));
     broker.join_cluster(link.clone());
     broker.groups.start_unowned();
     broker.txns.start_unowned();
@@ -174,6 +197,7 @@ pub async fn start(
         backend: backend.clone(),
         listener,
         address: address.clone(),
+        tls,
         settings: ControllerSettings {
             controller_id: broker.node_id,
             session_timeout_ms: config.broker_session_timeout_ms.max(1),

@@ -300,13 +300,13 @@ async fn session(
     let moved = lease_moved(holder, controller_id, broker.node_id);
     tokio::pin!(moved);
     let connect_and_register = async {
-        let channel = tonic::transport::Endpoint::from_shared(address.clone())
+        let endpoint = tonic::transport::Endpoint::from_shared(address.clone())
             .map_err(|e| tonic::Status::invalid_argument(e.to_string()))?
             // Short: a controller that stopped answering (paused, or its host
             // gone) must not hold this broker past its own session timeout.
             .connect_timeout(Duration::from_secs(1))
-            .timeout(CALL_TIMEOUT)
-            .connect()
+            .timeout(CALL_TIMEOUT);
+        let channel = super::transport::connect(endpoint, &address, config.link.tls())
             .await
             .map_err(|e| tonic::Status::unavailable(format!("{address}: {e}")))?;
         let mut client = ControllerClient::new(channel);

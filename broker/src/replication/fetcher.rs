@@ -509,6 +509,12 @@ impl Connection {
                     std::io::Error::other(format!("{host} is not a TLS server name: {e}"))
                 })?;
                 let connector = tokio_rustls::TlsConnector::from(config);
+                // fetch responses are large: rustls reads 4 KiB at a time,
+                // from this buffer rather than the socket
+                let stream = tokio::io::BufReader::with_capacity(
+                    crate::protocol::connection::TLS_READ_BUFFER_BYTES,
+                    stream,
+                );
                 let stream =
                     tokio::time::timeout(Duration::from_secs(5), connector.connect(name, stream))
                         .await

@@ -249,6 +249,9 @@ pub fn tls_settings<'a>(get: impl Fn(&str) -> Option<&'a str>) -> Result<TlsSett
     })
 }
 
+/// The ALPN name of HTTP/2, which the controller's gRPC speaks.
+const HTTP2_ALPN: &[u8] = b"h2";
+
 /// The rustls configurations of a TLS listener.
 #[derive(Debug, Clone)]
 pub struct TlsConfigs {
@@ -257,6 +260,14 @@ pub struct TlsConfigs {
     /// What this broker dials other brokers' listeners with: `None`
     /// without a truststore (nothing to verify them against).
     pub client: Option<Arc<ClientConfig>>,
+    /// What the controller's gRPC endpoint serves when this is the
+    /// inter-broker listener: a client certificate the truststore
+    /// verifies is required whatever `ssl.client.auth` says, and HTTP/2 is
+    /// offered by ALPN (`None` without a truststore).
+    pub controller_server: Option<Arc<ServerConfig>>,
+    /// What a broker dials the controller's endpoint with: `client`
+    /// offering HTTP/2 by ALPN.
+    pub controller_client: Option<Arc<ClientConfig>>,
 }
 
 fn provider() -> Arc<CryptoProvider> {
@@ -362,6 +373,27 @@ impl TlsSettings {
             .map_err(|e| {
                 format!("ssl.keystore: the key and the certificate do not go together ({e})")
             })?;
+        let controller_server = match &roots {
+            None => None,
+            Some(roots) => {
+                let verifier =
+                    WebPkiClientVerifier::builder_with_provider(roots.clone(), provider())
+                        .build()
+                        .map_err(|e| format!("ssl.truststore: {e}"))?;
+                let mut config = ServerConfig::builder_with_provider(provider())
+                    .with_protocol_versions(&versions)
+                    .map_err(|e| format!("TLS versions: {e}"))?
+                    .with_client_cert_verifier(verifier)
+                    .with_single_cert(chain.clone(), key.clone_key())
+                    .map_err(|e| {
+                        format!(
+                            "ssl.keystore: the key and the certificate do not go together ({e})"
+                        )
+                    })?;
+                config.alpn_protocols = vec![HTTP2_ALPN.to_vec()];
+                Some(Arc::new(config))
+            }
+        };
         let client = match roots {
             None => None,
             Some(roots) => {
@@ -384,9 +416,16 @@ impl TlsSettings {
                 Some(Arc::new(config))
             }
         };
+        let controller_client = client.as_ref().map(|c| {
+            let mut config = (**c).clone();
+            config.alpn_protocols = vec![HTTP2_ALPN.to_vec()];
+            Arc::new(config)
+        });
         Ok(TlsConfigs {
             server: Arc::new(server),
             client,
+            controller_server,
+            controller_client,
         })
     }
 }
@@ -489,6 +528,16 @@ impl TlsState {
 
     pub fn client_config(&self) -> Option<Arc<ClientConfig>> {
         self.current.read().client.clone()
+    }
+
+    /// See [`TlsConfigs::controller_server`].
+    pub fn controller_server_config(&self) -> Option<Arc<ServerConfig>> {
+        self.current.read().controller_server.clone()
+    }
+
+    /// See [`TlsConfigs::controller_client`].
+    pub fn controller_client_config(&self) -> Option<Arc<ClientConfig>> {
+        self.current.read().controller_client.clone()
     }
 
     /// Rebuilds the configurations if a file changed since last time.

@@ -74,7 +74,7 @@ pub fn workspace_bin(package: &str, bin: &str) -> Result<PathBuf> {
         return Ok(path);
     }
     let target = dir.parent().context("target dir")?.to_path_buf();
-    let mut cmd = Command::new(env!("CARGO"));
+    let mut cmd = paths::cargo_command();
     cmd.args(["build", "-p", package, "--bin", bin])
         .env("CARGO_TARGET_DIR", &target)
         .current_dir(repo());

@@ -6,13 +6,12 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Instant;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::finalizer::{finalizer, Event as FinalizerEvent};
+use kube::runtime::finalizer::Event as FinalizerEvent;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{watcher, Controller};
 use kube::ResourceExt;
@@ -26,6 +25,7 @@ use crate::crd::{
 };
 use crate::error::{Error, Result};
 use crate::kafka::{AdminClient, KafkaError};
+use crate::reconcile::{finalized, metered, namespaced_api, requeue_after_error};
 use crate::topic::controller::referencing;
 
 use super::plan::{plan, settle};
@@ -185,43 +185,35 @@ async fn reconcile_cluster(ctx: &Context, kq: &KafkaQuota) -> Result<(bool, bool
 
 /// Reconciles one KafkaQuota (through the finalizer helper).
 pub async fn reconcile(kq: Arc<KafkaQuota>, ctx: Arc<Context>) -> Result<Action> {
-    let started = Instant::now();
-    let ns = kq
-        .namespace()
-        .ok_or(Error::MissingField("metadata.namespace"))?;
-    let api: Api<KafkaQuota> = Api::namespaced(ctx.client.clone(), &ns);
-    let c = ctx.clone();
-    let result = finalizer(&api, FINALIZER, kq, |event| async move {
-        match event {
-            FinalizerEvent::Apply(kq) => {
-                reconcile_cluster(&c, &kq).await?;
-                Ok(Action::requeue(c.tunables.topic_resync))
-            }
-            FinalizerEvent::Cleanup(kq) => {
-                let (owns, gone) = reconcile_cluster(&c, &kq).await?;
-                if owns && !gone {
-                    return Err(Error::Finalizer(format!(
-                        "KafkaQuota {} still has quotas on the broker",
-                        kq.name_any()
-                    )));
+    metered(&ctx, KIND, async {
+        let api = namespaced_api(&ctx, kq.as_ref())?;
+        let c = ctx.clone();
+        finalized(&api, FINALIZER, kq, |event| async move {
+            match event {
+                FinalizerEvent::Apply(kq) => {
+                    reconcile_cluster(&c, &kq).await?;
+                    Ok(Action::requeue(c.tunables.topic_resync))
                 }
-                Ok(Action::await_change())
+                FinalizerEvent::Cleanup(kq) => {
+                    let (owns, gone) = reconcile_cluster(&c, &kq).await?;
+                    if owns && !gone {
+                        return Err(Error::Finalizer(format!(
+                            "KafkaQuota {} still has quotas on the broker",
+                            kq.name_any()
+                        )));
+                    }
+                    Ok(Action::await_change())
+                }
             }
-        }
+        })
+        .await
     })
     .await
-    .map_err(|e| Error::Finalizer(e.to_string()));
-    ctx.metrics.reconciled(KIND, started.elapsed());
-    if result.is_err() {
-        ctx.metrics.failed(KIND);
-    }
-    result
 }
 
 /// Requeue policy after a failed reconcile: retry soon, never crash.
 pub fn error_policy(kq: Arc<KafkaQuota>, err: &Error, ctx: Arc<Context>) -> Action {
-    tracing::warn!(quota = %kq.name_any(), namespace = ?kq.namespace(), error = %err, "quota reconcile failed");
-    Action::requeue(ctx.tunables.retry)
+    requeue_after_error(KIND, kq.as_ref(), err, &ctx)
 }
 
 /// The KafkaQuotas that reference cluster `kc`.

@@ -16,13 +16,12 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Instant;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::finalizer::{finalizer, Event as FinalizerEvent};
+use kube::runtime::finalizer::Event as FinalizerEvent;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{watcher, Controller};
 use kube::{Resource, ResourceExt};
@@ -36,6 +35,7 @@ use crate::crd::{
 };
 use crate::error::{Error, Result};
 use crate::kafka::{AdminClient, KafkaError};
+use crate::reconcile::{finalized, metered, namespaced_api, requeue_after_error};
 use crate::topic::controller::referencing;
 
 use super::plan::{not_yet_restored, plan, report, ClusterView, ManagedTopic, PolicyReport};
@@ -435,45 +435,37 @@ async fn apply_cluster(
 
 /// Reconciles one KafkaRetentionPolicy (through the finalizer helper).
 pub async fn reconcile(kp: Arc<KafkaRetentionPolicy>, ctx: Arc<Context>) -> Result<Action> {
-    let started = Instant::now();
-    let ns = kp
-        .namespace()
-        .ok_or(Error::MissingField("metadata.namespace"))?;
-    let api: Api<KafkaRetentionPolicy> = Api::namespaced(ctx.client.clone(), &ns);
-    let c = ctx.clone();
-    let result = finalizer(&api, FINALIZER, kp, |event| async move {
-        match event {
-            FinalizerEvent::Apply(kp) => {
-                reconcile_cluster(&c, &kp).await?;
-                Ok(Action::requeue(c.tunables.topic_resync))
-            }
-            FinalizerEvent::Cleanup(kp) => {
-                let outcome = reconcile_cluster(&c, &kp).await?;
-                if !outcome.gone && !outcome.not_restored.is_empty() {
-                    return Err(Error::Finalizer(format!(
-                        "KafkaRetentionPolicy {}: {} topics not restored yet (e.g. {})",
-                        kp.name_any(),
-                        outcome.not_restored.len(),
-                        outcome.not_restored[0]
-                    )));
+    metered(&ctx, KIND, async {
+        let api = namespaced_api(&ctx, kp.as_ref())?;
+        let c = ctx.clone();
+        finalized(&api, FINALIZER, kp, |event| async move {
+            match event {
+                FinalizerEvent::Apply(kp) => {
+                    reconcile_cluster(&c, &kp).await?;
+                    Ok(Action::requeue(c.tunables.topic_resync))
                 }
-                Ok(Action::await_change())
+                FinalizerEvent::Cleanup(kp) => {
+                    let outcome = reconcile_cluster(&c, &kp).await?;
+                    if !outcome.gone && !outcome.not_restored.is_empty() {
+                        return Err(Error::Finalizer(format!(
+                            "KafkaRetentionPolicy {}: {} topics not restored yet (e.g. {})",
+                            kp.name_any(),
+                            outcome.not_restored.len(),
+                            outcome.not_restored[0]
+                        )));
+                    }
+                    Ok(Action::await_change())
+                }
             }
-        }
+        })
+        .await
     })
     .await
-    .map_err(|e| Error::Finalizer(e.to_string()));
-    ctx.metrics.reconciled(KIND, started.elapsed());
-    if result.is_err() {
-        ctx.metrics.failed(KIND);
-    }
-    result
 }
 
 /// Requeue policy after a failed reconcile: retry soon, never crash.
 pub fn error_policy(kp: Arc<KafkaRetentionPolicy>, err: &Error, ctx: Arc<Context>) -> Action {
-    tracing::warn!(policy = %kp.name_any(), namespace = ?kp.namespace(), error = %err, "retention policy reconcile failed");
-    Action::requeue(ctx.tunables.retry)
+    requeue_after_error(KIND, kp.as_ref(), err, &ctx)
 }
 
 /// The policies that reference cluster `kc`.

@@ -22,13 +22,12 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::finalizer::{finalizer, Event as FinalizerEvent};
+use kube::runtime::finalizer::Event as FinalizerEvent;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{watcher, Controller};
 use kube::{Resource, ResourceExt};
@@ -44,6 +43,7 @@ use crate::crd::{
 };
 use crate::error::{Error, Result};
 use crate::kafka::OngoingReassignment;
+use crate::reconcile::{finalized, metered, namespaced_api, requeue_after_error};
 
 use super::plan::{default_replication_factor, ObservedTopic, TopicAction};
 use super::reassignment::topic_reassignment;
@@ -373,29 +373,22 @@ async fn cleanup_topic(kt: Arc<KafkaTopic>, ctx: Arc<Context>) -> Result<Action>
 /// removed), so deleting it — or its namespace after the operator is gone —
 /// never waits on the operator.
 pub async fn reconcile(kt: Arc<KafkaTopic>, ctx: Arc<Context>) -> Result<Action> {
-    let started = Instant::now();
-    let ns = kt
-        .namespace()
-        .ok_or(Error::MissingField("metadata.namespace"))?;
-    let api: Api<KafkaTopic> = Api::namespaced(ctx.client.clone(), &ns);
-    let c = ctx.clone();
-    let result = if kt.spec.deletion_policy == DeletionPolicy::Retain {
-        reconcile_retained(&api, kt, c).await
-    } else {
-        finalizer(&api, FINALIZER, kt, |event| async move {
-            match event {
-                FinalizerEvent::Apply(kt) => apply_topic(kt, c).await,
-                FinalizerEvent::Cleanup(kt) => cleanup_topic(kt, c).await,
-            }
-        })
-        .await
-        .map_err(|e| Error::Finalizer(e.to_string()))
-    };
-    ctx.metrics.reconciled(KIND, started.elapsed());
-    if result.is_err() {
-        ctx.metrics.failed(KIND);
-    }
-    result
+    metered(&ctx, KIND, async {
+        let api = namespaced_api(&ctx, kt.as_ref())?;
+        let c = ctx.clone();
+        if kt.spec.deletion_policy == DeletionPolicy::Retain {
+            reconcile_retained(&api, kt, c).await
+        } else {
+            finalized(&api, FINALIZER, kt, |event| async move {
+                match event {
+                    FinalizerEvent::Apply(kt) => apply_topic(kt, c).await,
+                    FinalizerEvent::Cleanup(kt) => cleanup_topic(kt, c).await,
+                }
+            })
+            .await
+        }
+    })
+    .await
 }
 
 /// A `Retain` topic: our finalizer, if an earlier `Delete` policy left it,
@@ -458,8 +451,7 @@ pub fn topics_of_policy(
 
 /// Requeue policy after a failed reconcile: retry soon, never crash.
 pub fn error_policy(kt: Arc<KafkaTopic>, err: &Error, ctx: Arc<Context>) -> Action {
-    tracing::warn!(topic = %kt.name_any(), namespace = ?kt.namespace(), error = %err, "topic reconcile failed");
-    Action::requeue(ctx.tunables.retry)
+    requeue_after_error(KIND, kt.as_ref(), err, &ctx)
 }
 
 /// The objects of a kind that reference cluster `kc` (same namespace,

@@ -17,14 +17,13 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Instant;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::ByteString;
 use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::finalizer::{finalizer, Event as FinalizerEvent};
+use kube::runtime::finalizer::Event as FinalizerEvent;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{watcher, Controller};
 use kube::{Resource, ResourceExt};
@@ -39,6 +38,7 @@ use crate::error::{Error, Result};
 use crate::kafka::acl::AclBinding;
 use crate::kafka::scram::ScramMechanism;
 use crate::kafka::{AdminClient, KafkaError};
+use crate::reconcile::{finalized, metered, namespaced_api, requeue_after_error};
 use crate::topic::controller::referencing;
 
 use super::plan::{
@@ -398,44 +398,36 @@ async fn cleanup_user(ctx: &Context, ku: &KafkaUser) -> Result<()> {
 
 /// Reconciles one KafkaUser (through the finalizer helper).
 pub async fn reconcile(ku: Arc<KafkaUser>, ctx: Arc<Context>) -> Result<Action> {
-    let started = Instant::now();
-    let ns = ku
-        .namespace()
-        .ok_or(Error::MissingField("metadata.namespace"))?;
-    let api: Api<KafkaUser> = Api::namespaced(ctx.client.clone(), &ns);
-    let c = ctx.clone();
-    let result = finalizer(&api, FINALIZER, ku, |event| async move {
-        match event {
-            FinalizerEvent::Apply(ku) => {
-                let outcome = apply_user(&c, &ku).await?;
-                let ready = outcome.is_ok();
-                let now = format_time(k8s_openapi::jiff::Timestamp::now());
-                write_status(&c, &ku, user_status(&ku, outcome, &now)).await?;
-                Ok(if ready {
-                    Action::requeue(c.tunables.topic_resync)
-                } else {
-                    Action::requeue(c.tunables.retry)
-                })
+    metered(&ctx, KIND, async {
+        let api = namespaced_api(&ctx, ku.as_ref())?;
+        let c = ctx.clone();
+        finalized(&api, FINALIZER, ku, |event| async move {
+            match event {
+                FinalizerEvent::Apply(ku) => {
+                    let outcome = apply_user(&c, &ku).await?;
+                    let ready = outcome.is_ok();
+                    let now = format_time(k8s_openapi::jiff::Timestamp::now());
+                    write_status(&c, &ku, user_status(&ku, outcome, &now)).await?;
+                    Ok(if ready {
+                        Action::requeue(c.tunables.topic_resync)
+                    } else {
+                        Action::requeue(c.tunables.retry)
+                    })
+                }
+                FinalizerEvent::Cleanup(ku) => {
+                    cleanup_user(&c, &ku).await?;
+                    Ok::<_, Error>(Action::await_change())
+                }
             }
-            FinalizerEvent::Cleanup(ku) => {
-                cleanup_user(&c, &ku).await?;
-                Ok::<_, Error>(Action::await_change())
-            }
-        }
+        })
+        .await
     })
     .await
-    .map_err(|e| Error::Finalizer(e.to_string()));
-    ctx.metrics.reconciled(KIND, started.elapsed());
-    if result.is_err() {
-        ctx.metrics.failed(KIND);
-    }
-    result
 }
 
 /// Requeue policy after a failed reconcile: retry soon, never crash.
 pub fn error_policy(ku: Arc<KafkaUser>, err: &Error, ctx: Arc<Context>) -> Action {
-    tracing::warn!(user = %ku.name_any(), namespace = ?ku.namespace(), error = %err, "user reconcile failed");
-    Action::requeue(ctx.tunables.retry)
+    requeue_after_error(KIND, ku.as_ref(), err, &ctx)
 }
 
 /// The KafkaUsers that reference cluster `kc`.
