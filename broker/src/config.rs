@@ -149,7 +149,7 @@ pub struct BrokerConfig {
     /// `group.consumer.migration.policy`: `bidirectional` (Kafka 4.x's
     /// default), `upgrade`, `downgrade` or `disabled` — the online
     /// conversions between classic and consumer groups allowed.
-    pub group_consumer_migration_policy: crate::group::consumer::conversion::MigrationPolicy,
+    pub group_consumer_migration_policy: crate::group::consumer::migration::MigrationPolicy,
     pub offsets_topic_num_partitions: i32,
     pub offsets_retention_minutes: i64,
     pub offset_metadata_max_bytes: i32,
@@ -692,7 +692,7 @@ impl BrokerConfig {
                 }
                 "group.consumer.migration.policy" => {
                     c.group_consumer_migration_policy =
-                        crate::group::consumer::conversion::MigrationPolicy::parse(v.trim())
+                        crate::group::consumer::migration::MigrationPolicy::parse(v.trim())
                             .ok_or_else(|| ConfigError::Invalid {
                                 key: k.clone(),
                                 value: v.clone(),

@@ -43,6 +43,7 @@ use uuid::Uuid;
 
 use super::consumer_protocol as cp;
 use super::machine::{ConsumerGroup, ConsumerSettings, Heartbeat, Member, Topics, LEAVE_EPOCH};
+use super::migration::ClassicMetadata;
 use super::reconcile::{CurrentAssignment, MemberState};
 use crate::group::state::{
     Group as ClassicGroup, JoinRequest, JoinResult, Member as ClassicMember,
@@ -50,46 +51,6 @@ use crate::group::state::{
 
 /// The protocol type of the groups that convert.
 pub const PROTOCOL_TYPE: &str = "consumer";
-
-/// `group.consumer.migration.policy`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum MigrationPolicy {
-    /// Both ways (Kafka 4.x's default).
-    #[default]
-    Bidirectional,
-    Upgrade,
-    Downgrade,
-    Disabled,
-}
-
-impl MigrationPolicy {
-    /// The config value (case-insensitive, as Kafka reads it).
-    pub fn parse(s: &str) -> Option<Self> {
-        match s.to_ascii_lowercase().as_str() {
-            "bidirectional" => Some(Self::Bidirectional),
-            "upgrade" => Some(Self::Upgrade),
-            "downgrade" => Some(Self::Downgrade),
-            "disabled" => Some(Self::Disabled),
-            _ => None,
-        }
-    }
-    pub fn upgrade_enabled(self) -> bool {
-        matches!(self, Self::Bidirectional | Self::Upgrade)
-    }
-    pub fn downgrade_enabled(self) -> bool {
-        matches!(self, Self::Bidirectional | Self::Downgrade)
-    }
-}
-
-/// What a consumer group keeps of a member that speaks the classic
-/// protocol (Kafka's `ClassicMemberMetadata`, stored in the member's
-/// record): its session timeout and the protocols it joined with, in its
-/// order of preference.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ClassicMetadata {
-    pub session_timeout_ms: i32,
-    pub protocols: Vec<(String, Bytes)>,
-}
 
 impl ClassicMetadata {
     /// The protocol the member is told it uses: its first.

@@ -13,8 +13,8 @@ use uuid::Uuid;
 use super::assignor::Assignment;
 use super::consumer_protocol::tests::subscription;
 use super::consumer_protocol::{decode_assignment, encode_assignment};
-use super::conversion::{ClassicMetadata, MigrationPolicy};
 use super::machine::*;
+use super::migration::{ClassicMetadata, MigrationPolicy};
 use super::records::{diff, Replay};
 use crate::group::state::{
     Group as ClassicGroup, GroupSettings, GroupState, JoinRequest, Member as ClassicMember,

@@ -14,8 +14,8 @@ use kafka_protocol::error::ResponseError;
 use uuid::Uuid;
 
 use super::assignor::{self, Assignment, AssignorMember};
-use super::conversion::{ClassicMetadata, MigrationPolicy};
 use super::metadata_hash;
+use super::migration::{ClassicMetadata, MigrationPolicy};
 use super::reconcile::{self, CurrentAssignment, MemberState};
 
 /// The epoch a member joins (or rejoins) with.

@@ -35,6 +35,7 @@ pub mod consumer_protocol;
 pub mod conversion;
 pub mod machine;
 pub mod metadata_hash;
+pub mod migration;
 pub mod reconcile;
 pub mod records;
 

@@ -27,9 +27,9 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use uuid::Uuid;
 
 use super::assignor::Assignment;
-use super::conversion::ClassicMetadata;
 use super::machine::{ConsumerGroup, Member, TopicMeta};
 use super::metadata_hash;
+use super::migration::ClassicMetadata;
 use super::reconcile::{CurrentAssignment, MemberState};
 
 pub const GROUP_METADATA: i16 = 3;
