@@ -60,7 +60,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from conftest import STATE, unique
 from harness import broker as brokers
 from harness import kafka_tools, kcat, kwire
-from harness.clients import RDKAFKA_LOGGER
+from harness.clients import RDKAFKA_LOGGER, metadata_refused
 
 PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
@@ -231,31 +231,13 @@ def round_trip(b: brokers.Broker, auth: dict, topic: str, tag: str) -> None:
 
 def metadata_error(b: brokers.Broker, auth: dict, timeout: float = 10) -> tuple[KafkaError, list[KafkaError]]:
     """Asks a producer with `auth` for metadata, which must fail: the
-    exception's KafkaError and the errors librdkafka reported (error_cb).
-    librdkafka reports a refused login through error_cb at once, then keeps
-    logging in again until a metadata call's timeout: once the refusal is
-    reported the call gets a second, else the whole `timeout`."""
-    reported: list[KafkaError] = []
-    p = Producer(
-        {
-            "bootstrap.servers": b.bootstrap,
-            "client.id": "moldau-e2e-sasl-refused",
-            "logger": RDKAFKA_LOGGER,
-            "error_cb": reported.append,
-            **auth,
-        }
+    exception's KafkaError and the errors librdkafka reported (error_cb)."""
+    e, reported = metadata_refused(
+        {"bootstrap.servers": b.bootstrap, "client.id": "moldau-e2e-sasl-refused", **auth},
+        lambda r: any(x.code() == KafkaError._AUTHENTICATION for x in r),
+        timeout,
     )
-    deadline = time.monotonic() + timeout
-    def refused() -> bool:
-        return any(r.code() == KafkaError._AUTHENTICATION for r in reported)
-
-    while time.monotonic() < deadline and not refused():
-        p.poll(0.1)
-    with pytest.raises(KafkaException) as e:
-        md = p.list_topics(timeout=1.0 if refused() else max(1.0, deadline - time.monotonic()))
-        pytest.fail(f"metadata answered: brokers {md.brokers}")
-    p.poll(0.5)  # deliver any error_cb pending
-    return e.value.args[0], reported
+    return e.args[0], reported
 
 
 def assert_authentication_failed(b: brokers.Broker, auth: dict) -> None:

@@ -25,6 +25,28 @@ from .records import Consumed, Record
 # instead of writing to stderr from its own threads.
 RDKAFKA_LOGGER = logging.getLogger("rdkafka")
 
+
+def metadata_refused(conf: dict, refusal, timeout: float):
+    """A producer with `conf` asks for metadata, which must fail: returns
+    the KafkaException and the errors librdkafka reported (error_cb), or
+    raises AssertionError if metadata was answered. librdkafka reports a
+    refused handshake or login through error_cb at once and then keeps
+    trying until a metadata call's timeout: once `refusal(reported)` holds,
+    the call gets a second, else the whole `timeout`."""
+    from confluent_kafka import KafkaException, Producer
+
+    reported: list = []
+    p = Producer({"logger": RDKAFKA_LOGGER, "error_cb": reported.append, **conf})
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not refusal(reported):
+        p.poll(0.1)
+    try:
+        md = p.list_topics(timeout=1.0 if refusal(reported) else max(1.0, deadline - time.monotonic()))
+    except KafkaException as e:
+        p.poll(0.5)  # deliver any error_cb pending
+        return e, reported
+    raise AssertionError(f"metadata answered: brokers {md.brokers}")
+
 CLIENTS_DIR = Path(__file__).resolve().parent.parent
 JAVA_DIR = CLIENTS_DIR / "java"
 
