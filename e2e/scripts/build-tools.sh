@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the e2e tools into ${MOLDAU_CACHE:-$HOME/.cache/moldau}/bin:
 #   controlplane (multi-call: etcd, kube-apiserver, kube-controller-manager,
-#   kube-scheduler, kubectl; symlinks with those names point at it) and helm.
+#   kube-scheduler, kubectl; symlinks with those names point at it), coredns
+#   (the cluster DNS of the network-namespace plane, see controlplane-up.sh)
+#   and helm.
 # A build is skipped when the binary was built from the same inputs (go.mod,
 # go.sum, sources, Go version); otherwise Go's build cache makes a rebuild
 # mostly a link step.
@@ -44,6 +46,8 @@ build controlplane "$e2e/controlplane" . "-s -w$kv"
 for c in etcd kube-apiserver kube-controller-manager kube-scheduler kubectl; do
   ln -sfn controlplane "$bin/$c"
 done
+
+build coredns "$e2e/coredns" . "-s -w"
 
 build helm "$e2e/helm" helm.sh/helm/v3/cmd/helm \
   "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"

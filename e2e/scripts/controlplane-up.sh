@@ -3,7 +3,9 @@
 # etcd, kube-apiserver (TLS, token auth, Node+RBAC authorization, service
 # account token signing), kube-controller-manager and kube-scheduler, all from
 # the multi-call binary built by build-tools.sh. Writes the admin kubeconfig to
-# $STATE/kubeconfig and waits until /readyz answers. Idempotent: when the plane
+# $STATE/kubeconfig and waits until /readyz answers. With MOLDAU_E2E_CLUSTER_DNS
+# set (allowed only inside a network namespace a test created), CoreDNS serves
+# cluster.local on that address from the API server too. Idempotent: when the plane
 # recorded in $STATE is running and ready, it does nothing.
 set -euo pipefail
 # shellcheck source=lib.sh
@@ -27,6 +29,10 @@ fi
 if [[ -d "$STATE/pids" ]]; then
   echo "controlplane-up: found a partial or dead control plane, restarting it" >&2
   "$(dirname "${BASH_SOURCE[0]}")/controlplane-down.sh"
+fi
+if [[ -n "$CLUSTER_DNS" ]] && ! in_own_netns; then
+  echo "controlplane-up: MOLDAU_E2E_CLUSTER_DNS is for a network namespace a test created (ip netns exec), not this machine's" >&2
+  exit 1
 fi
 for c in "${COMPONENTS[@]}"; do
   [[ -x "$BIN/$c" ]] || { echo "controlplane-up: $BIN/$c missing; run e2e/scripts/build-tools.sh" >&2; exit 1; }
@@ -171,5 +177,26 @@ for c in kube-controller-manager:$KCM_PORT kube-scheduler:$SCHEDULER_PORT; do
     sleep 0.1
   done
 done
+# --- cluster DNS (network-namespace planes only) -----------------------------
+if [[ -n "$CLUSTER_DNS" ]]; then
+  cat > "$STATE/Corefile" <<COREFILE
+cluster.local:53 {
+    bind $CLUSTER_DNS
+    errors
+    kubernetes cluster.local {
+        kubeconfig $KUBECONFIG_OUT moldau-e2e
+        pods verified
+    }
+    ready 127.0.0.1:$DNS_READY_PORT
+}
+COREFILE
+  start coredns -conf "$STATE/Corefile"
+  for i in $(seq 1 600); do
+    curl -sf --max-time 2 "http://127.0.0.1:$DNS_READY_PORT/ready" >/dev/null 2>&1 && break
+    pid_alive coredns || { echo "controlplane-up: coredns died:" >&2; tail -30 "$LOGS/coredns.log" >&2; exit 1; }
+    [[ $i == 600 ]] && { echo "controlplane-up: coredns not ready after 60s" >&2; tail -30 "$LOGS/coredns.log" >&2; exit 1; }
+    sleep 0.1
+  done
+fi
 awk -v a="$t0" -v b="$(date +%s.%N)" -v k="$KUBECONFIG_OUT" \
   'BEGIN { printf "controlplane-up: ready in %.1fs; export KUBECONFIG=%s\n", b - a, k }' >&2

@@ -17,6 +17,18 @@ SCHEDULER_PORT="${MOLDAU_E2E_SCHEDULER_PORT:-10259}"
 # rejects loopback addresses in Endpoints, and nothing uses them here.
 SERVICE_CIDR="${MOLDAU_E2E_SERVICE_CIDR:-127.96.0.0/16}"
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler)
+# Cluster DNS: set only inside a network namespace the test created (see
+# in_own_netns), where pods have routable addresses. CoreDNS then serves
+# cluster.local on this address, port 53, from the API server. Not on the
+# default loopback plane: the API server refuses loopback addresses in
+# EndpointSlices, so per-pod and headless-Service names could not resolve there.
+CLUSTER_DNS="${MOLDAU_E2E_CLUSTER_DNS:-}"
+DNS_READY_PORT="${MOLDAU_E2E_DNS_READY_PORT:-18181}"
+if [[ -n "$CLUSTER_DNS" ]]; then COMPONENTS+=(coredns); fi
+
+# True when this shell runs in a network namespace created with `ip netns`
+# (one a test created), not the machine's own.
+in_own_netns() { [[ -n "$(ip netns identify 2>/dev/null)" ]]; }
 
 pid_alive() { [[ -f "$STATE/pids/$1" ]] && kill -0 "$(cat "$STATE/pids/$1")" 2>/dev/null; }
 

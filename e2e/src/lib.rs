@@ -6,6 +6,9 @@
 //!   against the control plane (its arguments and environment);
 //! - [`cluster`]: starting (or reusing) the real control plane, kube clients,
 //!   kubectl/helm runners, per-test namespaces and wait helpers;
+//! - [`netns_plane`]: the same plane inside a network namespace the test
+//!   creates, where pods have routable addresses and CoreDNS serves
+//!   `cluster.local` (Service and per-pod names);
 //! - [`runner`]: the pod runner (`moldau-podrunner`), a minimal kubelet that
 //!   runs the containers of Pods bound to its Node as host processes;
 //! - [`leader`]: Lease-based leader election for tests (a thin wrapper over
@@ -23,6 +26,7 @@ pub mod brokers;
 pub mod cluster;
 pub mod layering;
 pub mod leader;
+pub mod netns_plane;
 pub mod paths;
 pub mod ports;
 pub mod runner;

@@ -6,11 +6,16 @@
 //!   (from env `POD_NAME`, `POD_NAMESPACE`, `POD_INDEX`, `KUBECONFIG`)
 //! - `GET /file/NAME` -> the file's content (404 if missing)
 //! - `PUT /file/NAME` -> writes the body to `<data>/NAME`
+//! - `GET /resolve/NAME` -> JSON list of NAME's addresses, resolved through
+//!   the pod's own resolver (the cluster DNS where the runner gives one);
+//!   404 with the error when it does not resolve
+//! - `GET /peer/HOST:PORT` -> the body of `GET /` from another testpod,
+//!   dialed by name (502 with the error when that fails)
 //!
 //! It exits 0 on SIGTERM.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -108,9 +113,39 @@ fn handle(mut s: TcpStream, data: &Path, boots: u64) -> std::io::Result<()> {
                 }
             }
         }
+        ("GET", p) if p.starts_with("/resolve/") => match (&p[9..], 0).to_socket_addrs() {
+            Ok(addrs) => {
+                let ips: Vec<String> = addrs.map(|a| a.ip().to_string()).collect();
+                respond(&mut s, 200, serde_json::json!(ips).to_string().as_bytes())
+            }
+            Err(e) => respond(&mut s, 404, e.to_string().as_bytes()),
+        },
+        ("GET", p) if p.starts_with("/peer/") => match get_root_of(&p[6..]) {
+            Ok(body) => respond(&mut s, 200, &body),
+            Err(e) => respond(&mut s, 502, e.to_string().as_bytes()),
+        },
         _ => respond(&mut s, 404, b""),
     }
     Ok(())
+}
+
+/// `GET /` of the testpod at `host_port`, dialed by name; its body.
+fn get_root_of(host_port: &str) -> std::io::Result<Vec<u8>> {
+    let addr = host_port
+        .to_socket_addrs()?
+        .next()
+        .ok_or_else(|| std::io::Error::other("no address"))?;
+    let mut peer = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+    peer.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(peer, "GET / HTTP/1.0\r\nHost: {host_port}\r\n\r\n")?;
+    let mut answer = Vec::new();
+    peer.read_to_end(&mut answer)?;
+    let body = answer
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|i| answer[i + 4..].to_vec())
+        .unwrap_or_default();
+    Ok(body)
 }
 
 fn main() -> anyhow::Result<()> {

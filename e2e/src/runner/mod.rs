@@ -5,7 +5,10 @@
 //! [`pods`]); it provisions PersistentVolumes for pending claims (see
 //! [`pvc`]). Every pod gets its own IP in 127.100.0.0/16 (any 127.x address
 //! works on Linux loopback); processes are expected to bind it (`POD_IP`
-//! through the downward API). Nothing is dialed outside 127.0.0.0/8.
+//! through the downward API). Nothing is dialed outside 127.0.0.0/8. Inside a
+//! network namespace a test created, pods may get routable addresses instead
+//! (`--pod-network`, made local to that namespace) and resolve names through
+//! the cluster DNS (`--cluster-dns`, see [`dns`]).
 //!
 //! Container output goes to `<state>/pods/<ns>_<pod>_<uid>/logs/`, served to
 //! `kubectl logs` by a small kubelet API on 127.0.0.1 (see [`kubelet`]).
@@ -15,6 +18,7 @@
 //! lifecycle hooks, sidecar (restartable init) containers, ephemeral
 //! containers, propagation of ConfigMap/Secret updates into volumes.
 
+pub mod dns;
 pub mod envs;
 pub mod kubelet;
 pub mod node;
@@ -80,9 +84,17 @@ pub struct Args {
     /// (matched as a prefix of the image name, tag and digest ignored). Repeatable.
     #[arg(long = "image", value_parser = parse_image)]
     pub images: Vec<(String, PathBuf)>,
-    /// Pod IPs are allocated from this /16 (must be in 127.0.0.0/8).
+    /// Pod IPs are allocated from this /16 (must be in 127.0.0.0/8, unless
+    /// the runner runs in a network namespace a test created).
     #[arg(long, default_value = "127.100.0.0")]
     pub pod_network: Ipv4Addr,
+    /// The cluster DNS server pods resolve through (`dnsPolicy:
+    /// ClusterFirst`); only inside a network namespace a test created.
+    #[arg(long)]
+    pub cluster_dns: Option<Ipv4Addr>,
+    /// The cluster's DNS domain.
+    #[arg(long, default_value = "cluster.local")]
+    pub cluster_domain: String,
     /// Exit (stopping all pods) when this process is gone.
     #[arg(long)]
     pub parent_pid: Option<u32>,
@@ -164,6 +176,8 @@ pub struct Ctx {
     pub server_host: String,
     pub server_port: u16,
     pub ca_pem: Vec<u8>,
+    /// Cluster DNS server and domain, when pods resolve through one.
+    pub cluster_dns: Option<(Ipv4Addr, String)>,
 }
 
 struct Task {
@@ -180,8 +194,12 @@ fn parent_alive(pid: u32) -> bool {
 
 /// Runs the pod runner until SIGTERM/SIGINT or the parent's exit.
 pub async fn run(args: Args) -> Result<()> {
-    if args.pod_network.octets()[0] != 127 {
-        bail!("--pod-network must be in 127.0.0.0/8");
+    let own_netns = dns::in_own_network_namespace();
+    if args.pod_network.octets()[0] != 127 && !own_netns {
+        bail!("--pod-network must be in 127.0.0.0/8 outside a network namespace a test created");
+    }
+    if args.cluster_dns.is_some() && !own_netns {
+        bail!("--cluster-dns is for a network namespace a test created (ip netns exec)");
     }
     let kc = Kubeconfig::read_from(&args.kubeconfig).context("reading kubeconfig")?;
     let cfg = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
@@ -219,6 +237,7 @@ pub async fn run(args: Args) -> Result<()> {
         server_host,
         server_port,
         ca_pem,
+        cluster_dns: args.cluster_dns.map(|ip| (ip, args.cluster_domain.clone())),
     });
 
     // `kubectl logs` support (see kubelet.rs).

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::dns;
 use anyhow::{Context as _, Result};
 use k8s_openapi::api::core::v1::{Container, Pod, Probe};
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
@@ -572,6 +573,23 @@ impl PodRt {
             .stderr(log2)
             .process_group(0)
             .kill_on_drop(true);
+        if let Err(e) = self.use_cluster_dns(&mut cmd) {
+            let c = if init {
+                &mut self.inits[idx]
+            } else {
+                &mut self.ctrs[idx]
+            };
+            c.state = State::Waiting {
+                reason: "CreateContainerConfigError".into(),
+                message: format!("cluster DNS: {e:#}"),
+            };
+            return;
+        }
+        let c = if init {
+            &mut self.inits[idx]
+        } else {
+            &mut self.ctrs[idx]
+        };
         match cmd.spawn() {
             Ok(child) => {
                 c.pid = child.id();
@@ -609,6 +627,21 @@ impl PodRt {
                 c.backoff = (c.backoff * 2).min(Duration::from_secs(30));
             }
         }
+    }
+
+    /// Points `cmd`'s resolver at the cluster DNS when the runner has one and
+    /// the pod's `dnsPolicy` asks for it (see [`dns`]).
+    fn use_cluster_dns(&self, cmd: &mut tokio::process::Command) -> anyhow::Result<()> {
+        let Some((server, domain)) = &self.ctx.cluster_dns else {
+            return Ok(());
+        };
+        if !dns::uses_cluster_dns(&self.pod) {
+            return Ok(());
+        }
+        let namespace = self.pod.metadata.namespace.as_deref().unwrap_or("default");
+        let file = self.dir.join("resolv.conf");
+        std::fs::write(&file, dns::resolv_conf(*server, namespace, domain))?;
+        dns::mount_as_resolv_conf(cmd, &file)
     }
 
     /// Reaps exited processes; decides restarts.
