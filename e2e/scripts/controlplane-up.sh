@@ -104,6 +104,16 @@ start() { # name args...
   echo $! > "$STATE/pids/$name"
 }
 
+wait_healthy() { # name url seconds [curl options...]: until url answers 2xx
+  local name="$1" url="$2" secs="$3"; shift 3
+  for _ in $(seq 1 $((secs * 10))); do
+    curl -sf --max-time 2 "$@" "$url" >/dev/null 2>&1 && return 0
+    pid_alive "$name" || { echo "controlplane-up: $name died:" >&2; tail -30 "$LOGS/$name.log" >&2; exit 1; }
+    sleep 0.1
+  done
+  echo "controlplane-up: $name not healthy after ${secs}s" >&2; tail -30 "$LOGS/$name.log" >&2; exit 1
+}
+
 # --- etcd --------------------------------------------------------------------
 etcd_url="http://127.0.0.1:$ETCD_PORT"
 peer_url="http://127.0.0.1:$ETCD_PEER_PORT"
@@ -112,12 +122,7 @@ start etcd --name moldau-e2e --data-dir "$STATE/etcd" \
   --listen-peer-urls "$peer_url" --initial-advertise-peer-urls "$peer_url" \
   --initial-cluster "moldau-e2e=$peer_url" --initial-cluster-state new \
   --unsafe-no-fsync --log-level warn
-for i in $(seq 1 600); do
-  curl -sf --max-time 2 "$etcd_url/health" >/dev/null 2>&1 && break
-  pid_alive etcd || { echo "controlplane-up: etcd died:" >&2; tail -20 "$LOGS/etcd.log" >&2; exit 1; }
-  [[ $i == 600 ]] && { echo "controlplane-up: etcd not healthy after 60s" >&2; tail -20 "$LOGS/etcd.log" >&2; exit 1; }
-  sleep 0.1
-done
+wait_healthy etcd "$etcd_url/health" 60
 
 # --- kube-apiserver ----------------------------------------------------------
 # --kubelet-preferred-address-types=InternalIP: the API server reaches nodes
@@ -169,13 +174,7 @@ done
 start kube-controller-manager "${kcm_args[@]}"
 start kube-scheduler "${sched_args[@]}"
 for c in kube-controller-manager:$KCM_PORT kube-scheduler:$SCHEDULER_PORT; do
-  name="${c%%:*}"; port="${c##*:}"
-  for i in $(seq 1 1200); do
-    curl -sfk --max-time 2 "https://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break
-    pid_alive "$name" || { echo "controlplane-up: $name died:" >&2; tail -30 "$LOGS/$name.log" >&2; exit 1; }
-    [[ $i == 1200 ]] && { echo "controlplane-up: $name not healthy after 120s" >&2; tail -30 "$LOGS/$name.log" >&2; exit 1; }
-    sleep 0.1
-  done
+  wait_healthy "${c%%:*}" "https://127.0.0.1:${c##*:}/healthz" 120 -k
 done
 # --- cluster DNS (network-namespace planes only) -----------------------------
 if [[ -n "$CLUSTER_DNS" ]]; then
@@ -191,12 +190,7 @@ cluster.local:53 {
 }
 COREFILE
   start coredns -conf "$STATE/Corefile"
-  for i in $(seq 1 600); do
-    curl -sf --max-time 2 "http://127.0.0.1:$DNS_READY_PORT/ready" >/dev/null 2>&1 && break
-    pid_alive coredns || { echo "controlplane-up: coredns died:" >&2; tail -30 "$LOGS/coredns.log" >&2; exit 1; }
-    [[ $i == 600 ]] && { echo "controlplane-up: coredns not ready after 60s" >&2; tail -30 "$LOGS/coredns.log" >&2; exit 1; }
-    sleep 0.1
-  done
+  wait_healthy coredns "http://127.0.0.1:$DNS_READY_PORT/ready" 60
 fi
 awk -v a="$t0" -v b="$(date +%s.%N)" -v k="$KUBECONFIG_OUT" \
   'BEGIN { printf "controlplane-up: ready in %.1fs; export KUBECONFIG=%s\n", b - a, k }' >&2
