@@ -9,6 +9,7 @@
 //! the difference ([`super::records`]) before it installs the new state.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use kafka_protocol::error::ResponseError;
 use uuid::Uuid;
@@ -55,21 +56,37 @@ impl Default for ConsumerSettings {
 }
 
 /// A topic as the group sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicMeta {
     pub id: Uuid,
     pub partitions: i32,
     /// Its KIP-1101 hash (id, name, partitions and the replicas' racks).
     pub hash: i64,
+    /// Per partition, its replicas' racks (shared: the group keeps a copy
+    /// of its subscribed topics at every heartbeat); empty when no replica
+    /// has a rack.
+    pub racks: Arc<[Vec<String>]>,
 }
 
 impl TopicMeta {
     /// `racks(p)`: the racks of partition `p`'s replicas.
     pub fn new(name: &str, id: Uuid, partitions: i32, racks: impl Fn(i32) -> Vec<String>) -> Self {
+        let mut per_partition: Vec<Vec<String>> = (0..partitions.max(0)).map(racks).collect();
+        if per_partition.iter().all(Vec::is_empty) {
+            per_partition.clear();
+        }
+        let hash = metadata_hash::topic_hash(id, name, partitions, |p| {
+            usize::try_from(p)
+                .ok()
+                .and_then(|i| per_partition.get(i))
+                .cloned()
+                .unwrap_or_default()
+        });
         Self {
             id,
             partitions,
-            hash: metadata_hash::topic_hash(id, name, partitions, racks),
+            hash,
+            racks: per_partition.into(),
         }
     }
 }
@@ -258,7 +275,7 @@ impl ConsumerGroup {
         self.members
             .values()
             .flat_map(|m| Self::member_topics(m, topics))
-            .filter_map(|n| topics.get(&n).map(|t| (n, *t)))
+            .filter_map(|n| topics.get(&n).map(|t| (n, t.clone())))
             .collect()
     }
 

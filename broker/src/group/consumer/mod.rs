@@ -5,6 +5,8 @@
 //! shard, as Kafka's group coordinator hosts them.
 //!
 //! - [`assignor`]: the server-side assignors `uniform` and `range`.
+//! - [`racks`]: members' racks and partitions' replica racks, for
+//!   rack-aware assignment (next step).
 //! - [`reconcile`]: a member's way from its current to its target
 //!   assignment (revocation before reassignment).
 //! - [`machine`]: one group's state machine (epochs, members, fencing,
@@ -36,6 +38,7 @@ pub mod conversion;
 pub mod machine;
 pub mod metadata_hash;
 pub mod migration;
+pub mod racks;
 pub mod reconcile;
 pub mod records;
 
