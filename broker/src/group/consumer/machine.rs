@@ -17,6 +17,8 @@ use uuid::Uuid;
 use super::assignor::{self, Assignment, AssignorMember};
 use super::metadata_hash;
 use super::migration::{ClassicMetadata, MigrationPolicy};
+use super::rack_aware;
+use super::racks::Racks;
 use super::reconcile::{self, CurrentAssignment, MemberState};
 
 /// The epoch a member joins (or rejoins) with.
@@ -336,8 +338,39 @@ impl ConsumerGroup {
             .values()
             .map(|t| (t.id, t.partitions))
             .collect();
-        self.target = assignor::assign(&self.assignor(settings), &inputs, &partitions);
+        let racks = self.racks();
+        self.target = rack_aware::assign(&self.assignor(settings), &inputs, &partitions, &racks);
         self.assignment_epoch = self.epoch;
+    }
+
+    /// The members' racks and the subscribed partitions' replica racks
+    /// (none of the latter when no member has a rack: nothing to match).
+    fn racks(&self) -> Racks {
+        let members: BTreeMap<String, String> = self
+            .members
+            .values()
+            .filter_map(|m| Some((m.id.clone(), m.rack_id.clone()?)))
+            .collect();
+        let partitions = if members.is_empty() {
+            BTreeMap::new()
+        } else {
+            self.subscribed
+                .values()
+                .filter(|t| !t.racks.is_empty())
+                .map(|t| {
+                    let sets = t
+                        .racks
+                        .iter()
+                        .map(|r| r.iter().cloned().collect())
+                        .collect();
+                    (t.id, sets)
+                })
+                .collect()
+        };
+        Racks {
+            members,
+            partitions,
+        }
     }
 
     /// Whether no member but `except` holds (or still revokes) `(t, p)`.
@@ -409,13 +442,20 @@ impl ConsumerGroup {
                 && req.owned.is_some());
         let before = self.members.get(&req.member_id).cloned();
         let mut member = self.member_for(&req, settings)?;
+        // the rack is an assignor input too (unlike on Kafka, whose
+        // server-side assignors ignore it): a member moving rebalances
         let subscription_changed = before.as_ref().is_none_or(|b| {
-            (&b.subscribed_names, &b.regex, &b.server_assignor)
-                != (
-                    &member.subscribed_names,
-                    &member.regex,
-                    &member.server_assignor,
-                )
+            (
+                &b.subscribed_names,
+                &b.regex,
+                &b.server_assignor,
+                &b.rack_id,
+            ) != (
+                &member.subscribed_names,
+                &member.regex,
+                &member.server_assignor,
+                &member.rack_id,
+            )
         });
         member.session_deadline_ms = now + session;
         let member_id = member.id.clone();
