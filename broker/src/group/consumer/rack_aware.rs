@@ -8,13 +8,18 @@
 //!
 //! Moldau's decision, since Kafka's own server-side assignors are not
 //! rack-aware yet (KAFKA-19909): the rules KIP-881 gave the client-side
-//! assignors, applied to `uniform` and `range`.
+//! assignors, applied to `uniform` and `range`, with the differences
+//! marked below.
 //!
 //! - **When.** Only if racks can change something: some member's matches
-//!   ([`super::racks`]) over the partitions it may be given are mixed.
-//!   Otherwise — no member has a rack, no partition has racks, the racks
-//!   don't overlap, or every replica set spans every member's rack — the
-//!   rack-blind assignor runs and its result is returned as it is.
+//!   ([`super::racks`]) over the partitions it may be given are mixed
+//!   (for `range`, over a set of co-partitioned topics). Otherwise — no
+//!   member has a rack, no partition has racks, the racks don't overlap,
+//!   or every replica set spans every member's rack — the rack-blind
+//!   assignor runs and its result is returned as it is.
+//! - **Members without a rack** take what is left after the members of
+//!   partitions' racks (Kafka's client-side `RangeAssignor` lets them take
+//!   their range first, before members whose racks match).
 //! - **Balance first.** `uniform` keeps its guarantee (no partition can move
 //!   to an eligible member with two fewer) and `range` its per-topic counts
 //!   (each subscriber gets ⌊n/k⌋ or ⌈n/k⌉, exactly `n % k` of them the
@@ -29,14 +34,19 @@
 //!   known becomes rack-local at the next rebalance (as KIP-881's sticky
 //!   assignors do). A partition moves for balance or to gain a rack match,
 //!   never otherwise. `range` is not sticky, with or without racks.
+//! - **Co-partitioning over locality.** `range` lays out topics with the
+//!   same subscribers and partition count together: partition `i` of all
+//!   of them goes to one member, the one in whose rack most of them have
+//!   a replica (Kafka's client-side `RangeAssignor` asks all of them to
+//!   match, which replicas placed independently per topic rarely do).
 //! - **Best effort.** Matching is greedy (partitions with the fewest
 //!   matching members first, then improving moves and swaps for
 //!   `uniform`); it finds the most matches in simple layouts, not
 //!   provably in every one.
 //!
 //! With racks, `range`'s ranges are no longer contiguous (as in Kafka's
-//! rack-aware client-side `RangeAssignor`): the partitions that match go to
-//! their rack's members first, the rest fill the members up in id order.
+//! rack-aware client-side `RangeAssignor`): the partitions in a member's
+//! rack go to it first, the rest fill the members up in id order.
 //!
 //! Pure functions; owns no state.
 
@@ -119,6 +129,61 @@ impl<'a> Plan<'a> {
     }
 }
 
+/// What the `uniform` steps ask of members and racks.
+struct Ctx<'a> {
+    members: &'a BTreeMap<String, AssignorMember>,
+    racks: &'a Racks,
+    /// The members of each rack, by id.
+    in_rack: BTreeMap<&'a str, Vec<&'a str>>,
+}
+
+impl<'a> Ctx<'a> {
+    fn new(members: &'a BTreeMap<String, AssignorMember>, racks: &'a Racks) -> Self {
+        let mut in_rack: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for (m, r) in &racks.members {
+            if members.contains_key(m) {
+                in_rack.entry(r.as_str()).or_default().push(m.as_str());
+            }
+        }
+        Self {
+            members,
+            racks,
+            in_rack,
+        }
+    }
+
+    fn eligible(&self, m: &str, t: &Uuid) -> bool {
+        self.members
+            .get(m)
+            .is_some_and(|x| x.subscribed.contains(t))
+    }
+
+    fn matches(&self, m: &str, (t, p): Tp) -> bool {
+        self.racks.matches(m, t, p)
+    }
+
+    /// The members that may take `tp` and are in one of its racks, by id.
+    fn matching(&self, (t, p): Tp) -> Vec<&'a str> {
+        let mut out: Vec<&str> = self
+            .racks
+            .of(t, p)
+            .into_iter()
+            .flatten()
+            .filter_map(|r| self.in_rack.get(r.as_str()))
+            .flatten()
+            .copied()
+            .filter(|m| self.eligible(m, &t))
+            .collect();
+        out.sort_unstable();
+        out
+    }
+
+    /// Every member, by id.
+    fn ids(&self) -> impl Iterator<Item = &'a str> + 'a {
+        self.members.keys().map(String::as_str)
+    }
+}
+
 /// `uniform` with racks: see the module doc.
 pub fn uniform(
     members: &BTreeMap<String, AssignorMember>,
@@ -126,18 +191,17 @@ pub fn uniform(
     racks: &Racks,
 ) -> BTreeMap<String, Assignment> {
     let all = subscribed_partitions(members, partitions);
-    let eligible = |m: &str, t: &Uuid| members.get(m).is_some_and(|x| x.subscribed.contains(t));
-    let matters = members.keys().any(|m| {
+    let cx = Ctx::new(members, racks);
+    let matters = cx.ids().any(|m| {
         mixed(
             all.iter()
-                .filter(|(t, _)| eligible(m, t))
-                .map(|(t, p)| racks.matches(m, *t, *p)),
+                .filter(|(t, _)| cx.eligible(m, t))
+                .map(|tp| cx.matches(m, *tp)),
         )
     });
     if !matters || members.is_empty() {
         return assignor::uniform(members, partitions);
     }
-    let matches = |m: &str, (t, p): Tp| racks.matches(m, t, p);
     // As the rack-blind assignor: a member keeps at most its fair share.
     let share = all.len().div_ceil(members.len());
     let mut plan = Plan::new(members);
@@ -158,7 +222,7 @@ pub fn uniform(
 
     // 1. Sticky, in rack: previous partitions the member matches.
     for (id, m) in members {
-        for tp in previous(m).into_iter().filter(|tp| matches(id, *tp)) {
+        for tp in previous(m).into_iter().filter(|tp| cx.matches(id, *tp)) {
             if plan.count(id) < share && !plan.owner.contains_key(&tp) {
                 plan.give(id, tp);
             }
@@ -166,22 +230,16 @@ pub fn uniform(
     }
     // 2. Unowned partitions to a member of their racks with room, those
     // with the fewest such members first (they have the least choice).
-    let matching = |tp: Tp| -> Vec<&str> {
-        members
-            .keys()
-            .map(String::as_str)
-            .filter(|m| eligible(m, &tp.0) && matches(m, tp))
-            .collect()
-    };
     let mut pending: Vec<(usize, Tp)> = all
         .iter()
         .filter(|tp| !plan.owner.contains_key(*tp))
-        .map(|tp| (matching(*tp).len(), *tp))
+        .map(|tp| (cx.matching(*tp).len(), *tp))
         .filter(|(n, _)| *n > 0)
         .collect();
     pending.sort();
     for (_, tp) in pending {
-        let to = matching(tp)
+        let to = cx
+            .matching(tp)
             .into_iter()
             .filter(|m| plan.count(m) < share)
             .min_by_key(|m| (plan.count(m), *m));
@@ -204,11 +262,10 @@ pub fn uniform(
         if plan.owner.contains_key(&tp) {
             continue;
         }
-        let to = members
-            .keys()
-            .map(String::as_str)
-            .filter(|m| eligible(m, &tp.0))
-            .min_by_key(|m| (plan.count(m), !matches(m, tp), *m));
+        let to = cx
+            .ids()
+            .filter(|m| cx.eligible(m, &tp.0))
+            .min_by_key(|m| (plan.count(m), !cx.matches(m, tp), *m));
         if let Some(to) = to {
             plan.give(to, tp);
         }
@@ -218,9 +275,9 @@ pub fn uniform(
     // moves and swaps that gain matches without unbalancing. Each step
     // lowers the sum of squared counts or keeps it and raises the matches,
     // so this ends.
-    while let Some(moves) = balance_move(&plan, members, &eligible, &matches)
-        .or_else(|| rack_move(&plan, members, &eligible, &matches))
-        .or_else(|| rack_swap(&plan, &eligible, &matches))
+    while let Some(moves) = balance_move(&plan, &cx)
+        .or_else(|| rack_move(&plan, &cx))
+        .or_else(|| rack_swap(&plan, &cx))
     {
         for (to, tp) in moves {
             plan.give(to, tp);
@@ -234,26 +291,24 @@ type Moves<'a> = Vec<(&'a str, Tp)>;
 
 /// A move from the most loaded member that can give one to an eligible
 /// member with at least two fewer, the one gaining the most matches.
-fn balance_move<'a>(
-    plan: &Plan<'a>,
-    members: &'a BTreeMap<String, AssignorMember>,
-    eligible: &impl Fn(&str, &Uuid) -> bool,
-    matches: &impl Fn(&str, Tp) -> bool,
-) -> Option<Moves<'a>> {
-    let mut by_load: Vec<&str> = members.keys().map(String::as_str).collect();
+fn balance_move<'a>(plan: &Plan<'a>, cx: &Ctx<'a>) -> Option<Moves<'a>> {
+    let mut by_load: Vec<&str> = cx.ids().collect();
     by_load.sort_by_key(|m| (std::cmp::Reverse(plan.count(m)), *m));
+    let least = by_load.last().map_or(0, |m| plan.count(m));
     for from in by_load {
+        // nobody holds two fewer than this one or any after it
+        if plan.count(from) < least + 2 {
+            break;
+        }
         let best = plan.held[from]
             .iter()
             .flat_map(|tp| {
-                members
-                    .keys()
-                    .map(String::as_str)
-                    .filter(|to| eligible(to, &tp.0) && plan.count(to) + 1 < plan.count(from))
+                cx.ids()
+                    .filter(|to| cx.eligible(to, &tp.0) && plan.count(to) + 1 < plan.count(from))
                     .map(move |to| (to, *tp))
             })
             .max_by_key(|(to, tp)| {
-                let gain = i8::from(matches(to, *tp)) - i8::from(matches(from, *tp));
+                let gain = i8::from(cx.matches(to, *tp)) - i8::from(cx.matches(from, *tp));
                 (gain, std::cmp::Reverse((plan.count(to), *to)), *tp)
             });
         if let Some(mv) = best {
@@ -265,18 +320,12 @@ fn balance_move<'a>(
 
 /// A partition outside its holder's racks that can move to an eligible
 /// member of its racks holding fewer (balance stays within one).
-fn rack_move<'a>(
-    plan: &Plan<'a>,
-    members: &'a BTreeMap<String, AssignorMember>,
-    eligible: &impl Fn(&str, &Uuid) -> bool,
-    matches: &impl Fn(&str, Tp) -> bool,
-) -> Option<Moves<'a>> {
+fn rack_move<'a>(plan: &Plan<'a>, cx: &Ctx<'a>) -> Option<Moves<'a>> {
     for (from, held) in &plan.held {
-        for tp in held.iter().filter(|tp| !matches(from, **tp)) {
-            let to = members
-                .keys()
-                .map(String::as_str)
-                .filter(|to| eligible(to, &tp.0) && matches(to, *tp))
+        for tp in held.iter().filter(|tp| !cx.matches(from, **tp)) {
+            let to = cx
+                .matching(*tp)
+                .into_iter()
                 .filter(|to| plan.count(to) < plan.count(from))
                 .min_by_key(|to| (plan.count(to), *to));
             if let Some(to) = to {
@@ -289,23 +338,16 @@ fn rack_move<'a>(
 
 /// Two partitions whose holders, swapping them, gain matches (counts
 /// unchanged).
-fn rack_swap<'a>(
-    plan: &Plan<'a>,
-    eligible: &impl Fn(&str, &Uuid) -> bool,
-    matches: &impl Fn(&str, Tp) -> bool,
-) -> Option<Moves<'a>> {
+fn rack_swap<'a>(plan: &Plan<'a>, cx: &Ctx<'a>) -> Option<Moves<'a>> {
     for (x, held_x) in &plan.held {
-        for a in held_x.iter().filter(|a| !matches(x, **a)) {
-            for (y, held_y) in &plan.held {
-                if x == y || !eligible(y, &a.0) || !matches(y, *a) {
-                    continue;
-                }
+        for a in held_x.iter().filter(|a| !cx.matches(x, **a)) {
+            for y in cx.matching(*a) {
                 // y gains `a`; giving `b` back must not lose that match
-                let b = held_y
+                let b = plan.held[y]
                     .iter()
-                    .find(|b| eligible(x, &b.0) && (matches(x, **b) || !matches(y, **b)));
+                    .find(|b| cx.eligible(x, &b.0) && (cx.matches(x, **b) || !cx.matches(y, **b)));
                 if let Some(b) = b {
-                    return Some(vec![(*y, *a), (*x, *b)]);
+                    return Some(vec![(y, *a), (*x, *b)]);
                 }
             }
         }
@@ -332,11 +374,15 @@ pub fn range(
             classes.entry((subs, *n)).or_default().push(*t);
         }
     }
-    // Partition `p` of a class is in `m`'s rack if it is for every topic.
-    let matches = |m: &str, topics: &[Uuid], p: i32| topics.iter().all(|t| racks.matches(m, *t, p));
+    // How many of a class's topics have partition `p` in `m`'s rack: the
+    // class's partition `p` goes to one member for all its topics, so to
+    // the one where most of them are local.
+    let weight = |m: &str, topics: &[Uuid], p: i32| {
+        topics.iter().filter(|t| racks.matches(m, **t, p)).count()
+    };
     let prefers = |subs: &[&str], n: i32, topics: &[Uuid]| {
         subs.iter()
-            .any(|m| mixed((0..n).map(|p| matches(m, topics, p))))
+            .any(|m| mixed((0..n).map(|p| weight(m, topics, p))))
     };
     if !classes
         .iter()
@@ -351,7 +397,11 @@ pub fn range(
     for ((subs, n), topics) in &classes {
         let by_rack = prefers(subs, *n, topics);
         let layout = lay_out(subs.len(), *n, |i, p| {
-            by_rack && matches(subs[i], topics, p)
+            if by_rack {
+                weight(subs[i], topics, p)
+            } else {
+                0
+            }
         });
         for (p, i) in (0..*n).zip(layout) {
             for t in topics {
@@ -366,11 +416,12 @@ pub fn range(
 
 /// The subscriber (an index into `k` subscribers in id order) of each of
 /// `n` partitions, with range's counts: ⌊n/k⌋ each, one more for `n % k`
-/// of them. Partitions `in_rack` of a subscriber go to one of those first
-/// (fewest candidates first); the rest fill the subscribers up in order,
-/// lowest partitions first — with no partition in anyone's rack, the
-/// contiguous ranges of the rack-blind `range`.
-fn lay_out(k: usize, n: i32, in_rack: impl Fn(usize, i32) -> bool) -> Vec<usize> {
+/// of them. A partition with a `weight` (how local it is) for some
+/// subscribers goes to the heaviest of them with room first (partitions
+/// with the heaviest, then the fewest, candidates first); the rest fill
+/// the subscribers up in order, lowest partitions first — with no weight
+/// anywhere, the contiguous ranges of the rack-blind `range`.
+fn lay_out(k: usize, n: i32, weight: impl Fn(usize, i32) -> usize) -> Vec<usize> {
     let slots = usize::try_from(n).unwrap_or(0);
     if k == 0 {
         return Vec::new();
@@ -381,24 +432,33 @@ fn lay_out(k: usize, n: i32, in_rack: impl Fn(usize, i32) -> bool) -> Vec<usize>
         extra: slots % k,
         assigned: vec![0; k],
     };
-    let candidates = |p: usize| -> Vec<usize> {
-        (0..k)
-            .filter(|i| in_rack(*i, i32::try_from(p).unwrap_or(i32::MAX)))
-            .collect()
-    };
-    let mut by_choice: Vec<(usize, usize)> = (0..slots)
-        .map(|p| (candidates(p).len(), p))
-        .filter(|(c, _)| *c > 0)
+    // per partition, its candidates `(subscriber, weight)`
+    let candidates: Vec<Vec<(usize, usize)>> = (0..n)
+        .map(|p| {
+            (0..k)
+                .map(|i| (i, weight(i, p)))
+                .filter(|(_, w)| *w > 0)
+                .collect()
+        })
         .collect();
-    by_choice.sort();
-    for (_, p) in by_choice {
-        let to = candidates(p)
-            .into_iter()
-            .filter(|i| fill.room(*i) > 0)
-            .min_by_key(|i| (fill.assigned[*i], *i));
-        if let Some(i) = to {
-            fill.take(i);
-            owner[p] = Some(i);
+    let mut order: Vec<(std::cmp::Reverse<usize>, usize, usize)> = candidates
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| !c.is_empty())
+        .map(|(p, c)| {
+            let best = c.iter().map(|(_, w)| *w).max().unwrap_or(0);
+            (std::cmp::Reverse(best), c.len(), p)
+        })
+        .collect();
+    order.sort();
+    for (_, _, p) in order {
+        let to = candidates[p]
+            .iter()
+            .filter(|(i, _)| fill.room(*i) > 0)
+            .max_by_key(|(i, w)| (*w, std::cmp::Reverse((fill.assigned[*i], *i))));
+        if let Some((i, _)) = to {
+            fill.take(*i);
+            owner[p] = Some(*i);
         }
     }
     for i in 0..k {

@@ -306,8 +306,9 @@ fn range_keeps_its_counts_and_gives_the_extra_where_it_matches() {
 }
 
 #[test]
-fn range_co_partitions_only_where_all_topics_match() {
-    // t1 and t2 disagree on p0's rack: p0 matches nobody for both
+fn range_co_partitions_by_the_rack_most_topics_share() {
+    // t1 and t2 disagree on p0's rack; both have p1 in r2, so a gets p1
+    // of both
     let parts: BTreeMap<Uuid, i32> = [(t(1), 2), (t(2), 2)].into();
     let (m, mut racks) = members(&[("a", Some("r2"), &[1, 2]), ("b", Some("r1"), &[1, 2])]);
     place(&mut racks, 1, &["r1", "r2"]);
@@ -317,6 +318,24 @@ fn range_co_partitions_only_where_all_topics_match() {
         assert_eq!(ps(&out["a"], topic), [1].into());
         assert_eq!(ps(&out["b"], topic), [0].into());
     }
+}
+
+#[test]
+fn range_gives_co_partitioned_partitions_where_most_are_local() {
+    // partition 0 of t1 and t2 is in r1, of t3 in r2; partition 1 the
+    // other way round: b (r1) takes partition 0 of all three
+    let parts: BTreeMap<Uuid, i32> = [(t(1), 2), (t(2), 2), (t(3), 2)].into();
+    let (m, mut racks) = members(&[("a", Some("r2"), &[1, 2, 3]), ("b", Some("r1"), &[1, 2, 3])]);
+    place(&mut racks, 1, &["r1", "r2"]);
+    place(&mut racks, 2, &["r1", "r2"]);
+    place(&mut racks, 3, &["r2", "r1"]);
+    let out = range(&m, &parts, &racks);
+    for topic in [1, 2, 3] {
+        assert_eq!(ps(&out["a"], topic), [1].into());
+        assert_eq!(ps(&out["b"], topic), [0].into());
+    }
+    assert_eq!(matched(&out, &racks), 4);
+    assert_eq!(matched(&assignor::range(&m, &parts), &racks), 2);
 }
 
 /// A small deterministic generator (no extra dependency for tests).

@@ -32,19 +32,22 @@ impl Racks {
         let Some(rack) = self.members.get(member) else {
             return false;
         };
-        usize::try_from(p)
-            .ok()
-            .and_then(|i| self.partitions.get(&topic)?.get(i))
-            .is_some_and(|racks| racks.contains(rack))
+        self.of(topic, p).is_some_and(|racks| racks.contains(rack))
+    }
+
+    /// The racks of partition `p` of `topic`'s replicas, if known.
+    pub fn of(&self, topic: Uuid, p: i32) -> Option<&BTreeSet<String>> {
+        let i = usize::try_from(p).ok()?;
+        self.partitions.get(&topic)?.get(i)
     }
 }
 
-/// Whether a member's matches over the partitions it may be given are
-/// mixed: some but not all. A member that matches all or none of its
+/// Whether a member's matches (or how well it matches) over the
+/// partitions it may be given are mixed: not all the same. A member that matches all or none of its
 /// candidates is indifferent to which it gets — this is how "no member has
 /// a rack", "no partition has racks" and "racks don't overlap" all leave
 /// the rack-blind assignors' result as it is.
-pub fn mixed(matches: impl IntoIterator<Item = bool>) -> bool {
+pub fn mixed<T: PartialEq>(matches: impl IntoIterator<Item = T>) -> bool {
     let mut it = matches.into_iter();
     let Some(first) = it.next() else {
         return false;
