@@ -43,10 +43,10 @@ impl Racks {
 }
 
 /// Whether a member's matches (or how well it matches) over the
-/// partitions it may be given are mixed: not all the same. A member that matches all or none of its
-/// candidates is indifferent to which it gets — this is how "no member has
-/// a rack", "no partition has racks" and "racks don't overlap" all leave
-/// the rack-blind assignors' result as it is.
+/// partitions it may be given are mixed: not all the same. A member that
+/// matches all or none of its candidates is indifferent to which it gets —
+/// this is how "no member has a rack", "no partition has racks" and "racks
+/// don't overlap" all leave the rack-blind assignors' result as it is.
 pub fn mixed<T: PartialEq>(matches: impl IntoIterator<Item = T>) -> bool {
     let mut it = matches.into_iter();
     let Some(first) = it.next() else {
