@@ -7,7 +7,9 @@
 //! the group is replayed from `__consumer_offsets`; and in a two-broker
 //! cluster (`--cluster dir`) the broker that takes the group's offsets
 //! partition over when the coordinator stops loads the group from the
-//! replicated records, so members go on with their epochs and partitions.
+//! replicated records, so members go on with their epochs and partitions;
+//! and with brokers in two racks, members naming their rack get the
+//! partitions whose replica is in it.
 
 mod cluster_common;
 mod wire_common;
@@ -960,4 +962,114 @@ async fn a_classic_static_member_replacing_the_last_consumer_member_downgrades_a
     assert_eq!(c.heartbeat(g).await, 0, "no rebalance");
     assert_eq!(r.heartbeat(g).await, 0);
     broker.stop().await;
+}
+
+/// A member joining as [`Member::join`] does, naming its rack (`RackId`,
+/// the consumer's `client.rack`); retried while the coordinator loads.
+async fn join_in_rack(addr: std::net::SocketAddr, group: &str, id: &str, rack: &str) -> Member {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut m = Member {
+            id: id.into(),
+            epoch: 0,
+            owns: Owns::new(),
+            conn: TcpStream::connect(addr).await.expect("connect"),
+        };
+        let req = ConsumerGroupHeartbeatRequest::default()
+            .with_group_id(GroupId(s(group)))
+            .with_member_id(s(id))
+            .with_member_epoch(0)
+            .with_rack_id(Some(s(rack)))
+            .with_rebalance_timeout_ms(30_000)
+            .with_subscribed_topic_names(Some(vec![name("t")]))
+            .with_topic_partitions(Some(vec![]));
+        let code = m.send(req).await.error_code;
+        if code == 0 {
+            return m;
+        }
+        assert!(
+            [14, 16].contains(&code) && tokio::time::Instant::now() < deadline,
+            "join: {code}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Rack-aware assignment on the wire: two brokers in racks `rack-0` and
+/// `rack-1`, a topic whose four partitions have one replica each, and a
+/// member in each rack. Each member ends up with the two partitions whose
+/// replica is in its rack — which the rack-blind assignor would not give
+/// them here (the first member would keep partitions 0 and 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_get_the_partitions_whose_replica_shares_their_rack() {
+    let g = "racked";
+    let root = tempfile::tempdir().unwrap();
+    let shared = root.path().join("shared");
+    let brokers: BTreeMap<i32, wire_common::Child> = (0..2)
+        .map(|n| {
+            let data = root.path().join(format!("data-{n}"));
+            let rack: &'static str = Box::leak(format!("broker.rack=rack-{n}").into_boxed_str());
+            let settings = [
+                "offsets.topic.num.partitions=1",
+                "offsets.topic.replication.factor=1",
+                rack,
+            ];
+            let child =
+                cluster_common::spawn(&n.to_string(), &data, &shared, root.path(), &settings);
+            (n, child)
+        })
+        .collect();
+    let mut probe = brokers[&0].connect(Duration::from_secs(30)).await;
+    cluster_common::wait_until(&mut probe, "t", "both brokers registered", |v| {
+        v.0.len() == 2
+    })
+    .await;
+    let (code, message) = cluster_common::create_replicated(&mut probe, "t", 4, 1, &[]).await;
+    assert_eq!(code, 0, "{message:?}");
+    let parts = cluster_common::wait_for_partitions(&mut probe, "t", "led", |p| {
+        p.len() == 4 && p.values().all(|v| v.leader >= 0)
+    })
+    .await;
+    let in_rack = |node: i32| -> BTreeSet<i32> {
+        parts
+            .iter()
+            .filter(|(_, v)| v.replicas == [node])
+            .map(|(p, _)| *p)
+            .collect()
+    };
+    assert_eq!(
+        (in_rack(0).len(), in_rack(1).len()),
+        (2, 2),
+        "replicas spread: {parts:?}"
+    );
+    let id = topic_id(&mut probe, "t").await;
+    let (coord, _) = group_coordinator(&mut probe, g).await;
+    let addr = brokers[&coord].kafka;
+
+    // "a" joins first (and gets everything), then "b": the rebalance
+    // keeps a's partitions in its rack and moves the others to b
+    let mut a = join_in_rack(addr, g, "a", "rack-1").await;
+    let mut b = join_in_rack(addr, g, "b", "rack-0").await;
+    for _ in 0..6 {
+        assert_eq!(a.beat(g).await, 0);
+        assert_eq!(b.beat(g).await, 0);
+    }
+    assert_disjoint(&[&a, &b]);
+    let owned = |m: &Member| m.owns.get(&id).cloned().unwrap_or_default();
+    assert_eq!(owned(&a), in_rack(1), "a reads from rack-1");
+    assert_eq!(owned(&b), in_rack(0), "b reads from rack-0");
+    let mut admin = TcpStream::connect(addr).await.expect("connect");
+    let d = describe_loaded(&mut admin, g).await;
+    let racks: BTreeMap<String, Option<String>> = d
+        .members
+        .iter()
+        .map(|m| {
+            (
+                m.member_id.to_string(),
+                m.rack_id.as_ref().map(|r| r.to_string()),
+            )
+        })
+        .collect();
+    assert_eq!(racks["a"].as_deref(), Some("rack-1"));
+    assert_eq!(racks["b"].as_deref(), Some("rack-0"));
 }

@@ -9,7 +9,9 @@
 //! still subscribes to, up to its share, so a rebalance moves as few
 //! partitions as it can. `range` gives each topic's subscribers contiguous
 //! ranges, members sorted by id (co-partitioned topics land together);
-//! unlike Kafka's it is not sticky. Neither is rack-aware (next step).
+//! unlike Kafka's it is not sticky. Both are rack-blind:
+//! [`super::rack_aware`] wraps them with members' and replicas' racks and
+//! returns their result unchanged when racks cannot make a difference.
 
 use std::collections::{BTreeMap, BTreeSet};
 

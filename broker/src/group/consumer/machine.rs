@@ -9,6 +9,7 @@
 //! the difference ([`super::records`]) before it installs the new state.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use kafka_protocol::error::ResponseError;
 use uuid::Uuid;
@@ -16,6 +17,8 @@ use uuid::Uuid;
 use super::assignor::{self, Assignment, AssignorMember};
 use super::metadata_hash;
 use super::migration::{ClassicMetadata, MigrationPolicy};
+use super::rack_aware;
+use super::racks::Racks;
 use super::reconcile::{self, CurrentAssignment, MemberState};
 
 /// The epoch a member joins (or rejoins) with.
@@ -55,21 +58,37 @@ impl Default for ConsumerSettings {
 }
 
 /// A topic as the group sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicMeta {
     pub id: Uuid,
     pub partitions: i32,
     /// Its KIP-1101 hash (id, name, partitions and the replicas' racks).
     pub hash: i64,
+    /// Per partition, its replicas' racks (shared: the group keeps a copy
+    /// of its subscribed topics at every heartbeat); empty when no replica
+    /// has a rack.
+    pub racks: Arc<[Vec<String>]>,
 }
 
 impl TopicMeta {
     /// `racks(p)`: the racks of partition `p`'s replicas.
     pub fn new(name: &str, id: Uuid, partitions: i32, racks: impl Fn(i32) -> Vec<String>) -> Self {
+        let mut per_partition: Vec<Vec<String>> = (0..partitions.max(0)).map(racks).collect();
+        if per_partition.iter().all(Vec::is_empty) {
+            per_partition.clear();
+        }
+        let hash = metadata_hash::topic_hash(id, name, partitions, |p| {
+            usize::try_from(p)
+                .ok()
+                .and_then(|i| per_partition.get(i))
+                .cloned()
+                .unwrap_or_default()
+        });
         Self {
             id,
             partitions,
-            hash: metadata_hash::topic_hash(id, name, partitions, racks),
+            hash,
+            racks: per_partition.into(),
         }
     }
 }
@@ -258,7 +277,7 @@ impl ConsumerGroup {
         self.members
             .values()
             .flat_map(|m| Self::member_topics(m, topics))
-            .filter_map(|n| topics.get(&n).map(|t| (n, *t)))
+            .filter_map(|n| topics.get(&n).map(|t| (n, t.clone())))
             .collect()
     }
 
@@ -319,8 +338,39 @@ impl ConsumerGroup {
             .values()
             .map(|t| (t.id, t.partitions))
             .collect();
-        self.target = assignor::assign(&self.assignor(settings), &inputs, &partitions);
+        let racks = self.racks();
+        self.target = rack_aware::assign(&self.assignor(settings), &inputs, &partitions, &racks);
         self.assignment_epoch = self.epoch;
+    }
+
+    /// The members' racks and the subscribed partitions' replica racks
+    /// (none of the latter when no member has a rack: nothing to match).
+    fn racks(&self) -> Racks {
+        let members: BTreeMap<String, String> = self
+            .members
+            .values()
+            .filter_map(|m| Some((m.id.clone(), m.rack_id.clone()?)))
+            .collect();
+        let partitions = if members.is_empty() {
+            BTreeMap::new()
+        } else {
+            self.subscribed
+                .values()
+                .filter(|t| !t.racks.is_empty())
+                .map(|t| {
+                    let sets = t
+                        .racks
+                        .iter()
+                        .map(|r| r.iter().cloned().collect())
+                        .collect();
+                    (t.id, sets)
+                })
+                .collect()
+        };
+        Racks {
+            members,
+            partitions,
+        }
     }
 
     /// Whether no member but `except` holds (or still revokes) `(t, p)`.
@@ -392,13 +442,20 @@ impl ConsumerGroup {
                 && req.owned.is_some());
         let before = self.members.get(&req.member_id).cloned();
         let mut member = self.member_for(&req, settings)?;
+        // the rack is an assignor input too (unlike on Kafka, whose
+        // server-side assignors ignore it): a member moving rebalances
         let subscription_changed = before.as_ref().is_none_or(|b| {
-            (&b.subscribed_names, &b.regex, &b.server_assignor)
-                != (
-                    &member.subscribed_names,
-                    &member.regex,
-                    &member.server_assignor,
-                )
+            (
+                &b.subscribed_names,
+                &b.regex,
+                &b.server_assignor,
+                &b.rack_id,
+            ) != (
+                &member.subscribed_names,
+                &member.regex,
+                &member.server_assignor,
+                &member.rack_id,
+            )
         });
         member.session_deadline_ms = now + session;
         let member_id = member.id.clone();

@@ -5,6 +5,9 @@
 //! shard, as Kafka's group coordinator hosts them.
 //!
 //! - [`assignor`]: the server-side assignors `uniform` and `range`.
+//! - [`rack_aware`]: the same assignors preferring, for each partition, a
+//!   member in the rack of one of its replicas; [`racks`] says who is
+//!   where.
 //! - [`reconcile`]: a member's way from its current to its target
 //!   assignment (revocation before reassignment).
 //! - [`machine`]: one group's state machine (epochs, members, fencing,
@@ -25,7 +28,7 @@
 //! write path, and installs the new state only once that write succeeded.
 //!
 //! Not in this slice (next steps): KIP-1251's per-partition assignment
-//! epochs for commits; rack-aware assignment;
+//! epochs for commits;
 //! client-side assignors (`ConsumerGroupPrepareAssignment`); periodic
 //! regex refresh (a regex is resolved at each heartbeat instead of every
 //! `group.consumer.regex.refresh.interval.ms`); share and streams groups.
@@ -36,11 +39,15 @@ pub mod conversion;
 pub mod machine;
 pub mod metadata_hash;
 pub mod migration;
+pub mod rack_aware;
+pub mod racks;
 pub mod reconcile;
 pub mod records;
 
 #[cfg(test)]
 mod conversion_tests;
+#[cfg(test)]
+mod rack_aware_tests;
 #[cfg(test)]
 mod tests;
 

@@ -487,3 +487,36 @@ fn a_group_stored_before_kip_1101_loads_without_a_rebalance() {
         "the next write deletes record 4: {writes:?}"
     );
 }
+
+#[test]
+fn members_racks_and_replica_racks_reach_the_assignor() {
+    // p0 and p2 have their replica in r1, p1 and p3 in r2
+    let t: Topics = [(
+        "orders".to_string(),
+        TopicMeta::new("orders", Uuid::from_u128(1), 4, |p| {
+            vec![if p % 2 == 0 { "r1" } else { "r2" }.to_string()]
+        }),
+    )]
+    .into();
+    let s = ConsumerSettings::default();
+    let mut g = ConsumerGroup::new("g");
+    for (m, rack) in [("a", "r2"), ("b", "r1")] {
+        let hb = Heartbeat {
+            rack_id: Some(rack.into()),
+            ..join(m, &["orders"])
+        };
+        g.heartbeat(hb, &t, &s, 0).unwrap();
+    }
+    let id = Uuid::from_u128(1);
+    assert_eq!(g.target["a"][&id], [1, 3].into());
+    assert_eq!(g.target["b"][&id], [0, 2].into());
+    // a member moving to another rack rebalances the group
+    let epoch = g.epoch;
+    let hb = Heartbeat {
+        rack_id: Some("r1".into()),
+        ..beat("a", g.members["a"].current.epoch, &Assignment::new())
+    };
+    g.heartbeat(hb, &t, &s, 1).unwrap();
+    assert_eq!(g.epoch, epoch + 1);
+    assert!(g.target.values().all(|a| count(a) == 2));
+}
