@@ -178,6 +178,11 @@ impl NetnsPlane {
     /// Runs `cmd` inside the namespace (its resolver is the cluster DNS),
     /// killed after `timeout`.
     pub fn exec(&self, cmd: &Command, timeout: Duration) -> Result<Output> {
+        run_with_timeout(&mut self.inside(cmd), timeout)
+    }
+
+    /// `cmd` as a command that runs it inside the namespace.
+    fn inside(&self, cmd: &Command) -> Command {
         let mut wrapped = Command::new("ip");
         wrapped
             .args(["netns", "exec", &self.name])
@@ -189,7 +194,39 @@ impl NetnsPlane {
                 None => wrapped.env_remove(k),
             };
         }
-        run_with_timeout(&mut wrapped, timeout)
+        wrapped
+    }
+
+    /// Starts `cmd` inside the namespace as a long-running process, its
+    /// output to `log`. Whatever is still running when the plane drops is
+    /// killed with it.
+    pub fn spawn(&self, cmd: &Command, log: &Path) -> Result<Child> {
+        let file = std::fs::File::create(log)?;
+        self.inside(cmd)
+            .stdin(Stdio::null())
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .spawn()
+            .with_context(|| format!("starting {:?} in {}", cmd.get_program(), self.name))
+    }
+
+    /// Where logs of processes a test starts in the plane belong.
+    pub fn logs_dir(&self) -> PathBuf {
+        self.state.join("logs")
+    }
+
+    /// Applies the repository's CRDs and waits until they are established.
+    pub fn apply_repo_crds(&self) -> Result<()> {
+        let crds = paths::e2e_dir().join("../crds");
+        self.kubectl_ok(&["apply", "--server-side", "-f", &crds.to_string_lossy()])?;
+        self.kubectl_ok(&[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd",
+            "--all",
+        ])?;
+        Ok(())
     }
 
     /// kubectl against this plane; the output whatever the exit status.

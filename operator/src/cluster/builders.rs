@@ -39,7 +39,9 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 use sha2::{Digest, Sha256};
 
-use crate::crd::{KafkaCluster, KafkaRebalance, KafkaRebalanceSpec, RebalanceMode};
+use crate::crd::{
+    AdvertisedAddress, KafkaCluster, KafkaRebalance, KafkaRebalanceSpec, RebalanceMode,
+};
 
 /// Port of the broker's HTTP endpoints (`/metrics`, `/healthz`, `/readyz`).
 pub const BROKER_HTTP_PORT: i32 = 9644;
@@ -450,8 +452,20 @@ fn value_env(name: &str, value: impl Into<String>) -> EnvVar {
 ///
 /// Cluster mode: `MOLDAU_CLUSTER=kubernetes`, the pod's namespace as
 /// `MOLDAU_NAMESPACE`, and the controller's gRPC listener on the pod IP
-/// (advertised, by the broker's default, as the pod IP and that port).
-pub fn broker_env(cluster: &str, listener_port: i32, controller_port: i32) -> Vec<EnvVar> {
+/// (advertised, by the broker's default, as the advertised host and that
+/// port).
+///
+/// The advertised host is `advertised_host(...)`: the pod IP, or the pod's
+/// name through the headless Service, which stays the same when the pod is
+/// recreated elsewhere with another IP.
+pub fn broker_env(
+    names: &Names,
+    advertised: AdvertisedAddress,
+    listener_port: i32,
+    controller_port: i32,
+) -> Vec<EnvVar> {
+    let cluster = names.cluster.as_str();
+    let advertised_host = advertised_host(names, advertised);
     vec![
         field_env("POD_IP", "status.podIP"),
         field_env("POD_NAME", "metadata.name"),
@@ -470,7 +484,7 @@ pub fn broker_env(cluster: &str, listener_port: i32, controller_port: i32) -> Ve
         value_env("MOLDAU_LISTEN", format!("$(POD_IP):{listener_port}")),
         value_env(
             "MOLDAU_ADVERTISED_LISTENER",
-            format!("$(POD_IP):{listener_port}"),
+            format!("{advertised_host}:{listener_port}"),
         ),
         value_env(
             "MOLDAU_HTTP_LISTEN",
@@ -479,6 +493,22 @@ pub fn broker_env(cluster: &str, listener_port: i32, controller_port: i32) -> Ve
         value_env("MOLDAU_DATA_DIR", DATA_DIR),
         value_env("MOLDAU_CONFIG_FILE", format!("{CONFIG_DIR}/{CONFIG_KEY}")),
     ]
+}
+
+/// The host part a broker advertises, in `$(VAR)` form for the container's
+/// environment: `$(POD_IP)`, or `$(POD_NAME).<cluster>-brokers.$(POD_NAMESPACE).svc`
+/// (Strimzi's form, without the cluster domain, which the pods' resolver
+/// search path supplies).
+pub fn advertised_host(names: &Names, advertised: AdvertisedAddress) -> String {
+    match advertised {
+        AdvertisedAddress::PodIp => "$(POD_IP)".into(),
+        AdvertisedAddress::PodDns => {
+            format!(
+                "$(POD_NAME).{}.$(POD_NAMESPACE).svc",
+                names.headless_service()
+            )
+        }
+    }
 }
 
 fn http_probe(path: &str, period: i32, failures: i32) -> Probe {
@@ -532,7 +562,8 @@ fn stateful_set(
         name: "broker".into(),
         image: Some(kc.spec.image.clone()),
         env: Some(broker_env(
-            &names.cluster,
+            names,
+            kc.spec.advertised_address,
             kc.spec.listener_port,
             kc.spec.controller_port,
         )),
@@ -792,6 +823,7 @@ mod tests {
                 config: BTreeMap::from([("log.retention.ms".into(), "1000".into())]),
                 listener_port: 9092,
                 controller_port: 9091,
+                advertised_address: Default::default(),
                 rack_topology_key: None,
                 pod_template: None,
                 rebalance: Default::default(),
@@ -973,8 +1005,34 @@ mod tests {
     }
 
     #[test]
+    fn pod_dns_advertises_the_pods_name_through_the_headless_service() {
+        let names = Names {
+            cluster: "demo".into(),
+            namespace: "kafka".into(),
+        };
+        let env = broker_env(&names, AdvertisedAddress::PodDns, 9093, 9091);
+        let get = |n: &str| env.iter().find(|e| e.name == n).unwrap().clone();
+        assert_eq!(
+            get("MOLDAU_ADVERTISED_LISTENER").value.as_deref(),
+            Some("$(POD_NAME).demo-brokers.$(POD_NAMESPACE).svc:9093")
+        );
+        // Still bound to the pod IP; only what is advertised changes.
+        assert_eq!(
+            get("MOLDAU_LISTEN").value.as_deref(),
+            Some("$(POD_IP):9093")
+        );
+        let at = |n: &str| env.iter().position(|e| e.name == n).unwrap();
+        assert!(at("POD_NAME") < at("MOLDAU_ADVERTISED_LISTENER"));
+        assert!(at("POD_NAMESPACE") < at("MOLDAU_ADVERTISED_LISTENER"));
+    }
+
+    #[test]
     fn env_follows_the_broker_contract() {
-        let env = broker_env("demo", 9093, 9091);
+        let names = Names {
+            cluster: "demo".into(),
+            namespace: "kafka".into(),
+        };
+        let env = broker_env(&names, AdvertisedAddress::PodIp, 9093, 9091);
         let get = |n: &str| env.iter().find(|e| e.name == n).unwrap().clone();
         assert_eq!(env[0].name, "POD_IP", "POD_IP must precede its uses");
         // Kubernetes expands $(VAR) only from variables defined earlier.

@@ -87,6 +87,13 @@ pub struct KafkaClusterSpec {
     #[serde(default = "default_controller_port")]
     #[schemars(range(min = 1, max = 65535))]
     pub controller_port: i32,
+    /// The address each broker advertises to clients and to the other
+    /// brokers. `PodIP` (the default for now): the pod's IP, which changes
+    /// when the pod is recreated. `PodDNS`: its stable name through the
+    /// headless Service, `<pod>.<cluster>-brokers.<namespace>.svc`, the name a
+    /// certificate can carry; needs cluster DNS (a cluster's DNS add-on).
+    #[serde(default)]
+    pub advertised_address: AdvertisedAddress,
     /// Node label that names a broker's rack, e.g. `topology.kubernetes.io/zone`.
     /// Brokers are spread evenly across its values.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -100,6 +107,18 @@ pub struct KafkaClusterSpec {
     /// How rolling restarts proceed.
     #[serde(default)]
     pub rollout: RolloutSpec,
+}
+
+/// What a broker advertises (`spec.advertisedAddress`).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum AdvertisedAddress {
+    /// The pod's IP.
+    #[default]
+    #[serde(rename = "PodIP")]
+    PodIp,
+    /// `<pod>.<cluster>-brokers.<namespace>.svc` through the headless Service.
+    #[serde(rename = "PodDNS")]
+    PodDns,
 }
 
 /// Rolling restarts: one broker at a time, highest ordinal first, each only
