@@ -1008,11 +1008,11 @@ async fn members_get_the_partitions_whose_replica_shares_their_rack() {
     let brokers: BTreeMap<i32, wire_common::Child> = (0..2)
         .map(|n| {
             let data = root.path().join(format!("data-{n}"));
-            let rack: &'static str = Box::leak(format!("broker.rack=rack-{n}").into_boxed_str());
+            let rack = format!("broker.rack=rack-{n}");
             let settings = [
                 "offsets.topic.num.partitions=1",
                 "offsets.topic.replication.factor=1",
-                rack,
+                rack.as_str(),
             ];
             let child =
                 cluster_common::spawn(&n.to_string(), &data, &shared, root.path(), &settings);

@@ -28,7 +28,9 @@ use crate::cluster::{ensure_tools, run_with_timeout};
 use crate::paths;
 
 /// The cluster DNS server's address (a Service-range address, as a
-/// cluster's DNS add-on has).
+/// cluster's DNS add-on has). This and [`POD_NETWORK`] are local to the
+/// namespace the plane creates: bound and dialed only inside it, never on
+/// the machine's own network.
 pub const CLUSTER_DNS: &str = "10.96.0.10";
 /// Pods' addresses come from this /16.
 pub const POD_NETWORK: &str = "10.244.0.0";
@@ -71,15 +73,7 @@ impl NetnsPlane {
         };
         plane.configure_network()?;
         let script = paths::e2e_dir().join("scripts/controlplane-up.sh");
-        let up = plane.exec(
-            Command::new("env")
-                .arg(format!("MOLDAU_E2E_STATE={}", plane.state.display()))
-                .arg(format!("MOLDAU_E2E_CLUSTER_DNS={CLUSTER_DNS}"))
-                .arg(format!("MOLDAU_E2E_SERVICE_CIDR={SERVICE_CIDR}"))
-                .arg("bash")
-                .arg(&script),
-            Duration::from_secs(360),
-        )?;
+        let up = plane.exec(&plane.script(&script), Duration::from_secs(360))?;
         if !up.status.success() {
             bail!(
                 "controlplane-up in {} failed: {}",
@@ -114,6 +108,17 @@ impl NetnsPlane {
             format!("nameserver {CLUSTER_DNS}\nsearch svc.cluster.local cluster.local\noptions ndots:5\n"),
         )?;
         Ok(())
+    }
+
+    /// A control-plane script run with this plane's state directory, cluster
+    /// DNS and Service range.
+    fn script(&self, script: &Path) -> Command {
+        let mut cmd = Command::new("bash");
+        cmd.arg(script)
+            .env("MOLDAU_E2E_STATE", &self.state)
+            .env("MOLDAU_E2E_CLUSTER_DNS", CLUSTER_DNS)
+            .env("MOLDAU_E2E_SERVICE_CIDR", SERVICE_CIDR);
+        cmd
     }
 
     fn etc_dir(&self) -> PathBuf {
@@ -229,6 +234,20 @@ impl NetnsPlane {
         Ok(())
     }
 
+    /// The IP of `pod` in `namespace`, once it has one.
+    pub fn pod_ip(&self, namespace: &str, pod: &str) -> Result<Option<String>> {
+        let ip = self.kubectl_ok(&[
+            "-n",
+            namespace,
+            "get",
+            "pod",
+            pod,
+            "-o",
+            "jsonpath={.status.podIP}",
+        ])?;
+        Ok(Some(ip).filter(|ip| !ip.is_empty()))
+    }
+
     /// kubectl against this plane; the output whatever the exit status.
     pub fn kubectl(&self, args: &[&str]) -> Result<Output> {
         let mut cmd = Command::new(paths::tool("kubectl"));
@@ -282,12 +301,7 @@ impl Drop for NetnsPlane {
             let _ = runner.wait();
         }
         let down = paths::e2e_dir().join("scripts/controlplane-down.sh");
-        let mut cmd = Command::new("env");
-        cmd.arg(format!("MOLDAU_E2E_STATE={}", self.state.display()))
-            .arg(format!("MOLDAU_E2E_CLUSTER_DNS={CLUSTER_DNS}"))
-            .arg("bash")
-            .arg(&down);
-        let _ = self.exec(&cmd, Duration::from_secs(120));
+        let _ = self.exec(&self.script(&down), Duration::from_secs(120));
         // Whatever is left in the namespace (pods of a killed runner) goes
         // with it.
         if let Ok(out) = run_with_timeout(

@@ -41,23 +41,6 @@ fn objects() -> Value {
     ]})
 }
 
-fn pod_ip(plane: &NetnsPlane, pod: &str) -> Result<Option<String>> {
-    let out = plane.kubectl(&[
-        "-n",
-        NS,
-        "get",
-        "pod",
-        pod,
-        "-o",
-        "jsonpath={.metadata.uid} {.status.podIP}",
-    ])?;
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    Ok(text
-        .split_once(' ')
-        .map(|(_, ip)| ip.to_string())
-        .filter(|ip| !ip.is_empty()))
-}
-
 /// `GET http://<ip>:8080<path>` from inside the namespace: (status, body).
 fn get(plane: &NetnsPlane, ip: &str, path: &str) -> Result<(u16, String)> {
     let mut curl = Command::new("curl");
@@ -115,8 +98,8 @@ fn pods_resolve_each_other_through_the_cluster_dns() -> Result<()> {
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         Ok((text.contains("web-0=True") && text.contains("web-1=True")).then_some(()))
     })?;
-    let ip0 = pod_ip(&plane, "web-0")?.expect("web-0 has an address");
-    let ip1 = pod_ip(&plane, "web-1")?.expect("web-1 has an address");
+    let ip0 = plane.pod_ip(NS, "web-0")?.expect("web-0 has an address");
+    let ip1 = plane.pod_ip(NS, "web-1")?.expect("web-1 has an address");
     let pod_prefix = POD_NETWORK.rsplitn(3, '.').last().unwrap().to_string();
     assert!(
         ip0.starts_with(&pod_prefix) && ip1.starts_with(&pod_prefix),
@@ -177,7 +160,7 @@ fn pods_resolve_each_other_through_the_cluster_dns() -> Result<()> {
     let new_ip = poll_until(
         "web-1 recreated with an address",
         Duration::from_secs(90),
-        || Ok(pod_ip(&plane, "web-1")?.filter(|ip| *ip != ip1)),
+        || Ok(plane.pod_ip(NS, "web-1")?.filter(|ip| *ip != ip1)),
     )?;
     poll_until(
         "web-1.peers to follow the pod",

@@ -72,19 +72,6 @@ fn listed_brokers(plane: &NetnsPlane) -> Result<Vec<(i64, String)>> {
     Ok(brokers)
 }
 
-fn pod_ip(plane: &NetnsPlane, pod: &str) -> Result<Option<String>> {
-    let ip = plane.kubectl_ok(&[
-        "-n",
-        NS,
-        "get",
-        "pod",
-        pod,
-        "-o",
-        "jsonpath={.status.podIP}",
-    ])?;
-    Ok(Some(ip).filter(|ip| !ip.is_empty()))
-}
-
 fn produce(plane: &NetnsPlane, first: usize, count: usize) -> Result<()> {
     let records: String = (first..first + count)
         .map(|i| format!("record-{i}\n"))
@@ -215,7 +202,9 @@ fn brokers_advertise_and_follow_their_pods_dns_names() -> Result<()> {
 
     // The pod comes back with another address; its name follows it, and
     // clients and the other brokers find it by that name.
-    let old_ip = pod_ip(&plane, &format!("{CLUSTER}-1"))?.expect("named-1 has an address");
+    let old_ip = plane
+        .pod_ip(NS, &format!("{CLUSTER}-1"))?
+        .expect("named-1 has an address");
     plane.kubectl_ok(&[
         "-n",
         NS,
@@ -228,7 +217,11 @@ fn brokers_advertise_and_follow_their_pods_dns_names() -> Result<()> {
     let new_ip = poll_until(
         "named-1 recreated with another address",
         Duration::from_secs(120),
-        || Ok(pod_ip(&plane, &format!("{CLUSTER}-1"))?.filter(|ip| *ip != old_ip)),
+        || {
+            Ok(plane
+                .pod_ip(NS, &format!("{CLUSTER}-1"))?
+                .filter(|ip| *ip != old_ip))
+        },
     )?;
     poll_until(
         "named-1 listed again under its name",
