@@ -33,6 +33,11 @@ pub const MOLDAU_BROKER_CONFIGS: &[&str] = &[
     "transaction.version",
 ];
 
+/// The configs of Kafka's StandardAuthorizer, which a broker's properties
+/// carry beside `authorizer.class.name` but Kafka's broker config table
+/// does not list (the authorizer defines them).
+pub const AUTHORIZER_CONFIGS: &[&str] = &["super.users", "allow.everyone.if.no.acl.found"];
+
 /// Every broker config name Kafka 4.4 defines (and 4.1, see the file).
 fn kafka_names() -> &'static BTreeSet<&'static str> {
     static NAMES: OnceLock<BTreeSet<&'static str>> = OnceLock::new();
@@ -50,7 +55,10 @@ fn kafka_names() -> &'static BTreeSet<&'static str> {
 /// (`listener.name.client.sasl.enabled.mechanisms`, and the per-mechanism
 /// `listener.name.<name>.<mechanism>.sasl.*`).
 pub fn is_known(key: &str) -> bool {
-    if kafka_names().contains(key) || MOLDAU_BROKER_CONFIGS.contains(&key) {
+    if kafka_names().contains(key)
+        || MOLDAU_BROKER_CONFIGS.contains(&key)
+        || AUTHORIZER_CONFIGS.contains(&key)
+    {
         return true;
     }
     let Some((_, config)) = key
@@ -170,6 +178,19 @@ mod tests {
             ("controller.lease.duration.ms", "4000"),
             ("leader.replication.throttled.rate", "1000000"),
             ("compression.type", "lz4"),
+        ]);
+        assert_eq!(check(&ok), vec![]);
+    }
+
+    #[test]
+    fn the_authorizer_s_own_configs_are_known() {
+        let ok = props(&[
+            (
+                "authorizer.class.name",
+                "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            ),
+            ("super.users", "User:admin;User:CN=broker,O=moldau.io"),
+            ("allow.everyone.if.no.acl.found", "false"),
         ]);
         assert_eq!(check(&ok), vec![]);
     }
