@@ -6,7 +6,9 @@
 //! with a new certificate signed by the same CA; a cluster CA certificate
 //! within its renewal window is renewed on the same key (the key Secret is
 //! not written) and the brokers' certificate, signed by that key, is kept;
-//! `operator_identity` and `clients_ca` read what was stored.
+//! `operator_identity` and `clients_ca` read what was stored. And the
+//! API server refuses a tls KafkaUser with a password (the CRD's CEL rule,
+//! `manifests/examples/invalid/kafkauser-tls-with-password.yaml`).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
@@ -200,5 +202,36 @@ async fn cluster_certificates_are_created_kept_restored_and_renewed() -> Result<
     assert_eq!(clients.cert, fourth.clients_ca_cert);
     assert!(key_matches(&clients.key, &clients.cert));
     assert!(clients_ca(&client, &ns.name, "absent").await.is_err());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_server_refuses_a_tls_user_with_a_password() -> Result<()> {
+    if !paths::e2e_enabled() {
+        eprintln!("MOLDAU_E2E=0: skipping");
+        return Ok(());
+    }
+    moldau_e2e::apply_repo_crds()?;
+    let ns = TestNamespace::new("certs-cel").await?;
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/examples");
+    let refused = ns.kubectl(&[
+        "apply",
+        "--dry-run=server",
+        "-f",
+        &examples
+            .join("invalid/kafkauser-tls-with-password.yaml")
+            .to_string_lossy(),
+    ])?;
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && stderr.contains("a tls user has no password"),
+        "{stderr}"
+    );
+    ns.kubectl_ok(&[
+        "apply",
+        "--dry-run=server",
+        "-f",
+        &examples.join("kafkauser-tls.yaml").to_string_lossy(),
+    ])?;
     Ok(())
 }
