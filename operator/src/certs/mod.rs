@@ -24,6 +24,9 @@
 //!   none (or it is unreadable).
 //! - The `O=moldau.io` in the brokers' and the operator's subjects keeps
 //!   their principals apart from any KafkaUser's `CN=<name>`.
+//! - Client certificates come from both CAs (brokers and the operator from
+//!   the cluster CA, users from the clients CA): a listener that asks for
+//!   them trusts `ca.crt` and `clients-ca.crt` of `<cluster>-broker-certs`.
 
 pub mod inspect;
 pub mod issue;

@@ -187,19 +187,18 @@ pub fn policy_not_after(now: SystemTime, policy: CaPolicy, ca_not_after: SystemT
 }
 
 /// Whether a Secret holding `current` (None: missing) must be written to
-/// hold exactly `desired`.
+/// hold `desired`. Keys beyond `desired` do not count: a key someone else
+/// added survives the operator's apply anyway, so counting it would write
+/// on every call.
 pub fn needs_write(
     current: Option<&BTreeMap<String, Vec<u8>>>,
     desired: &BTreeMap<String, String>,
 ) -> bool {
     match current {
         None => true,
-        Some(c) => {
-            c.len() != desired.len()
-                || desired
-                    .iter()
-                    .any(|(k, v)| c.get(k).map(Vec::as_slice) != Some(v.as_bytes()))
-        }
+        Some(c) => desired
+            .iter()
+            .any(|(k, v)| c.get(k).map(Vec::as_slice) != Some(v.as_bytes())),
     }
 }
 

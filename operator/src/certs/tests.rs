@@ -369,7 +369,8 @@ fn only_changed_data_is_written_and_the_digest_follows_the_certificates() {
         ("a".to_string(), b"1".to_vec()),
         ("b".to_string(), b"1".to_vec()),
     ]);
-    assert!(needs_write(Some(&more), &desired));
+    assert!(!needs_write(Some(&more), &desired));
+    assert!(needs_write(Some(&BTreeMap::new()), &desired));
     let d = digest("a", "b", "c");
     assert_eq!(d.len(), 64);
     assert_eq!(d, digest("a", "b", "c"));
