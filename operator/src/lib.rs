@@ -8,7 +8,8 @@
 //! (Kubernetes Events), `rebalance` (the partition-reassignment planner and
 //! the KafkaRebalance reconciler: pure lifecycle, admin edge, async edge),
 //! `brokers` (the Ready broker pods' addresses and an admin connection to
-//! the controller, for every reconciler), `user` (the KafkaUser reconciler:
+//! the controller, for every reconciler), `certs` (the cluster and clients
+//! CAs, the brokers' certificate, the operator's client identity), `user` (the KafkaUser reconciler:
 //! pure planner of SCRAM credentials and ACLs, async edge), `context` (what reconcilers
 //! share), `reconcile` (the finalizer, metrics and requeue edge the finalized
 //! reconcilers share), `error`.
@@ -20,6 +21,7 @@
 //! runtime.
 
 pub mod brokers;
+pub mod certs;
 pub mod cluster;
 pub mod context;
 pub mod crd;

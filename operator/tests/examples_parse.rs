@@ -76,7 +76,7 @@ fn user_example_parses_and_plans() {
     assert!(users[0].spec.authentication.password.is_none());
     let acls = desired_acls(&users[0], "orders-app").unwrap();
     assert_eq!(acls.len(), 5);
-    let (create, delete) = acl_diff("orders-app", &acls, &[]);
+    let (create, delete) = acl_diff("User:orders-app", &acls, &[]);
     assert_eq!((create.len(), delete.len()), (5, 0));
     let auditor = desired_acls(&users[1], "auditor").unwrap();
     assert_eq!(auditor.len(), 3);
@@ -92,6 +92,21 @@ fn user_example_parses_and_plans() {
             .name,
         "auditor-password"
     );
+}
+
+#[test]
+fn tls_user_example_parses_and_plans_for_its_certificate_principal() {
+    use moldau_operator::crd::UserAuthenticationType;
+    use moldau_operator::user::plan::{desired_acls, username};
+    let u: KafkaUser = serde_yaml::from_value(docs("kafkauser-tls.yaml").remove(0)).unwrap();
+    assert_eq!(u.spec.authentication.type_, UserAuthenticationType::Tls);
+    assert_eq!(
+        username(UserAuthenticationType::Tls, "payments-app"),
+        "CN=payments-app"
+    );
+    let acls = desired_acls(&u, "payments-app").unwrap();
+    assert_eq!(acls.len(), 4);
+    assert!(acls.iter().all(|a| a.principal == "User:CN=payments-app"));
 }
 
 #[test]
@@ -128,4 +143,11 @@ fn invalid_examples_violate_the_schema_bounds() {
     let t: KafkaTopic =
         serde_yaml::from_value(docs("invalid/kafkatopic-zero-replication.yaml").remove(0)).unwrap();
     assert!(t.spec.replication_factor.is_some_and(|rf| rf < 1));
+    let u: KafkaUser =
+        serde_yaml::from_value(docs("invalid/kafkauser-tls-with-password.yaml").remove(0)).unwrap();
+    assert_eq!(
+        u.spec.authentication.type_,
+        moldau_operator::crd::UserAuthenticationType::Tls
+    );
+    assert!(u.spec.authentication.password.is_some());
 }

@@ -1,16 +1,26 @@
-//! The `KafkaUser` resource (Strimzi's model): a SCRAM user of one
-//! `KafkaCluster` in the same namespace, its password kept in a Secret named
-//! after the user, and the ACLs whose principal is `User:<name>`.
+//! The `KafkaUser` resource (Strimzi's model): a user of one
+//! `KafkaCluster` in the same namespace, its credentials kept in a Secret
+//! named after the user, and its ACLs.
 //!
-//! The user name is the object's name. `authentication.password` names a
-//! Secret key holding the password; without it the operator generates one
-//! (32 characters) and keeps it in the user's Secret, which carries Strimzi's
-//! keys `password` and `sasl.jaas.config`.
+//! The user name is the object's name. `authentication.type` is a SCRAM
+//! mechanism or `tls`:
+//! - SCRAM (`scram-sha-512`, `scram-sha-256`): principal `User:<name>`.
+//!   `authentication.password` names a Secret key holding the password;
+//!   without it the operator generates one (32 characters) and keeps it in
+//!   the user's Secret, which carries Strimzi's keys `password` and
+//!   `sasl.jaas.config`.
+//! - `tls`: principal `User:CN=<name>`. The operator issues a client
+//!   certificate with subject `CN=<name>`, signed by the cluster's clients
+//!   CA, and keeps it in the user's Secret: `user.crt`, `user.key` and
+//!   `ca.crt`. Unlike Strimzi (which puts the clients CA there) `ca.crt` is
+//!   the cluster CA certificate: what a client needs to verify the brokers.
+//!   A `password` is refused (CEL).
 //!
-//! Ownership: a KafkaUser owns every SCRAM credential and every ACL of its
-//! principal on its cluster (as Strimzi's User Operator does): ACLs of
-//! `User:<name>` that the spec does not list are removed, and deleting the
-//! object removes them all, with its credentials.
+//! Ownership: a KafkaUser owns every SCRAM credential of its name and every
+//! ACL of both its principals (`User:<name>` and `User:CN=<name>`) on its
+//! cluster (as Strimzi's User Operator does): ACLs the spec does not list
+//! are removed, a switch of type removes what the other type had, and
+//! deleting the object removes them all, with its credentials.
 
 // several printer columns share a `type_`
 #![allow(clippy::duplicated_attributes)]
@@ -21,7 +31,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Condition;
 
-/// Desired SCRAM user and ACLs.
+/// Desired user (SCRAM or tls) and ACLs.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "moldau.io",
@@ -32,7 +42,7 @@ use super::Condition;
     namespaced,
     status = "KafkaUserStatus",
     derive = "PartialEq",
-    doc = "A SCRAM user of a Moldau KafkaCluster in the same namespace, with its password Secret and ACLs.",
+    doc = "A SCRAM or TLS (client certificate) user of a Moldau KafkaCluster in the same namespace, with its credentials Secret and ACLs.",
     printcolumn(name = "Cluster", type_ = "string", json_path = ".spec.clusterRef"),
     printcolumn(
         name = "Authentication",
@@ -64,7 +74,7 @@ pub struct KafkaUserSpec {
     pub authorization: Option<UserAuthorization>,
 }
 
-/// SCRAM mechanism of a user.
+/// How a user authenticates: a SCRAM mechanism or a client certificate.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
 pub enum UserAuthenticationType {
     /// SCRAM-SHA-512.
@@ -73,16 +83,22 @@ pub enum UserAuthenticationType {
     /// SCRAM-SHA-256.
     #[serde(rename = "scram-sha-256")]
     ScramSha256,
+    /// A client certificate signed by the cluster's clients CA, subject
+    /// `CN=<name>` (principal `User:CN=<name>`).
+    #[serde(rename = "tls")]
+    Tls,
 }
 
 /// How a user authenticates.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.type != 'tls' || !has(self.password)").message("a tls user has no password"))]
 pub struct UserAuthentication {
-    /// `scram-sha-512` or `scram-sha-256`.
+    /// `scram-sha-512`, `scram-sha-256` or `tls`.
     #[serde(rename = "type")]
     pub type_: UserAuthenticationType,
-    /// Where the password comes from; absent: the operator generates one.
+    /// Where a SCRAM password comes from; absent: the operator generates
+    /// one. Not for `tls`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub password: Option<PasswordSource>,
 }
@@ -122,7 +138,7 @@ pub struct UserAuthorization {
     /// `simple`: Kafka's ACLs.
     #[serde(rename = "type")]
     pub type_: UserAuthorizationType,
-    /// The user's ACLs (principal `User:<name>`).
+    /// The user's ACLs (principal `User:<name>`, `User:CN=<name>` for tls).
     #[serde(default)]
     pub acls: Vec<AclRuleSpec>,
 }
@@ -246,10 +262,12 @@ pub struct KafkaUserStatus {
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// The Kafka user name (principal `User:<username>`).
+    /// The Kafka user name (principal `User:<username>`): `<name>`, or
+    /// `CN=<name>` for tls.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub username: Option<String>,
-    /// The Secret holding the user's password and JAAS config.
+    /// The Secret holding the user's credentials (password and JAAS
+    /// config, or certificate and key).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret: Option<String>,
 }

@@ -1,14 +1,23 @@
 //! The Kubernetes edge of `KafkaUser`: a reconcile validates the spec,
-//! chooses the password (the referenced Secret key, the one kept in the
-//! user's Secret, or a new random one), writes the user's Secret `<user>`
-//! (owned by the KafkaUser, Strimzi's keys `password` and
-//! `sasl.jaas.config`), then on a Ready broker of the cluster sets the SCRAM
-//! credential when it is missing or the password changed and makes the
-//! user's ACLs exactly the spec's. The fingerprint of the applied password
-//! goes on the Secret (annotation) only after the broker accepted it, so a
-//! failed attempt is retried. A finalizer removes the user's credentials
-//! and ACLs; it does not block deletion once the cluster is gone or being
-//! deleted.
+//! then by type:
+//! - SCRAM: chooses the password (the referenced Secret key, the one kept
+//!   in the user's Secret, or a new random one), writes the user's Secret
+//!   `<user>` (owned by the KafkaUser, Strimzi's keys `password` and
+//!   `sasl.jaas.config`), then on a Ready broker of the cluster sets the
+//!   SCRAM credential when it is missing or the password changed. The
+//!   fingerprint of the applied password goes on the Secret (annotation)
+//!   only after the broker accepted it, so a failed attempt is retried.
+//! - tls: reads the cluster's clients CA and cluster CA certificate
+//!   (`certs`), keeps or reissues the user's certificate (`plan`), writes
+//!   the Secret only when its data changed (`ca.crt`, `user.crt`,
+//!   `user.key`), and on the broker removes any SCRAM credential of the
+//!   name (a switch of type).
+//!
+//! Either way the user's ACLs become exactly the spec's, under the
+//! principal of its type, and the other type's principal loses its ACLs.
+//! A finalizer removes the user's credentials and the ACLs of both
+//! principals; it does not block deletion once the cluster is gone or
+//! being deleted.
 //!
 //! The operator's admin connection is the plain listener it uses for
 //! everything else (no SASL of its own yet): on a cluster with an
@@ -17,6 +26,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, Secret};
@@ -29,10 +39,15 @@ use kube::runtime::{watcher, Controller};
 use kube::{Resource, ResourceExt};
 
 use crate::brokers::{connect_admin, ready_brokers};
+use crate::certs::inspect::cert_info;
+use crate::certs::issue::issue_leaf;
+use crate::certs::plan::{needs_write, CaPolicy, Decision};
+use crate::certs::{clients_ca, clients_ca_name, cluster_ca_cert, CertError};
 use crate::cluster::builders::selector_string;
 use crate::context::{Context, FIELD_MANAGER};
 use crate::crd::{
     format_time, merge_conditions, Condition, KafkaCluster, KafkaUser, KafkaUserStatus,
+    UserAuthenticationType,
 };
 use crate::error::{Error, Result};
 use crate::kafka::acl::AclBinding;
@@ -42,8 +57,9 @@ use crate::reconcile::{finalized, metered, namespaced_api, requeue_after_error};
 use crate::topic::controller::referencing;
 
 use super::plan::{
-    acl_diff, choose_password, desired_acls, jaas_config, mechanism, password_from_random,
-    plan_scram, principal, scram_removal, PasswordChoice, JAAS_KEY, PASSWORD_KEY,
+    acl_diff, certificate_decision, certificate_spec, choose_password, desired_acls, jaas_config,
+    mechanism, password_from_random, plan_scram, principals, scram_removal, stored_certificate,
+    tls_secret_data, username, PasswordChoice, JAAS_KEY, PASSWORD_KEY,
 };
 
 const KIND: &str = "KafkaUser";
@@ -113,13 +129,47 @@ pub async fn sync_user(
     admin
         .alter_user_scram_credentials(&plan.deletions, plan.upsertion.as_slice())
         .await?;
-    let acls = admin.describe_acls(&principal(user)).await?;
-    let (create, delete) = acl_diff(user, desired, &acls);
     let mut out = UserSync {
         credential_set: plan.upsertion.is_some(),
         fingerprint: plan.fingerprint,
         ..Default::default()
     };
+    let [own, other] = principals(UserAuthenticationType::ScramSha512, user);
+    sync_acls(admin, &own, &other, desired, &mut out).await?;
+    Ok(out)
+}
+
+/// Makes the broker's view of the tls user `user` match: no SCRAM
+/// credential of the name, and exactly the `desired` ACL bindings (of
+/// `User:CN=<user>`).
+pub async fn sync_tls_user(
+    admin: &mut AdminClient,
+    user: &str,
+    desired: &[AclBinding],
+) -> std::result::Result<UserSync, KafkaError> {
+    let current = admin.describe_user_scram_credentials(user).await?;
+    admin
+        .alter_user_scram_credentials(&scram_removal(user, &current), &[])
+        .await?;
+    let mut out = UserSync::default();
+    let [own, other] = principals(UserAuthenticationType::Tls, user);
+    sync_acls(admin, &own, &other, desired, &mut out).await?;
+    Ok(out)
+}
+
+/// Makes the ACL bindings of `own` exactly `desired` and removes every
+/// binding of `other` (the principal of the type the user does not have).
+async fn sync_acls(
+    admin: &mut AdminClient,
+    own: &str,
+    other: &str,
+    desired: &[AclBinding],
+    out: &mut UserSync,
+) -> std::result::Result<(), KafkaError> {
+    let acls = admin.describe_acls(own).await?;
+    let (create, mut delete) = acl_diff(own, desired, &acls);
+    let stale = admin.describe_acls(other).await?;
+    delete.extend(acl_diff(other, &[], &stale).1);
     for (binding, result) in admin
         .delete_acls(&delete)
         .await?
@@ -132,10 +182,11 @@ pub async fn sync_user(
             Err(e) => out.refused.push(format!("{binding}: {e}")),
         }
     }
-    Ok(out)
+    Ok(())
 }
 
-/// Removes every SCRAM credential and ACL binding of `user`.
+/// Removes every SCRAM credential of `user` and every ACL binding of both
+/// its principals.
 pub async fn remove_user(
     admin: &mut AdminClient,
     user: &str,
@@ -144,10 +195,12 @@ pub async fn remove_user(
     admin
         .alter_user_scram_credentials(&scram_removal(user, &current), &[])
         .await?;
-    let acls = admin.describe_acls(&principal(user)).await?;
-    let (_, delete) = acl_diff(user, &[], &acls);
-    for (_, result) in admin.delete_acls(&delete).await? {
-        result?;
+    for p in principals(UserAuthenticationType::Tls, user) {
+        let acls = admin.describe_acls(&p).await?;
+        let (_, delete) = acl_diff(&p, &[], &acls);
+        for (_, result) in admin.delete_acls(&delete).await? {
+            result?;
+        }
     }
     Ok(())
 }
@@ -167,39 +220,57 @@ pub fn user_status(
     KafkaUserStatus {
         conditions: merge_conditions(&old.conditions, vec![ready], ku.metadata.generation, now),
         observed_generation: ku.metadata.generation,
-        username: Some(ku.name_any()),
+        username: Some(username(ku.spec.authentication.type_, &ku.name_any())),
         secret: Some(ku.name_any()),
     }
 }
 
-/// The user's Secret: password and JAAS config, owned by the KafkaUser.
-pub fn user_secret(ku: &KafkaUser, password: &str, fingerprint: Option<&str>) -> Secret {
+/// The user's Secret holding `data`, owned by the KafkaUser.
+fn owned_secret(ku: &KafkaUser, data: BTreeMap<String, String>) -> Secret {
     let name = ku.name_any();
-    let bytes = |s: String| ByteString(s.into_bytes());
     Secret {
         metadata: ObjectMeta {
             name: Some(name.clone()),
             namespace: ku.namespace(),
             labels: Some(BTreeMap::from([
-                (USER_LABEL.to_string(), name.clone()),
+                (USER_LABEL.to_string(), name),
                 ("moldau.io/cluster".to_string(), ku.spec.cluster_ref.clone()),
                 (
                     "app.kubernetes.io/managed-by".to_string(),
                     FIELD_MANAGER.to_string(),
                 ),
             ])),
-            annotations: fingerprint
-                .map(|f| BTreeMap::from([(FINGERPRINT_ANNOTATION.to_string(), f.to_string())])),
             owner_references: ku.controller_owner_ref(&()).map(|o| vec![o]),
             ..Default::default()
         },
         type_: Some("Opaque".into()),
-        data: Some(BTreeMap::from([
-            (PASSWORD_KEY.to_string(), bytes(password.to_string())),
-            (JAAS_KEY.to_string(), bytes(jaas_config(&name, password))),
-        ])),
+        data: Some(
+            data.into_iter()
+                .map(|(k, v)| (k, ByteString(v.into_bytes())))
+                .collect(),
+        ),
         ..Default::default()
     }
+}
+
+/// The user's Secret: password and JAAS config, owned by the KafkaUser.
+pub fn user_secret(ku: &KafkaUser, password: &str, fingerprint: Option<&str>) -> Secret {
+    let name = ku.name_any();
+    let mut s = owned_secret(
+        ku,
+        BTreeMap::from([
+            (PASSWORD_KEY.to_string(), password.to_string()),
+            (JAAS_KEY.to_string(), jaas_config(&name, password)),
+        ]),
+    );
+    s.metadata.annotations =
+        fingerprint.map(|f| BTreeMap::from([(FINGERPRINT_ANNOTATION.to_string(), f.to_string())]));
+    s
+}
+
+/// A tls user's Secret: `ca.crt` (the cluster CA), `user.crt`, `user.key`.
+pub fn tls_user_secret(ku: &KafkaUser, data: BTreeMap<String, String>) -> Secret {
+    owned_secret(ku, data)
 }
 
 fn secret_data(s: &Secret) -> BTreeMap<String, Vec<u8>> {
@@ -313,6 +384,9 @@ async fn apply_user(
             )));
         }
     }
+    let Some(mech) = mechanism(ku.spec.authentication.type_) else {
+        return apply_tls_user(ctx, ku, &ns, own.as_ref(), &desired).await;
+    };
     let referenced = match &ku.spec.authentication.password {
         Some(src) => secrets
             .get_opt(&src.value_from.secret_key_ref.name)
@@ -336,7 +410,6 @@ async fn apply_user(
         Ok(b) => b,
         Err(problem) => return Ok(Err(problem)),
     };
-    let mech = mechanism(ku.spec.authentication.type_);
     let outcome = async {
         let (mut admin, _) = connect_admin(ctx, &brokers).await?;
         sync_user(
@@ -362,19 +435,111 @@ async fn apply_user(
         )
         .await?;
     }
-    if !sync.refused.is_empty() {
-        return Ok(Err((
+    if let Some(problem) = refused(&sync) {
+        return Ok(Err(problem));
+    }
+    Ok(Ok(format!(
+        "{} credential and {} ACL bindings of User:{user} applied",
+        mech.name(),
+        desired.len()
+    )))
+}
+
+/// The condition of ACL changes the broker refused, if any.
+fn refused(sync: &UserSync) -> Option<(&'static str, String)> {
+    (!sync.refused.is_empty()).then(|| {
+        (
             "AclRefused",
             format!(
                 "{} ACL changes refused: {}",
                 sync.refused.len(),
                 sync.refused.join("; ")
             ),
-        )));
+        )
+    })
+}
+
+/// How a problem with the cluster's CAs shows: a Kubernetes failure is
+/// retried as one, anything else is a condition.
+fn ca_problem(e: CertError) -> Result<(&'static str, String)> {
+    match e {
+        CertError::Kube(e) => Err(e.into()),
+        e @ CertError::MissingSecret(_) => Ok((
+            "CertificateAuthorityNotReady",
+            format!("{e} (the cluster's CAs exist only for a cluster with a TLS listener)"),
+        )),
+        e => Ok(("CertificateAuthorityUnreadable", e.to_string())),
+    }
+}
+
+/// One application for a tls user: its certificate, then the broker.
+async fn apply_tls_user(
+    ctx: &Context,
+    ku: &KafkaUser,
+    ns: &str,
+    own: Option<&Secret>,
+    desired: &[AclBinding],
+) -> Result<std::result::Result<String, (&'static str, String)>> {
+    let user = ku.name_any();
+    let cluster = &ku.spec.cluster_ref;
+    let ca = match clients_ca(&ctx.client, ns, cluster).await {
+        Ok(ca) => ca,
+        Err(e) => return Ok(Err(ca_problem(e)?)),
+    };
+    let trust = match cluster_ca_cert(&ctx.client, ns, cluster).await {
+        Ok(c) => c,
+        Err(e) => return Ok(Err(ca_problem(e)?)),
+    };
+    let ca_end = match cert_info(&ca.cert) {
+        Ok(i) => i.not_after,
+        Err(e) => {
+            return Ok(Err((
+                "CertificateAuthorityUnreadable",
+                format!("the clients CA certificate of {ns}/{cluster}: {e}"),
+            )))
+        }
+    };
+    // the clusters' policy is not configurable yet: Strimzi's defaults
+    let policy = CaPolicy::default();
+    let now = SystemTime::now();
+    let own_data = own.map(secret_data);
+    let current = stored_certificate(own_data.as_ref());
+    let cert = match (
+        certificate_decision(&user, current.as_ref(), &ca.cert, now, policy),
+        current,
+    ) {
+        (Decision::Keep, Some(c)) => c,
+        (decision, _) => {
+            tracing::info!(user = %format!("{ns}/{user}"), ?decision, "issuing a user certificate");
+            let spec = certificate_spec(&user, now, policy, ca_end);
+            match issue_leaf(&clients_ca_name(cluster), &ca.key, &spec, now) {
+                Ok(c) => c,
+                Err(e) => return Ok(Err(("CertificateNotIssued", e.to_string()))),
+            }
+        }
+    };
+    let data = tls_secret_data(&trust, &cert);
+    if needs_write(own_data.as_ref(), &data) {
+        apply_secret(ctx, ns, &tls_user_secret(ku, data)).await?;
+    }
+    let brokers = match cluster_brokers(ctx, ns, cluster).await? {
+        Ok(b) => b,
+        Err(problem) => return Ok(Err(problem)),
+    };
+    let outcome = async {
+        let (mut admin, _) = connect_admin(ctx, &brokers).await?;
+        sync_tls_user(&mut admin, &user, desired).await
+    }
+    .await;
+    let sync = match outcome {
+        Ok(s) => s,
+        Err(e) => return Ok(Err(("KafkaError", e.to_string()))),
+    };
+    if let Some(problem) = refused(&sync) {
+        return Ok(Err(problem));
     }
     Ok(Ok(format!(
-        "{} credential and {} ACL bindings of User:{user} applied",
-        mech.name(),
+        "certificate of CN={user} and {} ACL bindings of User:CN={user} applied",
         desired.len()
     )))
 }
@@ -509,6 +674,34 @@ mod tests {
         other.metadata.uid = Some("u-2".into());
         assert!(!owned_by(&s, &other));
         assert!(user_secret(&u, "pw", None).metadata.annotations.is_none());
+    }
+
+    #[test]
+    fn a_tls_user_is_named_by_its_certificate_subject() {
+        let mut u = ku();
+        u.spec.authentication.type_ = UserAuthenticationType::Tls;
+        let s = user_status(&u, Ok("fine".into()), "t");
+        assert_eq!(s.username.as_deref(), Some("CN=alice"));
+        assert_eq!(s.secret.as_deref(), Some("alice"));
+        let secret = tls_user_secret(
+            &u,
+            BTreeMap::from([("user.crt".to_string(), "c".to_string())]),
+        );
+        assert_eq!(secret_data(&secret)["user.crt"], b"c");
+        assert!(owned_by(&secret, &u));
+        assert!(secret.metadata.annotations.is_none());
+        assert_eq!(secret.labels()[USER_LABEL], "alice");
+    }
+
+    #[test]
+    fn only_a_missing_ca_secret_is_a_not_ready_ca() {
+        let (reason, message) = ca_problem(CertError::MissingSecret("ns/c-clients-ca".into()))
+            .ok()
+            .unwrap();
+        assert_eq!(reason, "CertificateAuthorityNotReady");
+        assert!(message.contains("ns/c-clients-ca"), "{message}");
+        let (reason, _) = ca_problem(CertError::Cluster("x".into())).ok().unwrap();
+        assert_eq!(reason, "CertificateAuthorityUnreadable");
     }
 
     #[test]

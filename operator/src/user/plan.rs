@@ -4,20 +4,26 @@
 //! mechanism, the password, the fingerprint of the password last applied
 //! and the mechanisms the broker has (DescribeUserScramCredentials), the
 //! AlterUserScramCredentials deletions and upsertion (salted client-side);
-//! and the content of the user's Secret.
+//! for a tls user, whether its certificate is kept or reissued (the rules
+//! of `certs::plan`, against the clients CA); and the content of the
+//! user's Secret.
 //!
 //! Why a fingerprint: the broker keeps only salted keys and never gives a
 //! password back, so the operator cannot compare. It records an HMAC of
 //! the password it applied (keyed by the password, over the mechanism name)
 //! on the user's Secret once the broker accepted it, and re-applies when
 //! the password's fingerprint differs or the mechanism is missing.
-//! Randomness (salts, generated passwords) comes from the caller.
+//! Randomness (salts, generated passwords, keys) comes from the caller.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::SystemTime;
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
+use crate::certs::issue::{LeafSpec, Usage};
+use crate::certs::plan::{leaf_decision, policy_not_after, CaPolicy, Decision, LeafWant};
+use crate::certs::{user_dn, Pem, CA_CERT_KEY};
 use crate::crd::{
     AclOperationSpec, AclPatternType, AclResourceType, AclRuleSpec, AclRuleType, KafkaUser,
     UserAuthenticationType,
@@ -36,16 +42,41 @@ pub const PASSWORD_KEY: &str = "password";
 /// Key of the JAAS configuration in the user's Secret (Strimzi's).
 pub const JAAS_KEY: &str = "sasl.jaas.config";
 
-/// The principal of a user.
-pub fn principal(user: &str) -> String {
-    format!("User:{user}")
+/// Key of a tls user's certificate in its Secret (Strimzi's).
+pub const USER_CERT_KEY: &str = "user.crt";
+/// Key of a tls user's private key in its Secret (Strimzi's).
+pub const USER_KEY_KEY: &str = "user.key";
+
+/// The Kafka user name of `user`: the name for SCRAM, its certificate's
+/// subject `CN=<user>` for tls (what the broker reads from the certificate).
+pub fn username(t: UserAuthenticationType, user: &str) -> String {
+    match t {
+        UserAuthenticationType::Tls => user_dn(user),
+        _ => user.to_string(),
+    }
 }
 
-/// The SCRAM mechanism of a spec's authentication type.
-pub fn mechanism(t: UserAuthenticationType) -> ScramMechanism {
+/// The principal of `user`: `User:<username>`.
+pub fn principal(t: UserAuthenticationType, user: &str) -> String {
+    format!("User:{}", username(t, user))
+}
+
+/// Both principals a KafkaUser owns, the one of its type first: a switch
+/// of type removes what the other one had.
+pub fn principals(t: UserAuthenticationType, user: &str) -> [String; 2] {
+    let other = match t {
+        UserAuthenticationType::Tls => UserAuthenticationType::ScramSha512,
+        _ => UserAuthenticationType::Tls,
+    };
+    [principal(t, user), principal(other, user)]
+}
+
+/// The SCRAM mechanism of a spec's authentication type (None for tls).
+pub fn mechanism(t: UserAuthenticationType) -> Option<ScramMechanism> {
     match t {
-        UserAuthenticationType::ScramSha512 => ScramMechanism::Sha512,
-        UserAuthenticationType::ScramSha256 => ScramMechanism::Sha256,
+        UserAuthenticationType::ScramSha512 => Some(ScramMechanism::Sha512),
+        UserAuthenticationType::ScramSha256 => Some(ScramMechanism::Sha256),
+        UserAuthenticationType::Tls => None,
     }
 }
 
@@ -66,7 +97,7 @@ fn operation_code(op: AclOperationSpec) -> i8 {
 }
 
 /// The bindings of one rule, or why the rule is invalid.
-fn rule_bindings(user: &str, i: usize, rule: &AclRuleSpec) -> Result<Vec<AclBinding>, String> {
+fn rule_bindings(principal: &str, i: usize, rule: &AclRuleSpec) -> Result<Vec<AclBinding>, String> {
     let r = &rule.resource;
     let (resource_type, name) = match r.type_ {
         AclResourceType::Cluster => match r.name.as_deref() {
@@ -121,7 +152,7 @@ fn rule_bindings(user: &str, i: usize, rule: &AclRuleSpec) -> Result<Vec<AclBind
             resource_type,
             resource_name: name.clone(),
             pattern_type,
-            principal: principal(user),
+            principal: principal.to_string(),
             host: rule.host.clone(),
             operation: operation_code(*op),
             permission: perm,
@@ -129,9 +160,10 @@ fn rule_bindings(user: &str, i: usize, rule: &AclRuleSpec) -> Result<Vec<AclBind
         .collect())
 }
 
-/// The ACL bindings a KafkaUser wants (sorted, without duplicates), or why
-/// its spec is invalid.
+/// The ACL bindings a KafkaUser wants (sorted, without duplicates), with
+/// the principal of its authentication type, or why its spec is invalid.
 pub fn desired_acls(ku: &KafkaUser, user: &str) -> Result<Vec<AclBinding>, String> {
+    let p = principal(ku.spec.authentication.type_, user);
     let mut out = BTreeSet::new();
     for (i, rule) in ku
         .spec
@@ -140,20 +172,20 @@ pub fn desired_acls(ku: &KafkaUser, user: &str) -> Result<Vec<AclBinding>, Strin
         .flat_map(|a| a.acls.iter())
         .enumerate()
     {
-        out.extend(rule_bindings(user, i, rule)?);
+        out.extend(rule_bindings(&p, i, rule)?);
     }
     Ok(out.into_iter().collect())
 }
 
-/// The ACL changes that make the broker's bindings of `user` exactly
+/// The ACL changes that make the broker's bindings of `principal` exactly
 /// `desired`: `(to create, to delete)`. Bindings of other principals in
 /// `current` are never touched.
 pub fn acl_diff(
-    user: &str,
+    principal: &str,
     desired: &[AclBinding],
     current: &[AclBinding],
 ) -> (Vec<AclBinding>, Vec<AclBinding>) {
-    let p = principal(user);
+    let p = principal;
     let desired: BTreeSet<&AclBinding> = desired.iter().collect();
     let current: BTreeSet<&AclBinding> = current.iter().filter(|a| a.principal == p).collect();
     let create = desired.difference(&current).map(|a| (*a).clone()).collect();
@@ -322,6 +354,61 @@ pub fn choose_password(
     }
 }
 
+/// The certificate and key kept in a tls user's Secret, if both are there.
+pub fn stored_certificate(own: Option<&BTreeMap<String, Vec<u8>>>) -> Option<Pem> {
+    let text = |k: &str| own?.get(k).and_then(|b| String::from_utf8(b.clone()).ok());
+    Some(Pem {
+        cert: text(USER_CERT_KEY)?,
+        key: text(USER_KEY_KEY)?,
+    })
+}
+
+/// Whether a tls user's certificate is kept or (re)issued: subject exactly
+/// `CN=<user>`, no DNS names, signed by the clients CA, not due.
+pub fn certificate_decision(
+    user: &str,
+    current: Option<&Pem>,
+    clients_ca_cert: &str,
+    now: SystemTime,
+    policy: CaPolicy,
+) -> Decision {
+    let dn = user_dn(user);
+    let want = LeafWant {
+        dn: &dn,
+        dns_names: &[],
+        ca_cert: clients_ca_cert,
+    };
+    leaf_decision(current, want, now, policy)
+}
+
+/// The certificate to issue for a tls user: `CN=<user>`, client
+/// authentication only, the policy's validity but never past the clients
+/// CA's end.
+pub fn certificate_spec(
+    user: &str,
+    now: SystemTime,
+    policy: CaPolicy,
+    clients_ca_not_after: SystemTime,
+) -> LeafSpec {
+    LeafSpec {
+        common_name: user.to_string(),
+        organisation: None,
+        dns_names: Vec::new(),
+        usage: Usage::Client,
+        not_after: policy_not_after(now, policy, clients_ca_not_after),
+    }
+}
+
+/// The data of a tls user's Secret: its certificate and key, and the
+/// cluster CA certificate a client verifies the brokers with.
+pub fn tls_secret_data(cluster_ca_cert: &str, cert: &Pem) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (CA_CERT_KEY.to_string(), cluster_ca_cert.to_string()),
+        (USER_CERT_KEY.to_string(), cert.cert.clone()),
+        (USER_KEY_KEY.to_string(), cert.key.clone()),
+    ])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -479,7 +566,7 @@ mod tests {
         let mut bob = read.clone();
         bob.principal = "User:bob".into();
         let (create, delete) = acl_diff(
-            "alice",
+            "User:alice",
             &[read.clone(), write.clone()],
             &[read.clone(), describe.clone(), bob.clone()],
         );
@@ -487,13 +574,13 @@ mod tests {
         assert_eq!(delete, vec![describe.clone()]);
         // in sync: nothing to do
         let (create, delete) = acl_diff(
-            "alice",
+            "User:alice",
             std::slice::from_ref(&read),
             &[read.clone(), bob.clone()],
         );
         assert!(create.is_empty() && delete.is_empty());
         // nothing desired: every binding of alice goes, bob's stays
-        let (create, delete) = acl_diff("alice", &[], &[read.clone(), bob]);
+        let (create, delete) = acl_diff("User:alice", &[], &[read.clone(), bob]);
         assert!(create.is_empty());
         assert_eq!(delete, vec![read]);
     }
@@ -592,5 +679,92 @@ mod tests {
             choose_password(&given, Some(&data), Some(&own)),
             Ok(PasswordChoice::Known("secret".into()))
         );
+    }
+
+    fn tls_alice(acls: serde_json::Value) -> KafkaUser {
+        ku(serde_json::json!({
+            "authentication": {"type": "tls"},
+            "authorization": {"type": "simple", "acls": acls}
+        }))
+    }
+
+    #[test]
+    fn a_tls_user_is_its_certificate_subject() {
+        use UserAuthenticationType::*;
+        assert_eq!(username(Tls, "alice"), "CN=alice");
+        assert_eq!(username(ScramSha256, "alice"), "alice");
+        assert_eq!(principal(Tls, "alice"), "User:CN=alice");
+        assert_eq!(principal(ScramSha512, "alice"), "User:alice");
+        assert_eq!(principals(Tls, "alice"), ["User:CN=alice", "User:alice"]);
+        assert_eq!(
+            principals(ScramSha256, "alice"),
+            ["User:alice", "User:CN=alice"]
+        );
+        assert_eq!(mechanism(Tls), None);
+        assert_eq!(mechanism(ScramSha256), Some(ScramMechanism::Sha256));
+        let acls = desired_acls(
+            &tls_alice(serde_json::json!([
+                {"resource": {"type": "topic", "name": "t"}, "operations": ["Read"]}
+            ])),
+            "alice",
+        )
+        .unwrap();
+        assert_eq!(acls.len(), 1);
+        assert_eq!(acls[0].principal, "User:CN=alice");
+        // the SCRAM principal's binding is not the tls user's
+        let mut scram = acls[0].clone();
+        scram.principal = "User:alice".into();
+        let (create, delete) = acl_diff("User:CN=alice", &acls, std::slice::from_ref(&scram));
+        assert_eq!((create, delete), (acls.clone(), vec![]));
+    }
+
+    #[test]
+    fn a_tls_user_certificate_is_kept_until_due_and_reissued_from_another_ca() {
+        use crate::certs::issue::{issue_leaf, new_ca};
+        let day = std::time::Duration::from_secs(86_400);
+        let now = SystemTime::now();
+        let policy = CaPolicy::default();
+        let ca = new_ca("c-clients-ca", now, 365).unwrap();
+        let ca_end = now + 365 * day;
+        let spec = certificate_spec("alice", now, policy, ca_end);
+        assert_eq!(spec.not_after, now + 365 * day);
+        assert_eq!(spec.usage, Usage::Client);
+        // never past the CA
+        assert_eq!(
+            certificate_spec("alice", now, policy, now + 40 * day).not_after,
+            now + 40 * day
+        );
+        let cert = issue_leaf("c-clients-ca", &ca.key, &spec, now).unwrap();
+        assert_eq!(
+            certificate_decision("alice", None, &ca.cert, now, policy),
+            Decision::Create
+        );
+        assert_eq!(
+            certificate_decision("alice", Some(&cert), &ca.cert, now, policy),
+            Decision::Keep
+        );
+        assert!(matches!(
+            certificate_decision("alice", Some(&cert), &ca.cert, now + 340 * day, policy),
+            Decision::Renew(r) if r.contains("expires")
+        ));
+        assert!(matches!(
+            certificate_decision("bob", Some(&cert), &ca.cert, now, policy),
+            Decision::Renew(r) if r.contains("subject")
+        ));
+        let other = new_ca("c-clients-ca", now, 365).unwrap();
+        assert!(matches!(
+            certificate_decision("alice", Some(&cert), &other.cert, now, policy),
+            Decision::Renew(r) if r.contains("not signed")
+        ));
+        // the Secret's data and back
+        let data = tls_secret_data("cluster-ca", &cert);
+        assert_eq!(data["ca.crt"], "cluster-ca");
+        let stored: BTreeMap<String, Vec<u8>> =
+            data.into_iter().map(|(k, v)| (k, v.into_bytes())).collect();
+        assert_eq!(stored_certificate(Some(&stored)), Some(cert));
+        assert_eq!(stored_certificate(None), None);
+        let mut partial = stored.clone();
+        partial.remove(USER_KEY_KEY);
+        assert_eq!(stored_certificate(Some(&partial)), None);
     }
 }
