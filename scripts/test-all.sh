@@ -114,7 +114,7 @@ fi
 # under MOLDAU_E2E=0); the k8s-e2e stage runs exactly these.
 K8S_TEST_TARGETS=(store apiserver cluster_dns cluster_kubernetes cluster_kubernetes_clients helm lease
   packaging_chart packaging_helm packaging_images packaging_install_manifest podspec
-  statefulset e2e_operator e2e_pod_dns certs_secrets)
+  statefulset e2e_operator e2e_pod_dns certs_secrets e2e_tls_cluster)
 declare -A status=()
 declare -A started=()
 order=()

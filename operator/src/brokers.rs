@@ -3,17 +3,54 @@
 //! DNS name ([`ready_brokers`], [`pick_broker`], [`controller_address`]:
 //! pure, over the pods' [`pod_state`]), and an admin connection to the
 //! active controller among them ([`connect_controller`], [`connect_admin`]). Shared by the
-//! KafkaCluster, KafkaTopic, quota, retention and rebalance reconcilers,
-//! none of which owns it.
+//! KafkaCluster, KafkaTopic, quota, retention, rebalance and user
+//! reconcilers, none of which owns it.
+//!
+//! A secured cluster (`cluster::listeners`) is reached on its `REPLICATION`
+//! listener over TLS, with a client certificate for the operator that the
+//! cluster CA signs, minted in memory for each connection ([`dial_for`]).
 
 use std::net::{IpAddr, SocketAddr};
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 
+use crate::cluster::builders::Names;
+use crate::cluster::listeners;
 use crate::cluster::pods::pod_state;
 use crate::context::Context;
-use crate::kafka::{AdminClient, KafkaError};
+use crate::crd::KafkaCluster;
+use crate::kafka::{AdminClient, Dial, KafkaError, TlsDial};
+
+/// The port the operator dials on every broker of `kc`: the inter-broker
+/// listener's (`REPLICATION` on a secured cluster).
+pub fn admin_port(kc: &KafkaCluster) -> i32 {
+    listeners::layout(&kc.spec).inter_broker().port
+}
+
+/// How the operator dials `kc`'s brokers: plain TCP, or TLS with a fresh
+/// operator certificate when the cluster is secured (its CA must exist:
+/// the KafkaCluster reconciler creates it before any broker starts).
+pub async fn dial_for(ctx: &Context, kc: &KafkaCluster) -> Result<Dial, KafkaError> {
+    let timeout = ctx.tunables.kafka_timeout;
+    if !listeners::layout(&kc.spec).secured() {
+        return Ok(Dial::plain(timeout));
+    }
+    let names = Names::of(kc).map_err(|e| KafkaError::Tls(e.to_string()))?;
+    let identity = crate::certs::operator_identity(&ctx.client, kc, std::time::SystemTime::now())
+        .await
+        .map_err(|e| KafkaError::Tls(e.to_string()))?;
+    let server_name = format!("{}.{}.svc", names.bootstrap_service(), names.namespace);
+    let tls = TlsDial::new(
+        &identity.cluster_ca_cert,
+        &identity.client.cert,
+        &identity.client.key,
+        &server_name,
+    )?;
+    Ok(Dial {
+        timeout,
+        tls: Some(tls),
+    })
+}
 
 /// The Ready broker pods of a cluster as (broker id = pod ordinal, pod IP and
 /// listener port), lowest ordinal first.
@@ -55,15 +92,15 @@ pub fn controller_address(ready: &[(i32, SocketAddr)], controller_id: i32) -> Op
 /// reconnects there when it is another one of them.
 pub async fn connect_controller(
     brokers: &[(i32, SocketAddr)],
-    timeout: Duration,
+    dial: &Dial,
 ) -> Result<(AdminClient, SocketAddr), KafkaError> {
     let mut last = KafkaError::Protocol("no broker to connect to".into());
     for &(_, addr) in brokers {
-        match AdminClient::connect(addr, timeout).await {
+        match AdminClient::dial(addr, dial).await {
             Ok(mut admin) => {
                 let md = admin.metadata(Some(&[])).await?;
                 return match controller_address(brokers, md.controller_id) {
-                    Some(c) if c != addr => Ok((AdminClient::connect(c, timeout).await?, c)),
+                    Some(c) if c != addr => Ok((AdminClient::dial(c, dial).await?, c)),
                     _ => Ok((admin, addr)),
                 };
             }
@@ -73,12 +110,13 @@ pub async fn connect_controller(
     Err(last)
 }
 
-/// [`connect_controller`] with the operator's Kafka timeout.
+/// [`connect_controller`] as [`dial_for`] says for `kc`.
 pub async fn connect_admin(
     ctx: &Context,
+    kc: &KafkaCluster,
     brokers: &[(i32, SocketAddr)],
 ) -> Result<(AdminClient, SocketAddr), KafkaError> {
-    connect_controller(brokers, ctx.tunables.kafka_timeout).await
+    connect_controller(brokers, &dial_for(ctx, kc).await?).await
 }
 
 #[cfg(test)]

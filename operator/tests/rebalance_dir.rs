@@ -28,7 +28,7 @@ use moldau_operator::brokers::connect_controller;
 use moldau_operator::crd::{
     KafkaRebalanceSpec, KafkaRebalanceStatus, RebalanceMode, RebalancePhase,
 };
-use moldau_operator::kafka::{wire, AdminClient};
+use moldau_operator::kafka::{wire, AdminClient, Dial};
 use moldau_operator::rebalance::execute::{perform, read_cluster};
 use moldau_operator::rebalance::lifecycle::{
     drained, next, Action, Observation, Request as RebalanceRequest,
@@ -287,7 +287,7 @@ async fn remove_brokers_drains_broker_3_and_keeps_every_record() {
     let addrs: Vec<(i32, SocketAddr)> = nodes.iter().map(|n| (n.id, n.addr)).collect();
     wait_for_brokers(&nodes).await;
 
-    let mut admin = connect_controller(&addrs, T).await.unwrap().0;
+    let mut admin = connect_controller(&addrs, &Dial::plain(T)).await.unwrap().0;
     admin
         .create_topic(TOPIC, PARTITIONS, 2, &Default::default())
         .await
@@ -295,7 +295,7 @@ async fn remove_brokers_drains_broker_3_and_keeps_every_record() {
     drop(admin);
     produce_all(&nodes).await;
 
-    let before = read_cluster(&addrs, T).await.unwrap();
+    let before = read_cluster(&addrs, &Dial::plain(T)).await.unwrap();
     assert!(
         !drained(&before, 3),
         "broker 3 holds replicas before the rebalance"
@@ -324,7 +324,7 @@ async fn remove_brokers_drains_broker_3_and_keeps_every_record() {
     let mut phases = Vec::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
     loop {
-        let observed = match read_cluster(&addrs, T).await {
+        let observed = match read_cluster(&addrs, &Dial::plain(T)).await {
             Ok(c) => Observation::Cluster(c),
             Err(e) => Observation::Unavailable(e.to_string()),
         };
@@ -333,11 +333,11 @@ async fn remove_brokers_drains_broker_3_and_keeps_every_record() {
             submitted += m.len();
             assert!(m.len() <= 2, "at most maxConcurrentMoves in flight");
         }
-        let refused = perform(&step, &addrs, T).await.unwrap();
+        let refused = perform(&step, &addrs, &Dial::plain(T)).await.unwrap();
         assert!(refused.is_empty(), "the broker refused {refused:?}");
         if let Some(applied) = &step.status.throttle {
             // What the status says is set is what the topic's config says.
-            let mut admin = connect_controller(&addrs, T).await.unwrap().0;
+            let mut admin = connect_controller(&addrs, &Dial::plain(T)).await.unwrap().0;
             let config = admin.describe_topic_config(TOPIC).await.unwrap();
             let value = |k: &str| {
                 config
@@ -395,7 +395,7 @@ async fn remove_brokers_drains_broker_3_and_keeps_every_record() {
 
     assert!(throttled_seen > 0, "the moves ran throttled");
     assert_eq!(status.throttle, None);
-    let mut admin = connect_controller(&addrs, T).await.unwrap().0;
+    let mut admin = connect_controller(&addrs, &Dial::plain(T)).await.unwrap().0;
     let config = admin.describe_topic_config(TOPIC).await.unwrap();
     for k in [throttle::LEADER_REPLICAS, throttle::FOLLOWER_REPLICAS] {
         let v = config
@@ -406,7 +406,7 @@ async fn remove_brokers_drains_broker_3_and_keeps_every_record() {
     }
     drop(admin);
 
-    let after = read_cluster(&addrs, T).await.unwrap();
+    let after = read_cluster(&addrs, &Dial::plain(T)).await.unwrap();
     assert!(
         drained(&after, 3),
         "broker 3 still holds replicas: {after:?}"

@@ -55,6 +55,10 @@ pub const CA_KEY_KEY: &str = "ca.key";
 pub const TLS_CERT_KEY: &str = "tls.crt";
 /// Key of the broker private key in `<cluster>-broker-certs`.
 pub const TLS_KEY_KEY: &str = "tls.key";
+/// Key of the brokers' keystore in `<cluster>-broker-certs`: the private
+/// key, then the certificate, in one PEM file (Kafka's
+/// `ssl.keystore.location` with `ssl.keystore.type=PEM`).
+pub const KEYSTORE_KEY: &str = "broker.pem";
 /// Key of the clients CA certificate in `<cluster>-broker-certs`: the
 /// brokers trust it for client certificates.
 pub const CLIENTS_CA_CERT_KEY: &str = "clients-ca.crt";
@@ -172,6 +176,10 @@ pub fn broker_dns_names(cluster: &str, namespace: &str) -> Vec<String> {
     vec![
         format!("*.{brokers}"),
         format!("*.{brokers}.{CLUSTER_DOMAIN}"),
+        // the headless Service's own name resolves to every broker: the
+        // bootstrap address of a client that must not use a ClusterIP
+        brokers.clone(),
+        format!("{brokers}.{CLUSTER_DOMAIN}"),
         bootstrap.clone(),
         format!("{bootstrap}.{namespace}"),
         format!("{bootstrap}.{namespace}.svc"),

@@ -38,6 +38,15 @@ impl Default for CaPolicy {
 }
 
 impl CaPolicy {
+    /// A CA's policy as its spec (`spec.clusterCa` / `spec.clientsCa`) says;
+    /// the defaults without one.
+    pub fn of(spec: Option<&crate::crd::CertificateAuthoritySpec>) -> CaPolicy {
+        spec.map_or_else(CaPolicy::default, |s| CaPolicy {
+            validity_days: s.validity_days,
+            renewal_days: s.renewal_days,
+        })
+    }
+
     /// The policy as applied: at least one day of validity, and a renewal
     /// window shorter than the validity (otherwise every certificate would
     /// be due the moment it is made, and reissued on every reconcile).

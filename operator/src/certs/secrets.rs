@@ -28,7 +28,8 @@ use super::{
     broker_certs_secret, broker_dns_names, broker_name, clients_ca_cert_secret,
     clients_ca_key_secret, clients_ca_name, cluster_ca_cert_secret, cluster_ca_key_secret,
     cluster_ca_name, operator_issued_dn, operator_name, ClusterCerts, OperatorIdentity, Pem,
-    CA_CERT_KEY, CA_KEY_KEY, CLIENTS_CA_CERT_KEY, ORGANISATION, TLS_CERT_KEY, TLS_KEY_KEY,
+    CA_CERT_KEY, CA_KEY_KEY, CLIENTS_CA_CERT_KEY, KEYSTORE_KEY, ORGANISATION, TLS_CERT_KEY,
+    TLS_KEY_KEY,
 };
 
 /// How long the operator's own client certificate is valid (it is minted
@@ -208,7 +209,9 @@ fn not_after(cert: &str, secret: &str) -> Result<SystemTime, CertError> {
 }
 
 /// Reads the five Secrets of `kc` (namespace = kc's), creates what is
-/// missing, renews what is due, and returns what brokers mount.
+/// missing, renews what is due, and returns what brokers mount. `policy`
+/// is the cluster CA's (and the broker certificate's); the clients CA's is
+/// the spec's `clientsCa`.
 pub async fn ensure_cluster_certs(
     client: &kube::Client,
     kc: &KafkaCluster,
@@ -232,7 +235,7 @@ pub async fn ensure_cluster_certs(
             &clients_ca_cert_secret(cluster),
             &clients_ca_key_secret(cluster),
             now,
-            policy,
+            CaPolicy::of(kc.spec.clients_ca.as_ref()),
         )
         .await?;
 
@@ -274,6 +277,10 @@ pub async fn ensure_cluster_certs(
             BTreeMap::from([
                 (TLS_CERT_KEY.to_string(), broker.cert.clone()),
                 (TLS_KEY_KEY.to_string(), broker.key.clone()),
+                (
+                    KEYSTORE_KEY.to_string(),
+                    format!("{}{}", broker.key, broker.cert),
+                ),
                 (CA_CERT_KEY.to_string(), cluster_ca.cert.clone()),
                 (CLIENTS_CA_CERT_KEY.to_string(), clients_ca.cert.clone()),
             ]),

@@ -391,7 +391,8 @@ fn names_agree_with_the_cluster_s_services() {
     let names = crate::cluster::builders::Names::of(&kc).unwrap();
     let dns = broker_dns_names("demo", "ns");
     assert_eq!(dns[0], format!("*.{}.ns.svc", names.headless_service()));
-    assert_eq!(dns[2], names.bootstrap_service());
+    assert_eq!(dns[2], format!("{}.ns.svc", names.headless_service()));
+    assert_eq!(dns[4], names.bootstrap_service());
 }
 
 #[test]
@@ -411,6 +412,8 @@ fn names_follow_strimzi() {
         [
             "*.demo-brokers.ns.svc",
             "*.demo-brokers.ns.svc.cluster.local",
+            "demo-brokers.ns.svc",
+            "demo-brokers.ns.svc.cluster.local",
             "demo-bootstrap",
             "demo-bootstrap.ns",
             "demo-bootstrap.ns.svc",

@@ -27,9 +27,9 @@ use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort,
     EmptyDirVolumeSource, EnvVar, EnvVarSource, HTTPGetAction, ObjectFieldSelector,
     PersistentVolumeClaim, PersistentVolumeClaimSpec, PodAffinityTerm, PodAntiAffinity,
-    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SeccompProfile, SecurityContext, Service,
-    ServiceAccount, ServicePort, ServiceSpec, TopologySpreadConstraint, Volume, VolumeMount,
-    VolumeResourceRequirements, WeightedPodAffinityTerm,
+    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SeccompProfile, SecretVolumeSource,
+    SecurityContext, Service, ServiceAccount, ServicePort, ServiceSpec, TopologySpreadConstraint,
+    Volume, VolumeMount, VolumeResourceRequirements, WeightedPodAffinityTerm,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
@@ -39,6 +39,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 use sha2::{Digest, Sha256};
 
+use super::listeners::{self, Layout, Listener};
 use crate::crd::{
     AdvertisedAddress, KafkaCluster, KafkaRebalance, KafkaRebalanceSpec, RebalanceMode,
 };
@@ -53,8 +54,14 @@ pub const CONFIG_DIR: &str = "/etc/moldau";
 pub const CONFIG_KEY: &str = "server.properties";
 /// Pod template annotation carrying the checksum of `server.properties`.
 pub const CONFIG_HASH_ANNOTATION: &str = "moldau.io/config-hash";
+/// Pod template annotation carrying the digest of the certificates a
+/// secured cluster's brokers mount: a renewal changes it and so rolls the
+/// brokers, one at a time behind the rollout's health gates.
+pub const CERTS_DIGEST_ANNOTATION: &str = "moldau.io/certs-digest";
 /// Label naming the cluster on every child object.
 pub const CLUSTER_LABEL: &str = "moldau.io/cluster";
+/// The volume of the broker certificate Secret (secured clusters).
+const CERTS_VOLUME: &str = "broker-certs";
 /// User (and group) id the broker runs as: the images' non-root user
 /// (`USER 65532:65532` in the Dockerfile, the distroless `nonroot` convention).
 pub const BROKER_UID: i64 = 65532;
@@ -194,7 +201,7 @@ pub struct ClusterObjects {
 /// Builds every desired child of `kc`, the StatefulSet with
 /// `spec.replicas` brokers.
 pub fn desired_objects(kc: &KafkaCluster) -> Result<ClusterObjects, BuildError> {
-    desired_objects_scaled(kc, kc.spec.replicas)
+    desired_objects_scaled(kc, kc.spec.replicas, None)
 }
 
 /// Builds every desired child of `kc`, the StatefulSet with `replicas`
@@ -203,14 +210,22 @@ pub fn desired_objects(kc: &KafkaCluster) -> Result<ClusterObjects, BuildError> 
 pub fn desired_objects_scaled(
     kc: &KafkaCluster,
     replicas: i32,
+    certs_digest: Option<&str>,
 ) -> Result<ClusterObjects, BuildError> {
     let names = Names::of(kc)?;
     let owner = owner_reference(kc)?;
-    let properties = render_properties(&kc.spec.config);
+    let layout = listeners::layout(&kc.spec);
+    let mut config = kc.spec.config.clone();
+    // Configs naming a file of a mounted volume go on the command line
+    // (`broker_args`), in the pod spec beside the mount they name.
+    let (mounted, listener_config): (BTreeMap<_, _>, BTreeMap<_, _>) = layout
+        .broker_properties(&names.cluster)
+        .into_iter()
+        .partition(|(_, v)| v.starts_with(listeners::TLS_DIR));
+    config.extend(listener_config);
+    let properties = render_properties(&config);
     // a new value of a dynamic key is applied at run time, not by a roll
-    let config_hash = config_hash(&render_properties(&super::dynamic::hash_input(
-        &kc.spec.config,
-    )));
+    let config_hash = config_hash(&render_properties(&super::dynamic::hash_input(&config)));
     Ok(ClusterObjects {
         service_account: ServiceAccount {
             metadata: meta(&names, names.broker_identity(), &owner),
@@ -219,14 +234,25 @@ pub fn desired_objects_scaled(
         },
         role: broker_role(&names, &owner),
         role_binding: broker_role_binding(&names, &owner),
-        headless_service: headless_service(kc, &names, &owner),
-        bootstrap_service: bootstrap_service(kc, &names, &owner),
+        headless_service: headless_service(&layout, &names, &owner),
+        bootstrap_service: bootstrap_service(&layout, &names, &owner),
         config_map: ConfigMap {
             metadata: meta(&names, names.config_map(), &owner),
             data: Some(BTreeMap::from([(CONFIG_KEY.to_string(), properties)])),
             ..Default::default()
         },
-        stateful_set: stateful_set(kc, &names, &owner, &config_hash, replicas),
+        stateful_set: stateful_set(
+            kc,
+            &names,
+            &owner,
+            Template {
+                config_hash: &config_hash,
+                certs_digest,
+                layout: &layout,
+                mounted: &mounted,
+            },
+            replicas,
+        ),
         pdb: PodDisruptionBudget {
             metadata: meta(&names, names.pdb(), &owner),
             spec: Some(PodDisruptionBudgetSpec {
@@ -363,46 +389,53 @@ fn broker_role_binding(names: &Names, owner: &OwnerReference) -> RoleBinding {
     }
 }
 
-fn kafka_port(kc: &KafkaCluster) -> ServicePort {
+/// The Service port of a listener, named (and targeting the container port
+/// named) as the listener.
+fn listener_port(listener: &Listener) -> ServicePort {
     ServicePort {
-        name: Some("kafka".into()),
-        port: kc.spec.listener_port,
-        target_port: Some(IntOrString::String("kafka".into())),
+        name: Some(listener.port_name.clone()),
+        port: listener.port,
+        target_port: Some(IntOrString::String(listener.port_name.clone())),
         protocol: Some("TCP".into()),
         ..Default::default()
     }
 }
 
-fn headless_service(kc: &KafkaCluster, names: &Names, owner: &OwnerReference) -> Service {
+fn headless_service(layout: &Layout, names: &Names, owner: &OwnerReference) -> Service {
     Service {
         metadata: meta(names, names.headless_service(), owner),
         spec: Some(ServiceSpec {
             cluster_ip: Some("None".into()),
             publish_not_ready_addresses: Some(true),
             selector: Some(selector_labels(&names.cluster)),
-            ports: Some(vec![
-                kafka_port(kc),
-                ServicePort {
-                    name: Some("http".into()),
-                    port: BROKER_HTTP_PORT,
-                    target_port: Some(IntOrString::String("http".into())),
-                    protocol: Some("TCP".into()),
-                    ..Default::default()
-                },
-            ]),
+            ports: Some(
+                layout
+                    .all()
+                    .map(listener_port)
+                    .chain([ServicePort {
+                        name: Some("http".into()),
+                        port: BROKER_HTTP_PORT,
+                        target_port: Some(IntOrString::String("http".into())),
+                        protocol: Some("TCP".into()),
+                        ..Default::default()
+                    }])
+                    .collect(),
+            ),
             ..Default::default()
         }),
         ..Default::default()
     }
 }
 
-fn bootstrap_service(kc: &KafkaCluster, names: &Names, owner: &OwnerReference) -> Service {
+/// The bootstrap Service: the client listeners only (`REPLICATION` is the
+/// brokers', dialed per pod).
+fn bootstrap_service(layout: &Layout, names: &Names, owner: &OwnerReference) -> Service {
     Service {
         metadata: meta(names, names.bootstrap_service(), owner),
         spec: Some(ServiceSpec {
             type_: Some("ClusterIP".into()),
             selector: Some(selector_labels(&names.cluster)),
-            ports: Some(vec![kafka_port(kc)]),
+            ports: Some(layout.clients.iter().map(listener_port).collect()),
             ..Default::default()
         }),
         ..Default::default()
@@ -545,48 +578,152 @@ fn default_affinity(cluster: &str) -> Affinity {
     }
 }
 
+/// What the pod template carries besides the spec.
+struct Template<'a> {
+    /// [`config_hash`] of the restart-needing configs.
+    config_hash: &'a str,
+    /// Digest of the mounted certificates (secured clusters).
+    certs_digest: Option<&'a str>,
+    layout: &'a Layout,
+    /// Configs naming mounted files.
+    mounted: &'a BTreeMap<String, String>,
+}
+
+/// The broker's command-line arguments: the listeners, when the cluster
+/// names them (the pod IP and name are only known to the container's
+/// environment, so they cannot be in the ConfigMap), and the configs that
+/// name files of the certificate volume (`mounted`).
+fn broker_args(
+    names: &Names,
+    layout: &Layout,
+    advertised: AdvertisedAddress,
+    mounted: &BTreeMap<String, String>,
+) -> Vec<String> {
+    if !layout.needs_listener_configs() {
+        return Vec::new();
+    }
+    let files = mounted.iter().map(|(k, v)| format!("--set={k}={v}"));
+    vec![
+        format!("--set=listeners={}", layout.listeners_config()),
+        format!(
+            "--set=advertised.listeners={}",
+            layout.advertised_config(
+                &advertised_host(names, advertised),
+                &advertised_host(names, AdvertisedAddress::PodDns)
+            )
+        ),
+    ]
+    .into_iter()
+    .chain(files)
+    .collect()
+}
+
 fn stateful_set(
     kc: &KafkaCluster,
     names: &Names,
     owner: &OwnerReference,
-    hash: &str,
+    template: Template<'_>,
     replicas: i32,
 ) -> StatefulSet {
+    let layout = template.layout;
     let overrides = kc.spec.pod_template.clone().unwrap_or_default();
     let mut pod_labels = overrides.labels.clone();
     pod_labels.extend(common_labels(&names.cluster));
     let mut pod_annotations = overrides.annotations.clone();
-    pod_annotations.insert(CONFIG_HASH_ANNOTATION.into(), hash.to_string());
+    pod_annotations.insert(
+        CONFIG_HASH_ANNOTATION.into(),
+        template.config_hash.to_string(),
+    );
+    if let Some(digest) = template.certs_digest {
+        pod_annotations.insert(CERTS_DIGEST_ANNOTATION.into(), digest.to_string());
+    }
+    let advertised = listeners::advertised_address(&kc.spec);
+    let args = broker_args(names, layout, advertised, template.mounted);
+    let mut volume_mounts = vec![
+        VolumeMount {
+            name: "data".into(),
+            mount_path: DATA_DIR.into(),
+            ..Default::default()
+        },
+        VolumeMount {
+            name: "config".into(),
+            mount_path: CONFIG_DIR.into(),
+            read_only: Some(true),
+            ..Default::default()
+        },
+        VolumeMount {
+            name: "tmp".into(),
+            mount_path: "/tmp".into(),
+            ..Default::default()
+        },
+    ];
+    let mut volumes = vec![
+        Volume {
+            name: "config".into(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: names.config_map(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        Volume {
+            name: "tmp".into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Default::default()
+        },
+    ];
+    if layout.secured() {
+        volume_mounts.push(VolumeMount {
+            name: CERTS_VOLUME.into(),
+            mount_path: listeners::TLS_DIR.into(),
+            read_only: Some(true),
+            ..Default::default()
+        });
+        volumes.push(Volume {
+            name: CERTS_VOLUME.into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(crate::certs::broker_certs_secret(&names.cluster)),
+                default_mode: Some(0o440),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    }
+    let mut ports: Vec<ContainerPort> = layout
+        .all()
+        .map(|l| ContainerPort {
+            name: Some(l.port_name.clone()),
+            container_port: l.port,
+            protocol: Some("TCP".into()),
+            ..Default::default()
+        })
+        .collect();
+    ports.extend([
+        ContainerPort {
+            name: Some("controller".into()),
+            container_port: kc.spec.controller_port,
+            protocol: Some("TCP".into()),
+            ..Default::default()
+        },
+        ContainerPort {
+            name: Some("http".into()),
+            container_port: BROKER_HTTP_PORT,
+            protocol: Some("TCP".into()),
+            ..Default::default()
+        },
+    ]);
 
     let container = Container {
         name: "broker".into(),
         image: Some(kc.spec.image.clone()),
         env: Some(broker_env(
             names,
-            kc.spec.advertised_address,
-            kc.spec.listener_port,
+            advertised,
+            layout.clients[0].port,
             kc.spec.controller_port,
         )),
-        ports: Some(vec![
-            ContainerPort {
-                name: Some("kafka".into()),
-                container_port: kc.spec.listener_port,
-                protocol: Some("TCP".into()),
-                ..Default::default()
-            },
-            ContainerPort {
-                name: Some("controller".into()),
-                container_port: kc.spec.controller_port,
-                protocol: Some("TCP".into()),
-                ..Default::default()
-            },
-            ContainerPort {
-                name: Some("http".into()),
-                container_port: BROKER_HTTP_PORT,
-                protocol: Some("TCP".into()),
-                ..Default::default()
-            },
-        ]),
+        args: (!args.is_empty()).then_some(args),
+        ports: Some(ports),
         resources: kc.spec.resources.clone(),
         // A broker that exits on an error says why in its log, not in a
         // termination-log file: the log's tail becomes the container's
@@ -610,24 +747,7 @@ fn stateful_set(
             }),
             ..Default::default()
         }),
-        volume_mounts: Some(vec![
-            VolumeMount {
-                name: "data".into(),
-                mount_path: DATA_DIR.into(),
-                ..Default::default()
-            },
-            VolumeMount {
-                name: "config".into(),
-                mount_path: CONFIG_DIR.into(),
-                read_only: Some(true),
-                ..Default::default()
-            },
-            VolumeMount {
-                name: "tmp".into(),
-                mount_path: "/tmp".into(),
-                ..Default::default()
-            },
-        ]),
+        volume_mounts: Some(volume_mounts),
         ..Default::default()
     };
 
@@ -656,21 +776,7 @@ fn stateful_set(
             ..Default::default()
         }),
         containers: vec![container],
-        volumes: Some(vec![
-            Volume {
-                name: "config".into(),
-                config_map: Some(ConfigMapVolumeSource {
-                    name: names.config_map(),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
-            Volume {
-                name: "tmp".into(),
-                empty_dir: Some(EmptyDirVolumeSource::default()),
-                ..Default::default()
-            },
-        ]),
+        volumes: Some(volumes),
         node_selector: (!overrides.node_selector.is_empty())
             .then(|| overrides.node_selector.clone()),
         tolerations: (!overrides.tolerations.is_empty()).then(|| overrides.tolerations.clone()),
@@ -823,7 +929,11 @@ mod tests {
                 config: BTreeMap::from([("log.retention.ms".into(), "1000".into())]),
                 listener_port: 9092,
                 controller_port: 9091,
-                advertised_address: Default::default(),
+                advertised_address: None,
+                listeners: Vec::new(),
+                authorization: None,
+                cluster_ca: None,
+                clients_ca: None,
                 rack_topology_key: None,
                 pod_template: None,
                 rebalance: Default::default(),
@@ -941,7 +1051,7 @@ mod tests {
 
     #[test]
     fn the_statefulset_runs_the_replicas_the_scale_decides() {
-        let objs = desired_objects_scaled(&cluster(3), 5).unwrap();
+        let objs = desired_objects_scaled(&cluster(3), 5, None).unwrap();
         assert_eq!(sts_spec(&objs).replicas, Some(5));
     }
 
@@ -1314,5 +1424,120 @@ mod tests {
         assert_eq!(pod.affinity, Some(Affinity::default()));
         let tsc = &pod.topology_spread_constraints.as_ref().unwrap()[0];
         assert_eq!(tsc.topology_key, "topology.kubernetes.io/zone");
+    }
+
+    #[test]
+    fn a_secured_cluster_mounts_its_certificates_and_names_its_listeners() {
+        let mut kc = cluster(3);
+        kc.spec.listeners = serde_json::from_value(serde_json::json!([
+            {"name": "plain", "port": 9092},
+            {"name": "tls", "port": 9093, "tls": true, "authentication": {"type": "scram-sha-512"}}
+        ]))
+        .unwrap();
+        let objs = desired_objects_scaled(&kc, 3, Some("digest-1")).unwrap();
+        let c = container(&objs);
+        let args = c.args.clone().unwrap();
+        assert_eq!(
+            args[0],
+            "--set=listeners=PLAIN://$(POD_IP):9092,TLS://$(POD_IP):9093,REPLICATION://$(POD_IP):9090"
+        );
+        // a TLS listener makes the pods advertise their DNS names
+        assert_eq!(
+            args[1],
+            "--set=advertised.listeners=PLAIN://$(POD_NAME).demo-brokers.$(POD_NAMESPACE).svc:9092,TLS://$(POD_NAME).demo-brokers.$(POD_NAMESPACE).svc:9093,REPLICATION://$(POD_NAME).demo-brokers.$(POD_NAMESPACE).svc:9090"
+        );
+        let ports: Vec<(String, i32)> = c
+            .ports
+            .clone()
+            .unwrap()
+            .into_iter()
+            .map(|p| (p.name.unwrap(), p.container_port))
+            .collect();
+        assert_eq!(
+            ports,
+            [
+                ("plain".to_string(), 9092),
+                ("tls".into(), 9093),
+                ("replication".into(), 9090),
+                ("controller".into(), 9091),
+                ("http".into(), 9644)
+            ]
+        );
+        let mount = c
+            .volume_mounts
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|m| m.mount_path == listeners::TLS_DIR)
+            .expect("the certificates are mounted");
+        let pod = sts_spec(&objs).template.spec.as_ref().unwrap();
+        let volume = pod
+            .volumes
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|v| v.name == mount.name)
+            .unwrap();
+        assert_eq!(
+            volume.secret.as_ref().unwrap().secret_name.as_deref(),
+            Some("demo-broker-certs")
+        );
+        let annotations = sts_spec(&objs)
+            .template
+            .metadata
+            .as_ref()
+            .unwrap()
+            .annotations
+            .clone()
+            .unwrap();
+        assert_eq!(annotations[CERTS_DIGEST_ANNOTATION], "digest-1");
+        let properties = &objs.config_map.data.as_ref().unwrap()[CONFIG_KEY];
+        assert!(properties.contains("inter.broker.listener.name=REPLICATION"));
+        // file paths are in the pod spec, beside the mount they name
+        assert!(!properties.contains(listeners::TLS_DIR));
+        assert!(args.contains(
+            &"--set=listener.name.tls.ssl.keystore.location=/etc/moldau-tls/broker.pem".to_string()
+        ));
+        assert!(properties.contains("log.retention.ms=1000"));
+        let bootstrap: Vec<i32> = objs
+            .bootstrap_service
+            .spec
+            .as_ref()
+            .unwrap()
+            .ports
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|p| p.port)
+            .collect();
+        assert_eq!(bootstrap, [9092, 9093], "REPLICATION is not a client's");
+        let headless: Vec<i32> = objs
+            .headless_service
+            .spec
+            .as_ref()
+            .unwrap()
+            .ports
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|p| p.port)
+            .collect();
+        assert_eq!(headless, [9092, 9093, 9090, 9644]);
+        // a renewed certificate changes the template, which rolls the brokers
+        let renewed = desired_objects_scaled(&kc, 3, Some("digest-2")).unwrap();
+        assert_ne!(sts_spec(&objs).template, sts_spec(&renewed).template);
+    }
+
+    #[test]
+    fn an_unsecured_cluster_has_no_listener_arguments() {
+        let objs = desired_objects(&cluster(1)).unwrap();
+        let c = container(&objs);
+        assert_eq!(c.args, None);
+        assert!(c
+            .volume_mounts
+            .as_ref()
+            .unwrap()
+            .iter()
+            .all(|m| m.mount_path != listeners::TLS_DIR));
     }
 }

@@ -41,14 +41,16 @@ use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::brokers::{connect_admin, ready_brokers};
+use crate::brokers::{admin_port, connect_admin, dial_for, ready_brokers};
+use crate::certs;
 use crate::context::{Context, FIELD_MANAGER};
-use crate::crd::{find_condition, format_time, KafkaCluster, KafkaRebalance};
+use crate::crd::{find_condition, format_time, KafkaCluster, KafkaRebalance, ListenerStatus};
 use crate::error::{Error, Result};
 use crate::rebalance::execute::read_placement;
 
 use super::builders::{self, ClusterObjects, Names, CLUSTER_LABEL};
 use super::health::{read_replica_health, HealthView};
+use super::listeners;
 use super::membership::{read_membership, Membership};
 use super::pods::{pod_state, PodState};
 use super::rollout::{next_step, roll_pending, RolloutStep};
@@ -149,8 +151,12 @@ async fn decide_scale(
         None
     };
     let placement = if scaling::needs_placement(kc.spec.replicas, auto, current) {
-        let brokers = ready_brokers(pods, kc.spec.listener_port);
-        match read_placement(&brokers, ctx.tunables.kafka_timeout).await {
+        let brokers = ready_brokers(pods, admin_port(kc));
+        let placement = match dial_for(ctx, kc).await {
+            Ok(dial) => read_placement(&brokers, &dial).await,
+            Err(e) => Err(e),
+        };
+        match placement {
             Ok(p) => Some(p),
             Err(e) => {
                 tracing::info!(cluster = %builders::object_key(kc), error = %e,
@@ -248,12 +254,12 @@ async fn sync_dynamic_configs(
     pods: &[Pod],
     reference: &k8s_openapi::api::core::v1::ObjectReference,
 ) {
-    let brokers = ready_brokers(pods, kc.spec.listener_port);
+    let brokers = ready_brokers(pods, admin_port(kc));
     if brokers.is_empty() {
         return;
     }
     let outcome = async {
-        let (mut admin, _) = connect_admin(ctx, &brokers).await?;
+        let (mut admin, _) = connect_admin(ctx, kc, &brokers).await?;
         let current = admin.describe_broker_defaults().await?;
         let ops = super::dynamic::plan(&kc.spec.config, &current);
         if !ops.is_empty() {
@@ -322,13 +328,35 @@ async fn reconcile_inner(kc: &KafkaCluster, ctx: &Context) -> Result<Action> {
         None
     };
     if let Some(scale) = &scale {
-        let objs = builders::desired_objects_scaled(kc, scale.replicas)?;
-        if let Err(e) = apply_all(client, &ns, &objs).await {
-            tracing::warn!(cluster = %builders::object_key(kc), error = %e, "applying desired objects failed");
-            problem = Some(Problem {
-                reason: "ApplyFailed".into(),
-                message: e.to_string(),
-            });
+        let certs = if listeners::layout(&kc.spec).secured() {
+            certs::ensure_cluster_certs(
+                client,
+                kc,
+                certs::CaPolicy::of(kc.spec.cluster_ca.as_ref()),
+                std::time::SystemTime::now(),
+            )
+            .await
+            .map(|c| Some(c.digest))
+        } else {
+            Ok(None)
+        };
+        let applied = match &certs {
+            // no broker starts without its certificates
+            Err(e) => Err(Problem {
+                reason: "CertificatesUnavailable".into(),
+                message: format!("the cluster's certificates: {e}"),
+            }),
+            Ok(digest) => {
+                let objs = builders::desired_objects_scaled(kc, scale.replicas, digest.as_deref())?;
+                apply_all(client, &ns, &objs).await.map_err(|e| Problem {
+                    reason: "ApplyFailed".into(),
+                    message: e.to_string(),
+                })
+            }
+        };
+        if let Err(p) = applied {
+            tracing::warn!(cluster = %builders::object_key(kc), reason = %p.reason, error = %p.message, "applying desired objects failed");
+            problem = Some(p);
         } else if let Err(e) = change_rebalance(ctx, kc, &names, &scale.rebalance).await {
             tracing::warn!(cluster = %builders::object_key(kc), error = %e, "applying the scale's KafkaRebalance failed");
             problem = Some(Problem {
@@ -448,7 +476,19 @@ async fn reconcile_inner(kc: &KafkaCluster, ctx: &Context) -> Result<Action> {
         refusal: refusal.clone(),
         problem: problem.clone(),
         selector,
-        bootstrap_servers: builders::bootstrap_servers(&names, kc.spec.listener_port),
+        bootstrap_servers: builders::bootstrap_servers(
+            &names,
+            listeners::layout(&kc.spec).clients[0].port,
+        ),
+        listeners: listeners::layout(&kc.spec)
+            .clients
+            .iter()
+            .map(|l| ListenerStatus {
+                name: l.port_name.clone(),
+                bootstrap_servers: builders::bootstrap_servers(&names, l.port),
+                security_protocol: l.protocol().into(),
+            })
+            .collect(),
         membership,
         stall_timeout_seconds: kc.spec.rollout.stall_timeout_seconds,
     };

@@ -11,6 +11,7 @@ pub mod builders;
 pub mod controller;
 pub mod dynamic;
 pub mod health;
+pub mod listeners;
 pub mod membership;
 pub mod pods;
 pub mod restarts;

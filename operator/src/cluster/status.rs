@@ -30,7 +30,7 @@
 
 use crate::crd::{
     find_condition, merge_conditions, AutoRebalanceStatus, Condition, KafkaClusterStatus,
-    RolloutHoldStatus,
+    ListenerStatus, RolloutHoldStatus,
 };
 use crate::events::EventSpec;
 
@@ -82,6 +82,8 @@ pub struct ClusterObservation {
     pub selector: String,
     /// `status.bootstrapServers`.
     pub bootstrap_servers: String,
+    /// `status.listeners`.
+    pub listeners: Vec<ListenerStatus>,
     /// The brokers' cluster record.
     pub membership: Membership,
     /// What a scale is doing (`scaling::decide`).
@@ -499,6 +501,7 @@ pub fn cluster_status(
         updated_replicas: updated,
         selector: Some(obs.selector.clone()),
         bootstrap_servers: Some(obs.bootstrap_servers.clone()),
+        listeners: obs.listeners.clone(),
         controller: view.and_then(|v| v.controller),
         controller_epoch: view.map(|v| v.epoch),
         registered_brokers: view.map(|v| v.registered.clone()).unwrap_or_default(),
@@ -604,6 +607,7 @@ mod tests {
             problem: None,
             selector: "a=b".into(),
             bootstrap_servers: "demo-bootstrap.ns.svc:9092".into(),
+            listeners: Vec::new(),
             membership: known(Some(1), 5, &[0, 1, 2]),
             scaling: None,
             auto_rebalance: None,

@@ -4,17 +4,19 @@
 //! broker's own check (`moldau_broker::config_check`, the code
 //! `moldau-broker --check-config` runs: a misspelled key or a value the
 //! broker would refuse at start is refused here, before any broker is
-//! rolled onto it); and, again, that the broker's ports differ (the CRD's
-//! CEL rule says so too, but an older CRD may be installed). Pure; a
+//! rolled onto it); and, again, that the broker's ports differ, listeners'
+//! included, and that TLS listeners do not advertise pod IPs (the CRD's
+//! CEL rules say so too, but an older CRD may be installed). Pure; a
 //! failure becomes `ConfigAccepted=False ConfigRefused` and a `Degraded`
 //! condition with its reason and a Warning Event, never a crash, never a
 //! roll, and never `Ready=False` while the brokers serve.
 
 use std::collections::BTreeMap;
 
-use crate::crd::{KafkaClusterSpec, RESERVED_BROKER_CONFIG};
+use crate::crd::{AdvertisedAddress, KafkaClusterSpec, RESERVED_BROKER_CONFIG};
 
 use super::builders::BROKER_HTTP_PORT;
+use super::listeners;
 use super::status::Problem;
 
 /// Whether `key` looks like a Kafka config name.
@@ -38,11 +40,26 @@ pub fn bad_config_names(config: &BTreeMap<String, String>) -> Vec<String> {
 
 /// The first problem of a cluster spec, if any.
 pub fn cluster_spec_problem(spec: &KafkaClusterSpec) -> Option<Problem> {
-    let ports = [
-        ("spec.listenerPort", spec.listener_port),
-        ("spec.controllerPort", spec.controller_port),
-        ("the broker's HTTP port", BROKER_HTTP_PORT),
-    ];
+    let layout = listeners::layout(spec);
+    let names: Vec<String> = layout
+        .all()
+        .map(|l| {
+            if spec.listeners.is_empty() {
+                "spec.listenerPort".to_string()
+            } else if l.name == listeners::REPLICATION_LISTENER {
+                "the replication listener".to_string()
+            } else {
+                format!("listener {}", l.port_name)
+            }
+        })
+        .collect();
+    let mut ports: Vec<(&str, i32)> = layout
+        .all()
+        .zip(&names)
+        .map(|(l, name)| (name.as_str(), l.port))
+        .collect();
+    ports.push(("spec.controllerPort", spec.controller_port));
+    ports.push(("the broker's HTTP port", BROKER_HTTP_PORT));
     for (i, (a, pa)) in ports.iter().enumerate() {
         if let Some((b, _)) = ports[i + 1..].iter().find(|(_, pb)| pb == pa) {
             return Some(Problem {
@@ -50,6 +67,14 @@ pub fn cluster_spec_problem(spec: &KafkaClusterSpec) -> Option<Problem> {
                 message: format!("{a} and {b} are both {pa}; each needs its own port"),
             });
         }
+    }
+    if spec.advertised_address == Some(AdvertisedAddress::PodIp)
+        && spec.listeners.iter().any(|l| l.tls)
+    {
+        return Some(Problem {
+            reason: "InvalidListeners".into(),
+            message: "TLS listeners advertise the pods' DNS names, which their certificate carries: spec.advertisedAddress cannot be PodIP".into(),
+        });
     }
     let bad = bad_config_names(&spec.config);
     if !bad.is_empty() {
@@ -172,6 +197,29 @@ mod tests {
             .contains("HTTP port"));
         spec.controller_port = 9001;
         assert_eq!(cluster_spec_problem(&spec), None);
+    }
+
+    #[test]
+    fn listener_ports_must_differ_from_every_other_port() {
+        let mut spec: KafkaClusterSpec = serde_json::from_value(serde_json::json!({
+            "replicas": 1, "image": "i", "storage": {"size": "1Gi"},
+            "listeners": [{"name": "plain", "port": 9092}, {"name": "tls", "port": 9090, "tls": true}]
+        }))
+        .unwrap();
+        let p = cluster_spec_problem(&spec).unwrap();
+        assert_eq!(p.reason, "InvalidPorts");
+        assert!(
+            p.message.contains("listener tls") && p.message.contains("replication"),
+            "{}",
+            p.message
+        );
+        spec.listeners[1].port = 9093;
+        assert_eq!(cluster_spec_problem(&spec), None);
+        spec.advertised_address = Some(AdvertisedAddress::PodIp);
+        assert_eq!(
+            cluster_spec_problem(&spec).unwrap().reason,
+            "InvalidListeners"
+        );
     }
 
     #[test]

@@ -16,7 +16,9 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{Condition, RebalanceMode};
+use super::{
+    CertificateAuthoritySpec, ClusterAuthorization, Condition, ListenerSpec, RebalanceMode,
+};
 
 /// Broker config keys the operator sets itself; `spec.config` may not override them.
 pub const RESERVED_BROKER_CONFIG: &[&str] = &[
@@ -26,6 +28,11 @@ pub const RESERVED_BROKER_CONFIG: &[&str] = &[
     "advertised.listeners",
     "log.dir",
     "log.dirs",
+    "listener.security.protocol.map",
+    "inter.broker.listener.name",
+    "security.inter.broker.protocol",
+    "authorizer.class.name",
+    "super.users",
 ];
 
 /// Desired state of a Moldau cluster.
@@ -60,7 +67,10 @@ pub const RESERVED_BROKER_CONFIG: &[&str] = &[
     validation = Rule::new("self.metadata.name.size() <= 52").message("metadata.name must be at most 52 characters (StatefulSet and Service names derive from it)"),
     validation = Rule::new("self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')").message("metadata.name must be a DNS-1035 label (lower case letters, digits, '-', starting with a letter)"),
     validation = Rule::new("self.spec.controllerPort != self.spec.listenerPort").message("spec.controllerPort must differ from spec.listenerPort"),
-    validation = Rule::new("self.spec.controllerPort != 9644 && self.spec.listenerPort != 9644").message("spec.listenerPort and spec.controllerPort must differ from the broker's HTTP port 9644")
+    validation = Rule::new("self.spec.controllerPort != 9644 && self.spec.listenerPort != 9644").message("spec.listenerPort and spec.controllerPort must differ from the broker's HTTP port 9644"),
+    validation = Rule::new("!has(self.spec.listeners) || self.spec.listeners.all(l, l.port != self.spec.controllerPort && l.port != 9644 && l.port != 9090)").message("spec.listeners ports must differ from spec.controllerPort, the broker's HTTP port 9644 and the replication listener's port 9090"),
+    validation = Rule::new("!has(self.spec.listeners) || self.spec.listeners.all(l, self.spec.listeners.exists_one(m, m.name == l.name) && self.spec.listeners.exists_one(m, m.port == l.port))").message("spec.listeners names and ports must be unique"),
+    validation = Rule::new("!has(self.spec.advertisedAddress) || self.spec.advertisedAddress != 'PodIP' || !has(self.spec.listeners) || !self.spec.listeners.exists(l, l.tls)").message("TLS listeners advertise the pods' DNS names (the names their certificate carries): spec.advertisedAddress cannot be PodIP")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct KafkaClusterSpec {
@@ -78,7 +88,8 @@ pub struct KafkaClusterSpec {
     /// Broker config overrides, with Kafka config names (e.g. `log.retention.ms`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub config: BTreeMap<String, String>,
-    /// Kafka listener port of every broker.
+    /// Kafka listener port of every broker when `listeners` is not given
+    /// (one PLAINTEXT listener).
     #[serde(default = "default_listener_port")]
     #[schemars(range(min = 1, max = 65535))]
     pub listener_port: i32,
@@ -88,12 +99,31 @@ pub struct KafkaClusterSpec {
     #[schemars(range(min = 1, max = 65535))]
     pub controller_port: i32,
     /// The address each broker advertises to clients and to the other
-    /// brokers. `PodIP` (the default for now): the pod's IP, which changes
-    /// when the pod is recreated. `PodDNS`: its stable name through the
-    /// headless Service, `<pod>.<cluster>-brokers.<namespace>.svc`, the name a
-    /// certificate can carry; needs cluster DNS (a cluster's DNS add-on).
-    #[serde(default)]
-    pub advertised_address: AdvertisedAddress,
+    /// brokers. `PodIP`: the pod's IP, which changes when the pod is
+    /// recreated. `PodDNS`: its stable name through the headless Service,
+    /// `<pod>.<cluster>-brokers.<namespace>.svc`, the name a certificate
+    /// can carry; needs cluster DNS (a cluster's DNS add-on). Default:
+    /// `PodDNS` when a listener has TLS, else `PodIP` (for now).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub advertised_address: Option<AdvertisedAddress>,
+    /// Client listeners (at most 8). Absent: one PLAINTEXT listener on
+    /// `listenerPort`. With a TLS or authenticated listener, or with
+    /// `authorization`, the brokers also serve `replication` on port 9090:
+    /// mutual TLS with certificates the cluster CA signs, which brokers and
+    /// the operator use and nothing else can.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    pub listeners: Vec<ListenerSpec>,
+    /// ACL authorization; absent: every client may do everything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authorization: Option<ClusterAuthorization>,
+    /// The cluster CA, which signs the brokers' certificates (and the
+    /// operator's): its validity and renewal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_ca: Option<CertificateAuthoritySpec>,
+    /// The clients CA, which signs `KafkaUser` certificates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clients_ca: Option<CertificateAuthoritySpec>,
     /// Node label that names a broker's rack, e.g. `topology.kubernetes.io/zone`.
     /// Brokers are spread evenly across its values.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -262,9 +292,13 @@ pub struct KafkaClusterStatus {
     /// Label selector of the broker pods (for the scale subresource).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<String>,
-    /// Comma-separated `host:port` list for clients inside the cluster.
+    /// Comma-separated `host:port` list for clients inside the cluster
+    /// (the first listener's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bootstrap_servers: Option<String>,
+    /// Each client listener: its bootstrap address and security protocol.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub listeners: Vec<ListenerStatus>,
     /// Node id of the active controller, as the brokers' cluster record
     /// names it; absent while no controller has been elected.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -284,6 +318,19 @@ pub struct KafkaClusterStatus {
     /// held.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout_hold: Option<RolloutHoldStatus>,
+}
+
+/// A client listener as clients in the cluster reach it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ListenerStatus {
+    /// The listener's name (`spec.listeners[].name`; `kafka` without them).
+    pub name: String,
+    /// `host:port` through the bootstrap Service.
+    pub bootstrap_servers: String,
+    /// Kafka's security protocol: `PLAINTEXT`, `SSL`, `SASL_PLAINTEXT` or
+    /// `SASL_SSL`.
+    pub security_protocol: String,
 }
 
 /// A rolling restart waiting at a health gate.

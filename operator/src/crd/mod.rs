@@ -12,6 +12,7 @@
 
 mod cluster;
 mod condition;
+mod listener;
 mod quota;
 mod rebalance;
 mod retention;
@@ -20,6 +21,7 @@ mod user;
 
 pub use cluster::*;
 pub use condition::*;
+pub use listener::*;
 pub use quota::*;
 pub use rebalance::*;
 pub use retention::*;

@@ -26,8 +26,8 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Request, StrBytes};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
+use super::dial::{BrokerStream, Dial};
 use super::metadata::{BrokerInfo, ClusterMetadata, PartitionInfo, TopicMetadata};
 use super::reassign::{self, OngoingReassignment, PartitionError, Reassignment};
 use super::wire::{self, ApiVersions};
@@ -68,7 +68,7 @@ pub enum ConfigOp {
 /// An admin connection to one broker.
 pub struct AdminClient {
     addr: String,
-    stream: TcpStream,
+    stream: Box<dyn BrokerStream>,
     correlation_id: i32,
     versions: ApiVersions,
     timeout: Duration,
@@ -100,21 +100,18 @@ impl AdminClient {
     /// Connects to `addr` (a broker pod IP and listener port) and negotiates
     /// API versions. `timeout` bounds every network step.
     pub async fn connect(addr: SocketAddr, timeout: Duration) -> Result<Self, KafkaError> {
-        let name = addr.to_string();
-        let stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
-            .await
-            .map_err(|_| KafkaError::Timeout(name.clone()))?
-            .map_err(|source| KafkaError::Io {
-                addr: name.clone(),
-                source,
-            })?;
-        let _ = stream.set_nodelay(true);
+        Self::dial(addr, &Dial::plain(timeout)).await
+    }
+
+    /// [`AdminClient::connect`] as `dial` says (TLS for a secured cluster).
+    pub async fn dial(addr: SocketAddr, dial: &Dial) -> Result<Self, KafkaError> {
+        let stream = super::dial::open(addr, dial).await?;
         let mut client = AdminClient {
-            addr: name,
+            addr: addr.to_string(),
             stream,
             correlation_id: 0,
             versions: ApiVersions::default(),
-            timeout,
+            timeout: dial.timeout,
         };
         client.versions = client.api_versions().await?;
         Ok(client)

@@ -1,5 +1,5 @@
 //! A small async Kafka admin client on the `kafka-protocol` crate over a tokio
-//! `TcpStream`: ApiVersions, Metadata, CreateTopics, CreatePartitions,
+//! `TcpStream` (or TLS over one, `dial`): ApiVersions, Metadata, CreateTopics, CreatePartitions,
 //! DescribeConfigs, IncrementalAlterConfigs, DeleteTopics, and for
 //! rebalancing AlterPartitionReassignments, ListPartitionReassignments,
 //! DescribeLogDirs and ElectLeaders; DescribeClientQuotas and
@@ -15,6 +15,7 @@
 
 pub mod acl;
 pub mod admin;
+pub mod dial;
 pub mod metadata;
 pub mod quota;
 pub mod reassign;
@@ -22,6 +23,7 @@ pub mod scram;
 pub mod wire;
 
 pub use admin::{AdminClient, ConfigEntry, ConfigOp};
+pub use dial::{Dial, TlsDial};
 pub use metadata::{BrokerInfo, ClusterMetadata, PartitionInfo, TopicMetadata};
 pub use reassign::{OngoingReassignment, PartitionError, Reassignment};
 
@@ -45,6 +47,9 @@ pub enum KafkaError {
     /// The bytes on the wire did not make sense.
     #[error("protocol error: {0}")]
     Protocol(String),
+    /// The TLS material to dial a secured cluster is missing or unusable.
+    #[error("TLS to the brokers: {0}")]
+    Tls(String),
     /// The broker does not implement a version of this API that we speak.
     #[error("broker does not support {0}")]
     Unsupported(&'static str),

@@ -16,7 +16,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{watcher, Controller};
 use kube::ResourceExt;
 
-use crate::brokers::{connect_admin, ready_brokers};
+use crate::brokers::{admin_port, connect_admin, ready_brokers};
 use crate::cluster::builders::selector_string;
 use crate::context::Context;
 use crate::crd::{
@@ -153,7 +153,7 @@ async fn reconcile_cluster(ctx: &Context, kq: &KafkaQuota) -> Result<(bool, bool
         let list = pods
             .list(&ListParams::default().labels(&selector_string(cluster)))
             .await?;
-        let brokers = ready_brokers(&list.items, kc.spec.listener_port);
+        let brokers = ready_brokers(&list.items, admin_port(kc));
         if brokers.is_empty() {
             problem = Some((
                 "NoBrokerReady",
@@ -161,7 +161,7 @@ async fn reconcile_cluster(ctx: &Context, kq: &KafkaQuota) -> Result<(bool, bool
             ));
         } else {
             let outcome = async {
-                let (mut admin, _) = connect_admin(ctx, &brokers).await?;
+                let (mut admin, _) = connect_admin(ctx, kc, &brokers).await?;
                 sync_quotas(&mut admin, &all).await
             }
             .await;

@@ -18,7 +18,7 @@ use kube::runtime::controller::Action as Requeued;
 use kube::runtime::{watcher, Controller};
 use kube::{Resource, ResourceExt};
 
-use crate::brokers::ready_brokers;
+use crate::brokers::{admin_port, dial_for, ready_brokers};
 use crate::cluster::builders::selector_string;
 use crate::context::Context;
 use crate::crd::{
@@ -26,6 +26,7 @@ use crate::crd::{
     STOP_ANNOTATION,
 };
 use crate::error::{Error, Result};
+use crate::kafka::Dial;
 
 use super::execute::{perform, read_cluster};
 use super::lifecycle::{self, annotation_true, Action, Observation, Request, Requeue};
@@ -53,11 +54,13 @@ pub fn status_patch(status: &KafkaRebalanceStatus) -> serde_json::Value {
     serde_json::json!({ "status": value })
 }
 
-/// What the cluster looks like, and the broker addresses to act through.
+/// What the cluster looks like, and the broker addresses to act through
+/// and how to dial them.
 async fn observe(
     ctx: &Context,
     kr: &KafkaRebalance,
-) -> Result<(Observation, Vec<(i32, SocketAddr)>)> {
+) -> Result<(Observation, Vec<(i32, SocketAddr)>, Dial)> {
+    let plain = || Dial::plain(ctx.tunables.kafka_timeout);
     let ns = kr
         .namespace()
         .ok_or(Error::MissingField("metadata.namespace"))?;
@@ -69,12 +72,14 @@ async fn observe(
             return Ok((
                 Observation::ClusterNotFound(format!("KafkaCluster {ns}/{name} is being deleted")),
                 Vec::new(),
+                plain(),
             ))
         }
         None => {
             return Ok((
                 Observation::ClusterNotFound(format!("KafkaCluster {ns}/{name} does not exist")),
                 Vec::new(),
+                plain(),
             ))
         }
     };
@@ -82,20 +87,32 @@ async fn observe(
     let list = pods
         .list(&ListParams::default().labels(&selector_string(name)))
         .await?;
-    let brokers = ready_brokers(&list.items, kc.spec.listener_port);
+    let brokers = ready_brokers(&list.items, admin_port(&kc));
     if brokers.is_empty() {
         return Ok((
             Observation::Unavailable(format!(
                 "no Ready broker pod with an IP in KafkaCluster {ns}/{name}"
             )),
             brokers,
+            plain(),
         ));
     }
-    match read_cluster(&brokers, ctx.tunables.kafka_timeout).await {
-        Ok(c) => Ok((Observation::Cluster(c), brokers)),
+    let dial = match dial_for(ctx, &kc).await {
+        Ok(dial) => dial,
+        Err(e) => {
+            return Ok((
+                Observation::Unavailable(format!("reaching KafkaCluster {ns}/{name}: {e}")),
+                brokers,
+                plain(),
+            ))
+        }
+    };
+    match read_cluster(&brokers, &dial).await {
+        Ok(c) => Ok((Observation::Cluster(c), brokers, dial)),
         Err(e) => Ok((
             Observation::Unavailable(format!("reading KafkaCluster {ns}/{name}: {e}")),
             brokers,
+            dial,
         )),
     }
 }
@@ -140,19 +157,19 @@ async fn apply(kr: Arc<KafkaRebalance>, ctx: Arc<Context>) -> Result<Requeued> {
         stop_annotation: annotation_true(annotations.get(STOP_ANNOTATION)),
         generation: kr.metadata.generation,
     };
-    let (observed, brokers) = observe(&ctx, &kr).await?;
+    let (observed, brokers, dial) = observe(&ctx, &kr).await?;
     let now = format_time(k8s_openapi::jiff::Timestamp::now());
     let old = kr.status.as_ref();
     let mut step = lifecycle::next(&req, old, &observed, &now);
     if step.action != Action::None || step.throttle.is_some() {
-        match perform(&step, &brokers, ctx.tunables.kafka_timeout).await {
+        match perform(&step, &brokers, &dial).await {
             Ok(refused) if refused.is_empty() => {
                 tracing::info!(rebalance = %kr.name_any(), namespace = %ns,
                     cluster = %kr.spec.cluster, throttle = ?step.throttle, "{}", describe(&step.action));
             }
             Ok(refused) => {
                 step = lifecycle::refused(&req, old, &step, &refused, &now);
-                if let Err(e) = perform(&step, &brokers, ctx.tunables.kafka_timeout).await {
+                if let Err(e) = perform(&step, &brokers, &dial).await {
                     tracing::warn!(rebalance = %kr.name_any(), namespace = %ns, error = %e,
                         "removing the throttle of a refused rebalance failed; retrying");
                     step = unavailable(&req, old, &e, &now);

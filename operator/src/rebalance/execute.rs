@@ -9,10 +9,9 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use crate::kafka::{
-    codes, reassign, AdminClient, ClusterMetadata, ConfigOp, KafkaError, OngoingReassignment,
+    codes, reassign, AdminClient, ClusterMetadata, ConfigOp, Dial, KafkaError, OngoingReassignment,
     PartitionError,
 };
 
@@ -100,9 +99,9 @@ pub fn placement_of(meta: &ClusterMetadata, ongoing: &[OngoingReassignment]) -> 
 /// Reads [`placement_of`] the cluster through its controller.
 pub async fn read_placement(
     addrs: &[(i32, SocketAddr)],
-    timeout: Duration,
+    dial: &Dial,
 ) -> Result<Placement, KafkaError> {
-    let mut admin = connect_controller(addrs, timeout).await?.0;
+    let mut admin = connect_controller(addrs, dial).await?.0;
     let meta = admin.metadata(None).await?;
     let ongoing = admin.list_partition_reassignments().await?;
     Ok(placement_of(&meta, &ongoing))
@@ -114,9 +113,9 @@ pub async fn read_placement(
 /// missing and the plan skewed).
 pub async fn read_cluster(
     addrs: &[(i32, SocketAddr)],
-    timeout: Duration,
+    dial: &Dial,
 ) -> Result<ObservedCluster, KafkaError> {
-    let mut admin = connect_controller(addrs, timeout).await?.0;
+    let mut admin = connect_controller(addrs, dial).await?.0;
     let meta = admin.metadata(None).await?;
     let ongoing = admin.list_partition_reassignments().await?;
     let names: Vec<String> = meta.topics.iter().map(|t| t.name.clone()).collect();
@@ -129,7 +128,7 @@ pub async fn read_cluster(
     let mut sizes = Vec::new();
     for b in &meta.brokers {
         if let Some((_, addr)) = addrs.iter().find(|(id, _)| *id == b.node_id) {
-            let mut one = AdminClient::connect(*addr, timeout).await?;
+            let mut one = AdminClient::dial(*addr, dial).await?;
             sizes.push(one.describe_log_dirs().await?);
         }
     }
@@ -181,12 +180,12 @@ pub async fn apply_throttle(
 pub async fn perform(
     step: &Step,
     addrs: &[(i32, SocketAddr)],
-    timeout: Duration,
+    dial: &Dial,
 ) -> Result<Vec<PartitionError>, KafkaError> {
     if step.action == Action::None && step.throttle.is_none() {
         return Ok(Vec::new());
     }
-    let mut admin = connect_controller(addrs, timeout).await?.0;
+    let mut admin = connect_controller(addrs, dial).await?.0;
     let throttle_first = matches!(step.action, Action::Submit(_));
     if throttle_first {
         if let Some(change) = &step.throttle {

@@ -26,7 +26,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{watcher, Controller};
 use kube::{Resource, ResourceExt};
 
-use crate::brokers::{connect_admin, ready_brokers};
+use crate::brokers::{admin_port, connect_admin, ready_brokers};
 use crate::cluster::builders::{owner_reference, selector_string};
 use crate::context::{Context, FIELD_MANAGER};
 use crate::crd::{
@@ -299,7 +299,7 @@ async fn reconcile_cluster(ctx: &Context, kp: &KafkaRetentionPolicy) -> Result<O
         let list = pods
             .list(&ListParams::default().labels(&selector_string(cluster)))
             .await?;
-        let brokers = ready_brokers(&list.items, kc.spec.listener_port);
+        let brokers = ready_brokers(&list.items, admin_port(kc));
         if brokers.is_empty() {
             problem = Some((
                 "NoBrokerReady",
@@ -374,7 +374,7 @@ async fn apply_cluster(
     let topics: Api<KafkaTopic> = Api::namespaced(ctx.client.clone(), &ns);
     let managed = managed_topics(&topics.list(&ListParams::default()).await?.items, &cluster);
     let records = read_records(ctx, &ns, &cluster).await?;
-    let (mut admin, _) = connect_admin(ctx, brokers).await?;
+    let (mut admin, _) = connect_admin(ctx, kc, brokers).await?;
     let mut view = ClusterView {
         overrides: observe(&mut admin).await?,
         managed,

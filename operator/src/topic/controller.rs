@@ -32,7 +32,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{watcher, Controller};
 use kube::{Resource, ResourceExt};
 
-use crate::brokers::{connect_admin, ready_brokers};
+use crate::brokers::{admin_port, connect_admin, ready_brokers};
 use crate::cluster::builders::{selector_string, Names};
 use crate::cluster::membership::read_membership;
 use crate::cluster::status::Problem;
@@ -89,8 +89,14 @@ pub fn conflicting_owner(me: &KafkaTopic, all: &[KafkaTopic]) -> Option<String> 
 enum Target {
     /// Ready brokers (id, pod address), lowest id first, never empty; the
     /// brokers registered with the controller, when the record is known;
-    /// and the cluster's default replication factor.
-    Broker(Vec<(i32, SocketAddr)>, Option<usize>, i32),
+    /// the cluster's default replication factor; and the cluster (how to
+    /// dial it).
+    Broker(
+        Vec<(i32, SocketAddr)>,
+        Option<usize>,
+        i32,
+        Box<KafkaCluster>,
+    ),
     Unavailable(Problem),
     /// The cluster does not exist or is being deleted.
     Gone(Problem),
@@ -118,7 +124,7 @@ async fn target(ctx: &Context, kt: &KafkaTopic) -> Result<Target> {
     let list = pods
         .list(&ListParams::default().labels(&selector_string(cluster_name)))
         .await?;
-    let brokers = ready_brokers(&list.items, kc.spec.listener_port);
+    let brokers = ready_brokers(&list.items, admin_port(&kc));
     if brokers.is_empty() {
         return Ok(Target::Unavailable(Problem {
             reason: "NoBrokerReady".into(),
@@ -130,7 +136,12 @@ async fn target(ctx: &Context, kt: &KafkaTopic) -> Result<Target> {
         .await?
         .registered_count();
     let default_rf = default_replication_factor(&kc.spec.config);
-    Ok(Target::Broker(brokers, registered, default_rf))
+    Ok(Target::Broker(
+        brokers,
+        registered,
+        default_rf,
+        Box::new(kc),
+    ))
 }
 
 fn action_event(action: &TopicAction, topic: &str) -> (&'static str, String) {
@@ -248,8 +259,10 @@ async fn apply_topic(kt: Arc<KafkaTopic>, ctx: Arc<Context>) -> Result<Action> {
         write_status(&ctx, &kt, &reference, None, &[p], None, None).await?;
         return Ok(Action::requeue(ctx.tunables.topic_resync));
     }
-    let (brokers, registered, default_rf) = match target(&ctx, &kt).await? {
-        Target::Broker(brokers, registered, default_rf) => (brokers, registered, default_rf),
+    let (brokers, registered, default_rf, kc) = match target(&ctx, &kt).await? {
+        Target::Broker(brokers, registered, default_rf, kc) => {
+            (brokers, registered, default_rf, kc)
+        }
         Target::Unavailable(p) | Target::Gone(p) => {
             write_status(&ctx, &kt, &reference, None, &[p], None, None).await?;
             return Ok(Action::requeue(ctx.tunables.retry));
@@ -261,7 +274,7 @@ async fn apply_topic(kt: Arc<KafkaTopic>, ctx: Arc<Context>) -> Result<Action> {
     let mut spec = kt.spec.clone();
     spec.config = resolved.config;
     let mut addr = brokers[0].1;
-    let outcome = match connect_admin(&ctx, &brokers).await {
+    let outcome = match connect_admin(&ctx, &kc, &brokers).await {
         Ok((mut admin, controller)) => {
             addr = controller;
             match sync_topic(&mut admin, &name, &spec, registered, default_rf).await {
@@ -351,8 +364,8 @@ async fn cleanup_topic(kt: Arc<KafkaTopic>, ctx: Arc<Context>) -> Result<Action>
             "cannot delete topic {name} yet: {}",
             p.message
         ))),
-        Target::Broker(brokers, _, _) => {
-            let (mut admin, _) = connect_admin(&ctx, &brokers).await?;
+        Target::Broker(brokers, _, _, kc) => {
+            let (mut admin, _) = connect_admin(&ctx, &kc, &brokers).await?;
             admin.delete_topic(&name).await?;
             ctx.events
                 .normal(

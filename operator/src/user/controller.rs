@@ -38,7 +38,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{watcher, Controller};
 use kube::{Resource, ResourceExt};
 
-use crate::brokers::{connect_admin, ready_brokers};
+use crate::brokers::{admin_port, connect_admin, ready_brokers};
 use crate::certs::inspect::cert_info;
 use crate::certs::issue::issue_leaf;
 use crate::certs::plan::{needs_write, CaPolicy, Decision};
@@ -312,13 +312,17 @@ async fn write_status(ctx: &Context, ku: &KafkaUser, status: KafkaUserStatus) ->
     }
 }
 
+/// The Ready brokers of a user's cluster (and the cluster, which says how
+/// to dial them).
+type ClusterBrokers = (Vec<(i32, std::net::SocketAddr)>, KafkaCluster);
+
 /// Problems of the cluster that keep anything from being applied, and
 /// the Ready brokers otherwise.
 async fn cluster_brokers(
     ctx: &Context,
     ns: &str,
     cluster: &str,
-) -> Result<std::result::Result<Vec<(i32, std::net::SocketAddr)>, (&'static str, String)>> {
+) -> Result<std::result::Result<ClusterBrokers, (&'static str, String)>> {
     let clusters: Api<KafkaCluster> = Api::namespaced(ctx.client.clone(), ns);
     let kc = match clusters.get_opt(cluster).await? {
         None => {
@@ -339,14 +343,14 @@ async fn cluster_brokers(
     let list = pods
         .list(&ListParams::default().labels(&selector_string(cluster)))
         .await?;
-    let brokers = ready_brokers(&list.items, kc.spec.listener_port);
+    let brokers = ready_brokers(&list.items, admin_port(&kc));
     if brokers.is_empty() {
         return Ok(Err((
             "NoBrokerReady",
             format!("no Ready broker pod with an IP in KafkaCluster {ns}/{cluster}"),
         )));
     }
-    Ok(Ok(brokers))
+    Ok(Ok((brokers, kc)))
 }
 
 async fn apply_secret(ctx: &Context, ns: &str, secret: &Secret) -> Result<()> {
@@ -406,12 +410,12 @@ async fn apply_user(
     // the password is kept before it is applied: a generated one must
     // survive a failure between the two
     apply_secret(ctx, &ns, &user_secret(ku, &password, applied.as_deref())).await?;
-    let brokers = match cluster_brokers(ctx, &ns, &ku.spec.cluster_ref).await? {
+    let (brokers, kc) = match cluster_brokers(ctx, &ns, &ku.spec.cluster_ref).await? {
         Ok(b) => b,
         Err(problem) => return Ok(Err(problem)),
     };
     let outcome = async {
-        let (mut admin, _) = connect_admin(ctx, &brokers).await?;
+        let (mut admin, _) = connect_admin(ctx, &kc, &brokers).await?;
         sync_user(
             &mut admin,
             &user,
@@ -499,7 +503,8 @@ async fn apply_tls_user(
             )))
         }
     };
-    // the clusters' policy is not configurable yet: Strimzi's defaults
+    // a user certificate's validity: Strimzi's defaults (365 days, renewed
+    // 30 before the end), never past the clients CA's own end
     let policy = CaPolicy::default();
     let now = SystemTime::now();
     let own_data = own.map(secret_data);
@@ -527,7 +532,8 @@ async fn apply_tls_user(
         Err(problem) => return Ok(Err(problem)),
     };
     let outcome = async {
-        let (mut admin, _) = connect_admin(ctx, &brokers).await?;
+        let (brokers, kc) = &brokers;
+        let (mut admin, _) = connect_admin(ctx, kc, brokers).await?;
         sync_tls_user(&mut admin, &user, desired).await
     }
     .await;
@@ -550,13 +556,13 @@ async fn cleanup_user(ctx: &Context, ku: &KafkaUser) -> Result<()> {
     let ns = ku
         .namespace()
         .ok_or(Error::MissingField("metadata.namespace"))?;
-    let brokers = match cluster_brokers(ctx, &ns, &ku.spec.cluster_ref).await? {
+    let (brokers, kc) = match cluster_brokers(ctx, &ns, &ku.spec.cluster_ref).await? {
         Ok(b) => b,
         // nothing left to remove from
         Err(("ClusterNotFound" | "ClusterDeleting", _)) => return Ok(()),
         Err((_, message)) => return Err(Error::Finalizer(message)),
     };
-    let (mut admin, _) = connect_admin(ctx, &brokers).await?;
+    let (mut admin, _) = connect_admin(ctx, &kc, &brokers).await?;
     remove_user(&mut admin, &ku.name_any()).await?;
     Ok(())
 }

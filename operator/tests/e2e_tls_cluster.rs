@@ -1,0 +1,428 @@
+//! A secured cluster end to end (issue 38), on the network-namespace plane
+//! where cluster DNS serves the brokers' names ([`moldau_e2e::netns_plane`]):
+//! the operator, three brokers and the clients (confluent-kafka) all run
+//! in the namespace.
+//!
+//! The `KafkaCluster` has a SASL_SSL listener (SCRAM-SHA-512) and an mTLS
+//! listener, and ACL authorization. The operator creates the cluster and
+//! clients CAs and the broker certificate, the brokers replicate over their
+//! own mutual-TLS listener, and the operator manages a topic through it.
+//! Then, with the CA certificate from its Secret as the clients' only trust:
+//! - `alice` (SCRAM, a `KafkaUser`) writes with `acks=all` and reads back
+//!   the topic her ACLs name, and is refused the one they do not;
+//! - a wrong password, and a client that does not trust the cluster CA,
+//!   are refused;
+//! - `bob` (a `KafkaUser` with a certificate the clients CA signs) reads
+//!   over mTLS and may not write;
+//! - deleting `alice` removes her credentials: she can no longer log in.
+
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use base64::Engine;
+use moldau_e2e::netns_plane::{poll_until, NetnsPlane};
+use moldau_e2e::paths;
+use moldau_operator::certs::issue::new_ca;
+use serde_json::json;
+
+const NS: &str = "tls-e2e";
+const CLUSTER: &str = "secure";
+
+/// The headless Service's name: it resolves to the brokers' pod IPs (a
+/// ClusterIP Service's address is never dialed in tests) and the broker
+/// certificate names it.
+fn bootstrap(port: u16) -> String {
+    format!("{CLUSTER}-brokers.{NS}.svc:{port}")
+}
+
+fn kubectl_json(plane: &NetnsPlane, args: &[&str]) -> Result<serde_json::Value> {
+    let mut all = args.to_vec();
+    all.extend(["-o", "json"]);
+    Ok(serde_json::from_str(&plane.kubectl_ok(&all)?)?)
+}
+
+/// A key of a Secret, decoded, once it exists.
+fn secret_key(plane: &NetnsPlane, secret: &str, key: &str) -> Result<Option<String>> {
+    let out = plane.kubectl(&["-n", NS, "get", "secret", secret, "-o", "json"])?;
+    if !out.status.success() {
+        return Ok(None);
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let Some(b64) = v["data"][key].as_str() else {
+        return Ok(None);
+    };
+    let bytes = base64::engine::general_purpose::STANDARD.decode(b64)?;
+    Ok(Some(String::from_utf8(bytes)?))
+}
+
+fn write_file(plane: &NetnsPlane, name: &str, text: &str) -> Result<String> {
+    let path = plane.logs_dir().join(name);
+    std::fs::write(&path, text)?;
+    Ok(path.to_string_lossy().into_owned())
+}
+
+/// The client script (confluent-kafka from the repository's venv; see its
+/// doc for why not kcat): stdout on success, else its errors.
+fn client(plane: &NetnsPlane, config: &serde_json::Value, args: &[&str]) -> Result<String> {
+    let root = paths::e2e_dir().join("..");
+    let python = root.join(".venv/bin/python");
+    let script = root.join("operator/tests/clients/kafka_client.py");
+    let mut cmd = Command::new(python);
+    cmd.arg(script).arg(config.to_string()).args(args);
+    let out = plane.exec(&cmd, Duration::from_secs(90))?;
+    if !out.status.success() {
+        bail!(
+            "{} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Client settings of one identity.
+struct Client {
+    config: serde_json::Value,
+}
+
+impl Client {
+    fn scram(ca: &str, user: &str, password: &str) -> Self {
+        Client {
+            config: json!({
+                "bootstrap.servers": bootstrap(9093),
+                "security.protocol": "SASL_SSL",
+                "sasl.mechanisms": "SCRAM-SHA-512",
+                "sasl.username": user,
+                "sasl.password": password,
+                "ssl.ca.location": ca,
+            }),
+        }
+    }
+
+    fn mtls(ca: &str, cert: &str, key: &str) -> Self {
+        Client {
+            config: json!({
+                "bootstrap.servers": bootstrap(9094),
+                "security.protocol": "SSL",
+                "ssl.ca.location": ca,
+                "ssl.certificate.location": cert,
+                "ssl.key.location": key,
+            }),
+        }
+    }
+
+    fn produce(&self, plane: &NetnsPlane, topic: &str, records: &str) -> Result<()> {
+        let file = write_file(plane, &format!("records-{topic}.txt"), records)?;
+        client(plane, &self.config, &["produce", topic, &file])?;
+        Ok(())
+    }
+
+    fn consume(
+        &self,
+        plane: &NetnsPlane,
+        topic: &str,
+        group: &str,
+        count: usize,
+    ) -> Result<Vec<String>> {
+        let out = client(
+            plane,
+            &self.config,
+            &["consume", topic, group, &count.to_string()],
+        )?;
+        let mut lines: Vec<String> = out.lines().map(String::from).collect();
+        lines.sort();
+        Ok(lines)
+    }
+
+    fn metadata(&self, plane: &NetnsPlane) -> Result<String> {
+        client(plane, &self.config, &["metadata"])
+    }
+}
+
+fn apply(plane: &NetnsPlane, name: &str, object: serde_json::Value) -> Result<()> {
+    let file = write_file(plane, &format!("{name}.json"), &object.to_string())?;
+    plane.kubectl_ok(&["apply", "-f", &file])?;
+    Ok(())
+}
+
+fn topic(name: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "moldau.io/v1alpha1", "kind": "KafkaTopic",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"clusterRef": CLUSTER, "partitions": 3, "replicationFactor": 3},
+    })
+}
+
+fn operator_log_tail(plane: &NetnsPlane) -> String {
+    let log = std::fs::read_to_string(plane.logs_dir().join("operator.log")).unwrap_or_default();
+    let tail: Vec<String> = log
+        .lines()
+        .rev()
+        .take(20)
+        .map(|l| l.chars().take(400).collect())
+        .collect();
+    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+}
+
+#[test]
+fn a_tls_scram_cluster_serves_its_users_as_their_acls_say() -> Result<()> {
+    if !paths::e2e_enabled() {
+        return Ok(());
+    }
+    let runner = paths::workspace_bin("moldau-e2e", "moldau-podrunner");
+    let broker = paths::workspace_bin("moldau-broker", "moldau-broker");
+    let plane = NetnsPlane::up(&runner, &[("moldau/broker", broker.as_path())])?;
+    plane.apply_repo_crds()?;
+    plane.kubectl_ok(&["create", "namespace", NS])?;
+    let mut operator = Command::new(env!("CARGO_BIN_EXE_moldau-operator"));
+    operator
+        .env("KUBECONFIG", plane.kubeconfig())
+        .env("RUST_LOG", "info,kube=warn")
+        .args([
+            "--namespace",
+            NS,
+            "--watch-namespace",
+            NS,
+            "--identity",
+            "op-tls",
+        ])
+        .args([
+            "--http-listen",
+            "127.0.0.1:18081",
+            "--cluster-resync",
+            "5",
+            "--retry",
+            "2",
+        ]);
+    let mut operator = plane.spawn(&operator, &plane.logs_dir().join("operator.log"))?;
+
+    apply(
+        &plane,
+        "cluster",
+        json!({
+            "apiVersion": "moldau.io/v1alpha1",
+            "kind": "KafkaCluster",
+            "metadata": {"name": CLUSTER, "namespace": NS},
+            "spec": {
+                "replicas": 3,
+                "image": "moldau/broker:e2e",
+                "storage": {"size": "1Gi", "deleteClaim": true},
+                "listeners": [
+                    {"name": "tls", "port": 9093, "tls": true, "authentication": {"type": "scram-sha-512"}},
+                    {"name": "mtls", "port": 9094, "tls": true, "authentication": {"type": "tls"}},
+                ],
+                "authorization": {"type": "simple"},
+                "config": {
+                    "min.insync.replicas": "2",
+                    "broker.heartbeat.interval.ms": "200",
+                    "broker.session.timeout.ms": "6000",
+                },
+            },
+        }),
+    )?;
+    poll_until("three TLS brokers Ready", Duration::from_secs(240), || {
+        let kc = kubectl_json(&plane, &["-n", NS, "get", "kafkacluster", CLUSTER])?;
+        Ok((kc["status"]["readyReplicas"].as_i64() == Some(3)).then_some(()))
+    })
+    .map_err(|e| e.context(format!("operator log tail:\n{}", operator_log_tail(&plane))))?;
+
+    // the operator reaches the brokers over their mutual-TLS listener
+    apply(&plane, "orders", topic("orders"))?;
+    apply(&plane, "secrets", topic("secrets"))?;
+    poll_until("both topics Ready", Duration::from_secs(120), || {
+        let mut ready = 0;
+        for t in ["orders", "secrets"] {
+            let kt = kubectl_json(&plane, &["-n", NS, "get", "kafkatopic", t])?;
+            let conditions = kt["status"]["conditions"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            if conditions
+                .iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            {
+                ready += 1;
+            }
+        }
+        Ok((ready == 2).then_some(()))
+    })
+    .map_err(|e| e.context(format!("operator log tail:\n{}", operator_log_tail(&plane))))?;
+
+    let ca_pem = secret_key(&plane, &format!("{CLUSTER}-cluster-ca-cert"), "ca.crt")?
+        .context("the cluster CA certificate Secret")?;
+    let ca = write_file(&plane, "cluster-ca.crt", &ca_pem)?;
+
+    apply(
+        &plane,
+        "alice",
+        json!({
+            "apiVersion": "moldau.io/v1alpha1", "kind": "KafkaUser",
+            "metadata": {"name": "alice", "namespace": NS},
+            "spec": {
+                "clusterRef": CLUSTER,
+                "authentication": {"type": "scram-sha-512"},
+                "authorization": {"type": "simple", "acls": [
+                    {"resource": {"type": "topic", "name": "orders"}, "operations": ["Write", "Read", "Describe"]},
+                    {"resource": {"type": "group", "name": "alice-", "patternType": "prefix"}, "operations": ["Read"]},
+                ]},
+            },
+        }),
+    )?;
+    apply(
+        &plane,
+        "bob",
+        json!({
+            "apiVersion": "moldau.io/v1alpha1", "kind": "KafkaUser",
+            "metadata": {"name": "bob", "namespace": NS},
+            "spec": {
+                "clusterRef": CLUSTER,
+                "authentication": {"type": "tls"},
+                "authorization": {"type": "simple", "acls": [
+                    {"resource": {"type": "topic", "name": "orders"}, "operations": ["Read", "Describe"]},
+                    {"resource": {"type": "group", "name": "bob-", "patternType": "prefix"}, "operations": ["Read"]},
+                ]},
+            },
+        }),
+    )?;
+    let password = poll_until("alice's password", Duration::from_secs(60), || {
+        secret_key(&plane, "alice", "password")
+    })?;
+    let alice = Client::scram(&ca, "alice", &password);
+
+    let records: String = (0..100).map(|i| format!("order-{i}\n")).collect();
+    let mut last = String::new();
+    poll_until(
+        "alice's records acknowledged by all replicas",
+        Duration::from_secs(90),
+        || match alice.produce(&plane, "orders", &records) {
+            Ok(()) => Ok(Some(())),
+            Err(e) => {
+                last = format!("{e:#}");
+                Ok(None)
+            }
+        },
+    )
+    .map_err(|e| {
+        let user = plane
+            .kubectl_ok(&[
+                "-n",
+                NS,
+                "get",
+                "kafkauser",
+                "alice",
+                "-o",
+                "jsonpath={.status}",
+            ])
+            .unwrap_or_default();
+        let stored = plane
+            .kubectl_ok(&[
+                "-n",
+                NS,
+                "get",
+                "secret",
+                "alice",
+                "-o",
+                "jsonpath={.metadata.annotations}",
+            ])
+            .unwrap_or_default();
+        let user = format!(
+            "{user}\nsecret annotations: {stored}\nfingerprint of the password read: {}",
+            moldau_operator::user::plan::password_fingerprint(
+                moldau_operator::kafka::scram::ScramMechanism::Sha512,
+                &password
+            )
+        );
+        let brokers: String = (0..3)
+            .map(|i| {
+                let log = plane
+                    .kubectl_ok(&["-n", NS, "logs", &format!("{CLUSTER}-{i}")])
+                    .unwrap_or_default();
+                let lines: Vec<String> = log
+                    .lines()
+                    .filter(|l| {
+                        let l = l.to_ascii_lowercase();
+                        l.contains("altered scram") || l.contains("warn") || l.contains("error")
+                    })
+                    .take(15)
+                    .map(|l| l.chars().take(400).collect())
+                    .collect();
+                format!("broker {i}:\n{}\n", lines.join("\n"))
+            })
+            .collect();
+        e.context(format!(
+            "the last attempt: {}\nalice's status: {user}\n{brokers}",
+            last.chars().take(1500).collect::<String>(),
+        ))
+    })?;
+    let mut want: Vec<String> = (0..100).map(|i| format!("order-{i}")).collect();
+    want.sort();
+    assert_eq!(alice.consume(&plane, "orders", "alice-readers", 100)?, want);
+
+    let denied = alice
+        .produce(&plane, "secrets", "nope\n")
+        .expect_err("alice has no ACL on secrets");
+    assert!(
+        format!("{denied:#}").contains("TOPIC_AUTHORIZATION_FAILED"),
+        "a write without an ACL is refused by the authorizer: {denied:#}"
+    );
+    let wrong = Client::scram(&ca, "alice", "not-her-password");
+    let refused = wrong
+        .metadata(&plane)
+        .expect_err("a wrong password is refused");
+    assert!(
+        format!("{refused:#}").contains("Authentication failed during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-512"),
+        "{refused:#}"
+    );
+    // a client that trusts another CA does not get past the handshake
+    let foreign_ca = new_ca("foreign", std::time::SystemTime::now(), 30)?;
+    let foreign = write_file(&plane, "foreign-ca.crt", &foreign_ca.cert)?;
+    let untrusting = Client::scram(&foreign, "alice", &password);
+    let failed = untrusting
+        .metadata(&plane)
+        .expect_err("the brokers' certificate is not trusted");
+    assert!(
+        format!("{failed:#}").contains("certificate verify failed"),
+        "{failed:#}"
+    );
+
+    let bob_cert = poll_until("bob's certificate", Duration::from_secs(60), || {
+        secret_key(&plane, "bob", "user.crt")
+    })?;
+    let bob_key = secret_key(&plane, "bob", "user.key")?.context("bob's key")?;
+    let bob = Client::mtls(
+        &ca,
+        &write_file(&plane, "bob.crt", &bob_cert)?,
+        &write_file(&plane, "bob.key", &bob_key)?,
+    );
+    let read = poll_until("bob reads over mTLS", Duration::from_secs(60), || {
+        Ok(bob.consume(&plane, "orders", "bob-readers", 100).ok())
+    })?;
+    assert_eq!(read, want);
+    let denied = bob
+        .produce(&plane, "orders", "from-bob\n")
+        .expect_err("bob may only read");
+    assert!(
+        format!("{denied:#}").contains("TOPIC_AUTHORIZATION_FAILED"),
+        "{denied:#}"
+    );
+
+    plane.kubectl_ok(&[
+        "-n",
+        NS,
+        "delete",
+        "kafkauser",
+        "alice",
+        "--wait=true",
+        "--timeout=60s",
+    ])?;
+    poll_until(
+        "alice can no longer log in",
+        Duration::from_secs(60),
+        || Ok(alice.metadata(&plane).is_err().then_some(())),
+    )?;
+
+    let _ = operator.kill();
+    let _ = operator.wait();
+    Ok(())
+}
