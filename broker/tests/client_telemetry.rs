@@ -394,18 +394,8 @@ async fn pushed_client_metrics_show_on_the_metrics_page() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_shares_client_metrics_resources() {
-    use cluster_common::{spawn, wait_until};
-    let root = tempfile::tempdir().unwrap();
-    let shared = root.path().join("shared");
-    let brokers: Vec<_> = (0..2)
-        .map(|n| {
-            let data = root.path().join(format!("data-{n}"));
-            spawn(&n.to_string(), &data, &shared, root.path(), &[])
-        })
-        .collect();
-    let mut s0 = brokers[0].connect(Duration::from_secs(30)).await;
-    let both: std::collections::BTreeSet<i32> = [0, 1].into();
-    wait_until(&mut s0, "none", "two brokers", |v| v.0 == both).await;
+    let dirs = cluster_common::ClusterDirs::new();
+    let (brokers, mut s0) = cluster_common::two_brokers(|n| dirs.start(n, &[])).await;
     let (code, msg) = set_client_metrics(
         &mut s0,
         "everyone",
@@ -413,7 +403,7 @@ async fn a_cluster_shares_client_metrics_resources() {
     )
     .await;
     assert_eq!(code, 0, "{msg}");
-    let mut s1 = brokers[1].connect(Duration::from_secs(30)).await;
+    let mut s1 = brokers[&1].connect(Duration::from_secs(30)).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
         let sub = get(&mut s1, uuid::Uuid::nil()).await;

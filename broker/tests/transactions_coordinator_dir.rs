@@ -171,23 +171,11 @@ async fn read_committed(s: &mut TcpStream, partition: i32) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn markers_cross_brokers_and_a_new_coordinator_takes_over() {
-    let root = tempfile::tempdir().unwrap();
-    let shared = root.path().join("shared");
-    let mut brokers: BTreeMap<i32, wire_common::Child> = (0..2)
-        .map(|n| {
-            let data = root.path().join(format!("data-{n}"));
-            (
-                n,
-                spawn(&n.to_string(), &data, &shared, root.path(), SETTINGS),
-            )
-        })
-        .collect();
-    let mut conns = BTreeMap::new();
-    for (n, b) in &brokers {
-        conns.insert(*n, b.connect(Duration::from_secs(30)).await);
-    }
+    let dirs = ClusterDirs::new();
+    let (mut brokers, c0) = two_brokers(|n| dirs.start(n, SETTINGS)).await;
+    let c1 = brokers[&1].connect(Duration::from_secs(30)).await;
+    let mut conns = BTreeMap::from([(0, c0), (1, c1)]);
     let probe = conns.get_mut(&0).unwrap();
-    wait_until(probe, TOPIC, "both brokers registered", |v| v.0.len() == 2).await;
     let (code, message) = create_replicated(probe, TOPIC, 2, 1, &[]).await;
     assert_eq!(code, 0, "{message:?}");
     let parts = wait_for_partitions(probe, TOPIC, "led", |p| {
@@ -243,17 +231,7 @@ async fn markers_cross_brokers_and_a_new_coordinator_takes_over() {
         .await;
     let other = 1 - coord;
     let s = conns.get_mut(&other).unwrap();
-    let (new_coord, _) = {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            let found = coordinator(s).await;
-            if found.0 == other {
-                break found;
-            }
-            assert!(tokio::time::Instant::now() < deadline, "no failover");
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    };
+    let (new_coord, _) = wait_for_coordinator(s, 1, TXN, other).await;
     assert_eq!(new_coord, other);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {

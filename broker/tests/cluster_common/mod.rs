@@ -1,10 +1,11 @@
 //! Helpers of the tests that run several broker processes as one cluster
-//! (`--cluster dir`): starting a broker, reading the cluster as Metadata
-//! shows it, producing to and reading from one partition.
+//! (`--cluster dir`): where a cluster keeps its files, starting a broker
+//! or two and restarting them, reading the cluster as Metadata shows it,
+//! producing to and reading from one partition.
 #![allow(dead_code)]
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
@@ -49,6 +50,71 @@ pub fn spawn(node: &str, data: &Path, shared: &Path, logs: &Path, settings: &[&s
             ..Default::default()
         },
     )
+}
+
+/// Where a test's cluster keeps its files, in one temporary folder
+/// removed when this is dropped: the shared `--cluster dir` folder
+/// (`shared`), each broker's data (`data-<n>`) and the brokers' logs.
+pub struct ClusterDirs {
+    root: tempfile::TempDir,
+}
+
+impl ClusterDirs {
+    pub fn new() -> ClusterDirs {
+        ClusterDirs {
+            root: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    pub fn root(&self) -> &Path {
+        self.root.path()
+    }
+
+    /// The folder the brokers share (`--cluster-dir`).
+    pub fn shared(&self) -> PathBuf {
+        self.root().join("shared")
+    }
+
+    /// Broker `n`'s data folder.
+    pub fn data(&self, n: i32) -> PathBuf {
+        self.root().join(format!("data-{n}"))
+    }
+
+    /// Starts broker `n` with `settings` (see [`spawn`]).
+    pub fn start(&self, n: i32, settings: &[&str]) -> Child {
+        spawn(
+            &n.to_string(),
+            &self.data(n),
+            &self.shared(),
+            self.root(),
+            settings,
+        )
+    }
+}
+
+/// Starts brokers 0 and 1 with `start` and waits (30 s at most) until
+/// broker 0 shows both registered: the brokers, and that connection to
+/// broker 0.
+pub async fn two_brokers(start: impl Fn(i32) -> Child) -> (BTreeMap<i32, Child>, TcpStream) {
+    let brokers: BTreeMap<i32, Child> = (0..2).map(|n| (n, start(n))).collect();
+    let mut probe = brokers[&0].connect(Duration::from_secs(30)).await;
+    let both = BTreeSet::from([0, 1]);
+    wait_until(&mut probe, "t", "both brokers registered", |v| v.0 == both).await;
+    (brokers, probe)
+}
+
+/// Stops every broker of `brokers` (SIGTERM, 30 s at most each), then
+/// starts each again with `start`: the whole cluster restarted.
+pub async fn restart_all(
+    mut brokers: BTreeMap<i32, Child>,
+    start: impl Fn(i32) -> Child,
+) -> BTreeMap<i32, Child> {
+    for b in brokers.values_mut() {
+        b.stop(libc::SIGTERM, Duration::from_secs(30)).await;
+    }
+    let nodes: Vec<i32> = brokers.keys().copied().collect();
+    drop(brokers);
+    nodes.into_iter().map(|n| (n, start(n))).collect()
 }
 
 /// `(brokers, controller, {partition: (leader, leader epoch)})` of `topic`.
@@ -296,6 +362,29 @@ pub async fn find_coordinator(s: &mut TcpStream, key_type: i8, key: &str) -> (i3
             tokio::time::Instant::now() < deadline,
             "no coordinator for {key}: {}",
             c.error_code
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Waits (30 s at most) until `s`'s broker names `node` the coordinator of
+/// `key` (see [`find_coordinator`]), as after the last one's broker went:
+/// the coordinator found, `(node id, port)`.
+pub async fn wait_for_coordinator(
+    s: &mut TcpStream,
+    key_type: i8,
+    key: &str,
+    node: i32,
+) -> (i32, u16) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let found = find_coordinator(s, key_type, key).await;
+        if found.0 == node {
+            return found;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no takeover: {key}'s coordinator is still {found:?}, not node {node}"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
