@@ -22,7 +22,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from conftest import STATE
 from harness import broker as brokers
-from harness.clients import RDKAFKA_LOGGER
+from harness.clients import RDKAFKA_LOGGER, deliver
 
 PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 # username/password are Kafka's own inter-broker login (unused here: the
@@ -107,22 +107,7 @@ def create_topic(bootstrap: str, auth: dict, timeout: float = 30) -> str:
 
 def produce(bootstrap: str, auth: dict, topic: str, values: list[bytes]) -> list[int]:
     p = Producer({**client_conf(bootstrap, auth, "producer"), "acks": "all", "linger.ms": 5, "message.timeout.ms": 30000})
-    offsets: list[int | None] = [None] * len(values)
-    errors: list[str] = []
-
-    def on_delivery(i):
-        def cb(err, msg):
-            if err is not None:
-                errors.append(f"record {i}: {err}")
-            else:
-                offsets[i] = msg.offset()
-
-        return cb
-
-    for i, v in enumerate(values):
-        p.produce(topic, value=v, partition=0, on_delivery=on_delivery(i))
-        p.poll(0)
-    left = p.flush(45)
+    offsets, left, errors = deliver(p, topic, 0, [dict(value=v) for v in values], 45)
     assert left == 0 and not errors, f"{left} undelivered, errors {errors[:5]}"
     return offsets
 

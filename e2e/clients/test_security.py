@@ -60,7 +60,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from conftest import STATE, unique
 from harness import broker as brokers
 from harness import kafka_tools, kcat, kwire
-from harness.clients import RDKAFKA_LOGGER, metadata_refused
+from harness.clients import RDKAFKA_LOGGER, deliver, metadata_refused
 
 PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
@@ -172,22 +172,8 @@ def produce(b: brokers.Broker, auth: dict, topic: str, recs) -> list[int]:
             **auth,
         }
     )
-    offsets: list[int | None] = [None] * len(recs)
-    errors: list[str] = []
-
-    def on_delivery(i):
-        def cb(err, msg):
-            if err is not None:
-                errors.append(f"record {i}: {err}")
-            else:
-                offsets[i] = msg.offset()
-
-        return cb
-
-    for i, (k, v, h) in enumerate(recs):
-        p.produce(topic, key=k, value=v, headers=h, partition=0, on_delivery=on_delivery(i))
-        p.poll(0)
-    left = p.flush(45)
+    sends = [dict(key=k, value=v, headers=h) for k, v, h in recs]
+    offsets, left, errors = deliver(p, topic, 0, sends, 45)
     assert left == 0 and not errors, f"{left} undelivered, errors {errors[:5]}"
     return offsets
 

@@ -47,6 +47,32 @@ def metadata_refused(conf: dict, refusal, timeout: float):
         return e, reported
     raise AssertionError(f"metadata answered: brokers {md.brokers}")
 
+
+def deliver(p, topic: str, partition: int, sends: list[dict], timeout: float) -> tuple[list[int | None], int, list[str]]:
+    """Produces each of `sends` (keyword arguments of confluent-kafka's
+    Producer.produce: value, key, headers, timestamp) to `topic`'s
+    `partition` with the producer `p`, in order, then flushes for up to
+    `timeout` seconds: the offsets acknowledged (None where not), how many
+    records are left undelivered, and the delivery errors."""
+    offsets: list[int | None] = [None] * len(sends)
+    errors: list[str] = []
+
+    def on_delivery(i):
+        def cb(err, msg):
+            if err is not None:
+                errors.append(f"record {i}: {err}")
+            else:
+                offsets[i] = msg.offset()
+
+        return cb
+
+    for i, kwargs in enumerate(sends):
+        p.produce(topic, partition=partition, on_delivery=on_delivery(i), **kwargs)
+        p.poll(0)
+    left = p.flush(timeout)
+    return offsets, left, errors
+
+
 CLIENTS_DIR = Path(__file__).resolve().parent.parent
 JAVA_DIR = CLIENTS_DIR / "java"
 
@@ -94,30 +120,8 @@ class ConfluentClient(Client):
                 "logger": RDKAFKA_LOGGER,
             }
         )
-        offsets: list[int | None] = [None] * len(records)
-        errors: list[str] = []
-
-        def cb(i):
-            def on_delivery(err, msg):
-                if err is not None:
-                    errors.append(f"record {i}: {err}")
-                else:
-                    offsets[i] = msg.offset()
-
-            return on_delivery
-
-        for i, r in enumerate(records):
-            p.produce(
-                topic,
-                value=r.value,
-                key=r.key,
-                partition=partition,
-                timestamp=r.timestamp,
-                headers=list(r.headers),
-                on_delivery=cb(i),
-            )
-            p.poll(0)
-        left = p.flush(60)
+        sends = [dict(value=r.value, key=r.key, timestamp=r.timestamp, headers=list(r.headers)) for r in records]
+        offsets, left, errors = deliver(p, topic, partition, sends, 60)
         if left or errors:
             raise ClientError(f"confluent produce: {left} undelivered, errors: {errors[:5]}")
         return offsets
