@@ -134,13 +134,13 @@ pub fn name(s: &str) -> TopicName {
     TopicName(StrBytes::from_string(s.into()))
 }
 
-pub async fn send<Req: Encodable>(
-    stream: &mut TcpStream,
+/// One request's frame: its size, header (client id `wire-test`) and body.
+pub fn frame<Req: Encodable>(
     api: ApiKey,
     version: i16,
     correlation_id: i32,
     req: &Req,
-) {
+) -> BytesMut {
     let header = RequestHeader::default()
         .with_request_api_key(api as i16)
         .with_request_api_version(version)
@@ -154,6 +154,17 @@ pub async fn send<Req: Encodable>(
     let mut frame = BytesMut::new();
     frame.put_i32(body.len() as i32);
     frame.extend_from_slice(&body);
+    frame
+}
+
+pub async fn send<Req: Encodable>(
+    stream: &mut TcpStream,
+    api: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    req: &Req,
+) {
+    let frame = frame(api, version, correlation_id, req);
     stream.write_all(&frame).await.expect("write");
 }
 
@@ -200,20 +211,7 @@ where
     Req: Encodable,
     Resp: Decodable,
 {
-    let header = RequestHeader::default()
-        .with_request_api_key(api as i16)
-        .with_request_api_version(version)
-        .with_correlation_id(11)
-        .with_client_id(Some(StrBytes::from_static_str("wire-test")));
-    let mut body = BytesMut::new();
-    header
-        .encode(&mut body, api.request_header_version(version))
-        .unwrap();
-    req.encode(&mut body, version).unwrap();
-    let mut frame = BytesMut::new();
-    frame.put_i32(body.len() as i32);
-    frame.extend_from_slice(&body);
-    s.write_all(&frame).await?;
+    s.write_all(&frame(api, version, 11, req)).await?;
     s.flush().await?;
     let mut len = [0u8; 4];
     tokio::time::timeout(Duration::from_secs(30), s.read_exact(&mut len))
