@@ -17,12 +17,12 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from conftest import STATE
 from harness import broker as brokers
-from harness.clients import RDKAFKA_LOGGER, deliver
+from harness.clients import RDKAFKA_LOGGER, deliver, poll_assigned
 
 PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 # username/password are Kafka's own inter-broker login (unused here: the
@@ -121,19 +121,8 @@ def consume(bootstrap: str, auth: dict, topic: str, count: int, timeout: float =
             "auto.offset.reset": "earliest",
         }
     )
-    out: list[bytes] = []
-    try:
-        c.assign([TopicPartition(topic, 0, 0)])
-        deadline = time.monotonic() + timeout
-        while len(out) < count and time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is None:
-                continue
-            if m.error():
-                raise AssertionError(f"consume from {bootstrap}: {m.error()}")
-            out.append(m.value())
-    finally:
-        c.close()
+    messages = poll_assigned(c, topic, 0, 0, count, timeout, lambda e: AssertionError(f"consume from {bootstrap}: {e}"))
+    out: list[bytes] = [m.value() for m in messages]
     assert len(out) == count, f"{len(out)} of {count} records within {timeout}s"
     return out
 

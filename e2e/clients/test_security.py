@@ -54,13 +54,13 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, Producer, Consumer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer, Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from conftest import STATE, unique
 from harness import broker as brokers
 from harness import kafka_tools, kcat, kwire
-from harness.clients import RDKAFKA_LOGGER, deliver, metadata_refused
+from harness.clients import RDKAFKA_LOGGER, deliver, metadata_refused, poll_assigned
 
 PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
@@ -190,19 +190,11 @@ def consume(b: brokers.Broker, auth: dict, topic: str, count: int, timeout: floa
             **auth,
         }
     )
-    out = []
-    try:
-        c.assign([TopicPartition(topic, 0, 0)])
-        deadline = time.monotonic() + timeout
-        while len(out) < count and time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is None:
-                continue
-            if m.error():
-                raise AssertionError(f"consume as {auth.get('sasl.username')}: {m.error()}")
-            out.append((m.offset(), m.key(), m.value(), m.headers() or []))
-    finally:
-        c.close()
+    messages = poll_assigned(
+        c, topic, 0, 0, count, timeout,
+        lambda e: AssertionError(f"consume as {auth.get('sasl.username')}: {e}"),
+    )
+    out = [(m.offset(), m.key(), m.value(), m.headers() or []) for m in messages]
     assert len(out) == count, f"{len(out)} of {count} records within {timeout}s"
     return out
 

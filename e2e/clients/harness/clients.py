@@ -73,6 +73,30 @@ def deliver(p, topic: str, partition: int, sends: list[dict], timeout: float) ->
     return offsets, left, errors
 
 
+def poll_assigned(c, topic: str, partition: int, start: int, count: int, timeout: float, on_error) -> list:
+    """Assigns the confluent-kafka consumer `c` `topic`'s `partition` from
+    offset `start` (no group is joined) and polls until it has `count`
+    messages or `timeout` seconds have passed, then closes it: the messages
+    (fewer than `count` if time ran out). A message with an error raises
+    `on_error(error)`."""
+    from confluent_kafka import TopicPartition
+
+    out: list = []
+    try:
+        c.assign([TopicPartition(topic, partition, start)])
+        deadline = time.monotonic() + timeout
+        while len(out) < count and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is None:
+                continue
+            if m.error():
+                raise on_error(m.error())
+            out.append(m)
+    finally:
+        c.close()
+    return out
+
+
 CLIENTS_DIR = Path(__file__).resolve().parent.parent
 JAVA_DIR = CLIENTS_DIR / "java"
 
@@ -144,24 +168,17 @@ class ConfluentClient(Client):
         )
 
     def consume(self, bootstrap, topic, partition, start, count, timeout=30.0):
-        from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, TopicPartition
+        from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME
 
-        c = self.consumer(bootstrap)
+        messages = poll_assigned(
+            self.consumer(bootstrap), topic, partition, start, count, timeout,
+            lambda e: ClientError(f"confluent consume: {e}"),
+        )
         out: list[Consumed] = []
-        try:
-            c.assign([TopicPartition(topic, partition, start)])
-            deadline = time.monotonic() + timeout
-            while len(out) < count and time.monotonic() < deadline:
-                m = c.poll(0.5)
-                if m is None:
-                    continue
-                if m.error():
-                    raise ClientError(f"confluent consume: {m.error()}")
-                tstype, ts = m.timestamp()
-                tsname = {TIMESTAMP_CREATE_TIME: "CreateTime", TIMESTAMP_LOG_APPEND_TIME: "LogAppendTime"}.get(tstype, "?")
-                out.append(Consumed(m.offset(), Record(m.key(), m.value(), tuple(m.headers() or ()), ts), tsname))
-        finally:
-            c.close()
+        for m in messages:
+            tstype, ts = m.timestamp()
+            tsname = {TIMESTAMP_CREATE_TIME: "CreateTime", TIMESTAMP_LOG_APPEND_TIME: "LogAppendTime"}.get(tstype, "?")
+            out.append(Consumed(m.offset(), Record(m.key(), m.value(), tuple(m.headers() or ()), ts), tsname))
         if len(out) < count:
             raise ClientError(f"confluent consume: {len(out)} of {count} records within {timeout}s")
         return out
