@@ -15,19 +15,16 @@ mod wire_common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 use cluster_common::*;
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
     AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey, DescribeTransactionsRequest,
-    DescribeTransactionsResponse, EndTxnRequest, EndTxnResponse, FetchRequest, FetchResponse,
-    InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse, ProducerId,
-    TransactionalId,
+    DescribeTransactionsResponse, EndTxnRequest, EndTxnResponse, InitProducerIdRequest,
+    InitProducerIdResponse, ProduceRequest, ProduceResponse, ProducerId, TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::RecordBatchDecoder;
 use moldau_broker::storage::batch::BatchBuilder;
 use tokio::net::TcpStream;
 use wire_common::{call, name};
@@ -141,32 +138,14 @@ async fn state(s: &mut TcpStream) -> (i16, String, i16) {
 
 /// The values of `partition` a read_committed consumer of `s` gets.
 async fn read_committed(s: &mut TcpStream, partition: i32) -> Vec<String> {
-    let req = FetchRequest::default()
-        .with_max_wait_ms(0)
-        .with_min_bytes(0)
-        .with_max_bytes(1 << 20)
-        .with_isolation_level(1)
-        .with_topics(vec![FetchTopic::default()
-            .with_topic(name(TOPIC))
-            .with_partitions(vec![FetchPartition::default()
-                .with_partition(partition)
-                .with_fetch_offset(0)
-                .with_partition_max_bytes(1 << 20)])]);
-    let resp: FetchResponse = call(s, ApiKey::Fetch, 12, &req).await;
-    let p = &resp.responses[0].partitions[0];
-    assert_eq!(p.error_code, 0);
-    let mut out = Vec::new();
-    let mut records = p.records.clone().unwrap_or_default();
-    while records.has_remaining() {
-        let set = RecordBatchDecoder::decode(&mut records).expect("decode");
-        out.extend(
-            set.records
-                .into_iter()
-                .filter(|r| !r.control)
-                .map(|r| String::from_utf8_lossy(&r.value.unwrap_or_default()).to_string()),
-        );
-    }
-    out
+    let records = try_records(s, TOPIC, partition, 1)
+        .await
+        .unwrap_or_else(|code| panic!("read_committed fetch of {partition}: error {code}"));
+    records
+        .into_iter()
+        .filter(|r| !r.control)
+        .map(|r| String::from_utf8_lossy(&r.value.unwrap_or_default()).to_string())
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

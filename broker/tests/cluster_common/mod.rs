@@ -263,12 +263,30 @@ pub async fn try_values(
     topic: &str,
     partition: i32,
 ) -> Result<Vec<Vec<u8>>, i16> {
+    let records = try_records(s, topic, partition, 0).await?;
+    Ok(records
+        .into_iter()
+        .map(|r| r.value.unwrap_or_default().to_vec())
+        .collect())
+}
+
+/// Every record of `partition` from offset 0, control records included,
+/// as one Fetch v12 of `s`'s broker with `isolation_level` (0:
+/// read_uncommitted, 1: read_committed) reads them; or the fetch's error
+/// code.
+pub async fn try_records(
+    s: &mut TcpStream,
+    topic: &str,
+    partition: i32,
+    isolation_level: i8,
+) -> Result<Vec<kafka_protocol::records::Record>, i16> {
     use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
     use kafka_protocol::messages::{FetchRequest, FetchResponse};
     use kafka_protocol::records::RecordBatchDecoder;
     let req = FetchRequest::default()
         .with_max_wait_ms(0)
         .with_max_bytes(1 << 20)
+        .with_isolation_level(isolation_level)
         .with_topics(vec![FetchTopic::default()
             .with_topic(name(topic))
             .with_partitions(vec![FetchPartition::default()
@@ -283,11 +301,10 @@ pub async fn try_values(
     let mut records = p.records.clone().unwrap_or_default();
     let mut out = Vec::new();
     while bytes::Buf::has_remaining(&records) {
-        let set = RecordBatchDecoder::decode(&mut records).expect("decode");
         out.extend(
-            set.records
-                .into_iter()
-                .map(|r| r.value.unwrap_or_default().to_vec()),
+            RecordBatchDecoder::decode(&mut records)
+                .expect("decode")
+                .records,
         );
     }
     Ok(out)
