@@ -592,12 +592,7 @@ async fn a_new_coordinator_takes_the_group_over() {
 
     // the coordinator's broker goes; the other takes the offsets partition over
     drop(admin);
-    brokers
-        .get_mut(&coord)
-        .unwrap()
-        .stop(libc::SIGTERM, Duration::from_secs(30))
-        .await;
-    let other = 1 - coord;
+    let other = cluster_common::stop_one_of_two(&mut brokers, coord).await;
     let mut s = on(at(other)).await;
     cluster_common::wait_for_coordinator(&mut s, 0, g, other).await;
     let after = describe_loaded(&mut s, g).await;

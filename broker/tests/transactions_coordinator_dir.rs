@@ -203,12 +203,7 @@ async fn markers_cross_brokers_and_a_new_coordinator_takes_over() {
 
     // the coordinator's broker goes: the other one takes __transaction_state over
     drop(c);
-    brokers
-        .get_mut(&coord)
-        .unwrap()
-        .stop(libc::SIGTERM, Duration::from_secs(30))
-        .await;
-    let other = 1 - coord;
+    let other = stop_one_of_two(&mut brokers, coord).await;
     let s = conns.get_mut(&other).unwrap();
     let (new_coord, _) = wait_for_coordinator(s, 1, TXN, other).await;
     assert_eq!(new_coord, other);

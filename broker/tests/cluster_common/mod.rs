@@ -103,6 +103,17 @@ pub async fn two_brokers(start: impl Fn(i32) -> Child) -> (BTreeMap<i32, Child>,
     (brokers, probe)
 }
 
+/// Stops broker `node` of a two-broker cluster (SIGTERM, 30 s at most):
+/// the other broker's node id.
+pub async fn stop_one_of_two(brokers: &mut BTreeMap<i32, Child>, node: i32) -> i32 {
+    brokers
+        .get_mut(&node)
+        .unwrap()
+        .stop(libc::SIGTERM, Duration::from_secs(30))
+        .await;
+    1 - node
+}
+
 /// Stops every broker of `brokers` (SIGTERM, 30 s at most each), then
 /// starts each again with `start`: the whole cluster restarted.
 pub async fn restart_all(
