@@ -291,54 +291,57 @@ async fn pushed_client_metrics_show_on_the_metrics_page() {
     assert!(line.contains("attributes=\"node_id=1\""), "{line}");
     assert!(line.ends_with(" 1.5"), "{line}");
 
-    // too early for the next push
-    let code = push(
-        &mut c,
-        id,
-        sub.subscription_id,
-        0,
-        payload(name, 2.0),
-        false,
-    )
-    .await;
-    assert_eq!(code, ResponseError::ThrottlingQuotaExceeded.code());
-    tokio::time::sleep(Duration::from_millis(250)).await;
-    // a stale subscription id
-    let code = push(
-        &mut c,
-        id,
-        sub.subscription_id ^ 1,
-        0,
-        payload(name, 2.0),
-        false,
-    )
-    .await;
-    assert_eq!(code, ResponseError::UnknownSubscriptionId.code());
-    tokio::time::sleep(Duration::from_millis(250)).await;
-    // unknown compression
-    let code = push(
-        &mut c,
-        id,
-        sub.subscription_id,
-        7,
-        payload(name, 2.0),
-        false,
-    )
-    .await;
-    assert_eq!(code, ResponseError::UnsupportedCompressionType.code());
-    tokio::time::sleep(Duration::from_millis(250)).await;
-    // over telemetry.max.bytes
-    let code = push(&mut c, id, sub.subscription_id, 0, vec![0; 5000], false).await;
-    assert_eq!(code, ResponseError::TelemetryTooLarge.code());
-    tokio::time::sleep(Duration::from_millis(250)).await;
-    // not OTLP
-    let code = push(&mut c, id, sub.subscription_id, 0, vec![0xff; 64], false).await;
-    assert_eq!(code, ResponseError::InvalidRecord.code());
-    tokio::time::sleep(Duration::from_millis(250)).await;
-    // gzip that is not gzip
-    let code = push(&mut c, id, sub.subscription_id, 1, vec![1, 2, 3], false).await;
-    assert_eq!(code, ResponseError::InvalidRecord.code());
-    tokio::time::sleep(Duration::from_millis(250)).await;
+    // pushes refused, each with its error; a quarter second after each
+    // (more than the 200 ms interval) the next is not too early
+    let refused = [
+        (
+            "too early for the next push",
+            sub.subscription_id,
+            0,
+            payload(name, 2.0),
+            ResponseError::ThrottlingQuotaExceeded,
+        ),
+        (
+            "a stale subscription id",
+            sub.subscription_id ^ 1,
+            0,
+            payload(name, 2.0),
+            ResponseError::UnknownSubscriptionId,
+        ),
+        (
+            "unknown compression",
+            sub.subscription_id,
+            7,
+            payload(name, 2.0),
+            ResponseError::UnsupportedCompressionType,
+        ),
+        (
+            "over telemetry.max.bytes",
+            sub.subscription_id,
+            0,
+            vec![0; 5000],
+            ResponseError::TelemetryTooLarge,
+        ),
+        (
+            "not OTLP",
+            sub.subscription_id,
+            0,
+            vec![0xff; 64],
+            ResponseError::InvalidRecord,
+        ),
+        (
+            "gzip that is not gzip",
+            sub.subscription_id,
+            1,
+            vec![1, 2, 3],
+            ResponseError::InvalidRecord,
+        ),
+    ];
+    for (what, subscription_id, compression, metrics, error) in refused {
+        let code = push(&mut c, id, subscription_id, compression, metrics, false).await;
+        assert_eq!(code, error.code(), "{what}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
     let code = push(
         &mut c,
         id,
@@ -391,18 +394,8 @@ async fn pushed_client_metrics_show_on_the_metrics_page() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_shares_client_metrics_resources() {
-    use cluster_common::{spawn, wait_until};
-    let root = tempfile::tempdir().unwrap();
-    let shared = root.path().join("shared");
-    let brokers: Vec<_> = (0..2)
-        .map(|n| {
-            let data = root.path().join(format!("data-{n}"));
-            spawn(&n.to_string(), &data, &shared, root.path(), &[])
-        })
-        .collect();
-    let mut s0 = brokers[0].connect(Duration::from_secs(30)).await;
-    let both: std::collections::BTreeSet<i32> = [0, 1].into();
-    wait_until(&mut s0, "none", "two brokers", |v| v.0 == both).await;
+    let dirs = cluster_common::ClusterDirs::new();
+    let (brokers, mut s0) = cluster_common::two_brokers(|n| dirs.start(n, &[])).await;
     let (code, msg) = set_client_metrics(
         &mut s0,
         "everyone",
@@ -410,7 +403,7 @@ async fn a_cluster_shares_client_metrics_resources() {
     )
     .await;
     assert_eq!(code, 0, "{msg}");
-    let mut s1 = brokers[1].connect(Duration::from_secs(30)).await;
+    let mut s1 = brokers[&1].connect(Duration::from_secs(30)).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
         let sub = get(&mut s1, uuid::Uuid::nil()).await;

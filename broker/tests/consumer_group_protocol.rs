@@ -538,21 +538,8 @@ async fn a_new_coordinator_takes_the_group_over() {
         "replica.fetch.backoff.ms=100",
     ];
     let g = "moving";
-    let root = tempfile::tempdir().unwrap();
-    let shared = root.path().join("shared");
-    let mut brokers: BTreeMap<i32, wire_common::Child> = (0..2)
-        .map(|n| {
-            let data = root.path().join(format!("data-{n}"));
-            let child =
-                cluster_common::spawn(&n.to_string(), &data, &shared, root.path(), SETTINGS);
-            (n, child)
-        })
-        .collect();
-    let mut probe = brokers[&0].connect(Duration::from_secs(30)).await;
-    cluster_common::wait_until(&mut probe, "t", "both brokers registered", |v| {
-        v.0.len() == 2
-    })
-    .await;
+    let dirs = cluster_common::ClusterDirs::new();
+    let (mut brokers, mut probe) = cluster_common::two_brokers(|n| dirs.start(n, SETTINGS)).await;
     let (code, message) = cluster_common::create_replicated(&mut probe, "t", 4, 2, &[]).await;
     assert_eq!(code, 0, "{message:?}");
     cluster_common::wait_for_partitions(&mut probe, "t", "led", |p| {
@@ -605,18 +592,9 @@ async fn a_new_coordinator_takes_the_group_over() {
 
     // the coordinator's broker goes; the other takes the offsets partition over
     drop(admin);
-    brokers
-        .get_mut(&coord)
-        .unwrap()
-        .stop(libc::SIGTERM, Duration::from_secs(30))
-        .await;
-    let other = 1 - coord;
+    let other = cluster_common::stop_one_of_two(&mut brokers, coord).await;
     let mut s = on(at(other)).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while group_coordinator(&mut s, g).await.0 != other {
-        assert!(tokio::time::Instant::now() < deadline, "no takeover");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    cluster_common::wait_for_coordinator(&mut s, 0, g, other).await;
     let after = describe_loaded(&mut s, g).await;
     assert_eq!(after.group_state.as_str(), "Stable", "{after:?}");
     assert_eq!(after.group_epoch, before.group_epoch);
@@ -1003,25 +981,15 @@ async fn join_in_rack(addr: std::net::SocketAddr, group: &str, id: &str, rack: &
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn members_get_the_partitions_whose_replica_shares_their_rack() {
     let g = "racked";
-    let root = tempfile::tempdir().unwrap();
-    let shared = root.path().join("shared");
-    let brokers: BTreeMap<i32, wire_common::Child> = (0..2)
-        .map(|n| {
-            let data = root.path().join(format!("data-{n}"));
-            let rack = format!("broker.rack=rack-{n}");
-            let settings = [
-                "offsets.topic.num.partitions=1",
-                "offsets.topic.replication.factor=1",
-                rack.as_str(),
-            ];
-            let child =
-                cluster_common::spawn(&n.to_string(), &data, &shared, root.path(), &settings);
-            (n, child)
-        })
-        .collect();
-    let mut probe = brokers[&0].connect(Duration::from_secs(30)).await;
-    cluster_common::wait_until(&mut probe, "t", "both brokers registered", |v| {
-        v.0.len() == 2
+    let dirs = cluster_common::ClusterDirs::new();
+    let (brokers, mut probe) = cluster_common::two_brokers(|n| {
+        let rack = format!("broker.rack=rack-{n}");
+        let settings = [
+            "offsets.topic.num.partitions=1",
+            "offsets.topic.replication.factor=1",
+            rack.as_str(),
+        ];
+        dirs.start(n, &settings)
     })
     .await;
     let (code, message) = cluster_common::create_replicated(&mut probe, "t", 4, 1, &[]).await;

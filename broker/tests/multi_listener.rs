@@ -189,7 +189,7 @@ async fn each_listener_has_its_own_security_and_answers_with_its_own_port() {
         .await
         .expect("TLS handshake");
     let m: MetadataResponse =
-        tls_common::call_on(&mut tls, ApiKey::Metadata, 12, &MetadataRequest::default()).await;
+        wire_common::call_on(&mut tls, ApiKey::Metadata, 12, &MetadataRequest::default()).await;
     let ports: Vec<_> = m.brokers.iter().map(|b| (b.node_id.0, b.port)).collect();
     assert_eq!(ports, [(0, tls_port)]);
     let mut cleartext = TcpStream::connect(secure).await.unwrap();

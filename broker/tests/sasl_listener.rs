@@ -231,8 +231,6 @@ async fn sessions_end_unless_the_same_user_reauthenticates() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_quota_meters_that_user_only() {
-    use kafka_protocol::messages::alter_client_quotas_request::{EntityData, EntryData, OpData};
-    use kafka_protocol::messages::{AlterClientQuotasRequest, AlterClientQuotasResponse};
     let dir = tempfile::tempdir().unwrap();
     let jaas = r#"listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="alice-secret" user_bob="bob-secret";"#;
     let broker = start(
@@ -250,22 +248,7 @@ async fn a_user_quota_meters_that_user_only() {
     let mut alice = broker.login_plain("alice", "alice-secret").await;
     assert_eq!(create_topic(&mut alice, "metered", 1).await.0, 0);
     // a producer byte rate of 1 KiB/s for the user alice
-    let r: AlterClientQuotasResponse = call(
-        &mut alice,
-        ApiKey::AlterClientQuotas,
-        1,
-        &AlterClientQuotasRequest::default().with_entries(vec![EntryData::default()
-            .with_entity(vec![EntityData::default()
-                .with_entity_type(StrBytes::from_static_str("user"))
-                .with_entity_name(Some(StrBytes::from_static_str("alice")))])
-            .with_ops(vec![OpData::default()
-                .with_key(StrBytes::from_static_str("producer_byte_rate"))
-                .with_value(1024.0)])]),
-    )
-    .await;
-    assert_eq!(r.entries[0].error_code, 0);
-    // the quota reaches the broker's image before the produce
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    set_user_producer_quota(&mut alice, "alice", 1024.0).await;
     assert!(
         produce_throttle(&mut alice).await > 0,
         "64 KiB at 1 KiB/s: alice is throttled"
@@ -277,21 +260,4 @@ async fn a_user_quota_meters_that_user_only() {
         "bob has no quota: the user, not the client id, is metered"
     );
     broker.stop().await;
-}
-
-/// Produces 64 KiB to `metered` (acks=1): the throttle time answered.
-async fn produce_throttle(s: &mut TcpStream) -> i32 {
-    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-    use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
-    let req = ProduceRequest::default()
-        .with_acks(1)
-        .with_timeout_ms(5000)
-        .with_topic_data(vec![TopicProduceData::default()
-            .with_name(name("metered"))
-            .with_partition_data(vec![PartitionProduceData::default()
-                .with_index(0)
-                .with_records(Some(batch(&[vec![b'x'; 64 * 1024]])))])]);
-    let r: ProduceResponse = call(s, ApiKey::Produce, 9, &req).await;
-    assert_eq!(r.responses[0].partition_responses[0].error_code, 0);
-    r.throttle_time_ms
 }

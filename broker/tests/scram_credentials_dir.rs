@@ -102,14 +102,10 @@ async fn wait_described(c: &mut TcpStream, want: &BTreeMap<String, Vec<(i8, i32)
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn credentials_go_through_the_controller_to_every_broker_and_survive_a_restart() {
-    let root = tempfile::tempdir().unwrap();
-    let shared = root.path().join("shared");
-    let data = |n: i32| root.path().join(format!("data-{n}"));
-    let start = |n: i32| spawn(&n.to_string(), &data(n), &shared, root.path(), &[]);
-    let mut brokers: Vec<wire_common::Child> = (0..2).map(start).collect();
-    let mut c0 = brokers[0].connect(Duration::from_secs(30)).await;
-    let mut c1 = brokers[1].connect(Duration::from_secs(30)).await;
-    wait_until(&mut c0, "t", "two brokers", |v| v.0.len() == 2).await;
+    let dirs = ClusterDirs::new();
+    let start = |n: i32| dirs.start(n, &[]);
+    let (brokers, mut c0) = two_brokers(start).await;
+    let mut c1 = brokers[&1].connect(Duration::from_secs(30)).await;
 
     // through broker 1, whichever broker is the controller; retried while
     // broker 1 has no controller link yet
@@ -170,24 +166,20 @@ async fn credentials_go_through_the_controller_to_every_broker_and_survive_a_res
     wait_described(&mut c1, &want).await;
 
     // kept in the controller's cluster record, not in a broker's own file
-    let record = std::fs::read_to_string(shared.join("cluster.json")).unwrap();
+    let record = std::fs::read_to_string(dirs.shared().join("cluster.json")).unwrap();
     assert!(
         record.contains("scramCredentials") && record.contains("\"alice\""),
         "{record}"
     );
     assert!(!record.contains("\"bob\""), "{record}");
     for n in 0..2 {
-        assert!(!data(n).join("scram-credentials.json").exists());
+        assert!(!dirs.data(n).join("scram-credentials.json").exists());
     }
 
     // the whole cluster restarts: the cluster record kept them
     drop((c0, c1));
-    for b in &mut brokers {
-        b.stop(libc::SIGTERM, Duration::from_secs(30)).await;
-    }
-    drop(brokers);
-    let brokers: Vec<wire_common::Child> = (0..2).map(start).collect();
-    for b in &brokers {
+    let brokers = restart_all(brokers, start).await;
+    for b in brokers.values() {
         let mut c = b.connect(Duration::from_secs(30)).await;
         wait_described(&mut c, &want).await;
     }

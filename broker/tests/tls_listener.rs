@@ -21,24 +21,21 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use kafka_protocol::messages::alter_client_quotas_request::{EntityData, EntryData, OpData};
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    AlterClientQuotasRequest, AlterClientQuotasResponse, ApiKey, ApiVersionsRequest,
-    ApiVersionsResponse, CreateTopicsRequest, CreateTopicsResponse, FetchRequest, FetchResponse,
-    MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse, SaslAuthenticateRequest,
-    SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse,
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, CreateTopicsRequest, CreateTopicsResponse,
+    FetchRequest, FetchResponse, MetadataRequest, MetadataResponse, ProduceRequest,
+    ProduceResponse, SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
+    SaslHandshakeResponse,
 };
 use kafka_protocol::protocol::StrBytes;
 use rcgen::DnType;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::pki_types::CertificateDer;
 use tls_common::*;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::TcpStream;
-use tokio_rustls::client::TlsStream;
 use wire_common::*;
 
 async fn api_versions<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S) -> std::io::Result<i16> {
@@ -58,21 +55,6 @@ async fn create<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, topic: &str) -> i1
     resp.topics[0].error_code
 }
 
-/// Produces 64 KiB to `metered` (acks=1): the throttle time answered.
-async fn produce_throttle<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S) -> i32 {
-    let req = ProduceRequest::default()
-        .with_acks(1)
-        .with_timeout_ms(5000)
-        .with_topic_data(vec![TopicProduceData::default()
-            .with_name(name("metered"))
-            .with_partition_data(vec![PartitionProduceData::default()
-                .with_index(0)
-                .with_records(Some(batch(&[vec![b'x'; 64 * 1024]])))])]);
-    let r: ProduceResponse = call_on(s, ApiKey::Produce, 9, &req).await;
-    assert_eq!(r.responses[0].partition_responses[0].error_code, 0);
-    r.throttle_time_ms
-}
-
 fn ssl_settings(keystore: &Path) -> Vec<String> {
     vec![
         "--set".into(),
@@ -82,6 +64,34 @@ fn ssl_settings(keystore: &Path) -> Vec<String> {
         "--set".into(),
         format!("ssl.keystore.location={}", keystore.display()),
     ]
+}
+
+/// The settings of an SSL listener (see [`ssl_settings`]) with a
+/// certificate of `ca` in the keystore `broker.pem` of `dir`, trusting
+/// `ca`'s client certificates (the truststore `ca.pem` of `dir`), with
+/// `extra` settings on top; and the listener's certificate.
+fn ssl_trusting(dir: &Path, ca: &Ca, extra: &[&str]) -> (Vec<String>, String) {
+    let keystore = dir.join("broker.pem");
+    let truststore = dir.join("ca.pem");
+    let cert = ca.write_keystore(&keystore);
+    write_atomically(&truststore, &ca.pem());
+    let mut args = ssl_settings(&keystore);
+    let location = format!("ssl.truststore.location={}", truststore.display());
+    for set in std::iter::once(location).chain(extra.iter().map(|s| s.to_string())) {
+        args.push("--set".into());
+        args.push(set);
+    }
+    (args, cert)
+}
+
+/// Whether `broker` turns away a client trusting `ca` and presenting
+/// `identity`: at the handshake or, with TLS 1.3, where the client learns
+/// it, at its first request.
+async fn refused(broker: &Running, ca: &str, identity: Option<&(String, String)>) -> bool {
+    match tls_connect(broker, client_config(ca, identity)).await {
+        Err(_) => true,
+        Ok(mut s) => api_versions(&mut s).await.is_err(),
+    }
 }
 
 async fn start_with(dir: &Path, args: Vec<String>) -> Running {
@@ -97,9 +107,7 @@ async fn an_ssl_listener_serves_tls_clients_including_fetches() {
     ca.write_keystore(&keystore);
     let broker = start_with(&dir.path().join("data"), ssl_settings(&keystore)).await;
 
-    let mut s = tls_connect(&broker, client_config(&ca.pem(), None))
-        .await
-        .expect("TLS handshake");
+    let mut s = tls_session(&broker, &ca.pem(), None).await;
     assert_eq!(api_versions(&mut s).await.unwrap(), 0);
     let m: MetadataResponse =
         call_on(&mut s, ApiKey::Metadata, 12, &MetadataRequest::default()).await;
@@ -177,23 +185,17 @@ async fn an_ssl_listener_serves_tls_clients_including_fetches() {
 async fn required_client_certificates_are_checked_and_name_the_principal() {
     let dir = tempfile::tempdir().unwrap();
     let ca = Ca::new("moldau-test-ca");
-    let keystore = dir.path().join("broker.pem");
-    let truststore = dir.path().join("ca.pem");
-    ca.write_keystore(&keystore);
-    std::fs::write(&truststore, ca.pem()).unwrap();
-    let mut args = ssl_settings(&keystore);
-    for set in [
-        format!("ssl.truststore.location={}", truststore.display()),
-        "ssl.truststore.type=PEM".into(),
-        "ssl.client.auth=required".into(),
-        // CN=Alice,OU=eng,O=acme is user `alice`; other subjects of acme
-        // keep their whole DN; nothing else maps (no DEFAULT)
-        "ssl.principal.mapping.rules=RULE:^CN=([^,]*),OU=eng,O=acme$/$1/L,RULE:^.*,O=acme$/$0/"
-            .into(),
-    ] {
-        args.push("--set".into());
-        args.push(set);
-    }
+    let (args, _) = ssl_trusting(
+        dir.path(),
+        &ca,
+        &[
+            "ssl.truststore.type=PEM",
+            "ssl.client.auth=required",
+            // CN=Alice,OU=eng,O=acme is user `alice`; other subjects of acme
+            // keep their whole DN; nothing else maps (no DEFAULT)
+            "ssl.principal.mapping.rules=RULE:^CN=([^,]*),OU=eng,O=acme$/$1/L,RULE:^.*,O=acme$/$0/",
+        ],
+    );
     let broker = start_with(&dir.path().join("data"), args).await;
     let acme = |cn| {
         ca.issue(
@@ -208,44 +210,24 @@ async fn required_client_certificates_are_checked_and_name_the_principal() {
 
     // alice's certificate maps to User:alice, whom a user quota meters
     let alice = acme("Alice");
-    let mut s = tls_connect(&broker, client_config(&ca.pem(), Some(&alice)))
-        .await
-        .expect("TLS handshake");
+    let mut s = tls_session(&broker, &ca.pem(), Some(&alice)).await;
     assert_eq!(create(&mut s, "metered").await, 0);
-    let r: AlterClientQuotasResponse = call_on(
-        &mut s,
-        ApiKey::AlterClientQuotas,
-        1,
-        &AlterClientQuotasRequest::default().with_entries(vec![EntryData::default()
-            .with_entity(vec![EntityData::default()
-                .with_entity_type(StrBytes::from_static_str("user"))
-                .with_entity_name(Some(StrBytes::from_static_str("alice")))])
-            .with_ops(vec![OpData::default()
-                .with_key(StrBytes::from_static_str("producer_byte_rate"))
-                .with_value(1024.0)])]),
-    )
-    .await;
-    assert_eq!(r.entries[0].error_code, 0);
-    // the quota reaches the broker's image before the produce
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    set_user_producer_quota(&mut s, "alice", 1024.0).await;
     assert!(
         produce_throttle(&mut s).await > 0,
         "64 KiB at 1 KiB/s: User:alice (CN=Alice,OU=eng,O=acme) is throttled"
     );
     // bob's maps to User:bob, who has no quota
     let bob = acme("Bob");
-    let mut s = tls_connect(&broker, client_config(&ca.pem(), Some(&bob)))
-        .await
-        .expect("TLS handshake");
+    let mut s = tls_session(&broker, &ca.pem(), Some(&bob)).await;
     assert_eq!(produce_throttle(&mut s).await, 0, "User:bob is not metered");
 
     // no rule applies to a subject outside acme: the connection closes
     let stranger = ca.issue(&[], &[(DnType::CommonName, "stranger")]);
-    let refused = match tls_connect(&broker, client_config(&ca.pem(), Some(&stranger))).await {
-        Err(_) => true,
-        Ok(mut s) => api_versions(&mut s).await.is_err(),
-    };
-    assert!(refused, "a subject no rule maps is turned away");
+    assert!(
+        refused(&broker, &ca.pem(), Some(&stranger)).await,
+        "a subject no rule maps is turned away"
+    );
 
     // no certificate, or one of another CA: the handshake fails (with TLS
     // 1.3 the client learns it at its first read)
@@ -258,11 +240,10 @@ async fn required_client_certificates_are_checked_and_name_the_principal() {
         ],
     );
     for identity in [None, Some(&foreign)] {
-        let refused = match tls_connect(&broker, client_config(&ca.pem(), identity)).await {
-            Err(_) => true,
-            Ok(mut s) => api_versions(&mut s).await.is_err(),
-        };
-        assert!(refused, "refused without a trusted certificate");
+        assert!(
+            refused(&broker, &ca.pem(), identity).await,
+            "refused without a trusted certificate"
+        );
     }
     broker.stop().await;
 }
@@ -271,21 +252,16 @@ async fn required_client_certificates_are_checked_and_name_the_principal() {
 async fn acls_name_the_mapped_certificate_principal() {
     let dir = tempfile::tempdir().unwrap();
     let ca = Ca::new("moldau-test-ca");
-    let keystore = dir.path().join("broker.pem");
-    let truststore = dir.path().join("ca.pem");
-    ca.write_keystore(&keystore);
-    std::fs::write(&truststore, ca.pem()).unwrap();
-    let mut args = ssl_settings(&keystore);
-    for set in [
-        format!("ssl.truststore.location={}", truststore.display()),
-        "ssl.client.auth=required".into(),
-        "ssl.principal.mapping.rules=RULE:^CN=([^,]*),O=acme$/$1/L".into(),
-        "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer".into(),
-        "super.users=User:admin".into(),
-    ] {
-        args.push("--set".into());
-        args.push(set);
-    }
+    let (args, _) = ssl_trusting(
+        dir.path(),
+        &ca,
+        &[
+            "ssl.client.auth=required",
+            "ssl.principal.mapping.rules=RULE:^CN=([^,]*),O=acme$/$1/L",
+            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users=User:admin",
+        ],
+    );
     let broker = start_with(&dir.path().join("data"), args).await;
     let person = |cn| {
         ca.issue(
@@ -294,14 +270,10 @@ async fn acls_name_the_mapped_certificate_principal() {
         )
     };
     // CN=Admin,O=acme is User:admin, a super user
-    let mut s = tls_connect(&broker, client_config(&ca.pem(), Some(&person("Admin"))))
-        .await
-        .expect("TLS handshake");
+    let mut s = tls_session(&broker, &ca.pem(), Some(&person("Admin"))).await;
     assert_eq!(create(&mut s, "admins").await, 0);
     // CN=bob,O=acme is User:bob, whom no ACL allows anything
-    let mut s = tls_connect(&broker, client_config(&ca.pem(), Some(&person("bob"))))
-        .await
-        .expect("TLS handshake");
+    let mut s = tls_session(&broker, &ca.pem(), Some(&person("bob"))).await;
     assert_eq!(
         create(&mut s, "bobs").await,
         kafka_protocol::error::ResponseError::TopicAuthorizationFailed.code()
@@ -335,9 +307,7 @@ async fn sasl_over_tls_authenticates_the_sasl_user() {
         ],
     )
     .await;
-    let mut s = tls_connect(&broker, client_config(&ca.pem(), None))
-        .await
-        .expect("TLS handshake");
+    let mut s = tls_session(&broker, &ca.pem(), None).await;
     assert_eq!(api_versions(&mut s).await.unwrap(), 0);
     // nothing before SASL: the connection closes
     let early: std::io::Result<MetadataResponse> =
@@ -347,9 +317,7 @@ async fn sasl_over_tls_authenticates_the_sasl_user() {
         "a request before SASL closes the connection"
     );
 
-    let mut s = tls_connect(&broker, client_config(&ca.pem(), None))
-        .await
-        .expect("TLS handshake");
+    let mut s = tls_session(&broker, &ca.pem(), None).await;
     let h: SaslHandshakeResponse = call_on(
         &mut s,
         ApiKey::SaslHandshake,
@@ -387,17 +355,11 @@ async fn rotated_certificates_reach_new_connections_and_broken_ones_are_ignored(
     let ca = Ca::new("moldau-test-ca");
     let keystore = dir.path().join("broker.pem");
     let truststore = dir.path().join("ca.pem");
-    let first = ca.write_keystore(&keystore);
-    write_atomically(&truststore, &ca.pem());
-    let mut args = ssl_settings(&keystore);
-    for set in [
-        "ssl.reload.interval.ms=100".to_string(),
-        format!("ssl.truststore.location={}", truststore.display()),
-        "ssl.client.auth=requested".into(),
-    ] {
-        args.push("--set".into());
-        args.push(set);
-    }
+    let (args, first) = ssl_trusting(
+        dir.path(),
+        &ca,
+        &["ssl.reload.interval.ms=100", "ssl.client.auth=requested"],
+    );
     let broker = start_with(&dir.path().join("data"), args).await;
     let der = |pem: &str| {
         CertificateDer::from_pem_slice(pem.as_bytes())
@@ -425,20 +387,13 @@ async fn rotated_certificates_reach_new_connections_and_broken_ones_are_ignored(
     // a new client CA: refused until the truststore names it, then served
     let new_ca = Ca::new("moldau-next-ca");
     let carol = new_ca.issue(&[], &[(DnType::CommonName, "carol")]);
-    let served = |identity: (String, String)| {
-        let config = client_config(&ca.pem(), Some(&identity));
-        let broker = &broker;
-        async move {
-            match tls_connect(broker, config).await {
-                Ok(mut s) => api_versions(&mut s).await.is_ok(),
-                Err(_) => false,
-            }
-        }
-    };
-    assert!(!served(carol.clone()).await, "an unknown CA's client");
+    assert!(
+        refused(&broker, &ca.pem(), Some(&carol)).await,
+        "an unknown CA's client"
+    );
     write_atomically(&truststore, &format!("{}{}", ca.pem(), new_ca.pem()));
     let started = Instant::now();
-    while !served(carol.clone()).await {
+    while refused(&broker, &ca.pem(), Some(&carol)).await {
         assert!(
             started.elapsed() < Duration::from_secs(10),
             "the new CA was not picked up"
@@ -533,17 +488,6 @@ fn spawn_tls_broker(node: i32, root: &Path, ca: &Ca) -> TlsBroker {
     TlsBroker(cmd.spawn().expect("spawn moldau-broker"), addr, controller)
 }
 
-async fn tls_connect_to(
-    addr: std::net::SocketAddr,
-    config: Arc<rustls::ClientConfig>,
-) -> std::io::Result<TlsStream<TcpStream>> {
-    let tcp = TcpStream::connect(addr).await?;
-    let name = ServerName::try_from("127.0.0.1").unwrap();
-    tokio_rustls::TlsConnector::from(config)
-        .connect(name, tcp)
-        .await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn brokers_replicate_over_their_tls_listeners() {
     let dir = tempfile::tempdir().unwrap();
@@ -568,7 +512,7 @@ async fn brokers_replicate_over_their_tls_listeners() {
     // acknowledged with acks=all has reached the follower, which fetched
     // it over TLS as a broker (MOLDAU-BROKER)
     let mut s = loop {
-        if let Ok(mut s) = tls_connect_to(brokers[0].1, config.clone()).await {
+        if let Ok(mut s) = tls_connect_at(brokers[0].1, config.clone()).await {
             let req = CreateTopicsRequest::default()
                 .with_timeout_ms(30_000)
                 .with_topics(vec![CreatableTopic::default()
@@ -609,7 +553,7 @@ async fn brokers_replicate_over_their_tls_listeners() {
             .and_then(|t| t.partitions.first())
             .map(|p| p.leader_id.0);
         let acked = match leader.and_then(|l| brokers.iter().zip(1..).find(|(_, n)| *n == l)) {
-            Some((b, _)) => match tls_connect_to(b.1, config.clone()).await {
+            Some((b, _)) => match tls_connect_at(b.1, config.clone()).await {
                 Ok(mut p) => {
                     let req = ProduceRequest::default()
                         .with_acks(-1)
@@ -661,7 +605,7 @@ async fn brokers_replicate_over_their_tls_listeners() {
 /// handshake, rather than waiting for the client's first request.
 async fn session_refused(addr: std::net::SocketAddr, config: Arc<rustls::ClientConfig>) -> bool {
     use tokio::io::AsyncReadExt;
-    let Ok(mut s) = tls_connect_to(addr, config).await else {
+    let Ok(mut s) = tls_connect_at(addr, config).await else {
         return true;
     };
     let mut buf = [0u8; 64];
@@ -790,9 +734,7 @@ async fn a_stalled_or_garbled_handshake_is_closed_and_others_are_served() {
     );
 
     // meanwhile the listener serves a real client
-    let mut s = tls_connect(&broker, client_config(&ca.pem(), None))
-        .await
-        .expect("TLS handshake");
+    let mut s = tls_session(&broker, &ca.pem(), None).await;
     assert_eq!(api_versions(&mut s).await.unwrap(), 0);
     broker.stop().await;
 }

@@ -15,19 +15,16 @@ mod wire_common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 use cluster_common::*;
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
     AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey, DescribeTransactionsRequest,
-    DescribeTransactionsResponse, EndTxnRequest, EndTxnResponse, FetchRequest, FetchResponse,
-    InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse, ProducerId,
-    TransactionalId,
+    DescribeTransactionsResponse, EndTxnRequest, EndTxnResponse, InitProducerIdRequest,
+    InitProducerIdResponse, ProduceRequest, ProduceResponse, ProducerId, TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::RecordBatchDecoder;
 use moldau_broker::storage::batch::BatchBuilder;
 use tokio::net::TcpStream;
 use wire_common::{call, name};
@@ -141,53 +138,23 @@ async fn state(s: &mut TcpStream) -> (i16, String, i16) {
 
 /// The values of `partition` a read_committed consumer of `s` gets.
 async fn read_committed(s: &mut TcpStream, partition: i32) -> Vec<String> {
-    let req = FetchRequest::default()
-        .with_max_wait_ms(0)
-        .with_min_bytes(0)
-        .with_max_bytes(1 << 20)
-        .with_isolation_level(1)
-        .with_topics(vec![FetchTopic::default()
-            .with_topic(name(TOPIC))
-            .with_partitions(vec![FetchPartition::default()
-                .with_partition(partition)
-                .with_fetch_offset(0)
-                .with_partition_max_bytes(1 << 20)])]);
-    let resp: FetchResponse = call(s, ApiKey::Fetch, 12, &req).await;
-    let p = &resp.responses[0].partitions[0];
-    assert_eq!(p.error_code, 0);
-    let mut out = Vec::new();
-    let mut records = p.records.clone().unwrap_or_default();
-    while records.has_remaining() {
-        let set = RecordBatchDecoder::decode(&mut records).expect("decode");
-        out.extend(
-            set.records
-                .into_iter()
-                .filter(|r| !r.control)
-                .map(|r| String::from_utf8_lossy(&r.value.unwrap_or_default()).to_string()),
-        );
-    }
-    out
+    let records = try_records(s, TOPIC, partition, 1)
+        .await
+        .unwrap_or_else(|code| panic!("read_committed fetch of {partition}: error {code}"));
+    records
+        .into_iter()
+        .filter(|r| !r.control)
+        .map(|r| String::from_utf8_lossy(&r.value.unwrap_or_default()).to_string())
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn markers_cross_brokers_and_a_new_coordinator_takes_over() {
-    let root = tempfile::tempdir().unwrap();
-    let shared = root.path().join("shared");
-    let mut brokers: BTreeMap<i32, wire_common::Child> = (0..2)
-        .map(|n| {
-            let data = root.path().join(format!("data-{n}"));
-            (
-                n,
-                spawn(&n.to_string(), &data, &shared, root.path(), SETTINGS),
-            )
-        })
-        .collect();
-    let mut conns = BTreeMap::new();
-    for (n, b) in &brokers {
-        conns.insert(*n, b.connect(Duration::from_secs(30)).await);
-    }
+    let dirs = ClusterDirs::new();
+    let (mut brokers, c0) = two_brokers(|n| dirs.start(n, SETTINGS)).await;
+    let c1 = brokers[&1].connect(Duration::from_secs(30)).await;
+    let mut conns = BTreeMap::from([(0, c0), (1, c1)]);
     let probe = conns.get_mut(&0).unwrap();
-    wait_until(probe, TOPIC, "both brokers registered", |v| v.0.len() == 2).await;
     let (code, message) = create_replicated(probe, TOPIC, 2, 1, &[]).await;
     assert_eq!(code, 0, "{message:?}");
     let parts = wait_for_partitions(probe, TOPIC, "led", |p| {
@@ -236,24 +203,9 @@ async fn markers_cross_brokers_and_a_new_coordinator_takes_over() {
 
     // the coordinator's broker goes: the other one takes __transaction_state over
     drop(c);
-    brokers
-        .get_mut(&coord)
-        .unwrap()
-        .stop(libc::SIGTERM, Duration::from_secs(30))
-        .await;
-    let other = 1 - coord;
+    let other = stop_one_of_two(&mut brokers, coord).await;
     let s = conns.get_mut(&other).unwrap();
-    let (new_coord, _) = {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            let found = coordinator(s).await;
-            if found.0 == other {
-                break found;
-            }
-            assert!(tokio::time::Instant::now() < deadline, "no failover");
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    };
+    let (new_coord, _) = wait_for_coordinator(s, 1, TXN, other).await;
     assert_eq!(new_coord, other);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {

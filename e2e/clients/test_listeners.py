@@ -17,12 +17,12 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from conftest import STATE
 from harness import broker as brokers
-from harness.clients import RDKAFKA_LOGGER
+from harness.clients import RDKAFKA_LOGGER, deliver, poll_assigned
 
 PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 # username/password are Kafka's own inter-broker login (unused here: the
@@ -107,22 +107,7 @@ def create_topic(bootstrap: str, auth: dict, timeout: float = 30) -> str:
 
 def produce(bootstrap: str, auth: dict, topic: str, values: list[bytes]) -> list[int]:
     p = Producer({**client_conf(bootstrap, auth, "producer"), "acks": "all", "linger.ms": 5, "message.timeout.ms": 30000})
-    offsets: list[int | None] = [None] * len(values)
-    errors: list[str] = []
-
-    def on_delivery(i):
-        def cb(err, msg):
-            if err is not None:
-                errors.append(f"record {i}: {err}")
-            else:
-                offsets[i] = msg.offset()
-
-        return cb
-
-    for i, v in enumerate(values):
-        p.produce(topic, value=v, partition=0, on_delivery=on_delivery(i))
-        p.poll(0)
-    left = p.flush(45)
+    offsets, left, errors = deliver(p, topic, 0, [dict(value=v) for v in values], 45)
     assert left == 0 and not errors, f"{left} undelivered, errors {errors[:5]}"
     return offsets
 
@@ -136,19 +121,8 @@ def consume(bootstrap: str, auth: dict, topic: str, count: int, timeout: float =
             "auto.offset.reset": "earliest",
         }
     )
-    out: list[bytes] = []
-    try:
-        c.assign([TopicPartition(topic, 0, 0)])
-        deadline = time.monotonic() + timeout
-        while len(out) < count and time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is None:
-                continue
-            if m.error():
-                raise AssertionError(f"consume from {bootstrap}: {m.error()}")
-            out.append(m.value())
-    finally:
-        c.close()
+    messages = poll_assigned(c, topic, 0, 0, count, timeout, lambda e: AssertionError(f"consume from {bootstrap}: {e}"))
+    out: list[bytes] = [m.value() for m in messages]
     assert len(out) == count, f"{len(out)} of {count} records within {timeout}s"
     return out
 

@@ -54,13 +54,13 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, Producer, Consumer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer, Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from conftest import STATE, unique
 from harness import broker as brokers
 from harness import kafka_tools, kcat, kwire
-from harness.clients import RDKAFKA_LOGGER, metadata_refused
+from harness.clients import RDKAFKA_LOGGER, deliver, metadata_refused, poll_assigned
 
 PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
@@ -172,22 +172,8 @@ def produce(b: brokers.Broker, auth: dict, topic: str, recs) -> list[int]:
             **auth,
         }
     )
-    offsets: list[int | None] = [None] * len(recs)
-    errors: list[str] = []
-
-    def on_delivery(i):
-        def cb(err, msg):
-            if err is not None:
-                errors.append(f"record {i}: {err}")
-            else:
-                offsets[i] = msg.offset()
-
-        return cb
-
-    for i, (k, v, h) in enumerate(recs):
-        p.produce(topic, key=k, value=v, headers=h, partition=0, on_delivery=on_delivery(i))
-        p.poll(0)
-    left = p.flush(45)
+    sends = [dict(key=k, value=v, headers=h) for k, v, h in recs]
+    offsets, left, errors = deliver(p, topic, 0, sends, 45)
     assert left == 0 and not errors, f"{left} undelivered, errors {errors[:5]}"
     return offsets
 
@@ -204,19 +190,11 @@ def consume(b: brokers.Broker, auth: dict, topic: str, count: int, timeout: floa
             **auth,
         }
     )
-    out = []
-    try:
-        c.assign([TopicPartition(topic, 0, 0)])
-        deadline = time.monotonic() + timeout
-        while len(out) < count and time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is None:
-                continue
-            if m.error():
-                raise AssertionError(f"consume as {auth.get('sasl.username')}: {m.error()}")
-            out.append((m.offset(), m.key(), m.value(), m.headers() or []))
-    finally:
-        c.close()
+    messages = poll_assigned(
+        c, topic, 0, 0, count, timeout,
+        lambda e: AssertionError(f"consume as {auth.get('sasl.username')}: {e}"),
+    )
+    out = [(m.offset(), m.key(), m.value(), m.headers() or []) for m in messages]
     assert len(out) == count, f"{len(out)} of {count} records within {timeout}s"
     return out
 

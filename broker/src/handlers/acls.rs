@@ -21,6 +21,7 @@ use kafka_protocol::messages::{
 use super::access::Access;
 use super::str_bytes;
 use crate::broker::Broker;
+use crate::error::TopicError;
 use crate::security::acl::{AclBinding, AclOperation};
 use crate::security::acl_admin::{self, AclFailure};
 
@@ -45,45 +46,46 @@ fn cluster_denied(access: &Access, operation: AclOperation) -> Result<(), AclFai
     })
 }
 
+/// The same failure for each of a request's `n` items: what a request
+/// refused, or failed by the controller, as a whole answers.
+fn each_fails<T>(n: usize, f: AclFailure) -> Vec<Result<T, AclFailure>> {
+    (0..n).map(|_| Err(f.clone())).collect()
+}
+
+/// A controller's failure of a whole request, as each item hears it.
+fn whole_request_failure(e: TopicError) -> AclFailure {
+    AclFailure {
+        code: e.code.code(),
+        message: e.message,
+    }
+}
+
 pub fn create(broker: &Broker, req: CreateAclsRequest, access: &Access) -> CreateAclsResponse {
     let refused = acl_admin::require_authorizer(broker.authorizer_config())
         .and_then(|()| cluster_denied(access, AclOperation::Alter));
-    if let Err(f) = refused {
-        let results = req
-            .creations
-            .iter()
-            .map(|_| creation_result(Err(f.clone())))
-            .collect();
-        return CreateAclsResponse::default().with_results(results);
-    }
-    let creations: Vec<Result<AclBinding, AclFailure>> = req
-        .creations
-        .iter()
-        .map(|c| {
-            acl_admin::binding_from_wire(
-                c.resource_type,
-                &c.resource_name,
-                c.resource_pattern_type,
-                &c.principal,
-                &c.host,
-                c.operation,
-                c.permission_type,
-            )
-        })
-        .collect();
-    let controller = crate::controller::Controller::new(broker);
-    let results: Vec<Result<(), AclFailure>> = match controller.create_acls(&creations) {
-        Ok(results) => results,
-        // the whole request failed: every creation hears why
-        Err(e) => creations
-            .iter()
-            .map(|_| {
-                Err(AclFailure {
-                    code: e.code.code(),
-                    message: e.message.clone(),
+    let results = match refused {
+        Err(f) => each_fails(req.creations.len(), f),
+        Ok(()) => {
+            let creations: Vec<Result<AclBinding, AclFailure>> = req
+                .creations
+                .iter()
+                .map(|c| {
+                    acl_admin::binding_from_wire(
+                        c.resource_type,
+                        &c.resource_name,
+                        c.resource_pattern_type,
+                        &c.principal,
+                        &c.host,
+                        c.operation,
+                        c.permission_type,
+                    )
                 })
-            })
-            .collect(),
+                .collect();
+            crate::controller::Controller::new(broker)
+                .create_acls(&creations)
+                // the whole request failed: every creation hears why
+                .unwrap_or_else(|e| each_fails(creations.len(), whole_request_failure(e)))
+        }
     };
     CreateAclsResponse::default().with_results(results.into_iter().map(creation_result).collect())
 }
@@ -171,41 +173,28 @@ fn filter_result(
 pub fn delete(broker: &Broker, req: DeleteAclsRequest, access: &Access) -> DeleteAclsResponse {
     let refused = acl_admin::require_authorizer(broker.authorizer_config())
         .and_then(|()| cluster_denied(access, AclOperation::Alter));
-    if let Err(f) = refused {
-        let results = req
-            .filters
-            .iter()
-            .map(|_| filter_result(Err(f.clone())))
-            .collect();
-        return DeleteAclsResponse::default().with_filter_results(results);
-    }
-    let filters: Vec<_> = req
-        .filters
-        .iter()
-        .map(|f| {
-            acl_admin::filter_from_wire(
-                f.resource_type_filter,
-                f.resource_name_filter.as_deref(),
-                f.pattern_type_filter,
-                f.principal_filter.as_deref(),
-                f.host_filter.as_deref(),
-                f.operation,
-                f.permission_type,
-            )
-        })
-        .collect();
-    let controller = crate::controller::Controller::new(broker);
-    let results = match controller.delete_acls(&filters) {
-        Ok(results) => results,
-        Err(e) => filters
-            .iter()
-            .map(|_| {
-                Err(AclFailure {
-                    code: e.code.code(),
-                    message: e.message.clone(),
+    let results = match refused {
+        Err(f) => each_fails(req.filters.len(), f),
+        Ok(()) => {
+            let filters: Vec<_> = req
+                .filters
+                .iter()
+                .map(|f| {
+                    acl_admin::filter_from_wire(
+                        f.resource_type_filter,
+                        f.resource_name_filter.as_deref(),
+                        f.pattern_type_filter,
+                        f.principal_filter.as_deref(),
+                        f.host_filter.as_deref(),
+                        f.operation,
+                        f.permission_type,
+                    )
                 })
-            })
-            .collect(),
+                .collect();
+            crate::controller::Controller::new(broker)
+                .delete_acls(&filters)
+                .unwrap_or_else(|e| each_fails(filters.len(), whole_request_failure(e)))
+        }
     };
     DeleteAclsResponse::default()
         .with_filter_results(results.into_iter().map(filter_result).collect())

@@ -1,10 +1,11 @@
 //! Helpers of the tests that run several broker processes as one cluster
-//! (`--cluster dir`): starting a broker, reading the cluster as Metadata
-//! shows it, producing to and reading from one partition.
+//! (`--cluster dir`): where a cluster keeps its files, starting a broker
+//! or two and restarting them, reading the cluster as Metadata shows it,
+//! producing to and reading from one partition.
 #![allow(dead_code)]
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
@@ -49,6 +50,82 @@ pub fn spawn(node: &str, data: &Path, shared: &Path, logs: &Path, settings: &[&s
             ..Default::default()
         },
     )
+}
+
+/// Where a test's cluster keeps its files, in one temporary folder
+/// removed when this is dropped: the shared `--cluster dir` folder
+/// (`shared`), each broker's data (`data-<n>`) and the brokers' logs.
+pub struct ClusterDirs {
+    root: tempfile::TempDir,
+}
+
+impl ClusterDirs {
+    pub fn new() -> ClusterDirs {
+        ClusterDirs {
+            root: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    pub fn root(&self) -> &Path {
+        self.root.path()
+    }
+
+    /// The folder the brokers share (`--cluster-dir`).
+    pub fn shared(&self) -> PathBuf {
+        self.root().join("shared")
+    }
+
+    /// Broker `n`'s data folder.
+    pub fn data(&self, n: i32) -> PathBuf {
+        self.root().join(format!("data-{n}"))
+    }
+
+    /// Starts broker `n` with `settings` (see [`spawn`]).
+    pub fn start(&self, n: i32, settings: &[&str]) -> Child {
+        spawn(
+            &n.to_string(),
+            &self.data(n),
+            &self.shared(),
+            self.root(),
+            settings,
+        )
+    }
+}
+
+/// Starts brokers 0 and 1 with `start` and waits (30 s at most) until
+/// broker 0 shows both registered: the brokers, and that connection to
+/// broker 0.
+pub async fn two_brokers(start: impl Fn(i32) -> Child) -> (BTreeMap<i32, Child>, TcpStream) {
+    let brokers: BTreeMap<i32, Child> = (0..2).map(|n| (n, start(n))).collect();
+    let mut probe = brokers[&0].connect(Duration::from_secs(30)).await;
+    let both = BTreeSet::from([0, 1]);
+    wait_until(&mut probe, "t", "both brokers registered", |v| v.0 == both).await;
+    (brokers, probe)
+}
+
+/// Stops broker `node` of a two-broker cluster (SIGTERM, 30 s at most):
+/// the other broker's node id.
+pub async fn stop_one_of_two(brokers: &mut BTreeMap<i32, Child>, node: i32) -> i32 {
+    brokers
+        .get_mut(&node)
+        .unwrap()
+        .stop(libc::SIGTERM, Duration::from_secs(30))
+        .await;
+    1 - node
+}
+
+/// Stops every broker of `brokers` (SIGTERM, 30 s at most each), then
+/// starts each again with `start`: the whole cluster restarted.
+pub async fn restart_all(
+    mut brokers: BTreeMap<i32, Child>,
+    start: impl Fn(i32) -> Child,
+) -> BTreeMap<i32, Child> {
+    for b in brokers.values_mut() {
+        b.stop(libc::SIGTERM, Duration::from_secs(30)).await;
+    }
+    let nodes: Vec<i32> = brokers.keys().copied().collect();
+    drop(brokers);
+    nodes.into_iter().map(|n| (n, start(n))).collect()
 }
 
 /// `(brokers, controller, {partition: (leader, leader epoch)})` of `topic`.
@@ -197,12 +274,30 @@ pub async fn try_values(
     topic: &str,
     partition: i32,
 ) -> Result<Vec<Vec<u8>>, i16> {
+    let records = try_records(s, topic, partition, 0).await?;
+    Ok(records
+        .into_iter()
+        .map(|r| r.value.unwrap_or_default().to_vec())
+        .collect())
+}
+
+/// Every record of `partition` from offset 0, control records included,
+/// as one Fetch v12 of `s`'s broker with `isolation_level` (0:
+/// read_uncommitted, 1: read_committed) reads them; or the fetch's error
+/// code.
+pub async fn try_records(
+    s: &mut TcpStream,
+    topic: &str,
+    partition: i32,
+    isolation_level: i8,
+) -> Result<Vec<kafka_protocol::records::Record>, i16> {
     use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
     use kafka_protocol::messages::{FetchRequest, FetchResponse};
     use kafka_protocol::records::RecordBatchDecoder;
     let req = FetchRequest::default()
         .with_max_wait_ms(0)
         .with_max_bytes(1 << 20)
+        .with_isolation_level(isolation_level)
         .with_topics(vec![FetchTopic::default()
             .with_topic(name(topic))
             .with_partitions(vec![FetchPartition::default()
@@ -217,11 +312,10 @@ pub async fn try_values(
     let mut records = p.records.clone().unwrap_or_default();
     let mut out = Vec::new();
     while bytes::Buf::has_remaining(&records) {
-        let set = RecordBatchDecoder::decode(&mut records).expect("decode");
         out.extend(
-            set.records
-                .into_iter()
-                .map(|r| r.value.unwrap_or_default().to_vec()),
+            RecordBatchDecoder::decode(&mut records)
+                .expect("decode")
+                .records,
         );
     }
     Ok(out)
@@ -296,6 +390,29 @@ pub async fn find_coordinator(s: &mut TcpStream, key_type: i8, key: &str) -> (i3
             tokio::time::Instant::now() < deadline,
             "no coordinator for {key}: {}",
             c.error_code
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Waits (30 s at most) until `s`'s broker names `node` the coordinator of
+/// `key` (see [`find_coordinator`]), as after the last one's broker went:
+/// the coordinator found, `(node id, port)`.
+pub async fn wait_for_coordinator(
+    s: &mut TcpStream,
+    key_type: i8,
+    key: &str,
+    node: i32,
+) -> (i32, u16) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let found = find_coordinator(s, key_type, key).await;
+        if found.0 == node {
+            return found;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no takeover: {key}'s coordinator is still {found:?}, not node {node}"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

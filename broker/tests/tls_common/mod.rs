@@ -1,21 +1,17 @@
 //! Helpers of the wire tests that speak TLS to a broker: a CA made at
-//! test time (rcgen) issuing the broker's and clients' certificates, a
-//! rustls client, and one request over any stream.
+//! test time (rcgen) issuing the broker's and clients' certificates, and a
+//! rustls client (requests go over its sessions with
+//! `wire_common::call_on`).
 #![allow(dead_code)]
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
-use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, KeyPair, KeyUsagePurpose,
 };
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
@@ -107,6 +103,18 @@ pub async fn tls_connect(
     tls_connect_at(broker.addrs.kafka, config).await
 }
 
+/// A TLS session with `broker` of a client trusting `ca` (PEM) and
+/// presenting `identity` if given; panics if the handshake fails.
+pub async fn tls_session(
+    broker: &Running,
+    ca: &str,
+    identity: Option<&(String, String)>,
+) -> TlsStream<TcpStream> {
+    tls_connect(broker, client_config(ca, identity))
+        .await
+        .expect("TLS handshake")
+}
+
 /// A TLS session with the listener at `addr`, checking the name 127.0.0.1.
 pub async fn tls_connect_at(
     addr: std::net::SocketAddr,
@@ -117,53 +125,4 @@ pub async fn tls_connect_at(
     tokio_rustls::TlsConnector::from(config)
         .connect(name, tcp)
         .await
-}
-
-/// One request and its response over any stream; `Err` if the broker
-/// closed the connection instead (or the TLS session failed).
-pub async fn try_call<S, Req, Resp>(
-    s: &mut S,
-    api: ApiKey,
-    version: i16,
-    req: &Req,
-) -> std::io::Result<Resp>
-where
-    S: AsyncRead + AsyncWrite + Unpin,
-    Req: Encodable,
-    Resp: Decodable,
-{
-    let header = RequestHeader::default()
-        .with_request_api_key(api as i16)
-        .with_request_api_version(version)
-        .with_correlation_id(11)
-        .with_client_id(Some(StrBytes::from_static_str("tls-test")));
-    let mut body = BytesMut::new();
-    header
-        .encode(&mut body, api.request_header_version(version))
-        .unwrap();
-    req.encode(&mut body, version).unwrap();
-    let mut frame = BytesMut::new();
-    frame.put_i32(body.len() as i32);
-    frame.extend_from_slice(&body);
-    s.write_all(&frame).await?;
-    s.flush().await?;
-    let mut len = [0u8; 4];
-    tokio::time::timeout(Duration::from_secs(30), s.read_exact(&mut len))
-        .await
-        .map_err(|_| std::io::Error::other("response timed out"))??;
-    let mut buf = vec![0u8; i32::from_be_bytes(len) as usize];
-    s.read_exact(&mut buf).await?;
-    let mut resp = Bytes::from(buf);
-    let h = ResponseHeader::decode(&mut resp, api.response_header_version(version)).unwrap();
-    assert_eq!(h.correlation_id, 11);
-    Ok(Resp::decode(&mut resp, version).unwrap())
-}
-
-pub async fn call_on<S, Req, Resp>(s: &mut S, api: ApiKey, version: i16, req: &Req) -> Resp
-where
-    S: AsyncRead + AsyncWrite + Unpin,
-    Req: Encodable,
-    Resp: Decodable,
-{
-    try_call(s, api, version, req).await.expect("answered")
 }

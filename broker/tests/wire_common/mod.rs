@@ -1,6 +1,7 @@
 //! Helpers shared by the wire-level tests that start a real broker
 //! (in-process, or as a child process) on 127.0.0.1 and speak the Kafka
-//! protocol to it with the `kafka-protocol` codec.
+//! protocol to it with the `kafka-protocol` codec, over a TCP connection
+//! or any stream (a TLS session).
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -22,7 +23,7 @@ use kafka_protocol::records::{Compression, RecordBatchDecoder};
 use moldau_broker::config::Cli;
 use moldau_broker::server::{run_reporting, BoundAddresses};
 use moldau_broker::storage::batch::BatchBuilder;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{oneshot, watch};
 
@@ -133,13 +134,13 @@ pub fn name(s: &str) -> TopicName {
     TopicName(StrBytes::from_string(s.into()))
 }
 
-pub async fn send<Req: Encodable>(
-    stream: &mut TcpStream,
+/// One request's frame: its size, header (client id `wire-test`) and body.
+pub fn frame<Req: Encodable>(
     api: ApiKey,
     version: i16,
     correlation_id: i32,
     req: &Req,
-) {
+) -> BytesMut {
     let header = RequestHeader::default()
         .with_request_api_key(api as i16)
         .with_request_api_version(version)
@@ -153,6 +154,17 @@ pub async fn send<Req: Encodable>(
     let mut frame = BytesMut::new();
     frame.put_i32(body.len() as i32);
     frame.extend_from_slice(&body);
+    frame
+}
+
+pub async fn send<Req: Encodable>(
+    stream: &mut TcpStream,
+    api: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    req: &Req,
+) {
+    let frame = frame(api, version, correlation_id, req);
     stream.write_all(&frame).await.expect("write");
 }
 
@@ -184,6 +196,42 @@ pub async fn call<Req: Encodable, Resp: Decodable>(
 ) -> Resp {
     send(stream, api, version, 7, req).await;
     receive(stream, api, version, 7, Duration::from_secs(60)).await
+}
+
+/// One request and its response over any stream; `Err` if the broker
+/// closed the connection instead (or the TLS session failed).
+pub async fn try_call<S, Req, Resp>(
+    s: &mut S,
+    api: ApiKey,
+    version: i16,
+    req: &Req,
+) -> std::io::Result<Resp>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    Req: Encodable,
+    Resp: Decodable,
+{
+    s.write_all(&frame(api, version, 11, req)).await?;
+    s.flush().await?;
+    let mut len = [0u8; 4];
+    tokio::time::timeout(Duration::from_secs(30), s.read_exact(&mut len))
+        .await
+        .map_err(|_| std::io::Error::other("response timed out"))??;
+    let mut buf = vec![0u8; i32::from_be_bytes(len) as usize];
+    s.read_exact(&mut buf).await?;
+    let mut resp = Bytes::from(buf);
+    let h = ResponseHeader::decode(&mut resp, api.response_header_version(version)).unwrap();
+    assert_eq!(h.correlation_id, 11);
+    Ok(Resp::decode(&mut resp, version).unwrap())
+}
+
+pub async fn call_on<S, Req, Resp>(s: &mut S, api: ApiKey, version: i16, req: &Req) -> Resp
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    Req: Encodable,
+    Resp: Decodable,
+{
+    try_call(s, api, version, req).await.expect("answered")
 }
 
 /// One uncompressed batch of `values` (keys `k0`, `k1`, …).
@@ -230,6 +278,47 @@ pub async fn produce(stream: &mut TcpStream, topic: &str, records: Bytes) -> (i1
     let resp: ProduceResponse = call(stream, ApiKey::Produce, 9, &req).await;
     let p = &resp.responses[0].partition_responses[0];
     (p.error_code, p.base_offset)
+}
+
+/// Sets the user `user`'s producer byte rate to `bytes_per_second`
+/// (AlterClientQuotas v1), and waits a moment for the quota to reach the
+/// broker's image.
+pub async fn set_user_producer_quota<S>(s: &mut S, user: &str, bytes_per_second: f64)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    use kafka_protocol::messages::alter_client_quotas_request::{EntityData, EntryData, OpData};
+    use kafka_protocol::messages::{AlterClientQuotasRequest, AlterClientQuotasResponse};
+    let req = AlterClientQuotasRequest::default().with_entries(vec![EntryData::default()
+        .with_entity(vec![EntityData::default()
+            .with_entity_type(StrBytes::from_static_str("user"))
+            .with_entity_name(Some(StrBytes::from_string(user.to_string())))])
+        .with_ops(vec![OpData::default()
+            .with_key(StrBytes::from_static_str("producer_byte_rate"))
+            .with_value(bytes_per_second)])]);
+    let r: AlterClientQuotasResponse = call_on(s, ApiKey::AlterClientQuotas, 1, &req).await;
+    assert_eq!(r.entries[0].error_code, 0);
+    // the quota reaches the broker's image before the produce
+    tokio::time::sleep(Duration::from_millis(200)).await;
+}
+
+/// Produces 64 KiB to partition 0 of `metered` (acks=1), more than a
+/// second's worth at a quota of 1 KiB/s: the throttle time answered.
+pub async fn produce_throttle<S>(s: &mut S) -> i32
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let req = ProduceRequest::default()
+        .with_acks(1)
+        .with_timeout_ms(5000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(name("metered"))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(0)
+                .with_records(Some(batch(&[vec![b'x'; 64 * 1024]])))])]);
+    let r: ProduceResponse = call_on(s, ApiKey::Produce, 9, &req).await;
+    assert_eq!(r.responses[0].partition_responses[0].error_code, 0);
+    r.throttle_time_ms
 }
 
 /// CreateTopics of one topic: `(error code, message)`.

@@ -47,6 +47,56 @@ def metadata_refused(conf: dict, refusal, timeout: float):
         return e, reported
     raise AssertionError(f"metadata answered: brokers {md.brokers}")
 
+
+def deliver(p, topic: str, partition: int, sends: list[dict], timeout: float) -> tuple[list[int | None], int, list[str]]:
+    """Produces each of `sends` (keyword arguments of confluent-kafka's
+    Producer.produce: value, key, headers, timestamp) to `topic`'s
+    `partition` with the producer `p`, in order, then flushes for up to
+    `timeout` seconds: the offsets acknowledged (None where not), how many
+    records are left undelivered, and the delivery errors."""
+    offsets: list[int | None] = [None] * len(sends)
+    errors: list[str] = []
+
+    def on_delivery(i):
+        def cb(err, msg):
+            if err is not None:
+                errors.append(f"record {i}: {err}")
+            else:
+                offsets[i] = msg.offset()
+
+        return cb
+
+    for i, kwargs in enumerate(sends):
+        p.produce(topic, partition=partition, on_delivery=on_delivery(i), **kwargs)
+        p.poll(0)
+    left = p.flush(timeout)
+    return offsets, left, errors
+
+
+def poll_assigned(c, topic: str, partition: int, start: int, count: int, timeout: float, on_error) -> list:
+    """Assigns the confluent-kafka consumer `c` `topic`'s `partition` from
+    offset `start` (no group is joined) and polls until it has `count`
+    messages or `timeout` seconds have passed, then closes it: the messages
+    (fewer than `count` if time ran out). A message with an error raises
+    `on_error(error)`."""
+    from confluent_kafka import TopicPartition
+
+    out: list = []
+    try:
+        c.assign([TopicPartition(topic, partition, start)])
+        deadline = time.monotonic() + timeout
+        while len(out) < count and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is None:
+                continue
+            if m.error():
+                raise on_error(m.error())
+            out.append(m)
+    finally:
+        c.close()
+    return out
+
+
 CLIENTS_DIR = Path(__file__).resolve().parent.parent
 JAVA_DIR = CLIENTS_DIR / "java"
 
@@ -94,30 +144,8 @@ class ConfluentClient(Client):
                 "logger": RDKAFKA_LOGGER,
             }
         )
-        offsets: list[int | None] = [None] * len(records)
-        errors: list[str] = []
-
-        def cb(i):
-            def on_delivery(err, msg):
-                if err is not None:
-                    errors.append(f"record {i}: {err}")
-                else:
-                    offsets[i] = msg.offset()
-
-            return on_delivery
-
-        for i, r in enumerate(records):
-            p.produce(
-                topic,
-                value=r.value,
-                key=r.key,
-                partition=partition,
-                timestamp=r.timestamp,
-                headers=list(r.headers),
-                on_delivery=cb(i),
-            )
-            p.poll(0)
-        left = p.flush(60)
+        sends = [dict(value=r.value, key=r.key, timestamp=r.timestamp, headers=list(r.headers)) for r in records]
+        offsets, left, errors = deliver(p, topic, partition, sends, 60)
         if left or errors:
             raise ClientError(f"confluent produce: {left} undelivered, errors: {errors[:5]}")
         return offsets
@@ -140,24 +168,17 @@ class ConfluentClient(Client):
         )
 
     def consume(self, bootstrap, topic, partition, start, count, timeout=30.0):
-        from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, TopicPartition
+        from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME
 
-        c = self.consumer(bootstrap)
+        messages = poll_assigned(
+            self.consumer(bootstrap), topic, partition, start, count, timeout,
+            lambda e: ClientError(f"confluent consume: {e}"),
+        )
         out: list[Consumed] = []
-        try:
-            c.assign([TopicPartition(topic, partition, start)])
-            deadline = time.monotonic() + timeout
-            while len(out) < count and time.monotonic() < deadline:
-                m = c.poll(0.5)
-                if m is None:
-                    continue
-                if m.error():
-                    raise ClientError(f"confluent consume: {m.error()}")
-                tstype, ts = m.timestamp()
-                tsname = {TIMESTAMP_CREATE_TIME: "CreateTime", TIMESTAMP_LOG_APPEND_TIME: "LogAppendTime"}.get(tstype, "?")
-                out.append(Consumed(m.offset(), Record(m.key(), m.value(), tuple(m.headers() or ()), ts), tsname))
-        finally:
-            c.close()
+        for m in messages:
+            tstype, ts = m.timestamp()
+            tsname = {TIMESTAMP_CREATE_TIME: "CreateTime", TIMESTAMP_LOG_APPEND_TIME: "LogAppendTime"}.get(tstype, "?")
+            out.append(Consumed(m.offset(), Record(m.key(), m.value(), tuple(m.headers() or ()), ts), tsname))
         if len(out) < count:
             raise ClientError(f"confluent consume: {len(out)} of {count} records within {timeout}s")
         return out
