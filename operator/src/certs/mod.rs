@@ -24,9 +24,12 @@
 //!   none (or it is unreadable).
 //! - The `O=moldau.io` in the brokers' and the operator's subjects keeps
 //!   their principals apart from any KafkaUser's `CN=<name>`.
-//! - Client certificates come from both CAs (brokers and the operator from
-//!   the cluster CA, users from the clients CA): a listener that asks for
-//!   them trusts `ca.crt` and `clients-ca.crt` of `<cluster>-broker-certs`.
+//! - Client certificates come from two CAs, each trusted where it belongs
+//!   (`cluster::listeners`): the brokers' own `REPLICATION` listener trusts
+//!   only the cluster CA (`ca.crt`: brokers and the operator), a client
+//!   listener with `authentication: tls` only the clients CA
+//!   (`clients-ca.crt`: users). No user certificate passes as a broker's,
+//!   and the O= above keeps the principals apart besides.
 
 pub mod inspect;
 pub mod issue;
