@@ -14,6 +14,8 @@
 //!   are refused;
 //! - `bob` (a `KafkaUser` with a certificate the clients CA signs) reads
 //!   over mTLS and may not write;
+//! - a renewed broker certificate rolls the brokers one at a time while
+//!   alice writes: every acknowledged record is read back once;
 //! - deleting `alice` removes her credentials: she can no longer log in.
 
 use std::process::Command;
@@ -65,12 +67,7 @@ fn write_file(plane: &NetnsPlane, name: &str, text: &str) -> Result<String> {
 /// The client script (confluent-kafka from the repository's venv; see its
 /// doc for why not kcat): stdout on success, else its errors.
 fn client(plane: &NetnsPlane, config: &serde_json::Value, args: &[&str]) -> Result<String> {
-    let root = paths::e2e_dir().join("..");
-    let python = root.join(".venv/bin/python");
-    let script = root.join("operator/tests/clients/kafka_client.py");
-    let mut cmd = Command::new(python);
-    cmd.arg(script).arg(config.to_string()).args(args);
-    let out = plane.exec(&cmd, Duration::from_secs(90))?;
+    let out = plane.exec(&client_command(config, args), Duration::from_secs(90))?;
     if !out.status.success() {
         bail!(
             "{} failed: {}",
@@ -79,6 +76,33 @@ fn client(plane: &NetnsPlane, config: &serde_json::Value, args: &[&str]) -> Resu
         );
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The command line of the client script.
+fn client_command(config: &serde_json::Value, args: &[&str]) -> Command {
+    let root = paths::e2e_dir().join("..");
+    let mut cmd = Command::new(root.join(".venv/bin/python"));
+    cmd.arg(root.join("operator/tests/clients/kafka_client.py"))
+        .arg(config.to_string())
+        .args(args);
+    cmd
+}
+
+/// The broker pods' uids, by name.
+fn broker_uids(plane: &NetnsPlane) -> Result<Vec<String>> {
+    (0..3)
+        .map(|i| {
+            plane.kubectl_ok(&[
+                "-n",
+                NS,
+                "get",
+                "pod",
+                &format!("{CLUSTER}-{i}"),
+                "-o",
+                "jsonpath={.metadata.uid}",
+            ])
+        })
+        .collect()
 }
 
 /// Client settings of one identity.
@@ -406,6 +430,75 @@ fn a_tls_scram_cluster_serves_its_users_as_their_acls_say() -> Result<()> {
         format!("{denied:#}").contains("TOPIC_AUTHORIZATION_FAILED"),
         "{denied:#}"
     );
+
+    // A renewed broker certificate (here: its Secret deleted, so the
+    // operator issues a new one from the same CA) rolls the brokers one at
+    // a time, while alice writes without a pause: nothing she was told was
+    // written is lost, and no write fails for good.
+    let stop = plane.logs_dir().join("stop-producing");
+    let producer_log = plane.logs_dir().join("producer.log");
+    let mut producer = plane.spawn(
+        &client_command(
+            &alice.config,
+            &["produce-until", "orders", &stop.to_string_lossy()],
+        ),
+        &producer_log,
+    )?;
+    std::thread::sleep(Duration::from_secs(3));
+    let before = broker_uids(&plane)?;
+    plane.kubectl_ok(&[
+        "-n",
+        NS,
+        "delete",
+        "secret",
+        &format!("{CLUSTER}-broker-certs"),
+    ])?;
+    poll_until(
+        "every broker rolled onto the new certificate and Ready",
+        Duration::from_secs(300),
+        || {
+            let now = broker_uids(&plane).unwrap_or_default();
+            let rolled = now.len() == 3 && now.iter().zip(&before).all(|(a, b)| a != b);
+            let kc = kubectl_json(&plane, &["-n", NS, "get", "kafkacluster", CLUSTER])?;
+            Ok((rolled
+                && kc["status"]["readyReplicas"].as_i64() == Some(3)
+                && kc["status"]["updatedReplicas"].as_i64() == Some(3))
+            .then_some(()))
+        },
+    )
+    .map_err(|e| e.context(format!("operator log tail:\n{}", operator_log_tail(&plane))))?;
+    std::fs::write(&stop, "")?;
+    let status = poll_until("the producer flushed", Duration::from_secs(150), || {
+        producer.try_wait().map_err(Into::into)
+    })?;
+    let log = std::fs::read_to_string(&producer_log)?;
+    let report: serde_json::Value = log
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .map(serde_json::from_str)
+        .transpose()?
+        .with_context(|| format!("the producer's report:\n{log}"))?;
+    assert!(status.success(), "the producer failed: {report}");
+    let delivered = report["delivered"].as_u64().unwrap_or(0) as usize;
+    assert_eq!(
+        report["produced"].as_u64(),
+        Some(delivered as u64),
+        "{report}"
+    );
+    assert!(delivered > 100, "too few records during the roll: {report}");
+    eprintln!(
+        "{delivered} records acknowledged through a roll of three brokers; the client's own errors: {}",
+        report["errors"]
+    );
+    let mut want_all: Vec<String> = want
+        .iter()
+        .cloned()
+        .chain((0..delivered).map(|i| format!("n-{i}")))
+        .collect();
+    want_all.sort();
+    let read = alice.consume(&plane, "orders", "alice-after-roll", want_all.len())?;
+    assert_eq!(read, want_all, "every acknowledged record, once");
 
     plane.kubectl_ok(&[
         "-n",

@@ -6,6 +6,10 @@ client-final-message Kafka 4 (and Moldau) refuse.
     kafka_client.py CONFIG_JSON produce TOPIC FILE   # one record per line, acks=all
     kafka_client.py CONFIG_JSON consume TOPIC GROUP COUNT
     kafka_client.py CONFIG_JSON metadata
+    kafka_client.py CONFIG_JSON produce-until TOPIC STOP_FILE
+        # a record ("n-<i>") every 20 ms, idempotent with acks=all, until
+        # STOP_FILE exists; prints {"delivered": N, "failed": [...],
+        # "errors": [...]} (errors: the client's own, retriable or not)
 
 Exit 0 on success (consume prints the values, one per line); otherwise 1,
 with every error the client met on stderr.
@@ -80,6 +84,37 @@ def main():
         if len(values) < count:
             fail(f"read {len(values)} of {count} records")
         print("\n".join(values))
+    elif op == "produce-until":
+        import os
+
+        topic, stop = sys.argv[3], sys.argv[4]
+        producer = Producer(
+            {
+                **conf,
+                "acks": "all",
+                "enable.idempotence": True,
+                "message.timeout.ms": 120000,
+            }
+        )
+        delivered = []
+        failed = []
+
+        def delivered_cb(err, msg):
+            if err is None:
+                delivered.append(msg.value().decode())
+            else:
+                failed.append(str(err))
+
+        i = 0
+        while not os.path.exists(stop):
+            producer.produce(topic, f"n-{i}".encode(), on_delivery=delivered_cb)
+            i += 1
+            producer.poll(0.02)
+        left = producer.flush(120)
+        print(json.dumps({"produced": i, "delivered": len(delivered), "undelivered": left,
+                          "failed": failed, "errors": errors}))
+        if failed or left:
+            sys.exit(1)
     elif op == "metadata":
         producer = Producer(conf)
         try:
