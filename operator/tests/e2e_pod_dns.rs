@@ -10,6 +10,8 @@
 //! and the records written before and after are all read through it.
 
 use std::process::Command;
+
+mod support;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
@@ -126,27 +128,7 @@ fn brokers_advertise_and_follow_their_pods_dns_names() -> Result<()> {
     let plane = NetnsPlane::up(&runner, &[("moldau/broker", broker.as_path())])?;
     plane.apply_repo_crds()?;
     plane.kubectl_ok(&["create", "namespace", NS])?;
-    let mut operator = Command::new(env!("CARGO_BIN_EXE_moldau-operator"));
-    operator
-        .env("KUBECONFIG", plane.kubeconfig())
-        .env("RUST_LOG", "info,kube=warn")
-        .args([
-            "--namespace",
-            NS,
-            "--watch-namespace",
-            NS,
-            "--identity",
-            "op-dns",
-        ])
-        .args([
-            "--http-listen",
-            "127.0.0.1:18080",
-            "--cluster-resync",
-            "5",
-            "--retry",
-            "2",
-        ]);
-    let mut operator = plane.spawn(&operator, &plane.logs_dir().join("operator.log"))?;
+    let mut operator = support::netns::start_operator(&plane, NS, "op-dns", 18080)?;
 
     let cluster = json!({
         "apiVersion": "moldau.io/v1alpha1",

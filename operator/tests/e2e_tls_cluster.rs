@@ -19,6 +19,8 @@
 //! - deleting `alice` removes her credentials: she can no longer log in.
 
 use std::process::Command;
+
+mod support;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -199,27 +201,7 @@ fn a_tls_scram_cluster_serves_its_users_as_their_acls_say() -> Result<()> {
     let plane = NetnsPlane::up(&runner, &[("moldau/broker", broker.as_path())])?;
     plane.apply_repo_crds()?;
     plane.kubectl_ok(&["create", "namespace", NS])?;
-    let mut operator = Command::new(env!("CARGO_BIN_EXE_moldau-operator"));
-    operator
-        .env("KUBECONFIG", plane.kubeconfig())
-        .env("RUST_LOG", "info,kube=warn")
-        .args([
-            "--namespace",
-            NS,
-            "--watch-namespace",
-            NS,
-            "--identity",
-            "op-tls",
-        ])
-        .args([
-            "--http-listen",
-            "127.0.0.1:18081",
-            "--cluster-resync",
-            "5",
-            "--retry",
-            "2",
-        ]);
-    let mut operator = plane.spawn(&operator, &plane.logs_dir().join("operator.log"))?;
+    let mut operator = support::netns::start_operator(&plane, NS, "op-tls", 18081)?;
 
     apply(
         &plane,

@@ -29,6 +29,12 @@ fn valid_examples_parse() {
         serde_yaml::from_value(docs("kafkacluster-production.yaml").remove(0)).unwrap();
     assert_eq!(prod.spec.replicas, 3);
     assert!(moldau_operator::cluster::validate::cluster_spec_problem(&prod.spec).is_none());
+    let secure: KafkaCluster =
+        serde_yaml::from_value(docs("kafkacluster-secure.yaml").remove(0)).unwrap();
+    assert!(moldau_operator::cluster::validate::cluster_spec_problem(&secure.spec).is_none());
+    let layout = moldau_operator::cluster::listeners::layout(&secure.spec);
+    assert!(layout.secured(), "TLS listeners and authorization");
+    assert_eq!(layout.inter_broker().name, "REPLICATION");
     let topics: Vec<KafkaTopic> = docs("kafkatopics.yaml")
         .into_iter()
         .map(|d| serde_yaml::from_value(d).unwrap())

@@ -5,6 +5,8 @@
 
 use std::path::PathBuf;
 
+pub mod netns;
+
 /// Path of workspace binary `bin` of package `package`, built when missing
 /// or stale (the shared helper of the e2e crate).
 pub fn workspace_bin(package: &str, bin: &str) -> PathBuf {
