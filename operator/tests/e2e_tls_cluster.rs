@@ -14,8 +14,10 @@
 //!   are refused;
 //! - `bob` (a `KafkaUser` with a certificate the clients CA signs) reads
 //!   over mTLS and may not write;
-//! - a renewed broker certificate rolls the brokers one at a time while
-//!   alice writes: every acknowledged record is read back once;
+//! - a renewed broker certificate, then a renewed cluster CA certificate
+//!   (on its key), each roll the brokers one at a time while alice writes
+//!   trusting the CA certificate she read first: every acknowledged record
+//!   is read back once;
 //! - deleting `alice` removes her credentials: she can no longer log in.
 
 use std::process::Command;
@@ -27,7 +29,8 @@ use anyhow::{bail, Context, Result};
 use base64::Engine;
 use moldau_e2e::netns_plane::{poll_until, NetnsPlane};
 use moldau_e2e::paths;
-use moldau_operator::certs::issue::new_ca;
+use moldau_operator::certs::inspect::cert_info;
+use moldau_operator::certs::issue::{new_ca, renew_ca};
 use serde_json::json;
 
 const NS: &str = "tls-e2e";
@@ -189,6 +192,81 @@ fn operator_log_tail(plane: &NetnsPlane) -> String {
         .map(|l| l.chars().take(400).collect())
         .collect();
     tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+}
+
+/// Starts alice's idempotent `acks=all` producer (records `<label>-<i>`),
+/// runs `trigger`, waits until every broker pod was replaced and the
+/// cluster is Ready and up to date, stops the producer and checks that it
+/// failed no write for good; returns the records it was told were written.
+fn roll_under_load(
+    plane: &NetnsPlane,
+    alice: &Client,
+    label: &str,
+    trigger: impl FnOnce() -> Result<()>,
+) -> Result<Vec<String>> {
+    let stop = plane.logs_dir().join(format!("stop-producing-{label}"));
+    let producer_log = plane.logs_dir().join(format!("producer-{label}.log"));
+    let mut producer = plane.spawn(
+        &client_command(
+            &alice.config,
+            &["produce-until", "orders", &stop.to_string_lossy(), label],
+        ),
+        &producer_log,
+    )?;
+    std::thread::sleep(Duration::from_secs(3));
+    let before = broker_uids(plane)?;
+    trigger()?;
+    poll_until(
+        &format!("every broker rolled ({label}) and Ready"),
+        Duration::from_secs(300),
+        || {
+            let now = broker_uids(plane).unwrap_or_default();
+            let rolled = now.len() == 3 && now.iter().zip(&before).all(|(a, b)| a != b);
+            let kc = kubectl_json(plane, &["-n", NS, "get", "kafkacluster", CLUSTER])?;
+            Ok((rolled
+                && kc["status"]["readyReplicas"].as_i64() == Some(3)
+                && kc["status"]["updatedReplicas"].as_i64() == Some(3))
+            .then_some(()))
+        },
+    )
+    .map_err(|e| e.context(format!("operator log tail:\n{}", operator_log_tail(plane))))?;
+    std::fs::write(&stop, "")?;
+    let status = poll_until("the producer flushed", Duration::from_secs(150), || {
+        producer.try_wait().map_err(Into::into)
+    })?;
+    let log = std::fs::read_to_string(&producer_log)?;
+    let report: serde_json::Value = log
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .map(serde_json::from_str)
+        .transpose()?
+        .with_context(|| format!("the producer's report:\n{log}"))?;
+    assert!(status.success(), "the producer failed: {report}");
+    let delivered = report["delivered"].as_u64().unwrap_or(0) as usize;
+    assert_eq!(
+        report["produced"].as_u64(),
+        Some(delivered as u64),
+        "{report}"
+    );
+    assert!(delivered > 100, "too few records during the roll: {report}");
+    // what the client met on its own: a broker going away and coming back
+    // (connections refused or reset, a name briefly unresolved), nothing
+    // about credentials, certificates or authorization
+    for e in report["errors"].as_array().into_iter().flatten() {
+        let e = e.as_str().unwrap_or_default();
+        assert!(
+            ["code=_TRANSPORT", "code=_ALL_BROKERS_DOWN", "code=_RESOLVE"]
+                .iter()
+                .any(|c| e.contains(c)),
+            "an error beyond a broker restarting: {e}"
+        );
+    }
+    eprintln!(
+        "{label}: {delivered} records acknowledged through a roll of three brokers; the client's own errors: {}",
+        report["errors"]
+    );
+    Ok((0..delivered).map(|i| format!("{label}-{i}")).collect())
 }
 
 #[test]
@@ -417,70 +495,57 @@ fn a_tls_scram_cluster_serves_its_users_as_their_acls_say() -> Result<()> {
     // operator issues a new one from the same CA) rolls the brokers one at
     // a time, while alice writes without a pause: nothing she was told was
     // written is lost, and no write fails for good.
-    let stop = plane.logs_dir().join("stop-producing");
-    let producer_log = plane.logs_dir().join("producer.log");
-    let mut producer = plane.spawn(
-        &client_command(
-            &alice.config,
-            &["produce-until", "orders", &stop.to_string_lossy()],
-        ),
-        &producer_log,
-    )?;
-    std::thread::sleep(Duration::from_secs(3));
-    let before = broker_uids(&plane)?;
-    plane.kubectl_ok(&[
-        "-n",
-        NS,
-        "delete",
-        "secret",
-        &format!("{CLUSTER}-broker-certs"),
-    ])?;
-    poll_until(
-        "every broker rolled onto the new certificate and Ready",
-        Duration::from_secs(300),
-        || {
-            let now = broker_uids(&plane).unwrap_or_default();
-            let rolled = now.len() == 3 && now.iter().zip(&before).all(|(a, b)| a != b);
-            let kc = kubectl_json(&plane, &["-n", NS, "get", "kafkacluster", CLUSTER])?;
-            Ok((rolled
-                && kc["status"]["readyReplicas"].as_i64() == Some(3)
-                && kc["status"]["updatedReplicas"].as_i64() == Some(3))
-            .then_some(()))
-        },
-    )
-    .map_err(|e| e.context(format!("operator log tail:\n{}", operator_log_tail(&plane))))?;
-    std::fs::write(&stop, "")?;
-    let status = poll_until("the producer flushed", Duration::from_secs(150), || {
-        producer.try_wait().map_err(Into::into)
-    })?;
-    let log = std::fs::read_to_string(&producer_log)?;
-    let report: serde_json::Value = log
-        .lines()
-        .rev()
-        .find(|l| l.starts_with('{'))
-        .map(serde_json::from_str)
-        .transpose()?
-        .with_context(|| format!("the producer's report:\n{log}"))?;
-    assert!(status.success(), "the producer failed: {report}");
-    let delivered = report["delivered"].as_u64().unwrap_or(0) as usize;
-    assert_eq!(
-        report["produced"].as_u64(),
-        Some(delivered as u64),
-        "{report}"
+    let mut written = want.clone();
+    written.extend(roll_under_load(&plane, &alice, "leaf", || {
+        plane.kubectl_ok(&[
+            "-n",
+            NS,
+            "delete",
+            "secret",
+            &format!("{CLUSTER}-broker-certs"),
+        ])?;
+        Ok(())
+    })?);
+    // The cluster CA's certificate nears its end (one made ten days from
+    // it, on the CA's key, stands in for a year passing): the operator
+    // renews it on the same key and rolls the brokers again. alice still
+    // trusts the CA certificate she read at the start, which verifies the
+    // brokers all along (same subject, same key).
+    written.extend(roll_under_load(&plane, &alice, "ca", || {
+        let key = secret_key(&plane, &format!("{CLUSTER}-cluster-ca"), "ca.key")?
+            .context("the cluster CA's key")?;
+        let day = Duration::from_secs(86_400);
+        let ending = renew_ca(
+            &format!("{CLUSTER}-cluster-ca"),
+            &key,
+            std::time::SystemTime::now() - 355 * day,
+            365,
+        )?;
+        let b64 = base64::engine::general_purpose::STANDARD.encode(ending);
+        let patch = json!({"data": {"ca.crt": b64}}).to_string();
+        plane.kubectl_ok(&[
+            "-n",
+            NS,
+            "patch",
+            "secret",
+            &format!("{CLUSTER}-cluster-ca-cert"),
+            "--type=merge",
+            "-p",
+            &patch,
+        ])?;
+        Ok(())
+    })?);
+    let renewed = secret_key(&plane, &format!("{CLUSTER}-cluster-ca-cert"), "ca.crt")?
+        .context("the renewed CA certificate")?;
+    assert_ne!(renewed, ca_pem, "the CA certificate was renewed");
+    let info = cert_info(&renewed).map_err(anyhow::Error::msg)?;
+    assert!(
+        info.not_after > std::time::SystemTime::now() + Duration::from_secs(300 * 86_400),
+        "renewed for a year"
     );
-    assert!(delivered > 100, "too few records during the roll: {report}");
-    eprintln!(
-        "{delivered} records acknowledged through a roll of three brokers; the client's own errors: {}",
-        report["errors"]
-    );
-    let mut want_all: Vec<String> = want
-        .iter()
-        .cloned()
-        .chain((0..delivered).map(|i| format!("n-{i}")))
-        .collect();
-    want_all.sort();
-    let read = alice.consume(&plane, "orders", "alice-after-roll", want_all.len())?;
-    assert_eq!(read, want_all, "every acknowledged record, once");
+    written.sort();
+    let read = alice.consume(&plane, "orders", "alice-after-rolls", written.len())?;
+    assert_eq!(read, written, "every acknowledged record, once");
 
     plane.kubectl_ok(&[
         "-n",

@@ -6,8 +6,8 @@ client-final-message Kafka 4 (and Moldau) refuse.
     kafka_client.py CONFIG_JSON produce TOPIC FILE   # one record per line, acks=all
     kafka_client.py CONFIG_JSON consume TOPIC GROUP COUNT
     kafka_client.py CONFIG_JSON metadata
-    kafka_client.py CONFIG_JSON produce-until TOPIC STOP_FILE
-        # a record ("n-<i>") every 20 ms, idempotent with acks=all, until
+    kafka_client.py CONFIG_JSON produce-until TOPIC STOP_FILE LABEL
+        # a record ("<LABEL>-<i>") every 20 ms, idempotent with acks=all, until
         # STOP_FILE exists; prints {"delivered": N, "failed": [...],
         # "errors": [...]} (errors: the client's own, retriable or not)
 
@@ -87,7 +87,7 @@ def main():
     elif op == "produce-until":
         import os
 
-        topic, stop = sys.argv[3], sys.argv[4]
+        topic, stop, label = sys.argv[3], sys.argv[4], sys.argv[5]
         producer = Producer(
             {
                 **conf,
@@ -107,7 +107,7 @@ def main():
 
         i = 0
         while not os.path.exists(stop):
-            producer.produce(topic, f"n-{i}".encode(), on_delivery=delivered_cb)
+            producer.produce(topic, f"{label}-{i}".encode(), on_delivery=delivered_cb)
             i += 1
             producer.poll(0.02)
         left = producer.flush(120)
