@@ -503,9 +503,17 @@ async fn apply_tls_user(
             )))
         }
     };
-    // a user certificate's validity: Strimzi's defaults (365 days, renewed
-    // 30 before the end), never past the clients CA's own end
-    let policy = CaPolicy::default();
+    // a user certificate's validity: the cluster's `spec.clientsCa` (by
+    // default 365 days, renewed 30 before the end), never past the clients
+    // CA's own end
+    let clusters: Api<KafkaCluster> = Api::namespaced(ctx.client.clone(), ns);
+    let policy = CaPolicy::of(
+        clusters
+            .get_opt(cluster)
+            .await?
+            .as_ref()
+            .and_then(|kc| kc.spec.clients_ca.as_ref()),
+    );
     let now = SystemTime::now();
     let own_data = own.map(secret_data);
     let current = stored_certificate(own_data.as_ref());
