@@ -123,12 +123,7 @@ fn brokers_advertise_and_follow_their_pods_dns_names() -> Result<()> {
     if !paths::e2e_enabled() {
         return Ok(());
     }
-    let runner = paths::workspace_bin("moldau-e2e", "moldau-podrunner");
-    let broker = paths::workspace_bin("moldau-broker", "moldau-broker");
-    let plane = NetnsPlane::up(&runner, &[("moldau/broker", broker.as_path())])?;
-    plane.apply_repo_crds()?;
-    plane.kubectl_ok(&["create", "namespace", NS])?;
-    let mut operator = support::netns::start_operator(&plane, NS, "op-dns", 18080)?;
+    let (plane, mut operator) = support::netns::plane_with_operator(NS, "op-dns", 18080)?;
 
     let cluster = json!({
         "apiVersion": "moldau.io/v1alpha1",

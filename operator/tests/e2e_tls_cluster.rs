@@ -274,12 +274,7 @@ fn a_tls_scram_cluster_serves_its_users_as_their_acls_say() -> Result<()> {
     if !paths::e2e_enabled() {
         return Ok(());
     }
-    let runner = paths::workspace_bin("moldau-e2e", "moldau-podrunner");
-    let broker = paths::workspace_bin("moldau-broker", "moldau-broker");
-    let plane = NetnsPlane::up(&runner, &[("moldau/broker", broker.as_path())])?;
-    plane.apply_repo_crds()?;
-    plane.kubectl_ok(&["create", "namespace", NS])?;
-    let mut operator = support::netns::start_operator(&plane, NS, "op-tls", 18081)?;
+    let (plane, mut operator) = support::netns::plane_with_operator(NS, "op-tls", 18081)?;
 
     apply(
         &plane,

@@ -465,6 +465,7 @@ async fn reconcile_inner(kc: &KafkaCluster, ctx: &Context) -> Result<Action> {
             kc.status.as_ref().and_then(|s| s.auto_rebalance.clone()),
         ),
     };
+    let layout = listeners::layout(&kc.spec);
     let obs = ClusterObservation {
         generation: kc.metadata.generation,
         desired_replicas: running,
@@ -476,11 +477,8 @@ async fn reconcile_inner(kc: &KafkaCluster, ctx: &Context) -> Result<Action> {
         refusal: refusal.clone(),
         problem: problem.clone(),
         selector,
-        bootstrap_servers: builders::bootstrap_servers(
-            &names,
-            listeners::layout(&kc.spec).clients[0].port,
-        ),
-        listeners: listeners::layout(&kc.spec)
+        bootstrap_servers: builders::bootstrap_servers(&names, layout.clients[0].port),
+        listeners: layout
             .clients
             .iter()
             .map(|l| ListenerStatus {
